@@ -1,0 +1,148 @@
+// Package config turns flags, COLLECTOR_* environment variables, a YAML file and defaults
+// (in that order of precedence) into one typed Config, validated once at start.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// Config is everything the collector can be told. Each section lives in its own file with its
+// defaults and validation.
+type Config struct {
+	Database DatabaseConfig `mapstructure:"database"`
+	Log      LogConfig      `mapstructure:"log"`
+	Provider ProviderConfig `mapstructure:"provider"`
+	Collect  CollectConfig  `mapstructure:"collect"`
+	Kafka    KafkaConfig    `mapstructure:"kafka"`
+	Catalog  CatalogConfig  `mapstructure:"catalog"`
+	Daemon   DaemonConfig   `mapstructure:"daemon"`
+}
+
+// Options says where to read from. Flags maps a config key to the flag that sets it; only
+// flags the user actually set take precedence.
+type Options struct {
+	File  string
+	Flags map[string]*pflag.Flag
+}
+
+// EnvPrefix prefixes every environment variable: collect.batch_size is COLLECTOR_COLLECT_BATCH_SIZE.
+const EnvPrefix = "COLLECTOR"
+
+// Load reads and validates the configuration.
+func Load(opts Options) (*Config, error) {
+	v := viper.New()
+	setDefaults(v)
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	// Conventional names that operators already set, after our own prefixed ones.
+	_ = v.BindEnv("database.url", EnvPrefix+"_DATABASE_URL", "DATABASE_URL")
+	_ = v.BindEnv("provider.base_url", EnvPrefix+"_PROVIDER_BASE_URL", "NEOPLE_API_BASE_URL")
+
+	if opts.File != "" {
+		v.SetConfigFile(opts.File)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("config file %s: %w", opts.File, err)
+		}
+	}
+	for key, f := range opts.Flags {
+		if f == nil {
+			continue
+		}
+		if err := v.BindPFlag(key, f); err != nil {
+			return nil, fmt.Errorf("bind flag --%s to %s: %w", f.Name, key, err)
+		}
+	}
+
+	var cfg Config
+	if err := v.UnmarshalExact(&cfg); err != nil {
+		where := "configuration"
+		if opts.File != "" {
+			where = "config file " + opts.File
+		}
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	cfg.Provider.MarketKey = Secret(strings.TrimSpace(os.Getenv("NEOPLE_MARKET_API_KEY")))
+	cfg.Provider.ItemKey = Secret(strings.TrimSpace(os.Getenv("NEOPLE_ITEM_API_KEY")))
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// Default returns the defaults, validated; tests start from it.
+func Default() *Config {
+	v := viper.New()
+	setDefaults(v)
+	var cfg Config
+	if err := v.Unmarshal(&cfg); err != nil {
+		panic(err)
+	}
+	return &cfg
+}
+
+func setDefaults(v *viper.Viper) {
+	for _, d := range []map[string]any{
+		databaseDefaults, logDefaults, providerDefaults, collectDefaults,
+		kafkaDefaults, catalogDefaults, daemonDefaults,
+	} {
+		for k, val := range d {
+			v.SetDefault(k, val)
+		}
+	}
+}
+
+// Validate checks every section and reports every bad key at once.
+func (c *Config) Validate() error {
+	return errors.Join(
+		c.Database.validate(),
+		c.Log.validate(),
+		c.Provider.validate(),
+		c.Collect.validate(),
+		c.Kafka.validate(),
+		c.Catalog.validate(),
+		c.Daemon.validate(),
+	)
+}
+
+// Keys lists every configuration key with its default, for the reference docs and tests.
+func Keys() map[string]any {
+	v := viper.New()
+	setDefaults(v)
+	out := map[string]any{}
+	for _, k := range v.AllKeys() {
+		out[k] = v.Get(k)
+	}
+	return out
+}
+
+// EnvName is the environment variable for a key.
+func EnvName(key string) string {
+	return EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// invalid builds the one error shape every section uses: the key, the value, what is allowed.
+func invalid(key string, value any, allowed string) error {
+	return fmt.Errorf("config %s (env %s) = %v: %s", key, EnvName(key), value, allowed)
+}
+
+// Secret is an API key. It prints as [redacted] through every fmt verb, zap and JSON.
+type Secret string
+
+func (Secret) String() string               { return "[redacted]" }
+func (Secret) GoString() string             { return "[redacted]" }
+func (Secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
+func (s Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte("[redacted]")) }
+
+// Reveal returns the key itself, for the one place that sends it.
+func (s Secret) Reveal() string { return string(s) }
+
+// Empty reports whether no key was given.
+func (s Secret) Empty() bool { return s == "" }

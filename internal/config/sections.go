@@ -1,0 +1,182 @@
+package config
+
+import (
+	"errors"
+	"net/url"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// DatabaseConfig: the pool is the collector's whole footprint on a shared database.
+type DatabaseConfig struct {
+	URL      string `mapstructure:"url"`
+	MaxConns int32  `mapstructure:"max_conns"`
+}
+
+var databaseDefaults = map[string]any{
+	"database.url":       "postgres://postgres@127.0.0.1:5432/duecollector?sslmode=disable",
+	"database.max_conns": 8,
+}
+
+func (c DatabaseConfig) validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, invalid("database.url", `""`, "required (flag --database-url, COLLECTOR_DATABASE_URL or DATABASE_URL)"))
+	}
+	if c.MaxConns < 2 || c.MaxConns > 200 {
+		errs = append(errs, invalid("database.max_conns", c.MaxConns, "must be between 2 and 200"))
+	}
+	return errors.Join(errs...)
+}
+
+// LogConfig selects zap's level and encoder.
+type LogConfig struct {
+	Level  string `mapstructure:"level"`
+	Format string `mapstructure:"format"`
+}
+
+var logDefaults = map[string]any{
+	"log.level":  "info",
+	"log.format": "json",
+}
+
+func (c LogConfig) validate() error {
+	var errs []error
+	if _, err := zapcore.ParseLevel(c.Level); err != nil {
+		errs = append(errs, invalid("log.level", c.Level, "allowed: debug, info, warn, error"))
+	}
+	if c.Format != "json" && c.Format != "console" {
+		errs = append(errs, invalid("log.format", c.Format, "allowed: json, console"))
+	}
+	return errors.Join(errs...)
+}
+
+// WorkloadLimits is one API key's budget.
+type WorkloadLimits struct {
+	Rate      float64 `mapstructure:"rate"`       // requests per second
+	Burst     int     `mapstructure:"burst"`      // token bucket depth
+	PerMinute int     `mapstructure:"per_minute"` // requests per rolling minute
+}
+
+func (w WorkloadLimits) validate(prefix string) error {
+	var errs []error
+	if w.Rate <= 0 || w.Rate > 100000 {
+		errs = append(errs, invalid(prefix+".rate", w.Rate, "requests per second, must be > 0 and <= 100000"))
+	}
+	if w.Burst < 1 || w.Burst > 100000 {
+		errs = append(errs, invalid(prefix+".burst", w.Burst, "must be between 1 and 100000"))
+	}
+	if w.PerMinute < 1 {
+		errs = append(errs, invalid(prefix+".per_minute", w.PerMinute, "must be >= 1"))
+	}
+	return errors.Join(errs...)
+}
+
+// ProviderConfig configures the Neople client. Keys come only from NEOPLE_MARKET_API_KEY and
+// NEOPLE_ITEM_API_KEY, never from a file or a flag, so they do not end up in shell history or
+// in a committed config.
+type ProviderConfig struct {
+	Name         string         `mapstructure:"name"`
+	BaseURL      string         `mapstructure:"base_url"`
+	Timeout      time.Duration  `mapstructure:"timeout"`
+	MaxBodyBytes int64          `mapstructure:"max_body_bytes"`
+	KeyIn        string         `mapstructure:"key_in"`
+	AuctionLimit int            `mapstructure:"auction_limit"`
+	SoldLimit    int            `mapstructure:"sold_limit"`
+	Market       WorkloadLimits `mapstructure:"market"`
+	Item         WorkloadLimits `mapstructure:"item"`
+
+	MarketKey Secret `mapstructure:"-"`
+	ItemKey   Secret `mapstructure:"-"`
+}
+
+var providerDefaults = map[string]any{
+	"provider.name":              "neople",
+	"provider.base_url":          "https://api.neople.co.kr",
+	"provider.timeout":           "10s",
+	"provider.max_body_bytes":    8 << 20,
+	"provider.key_in":            "header",
+	"provider.auction_limit":     400,
+	"provider.sold_limit":        100,
+	"provider.market.rate":       500.0,
+	"provider.market.burst":      50,
+	"provider.market.per_minute": 30000,
+	"provider.item.rate":         500.0,
+	"provider.item.burst":        50,
+	"provider.item.per_minute":   30000,
+}
+
+func (c ProviderConfig) validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, invalid("provider.name", `""`, "required"))
+	}
+	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, invalid("provider.base_url", c.BaseURL, "must be an http(s) URL such as https://api.neople.co.kr (env NEOPLE_API_BASE_URL)"))
+	}
+	if c.Timeout <= 0 || c.Timeout > 5*time.Minute {
+		errs = append(errs, invalid("provider.timeout", c.Timeout, "must be > 0 and <= 5m"))
+	}
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, invalid("provider.max_body_bytes", c.MaxBodyBytes, "must be >= 1024"))
+	}
+	if c.KeyIn != "header" && c.KeyIn != "query" {
+		errs = append(errs, invalid("provider.key_in", c.KeyIn, "allowed: header, query"))
+	}
+	if c.AuctionLimit < 1 || c.AuctionLimit > 400 {
+		errs = append(errs, invalid("provider.auction_limit", c.AuctionLimit, "must be between 1 and 400 (the API's cap)"))
+	}
+	if c.SoldLimit < 1 || c.SoldLimit > 100 {
+		errs = append(errs, invalid("provider.sold_limit", c.SoldLimit, "must be between 1 and 100 (the API's cap)"))
+	}
+	errs = append(errs, c.Market.validate("provider.market"), c.Item.validate("provider.item"))
+	return errors.Join(errs...)
+}
+
+// CollectConfig sizes one collect-due run.
+type CollectConfig struct {
+	BatchSize   int           `mapstructure:"batch_size"`
+	Lease       time.Duration `mapstructure:"lease"`
+	Concurrency int           `mapstructure:"concurrency"`
+	MaxBatches  int           `mapstructure:"max_batches"` // 0 = until nothing is due
+	FlushSize   int           `mapstructure:"flush_size"`  // results written per transaction
+}
+
+var collectDefaults = map[string]any{
+	"collect.batch_size":  100,
+	"collect.lease":       "2m",
+	"collect.concurrency": 16,
+	"collect.max_batches": 0,
+	"collect.flush_size":  50,
+}
+
+func (c CollectConfig) validate() error {
+	var errs []error
+	if c.BatchSize < 1 || c.BatchSize > 10000 {
+		errs = append(errs, invalid("collect.batch_size", c.BatchSize, "must be between 1 and 10000"))
+	}
+	if c.Lease < time.Second || c.Lease > time.Hour {
+		errs = append(errs, invalid("collect.lease", c.Lease, "must be between 1s and 1h"))
+	}
+	if c.Concurrency < 1 || c.Concurrency > 1000 {
+		errs = append(errs, invalid("collect.concurrency", c.Concurrency, "must be between 1 and 1000"))
+	}
+	if c.MaxBatches < 0 {
+		errs = append(errs, invalid("collect.max_batches", c.MaxBatches, "must be >= 0 (0 = until nothing is due)"))
+	}
+	if c.FlushSize < 1 || c.FlushSize > 5000 {
+		errs = append(errs, invalid("collect.flush_size", c.FlushSize, "must be between 1 and 5000"))
+	}
+	return errors.Join(errs...)
+}
+
+// tierKey validates a tier name held in a config key.
+func tierKey(key, value string) error {
+	if _, err := tiers.Parse(value); err != nil {
+		return invalid(key, value, "allowed: "+tiers.Names())
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Class says what a caller should do about a provider error.
+type Class int
+
+const (
+	// ClassTransient: 5xx, timeouts, connection errors, malformed bodies. Retry later; counts
+	// toward DEGRADED.
+	ClassTransient Class = iota
+	// ClassMaintenance: 503 / DNF980. The provider goes to MAINTENANCE; everyone pauses.
+	ClassMaintenance
+	// ClassRateLimited: API002 / API008 / 429. Back off this workload (RetryAfter if given).
+	ClassRateLimited
+	// ClassConfig: API000/003/004/005. The key is missing or refused: stop the workload.
+	ClassConfig
+	// ClassItem: DNF003 / DNF901 / DNF004. Permanent for this item; other items are fine.
+	ClassItem
+	// ClassBug: invalid URL or parameters we built (API900/DNF900/DNF008): fail loudly.
+	ClassBug
+)
+
+func (c Class) String() string {
+	switch c {
+	case ClassTransient:
+		return "transient"
+	case ClassMaintenance:
+		return "maintenance"
+	case ClassRateLimited:
+		return "rate_limited"
+	case ClassConfig:
+		return "config"
+	case ClassItem:
+		return "item_error"
+	case ClassBug:
+		return "bug"
+	}
+	return "unknown"
+}
+
+// Error is a classified provider failure. Its text never contains an API key.
+type Error struct {
+	Class      Class
+	Workload   Workload
+	Endpoint   string // path only, e.g. /df/auction; never a URL with a query
+	Status     int    // HTTP status, 0 when no response arrived
+	Code       string // Neople code such as DNF980, when the envelope had one
+	Message    string
+	RetryAfter time.Duration
+	Err        error // cause, already redacted
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("neople %s %s: %s", e.Workload, e.Endpoint, e.Class)
+	if e.Status != 0 {
+		s += fmt.Sprintf(" (HTTP %d", e.Status)
+		if e.Code != "" {
+			s += " " + e.Code
+		}
+		if e.Message != "" {
+			s += " " + e.Message
+		}
+		s += ")"
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ClassOf returns the class of a provider error; errors that are not *Error are transient.
+func ClassOf(err error) Class {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Class
+	}
+	return ClassTransient
+}

@@ -1,0 +1,160 @@
+// Package storetest gives each test its own fresh PostgreSQL database, cloned from a template
+// that is migrated once per schema version. Cloning a template takes tens of milliseconds,
+// so tests stay independent without paying for migrations every time.
+//
+// The server is found through DUECOLLECTOR_TEST_DATABASE_URL (an admin connection string),
+// defaulting to the local trust-auth server.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/migrations"
+)
+
+// DefaultAdminURL is used when DUECOLLECTOR_TEST_DATABASE_URL is unset.
+const DefaultAdminURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// Any fixed number: serialises template builds across test binaries running in parallel.
+const templateLockKey = 7_305_118_220_417
+
+// AdminURL is the connection string of the maintenance database used to create test databases.
+func AdminURL() string {
+	if u := os.Getenv("DUECOLLECTOR_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultAdminURL
+}
+
+// templateName changes whenever a migration changes, so a stale template is never reused.
+func templateName() (string, error) {
+	h := sha256.New()
+	var names []string
+	err := fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		names = append(names, path)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b, err := migrations.FS.ReadFile(n)
+		if err != nil {
+			return "", err
+		}
+		h.Write([]byte(n))
+		h.Write(b)
+	}
+	return "dc_tmpl_" + hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// URLFor returns the admin URL pointed at another database on the same server.
+func URLFor(dbName string) string {
+	u, err := url.Parse(AdminURL())
+	if err != nil {
+		panic(fmt.Sprintf("DUECOLLECTOR_TEST_DATABASE_URL: %v", err))
+	}
+	u.Path = "/" + dbName
+	return u.String()
+}
+
+func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
+	name, err := templateName()
+	if err != nil {
+		return "", err
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock($1)", templateLockKey); err != nil {
+		return "", fmt.Errorf("lock template build: %w", err)
+	}
+	defer admin.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", templateLockKey) //nolint:errcheck
+	var exists bool
+	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+	// Build under a scratch name and rename at the end: a crash mid-build never leaves a
+	// half-migrated template behind under the real name.
+	building := name + "_building"
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{building}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return "", err
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{building}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create template database: %w", err)
+	}
+	if err := store.Migrate(ctx, URLFor(building), nil); err != nil {
+		return "", fmt.Errorf("migrate template database: %w", err)
+	}
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{building}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("rename template database: %w", err)
+	}
+	return name, nil
+}
+
+// NewDatabase creates a fresh, migrated database and returns its URL. It is dropped when the
+// test ends.
+func NewDatabase(tb testing.TB) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		tb.Fatalf("storetest: connect to %s (start PostgreSQL or set DUECOLLECTOR_TEST_DATABASE_URL): %v", AdminURL(), err)
+	}
+	defer admin.Close(context.Background())
+	tmpl, err := ensureTemplate(ctx, admin)
+	if err != nil {
+		tb.Fatalf("storetest: %v", err)
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	name := "dc_test_" + hex.EncodeToString(rnd[:])
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
+		tb.Fatalf("storetest: create database from template: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := pgx.Connect(ctx, AdminURL())
+		if err != nil {
+			tb.Logf("storetest: drop %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			tb.Logf("storetest: drop %s: %v", name, err)
+		}
+	})
+	return URLFor(name)
+}
+
+// NewPool creates a fresh database (see NewDatabase) and a pool on it, closed at cleanup.
+func NewPool(tb testing.TB) (*pgxpool.Pool, string) {
+	tb.Helper()
+	u := NewDatabase(tb)
+	pool, err := store.Open(context.Background(), store.PoolConfig{URL: u, MaxConns: 20, ApplicationName: "duecollector-test"})
+	if err != nil {
+		tb.Fatalf("storetest: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool, u
+}
