@@ -1,0 +1,68 @@
+// Package outbox owns the outbox table: rows are enqueued in the same transaction as the
+// snapshot they announce, and the relay publishes them to Kafka afterwards.
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SchemaVersion is the version of the snapshot event's JSON value (docs/events.md).
+const SchemaVersion = 1
+
+// EventTypeSnapshot is the CloudEvents type of a snapshot event.
+const EventTypeSnapshot = "com.duecollector.auction.snapshot.v1"
+
+// SnapshotEvent is the JSON value published for each stored snapshot. Prices are in gold;
+// nullable prices are null when there were no listings / no sales.
+type SnapshotEvent struct {
+	SchemaVersion     int       `json:"schema_version"`
+	SnapshotID        int64     `json:"snapshot_id"`
+	ItemID            string    `json:"item_id"`
+	ItemName          string    `json:"item_name"`
+	Tier              string    `json:"tier"`
+	CollectedAt       time.Time `json:"collected_at"`
+	ListingCount      int       `json:"listing_count"`
+	ListingQuantity   int64     `json:"listing_quantity"`
+	LowestUnitPrice   *int64    `json:"lowest_unit_price"`
+	MedianUnitPrice   *int64    `json:"median_unit_price"`
+	WeightedUnitPrice *float64  `json:"weighted_unit_price"`
+	APIAveragePrice   *int64    `json:"api_average_price"`
+	SalesCount        int       `json:"sales_count"`
+	SalesQuantity     int64     `json:"sales_quantity"`
+	SalesVWAP         *float64  `json:"sales_vwap"`
+}
+
+// EnqueueSnapshots inserts one outbox row per event inside the caller's transaction, so an
+// event exists if and only if its snapshot does. snapshot_id is unique: a retried write-back
+// cannot enqueue twice.
+func EnqueueSnapshots(ctx context.Context, tx pgx.Tx, events []SnapshotEvent) error {
+	if len(events) == 0 {
+		return nil
+	}
+	items := make([]string, len(events))
+	snaps := make([]int64, len(events))
+	payloads := make([]string, len(events))
+	for i, ev := range events {
+		ev.SchemaVersion = SchemaVersion
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("encode snapshot event for item %s: %w", ev.ItemID, err)
+		}
+		items[i], snaps[i], payloads[i] = ev.ItemID, ev.SnapshotID, string(b)
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
+		SELECT $1, u.item_id, u.snapshot_id, u.payload::jsonb
+		FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u(item_id, snapshot_id, payload)
+		ON CONFLICT (snapshot_id) DO NOTHING`,
+		EventTypeSnapshot, items, snaps, payloads)
+	if err != nil {
+		return fmt.Errorf("enqueue %d snapshot events: %w", len(events), err)
+	}
+	return nil
+}
