@@ -1,0 +1,114 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// Claim is one item leased to this worker. Token fences every write-back: once the lease has
+// expired and another worker re-claimed the item, this token no longer matches.
+type Claim struct {
+	ItemID   string
+	ItemName string
+	Tier     tiers.Tier
+	DueAt    time.Time // next_collect_at when claimed
+	Token    pgtype.UUID
+	DBNow    time.Time // the database's now() at claim time
+}
+
+// claimSQL claims up to $1 due, unleased items in one statement. The MATERIALIZED CTE makes
+// PostgreSQL lock exactly the rows it picked (SKIP LOCKED passes over rows another collector is
+// claiming at this moment), so any number of collectors can run side by side and each item goes
+// to exactly one of them. An expired lease counts as no lease: a crashed worker's items come
+// back by themselves.
+const claimSQL = `
+WITH due AS MATERIALIZED (
+	SELECT item_id
+	FROM tracked_items
+	WHERE next_collect_at <= now()
+	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+	ORDER BY next_collect_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE tracked_items t
+SET lease_expires_at = now() + $2 * interval '1 millisecond',
+    lease_token = gen_random_uuid(),
+    leased_by = $3,
+    last_claimed_at = now()
+FROM due
+WHERE t.item_id = due.item_id
+RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now()`
+
+// claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
+// another worker holds a live lease on it.
+const claimOneSQL = `
+UPDATE tracked_items t
+SET lease_expires_at = now() + $2 * interval '1 millisecond',
+    lease_token = gen_random_uuid(),
+    leased_by = $3,
+    last_claimed_at = now()
+WHERE t.item_id = $1
+  AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
+RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now()`
+
+func claimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string) ([]Claim, error) {
+	rows, err := pool.Query(ctx, claimSQL, n, lease.Milliseconds(), owner)
+	if err != nil {
+		return nil, fmt.Errorf("claim due items: %w", err)
+	}
+	claims, err := pgx.CollectRows(rows, scanClaim)
+	if err != nil {
+		return nil, fmt.Errorf("claim due items: %w", err)
+	}
+	return claims, nil
+}
+
+func claimOne(ctx context.Context, pool *pgxpool.Pool, itemID string, lease time.Duration, owner string) ([]Claim, error) {
+	rows, err := pool.Query(ctx, claimOneSQL, itemID, lease.Milliseconds(), owner)
+	if err != nil {
+		return nil, fmt.Errorf("claim item %s: %w", itemID, err)
+	}
+	claims, err := pgx.CollectRows(rows, scanClaim)
+	if err != nil {
+		return nil, fmt.Errorf("claim item %s: %w", itemID, err)
+	}
+	return claims, nil
+}
+
+func scanClaim(row pgx.CollectableRow) (Claim, error) {
+	var c Claim
+	var tier string
+	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow)
+	c.Tier = tiers.Tier(tier)
+	return c, err
+}
+
+// releaseLeases hands unfinished items back at once (instead of after lease expiry), leaving
+// their schedule untouched so the next claim takes them. Fenced like every write-back.
+func releaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int64, error) {
+	if len(claims) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(claims))
+	tokens := make([]pgtype.UUID, len(claims))
+	for i, c := range claims {
+		ids[i], tokens[i] = c.ItemID, c.Token
+	}
+	tag, err := pool.Exec(ctx, `
+		UPDATE tracked_items t
+		SET lease_expires_at = NULL, lease_token = NULL, leased_by = NULL
+		FROM unnest($1::text[], $2::uuid[]) AS u(item_id, token)
+		WHERE t.item_id = u.item_id AND t.lease_token = u.token`, ids, tokens)
+	if err != nil {
+		return 0, fmt.Errorf("release %d leases: %w", len(claims), err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,440 @@
+// Package dispatcher runs collect-due: it claims due items with a lease, fetches them from the
+// provider with no database connection held, and writes each result back fenced by its lease
+// token together with the item's next schedule.
+//
+// A pass is: read the provider status gate → claim a batch in one statement → fetch with at most
+// Concurrency calls in flight → write results back in short transactions as they arrive →
+// repeat until nothing is due (or MaxBatches). A maintenance answer stops the pass at once and
+// hands the unprocessed items back, so nothing waits for its lease to expire.
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+// Fetcher is the market workload of the provider client.
+type Fetcher interface {
+	Auction(ctx context.Context, itemID string) ([]provider.Listing, error)
+	AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, error)
+}
+
+// Config sizes a pass. Zero values take the defaults.
+type Config struct {
+	Provider    string        // provider_status row to gate on; default "neople"
+	BatchSize   int           // items per claim; default 100
+	Lease       time.Duration // lease per claim; default 2m
+	Concurrency int           // provider calls in flight; default 16
+	MaxBatches  int           // 0 = until nothing is due
+	FlushSize   int           // results per write-back transaction; default 50
+	SoldLimit   int           // the limit the client asks /df/auction-sold for; default 100
+	Owner       string        // recorded in leased_by; default host:pid
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.Provider == "" {
+		out.Provider = "neople"
+	}
+	if out.BatchSize == 0 {
+		out.BatchSize = 100
+	}
+	if out.Lease == 0 {
+		out.Lease = 2 * time.Minute
+	}
+	if out.Concurrency == 0 {
+		out.Concurrency = 16
+	}
+	if out.FlushSize == 0 {
+		out.FlushSize = 50
+	}
+	if out.SoldLimit == 0 {
+		out.SoldLimit = 100
+	}
+	if out.Owner == "" {
+		host, _ := os.Hostname()
+		out.Owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	return out
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.BatchSize < 1 {
+		errs = append(errs, fmt.Errorf("batch size %d: must be >= 1", c.BatchSize))
+	}
+	if c.Lease < time.Second {
+		errs = append(errs, fmt.Errorf("lease %v: must be >= 1s", c.Lease))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("concurrency %d: must be >= 1", c.Concurrency))
+	}
+	if c.MaxBatches < 0 {
+		errs = append(errs, fmt.Errorf("max batches %d: must be >= 0", c.MaxBatches))
+	}
+	if c.FlushSize < 1 {
+		errs = append(errs, fmt.Errorf("flush size %d: must be >= 1", c.FlushSize))
+	}
+	return errors.Join(errs...)
+}
+
+// Dispatcher runs collect-due passes. It is safe to run many, in one process or many.
+type Dispatcher struct {
+	pool  *pgxpool.Pool
+	fetch Fetcher
+	cfg   Config
+	log   *zap.Logger
+	clock dbClock
+}
+
+// New validates the config and builds a dispatcher.
+func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispatcher, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("dispatcher config: %w", err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log}, nil
+}
+
+// RunOnce is one collect-due pass: claim and collect batches until nothing is due, MaxBatches
+// is reached, the provider stops being dispatchable, or ctx ends.
+func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
+	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context) ([]Claim, error) {
+		return claimDue(ctx, d.pool, d.cfg.BatchSize, d.cfg.Lease, d.cfg.Owner)
+	})
+}
+
+// ErrNotClaimable: the item does not exist or another worker holds its lease.
+var ErrNotClaimable = errors.New("item not found or leased by another worker")
+
+// CollectOne collects one item now, whatever its schedule, through the same gate, lease,
+// budget and write path as collect-due.
+func (d *Dispatcher) CollectOne(ctx context.Context, itemID string) (Summary, error) {
+	claimed := false
+	s, err := d.pass(ctx, 1, func(ctx context.Context) ([]Claim, error) {
+		c, err := claimOne(ctx, d.pool, itemID, d.cfg.Lease, d.cfg.Owner)
+		claimed = len(c) > 0
+		return c, err
+	})
+	if err == nil && !claimed && !s.Paused {
+		return s, fmt.Errorf("collect %s: %w", itemID, ErrNotClaimable)
+	}
+	return s, err
+}
+
+// Summary is what a pass did.
+type Summary struct {
+	Paused       bool
+	Status       provider.Status
+	StatusReason string
+	StatusSince  time.Time
+
+	Batches   int
+	Claimed   int
+	Collected int
+	Failed    int
+	Fenced    int
+	Released  int
+	Stop      string // why the pass ended
+	Duration  time.Duration
+
+	Claim, Fetch, Persist Timing
+}
+
+// Timing is a stage's latency distribution over the pass.
+type Timing struct {
+	N        int
+	P50, P95 time.Duration
+}
+
+func (s Summary) String() string {
+	if s.Paused {
+		return fmt.Sprintf("collection paused: provider %s since %s (%s)", s.Status, s.StatusSince.UTC().Format(time.RFC3339), s.StatusReason)
+	}
+	return fmt.Sprintf("claimed=%d collected=%d failed=%d fenced_out=%d released=%d batches=%d duration=%s stop=%q | claim p50=%s p95=%s | fetch p50=%s p95=%s | persist p50=%s p95=%s",
+		s.Claimed, s.Collected, s.Failed, s.Fenced, s.Released, s.Batches, s.Duration.Round(time.Millisecond), s.Stop,
+		s.Claim.P50, s.Claim.P95, s.Fetch.P50, s.Fetch.P95, s.Persist.P50, s.Persist.P95)
+}
+
+type timings struct {
+	mu                    sync.Mutex
+	claim, fetch, persist []time.Duration
+}
+
+func (t *timings) add(dst *[]time.Duration, d time.Duration) {
+	t.mu.Lock()
+	*dst = append(*dst, d)
+	t.mu.Unlock()
+}
+
+func summarize(ds []time.Duration) Timing {
+	if len(ds) == 0 {
+		return Timing{}
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(q float64) time.Duration { return s[int(q*float64(len(s)-1))].Round(time.Microsecond) }
+	return Timing{N: len(s), P50: at(0.50), P95: at(0.95)}
+}
+
+// stopError is a provider answer that ends the whole pass rather than one item.
+type stopError struct {
+	class provider.Class
+	err   error
+}
+
+func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(context.Context) ([]Claim, error)) (Summary, error) {
+	start := time.Now()
+	var sum Summary
+	row, err := provider.ReadStatus(ctx, d.pool, d.cfg.Provider)
+	if err != nil {
+		return sum, err
+	}
+	if st, reason, since := row.Effective(); !st.CanDispatch() {
+		sum.Paused, sum.Status, sum.StatusReason, sum.StatusSince = true, st, reason, since
+		d.log.Info(sum.String(), zap.String("provider", d.cfg.Provider))
+		return sum, nil
+	}
+
+	var tm timings
+	w := d.startWriter(ctx, &tm)
+	var stop *stopError
+	for maxBatches == 0 || sum.Batches < maxBatches {
+		if ctx.Err() != nil {
+			sum.Stop = "interrupted"
+			break
+		}
+		t0 := time.Now()
+		claims, err := claim(ctx)
+		tm.add(&tm.claim, time.Since(t0))
+		if err != nil {
+			w.finish()
+			return sum, err
+		}
+		if len(claims) == 0 {
+			sum.Stop = "nothing due"
+			break
+		}
+		d.clock.set(claims[0].DBNow)
+		sum.Batches++
+		sum.Claimed += len(claims)
+		released, st := d.collectBatch(ctx, claims, w, &tm)
+		sum.Released += released
+		if st != nil {
+			stop = st
+			break
+		}
+	}
+	if sum.Stop == "" && stop == nil {
+		sum.Stop = "max batches"
+	}
+	ws := w.finish()
+	sum.Collected, sum.Failed, sum.Fenced = ws.collected, ws.failed, ws.fenced
+	sum.Duration = time.Since(start)
+	sum.Claim, sum.Fetch, sum.Persist = summarize(tm.claim), summarize(tm.fetch), summarize(tm.persist)
+
+	var retErr error
+	if stop != nil {
+		sum.Stop = stop.class.String()
+		retErr = d.handleStop(ctx, stop, &sum)
+	}
+	if ws.err != nil {
+		retErr = errors.Join(retErr, ws.err)
+	}
+	return sum, retErr
+}
+
+// handleStop records what a pass-ending provider answer means for everyone.
+func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary) error {
+	switch st.class {
+	case provider.ClassMaintenance:
+		changed, err := provider.SetStatus(context.WithoutCancel(ctx), d.pool, d.cfg.Provider, provider.Maintenance, st.err.Error())
+		if err != nil {
+			return err
+		}
+		if changed {
+			d.log.Warn("provider status changed", zap.String("provider", d.cfg.Provider), zap.String("status", string(provider.Maintenance)), zap.Error(st.err))
+		}
+		sum.Paused, sum.Status, sum.StatusReason = true, provider.Maintenance, st.err.Error()
+		return nil
+	case provider.ClassRateLimited:
+		d.log.Warn("rate limited: pass stopped, unprocessed items handed back", zap.Error(st.err))
+		return nil
+	default:
+		return fmt.Errorf("collection stopped: %w", st.err)
+	}
+}
+
+// collectBatch fetches every claim with bounded concurrency and hands results to the writer.
+// Claims not fetched (pass stopped, ctx ended) are released at once.
+func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer, tm *timings) (released int, stop *stopError) {
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan Claim)
+	var mu sync.Mutex
+	var unprocessed []Claim
+	var wg sync.WaitGroup
+	for i := 0; i < min(d.cfg.Concurrency, len(claims)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range jobs {
+				if bctx.Err() != nil {
+					mu.Lock()
+					unprocessed = append(unprocessed, c)
+					mu.Unlock()
+					continue
+				}
+				t0 := time.Now()
+				r := d.fetchOne(bctx, c)
+				tm.add(&tm.fetch, time.Since(t0))
+				if r.err != nil {
+					class := provider.ClassOf(r.err)
+					ends := class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig
+					if ends || bctx.Err() != nil {
+						mu.Lock()
+						if ends && stop == nil {
+							stop = &stopError{class: class, err: r.err}
+							cancel()
+						}
+						unprocessed = append(unprocessed, c)
+						mu.Unlock()
+						continue
+					}
+				}
+				w.results <- r
+			}
+		}()
+	}
+	for _, c := range claims {
+		jobs <- c
+	}
+	close(jobs)
+	wg.Wait()
+	if len(unprocessed) > 0 {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer rcancel()
+		n, err := releaseLeases(rctx, d.pool, unprocessed)
+		if err != nil {
+			d.log.Error("could not release leases; they will expire by themselves", zap.Int("items", len(unprocessed)), zap.Error(err))
+		}
+		released = int(n)
+	}
+	return released, stop
+}
+
+func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
+	r := result{claim: c, outcome: "ok"}
+	listings, err := d.fetch.Auction(ctx, c.ItemID)
+	var sales []provider.Sale
+	if err == nil {
+		sales, err = d.fetch.AuctionSold(ctx, c.ItemID)
+	}
+	r.at = d.clock.now()
+	if err != nil {
+		r.err = err
+		r.outcome = provider.ClassOf(err).String()
+		return r
+	}
+	r.listings = summarizeListings(listings)
+	r.sales = sequenceSales(sales, d.cfg.SoldLimit)
+	return r
+}
+
+// writer persists results as they arrive, grouping whatever is waiting (up to FlushSize) into
+// one transaction: one item at a time when the provider is slow, large groups when it is fast.
+type writer struct {
+	d       *Dispatcher
+	results chan result
+	done    chan struct{}
+	stats   writerStats
+}
+
+type writerStats struct {
+	collected, failed, fenced int
+	err                       error
+}
+
+func (d *Dispatcher) startWriter(ctx context.Context, tm *timings) *writer {
+	w := &writer{d: d, results: make(chan result, 2*d.cfg.FlushSize), done: make(chan struct{})}
+	// Results already fetched are written even when ctx is cancelled (shutdown): the work is
+	// done and the leases are ours.
+	wctx := context.WithoutCancel(ctx)
+	go func() {
+		defer close(w.done)
+		buf := make([]result, 0, d.cfg.FlushSize)
+		for r := range w.results {
+			buf = append(buf[:0], r)
+		drain:
+			for len(buf) < d.cfg.FlushSize {
+				select {
+				case r, ok := <-w.results:
+					if !ok {
+						break drain
+					}
+					buf = append(buf, r)
+				default:
+					break drain
+				}
+			}
+			t0 := time.Now()
+			w.flush(wctx, buf)
+			tm.add(&tm.persist, time.Since(t0))
+		}
+	}()
+	return w
+}
+
+func (w *writer) flush(ctx context.Context, buf []result) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ws, err := writeBack(ctx, w.d.pool, buf)
+	if err != nil {
+		// Leases stay until they expire; the items are collected again then. Nothing is lost.
+		w.d.log.Error("write-back failed", zap.Int("items", len(buf)), zap.Error(err))
+		w.stats.err = errors.Join(w.stats.err, err)
+		return
+	}
+	fenced := map[string]bool{}
+	for _, id := range ws.fenced {
+		fenced[id] = true
+	}
+	for _, r := range buf {
+		switch {
+		case fenced[r.claim.ItemID]:
+		case r.err == nil:
+			w.stats.collected++
+		default:
+			w.stats.failed++
+			w.d.log.Warn("item collection failed; rescheduled by tier",
+				zap.String("item_id", r.claim.ItemID), zap.String("outcome", r.outcome), zap.Error(r.err))
+		}
+	}
+	if len(ws.fenced) > 0 {
+		w.stats.fenced += len(ws.fenced)
+		w.d.log.Warn("write-back fenced out: the lease passed to another worker, nothing written",
+			zap.Strings("item_ids", ws.fenced))
+	}
+}
+
+func (w *writer) finish() writerStats {
+	close(w.results)
+	<-w.done
+	return w.stats
+}
+
+// OwnerString is the default lease owner label (host:pid).
+func OwnerString() string { return (&Config{}).withDefaults().Owner }

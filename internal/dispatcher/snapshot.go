@@ -1,0 +1,104 @@
+package dispatcher
+
+import (
+	"sort"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+// listingSummary is what a snapshot keeps of the current listings.
+type listingSummary struct {
+	Count       int
+	Quantity    int64
+	Lowest      *int64
+	Median      *int64
+	Weighted    *float64 // unit price weighted by quantity on offer
+	APIAverage  *int64
+	hasListings bool
+}
+
+// summarizeListings reduces /df/auction rows to the snapshot's price figures. Rows with a
+// non-positive unit price or quantity are ignored: the API reports price -1 on some rows and
+// such a row says nothing about the market.
+func summarizeListings(rows []provider.Listing) listingSummary {
+	var s listingSummary
+	prices := make([]int64, 0, len(rows))
+	var weightedSum float64
+	for _, r := range rows {
+		if r.UnitPrice <= 0 || r.Count <= 0 {
+			continue
+		}
+		prices = append(prices, r.UnitPrice)
+		s.Quantity += r.Count
+		weightedSum += float64(r.UnitPrice) * float64(r.Count)
+		if s.APIAverage == nil && r.AveragePrice > 0 {
+			v := r.AveragePrice
+			s.APIAverage = &v
+		}
+	}
+	s.Count = len(prices)
+	if s.Count == 0 {
+		return s
+	}
+	s.hasListings = true
+	sort.Slice(prices, func(i, j int) bool { return prices[i] < prices[j] })
+	lowest, median := prices[0], prices[(len(prices)-1)/2]
+	weighted := weightedSum / float64(s.Quantity)
+	s.Lowest, s.Median, s.Weighted = &lowest, &median, &weighted
+	return s
+}
+
+// saleRow is a sale with its position among the sales of the same second.
+type saleRow struct {
+	SoldAt    time.Time
+	Seq       int32
+	Quantity  int64
+	UnitPrice int64
+	Total     int64
+}
+
+// sequenceSales keys each sale by (second, position within that second). The API has no sale
+// id and identical rows are real separate sales, so position is the only identity there is:
+// a re-fetch that sees the same sales yields the same keys and the insert ignores them.
+//
+// Rows come newest first. When the response is full (limit reached) the oldest second in it may
+// be cut off part-way, which would shift positions, so that second is left out; it was fully
+// visible in an earlier fetch. A response that is one single second is kept whole.
+func sequenceSales(rows []provider.Sale, limit int) []saleRow {
+	if len(rows) == 0 {
+		return nil
+	}
+	chrono := make([]provider.Sale, len(rows))
+	for i, r := range rows {
+		chrono[len(rows)-1-i] = r
+	}
+	sort.SliceStable(chrono, func(i, j int) bool { return chrono[i].SoldAt.Before(chrono[j].SoldAt) })
+	start := 0
+	if limit > 0 && len(rows) >= limit {
+		oldest := chrono[0].SoldAt.Truncate(time.Second)
+		for start < len(chrono) && chrono[start].SoldAt.Truncate(time.Second).Equal(oldest) {
+			start++
+		}
+		if start == len(chrono) {
+			start = 0
+		}
+	}
+	out := make([]saleRow, 0, len(chrono)-start)
+	var cur time.Time
+	var seq int32
+	for _, r := range chrono[start:] {
+		sec := r.SoldAt.Truncate(time.Second)
+		if !sec.Equal(cur) {
+			cur, seq = sec, 0
+		}
+		qty := r.Count
+		unit := r.UnitPrice
+		if unit <= 0 && qty > 0 {
+			unit = r.Price / qty
+		}
+		out = append(out, saleRow{SoldAt: sec, Seq: seq, Quantity: qty, UnitPrice: unit, Total: r.Price})
+		seq++
+	}
+	return out
+}

@@ -1,0 +1,215 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// DateLayout is how the API writes every date, always in KST.
+const DateLayout = "2006-01-02 15:04:05"
+
+// kstTime reads a "YYYY-MM-DD HH:MM:SS" KST date.
+type kstTime struct{ time.Time }
+
+func (t *kstTime) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("date %s: want a string", truncate(b, 40))
+	}
+	v, err := time.ParseInLocation(DateLayout, s, KST)
+	if err != nil {
+		return fmt.Errorf("date %q: want YYYY-MM-DD HH:MM:SS", truncate([]byte(s), 40))
+	}
+	t.Time = v
+	return nil
+}
+
+type wireListing struct {
+	AuctionNo    int64   `json:"auctionNo"`
+	RegDate      kstTime `json:"regDate"`
+	ExpireDate   kstTime `json:"expireDate"`
+	ItemID       string  `json:"itemId"`
+	ItemName     string  `json:"itemName"`
+	Count        int64   `json:"count"`
+	RegCount     *int64  `json:"regCount"`
+	UnitPrice    int64   `json:"unitPrice"`
+	CurrentPrice int64   `json:"currentPrice"`
+	AveragePrice int64   `json:"averagePrice"`
+	// price is observed as -1 and deliberately not read.
+}
+
+type wireSale struct {
+	SoldDate  kstTime `json:"soldDate"`
+	ItemID    string  `json:"itemId"`
+	ItemName  string  `json:"itemName"`
+	Count     int64   `json:"count"`
+	Price     int64   `json:"price"`
+	UnitPrice int64   `json:"unitPrice"`
+}
+
+type wireItem struct {
+	ItemID             string `json:"itemId"`
+	ItemName           string `json:"itemName"`
+	ItemRarity         string `json:"itemRarity"`
+	ItemTypeID         string `json:"itemTypeId"`
+	ItemType           string `json:"itemType"`
+	ItemTypeDetailID   string `json:"itemTypeDetailId"`
+	ItemTypeDetail     string `json:"itemTypeDetail"`
+	ItemAvailableLevel int    `json:"itemAvailableLevel"`
+	Fame               int    `json:"fame"`
+}
+
+func (w wireItem) item() Item { return Item(w) }
+
+// decodeRows reads {"rows":[...]}; a 200 without a rows array is malformed, not "no rows".
+func decodeRows[T any](body []byte) ([]T, error) {
+	var env struct {
+		Rows *[]T `json:"rows"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, fmt.Errorf("malformed response body: %w", err)
+	}
+	if env.Rows == nil {
+		return nil, errors.New(`malformed response body: no "rows" array`)
+	}
+	return *env.Rows, nil
+}
+
+func parseAuction(body []byte) ([]Listing, error) {
+	rows, err := decodeRows[wireListing](body)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Listing, len(rows))
+	for i, r := range rows {
+		if r.ItemID == "" {
+			return nil, fmt.Errorf("malformed response body: rows[%d] has no itemId", i)
+		}
+		regCount := r.Count
+		if r.RegCount != nil {
+			regCount = *r.RegCount
+		}
+		out[i] = Listing{
+			AuctionNo: r.AuctionNo, RegDate: r.RegDate.Time, ExpireDate: r.ExpireDate.Time,
+			ItemID: r.ItemID, ItemName: r.ItemName, Count: r.Count, RegCount: regCount,
+			UnitPrice: r.UnitPrice, CurrentPrice: r.CurrentPrice, AveragePrice: r.AveragePrice,
+		}
+	}
+	return out, nil
+}
+
+func parseSold(body []byte) ([]Sale, error) {
+	rows, err := decodeRows[wireSale](body)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Sale, len(rows))
+	for i, r := range rows {
+		if r.ItemID == "" || r.SoldDate.IsZero() {
+			return nil, fmt.Errorf("malformed response body: rows[%d] lacks itemId or soldDate", i)
+		}
+		out[i] = Sale{SoldAt: r.SoldDate.Time, ItemID: r.ItemID, ItemName: r.ItemName,
+			Count: r.Count, Price: r.Price, UnitPrice: r.UnitPrice}
+	}
+	return out, nil
+}
+
+func parseItems(body []byte) ([]Item, error) {
+	rows, err := decodeRows[wireItem](body)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Item, len(rows))
+	for i, r := range rows {
+		out[i] = r.item()
+	}
+	return out, nil
+}
+
+func parseItem(body []byte) (Item, error) {
+	var w wireItem
+	if err := json.Unmarshal(body, &w); err != nil {
+		return Item{}, fmt.Errorf("malformed response body: %w", err)
+	}
+	if w.ItemID == "" {
+		return Item{}, errors.New("malformed response body: no itemId")
+	}
+	return w.item(), nil
+}
+
+// envelope is the error body: {"error":{"status":503,"code":"DNF980","message":"SYSTEM_INSPECT"}}.
+type envelope struct {
+	Error struct {
+		Status  int    `json:"status"`
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// parseEnvelope returns the code and message of an error body; a body that is not the
+// envelope (a proxy's HTML page) yields no code and a short excerpt as the message.
+func parseEnvelope(body []byte) (code, message string) {
+	var env envelope
+	if json.Unmarshal(body, &env) == nil && env.Error.Code != "" {
+		return env.Error.Code, env.Error.Message
+	}
+	return "", string(truncate(bytes.TrimSpace(body), 120))
+}
+
+// classify maps a status and Neople code to what the caller should do. The code wins: the
+// documented table is by code, and API002's HTTP status is not even known.
+func classify(status int, code string) Class {
+	switch code {
+	case "DNF980":
+		return ClassMaintenance
+	case "API002", "API008":
+		return ClassRateLimited
+	case "API000", "API001", "API003", "API004", "API005":
+		return ClassConfig
+	case "DNF003", "DNF004", "DNF901", "API901", "DNF007":
+		return ClassItem
+	case "API900", "DNF900", "DNF008":
+		return ClassBug
+	case "API999", "DNF999":
+		return ClassTransient
+	}
+	switch {
+	case status == http.StatusServiceUnavailable:
+		return ClassMaintenance
+	case status == http.StatusTooManyRequests:
+		return ClassRateLimited
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return ClassConfig
+	case status == http.StatusBadRequest || status == http.StatusNotFound:
+		// Without a Neople code this is our URL or parameters (or a wrong base_url).
+		return ClassBug
+	}
+	return ClassTransient
+}
+
+// parseRetryAfter reads Retry-After as delay-seconds or an HTTP date; 0 when absent or bad.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil {
+		return max(time.Duration(s)*time.Second, 0)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	// Cutting may split a UTF-8 sequence; drop the broken tail rather than print garbage.
+	return append(bytes.ToValidUTF8(b[:n:n], nil), "…"...)
+}
