@@ -1,22 +1,183 @@
 package config
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+)
 
-// KafkaConfig configures relay-outbox. Empty brokers = Kafka not configured.
+// KafkaConfig configures relay-outbox (and the daemon's relay loop). Empty brokers = Kafka not
+// configured; the relay refuses to start without them, everything else still works.
 type KafkaConfig struct {
-	Brokers []string `mapstructure:"brokers"`
-	Topic   string   `mapstructure:"topic"`
+	Brokers  []string `mapstructure:"brokers"`
+	Topic    string   `mapstructure:"topic"`
+	ClientID string   `mapstructure:"client_id"`
+	// Source is the CloudEvents ce_source header of every event.
+	Source string `mapstructure:"source"`
+
+	// BatchSize is the number of outbox rows read, published and marked per round trip;
+	// BatchBytes caps the bytes of one produce batch (keep it <= the broker's message.max.bytes).
+	BatchSize    int           `mapstructure:"batch_size"`
+	BatchBytes   int64         `mapstructure:"batch_bytes"`
+	Compression  string        `mapstructure:"compression"`
+	WriteTimeout time.Duration `mapstructure:"write_timeout"`
+	DialTimeout  time.Duration `mapstructure:"dial_timeout"`
+
+	// Topic creation when it is missing; otherwise a missing topic is an error naming it.
+	CreateTopic       bool              `mapstructure:"create_topic"`
+	Partitions        int               `mapstructure:"partitions"`
+	ReplicationFactor int               `mapstructure:"replication_factor"`
+	TopicConfig       map[string]string `mapstructure:"topic_config"` // e.g. retention.ms, only at creation
+
+	// Lease is how long a relay owns its outbox lanes without renewing them; a relay that
+	// dies stops renewing and another one takes over after at most this long.
+	Lease        time.Duration `mapstructure:"lease"`
+	PollInterval time.Duration `mapstructure:"poll_interval"`
+
+	// Published outbox rows are deleted after OutboxRetention, PruneBatch rows per statement.
+	OutboxRetention time.Duration `mapstructure:"outbox_retention"`
+	PruneInterval   time.Duration `mapstructure:"prune_interval"`
+	PruneBatch      int           `mapstructure:"prune_batch"`
+
+	Retry KafkaRetryConfig `mapstructure:"retry"`
+	TLS   KafkaTLSConfig   `mapstructure:"tls"`
+	SASL  KafkaSASLConfig  `mapstructure:"sasl"`
 }
 
+// KafkaRetryConfig: follow mode retries a failing broker forever with this backoff; --once
+// gives up after Attempts tries and exits non-zero.
+type KafkaRetryConfig struct {
+	Attempts   int           `mapstructure:"attempts"`
+	BackoffMin time.Duration `mapstructure:"backoff_min"`
+	BackoffMax time.Duration `mapstructure:"backoff_max"`
+}
+
+// KafkaTLSConfig: Enabled with no files uses the system roots (typical for managed clusters).
+type KafkaTLSConfig struct {
+	Enabled            bool   `mapstructure:"enabled"`
+	CAFile             string `mapstructure:"ca_file"`
+	CertFile           string `mapstructure:"cert_file"`
+	KeyFile            string `mapstructure:"key_file"`
+	ServerName         string `mapstructure:"server_name"`
+	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify"`
+}
+
+// KafkaSASLConfig: the password is a Secret so it never prints; set it through
+// COLLECTOR_KAFKA_SASL_PASSWORD rather than a committed file.
+type KafkaSASLConfig struct {
+	Mechanism string `mapstructure:"mechanism"`
+	Username  string `mapstructure:"username"`
+	Password  Secret `mapstructure:"password"`
+}
+
+// SASL mechanisms the relay supports.
+var kafkaSASLMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+
+// Compression codecs the relay supports.
+var kafkaCompressions = []string{"none", "gzip", "snappy", "lz4", "zstd"}
+
 var kafkaDefaults = map[string]any{
-	"kafka.brokers": []string{},
-	"kafka.topic":   "market.auction-snapshots.v1",
+	"kafka.brokers":                  []string{},
+	"kafka.topic":                    "market.auction-snapshots.v1",
+	"kafka.client_id":                "duecollector",
+	"kafka.source":                   "duecollector/neople",
+	"kafka.batch_size":               500,
+	"kafka.batch_bytes":              1 << 20,
+	"kafka.compression":              "none",
+	"kafka.write_timeout":            "10s",
+	"kafka.dial_timeout":             "5s",
+	"kafka.create_topic":             false,
+	"kafka.partitions":               12,
+	"kafka.replication_factor":       3,
+	"kafka.topic_config":             map[string]string{},
+	"kafka.lease":                    "30s",
+	"kafka.poll_interval":            "1s",
+	"kafka.outbox_retention":         "168h",
+	"kafka.prune_interval":           "10m",
+	"kafka.prune_batch":              1000,
+	"kafka.retry.attempts":           5,
+	"kafka.retry.backoff_min":        "200ms",
+	"kafka.retry.backoff_max":        "30s",
+	"kafka.tls.enabled":              false,
+	"kafka.tls.ca_file":              "",
+	"kafka.tls.cert_file":            "",
+	"kafka.tls.key_file":             "",
+	"kafka.tls.server_name":          "",
+	"kafka.tls.insecure_skip_verify": false,
+	"kafka.sasl.mechanism":           "",
+	"kafka.sasl.username":            "",
+	"kafka.sasl.password":            "",
 }
 
 func (c KafkaConfig) validate() error {
 	var errs []error
+	for _, b := range c.Brokers {
+		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+			errs = append(errs, invalid("kafka.brokers", c.Brokers, fmt.Sprintf("%q must be host:port (comma-separated in COLLECTOR_KAFKA_BROKERS)", b)))
+		}
+	}
 	if c.Topic == "" {
 		errs = append(errs, invalid("kafka.topic", `""`, "required"))
 	}
+	if c.Source == "" {
+		errs = append(errs, invalid("kafka.source", `""`, "required (the CloudEvents ce_source header)"))
+	}
+	if c.BatchSize < 1 || c.BatchSize > 10000 {
+		errs = append(errs, invalid("kafka.batch_size", c.BatchSize, "must be between 1 and 10000"))
+	}
+	if c.BatchBytes < 1024 || c.BatchBytes > 256<<20 {
+		errs = append(errs, invalid("kafka.batch_bytes", c.BatchBytes, "must be between 1024 and 268435456"))
+	}
+	if !slices.Contains(kafkaCompressions, c.Compression) {
+		errs = append(errs, invalid("kafka.compression", c.Compression, "allowed: "+strings.Join(kafkaCompressions, ", ")))
+	}
+	errs = append(errs,
+		kafkaDuration("kafka.write_timeout", c.WriteTimeout, 100*time.Millisecond, 5*time.Minute),
+		kafkaDuration("kafka.dial_timeout", c.DialTimeout, 100*time.Millisecond, time.Minute),
+		kafkaDuration("kafka.lease", c.Lease, time.Second, time.Hour),
+		kafkaDuration("kafka.poll_interval", c.PollInterval, time.Millisecond, time.Hour),
+		kafkaDuration("kafka.outbox_retention", c.OutboxRetention, time.Minute, 10*365*24*time.Hour),
+		kafkaDuration("kafka.prune_interval", c.PruneInterval, time.Second, 24*time.Hour),
+		kafkaDuration("kafka.retry.backoff_min", c.Retry.BackoffMin, time.Millisecond, time.Hour),
+		kafkaDuration("kafka.retry.backoff_max", c.Retry.BackoffMax, c.Retry.BackoffMin, time.Hour),
+	)
+	if c.Partitions < 1 || c.Partitions > 10000 {
+		errs = append(errs, invalid("kafka.partitions", c.Partitions, "must be between 1 and 10000"))
+	}
+	if c.ReplicationFactor < 1 || c.ReplicationFactor > 100 {
+		errs = append(errs, invalid("kafka.replication_factor", c.ReplicationFactor, "must be between 1 and 100"))
+	}
+	if c.PruneBatch < 1 || c.PruneBatch > 100000 {
+		errs = append(errs, invalid("kafka.prune_batch", c.PruneBatch, "must be between 1 and 100000"))
+	}
+	if c.Retry.Attempts < 1 || c.Retry.Attempts > 1000 {
+		errs = append(errs, invalid("kafka.retry.attempts", c.Retry.Attempts, "must be between 1 and 1000"))
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		errs = append(errs, invalid("kafka.tls.cert_file", c.TLS.CertFile, "kafka.tls.cert_file and kafka.tls.key_file go together"))
+	}
+	if !c.TLS.Enabled && (c.TLS.CAFile != "" || c.TLS.CertFile != "" || c.TLS.InsecureSkipVerify) {
+		errs = append(errs, invalid("kafka.tls.enabled", false, "must be true when other kafka.tls.* keys are set"))
+	}
+	switch {
+	case c.SASL.Mechanism == "":
+		if c.SASL.Username != "" || !c.SASL.Password.Empty() {
+			errs = append(errs, invalid("kafka.sasl.mechanism", `""`, "required when kafka.sasl.username or password is set; allowed: "+strings.Join(kafkaSASLMechanisms, ", ")))
+		}
+	case !slices.Contains(kafkaSASLMechanisms, c.SASL.Mechanism):
+		errs = append(errs, invalid("kafka.sasl.mechanism", c.SASL.Mechanism, "allowed: "+strings.Join(kafkaSASLMechanisms, ", ")))
+	case c.SASL.Username == "" || c.SASL.Password.Empty():
+		errs = append(errs, invalid("kafka.sasl.username", c.SASL.Username, "username and password (COLLECTOR_KAFKA_SASL_PASSWORD) are required with kafka.sasl.mechanism"))
+	}
 	return errors.Join(errs...)
+}
+
+func kafkaDuration(key string, d, lo, hi time.Duration) error {
+	if d < lo || d > hi {
+		return invalid(key, d, fmt.Sprintf("must be between %s and %s", lo, hi))
+	}
+	return nil
 }

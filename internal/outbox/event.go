@@ -1,5 +1,3 @@
-// Package outbox owns the outbox table: rows are enqueued in the same transaction as the
-// snapshot they announce, and the relay publishes them to Kafka afterwards.
 package outbox
 
 import (
@@ -17,8 +15,10 @@ const SchemaVersion = 1
 // EventTypeSnapshot is the CloudEvents type of a snapshot event.
 const EventTypeSnapshot = "com.duecollector.auction.snapshot.v1"
 
-// SnapshotEvent is the JSON value published for each stored snapshot. Prices are in gold;
-// nullable prices are null when there were no listings / no sales.
+// SnapshotEvent is the JSON value published for each stored snapshot (docs/events.md, with the
+// JSON Schema in docs/snapshot-event.schema.json; a test keeps both in step with this struct).
+// Prices are in gold; nullable prices are null when there were no listings / no sales. Sales
+// fields cover the sales first seen since the item's previous snapshot.
 type SnapshotEvent struct {
 	SchemaVersion     int       `json:"schema_version"`
 	SnapshotID        int64     `json:"snapshot_id"`

@@ -56,32 +56,53 @@ func (e *budgetError) Error() string {
 	return "client-side " + e.what + " budget exhausted until after the context deadline"
 }
 
-// window remembers the times of the last n grants in a ring; the oldest sits at next. A new
-// grant is allowed once the oldest is a full span old, so any span holds at most n grants.
+// window counts grants in slots of span/windowSlots and admits a request only while the slots
+// covering the last span (plus the current partial slot) hold fewer than limit grants. Any span
+// ending at a grant lies inside those slots, so no span ever holds more than limit; the price
+// is being conservative by at most one slot. Memory is fixed, whatever the limit.
 type window struct {
-	mu    sync.Mutex
-	span  time.Duration
-	times []time.Time
-	next  int
-	now   func() time.Time
+	mu     sync.Mutex
+	limit  int
+	slot   time.Duration
+	counts []int // ring over slot indexes last-windowSlots..last
+	last   int64 // newest slot index seen
+	total  int
+	epoch  time.Time
+	now    func() time.Time
 }
 
-func newWindow(n int, span time.Duration, now func() time.Time) *window {
-	return &window{span: span, times: make([]time.Time, max(n, 1)), now: now}
+const windowSlots = 600
+
+func newWindow(limit int, span time.Duration, now func() time.Time) *window {
+	return &window{limit: max(limit, 1), slot: span / windowSlots, counts: make([]int, windowSlots+1), now: now}
 }
 
 // reserve grants a request at now and returns 0, or returns how long until one can be granted.
 func (w *window) reserve(now time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if oldest := w.times[w.next]; !oldest.IsZero() {
-		if d := oldest.Add(w.span).Sub(now); d > 0 {
-			return d
+	if w.epoch.IsZero() {
+		w.epoch = now
+	}
+	idx := max(int64(now.Sub(w.epoch)/w.slot), w.last) // a clock that steps back counts as now
+	n := int64(len(w.counts))
+	for i := w.last + 1; i <= idx && i <= w.last+n; i++ {
+		w.total -= w.counts[i%n]
+		w.counts[i%n] = 0
+	}
+	w.last = idx
+	if w.total < w.limit {
+		w.counts[idx%n]++
+		w.total++
+		return 0
+	}
+	// Full: the oldest occupied slot leaves the ring when the index reaches it plus n.
+	for j := idx - n + 1; j <= idx; j++ {
+		if j >= 0 && w.counts[j%n] > 0 {
+			return w.epoch.Add(time.Duration(j+n) * w.slot).Sub(now)
 		}
 	}
-	w.times[w.next] = now
-	w.next = (w.next + 1) % len(w.times)
-	return 0
+	return w.slot // unreachable: a full ring has an occupied slot
 }
 
 func (w *window) wait(ctx context.Context) error {

@@ -70,13 +70,17 @@ func (t Tier) Rank() int {
 // Phase is the item's stable offset within an interval. Hashing the id (as Prometheus does
 // for scrape targets) spreads items that were added together evenly over the interval, and
 // keeps each item on the same slot forever, so schedules neither drift nor bunch up.
+//
+// Phases are whole milliseconds so that slots survive a round trip through PostgreSQL's
+// microsecond timestamps unchanged.
 func Phase(itemID string, interval time.Duration) time.Duration {
-	if interval <= 0 {
+	ms := uint64(interval / time.Millisecond)
+	if ms == 0 {
 		return 0
 	}
 	h := fnv.New64a()
 	h.Write([]byte(itemID))
-	return time.Duration(h.Sum64() % uint64(interval))
+	return time.Duration(h.Sum64()%ms) * time.Millisecond
 }
 
 // NextSlot is the first time on the item's phase grid that is at least interval/2 after
@@ -85,7 +89,8 @@ func Phase(itemID string, interval time.Duration) time.Duration {
 // fell behind skips missed slots instead of bursting to catch up.
 func NextSlot(itemID string, interval time.Duration, after time.Time) time.Time {
 	phase := Phase(itemID, interval)
-	earliest := after.Add(interval / 2).UnixNano()
+	// Round up to the millisecond grid the slots live on.
+	earliest := after.Add(interval / 2).Add(time.Millisecond - 1).Truncate(time.Millisecond).UnixNano()
 	i := int64(interval)
 	p := int64(phase)
 	k := floorDiv(earliest-p, i)

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/seed"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+func init() {
+	register(newImportItemsCmd)
+	register(newSeedRealCmd)
+	register(newSeedSyntheticCmd)
+	register(newPurgeSyntheticCmd)
+	register(newRecalculatePopularityCmd)
+	register(newTouchCmd)
+	register(newItemsCmd)
+}
+
+// seed:real's collect and relay steps. nil skips the step with a log line; they are set where
+// collect-due and relay-outbox are built, so this file does not depend on those packages.
+var (
+	seedRealCollect func(ctx context.Context, a *app) error
+	seedRealRelay   func(ctx context.Context, a *app) error
+)
+
+// exitTargetsFailed is the exit code when some import targets imported nothing.
+const exitTargetsFailed = 2
+
+// importItems resolves the targets file with the item workload's key and budget and
+// upserts the matches; it returns exit code 2 when targets failed, unless allowMissing.
+func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing bool) error {
+	path := a.cfg.Catalog.Targets
+	if targetsFlag != "" {
+		path = targetsFlag
+	}
+	targets, err := seed.LoadTargets(path)
+	if err != nil {
+		return err
+	}
+	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadItem)
+	if err != nil {
+		return err
+	}
+	pool, err := a.db(ctx)
+	if err != nil {
+		return err
+	}
+	def, _ := tiers.Parse(a.cfg.Catalog.DefaultTier)
+	// A line every 5 % of a long import; short ones just print the result.
+	step := max(1, (len(targets)+19)/20)
+	rep, err := seed.Import(ctx, pool, client, targets, seed.ImportOptions{
+		DefaultTier: def,
+		Concurrency: a.cfg.Catalog.ImportConcurrency,
+		Progress: func(done, total, failed int) {
+			if total >= 40 && (done%step == 0 || done == total) {
+				fmt.Fprintf(a.stderr, "import-items: %d/%d targets resolved, %d failed\n", done, total, failed)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	a.printf("import-items %s: %d targets → %d items: %d new, %d renamed, %d unchanged; %d targets failed\n",
+		path, rep.Targets, rep.Matched, rep.Inserted, rep.Renamed, rep.Unchanged, len(rep.Failures))
+	for _, w := range rep.Warnings {
+		fmt.Fprintf(a.stderr, "warning: %s\n", w)
+	}
+	if err := rep.Err(); err != nil {
+		if allowMissing {
+			fmt.Fprintf(a.stderr, "warning (--allow-missing): %v\n", err)
+			return nil
+		}
+		return exitError{exitTargetsFailed, err}
+	}
+	return nil
+}
+
+func newImportItemsCmd(a *app) *cobra.Command {
+	var targets string
+	var allowMissing bool
+	cmd := &cobra.Command{
+		Use:   "import-items",
+		Short: "Resolve the names in the targets file through /df/items and track the items found",
+		Long: `import-items reads the targets file (catalog.targets, default configs/import-targets.yaml),
+resolves each name through /df/items with the item workload's key and budget, and upserts the items
+into tracked_items. New items start at their target's tier and are due at once; items already
+tracked keep their tier and schedule (a renamed item keeps its id and takes the new name), so running
+it twice changes nothing. Targets that match nothing, or several items when one was wanted, are
+listed by file line; the rest are still imported, and the exit code is 2 unless --allow-missing.`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error { return a.importItems(ctx, targets, allowMissing) }),
+	}
+	cmd.Flags().StringVar(&targets, "targets", "", "targets file (default catalog.targets: configs/import-targets.yaml)")
+	cmd.Flags().BoolVar(&allowMissing, "allow-missing", false, "exit 0 even when some targets imported nothing")
+	return cmd
+}
+
+func newSeedRealCmd(a *app) *cobra.Command {
+	var targets string
+	var allowMissing bool
+	cmd := &cobra.Command{
+		Use:   "seed:real",
+		Short: "import-items, collect-due, relay-outbox (when Kafka is configured), recalculate-popularity against the real provider",
+		Long: `seed:real fills the database from the real provider: import-items, then collect-due, then
+relay-outbox when Kafka is configured, then recalculate-popularity. It needs both
+NEOPLE_ITEM_API_KEY and NEOPLE_MARKET_API_KEY and fails at once, naming what is missing, without them;
+it never falls back to synthetic data (that is seed:synthetic).`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			steps := seed.RealSteps{
+				Import:      func(ctx context.Context) error { return a.importItems(ctx, targets, allowMissing) },
+				Recalculate: func(ctx context.Context) error { return a.recalculate(ctx) },
+				Log:         func(msg string) { a.log.Info(msg) },
+			}
+			if seedRealCollect != nil {
+				steps.Collect = func(ctx context.Context) error { return seedRealCollect(ctx, a) }
+			}
+			if seedRealRelay != nil && len(a.cfg.Kafka.Brokers) > 0 {
+				steps.Relay = func(ctx context.Context) error { return seedRealRelay(ctx, a) }
+			}
+			err := seed.SeedReal(ctx, a.cfg.Provider, steps)
+			// An import that lost some targets keeps its exit code through the later steps.
+			var ee exitError
+			if errors.Is(err, seed.ErrTargetsFailed) && !errors.As(err, &ee) {
+				return exitError{exitTargetsFailed, err}
+			}
+			return err
+		}),
+	}
+	cmd.Flags().StringVar(&targets, "targets", "", "targets file (default catalog.targets: configs/import-targets.yaml)")
+	cmd.Flags().BoolVar(&allowMissing, "allow-missing", false, "exit 0 even when some targets imported nothing")
+	return cmd
+}
+
+func newSeedSyntheticCmd(a *app) *cobra.Command {
+	var opt seed.SyntheticOptions
+	cmd := &cobra.Command{
+		Use:   "seed:synthetic",
+		Short: "Write synthetic items (ids seed-NNNN) with a plausible price history, for offline screens and tests",
+		Long: `seed:synthetic writes --items fixture items with ids seed-0001, seed-0002, … and --days of hourly
+snapshots and sales. Running it again adds only the hours that passed since. Fixtures are never
+scheduled for collection, are hidden from ranking read paths, and purge:synthetic removes them.`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			opt.Policy = seed.PolicyFromConfig(a.cfg.Catalog)
+			res, err := seed.SeedSynthetic(ctx, pool, opt)
+			if err != nil {
+				return err
+			}
+			a.printf("seed:synthetic: %d items (%d new), %d snapshots, %d sales, %d interest events inserted\n",
+				res.Items, res.Inserted, res.Snapshots, res.Sales, res.Interest)
+			return nil
+		}),
+	}
+	cmd.Flags().IntVar(&opt.Items, "items", 20, "number of synthetic items (at most 9999)")
+	cmd.Flags().IntVar(&opt.Days, "days", 7, "days of hourly history per item (at most 90)")
+	return cmd
+}
+
+func newPurgeSyntheticCmd(a *app) *cobra.Command {
+	var batch int
+	cmd := &cobra.Command{
+		Use:   "purge:synthetic",
+		Short: "Delete every row of every synthetic item (seed-, integration-item-) from every table",
+		Args:  cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			res, err := seed.PurgeSynthetic(ctx, pool, batch)
+			for _, c := range res {
+				a.printf("purge:synthetic: %-18s %d rows deleted\n", c.Table, c.Deleted)
+			}
+			if err != nil {
+				return err
+			}
+			a.printf("purge:synthetic: %d rows deleted in total\n", res.Total())
+			return nil
+		}),
+	}
+	cmd.Flags().IntVar(&batch, "batch-size", 5000, "rows deleted per statement")
+	return cmd
+}
+
+func (a *app) recalculate(ctx context.Context) error {
+	pool, err := a.db(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := seed.RecalculatePopularity(ctx, pool, a.cfg.Catalog)
+	if err != nil {
+		return err
+	}
+	if res.Skipped {
+		a.printf("recalculate-popularity: skipped, another process is recalculating right now\n")
+		return nil
+	}
+	a.printf("recalculate-popularity: %d items scored, %d scores changed; %d promoted (%d reactivated), %d demoted (%d to DORMANT), %d demotions held, %d conflicts\n",
+		res.Scored, res.ScoreChanged, res.Promoted, res.Reactivated, res.Demoted, res.Dormant, res.Held, res.Conflicts)
+	for _, c := range res.Changes {
+		a.log.Info("tier changed", zap.String("item_id", c.ItemID), zap.String("from", string(c.From)),
+			zap.String("to", string(c.To)), zap.String("reason", c.Reason), zap.Timep("next_collect_at", c.NextCollectAt))
+	}
+	return nil
+}
+
+func newRecalculatePopularityCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "recalculate-popularity",
+		Short: "Score every item from sales, listing churn and interest, and move it to the tier its score earns",
+		Args:  cobra.NoArgs,
+		RunE:  a.run(a.recalculate),
+	}
+}
+
+func newTouchCmd(a *app) *cobra.Command {
+	var source string
+	cmd := &cobra.Command{
+		Use:   "touch ITEM_ID",
+		Short: "Record interest in an item: a DORMANT or COLD_10M item is promoted and due now",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.run(func(ctx context.Context) error {
+				pool, err := a.db(ctx)
+				if err != nil {
+					return err
+				}
+				to, _ := tiers.Parse(a.cfg.Catalog.ReactivateTier)
+				r, err := seed.RecordInterest(ctx, pool, seed.InterestEvent{ItemID: args[0], Kind: seed.KindTouch, Source: source}, to)
+				if err != nil {
+					return err
+				}
+				if r.Reactivated {
+					a.printf("item %s: reactivated %s → %s, next collection at %s\n", args[0], r.From, r.To, fmtTime(r.NextCollectAt))
+				} else {
+					a.printf("item %s: interest recorded; it is %s, next collection at %s\n", args[0], r.From, fmtTime(r.NextCollectAt))
+				}
+				return nil
+			})(cmd, args)
+		},
+	}
+	cmd.Flags().StringVar(&source, "source", "cli", "who is touching the item (item_interest.source)")
+	return cmd
+}
+
+func newItemsCmd(a *app) *cobra.Command {
+	var q seed.ItemsQuery
+	var tier string
+	cmd := &cobra.Command{
+		Use:   "items",
+		Short: "List tracked items, most popular first: tier, score, schedule, and when and why the tier last changed",
+		Args:  cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			if tier != "" {
+				t, err := tiers.Parse(tier)
+				if err != nil {
+					return fmt.Errorf("--tier: %w", err)
+				}
+				q.Tier = t
+			}
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			rows, err := seed.ListItems(ctx, pool, q)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ITEM_ID\tNAME\tTIER\tSCORE\tNEXT_COLLECT_AT\tLAST_COLLECTED_AT\tTIER_CHANGED_AT\tTIER_REASON")
+			for _, r := range rows {
+				// The score as stored (3 decimals), so it reads the same as in tier_reason.
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ItemID, r.Name, r.Tier, strconv.FormatFloat(r.Score, 'f', -1, 64),
+					fmtTime(r.NextCollectAt), fmtTime(r.LastCollectedAt), fmtTime(r.TierChangedAt),
+					strings.ReplaceAll(r.TierReason, "\t", " "))
+			}
+			return tw.Flush()
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&tier, "tier", "", "only this tier ("+tiers.Names()+")")
+	f.IntVar(&q.Limit, "limit", 100, "at most this many rows (0 = all)")
+	f.BoolVar(&q.IncludeSynthetic, "include-synthetic", false, "also list synthetic fixtures (seed-, integration-item-)")
+	return cmd
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+)
+
+func init() { register(newSimCmd) }
+
+func newSimCmd(a *app) *cobra.Command {
+	var (
+		addr            string
+		opts            neoplesim.Options
+		itemKey, mktKey string
+	)
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Serve a simulated Neople API (deterministic data, per-key limits, /_sim admin endpoints)",
+		Long: `Serve a simulated Neople API for development, tests and benchmarks. It needs no database.
+Keys: --item-key/--market-key, else NEOPLE_ITEM_API_KEY/NEOPLE_MARKET_API_KEY, else sim-item-key/sim-market-key.
+Admin: POST /_sim/maintenance?on=true|false, GET|POST /_sim/faults, GET|DELETE /_sim/stats, GET /_sim/catalog.`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			opts.ItemKey = firstNonEmpty(itemKey, getenv(provider.WorkloadItem.KeyEnv()), neoplesim.DefaultItemKey)
+			opts.MarketKey = firstNonEmpty(mktKey, getenv(provider.WorkloadMarket.KeyEnv()), neoplesim.DefaultMarketKey)
+			return serveSim(ctx, a.log, addr, opts)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", "127.0.0.1:8089", "listen address HOST:PORT (port 0 picks a free one)")
+	f.IntVar(&opts.Items, "items", 50, "catalog size")
+	f.Int64Var(&opts.Seed, "seed", 1, "data seed: the same seed serves the same catalog and market")
+	f.StringVar(&itemKey, "item-key", "", "key accepted on /df/items (default $NEOPLE_ITEM_API_KEY, else sim-item-key)")
+	f.StringVar(&mktKey, "market-key", "", "key accepted on /df/auction* (default $NEOPLE_MARKET_API_KEY, else sim-market-key)")
+	f.Float64Var(&opts.Rate, "rate", 0, "requests per second per key before 429 API002 (0 = unlimited)")
+	f.DurationVar(&opts.Latency, "latency", 0, "latency added to every /df request")
+	return cmd
+}
+
+// serveSim serves until ctx ends, then drains for up to 5 s.
+func serveSim(ctx context.Context, log *zap.Logger, addr string, opts neoplesim.Options) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: neoplesim.New(opts), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("neople simulator listening",
+		zap.String("addr", ln.Addr().String()), zap.String("base_url", "http://"+ln.Addr().String()),
+		zap.Int("items", opts.Items), zap.Int64("seed", opts.Seed), zap.Float64("rate", opts.Rate),
+		zap.Duration("latency", opts.Latency),
+		// Labels, not keys: enough to match against /_sim/stats.
+		zap.String("item_key", neoplesim.KeyLabel(opts.ItemKey)), zap.String("market_key", neoplesim.KeyLabel(opts.MarketKey)))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if srv.Shutdown(shutdown) != nil {
+		// Requests held by an injected timeout fault would otherwise keep us up to 30 s.
+		_ = srv.Close()
+	}
+	<-errc
+	log.Info("neople simulator stopped")
+	return nil
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,143 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "collector.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+}
+
+func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
+	file := writeFile(t, "collect:\n  batch_size: 11\n  concurrency: 3\n  lease: 30s\n")
+	t.Setenv("COLLECTOR_COLLECT_CONCURRENCY", "7")
+	t.Setenv("COLLECTOR_COLLECT_LEASE", "45s")
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	fs.Int("concurrency", 0, "")
+	fs.Duration("lease", 0, "")
+	if err := fs.Parse([]string{"--lease=1m"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(Options{File: file, Flags: map[string]*pflag.Flag{
+		"collect.concurrency": fs.Lookup("concurrency"), // not set: env wins
+		"collect.lease":       fs.Lookup("lease"),       // set: flag wins
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Collect.BatchSize != 11 {
+		t.Errorf("batch_size = %d, want 11 from the file", cfg.Collect.BatchSize)
+	}
+	if cfg.Collect.Concurrency != 7 {
+		t.Errorf("concurrency = %d, want 7 from env", cfg.Collect.Concurrency)
+	}
+	if cfg.Collect.Lease.String() != "1m0s" {
+		t.Errorf("lease = %v, want 1m from the flag", cfg.Collect.Lease)
+	}
+	if cfg.Collect.FlushSize != 50 {
+		t.Errorf("flush_size = %d, want the default 50", cfg.Collect.FlushSize)
+	}
+}
+
+func TestDatabaseURLFallsBackToDATABASE_URL(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://fallback@db/x")
+	cfg, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Database.URL != "postgres://fallback@db/x" {
+		t.Fatalf("database.url = %q", cfg.Database.URL)
+	}
+	t.Setenv("COLLECTOR_DATABASE_URL", "postgres://own@db/y")
+	cfg, err = Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Database.URL != "postgres://own@db/y" {
+		t.Fatalf("COLLECTOR_DATABASE_URL must win over DATABASE_URL, got %q", cfg.Database.URL)
+	}
+}
+
+func TestBadValuesNameTheKey(t *testing.T) {
+	for _, tc := range []struct {
+		yaml, want string
+	}{
+		{"collect:\n  batch_size: 0\n", "collect.batch_size"},
+		{"collect:\n  lease: 10ms\n", "collect.lease"},
+		{"log:\n  format: xml\n", "log.format"},
+		{"provider:\n  base_url: ftp://x\n", "provider.base_url"},
+		{"provider:\n  market:\n    rate: -1\n", "provider.market.rate"},
+		{"catalog:\n  default_tier: LUKEWARM\n", "catalog.default_tier"},
+		{"collect:\n  batchsize: 5\n", "batchsize"},   // unknown key (typo)
+		{"collect:\n  batch_size: [\n", "line"},        // YAML syntax error names the line
+		{"collect:\n  lease: soon\n", "collect.lease"}, // wrong type
+	} {
+		_, err := Load(Options{File: writeFile(t, tc.yaml)})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want it to mention %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestMissingFileIsAnError(t *testing.T) {
+	_, err := Load(Options{File: "/nonexistent/collector.yaml"})
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/collector.yaml") {
+		t.Fatalf("error %v must name the file", err)
+	}
+}
+
+func TestSecretNeverPrints(t *testing.T) {
+	const sentinel = "SENTINEL-KEY-4242"
+	t.Setenv("NEOPLE_MARKET_API_KEY", sentinel)
+	cfg, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Provider.MarketKey.Reveal() != sentinel {
+		t.Fatal("key not loaded")
+	}
+	for _, s := range []string{
+		fmt.Sprint(cfg.Provider.MarketKey), fmt.Sprintf("%v %+v %#v %s %q", cfg, cfg, cfg, cfg.Provider.MarketKey, cfg.Provider.MarketKey),
+	} {
+		if strings.Contains(s, sentinel) {
+			t.Fatalf("secret leaked: %s", s)
+		}
+	}
+}
+
+func FuzzLoadConfig(f *testing.F) {
+	f.Add("collect:\n  batch_size: 10\n")
+	f.Add("provider:\n  market: {rate: 5, burst: 1}\n")
+	f.Add("kafka:\n  brokers: [a:1, b:2]\n")
+	f.Add(":::\n- [")
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, body string) {
+		p := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Load(Options{File: p})
+		if err == nil {
+			if verr := cfg.Validate(); verr != nil {
+				t.Fatalf("Load returned an invalid config: %v", verr)
+			}
+		}
+	})
+}

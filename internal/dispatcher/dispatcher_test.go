@@ -1,0 +1,460 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+const (
+	itemKey   = "test-item-key"
+	marketKey = "test-market-key"
+)
+
+type env struct {
+	pool   *pgxpool.Pool
+	sim    *neoplesim.Server
+	srv    *httptest.Server
+	client *provider.Client
+	items  []provider.Item
+}
+
+// setup gives a fresh database with n tracked items (all due now) and a simulator behind HTTP.
+// wrap, when set, sits in front of the simulator to inject item-specific answers.
+func setup(t *testing.T, n int, tier tiers.Tier, wrap func(next http.Handler) http.Handler) *env {
+	t.Helper()
+	pool, _ := storetest.NewPool(t)
+	sim := neoplesim.New(neoplesim.Options{Items: n, Seed: 7, ItemKey: itemKey, MarketKey: marketKey})
+	var h http.Handler = sim
+	if wrap != nil {
+		h = wrap(sim)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	client, err := provider.NewClient(provider.ClientConfig{
+		Workload: provider.WorkloadMarket, BaseURL: srv.URL, Key: marketKey, Rate: 100000, Burst: 10000, PerMinute: 10000000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{pool: pool, sim: sim, srv: srv, client: client, items: sim.Catalog()}
+	if len(e.items) < n {
+		t.Fatalf("simulator has %d items, want %d", len(e.items), n)
+	}
+	e.items = e.items[:n]
+	ids := make([]string, n)
+	names := make([]string, n)
+	for i, it := range e.items {
+		ids[i], names[i] = it.ItemID, it.ItemName
+	}
+	_, err = pool.Exec(context.Background(), `
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+		SELECT id, name, $3, now() - interval '1 second' FROM unnest($1::text[], $2::text[]) AS u(id, name)`,
+		ids, names, string(tier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) dispatcher(t *testing.T, cfg Config, log *zap.Logger) *Dispatcher {
+	t.Helper()
+	d, err := New(e.pool, e.client, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func TestConcurrentCollectorsCollectEachItemExactlyOnce(t *testing.T) {
+	const n, workers = 2000, 8
+	// COLD: the next slot is at least 5 minutes away, so "exactly once" cannot be confused
+	// with a legitimate second collection on a slow machine.
+	e := setup(t, n, tiers.Cold, nil)
+	var wg sync.WaitGroup
+	var collected atomic.Int64
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		d := e.dispatcher(t, Config{BatchSize: 50, Concurrency: 8, Owner: fmt.Sprintf("w%d", w)}, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := d.RunOnce(context.Background())
+			if err != nil {
+				errs <- err
+				return
+			}
+			collected.Add(int64(s.Collected))
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if collected.Load() != n {
+		t.Fatalf("collected %d, want %d", collected.Load(), n)
+	}
+	for _, it := range e.items {
+		if got := e.sim.ItemRequests(it.ItemID); got != 1 {
+			t.Fatalf("item %s fetched %d times from /df/auction, want exactly 1", it.ItemID, got)
+		}
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL OR lease_expires_at IS NOT NULL`); c != 0 {
+		t.Fatalf("%d items left leased", c)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`); c != n {
+		t.Fatalf("%d snapshots, want %d", c, n)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM outbox`); c != n {
+		t.Fatalf("%d outbox rows, want %d", c, n)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now()`); c != 0 {
+		t.Fatalf("%d items still due after collection", c)
+	}
+}
+
+func TestStaleWorkerWriteIsFencedOut(t *testing.T) {
+	e := setup(t, 1, tiers.Hot, nil)
+	ctx := context.Background()
+	a, err := claimDue(ctx, e.pool, 10, time.Minute, "worker-a")
+	if err != nil || len(a) != 1 {
+		t.Fatalf("claim a: %v %d", err, len(a))
+	}
+	// Worker A stalls past its lease; worker B re-claims the item.
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	b, err := claimDue(ctx, e.pool, 10, time.Minute, "worker-b")
+	if err != nil || len(b) != 1 {
+		t.Fatalf("claim b: %v %d", err, len(b))
+	}
+	price := int64(123)
+	stale := result{claim: a[0], at: a[0].DBNow, outcome: "ok", listings: listingSummary{Count: 1, Quantity: 1, Lowest: &price, Median: &price}}
+	ws, err := writeBack(ctx, e.pool, []result{stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws.fenced) != 1 || ws.applied != 0 {
+		t.Fatalf("stale write: fenced=%v applied=%d, want fenced out", ws.fenced, ws.applied)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`); c != 0 {
+		t.Fatalf("stale write stored %d snapshots", c)
+	}
+	var leasedBy string
+	if err := e.pool.QueryRow(ctx, `SELECT leased_by FROM tracked_items`).Scan(&leasedBy); err != nil || leasedBy != "worker-b" {
+		t.Fatalf("lease after stale write: %q %v, want worker-b's lease untouched", leasedBy, err)
+	}
+	fresh := stale
+	fresh.claim = b[0]
+	if ws, err := writeBack(ctx, e.pool, []result{fresh}); err != nil || ws.applied != 1 || len(ws.fenced) != 0 {
+		t.Fatalf("current lease holder's write: %+v %v", ws, err)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM outbox`); c != 1 {
+		t.Fatalf("%d outbox rows, want 1", c)
+	}
+}
+
+// itemAnswer answers /df/auction for one item with a fixed status and body.
+func itemAnswer(itemID string, status int, body string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" && r.URL.Query().Get("itemId") == itemID {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(status)
+				_, _ = w.Write([]byte(body))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+func TestFailingItemIsStillRescheduledByTier(t *testing.T) {
+	var bad string
+	e := setup(t, 5, tiers.Active, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			itemAnswer(bad, 404, `{"error":{"status":404,"code":"DNF003","message":"INVALID_ITEM_INFO"}}`)(next).ServeHTTP(w, r)
+		})
+	})
+	bad = e.items[2].ItemID
+	s, err := e.dispatcher(t, Config{}, nil).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Collected != 4 || s.Failed != 1 {
+		t.Fatalf("summary %s: want 4 collected, 1 failed", s)
+	}
+	var streak int
+	var outcome, lastErr string
+	var next, attempt time.Time
+	err = e.pool.QueryRow(context.Background(), `
+		SELECT failure_streak, last_outcome, last_error, next_collect_at, last_attempt_at
+		FROM tracked_items WHERE item_id = $1`, bad).Scan(&streak, &outcome, &lastErr, &next, &attempt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if streak != 1 || outcome != "item_error" || !strings.Contains(lastErr, "DNF003") {
+		t.Fatalf("failure not recorded: streak=%d outcome=%q err=%q", streak, outcome, lastErr)
+	}
+	want, _ := tiers.NextDue(bad, tiers.Active, attempt)
+	if !next.Equal(want) {
+		t.Fatalf("failed item next_collect_at = %v, want its tier slot %v", next, want)
+	}
+	// A second pass right away claims nothing: the failing item is not due forever.
+	s, err = e.dispatcher(t, Config{}, nil).RunOnce(context.Background())
+	if err != nil || s.Claimed != 0 {
+		t.Fatalf("second pass claimed %d (%v); a failed item must not stay due", s.Claimed, err)
+	}
+}
+
+func TestDormantItemGetsNoNextCollection(t *testing.T) {
+	e := setup(t, 1, tiers.Hot, nil)
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = 'DORMANT', next_collect_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.dispatcher(t, Config{}, nil).RunOnce(ctx)
+	if err != nil || s.Claimed != 0 {
+		t.Fatalf("a DORMANT item was claimed by collect-due: %s %v", s, err)
+	}
+	// An operator collects it by hand: it is collected and stays unscheduled.
+	s, err = e.dispatcher(t, Config{}, nil).CollectOne(ctx, e.items[0].ItemID)
+	if err != nil || s.Collected != 1 {
+		t.Fatalf("collect one: %s %v", s, err)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at IS NULL AND last_collected_at IS NOT NULL`); c != 1 {
+		t.Fatal("DORMANT item must keep next_collect_at NULL after collection")
+	}
+}
+
+func TestPausedProviderClaimsNothing(t *testing.T) {
+	for _, st := range []provider.Status{provider.Maintenance, provider.Degraded} {
+		t.Run(string(st), func(t *testing.T) {
+			e := setup(t, 3, tiers.Hot, nil)
+			ctx := context.Background()
+			if _, err := provider.SetStatus(ctx, e.pool, "neople", st, "test says so"); err != nil {
+				t.Fatal(err)
+			}
+			core, logs := observer.New(zap.InfoLevel)
+			s, err := e.dispatcher(t, Config{}, zap.New(core)).RunOnce(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Paused || s.Claimed != 0 {
+				t.Fatalf("summary %+v: want paused with nothing claimed", s)
+			}
+			want := "collection paused: provider " + string(st) + " since "
+			if logs.FilterMessageSnippet(want).Len() != 1 || !strings.Contains(s.String(), "(test says so)") {
+				t.Fatalf("want a log line %q with the reason; got %v / %s", want, logs.All(), s)
+			}
+			if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); c != 0 {
+				t.Fatalf("%d items leased while paused", c)
+			}
+		})
+	}
+}
+
+func TestManualOverrideWinsAndExpires(t *testing.T) {
+	e := setup(t, 2, tiers.Hot, nil)
+	ctx := context.Background()
+	if err := provider.SetOverride(ctx, e.pool, "neople", provider.Maintenance, "planned", 0); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := e.dispatcher(t, Config{}, nil).RunOnce(ctx); !s.Paused {
+		t.Fatal("override MAINTENANCE must pause")
+	}
+	// An override that has already expired no longer applies.
+	if _, err := e.pool.Exec(ctx, `UPDATE provider_status SET override_until = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := e.dispatcher(t, Config{}, nil).RunOnce(ctx); err != nil || s.Paused || s.Collected != 2 {
+		t.Fatalf("after expiry: %s %v", s, err)
+	}
+}
+
+func TestMaintenanceMidBatchPausesAndReleasesTheRest(t *testing.T) {
+	var served atomic.Int64
+	var sim *neoplesim.Server
+	e := setup(t, 100, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" && served.Add(1) == 21 {
+				sim.SetMaintenance(true)
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	sim = e.sim
+	s, err := e.dispatcher(t, Config{BatchSize: 100, Concurrency: 1}, nil).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Paused || s.Status != provider.Maintenance {
+		t.Fatalf("summary %+v: want paused in MAINTENANCE", s)
+	}
+	if s.Collected != 20 || s.Released != 80 {
+		t.Fatalf("collected %d released %d, want 20 and 80", s.Collected, s.Released)
+	}
+	row, err := provider.ReadStatus(context.Background(), e.pool, "neople")
+	if err != nil || row.Status != provider.Maintenance || !strings.Contains(row.Reason, "DNF980") {
+		t.Fatalf("provider_status = %+v %v, want MAINTENANCE with DNF980 in the reason", row, err)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL OR lease_expires_at IS NOT NULL`); c != 0 {
+		t.Fatalf("%d leases left: unprocessed items must be handed back at once", c)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now()`); c != 80 {
+		t.Fatalf("%d items due, want the 80 unprocessed ones still due", c)
+	}
+}
+
+func TestMalformedAndOversizedBodiesAreItemFailures(t *testing.T) {
+	var broken, huge string
+	e := setup(t, 4, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id := r.URL.Query().Get("itemId")
+			switch {
+			case r.URL.Path == "/df/auction" && id == broken:
+				_, _ = w.Write([]byte(`{"rows":[{"auctionNo":"not-a-number"`))
+			case r.URL.Path == "/df/auction" && id == huge:
+				_, _ = w.Write([]byte(`{"rows":[` + strings.Repeat(`{"auctionNo":1},`, 200000) + `{}]}`))
+			default:
+				next.ServeHTTP(w, r)
+			}
+		})
+	})
+	broken, huge = e.items[0].ItemID, e.items[1].ItemID
+	client, err := provider.NewClient(provider.ClientConfig{
+		Workload: provider.WorkloadMarket, BaseURL: e.srv.URL, Key: marketKey, MaxBodyBytes: 1 << 20,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(e.pool, client, Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Collected != 2 || s.Failed != 2 {
+		t.Fatalf("summary %s: want 2 collected and 2 failed", s)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE failure_streak = 1 AND next_collect_at > now()`); c != 2 {
+		t.Fatalf("%d failed items rescheduled, want 2", c)
+	}
+}
+
+func TestRecollectingTheSameSalesAddsNoDuplicates(t *testing.T) {
+	var mu sync.Mutex
+	sold := `{"rows":[
+		{"soldDate":"2026-05-01 01:00:09","itemId":"X","itemName":"n","count":1,"price":100,"unitPrice":100},
+		{"soldDate":"2026-05-01 01:00:05","itemId":"X","itemName":"n","count":2,"price":100,"unitPrice":50},
+		{"soldDate":"2026-05-01 01:00:05","itemId":"X","itemName":"n","count":2,"price":100,"unitPrice":50},
+		{"soldDate":"2026-05-01 01:00:01","itemId":"X","itemName":"n","count":1,"price":10,"unitPrice":10}]}`
+	e := setup(t, 1, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction-sold" {
+				mu.Lock()
+				defer mu.Unlock()
+				_, _ = w.Write([]byte(sold))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	ctx := context.Background()
+	id := e.items[0].ItemID
+	collect := func() {
+		t.Helper()
+		if s, err := e.dispatcher(t, Config{}, nil).CollectOne(ctx, id); err != nil || s.Collected != 1 {
+			t.Fatalf("collect: %s %v", s, err)
+		}
+	}
+	latestSales := func() int {
+		return count(t, e.pool, `SELECT sales_count FROM auction_snapshots ORDER BY snapshot_id DESC LIMIT 1`)
+	}
+	collect()
+	if c := count(t, e.pool, `SELECT count(*) FROM auction_sales`); c != 4 || latestSales() != 4 {
+		t.Fatalf("first collection stored %d sales (snapshot says %d), want 4 incl. both identical rows", c, latestSales())
+	}
+	collect()
+	if c := count(t, e.pool, `SELECT count(*) FROM auction_sales`); c != 4 || latestSales() != 0 {
+		t.Fatalf("re-collection: %d sales stored, snapshot reports %d new; want 4 and 0", c, latestSales())
+	}
+	mu.Lock()
+	sold = strings.Replace(sold, `{"rows":[`, `{"rows":[{"soldDate":"2026-05-01 01:00:09","itemId":"X","itemName":"n","count":1,"price":100,"unitPrice":100},`, 1)
+	mu.Unlock()
+	collect()
+	if c := count(t, e.pool, `SELECT count(*) FROM auction_sales`); c != 5 || latestSales() != 1 {
+		t.Fatalf("a new identical sale in the same second: %d stored, %d new; want 5 and 1", c, latestSales())
+	}
+}
+
+// 10,000 HOT items added at once are rescheduled so that no second of the minute holds more
+// than 1.5x the mean. This exercises the claim and write-back path directly: the provider has
+// nothing to do with where the next slots fall.
+func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
+	const n = 10000
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+		SELECT md5(i::text), 'item ' || i, 'HOT_1M', now() FROM generate_series(1, $1) AS i`, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		claims, err := claimDue(ctx, pool, 2000, time.Minute, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(claims) == 0 {
+			break
+		}
+		results := make([]result, len(claims))
+		for i, c := range claims {
+			results[i] = result{claim: c, at: c.DBNow, outcome: "ok"}
+		}
+		if _, err := writeBack(ctx, pool, results); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var maxPerSecond, seconds int
+	var mean float64
+	err = pool.QueryRow(ctx, `
+		SELECT max(c), avg(c), count(*) FROM (
+			SELECT count(*) AS c FROM tracked_items
+			GROUP BY floor(extract(epoch FROM next_collect_at))::bigint % 60) s`).Scan(&maxPerSecond, &mean, &seconds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seconds != 60 || float64(maxPerSecond) > 1.5*mean {
+		t.Fatalf("due times use %d seconds of the minute, busiest holds %d items, mean %.1f (want 60 seconds, <= 1.5x mean)",
+			seconds, maxPerSecond, mean)
+	}
+}

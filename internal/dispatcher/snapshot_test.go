@@ -1,0 +1,82 @@
+package dispatcher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+func TestSummarizeListings(t *testing.T) {
+	rows := []provider.Listing{
+		{UnitPrice: 49, Count: 15000, AveragePrice: 40},
+		{UnitPrice: 50, Count: 5000, AveragePrice: 40},
+		{UnitPrice: 70, Count: 10},
+		{UnitPrice: -1, Count: 3}, // price -1 rows say nothing
+	}
+	s := summarizeListings(rows)
+	if s.Count != 3 || s.Quantity != 20010 {
+		t.Fatalf("count/quantity = %d/%d, want 3/20010", s.Count, s.Quantity)
+	}
+	if *s.Lowest != 49 || *s.Median != 50 || *s.APIAverage != 40 {
+		t.Fatalf("lowest/median/avg = %d/%d/%d", *s.Lowest, *s.Median, *s.APIAverage)
+	}
+	want := (49.0*15000 + 50.0*5000 + 70.0*10) / 20010
+	if d := *s.Weighted - want; d > 1e-9 || d < -1e-9 {
+		t.Fatalf("weighted = %v, want %v", *s.Weighted, want)
+	}
+	if e := summarizeListings(nil); e.Lowest != nil || e.Median != nil || e.Weighted != nil || e.Count != 0 {
+		t.Fatalf("empty listings must give null prices: %+v", e)
+	}
+}
+
+func TestSequenceSalesKeysDuplicatesByPosition(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, provider.KST)
+	sale := func(sec int, qty, unit int64) provider.Sale {
+		return provider.Sale{SoldAt: t0.Add(time.Duration(sec) * time.Second), Count: qty, UnitPrice: unit, Price: qty * unit}
+	}
+	// Newest first, as the API returns them; three identical sales in second 5.
+	rows := []provider.Sale{sale(9, 1, 100), sale(5, 2, 50), sale(5, 2, 50), sale(5, 2, 50), sale(1, 1, 10)}
+	got := sequenceSales(rows, 100)
+	if len(got) != 5 {
+		t.Fatalf("got %d sales, want 5", len(got))
+	}
+	wantSeq := []int32{0, 0, 1, 2, 0} // chronological: s1, s5#0, s5#1, s5#2, s9
+	for i, s := range got {
+		if s.Seq != wantSeq[i] {
+			t.Fatalf("sale %d seq = %d, want %d (%+v)", i, s.Seq, wantSeq[i], got)
+		}
+	}
+	// A later fetch with one more sale in second 5 keeps the old keys and adds seq 3.
+	rows2 := append([]provider.Sale{sale(9, 1, 100), sale(5, 2, 50)}, rows[1:]...)
+	got2 := sequenceSales(rows2, 100)
+	keys := map[[2]int64]bool{}
+	for _, s := range got {
+		keys[[2]int64{s.SoldAt.Unix(), int64(s.Seq)}] = true
+	}
+	var added int
+	for _, s := range got2 {
+		if !keys[[2]int64{s.SoldAt.Unix(), int64(s.Seq)}] {
+			added++
+		}
+	}
+	// Only (5,3), the fourth sale in second 5, is new.
+	if added != 1 {
+		t.Fatalf("re-fetch added %d new keys, want 1", added)
+	}
+}
+
+func TestSequenceSalesDropsCutOffOldestSecondWhenFull(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, provider.KST)
+	rows := []provider.Sale{
+		{SoldAt: t0.Add(2 * time.Second), Count: 1, UnitPrice: 1, Price: 1},
+		{SoldAt: t0, Count: 1, UnitPrice: 1, Price: 1},
+		{SoldAt: t0, Count: 1, UnitPrice: 1, Price: 1},
+	}
+	if got := sequenceSales(rows, 3); len(got) != 1 {
+		t.Fatalf("full response: got %d sales, want only the uncut newest second", len(got))
+	}
+	if got := sequenceSales(rows, 100); len(got) != 3 {
+		t.Fatalf("response under the limit: got %d sales, want 3", len(got))
+	}
+}

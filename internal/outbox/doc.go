@@ -1,0 +1,53 @@
+// Package outbox owns the outbox table: rows are enqueued in the same transaction as the
+// snapshot they announce (EnqueueSnapshots), and the Relay publishes them to Kafka afterwards.
+//
+// # Guarantees
+//
+// At-least-once: a row is marked published only after Kafka acknowledged it with acks=all. A
+// crash or a broker error between the acknowledgement and the mark re-sends the row later
+// with the same ce_id header, so consumers deduplicate by ce_id. Nothing is lost: a row stays
+// in the table until it is published or marked failed.
+//
+// Per-item order, with any number of relays at once (the daemon's relay plus one-shots from a
+// scheduler): every row belongs to one of Lanes lanes, a stable hash of its item_id computed
+// by PostgreSQL (a generated column, migrations/002_outbox_relay.sql), so all events of one
+// item share a lane. A relay publishes a lane only while it holds that lane's lease in
+// outbox_relay_lanes, and within a lane it publishes in id order, one batch at a time, the
+// next batch only after the previous one was acknowledged. One item's events go to one Kafka
+// partition (key = item_id), in one produce request per batch, so Kafka keeps them in order.
+//
+// Why lanes instead of a cursor: a "last published id" cursor skips rows whose transaction
+// commits after a higher id was published. The relay instead reads every row still unpublished
+// in its lanes, whatever its id, so a late commit is published on the next pass. Why lanes
+// instead of one global lock: a relay that dies only stalls its lanes for one lease, and lanes
+// can be spread over relays.
+//
+// Leases: each acquisition gets a fresh lease_token. The relay renews its leases between
+// batches and while it backs off, starts a batch only on lanes with more than two write
+// timeouts of lease left (RelayConfig.Lease must be at least three write timeouts), and marks
+// rows published with an UPDATE fenced by its tokens. So a relay never publishes a lane after
+// it could have lost it, and one that was paused past its lease cannot mark anything. A relay
+// that stops cleanly releases its lanes at once; one that dies frees them when the lease expires.
+//
+// No database connection or transaction is held while waiting on Kafka: a batch is read,
+// the connection goes back to the pool, the batch is published, and the outcome is written
+// in one statement.
+//
+// # Failures
+//
+// A broker that is down or unreachable fails the whole batch; nothing is marked. RunOnce
+// retries with backoff up to RelayConfig.Attempts times, then returns an error; Run backs off
+// and retries until its context ends, renewing its leases meanwhile.
+//
+// A message the broker rejects for what it is (too large, invalid record or timestamp) is
+// retried alone to tell it from its batch neighbours, then marked failed with the broker's
+// error and skipped: the rows behind it, including later events of the same item, are
+// published. So a failed row is the one exception to per-item order; `collector outbox retry`
+// re-publishes it later, after newer events of its item. Consumers that need the latest state
+// should compare collected_at (or snapshot_id) rather than trust arrival order alone.
+//
+// # Growth
+//
+// Published rows older than RelayConfig.Retention are deleted by Prune, a bounded number of
+// rows per statement so no statement holds locks for long. Run prunes every PruneInterval.
+package outbox

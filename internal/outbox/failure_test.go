@@ -1,0 +1,328 @@
+package outbox
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/config"
+)
+
+// Messages the broker refuses (one over the topic's max.message.bytes, one over the relay's
+// own batch_bytes) are marked failed with the reason, and every other row, including later
+// events of the same item, is published in order. `outbox retry` puts them back in line.
+func TestRelayMarksRejectedMessagesFailed(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	const topic = "small-messages"
+	if err := broker.CreateTopic(topic, 2, map[string]string{"max.message.bytes": "3000"}); err != nil {
+		t.Fatal(err)
+	}
+	events := snapshotEvents(4, 6)
+	events[9].ItemName = strings.Repeat("x", 5000)   // item-001, round 2: the broker refuses it
+	events[14].ItemName = strings.Repeat("y", 20000) // item-002, round 3: over batch_bytes
+	enqueue(t, pool, events)
+
+	cfg := testConfig(broker.ListenAddrs(), "relay-a")
+	cfg.Topic = topic
+	cfg.BatchBytes = 10000
+	r, sig := newTestRelay(t, pool, cfg)
+	res, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed != 2 || res.Published != int64(len(events)-2) {
+		t.Fatalf("result %+v, want 2 failed and the rest published", res)
+	}
+	if len(sig.PublishError.C()) != 0 {
+		t.Fatal("a rejected message must not count as a failed attempt to back off from")
+	}
+	rows := outboxRows(t, pool)
+	for _, row := range rows {
+		var want string
+		switch row.ID {
+		case rows[9].ID:
+			want = "Message Size Too Large"
+		case rows[14].ID:
+			want = "larger than kafka.batch_bytes"
+		default:
+			if !row.Published {
+				t.Fatalf("row %d not published", row.ID)
+			}
+			continue
+		}
+		if !row.Failed || row.Published || row.LastError == nil || !strings.Contains(*row.LastError, want) {
+			t.Fatalf("row %d: failed=%v published=%v last_error=%v, want failed with %q", row.ID, row.Failed, row.Published, row.LastError, want)
+		}
+	}
+	recs := consumeAll(t, broker, topic)
+	if len(recs) != len(events)-2 {
+		t.Fatalf("topic holds %d records, want %d", len(recs), len(events)-2)
+	}
+	checkDelivery(t, rows, recs)
+
+	ctx := context.Background()
+	failed, err := List(ctx, pool, ListOptions{FailedOnly: true})
+	if err != nil || len(failed) != 2 || failed[0].ID != rows[9].ID || failed[0].FailedAt == nil || failed[0].LastError == nil {
+		t.Fatalf("List failed: %+v %v", failed, err)
+	}
+	if n, err := RetryFailed(ctx, pool, []int64{rows[9].ID, rows[0].ID}); err != nil || n != 1 {
+		t.Fatalf("RetryFailed: %d %v, want only the failed row reset", n, err)
+	}
+	counts, err := Count(ctx, pool)
+	if err != nil || counts.Pending != 1 || counts.Failed != 1 || counts.Published != int64(len(events)-2) || counts.OldestPending == nil {
+		t.Fatalf("Count: %+v %v", counts, err)
+	}
+	if pending, err := List(ctx, pool, ListOptions{}); err != nil || len(pending) != 2 || pending[0].ID != rows[9].ID || pending[0].FailedAt != nil {
+		t.Fatalf("List: %+v %v, want the retried row then the failed one", pending, err)
+	}
+	if n, err := RetryAllFailed(ctx, pool); err != nil || n != 1 {
+		t.Fatalf("RetryAllFailed: %d %v", n, err)
+	}
+	// Still too large: rejected again, still not blocking anything.
+	if res, err := r.RunOnce(ctx); err != nil || res.Failed != 2 || res.Published != 0 {
+		t.Fatalf("after retry: %+v %v", res, err)
+	}
+}
+
+// Pruning deletes only published rows older than the retention, in small statements.
+func TestPruneKeepsUnpublishedRows(t *testing.T) {
+	pool := newDB(t)
+	ctx := context.Background()
+	enqueue(t, pool, snapshotEvents(10, 2)) // 20 rows
+	if _, err := pool.Exec(ctx, `
+		UPDATE outbox SET
+			created_at   = now() - interval '30 days',
+			published_at = CASE WHEN id % 4 = 0 THEN now() - interval '8 days'
+			                    WHEN id % 4 = 1 THEN now() - interval '1 day' END,
+			failed_at    = CASE WHEN id % 4 = 2 THEN now() - interval '9 days' END`); err != nil {
+		t.Fatal(err)
+	}
+	old := countWhere(t, pool, "id % 4 = 0")
+	n, err := Prune(ctx, pool, 7*24*time.Hour, 2)
+	if err != nil || n != int64(old) {
+		t.Fatalf("Prune: %d %v, want %d", n, err, old)
+	}
+	if left := countWhere(t, pool, "true"); left != 20-old || countWhere(t, pool, "id % 4 = 0") != 0 {
+		t.Fatalf("%d rows left, want %d", left, 20-old)
+	}
+	if n, err := Prune(ctx, pool, 7*24*time.Hour, 2); err != nil || n != 0 {
+		t.Fatalf("second Prune: %d %v", n, err)
+	}
+}
+
+// A missing topic is an error naming it, unless the relay may create it.
+func TestRelayTopicMustExistOrBeCreated(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	enqueue(t, pool, snapshotEvents(3, 1))
+	cfg := testConfig(broker.ListenAddrs(), "relay-a")
+	cfg.Topic = "not-there"
+
+	r, sig := newTestRelay(t, pool, cfg)
+	_, err := r.RunOnce(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "kafka topic not-there does not exist") || !strings.Contains(err.Error(), "kafka.create_topic") {
+		t.Fatalf("err = %v, want one naming the topic and kafka.create_topic", err)
+	}
+	if len(sig.PublishError.C()) != 1 {
+		t.Fatal("a missing topic is not worth retrying")
+	}
+	if err := r.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "not-there") {
+		t.Fatalf("Run: %v, want it to stop on the missing topic", err)
+	}
+
+	cfg.CreateTopic, cfg.Partitions, cfg.ReplicationFactor = true, 3, 1
+	cfg.TopicConfig = map[string]string{"retention.ms": "86400000"}
+	r, _ = newTestRelay(t, pool, cfg)
+	res, err := r.RunOnce(context.Background())
+	if err != nil || res.Published != 3 {
+		t.Fatalf("with create_topic: %+v %v", res, err)
+	}
+	if info := broker.TopicInfo("not-there"); info == nil || len(broker.PartitionInfos("not-there")) != 3 || info.Configs["retention.ms"] == nil || *info.Configs["retention.ms"] != "86400000" {
+		t.Fatalf("created topic: %+v", info)
+	}
+}
+
+// --once against a broker that is down gives up after the configured attempts with an error
+// naming the broker, and leaves every row pending.
+func TestRunOnceFailsWhileBrokerDown(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	addr := broker.ListenAddrs()[0]
+	r, sig := newTestRelay(t, pool, testConfig([]string{addr}, "relay-a"))
+	if _, err := r.RunOnce(context.Background()); err != nil { // the topic is checked while it is up
+		t.Fatal(err)
+	}
+	broker.Close()
+	enqueue(t, pool, snapshotEvents(5, 2))
+
+	_, err := r.RunOnce(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "gave up after 3 attempts") || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("err = %v, want it to give up after 3 attempts naming the broker", err)
+	}
+	if n := len(sig.PublishError.C()); n != 3 {
+		t.Fatalf("%d attempts reported, want 3", n)
+	}
+	if n := countWhere(t, pool, "published_at IS NULL AND failed_at IS NULL AND attempts = 3"); n != 10 {
+		t.Fatalf("%d rows pending after 3 attempts, want 10", n)
+	}
+	if n := countWhere(t, pool, "true"); n != 10 {
+		t.Fatal(n)
+	}
+
+	// Nothing listening at all: the topic check itself gives up the same way.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := ln.Addr().String()
+	_ = ln.Close()
+	r, _ = newTestRelay(t, pool, testConfig([]string{nobody}, "relay-b"))
+	if _, err := r.RunOnce(context.Background()); err == nil || !strings.Contains(err.Error(), nobody) {
+		t.Fatalf("err = %v, want the unreachable broker named", err)
+	}
+}
+
+// --once leaves lanes another relay holds to it, says so, and exits without error; it
+// publishes the lanes it can take.
+func TestRunOnceLeavesLanesHeldElsewhere(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	ctx := context.Background()
+	enqueue(t, pool, snapshotEvents(40, 2))
+	if _, err := pool.Exec(ctx, `
+		UPDATE outbox_relay_lanes SET owner = 'daemon', lease_token = gen_random_uuid(),
+		       lease_expires_at = now() + interval '1 hour', acquired_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "cron"))
+	res, err := r.RunOnce(ctx)
+	if err != nil || res.Published != 0 || res.LanesHeld != 0 || res.LanesBusy != Lanes || res.PendingBusy != 80 || len(res.BusyOwners) != 1 || res.BusyOwners[0] != "daemon" {
+		t.Fatalf("all lanes busy: %+v %v", res, err)
+	}
+
+	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET owner = NULL, lease_token = NULL, lease_expires_at = NULL WHERE lane < 8`); err != nil {
+		t.Fatal(err)
+	}
+	inFree := countWhere(t, pool, "lane < 8")
+	res, err = r.RunOnce(ctx)
+	if err != nil || res.Published != int64(inFree) || res.LanesHeld != 8 || res.LanesBusy != 8 || res.PendingBusy != int64(80-inFree) {
+		t.Fatalf("half the lanes free: %+v %v (want %d published)", res, err, inFree)
+	}
+	if n := countWhere(t, pool, "published_at IS NOT NULL AND lane >= 8"); n != 0 {
+		t.Fatalf("%d rows published from lanes held elsewhere", n)
+	}
+	var held int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_relay_lanes WHERE owner = 'cron'`).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("%d lanes still held after RunOnce (%v)", held, err)
+	}
+}
+
+// Follow mode publishes rows as they commit and prunes old published rows.
+func TestRunFollowsAndPrunes(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	enqueue(t, pool, snapshotEvents(2, 1))
+	if _, err := pool.Exec(ctx, `UPDATE outbox SET published_at = now() - interval '8 days'`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(broker.ListenAddrs(), "daemon")
+	cfg.PollInterval = time.Hour // only the notification can wake it
+	r, sig := newTestRelay(t, pool, cfg)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+
+	<-sig.Idle.C()
+	if n := countWhere(t, pool, "true"); n != 0 {
+		t.Fatalf("%d old published rows left after the first prune", n)
+	}
+	enqueue(t, pool, snapshotEvents(3, 2))
+	got := 0
+	for got < 6 {
+		got += len(<-sig.Published.C())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if tot := r.Totals(); tot.Published != 6 || tot.Pruned != 2 {
+		t.Fatalf("totals %+v", tot)
+	}
+	var held int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_relay_lanes WHERE lease_token IS NOT NULL`).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("%d lanes still leased after Run returned (%v)", held, err)
+	}
+}
+
+// The relay's configuration comes from the kafka.* keys; bad values name their key, and
+// SASL errors never repeat the password.
+func TestRelayConfigFromKafkaKeys(t *testing.T) {
+	t.Setenv("COLLECTOR_KAFKA_BROKERS", "k1:9092,k2:9093")
+	t.Setenv("COLLECTOR_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+	t.Setenv("COLLECTOR_KAFKA_SASL_USERNAME", "relay")
+	t.Setenv("COLLECTOR_KAFKA_SASL_PASSWORD", "s3cret-pw")
+	cfg, err := config.Load(config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Kafka.Brokers; len(got) != 2 || got[1] != "k2:9093" {
+		t.Fatalf("brokers %v", got)
+	}
+	rc, err := RelayConfigFrom(cfg.Kafka)
+	if err != nil || rc.SASL == nil || rc.SASL.Name() != "SCRAM-SHA-512" || rc.TLS != nil {
+		t.Fatalf("RelayConfigFrom: %+v %v", rc, err)
+	}
+	if _, err := NewRelay(newDB(t), rc, nil); err != nil {
+		t.Fatalf("defaults must be valid: %v", err)
+	}
+
+	k := cfg.Kafka
+	k.SASL.Password = config.Secret("bad\u0007pw")
+	if _, err := RelayConfigFrom(k); err == nil || strings.Contains(err.Error(), "bad\u0007pw") || !strings.Contains(err.Error(), "kafka.sasl") {
+		t.Fatalf("err = %v, want a kafka.sasl error without the password", err)
+	}
+	k = cfg.Kafka
+	k.TLS.Enabled, k.TLS.CAFile = true, "/nonexistent/ca.pem"
+	if _, err := RelayConfigFrom(k); err == nil || !strings.Contains(err.Error(), "kafka.tls.ca_file") {
+		t.Fatalf("err = %v, want kafka.tls.ca_file named", err)
+	}
+
+	rc.Lease, rc.WriteTimeout = 10*time.Second, 5*time.Second
+	rc.Brokers = nil
+	_, err = NewRelay(newDB(t), rc, nil)
+	for _, key := range []string{"kafka.lease", "kafka.brokers"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Fatalf("err = %v, want %s named", err, key)
+		}
+	}
+
+	bad := config.Default()
+	bad.Kafka.Brokers = []string{"no-port"}
+	bad.Kafka.Compression = "brotli"
+	bad.Kafka.Retry.BackoffMax = time.Millisecond
+	err = bad.Validate()
+	for _, key := range []string{"kafka.brokers", "kafka.compression", "kafka.retry.backoff_max"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Fatalf("Validate: %v, want %s named", err, key)
+		}
+	}
+}
+
+// The lane column, the lanes table and the Lanes constant agree.
+func TestLanesMatchSchema(t *testing.T) {
+	pool := newDB(t)
+	enqueue(t, pool, snapshotEvents(200, 1))
+	var lanes, minLane, maxLane, distinct int
+	if err := pool.QueryRow(context.Background(), `
+		SELECT (SELECT count(*) FROM outbox_relay_lanes), min(lane), max(lane), count(DISTINCT lane) FROM outbox`).
+		Scan(&lanes, &minLane, &maxLane, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if lanes != Lanes || minLane != 0 || maxLane != Lanes-1 || distinct != Lanes {
+		t.Fatalf("lanes table %d, rows in lanes %d..%d (%d distinct), want 0..%d", lanes, minLane, maxLane, distinct, Lanes-1)
+	}
+}

@@ -1,0 +1,277 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+const testTopic = "test.auction-snapshots.v1"
+
+// newBroker starts an in-process Kafka-protocol broker on loopback with the test topic.
+func newBroker(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
+	tb.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(4, testTopic)}, opts...)...)
+	if err != nil {
+		tb.Fatalf("start kfake: %v", err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+// testConfig is a relay configuration sized for tests: small batches, fast retries, and a
+// lease that leaves room for a slow, loaded machine.
+func testConfig(brokers []string, owner string) RelayConfig {
+	return RelayConfig{
+		Brokers:      brokers,
+		Topic:        testTopic,
+		BatchSize:    100,
+		WriteTimeout: 3 * time.Second,
+		Lease:        9 * time.Second,
+		PollInterval: 100 * time.Millisecond,
+		BackoffMin:   10 * time.Millisecond,
+		BackoffMax:   200 * time.Millisecond,
+		Attempts:     3,
+		Owner:        owner,
+	}
+}
+
+func newTestRelay(tb testing.TB, pool *pgxpool.Pool, cfg RelayConfig) (*Relay, *TestSignals) {
+	tb.Helper()
+	sig := &TestSignals{}
+	sig.Init()
+	cfg.Test = sig
+	var log *zap.Logger
+	if t, ok := tb.(*testing.T); ok && testing.Verbose() {
+		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	}
+	r, err := NewRelay(pool, cfg, log)
+	if err != nil {
+		tb.Fatalf("NewRelay: %v", err)
+	}
+	tb.Cleanup(func() { _ = r.Close() })
+	return r, sig
+}
+
+var snapshotSeq atomic.Int64
+
+// snapshotEvents makes perItem events for each of items, interleaved round by round the way
+// collection produces them.
+func snapshotEvents(items, perItem int) []SnapshotEvent {
+	base := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	var out []SnapshotEvent
+	for round := 0; round < perItem; round++ {
+		for i := 0; i < items; i++ {
+			low, med := int64(1000+round), int64(1100+round)
+			w := 1050.5 + float64(round)
+			ev := SnapshotEvent{
+				SnapshotID:        snapshotSeq.Add(1),
+				ItemID:            fmt.Sprintf("item-%03d", i),
+				ItemName:          fmt.Sprintf("Item %d", i),
+				Tier:              "HOT_1M",
+				CollectedAt:       base.Add(time.Duration(round) * time.Minute),
+				ListingCount:      round % 7,
+				ListingQuantity:   int64(round * 3),
+				LowestUnitPrice:   &low,
+				MedianUnitPrice:   &med,
+				WeightedUnitPrice: &w,
+				SalesCount:        round % 3,
+				SalesQuantity:     int64(round % 5),
+			}
+			if round%2 == 1 {
+				ev.LowestUnitPrice, ev.MedianUnitPrice, ev.WeightedUnitPrice = nil, nil, nil
+				avg, vwap := int64(990), 991.25
+				ev.APIAveragePrice, ev.SalesVWAP = &avg, &vwap
+			}
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// enqueue writes events the way collect-due does: in a transaction, through EnqueueSnapshots.
+func enqueue(tb testing.TB, pool *pgxpool.Pool, events []SnapshotEvent) {
+	tb.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if err := EnqueueSnapshots(ctx, tx, events); err != nil {
+		tb.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// outboxRow is what the tests compare Kafka records against.
+type outboxRow struct {
+	ID        int64
+	EventID   string
+	ItemID    string
+	Payload   string
+	CreatedAt time.Time
+	Published bool
+	Failed    bool
+	Attempts  int
+	LastError *string
+}
+
+func outboxRows(tb testing.TB, pool *pgxpool.Pool) []outboxRow {
+	tb.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT id, event_id::text, item_id, payload::text, created_at, published_at IS NOT NULL, failed_at IS NOT NULL, attempts, last_error
+		FROM outbox ORDER BY id`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	var out []outboxRow
+	for rows.Next() {
+		var r outboxRow
+		if err := rows.Scan(&r.ID, &r.EventID, &r.ItemID, &r.Payload, &r.CreatedAt, &r.Published, &r.Failed, &r.Attempts, &r.LastError); err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+func countWhere(tb testing.TB, pool *pgxpool.Pool, cond string) int {
+	tb.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE "+cond).Scan(&n); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// topicSize is how many records the broker holds for the topic.
+func topicSize(c *kfake.Cluster, topic string) int64 {
+	var n int64
+	for _, p := range c.PartitionInfos(topic) {
+		n += p.HighWatermark - p.LogStartOffset
+	}
+	return n
+}
+
+// consumeAll reads every record of the topic with a real consumer, in offset order within
+// each partition.
+func consumeAll(tb testing.TB, c *kfake.Cluster, topic string) []*kgo.Record {
+	tb.Helper()
+	want := topicSize(c, topic)
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(c.ListenAddrs()...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(200*time.Millisecond),
+	)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var recs []*kgo.Record
+	for int64(len(recs)) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			tb.Fatalf("consumed %d of %d records before the deadline", len(recs), want)
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			tb.Logf("fetch %s/%d: %v", topic, p, err)
+		})
+		fs.EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
+	}
+	return recs
+}
+
+func header(r *kgo.Record, key string) (string, bool) {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// checkDelivery asserts that every row in rows was delivered, that each item's events arrive
+// in outbox id order once duplicates are dropped, and that a duplicate is always the same
+// event (same ce_id, same key and value). It returns the number of duplicates.
+func checkDelivery(tb testing.TB, rows []outboxRow, recs []*kgo.Record) int {
+	tb.Helper()
+	byEvent := map[string]outboxRow{}
+	for _, r := range rows {
+		byEvent[r.EventID] = r
+	}
+	seen := map[string]*kgo.Record{}
+	lastID := map[string]int64{}
+	dups := 0
+	for _, rec := range recs {
+		ceID, _ := header(rec, HeaderID)
+		row, ok := byEvent[ceID]
+		if !ok {
+			tb.Fatalf("record with unknown ce_id %q", ceID)
+		}
+		if first, ok := seen[ceID]; ok {
+			dups++
+			if string(first.Key) != string(rec.Key) || string(first.Value) != string(rec.Value) {
+				tb.Fatalf("duplicate ce_id %s carries a different message", ceID)
+			}
+			continue
+		}
+		seen[ceID] = rec
+		if string(rec.Key) != row.ItemID {
+			tb.Fatalf("ce_id %s: key %q, want item %q", ceID, rec.Key, row.ItemID)
+		}
+		if prev := lastID[row.ItemID]; row.ID < prev {
+			tb.Fatalf("item %s: outbox row %d arrived after row %d", row.ItemID, row.ID, prev)
+		}
+		lastID[row.ItemID] = row.ID
+	}
+	var missing []int64
+	for _, r := range rows {
+		if _, ok := seen[r.EventID]; !ok && !r.Failed {
+			missing = append(missing, r.ID)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Slice(missing, func(i, j int) bool { return missing[i] < missing[j] })
+		tb.Fatalf("%d rows never delivered, first ids %v", len(missing), missing[:min(10, len(missing))])
+	}
+	return dups
+}
+
+func newDB(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	pool, _ := storetest.NewPool(tb)
+	return pool
+}

@@ -1,0 +1,182 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// CloudEvents Kafka protocol binding, binary content mode: the value is the event data, the
+// attributes travel as ce_-prefixed headers (docs/events.md).
+const (
+	HeaderSpecVersion = "ce_specversion"
+	HeaderID          = "ce_id"
+	HeaderType        = "ce_type"
+	HeaderSource      = "ce_source"
+	HeaderTime        = "ce_time"
+	HeaderSubject     = "ce_subject"
+	HeaderContentType = "content-type"
+
+	specVersion = "1.0"
+	contentType = "application/json"
+)
+
+// newTransport is shared by the writer and the admin client, so both reuse connections.
+func newTransport(cfg RelayConfig) *kafka.Transport {
+	return &kafka.Transport{
+		Dial:        (&net.Dialer{Timeout: cfg.DialTimeout}).DialContext,
+		DialTimeout: cfg.DialTimeout,
+		ClientID:    cfg.ClientID,
+		TLS:         cfg.TLS,
+		SASL:        cfg.SASL,
+	}
+}
+
+// NewWriter returns the kafka-go writer the relay publishes with: acks from all in-sync
+// replicas, keys hashed like the Java client (murmur2), one attempt per call (the relay does
+// its own retrying, so it knows what was acknowledged), synchronous.
+//
+// Batching is sized so that one WriteMessages call of at most BatchSize messages and
+// BatchBytes bytes becomes exactly one produce request per partition: the batch never fills
+// or overflows midway, and the tiny BatchTimeout only fires after a partition's messages were
+// all added (kafka-go adds them under one lock). One request per partition means one item's
+// messages in a call are acknowledged or rejected together, which keeps per-item order.
+// Exported for the benchmark's raw-writer baseline.
+func NewWriter(cfg RelayConfig, transport kafka.RoundTripper) *kafka.Writer {
+	codec, _ := compressionCodec(cfg.Compression) // validated by NewRelay
+	return &kafka.Writer{
+		Addr:                   kafka.TCP(cfg.Brokers...),
+		Topic:                  cfg.Topic,
+		Balancer:               &kafka.Murmur2Balancer{},
+		MaxAttempts:            1,
+		BatchSize:              cfg.BatchSize,
+		BatchBytes:             cfg.BatchBytes,
+		BatchTimeout:           time.Microsecond,
+		ReadTimeout:            cfg.WriteTimeout,
+		WriteTimeout:           cfg.WriteTimeout,
+		RequiredAcks:           kafka.RequireAll,
+		Compression:            codec,
+		Transport:              transport,
+		AllowAutoTopicCreation: false,
+	}
+}
+
+// message builds the Kafka message for one outbox row.
+func message(r pendingRow, source string) kafka.Message {
+	return kafka.Message{
+		Key:   []byte(r.ItemID),
+		Value: r.Payload,
+		Time:  r.CreatedAt,
+		Headers: []kafka.Header{
+			{Key: HeaderSpecVersion, Value: []byte(specVersion)},
+			{Key: HeaderID, Value: []byte(r.EventID)},
+			{Key: HeaderType, Value: []byte(r.EventType)},
+			{Key: HeaderSource, Value: []byte(source)},
+			{Key: HeaderTime, Value: []byte(r.CreatedAt.UTC().Format(time.RFC3339Nano))},
+			{Key: HeaderSubject, Value: []byte(r.ItemID)},
+			{Key: HeaderContentType, Value: []byte(contentType)},
+		},
+	}
+}
+
+// messageSize is an upper bound of the bytes kafka-go counts for a message against
+// BatchBytes (it encodes lengths as varints of at most 5 bytes).
+func messageSize(m kafka.Message) int64 {
+	n := int64(4+1+1+8) + 4 + int64(len(m.Key)) + 4 + int64(len(m.Value)) + 5
+	for _, h := range m.Headers {
+		n += 5 + int64(len(h.Key)) + 5 + int64(len(h.Value))
+	}
+	return n
+}
+
+// rejected reports whether the broker refused a message for what it is, so that sending it
+// again cannot succeed. Everything else (broker down, leader moved, timeouts, authorization)
+// is about the broker or the connection and is retried.
+func rejected(err error) bool {
+	var werrs kafka.WriteErrors
+	if errors.As(err, &werrs) {
+		// A batch is rejected when every message in it that failed was rejected.
+		found := false
+		for _, e := range werrs {
+			if e != nil {
+				if !rejected(e) {
+					return false
+				}
+				found = true
+			}
+		}
+		return found
+	}
+	var tooLarge kafka.MessageTooLargeError
+	if errors.As(err, &tooLarge) {
+		return true
+	}
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidRecord, kafka.InvalidTimestamp:
+			return true
+		}
+	}
+	return false
+}
+
+// ensureTopic checks that the topic exists and creates it when allowed. A missing topic that
+// may not be created is a permanent error naming the topic; connection errors are returned
+// as they are, for the caller to retry.
+func (r *Relay) ensureTopic(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	defer cancel()
+	md, err := r.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{r.cfg.Topic}})
+	if err != nil {
+		return fmt.Errorf("read metadata of kafka topic %s from %s: %w", r.cfg.Topic, strings.Join(r.cfg.Brokers, ","), err)
+	}
+	var topicErr error = kafka.UnknownTopicOrPartition
+	for _, t := range md.Topics {
+		if t.Name == r.cfg.Topic {
+			topicErr = t.Error
+			if topicErr == nil {
+				r.log.Debug("kafka topic found")
+				return nil
+			}
+		}
+	}
+	if !errors.Is(topicErr, kafka.UnknownTopicOrPartition) {
+		return fmt.Errorf("kafka topic %s: %w", r.cfg.Topic, topicErr)
+	}
+	if !r.cfg.CreateTopic {
+		return &permanentError{fmt.Errorf("kafka topic %s does not exist on %s: create it, or set kafka.create_topic=true to let the relay create it",
+			r.cfg.Topic, strings.Join(r.cfg.Brokers, ","))}
+	}
+	req := &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic:             r.cfg.Topic,
+		NumPartitions:     r.cfg.Partitions,
+		ReplicationFactor: r.cfg.ReplicationFactor,
+	}}}
+	for k, v := range r.cfg.TopicConfig {
+		req.Topics[0].ConfigEntries = append(req.Topics[0].ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+	}
+	res, err := r.client.CreateTopics(ctx, req)
+	if err != nil {
+		return fmt.Errorf("create kafka topic %s: %w", r.cfg.Topic, err)
+	}
+	if err := res.Errors[r.cfg.Topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		// A bad partition count, replication factor or topic config will not fix itself.
+		return &permanentError{fmt.Errorf("create kafka topic %s (kafka.partitions=%d, kafka.replication_factor=%d): %w",
+			r.cfg.Topic, r.cfg.Partitions, r.cfg.ReplicationFactor, err)}
+	}
+	r.log.Info("created kafka topic")
+	return nil
+}
+
+// permanentError is a failure that retrying cannot fix (configuration), so even follow mode
+// gives up on it.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }

@@ -1,0 +1,516 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+)
+
+// Relay publishes outbox rows to Kafka. RunOnce drains what is pending and returns; Run
+// follows the table until its context ends. A Relay runs one of them at a time; several
+// Relays (in one process or many) may run at once and split the lanes between them.
+type Relay struct {
+	pool      *pgxpool.Pool
+	cfg       RelayConfig
+	log       *zap.Logger
+	transport *kafka.Transport
+	writer    *kafka.Writer
+	client    *kafka.Client
+	lanes     *laneSet
+	topicOK   bool
+	running   atomic.Bool
+
+	mu    sync.Mutex
+	total Result
+}
+
+// Result is what a pass did.
+type Result struct {
+	Published int64 // rows acknowledged by Kafka and marked published
+	Failed    int64 // rows the broker rejected permanently, marked failed
+	Batches   int
+	Pruned    int64 // published rows deleted (follow mode)
+
+	LanesHeld   int      // lanes this relay held at the start of the pass
+	LanesBusy   int      // lanes other relays held, left to them
+	PendingBusy int64    // pending rows in those lanes
+	BusyOwners  []string // who holds them
+}
+
+// NewRelay validates cfg (filling defaults) and prepares the Kafka writer; it connects to
+// nothing until RunOnce or Run.
+func NewRelay(pool *pgxpool.Pool, cfg RelayConfig, log *zap.Logger) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("outbox relay: nil database pool")
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	t := newTransport(cfg)
+	return &Relay{
+		pool:      pool,
+		cfg:       cfg,
+		log:       log.With(zap.String("topic", cfg.Topic), zap.String("relay", cfg.Owner)),
+		transport: t,
+		writer:    NewWriter(cfg, t),
+		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: cfg.WriteTimeout, Transport: t},
+		lanes:     newLaneSet(pool, cfg.Owner, cfg.Lease),
+	}, nil
+}
+
+// Config is the validated configuration with defaults filled in.
+func (r *Relay) Config() RelayConfig { return r.cfg }
+
+// Totals adds up every pass and batch so far (for metrics).
+func (r *Relay) Totals() Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total
+}
+
+// Close releases the Kafka connections. Call it after RunOnce/Run returned.
+func (r *Relay) Close() error {
+	err := r.writer.Close()
+	r.transport.CloseIdleConnections()
+	return err
+}
+
+// RunOnce publishes everything pending in the lanes it can lease, then releases them. Lanes
+// leased by another relay are left to it and reported in Result (not an error). A failing
+// broker is retried RelayConfig.Attempts times with backoff, then RunOnce returns an error;
+// rows that were not acknowledged stay pending.
+func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
+	var res Result
+	if !r.running.CompareAndSwap(false, true) {
+		return res, errors.New("outbox relay: RunOnce called while the relay is running")
+	}
+	defer r.running.Store(false)
+	defer r.releaseLanes(ctx)
+
+	failures := 0
+	giveUp := func(err error) error {
+		failures++
+		r.cfg.Test.publishError(err)
+		var perm *permanentError
+		if errors.As(err, &perm) {
+			return err
+		}
+		if failures >= r.cfg.Attempts {
+			return fmt.Errorf("relay-outbox gave up after %d attempts (kafka.retry.attempts); unpublished rows stay in the outbox: %w", failures, err)
+		}
+		d := r.backoff(failures)
+		r.log.Warn("relay attempt failed, retrying", zap.Error(err), zap.Int("attempt", failures), zap.Duration("backoff", d))
+		return r.wait(ctx, d, nil)
+	}
+	for !r.topicOK {
+		if err := r.checkTopic(ctx); err != nil {
+			if err := giveUp(err); err != nil {
+				return res, err
+			}
+		}
+	}
+	if _, err := r.lanes.acquire(ctx); err != nil {
+		return res, err
+	}
+	res.LanesHeld = len(r.lanes.held)
+	for {
+		n, err := r.step(ctx, &res)
+		if err != nil {
+			if err := giveUp(err); err != nil {
+				return res, err
+			}
+			continue
+		}
+		failures = 0
+		if n == 0 {
+			break
+		}
+	}
+	busy, err := r.lanes.busy(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.LanesBusy, res.PendingBusy, res.BusyOwners = busy.Lanes, busy.Pending, busy.Owners
+	r.log.Info("outbox relay pass done",
+		zap.Int64("published", res.Published), zap.Int64("failed", res.Failed), zap.Int("batches", res.Batches),
+		zap.Int("lanes_held", res.LanesHeld), zap.Int("lanes_busy", res.LanesBusy), zap.Int64("pending_busy", res.PendingBusy))
+	return res, nil
+}
+
+// Run follows the outbox until ctx ends (then it returns nil): it publishes as rows commit
+// (woken by a notification, or every PollInterval), takes over lanes that other relays free
+// or abandon, prunes published rows every PruneInterval, and backs off and retries forever
+// while the broker or the database is unavailable. It returns an error only for what
+// retrying cannot fix, such as a missing topic it may not create.
+//
+// Run holds one pooled connection for LISTEN while it runs.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("outbox relay: Run called while the relay is running")
+	}
+	defer r.running.Store(false)
+	ctx, cancel := context.WithCancel(ctx)
+	var listener sync.WaitGroup
+	defer listener.Wait()
+	defer cancel()
+	defer r.releaseLanes(ctx)
+
+	wake := make(chan struct{}, 1)
+	listener.Go(func() { r.listen(ctx, wake) })
+
+	var res Result // a scratch tally; totals go to r.total per batch
+	failures := 0
+	acquireEvery := min(r.cfg.PollInterval, r.cfg.Lease/4)
+	var nextAcquire, nextPrune time.Time
+	for ctx.Err() == nil {
+		now := time.Now()
+		var err error
+		switch {
+		case !r.topicOK:
+			err = r.checkTopic(ctx)
+		case now.After(nextAcquire):
+			nextAcquire = now.Add(acquireEvery)
+			var got []int16
+			if got, err = r.lanes.acquire(ctx); len(got) > 0 {
+				r.log.Info("acquired outbox lanes", zap.Int16s("lanes", got), zap.Int("held", len(r.lanes.held)))
+			}
+		case now.After(nextPrune):
+			var n int64
+			var more bool
+			// A bounded number of statements per turn, so a large backlog of old rows does
+			// not hold up publishing or lease renewal.
+			n, more, err = prune(ctx, r.pool, r.cfg.Retention, r.cfg.PruneBatch, 10)
+			r.add(Result{Pruned: n})
+			nextPrune = now.Add(r.cfg.PruneInterval)
+			if more {
+				nextPrune = now
+			}
+			if n > 0 {
+				r.log.Info("pruned published outbox rows", zap.Int64("deleted", n), zap.Duration("older_than", r.cfg.Retention))
+			}
+		default:
+			var n int
+			if n, err = r.step(ctx, &res); err == nil {
+				failures = 0
+				if n == 0 {
+					r.cfg.Test.idle()
+					_ = r.wait(ctx, r.cfg.PollInterval, wake)
+				}
+			}
+		}
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		var perm *permanentError
+		if errors.As(err, &perm) {
+			return err
+		}
+		failures++
+		r.cfg.Test.publishError(err)
+		d := r.backoff(failures)
+		r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff", d))
+		_ = r.wait(ctx, d, nil)
+	}
+	return nil
+}
+
+func (r *Relay) checkTopic(ctx context.Context) error {
+	if err := r.ensureTopic(ctx); err != nil {
+		return err
+	}
+	r.topicOK = true
+	return nil
+}
+
+// step publishes one batch from the held lanes: read, publish, record. It returns how many
+// rows it read (0 = nothing pending in those lanes) and an error when the batch could not be
+// fully published; rows not acknowledged stay pending either way.
+func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
+	if err := r.renewIfDue(ctx); err != nil {
+		return 0, err
+	}
+	// Only lanes whose lease outlasts the longest a publish can take: the write timeout, plus
+	// as much again for a produce request kafka-go may still be finishing after it.
+	lanes := r.lanes.usable(2 * r.cfg.WriteTimeout)
+	if len(lanes) == 0 {
+		return 0, nil
+	}
+	rows, err := fetchPending(ctx, r.pool, lanes, r.cfg.BatchSize)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	out := r.publish(ctx, rows)
+	published, failed, err := recordOutcome(ctx, r.pool, out.ids, out.errs, r.lanes.tokens())
+	if err != nil {
+		return len(rows), err
+	}
+	if lost := int64(len(out.ids)) - int64(len(published)+len(failed)); lost > 0 {
+		// The lease of some lanes changed hands; their new holder publishes these rows again.
+		r.log.Warn("outbox rows not marked: their lanes went to another relay", zap.Int64("rows", lost))
+		if _, err := r.lanes.renew(ctx); err != nil {
+			return len(rows), err
+		}
+	}
+	batch := Result{Published: int64(len(published)), Failed: int64(len(failed)), Batches: 1}
+	res.Published += batch.Published
+	res.Failed += batch.Failed
+	res.Batches++
+	r.add(batch)
+	r.cfg.Test.published(published)
+	r.cfg.Test.failed(failed)
+	for i, id := range out.ids {
+		if out.errs[i] != nil {
+			r.log.Error("kafka rejected outbox event; marked failed (collector outbox retry to resend)",
+				zap.Int64("outbox_id", id), zap.String("error", *out.errs[i]))
+		}
+	}
+	if out.err != nil {
+		cause := out.err.Error()
+		if err := recordAttempt(ctx, r.pool, out.pending, cause); err != nil {
+			r.log.Warn("could not record failed attempt", zap.Error(err))
+		}
+		return len(rows), out.err
+	}
+	return len(rows), nil
+}
+
+func (r *Relay) add(b Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.total.Published += b.Published
+	r.total.Failed += b.Failed
+	r.total.Batches += b.Batches
+	r.total.Pruned += b.Pruned
+}
+
+// outcome is what publishing a batch decided: ids[i] published when errs[i] is nil, failed
+// with *errs[i] otherwise; pending rows were not acknowledged because of err.
+type outcome struct {
+	ids     []int64
+	errs    []*string
+	pending []int64
+	err     error
+}
+
+func (o *outcome) decide(id int64, rejectedBy error) {
+	o.ids = append(o.ids, id)
+	if rejectedBy == nil {
+		o.errs = append(o.errs, nil)
+		return
+	}
+	msg := rejectedBy.Error()
+	o.errs = append(o.errs, &msg)
+}
+
+// publish sends rows in id order, in chunks of at most BatchBytes so that each chunk is one
+// produce request per partition. It stops at the first chunk that fails for a reason other
+// than a rejected message: the rest stays pending, so no later event of an item can overtake
+// an earlier one that was not acknowledged.
+func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
+	var out outcome
+	var chunk []pendingRow
+	var msgs []kafka.Message
+	var size int64
+	flush := func() {
+		if len(chunk) > 0 && out.err == nil {
+			r.writeChunk(ctx, chunk, msgs, &out)
+		} else {
+			for _, row := range chunk {
+				out.pending = append(out.pending, row.ID)
+			}
+		}
+		chunk, msgs, size = chunk[:0], msgs[:0], 0
+	}
+	for _, row := range rows {
+		m := message(row, r.cfg.Source)
+		n := messageSize(m)
+		if n > r.cfg.BatchBytes {
+			if out.err != nil {
+				out.pending = append(out.pending, row.ID)
+			} else {
+				out.decide(row.ID, fmt.Errorf("event of about %d bytes is larger than kafka.batch_bytes (%d)", n, r.cfg.BatchBytes))
+			}
+			continue
+		}
+		if size+n > r.cfg.BatchBytes {
+			flush()
+		}
+		chunk, msgs, size = append(chunk, row), append(msgs, m), size+n
+	}
+	flush()
+	return out
+}
+
+// writeChunk publishes one chunk. Messages of a partition whose request was rejected are
+// retried one by one in id order to find which of them the broker refuses.
+func (r *Relay) writeChunk(ctx context.Context, rows []pendingRow, msgs []kafka.Message, out *outcome) {
+	err := r.write(ctx, msgs)
+	if err == nil {
+		for _, row := range rows {
+			out.decide(row.ID, nil)
+		}
+		return
+	}
+	var werrs kafka.WriteErrors
+	if !errors.As(err, &werrs) || len(werrs) != len(msgs) {
+		for _, row := range rows {
+			out.pending = append(out.pending, row.ID)
+		}
+		out.err = r.wrapWriteErr(len(msgs), err)
+		return
+	}
+	for i, row := range rows {
+		e := werrs[i]
+		if e != nil && rejected(e) && out.err == nil {
+			e = r.write(ctx, msgs[i:i+1])
+		}
+		switch {
+		case e == nil:
+			out.decide(row.ID, nil)
+		case rejected(e) && out.err == nil:
+			out.decide(row.ID, e)
+		default:
+			if out.err == nil {
+				out.err = r.wrapWriteErr(len(msgs), e)
+			}
+			out.pending = append(out.pending, row.ID)
+		}
+	}
+}
+
+func (r *Relay) write(ctx context.Context, msgs []kafka.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	defer cancel()
+	err := r.writer.WriteMessages(ctx, msgs...)
+	var werrs kafka.WriteErrors
+	if len(msgs) == 1 && errors.As(err, &werrs) && len(werrs) == 1 {
+		return werrs[0] // the broker's own error reads better in last_error
+	}
+	return err
+}
+
+func (r *Relay) wrapWriteErr(n int, err error) error {
+	return fmt.Errorf("publish %d events to kafka topic %s at %s: %w", n, r.cfg.Topic, strings.Join(r.cfg.Brokers, ","), err)
+}
+
+// renewIfDue renews the leases a quarter of a lease after the last renewal, which leaves
+// well over two write timeouts of lease for the next batch.
+func (r *Relay) renewIfDue(ctx context.Context) error {
+	if len(r.lanes.held) == 0 || time.Now().Before(r.renewAt()) {
+		return nil
+	}
+	lost, err := r.lanes.renew(ctx)
+	if len(lost) > 0 {
+		r.log.Warn("outbox lanes taken over by another relay after our lease expired", zap.Int16s("lanes", lost))
+	}
+	return err
+}
+
+func (r *Relay) renewAt() time.Time { return r.lanes.minValid().Add(-r.cfg.Lease * 3 / 4) }
+
+// wait sleeps for d, until wake fires or ctx ends, renewing leases when they are due so that
+// a relay backing off from a broker outage keeps its lanes.
+func (r *Relay) wait(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	end := time.Now().Add(d)
+	for {
+		renewErr := r.renewIfDue(ctx)
+		if renewErr != nil && ctx.Err() == nil {
+			r.log.Warn("could not renew outbox lane leases", zap.Error(renewErr))
+		}
+		left := time.Until(end)
+		if left <= 0 {
+			return nil
+		}
+		if renewErr == nil && len(r.lanes.held) > 0 {
+			left = max(min(left, time.Until(r.renewAt())), time.Millisecond)
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-wake:
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// backoff doubles from BackoffMin up to BackoffMax, with jitter so that relays restarted
+// together do not retry in lockstep.
+func (r *Relay) backoff(failures int) time.Duration {
+	d := r.cfg.BackoffMax
+	if failures < 32 {
+		if b := r.cfg.BackoffMin << (failures - 1); b > 0 && b < d {
+			d = b
+		}
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// releaseLanes hands the lanes back even when ctx is already cancelled (the usual way out).
+func (r *Relay) releaseLanes(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.lanes.release(ctx); err != nil {
+		r.log.Warn("could not release outbox lanes; they free up when the lease expires", zap.Error(err))
+	}
+}
+
+// listen turns outbox notifications into wake-ups, reconnecting after errors; meanwhile the
+// relay falls back to polling every PollInterval.
+func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
+	for failures := 1; ctx.Err() == nil; failures++ {
+		err := r.listenOnce(ctx, wake)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.Warn("outbox notifications interrupted; polling until reconnected", zap.Error(err))
+		t := time.NewTimer(r.backoff(failures))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) error {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection for LISTEN: %w", err)
+	}
+	// A LISTENing connection must not go back to the pool (it would keep collecting
+	// notifications), so it is taken out and closed.
+	pc := conn.Hijack()
+	defer pc.Close(context.WithoutCancel(ctx))
+	if _, err := pc.Exec(ctx, "LISTEN outbox_pending"); err != nil {
+		return fmt.Errorf("LISTEN outbox_pending: %w", err)
+	}
+	for {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+		if _, err := pc.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("wait for outbox notification: %w", err)
+		}
+	}
+}

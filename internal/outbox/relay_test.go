@@ -1,0 +1,318 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// N snapshots become N messages, keyed by item, with the CloudEvents headers and the JSON
+// value docs/events.md describes, and the rows are marked published.
+func TestRelayPublishesSnapshotsAsDocumented(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	events := snapshotEvents(5, 4)
+	enqueue(t, pool, events)
+
+	r, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "relay-a"))
+	res, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Published != int64(len(events)) || res.Failed != 0 || res.LanesHeld != Lanes || res.LanesBusy != 0 {
+		t.Fatalf("result %+v, want %d published from all %d lanes", res, len(events), Lanes)
+	}
+
+	rows := outboxRows(t, pool)
+	recs := consumeAll(t, broker, testTopic)
+	if len(recs) != len(events) {
+		t.Fatalf("topic holds %d records, want %d", len(recs), len(events))
+	}
+	byEventID := map[string]outboxRow{}
+	for _, row := range rows {
+		if !row.Published || row.Attempts != 1 {
+			t.Fatalf("row %d: published=%v attempts=%d, want published after 1 attempt", row.ID, row.Published, row.Attempts)
+		}
+		byEventID[row.EventID] = row
+	}
+	bySnapshot := map[int64]SnapshotEvent{}
+	for _, ev := range events {
+		ev.SchemaVersion = SchemaVersion
+		bySnapshot[ev.SnapshotID] = ev
+	}
+	for _, rec := range recs {
+		ceID, _ := header(rec, HeaderID)
+		row, ok := byEventID[ceID]
+		if !ok {
+			t.Fatalf("record has ce_id %q, which is no outbox event", ceID)
+		}
+		want := map[string]string{
+			HeaderSpecVersion: "1.0",
+			HeaderID:          row.EventID,
+			HeaderType:        EventTypeSnapshot,
+			HeaderSource:      "duecollector/neople",
+			HeaderTime:        row.CreatedAt.UTC().Format(time.RFC3339Nano),
+			HeaderSubject:     row.ItemID,
+			HeaderContentType: "application/json",
+		}
+		if len(rec.Headers) != len(want) {
+			t.Fatalf("record has %d headers, want %d: %v", len(rec.Headers), len(want), rec.Headers)
+		}
+		for k, v := range want {
+			if got, _ := header(rec, k); got != v {
+				t.Fatalf("header %s = %q, want %q", k, got, v)
+			}
+		}
+		if ts, err := time.Parse(time.RFC3339, want[HeaderTime]); err != nil || !ts.Equal(row.CreatedAt) {
+			t.Fatalf("ce_time %q is not RFC 3339 for %s: %v", want[HeaderTime], row.CreatedAt, err)
+		}
+		if string(rec.Key) != row.ItemID || !rec.Timestamp.Equal(row.CreatedAt.Truncate(time.Millisecond)) {
+			t.Fatalf("key %q timestamp %s, want %q %s", rec.Key, rec.Timestamp, row.ItemID, row.CreatedAt)
+		}
+		var got SnapshotEvent
+		dec := json.NewDecoder(bytes.NewReader(rec.Value))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&got); err != nil {
+			t.Fatalf("value %s: %v", rec.Value, err)
+		}
+		if want := bySnapshot[got.SnapshotID]; !reflect.DeepEqual(got, want) {
+			t.Fatalf("value decodes to %+v, want %+v", got, want)
+		}
+		var fields map[string]any
+		if err := json.Unmarshal(rec.Value, &fields); err != nil || len(fields) != reflect.TypeFor[SnapshotEvent]().NumField() {
+			t.Fatalf("value %s: every field must be present, nulls included (%v)", rec.Value, err)
+		}
+	}
+	checkDelivery(t, rows, recs)
+
+	// Nothing is sent twice: a second pass finds nothing to do.
+	res, err = r.RunOnce(context.Background())
+	if err != nil || res.Published != 0 || topicSize(broker, testTopic) != int64(len(events)) {
+		t.Fatalf("second pass: %+v %v, topic holds %d", res, err, topicSize(broker, testTopic))
+	}
+}
+
+// Three relays following the outbox at once, with rows arriving while they run, a relay
+// stopping midway and a fourth, dead one whose leases must expire first: every row arrives,
+// each item's events in order, and any duplicate is the same event.
+func TestRelaysAtOnceKeepPerItemOrder(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	const items, rounds = 50, 100 // 5,000 rows
+	all := snapshotEvents(items, rounds)
+	enqueue(t, pool, all[:1000])
+
+	// A relay that died holding lanes 0-3: nobody may publish them until the lease expires.
+	if _, err := pool.Exec(context.Background(), `
+		UPDATE outbox_relay_lanes SET owner = 'dead-relay', lease_token = gen_random_uuid(),
+		       lease_expires_at = now() + interval '2 seconds', acquired_at = now()
+		WHERE lane < 4`); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type running struct {
+		relay  *Relay
+		cancel context.CancelFunc
+		done   chan error
+	}
+	var relays []running
+	for i := range 3 {
+		cfg := testConfig(broker.ListenAddrs(), "relay-"+string(rune('a'+i)))
+		cfg.BatchSize = 50
+		r, _ := newTestRelay(t, pool, cfg)
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		relays = append(relays, running{r, rcancel, done})
+	}
+
+	// The rest arrives in many small transactions while the relays run.
+	var writers sync.WaitGroup
+	writers.Go(func() {
+		for i := 1000; i < len(all); i += 100 {
+			enqueue(t, pool, all[i:i+100])
+		}
+	})
+
+	// Stop whichever relay holds lanes once a good part is out; the others take its lanes.
+	waitFor(t, time.Minute, "2,000 rows published", func() bool { return countWhere(t, pool, "published_at IS NOT NULL") >= 2000 })
+	var owner string
+	if err := pool.QueryRow(ctx, `SELECT owner FROM outbox_relay_lanes WHERE owner LIKE 'relay-%' GROUP BY owner ORDER BY count(*) DESC LIMIT 1`).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	stopped := &relays[owner[len(owner)-1]-'a']
+	stopped.cancel()
+	if err := <-stopped.done; err != nil {
+		t.Fatalf("stopped relay: %v", err)
+	}
+	stopped.done = nil
+
+	writers.Wait()
+	waitFor(t, 2*time.Minute, "all 5,000 rows published", func() bool { return countWhere(t, pool, "published_at IS NOT NULL") == len(all) })
+	cancel()
+	for _, r := range relays {
+		if r.done == nil {
+			continue
+		}
+		if err := <-r.done; err != nil {
+			t.Fatalf("relay: %v", err)
+		}
+	}
+
+	active := 0
+	for _, r := range relays {
+		if r.relay.Totals().Published > 0 {
+			active++
+		}
+	}
+	if active < 2 {
+		t.Fatalf("only %d relay published anything; lanes never changed hands", active)
+	}
+
+	rows := outboxRows(t, pool)
+	recs := consumeAll(t, broker, testTopic)
+	dups := checkDelivery(t, rows, recs)
+	t.Logf("%d rows, %d records, %d duplicates, %d relays published", len(rows), len(recs), dups, active)
+	if countWhere(t, pool, "failed_at IS NOT NULL") != 0 {
+		t.Fatal("rows marked failed")
+	}
+}
+
+// A row whose transaction commits after rows with higher ids were published is still
+// published: the relay has no "last published id" cursor.
+func TestRelayPublishesRowsCommittedLate(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	ctx := context.Background()
+	r, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "relay-a"))
+
+	late, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(ctx) //nolint:errcheck
+	evs := snapshotEvents(2, 1)
+	if err := EnqueueSnapshots(ctx, late, evs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, evs[1:])
+	if res, err := r.RunOnce(ctx); err != nil || res.Published != 1 {
+		t.Fatalf("first pass: %+v %v, want the committed row published", res, err)
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.RunOnce(ctx); err != nil || res.Published != 1 {
+		t.Fatalf("second pass: %+v %v, want the late row published", res, err)
+	}
+	rows := outboxRows(t, pool)
+	if rows[0].ID > rows[1].ID || !rows[0].Published {
+		t.Fatalf("late row %+v", rows[0])
+	}
+	checkDelivery(t, rows, consumeAll(t, broker, testTopic))
+}
+
+// The broker appends a batch but answers with an error (REQUEST_TIMED_OUT): the relay must
+// not mark those rows, and sends them again with the same ce_id.
+func TestRelayResendsWhatWasNotAcknowledged(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	enqueue(t, pool, snapshotEvents(10, 3))
+	fault := broker.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: testTopic, Err: kerr.RequestTimedOut})
+
+	r, sig := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "relay-a"))
+	res, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fault.Hits() != 1 {
+		t.Fatalf("fault hit %d times", fault.Hits())
+	}
+	select {
+	case err := <-sig.PublishError.C():
+		if !errors.Is(err, kerr.RequestTimedOut) && !strings.Contains(err.Error(), "Timed Out") {
+			t.Fatalf("publish error %v", err)
+		}
+	default:
+		t.Fatal("no failed attempt reported")
+	}
+	rows := outboxRows(t, pool)
+	resent := 0
+	for _, row := range rows {
+		if row.Attempts == 2 {
+			resent++
+			if row.LastError == nil || !strings.Contains(*row.LastError, "Timed Out") {
+				t.Fatalf("row %d: last_error %v", row.ID, row.LastError)
+			}
+		}
+	}
+	recs := consumeAll(t, broker, testTopic)
+	dups := checkDelivery(t, rows, recs)
+	if res.Published != int64(len(rows)) || resent == 0 || dups != resent {
+		t.Fatalf("published %d of %d, %d rows re-sent, %d duplicates in the topic", res.Published, len(rows), resent, dups)
+	}
+}
+
+// The broker goes away mid-run and comes back on the same address with its data: the
+// following relay backs off, marks nothing while the broker is down, and then delivers
+// everything in order.
+func TestRelaySurvivesBrokerRestart(t *testing.T) {
+	pool := newDB(t)
+	dir := t.TempDir()
+	broker := newBroker(t, kfake.DataDir(dir))
+	addrs := broker.ListenAddrs()
+	_, port, _ := net.SplitHostPort(addrs[0])
+	enqueue(t, pool, snapshotEvents(30, 50))
+
+	cfg := testConfig(addrs, "relay-a")
+	cfg.BatchSize = 20
+	r, sig := newTestRelay(t, pool, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+
+	for range 3 {
+		<-sig.Published.C()
+	}
+	broker.Close()
+	<-sig.PublishError.C()
+	marked := countWhere(t, pool, "published_at IS NOT NULL")
+	for range 3 {
+		<-sig.PublishError.C()
+	}
+	if now := countWhere(t, pool, "published_at IS NOT NULL"); now != marked {
+		t.Fatalf("rows marked published while the broker was down: %d, then %d", marked, now)
+	}
+	if marked == 1500 {
+		t.Fatal("everything was published before the broker stopped; the test proves nothing")
+	}
+
+	p, _ := strconv.Atoi(port)
+	restarted, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(p), kfake.DataDir(dir))
+	if err != nil {
+		t.Fatalf("restart kfake on port %d: %v", p, err)
+	}
+	defer restarted.Close()
+
+	waitFor(t, time.Minute, "all rows published after the restart", func() bool { return countWhere(t, pool, "published_at IS NOT NULL") == 1500 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	checkDelivery(t, outboxRows(t, pool), consumeAll(t, restarted, testTopic))
+}

@@ -1,0 +1,310 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/config"
+)
+
+// ClientConfig builds one workload's client. Zero values take the defaults noted; Key and
+// BaseURL are required.
+type ClientConfig struct {
+	Workload     Workload
+	BaseURL      string
+	Key          string
+	KeyIn        string        // "header" (default) or "query"
+	Timeout      time.Duration // per HTTP request, limiter waits excluded; default 10s
+	MaxBodyBytes int64         // default 8 MiB
+	Rate         float64       // requests per second; default 500
+	Burst        int           // default 50
+	PerMinute    int           // requests in any rolling 60 s; default 30000
+	AuctionLimit int           // rows per /df/auction call; default and cap 400
+	SoldLimit    int           // rows per /df/auction-sold call; default and cap 100
+	HTTPClient   *http.Client  // optional; its Timeout, if any, also applies
+}
+
+// Client calls the endpoints of one workload with that workload's key and budget. It is safe
+// for concurrent use.
+type Client struct {
+	cfg      ClientConfig
+	base     *url.URL
+	http     *http.Client
+	lim      *limiter
+	redactor *strings.Replacer
+
+	requests, failures atomic.Int64
+}
+
+// Route names used as Error.Endpoint: paths without the query or the item id.
+const (
+	EndpointAuction     = "/df/auction"
+	EndpointAuctionSold = "/df/auction-sold"
+	EndpointItems       = "/df/items"
+	EndpointItem        = "/df/items/{itemId}"
+)
+
+// Caps the API applies to limit.
+const (
+	MaxAuctionLimit = 400
+	MaxSoldLimit    = 100
+	MaxItemsLimit   = 30
+)
+
+// NewClient validates cfg, fills defaults and builds the client.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Workload != WorkloadMarket && cfg.Workload != WorkloadItem {
+		return nil, fmt.Errorf("neople client: unknown workload %q", cfg.Workload)
+	}
+	if strings.TrimSpace(cfg.Key) == "" {
+		return nil, fmt.Errorf("%s is not set: the %s workload needs its own key (there is no shared fallback)",
+			cfg.Workload.KeyEnv(), cfg.Workload)
+	}
+	if cfg.Rate < 0 || cfg.Burst < 0 || cfg.PerMinute < 0 || cfg.Timeout < 0 || cfg.MaxBodyBytes < 0 ||
+		cfg.AuctionLimit < 0 || cfg.SoldLimit < 0 {
+		return nil, fmt.Errorf("neople %s client: negative limit in %+v", cfg.Workload, redactedConfig(cfg))
+	}
+	base, err := url.Parse(cfg.BaseURL)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" || base.RawQuery != "" {
+		return nil, fmt.Errorf("neople %s client: base URL %q must be an http(s) URL without a query", cfg.Workload, cfg.BaseURL)
+	}
+	base.Path = strings.TrimRight(base.Path, "/")
+	switch cfg.KeyIn {
+	case "":
+		cfg.KeyIn = "header"
+	case "header", "query":
+	default:
+		return nil, fmt.Errorf("neople %s client: key_in %q: allowed header, query", cfg.Workload, cfg.KeyIn)
+	}
+	cfg.Timeout = orDefault(cfg.Timeout, 10*time.Second)
+	cfg.MaxBodyBytes = orDefault(cfg.MaxBodyBytes, 8<<20)
+	cfg.Rate = orDefault(cfg.Rate, 500)
+	cfg.Burst = orDefault(cfg.Burst, 50)
+	cfg.PerMinute = orDefault(cfg.PerMinute, 30000)
+	cfg.AuctionLimit = min(orDefault(cfg.AuctionLimit, MaxAuctionLimit), MaxAuctionLimit)
+	cfg.SoldLimit = min(orDefault(cfg.SoldLimit, MaxSoldLimit), MaxSoldLimit)
+
+	hc := cfg.HTTPClient
+	if hc == nil {
+		// The default keeps only 2 idle connections per host, which churns connections
+		// under a collector's concurrency.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		hc = &http.Client{Transport: tr}
+	}
+	// The key as it can appear in any text: raw, or escaped inside a URL.
+	k := cfg.Key
+	redactor := strings.NewReplacer(k, "[redacted]", url.QueryEscape(k), "[redacted]", url.PathEscape(k), "[redacted]")
+	return &Client{
+		cfg: cfg, base: base, http: hc, redactor: redactor,
+		lim: newLimiter(cfg.Rate, cfg.Burst, cfg.PerMinute),
+	}, nil
+}
+
+// FromConfig builds the client for workload w from the provider section and its key.
+func FromConfig(pc config.ProviderConfig, w Workload) (*Client, error) {
+	var key config.Secret
+	var lim config.WorkloadLimits
+	switch w {
+	case WorkloadMarket:
+		key, lim = pc.MarketKey, pc.Market
+	case WorkloadItem:
+		key, lim = pc.ItemKey, pc.Item
+	default:
+		return nil, fmt.Errorf("neople client: unknown workload %q", w)
+	}
+	return NewClient(ClientConfig{
+		Workload: w, BaseURL: pc.BaseURL, Key: key.Reveal(), KeyIn: pc.KeyIn,
+		Timeout: pc.Timeout, MaxBodyBytes: pc.MaxBodyBytes,
+		Rate: lim.Rate, Burst: lim.Burst, PerMinute: lim.PerMinute,
+		AuctionLimit: pc.AuctionLimit, SoldLimit: pc.SoldLimit,
+	})
+}
+
+// Workload is the workload whose key this client holds.
+func (c *Client) Workload() Workload { return c.cfg.Workload }
+
+// SetRateFactor scales the per-second rate to f × the configured rate, f clamped to
+// [0.01, 1]; used to ramp up gently after an outage. The per-minute ceiling is unchanged.
+func (c *Client) SetRateFactor(f float64) { c.lim.setFactor(f) }
+
+// ClientStats counts what the client did since it was built.
+type ClientStats struct {
+	Requests int64         // HTTP requests sent
+	Errors   int64         // calls that returned an error
+	Waited   time.Duration // total time callers spent waiting on the budgets
+}
+
+// Stats reports the counters.
+func (c *Client) Stats() ClientStats {
+	return ClientStats{Requests: c.requests.Load(), Errors: c.failures.Load(), Waited: time.Duration(c.lim.waited.Load())}
+}
+
+// Auction returns the current listings of one item, cheapest first, at most AuctionLimit rows.
+func (c *Client) Auction(ctx context.Context, itemID string) ([]Listing, error) {
+	q := url.Values{"itemId": {itemID}, "sort": {"unitPrice:asc"}, "limit": {strconv.Itoa(c.cfg.AuctionLimit)}}
+	return call(ctx, c, WorkloadMarket, EndpointAuction, "", itemID, q, parseAuction)
+}
+
+// AuctionSold returns the latest sales of one item, newest first as the API orders them, at
+// most SoldLimit rows. Identical rows are distinct sales.
+func (c *Client) AuctionSold(ctx context.Context, itemID string) ([]Sale, error) {
+	q := url.Values{"itemId": {itemID}, "limit": {strconv.Itoa(c.cfg.SoldLimit)}}
+	return call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", itemID, q, parseSold)
+}
+
+// SearchItems searches the catalog by name. wordType is "match" (exact, the API's default
+// when ""), "front" (prefix) or "full" (contains). limit <= 0 or above 30 means 30.
+func (c *Client) SearchItems(ctx context.Context, name, wordType string, limit int) ([]Item, error) {
+	switch wordType {
+	case "", "match", "front", "full":
+	default:
+		return nil, c.fail(&Error{Class: ClassBug, Endpoint: EndpointItems,
+			Err: fmt.Errorf("wordType %q: allowed match, front, full", wordType)})
+	}
+	if limit <= 0 || limit > MaxItemsLimit {
+		limit = MaxItemsLimit
+	}
+	q := url.Values{"itemName": {name}, "limit": {strconv.Itoa(limit)}}
+	if wordType != "" {
+		q.Set("wordType", wordType)
+	}
+	return call(ctx, c, WorkloadItem, EndpointItems, "", name, q, parseItems)
+}
+
+// GetItem returns one item by id.
+func (c *Client) GetItem(ctx context.Context, itemID string) (Item, error) {
+	return call(ctx, c, WorkloadItem, EndpointItem, "/df/items/"+itemID, itemID, url.Values{}, parseItem)
+}
+
+// call runs one request: workload guard, budgets, HTTP, classification, parsing. path
+// defaults to endpoint; arg is the required parameter, which must not be blank.
+func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg string, q url.Values, parse func([]byte) (T, error)) (T, error) {
+	var zero T
+	if c.cfg.Workload != w {
+		return zero, c.fail(&Error{Class: ClassBug, Endpoint: endpoint,
+			Err: fmt.Errorf("%s is a %s endpoint; this client holds the %s key", endpoint, w, c.cfg.Workload)})
+	}
+	if strings.TrimSpace(arg) == "" {
+		return zero, c.fail(&Error{Class: ClassBug, Endpoint: endpoint, Err: errors.New("empty item id or name")})
+	}
+	if err := c.lim.wait(ctx); err != nil {
+		e := &Error{Class: ClassTransient, Endpoint: endpoint, Err: fmt.Errorf("waiting for the rate budget: %w", err)}
+		var be *budgetError
+		if errors.As(err, &be) {
+			e.Class, e.RetryAfter = ClassRateLimited, be.after
+		}
+		return zero, c.fail(e)
+	}
+	if path == "" {
+		path = endpoint
+	}
+	body, err := c.do(ctx, endpoint, path, q)
+	if err != nil {
+		return zero, c.fail(err)
+	}
+	v, perr := parse(body)
+	if perr != nil {
+		return zero, c.fail(&Error{Class: ClassTransient, Endpoint: endpoint, Status: http.StatusOK, Err: perr})
+	}
+	return v, nil
+}
+
+// do sends one GET and returns the body of a 200; anything else becomes an *Error.
+func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([]byte, *Error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	u := *c.base
+	u.Path += path
+	if c.cfg.KeyIn == "query" {
+		q.Set("apikey", c.cfg.Key)
+	}
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, &Error{Class: ClassBug, Endpoint: endpoint, Err: stripURL(err, endpoint)}
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.cfg.KeyIn == "header" {
+		req.Header.Set("apikey", c.cfg.Key)
+	}
+	c.requests.Add(1)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, &Error{Class: ClassTransient, Endpoint: endpoint, Err: stripURL(err, endpoint)}
+	}
+	defer resp.Body.Close()
+	fail := func(class Class, err error) *Error {
+		return &Error{Class: class, Endpoint: endpoint, Status: resp.StatusCode, Err: err}
+	}
+	tooBig := fmt.Errorf("response body exceeds %d bytes (provider.max_body_bytes)", c.cfg.MaxBodyBytes)
+	if resp.ContentLength > c.cfg.MaxBodyBytes {
+		return nil, fail(ClassTransient, tooBig)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxBodyBytes+1))
+	if err != nil {
+		return nil, fail(ClassTransient, fmt.Errorf("reading response body: %w", stripURL(err, endpoint)))
+	}
+	if int64(len(body)) > c.cfg.MaxBodyBytes {
+		return nil, fail(ClassTransient, tooBig)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return body, nil
+	}
+	code, msg := parseEnvelope(body)
+	e := fail(classify(resp.StatusCode, code), nil)
+	e.Code, e.Message = code, msg
+	if e.Class == ClassRateLimited {
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return nil, e
+}
+
+// fail is the one exit for errors: it stamps the workload, counts, and makes sure the key
+// cannot appear in the text, whatever produced it.
+func (c *Client) fail(e *Error) *Error {
+	c.failures.Add(1)
+	e.Workload = c.cfg.Workload
+	e.Message = c.redactor.Replace(e.Message)
+	if e.Class == ClassConfig && e.Err == nil {
+		e.Err = fmt.Errorf("the provider refused the key in %s", c.cfg.Workload.KeyEnv())
+	}
+	if e.Err != nil {
+		if s := e.Err.Error(); c.redactor.Replace(s) != s {
+			e.Err = errors.New(c.redactor.Replace(s))
+		}
+	}
+	return e
+}
+
+// stripURL replaces the URL inside a *url.Error (which net/http prints whole, query and all)
+// with the endpoint, keeping the cause so errors.Is(err, context.DeadlineExceeded) still works.
+func stripURL(err error, endpoint string) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return &url.Error{Op: ue.Op, URL: endpoint, Err: ue.Err}
+	}
+	return err
+}
+
+func redactedConfig(cfg ClientConfig) ClientConfig {
+	cfg.Key = "[redacted]"
+	cfg.HTTPClient = nil
+	return cfg
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,387 @@
+package provider_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+)
+
+// recorder keeps the last request the simulator received.
+type recorder struct {
+	mu  sync.Mutex
+	req *http.Request
+}
+
+func (r *recorder) last() *http.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.req
+}
+
+type env struct {
+	sim *neoplesim.Server
+	srv *httptest.Server
+	rec *recorder
+}
+
+func newEnv(t *testing.T, opts neoplesim.Options) *env {
+	t.Helper()
+	e := &env{sim: neoplesim.New(opts), rec: &recorder{}}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.rec.mu.Lock()
+		e.rec.req = r.Clone(context.Background())
+		e.rec.mu.Unlock()
+		e.sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *env) client(t *testing.T, w provider.Workload, mod func(*provider.ClientConfig)) *provider.Client {
+	t.Helper()
+	cfg := provider.ClientConfig{Workload: w, BaseURL: e.srv.URL, Key: neoplesim.DefaultMarketKey, Timeout: 5 * time.Second}
+	if w == provider.WorkloadItem {
+		cfg.Key = neoplesim.DefaultItemKey
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := provider.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func wantClass(t *testing.T, err error, want provider.Class) *provider.Error {
+	t.Helper()
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Class != want {
+		t.Fatalf("got %v, want a %s *provider.Error", err, want)
+	}
+	return pe
+}
+
+func TestKeyInHeader(t *testing.T) {
+	e := newEnv(t, neoplesim.Options{Seed: 1})
+	c := e.client(t, provider.WorkloadMarket, nil)
+	item := e.sim.Catalog()[3]
+	rows, err := c.Auction(context.Background(), item.ItemID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.rec.last()
+	if r.Header.Get("apikey") != neoplesim.DefaultMarketKey || r.URL.Query().Has("apikey") ||
+		strings.Contains(r.URL.RawQuery, neoplesim.DefaultMarketKey) {
+		t.Fatalf("key not (only) in the header: query %q", r.URL.RawQuery)
+	}
+	q := r.URL.Query()
+	if r.URL.Path != "/df/auction" || q.Get("itemId") != item.ItemID || q.Get("sort") != "unitPrice:asc" || q.Get("limit") != "400" {
+		t.Fatalf("request %s?%s", r.URL.Path, r.URL.RawQuery)
+	}
+	if len(rows) != 400 {
+		t.Fatalf("got %d listings, want the 400 cap", len(rows))
+	}
+	for i, l := range rows {
+		if l.ItemID != item.ItemID || l.CurrentPrice != l.UnitPrice*l.Count || l.RegCount < l.Count ||
+			l.RegDate.Location() != provider.KST || l.ExpireDate.Sub(l.RegDate) != 24*time.Hour ||
+			(i > 0 && l.UnitPrice < rows[i-1].UnitPrice) {
+			t.Fatalf("listing %d: %+v", i, l)
+		}
+	}
+}
+
+func TestMarketAndItemEndpoints(t *testing.T) {
+	e := newEnv(t, neoplesim.Options{Seed: 2})
+	ctx := context.Background()
+	market := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.SoldLimit = 60 })
+	items := e.client(t, provider.WorkloadItem, func(c *provider.ClientConfig) { c.KeyIn = "query" })
+	cat := e.sim.Catalog()
+
+	sales, err := market.AuctionSold(ctx, cat[0].ItemID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sales) != 60 || e.rec.last().URL.Query().Get("limit") != "60" {
+		t.Fatalf("got %d sales, want 60", len(sales))
+	}
+	for i := 1; i < len(sales); i++ {
+		if sales[i].SoldAt.After(sales[i-1].SoldAt) {
+			t.Fatalf("sales not newest first at %d", i)
+		}
+	}
+
+	found, err := items.SearchItems(ctx, "무색 큐브", "front", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := e.rec.last().URL.Query()
+	if len(found) < 2 || q.Get("limit") != "30" || q.Get("apikey") != neoplesim.DefaultItemKey || e.rec.last().Header.Get("apikey") != "" {
+		t.Fatalf("search: %d items, query %v", len(found), q)
+	}
+	got, err := items.GetItem(ctx, cat[4].ItemID)
+	if err != nil || got != cat[4] {
+		t.Fatalf("GetItem = %+v, %v; want %+v", got, err, cat[4])
+	}
+	none, err := items.SearchItems(ctx, "없는 아이템", "", 0)
+	if err != nil || len(none) != 0 {
+		t.Fatalf("no match: %v, %v", none, err)
+	}
+}
+
+func TestWrongWorkloadIsABug(t *testing.T) {
+	e := newEnv(t, neoplesim.Options{})
+	market := e.client(t, provider.WorkloadMarket, nil)
+	items := e.client(t, provider.WorkloadItem, nil)
+	_, err := market.SearchItems(context.Background(), "코스모 소울", "match", 1)
+	wantClass(t, err, provider.ClassBug)
+	_, err = items.Auction(context.Background(), e.sim.Catalog()[0].ItemID)
+	wantClass(t, err, provider.ClassBug)
+	_, err = market.Auction(context.Background(), "")
+	wantClass(t, err, provider.ClassBug)
+	if n := e.sim.Stats().Requests; n != 0 {
+		t.Fatalf("%d requests reached the provider", n)
+	}
+}
+
+func TestQueryKeyNeverInErrors(t *testing.T) {
+	const sentinel = "SENTINEL/key+42=="
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+
+	sim := neoplesim.New(neoplesim.Options{MarketKey: sentinel})
+	sim.SetFaults(neoplesim.Faults{TimeoutRate: 1})
+	slow := httptest.NewServer(sim)
+	defer slow.Close()
+
+	for name, base := range map[string]string{"connection refused": closed, "timeout": slow.URL} {
+		c, err := provider.NewClient(provider.ClientConfig{
+			Workload: provider.WorkloadMarket, BaseURL: base, Key: sentinel, KeyIn: "query", Timeout: 200 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
+		pe := wantClass(t, err, provider.ClassTransient)
+		for _, text := range []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", pe.Err), pe.Endpoint} {
+			if strings.Contains(text, sentinel) || strings.Contains(text, url.QueryEscape(sentinel)) || strings.Contains(text, "apikey") {
+				t.Fatalf("%s: key leaked: %s", name, text)
+			}
+		}
+		if name == "timeout" && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("timeout error lost its cause: %v", err)
+		}
+	}
+}
+
+func TestErrorClassesFromSimulator(t *testing.T) {
+	e := newEnv(t, neoplesim.Options{})
+	ctx := context.Background()
+	id := e.sim.Catalog()[0].ItemID
+	market := e.client(t, provider.WorkloadMarket, nil)
+
+	e.sim.SetMaintenance(true)
+	_, err := market.Auction(ctx, id)
+	pe := wantClass(t, err, provider.ClassMaintenance)
+	if pe.Status != 503 || pe.Code != "DNF980" || pe.Endpoint != provider.EndpointAuction || pe.Workload != provider.WorkloadMarket {
+		t.Fatalf("maintenance error %+v", pe)
+	}
+	e.sim.SetMaintenance(false)
+
+	wrongKey := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.Key = neoplesim.DefaultItemKey })
+	_, err = wrongKey.AuctionSold(ctx, id)
+	if pe := wantClass(t, err, provider.ClassConfig); !strings.Contains(err.Error(), "NEOPLE_MARKET_API_KEY") || pe.Code != "API003" {
+		t.Fatalf("config error should name the variable: %v", err)
+	}
+
+	items := e.client(t, provider.WorkloadItem, nil)
+	_, err = items.GetItem(ctx, strings.Repeat("0", 32))
+	if pe := wantClass(t, err, provider.ClassItem); pe.Code != "DNF003" {
+		t.Fatalf("unknown item: %+v", pe)
+	}
+
+	for _, c := range []struct {
+		faults neoplesim.Faults
+		want   string
+	}{
+		{neoplesim.Faults{ErrorRate: 1}, "DNF999"},
+		{neoplesim.Faults{MalformedRate: 1}, "malformed"},
+		{neoplesim.Faults{OversizeRate: 1}, "max_body_bytes"},
+	} {
+		e.sim.SetFaults(c.faults)
+		_, err := market.Auction(ctx, id)
+		wantClass(t, err, provider.ClassTransient)
+		if !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%+v: error %q lacks %q", c.faults, err, c.want)
+		}
+	}
+	e.sim.SetFaults(neoplesim.Faults{})
+
+	limited := newEnv(t, neoplesim.Options{Rate: 1})
+	c := limited.client(t, provider.WorkloadMarket, nil)
+	var last error
+	for range 10 { // one per second allowed: ten at once cannot all pass
+		if _, err := c.Auction(ctx, id); err != nil {
+			last = err
+		}
+	}
+	if pe := wantClass(t, last, provider.ClassRateLimited); pe.Code != "API002" || pe.Status != 429 {
+		t.Fatalf("rate limited: %+v", pe)
+	}
+}
+
+// Codes the simulator never sends, from a stub, through the same HTTP path.
+func TestErrorClassesFromStub(t *testing.T) {
+	for _, c := range []struct {
+		status     int
+		body       string
+		retryAfter string
+		want       provider.Class
+		wantAfter  time.Duration
+	}{
+		{400, `{"error":{"status":400,"code":"API008","message":"?"}}`, "7", provider.ClassRateLimited, 7 * time.Second},
+		{429, `{"error":{"status":429,"code":"API002","message":"APIKEY_USAGE_EXCEEDED"}}`, "", provider.ClassRateLimited, 0},
+		{401, `{"error":{"status":401,"code":"API004","message":"BLOCKED"}}`, "", provider.ClassConfig, 0},
+		{404, `{"error":{"status":404,"code":"DNF004","message":"NOT_FOUND_AUCTION"}}`, "", provider.ClassItem, 0},
+		{400, `{"error":{"status":400,"code":"DNF901","message":"NOT_FOUND_SEARCH_VALUE"}}`, "", provider.ClassItem, 0},
+		{404, `{"error":{"status":404,"code":"API900","message":"INVALID_URL"}}`, "", provider.ClassBug, 0},
+		{400, `{"error":{"status":400,"code":"DNF008","message":"TOO_MANY"}}`, "", provider.ClassBug, 0},
+		{502, `<html>bad gateway</html>`, "", provider.ClassTransient, 0},
+		{503, `<html>down</html>`, "", provider.ClassMaintenance, 0},
+		{200, `{"rows":[{"itemId":"x","unitPrice":"cheap"}]}`, "", provider.ClassTransient, 0},
+		{200, `{"rows":[{"itemId":"x","regDate":"2026-05"}]}`, "", provider.ClassTransient, 0},
+		{200, `{"error":"no rows"}`, "", provider.ClassTransient, 0},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if c.retryAfter != "" {
+				w.Header().Set("Retry-After", c.retryAfter)
+			}
+			w.WriteHeader(c.status)
+			_, _ = w.Write([]byte(c.body))
+		}))
+		cl, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: srv.URL, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
+		srv.Close()
+		if pe := wantClass(t, err, c.want); pe.RetryAfter != c.wantAfter || pe.Status != c.status {
+			t.Fatalf("HTTP %d %s: %+v", c.status, c.body, pe)
+		}
+	}
+}
+
+func TestBodyCap(t *testing.T) {
+	e := newEnv(t, neoplesim.Options{})
+	c := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.MaxBodyBytes = 4096 })
+	// A 400-row answer is far above 4 KiB: a legitimate but oversized body is refused too.
+	_, err := c.Auction(context.Background(), e.sim.Catalog()[3].ItemID)
+	if wantClass(t, err, provider.ClassTransient); !strings.Contains(err.Error(), "4096") {
+		t.Fatalf("error should name the cap: %v", err)
+	}
+}
+
+func TestRateLimiterKeepsTheBudget(t *testing.T) {
+	e := newEnv(t, neoplesim.Options{})
+	const rate, burst, n = 50, 1, 60
+	c := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.Rate, c.Burst = rate, burst })
+	id := e.sim.Catalog()[0].ItemID
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range n / 4 {
+				if _, err := c.AuctionSold(context.Background(), id); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ks := e.sim.KeyStats(neoplesim.DefaultMarketKey)
+	// The bucket allows rate+burst in any second of sending; arrival jitter on a loaded
+	// machine can shift a few into the next second, hence the slack. Unlimited, four
+	// goroutines send hundreds per second.
+	if ks.Total != n || ks.MaxPerSecond > rate+burst+10 {
+		t.Fatalf("simulator saw %+v, want %d requests and at most ~%d in any second", ks, n, rate+burst)
+	}
+	if st := c.Stats(); st.Requests != n || st.Errors != 0 || st.Waited == 0 {
+		t.Fatalf("client stats %+v", st)
+	}
+}
+
+func TestPerMinuteBudget(t *testing.T) {
+	e := newEnv(t, neoplesim.Options{})
+	c := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.PerMinute = 3 })
+	id := e.sim.Catalog()[0].ItemID
+	for range 3 {
+		if _, err := c.Auction(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The fourth would have to wait a minute; a caller with less time is told at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.Auction(ctx, id)
+	if pe := wantClass(t, err, provider.ClassRateLimited); pe.RetryAfter <= 5*time.Second {
+		t.Fatalf("RetryAfter %s, want most of a minute", pe.RetryAfter)
+	}
+	if got := e.sim.KeyStats(neoplesim.DefaultMarketKey).Total; got != 3 {
+		t.Fatalf("simulator saw %d requests, want 3", got)
+	}
+}
+
+func TestCancelledWhileWaiting(t *testing.T) {
+	e := newEnv(t, neoplesim.Options{})
+	c := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.PerMinute = 1 })
+	id := e.sim.Catalog()[0].ItemID
+	if _, err := c.Auction(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Auction(ctx, id); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}
+
+func TestNewClientNeedsItsOwnKey(t *testing.T) {
+	_, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: "http://x", Key: " "})
+	if err == nil || !strings.Contains(err.Error(), "NEOPLE_MARKET_API_KEY is not set") {
+		t.Fatalf("got %v", err)
+	}
+	pc := config.Default().Provider
+	pc.MarketKey = "market-secret"
+	if c, err := provider.FromConfig(pc, provider.WorkloadMarket); err != nil || c.Workload() != provider.WorkloadMarket {
+		t.Fatalf("FromConfig(market): %v", err)
+	}
+	_, err = provider.FromConfig(pc, provider.WorkloadItem)
+	if err == nil || !strings.Contains(err.Error(), "NEOPLE_ITEM_API_KEY") || strings.Contains(err.Error(), "market-secret") {
+		t.Fatalf("item workload must not fall back to the market key: %v", err)
+	}
+	for _, bad := range []provider.ClientConfig{
+		{Workload: "other", BaseURL: "http://x", Key: "k"},
+		{Workload: provider.WorkloadItem, BaseURL: "ftp://x", Key: "k"},
+		{Workload: provider.WorkloadItem, BaseURL: "http://x", Key: "k", KeyIn: "cookie"},
+		{Workload: provider.WorkloadItem, BaseURL: "http://x", Key: "k", Rate: -1},
+	} {
+		if _, err := provider.NewClient(bad); err == nil {
+			t.Errorf("NewClient(%+v) accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package neoplesim
+
+import (
+	"cmp"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// maxNameMatches is how many items an auction itemName may match before DNF007.
+const maxNameMatches = 10
+
+// GET /df/items?itemName=&wordType=&limit=&q=minLevel:N,maxLevel:N,rarity:NAME
+func (s *Server) items(r *http.Request) (any, *apiError) {
+	q := r.URL.Query()
+	if q.Get("itemName") == "" {
+		return nil, badParam("itemName is required")
+	}
+	limit, e := limitParam(q, 10, 30)
+	if e != nil {
+		return nil, e
+	}
+	found, e := s.search(q.Get("itemName"), q.Get("wordType"))
+	if e != nil {
+		return nil, e
+	}
+	minLevel, maxLevel, rarity := 0, 1<<30, ""
+	for _, kv := range strings.Split(q.Get("q"), ",") {
+		k, v, _ := strings.Cut(kv, ":")
+		var err error
+		switch k {
+		case "minLevel":
+			minLevel, err = strconv.Atoi(v)
+		case "maxLevel":
+			maxLevel, err = strconv.Atoi(v)
+		case "rarity":
+			rarity = v
+		}
+		if err != nil {
+			return nil, badParam("q %s", kv)
+		}
+	}
+	rows := []itemRow{}
+	for _, e := range found {
+		if len(rows) == limit {
+			break
+		}
+		if e.ItemAvailableLevel >= minLevel && e.ItemAvailableLevel <= maxLevel && (rarity == "" || e.ItemRarity == rarity) {
+			rows = append(rows, e.row())
+		}
+	}
+	return map[string]any{"rows": rows}, nil
+}
+
+// GET /df/items/{itemId}
+func (s *Server) item(r *http.Request) (any, *apiError) {
+	id := r.PathValue("itemId")
+	s.countItem(id, func(st *ItemStats) { st.Item++ })
+	e := s.byID[id]
+	if e == nil {
+		return nil, noItem
+	}
+	return e.detail(), nil
+}
+
+// GET /df/auction?itemId=|itemIds=|itemName=(&wordType=)&limit=&sort=
+func (s *Server) auction(r *http.Request) (any, *apiError) {
+	q := r.URL.Query()
+	limit, e := limitParam(q, 10, 400)
+	if e != nil {
+		return nil, e
+	}
+	less, e := sortParam(q.Get("sort"))
+	if e != nil {
+		return nil, e
+	}
+	found, e := s.resolve(q, func(st *ItemStats) { st.Auction++ })
+	if e != nil {
+		return nil, e
+	}
+	now := s.opts.Now()
+	rows := []listingRow{}
+	for _, it := range found {
+		rows = append(rows, it.listingsAt(now)...)
+	}
+	if less != nil {
+		slices.SortStableFunc(rows, less)
+	}
+	return map[string]any{"rows": rows[:min(len(rows), limit)]}, nil
+}
+
+// GET /df/auction-sold?itemId=|itemIds=|itemName=(&wordType=)&limit=
+func (s *Server) auctionSold(r *http.Request) (any, *apiError) {
+	q := r.URL.Query()
+	limit, e := limitParam(q, 10, 100)
+	if e != nil {
+		return nil, e
+	}
+	found, e := s.resolve(q, func(st *ItemStats) { st.AuctionSold++ })
+	if e != nil {
+		return nil, e
+	}
+	now := s.opts.Now()
+	rows := []saleRow{}
+	for _, it := range found {
+		rows = append(rows, it.salesAt(now, limit)...)
+	}
+	// Several items: merge newest first (the date layout sorts like time).
+	slices.SortStableFunc(rows, func(a, b saleRow) int { return cmp.Compare(b.SoldDate, a.SoldDate) })
+	return map[string]any{"rows": rows[:min(len(rows), limit)]}, nil
+}
+
+// resolve reads exactly one of itemId, itemIds, itemName and returns the known items; it
+// counts every requested id, known or not, so tests can prove an id was never asked for.
+func (s *Server) resolve(q url.Values, count func(*ItemStats)) ([]*entry, *apiError) {
+	given := 0
+	for _, k := range []string{"itemId", "itemIds", "itemName"} {
+		if q.Get(k) != "" {
+			given++
+		}
+	}
+	if given != 1 {
+		return nil, badParam("exactly one of itemId, itemIds, itemName is required")
+	}
+	var ids []string
+	switch {
+	case q.Get("itemId") != "":
+		ids = []string{q.Get("itemId")}
+	case q.Get("itemIds") != "":
+		ids = strings.Split(q.Get("itemIds"), ",")
+		if len(ids) > 10 {
+			return nil, tooManyIDs
+		}
+	default:
+		found, e := s.search(q.Get("itemName"), q.Get("wordType"))
+		if e != nil {
+			return nil, e
+		}
+		if len(found) > maxNameMatches {
+			return nil, tooBroad
+		}
+		for _, it := range found {
+			ids = append(ids, it.ItemID)
+		}
+	}
+	var out []*entry
+	for _, id := range ids {
+		s.countItem(id, count)
+		if it := s.byID[id]; it != nil {
+			out = append(out, it)
+		}
+	}
+	return out, nil
+}
+
+// search matches names: match = exact, front = prefix, full = contains.
+func (s *Server) search(name, wordType string) ([]*entry, *apiError) {
+	var ok func(string) bool
+	switch wordType {
+	case "", "match":
+		ok = func(n string) bool { return n == name }
+	case "front":
+		ok = func(n string) bool { return strings.HasPrefix(n, name) }
+	case "full":
+		ok = func(n string) bool { return strings.Contains(n, name) }
+	default:
+		return nil, badParam("wordType %s", wordType)
+	}
+	var out []*entry
+	for _, e := range s.catalog {
+		if ok(e.ItemName) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// limitParam reads limit: default def, silently capped at max like the API.
+func limitParam(q url.Values, def, ceiling int) (int, *apiError) {
+	v := q.Get("limit")
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, badParam("limit %s", v)
+	}
+	return min(n, ceiling), nil
+}
+
+// sortParam reads sort=key:asc|desc for unitPrice or auctionNo; nil means auctionNo order.
+func sortParam(v string) (func(a, b listingRow) int, *apiError) {
+	if v == "" {
+		return nil, nil
+	}
+	key, dir, _ := strings.Cut(v, ":")
+	var by func(listingRow) int64
+	switch key {
+	case "unitPrice":
+		by = func(l listingRow) int64 { return l.UnitPrice }
+	case "auctionNo":
+		by = func(l listingRow) int64 { return l.AuctionNo }
+	default:
+		return nil, badParam("sort %s", v)
+	}
+	switch dir {
+	case "", "asc":
+		return func(a, b listingRow) int { return cmp.Compare(by(a), by(b)) }, nil
+	case "desc":
+		return func(a, b listingRow) int { return cmp.Compare(by(b), by(a)) }, nil
+	}
+	return nil, badParam("sort %s", v)
+}

@@ -1,0 +1,118 @@
+package provider
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+const auctionSample = `{"rows":[{"auctionNo":1492936272,"regDate":"2026-05-01 01:24:58","expireDate":"2026-05-02 01:24:58",
+ "itemId":"785e56a0ed4e3efd573da1f56a45217d","itemName":"무색 큐브 조각","itemAvailableLevel":1,"itemRarity":"언커먼",
+ "itemTypeId":"8bcda5578720a4dc56b1736ccbe06c0f","itemType":"스태커블","itemTypeDetailId":"8ed8b6c0d70f2661f86bab11630d69f9",
+ "itemTypeDetail":"재료","refine":0,"reinforce":0,"amplificationName":null,"fame":0,"count":15000,"regCount":15000,
+ "price":-1,"currentPrice":735000,"unitPrice":49,"averagePrice":40},
+ {"auctionNo":1492936273,"regDate":"2026-05-01 02:00:00","expireDate":"2026-05-02 02:00:00","itemId":"785e56a0ed4e3efd573da1f56a45217d",
+ "count":3,"price":-1,"currentPrice":150,"unitPrice":50,"averagePrice":0}]}`
+
+const soldSample = `{"rows":[{"soldDate":"2026-05-01 01:24:58","itemId":"785e56a0ed4e3efd573da1f56a45217d","itemName":"무색 큐브 조각",
+ "itemRarity":"언커먼","itemTypeDetail":"재료","refine":0,"reinforce":0,"amplificationName":null,"count":10,"price":490,"unitPrice":49},
+ {"soldDate":"2026-05-01 01:24:58","itemId":"785e56a0ed4e3efd573da1f56a45217d","itemName":"무색 큐브 조각","count":10,"price":490,"unitPrice":49}]}`
+
+func TestParseAuction(t *testing.T) {
+	got, err := parseAuction([]byte(auctionSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := time.Date(2026, 4, 30, 16, 24, 58, 0, time.UTC)
+	if len(got) != 2 || !got[0].RegDate.Equal(want) || got[0].ExpireDate.Sub(got[0].RegDate) != 24*time.Hour {
+		t.Fatalf("dates not read as KST: %+v", got)
+	}
+	if got[0].RegCount != 15000 || got[1].RegCount != 3 || got[0].UnitPrice != 49 || got[0].CurrentPrice != 735000 {
+		t.Fatalf("regCount ?? count or prices wrong: %+v", got)
+	}
+	for _, bad := range []string{
+		`{}`, `{"rows":null}`, `[]`, `{"rows":[{"itemId":"a","regDate":"yesterday"}]}`,
+		`{"rows":[{"itemId":"a","unitPrice":"49"}]}`, `{"rows":[{"unitPrice":49}]}`, `{"rows":[`,
+	} {
+		if _, err := parseAuction([]byte(bad)); err == nil {
+			t.Errorf("parseAuction(%s) accepted a malformed body", bad)
+		}
+	}
+	if rows, err := parseAuction([]byte(`{"rows":[]}`)); err != nil || len(rows) != 0 {
+		t.Fatalf("empty rows: %v %v", rows, err)
+	}
+}
+
+func TestParseSold(t *testing.T) {
+	got, err := parseSold([]byte(soldSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != got[1] {
+		t.Fatalf("identical rows must both be kept: %+v", got)
+	}
+	if _, err := parseSold([]byte(`{"rows":[{"itemId":"a"}]}`)); err == nil {
+		t.Fatal("a sale without soldDate was accepted")
+	}
+}
+
+func FuzzParseAuction(f *testing.F) {
+	for _, s := range []string{auctionSample, `{"rows":[]}`, `{"rows":[{"regDate":null}]}`, `{"rows":[{"regCount":-1,"itemId":"x"}]}`, `{"rows"`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rows, err := parseAuction(b)
+		if err != nil && rows != nil {
+			t.Fatal("rows returned with an error")
+		}
+	})
+}
+
+func FuzzParseSold(f *testing.F) {
+	for _, s := range []string{soldSample, `{"rows":[]}`, `{"rows":[{"soldDate":"2026-13-01 00:00:00","itemId":"x"}]}`, `{"rows":[{}]}`, `nul`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rows, err := parseSold(b)
+		if err != nil && rows != nil {
+			t.Fatal("rows returned with an error")
+		}
+		for _, r := range rows {
+			if r.SoldAt.IsZero() || r.ItemID == "" {
+				t.Fatalf("accepted a sale without date or item: %+v", r)
+			}
+		}
+	})
+}
+
+func TestClassify(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		code   string
+		want   Class
+	}{
+		{503, "DNF980", ClassMaintenance}, {503, "", ClassMaintenance},
+		{429, "API002", ClassRateLimited}, {400, "API002", ClassRateLimited}, {400, "API008", ClassRateLimited}, {429, "", ClassRateLimited},
+		{401, "API000", ClassConfig}, {401, "API003", ClassConfig}, {401, "API004", ClassConfig}, {401, "API005", ClassConfig}, {401, "", ClassConfig},
+		{404, "DNF003", ClassItem}, {400, "DNF901", ClassItem}, {400, "API901", ClassItem}, {404, "DNF004", ClassItem},
+		{404, "API900", ClassBug}, {404, "DNF900", ClassBug}, {400, "DNF008", ClassBug}, {404, "", ClassBug},
+		{500, "DNF999", ClassTransient}, {500, "API999", ClassTransient}, {502, "", ClassTransient}, {504, "", ClassTransient},
+	} {
+		if got := classify(c.status, c.code); got != c.want {
+			t.Errorf("classify(%d, %q) = %s, want %s", c.status, c.code, got, c.want)
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"": 0, "7": 7 * time.Second, "-3": 0, "soon": 0,
+		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
+		now.Add(-time.Hour).Format(http.TimeFormat):       0,
+	} {
+		if got := parseRetryAfter(v, now); got != want {
+			t.Errorf("parseRetryAfter(%q) = %s, want %s", v, got, want)
+		}
+	}
+}

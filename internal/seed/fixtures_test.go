@@ -1,0 +1,133 @@
+package seed
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+// tableCounts counts synthetic and real rows per item-keyed table.
+func tableCounts(t *testing.T, db DB) (synthetic, real map[string]int64) {
+	t.Helper()
+	synthetic, real = map[string]int64{}, map[string]int64{}
+	for _, table := range purgeTables {
+		var s, r int64
+		err := db.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE `+SyntheticSQL("item_id")+`),
+			count(*) FILTER (WHERE NOT `+SyntheticSQL("item_id")+`) FROM `+table).Scan(&s, &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synthetic[table], real[table] = s, r
+	}
+	return synthetic, real
+}
+
+// realItemWithHistory writes one real item with a row in every item-keyed table.
+func realItemWithHistory(t *testing.T, db DB, id string) {
+	t.Helper()
+	for _, q := range []string{
+		`INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at) VALUES ($1, 'real', 'WARM_5M', now())`,
+		`INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity)
+		 VALUES ($1, gen_random_uuid(), now(), 'WARM_5M', 3, 30)`,
+		`INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price) VALUES ($1, now(), 0, 1, 5, 5)`,
+		`INSERT INTO item_interest (item_id, kind) VALUES ($1, 'view')`,
+		`INSERT INTO outbox (event_type, item_id, payload) VALUES ('t', $1, '{}')`,
+	} {
+		if _, err := db.Exec(context.Background(), q, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSeedSyntheticThenPurge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	realID := randomItemID(t)
+	realItemWithHistory(t, pool, realID)
+	// An integration-test fixture is synthetic too, and has an outbox row.
+	realItemWithHistory(t, pool, "integration-item-7")
+
+	// Both runs share one hour, so the test holds even if the clock crosses an hour between them.
+	var until time.Time
+	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&until); err != nil {
+		t.Fatal(err)
+	}
+	first, err := SeedSynthetic(ctx, pool, SyntheticOptions{Items: 6, Days: 2, Until: until})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Inserted != 6 || first.Snapshots != 6*48 || first.Sales == 0 || first.Interest != 2*3 {
+		t.Fatalf("first seed = %+v", first)
+	}
+	// Idempotent: a re-run inserts nothing (a run in a later hour adds only the new hours).
+	again, err := SeedSynthetic(ctx, pool, SyntheticOptions{Items: 6, Days: 2, Until: until})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Inserted != 0 || again.Snapshots != 0 || again.Sales != 0 || again.Interest != 0 {
+		t.Errorf("re-run inserted %+v, want nothing", again)
+	}
+	// Fixtures are never scheduled.
+	var scheduled int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE item_id LIKE 'seed-%' AND next_collect_at IS NOT NULL`).Scan(&scheduled); err != nil || scheduled != 0 {
+		t.Errorf("%d fixtures scheduled (%v)", scheduled, err)
+	}
+
+	// While fixtures exist, read paths that rank or summarise never return them.
+	items, err := ListItems(ctx, pool, ItemsQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 1 || items[0].ItemID != realID {
+		t.Errorf("ListItems = %+v, want only the real item", items)
+	}
+	all, err := ListItems(ctx, pool, ItemsQuery{IncludeSynthetic: true})
+	if err != nil || len(all) != 8 {
+		t.Errorf("ListItems(IncludeSynthetic) = %d rows, %v; want 8", len(all), err)
+	}
+	res, err := RecalculatePopularity(ctx, pool, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Scored != 1 {
+		t.Errorf("recalculation scored %d items, want only the real one", res.Scored)
+	}
+	for _, c := range res.Changes {
+		if IsSynthetic(c.ItemID) {
+			t.Errorf("recalculation changed fixture %s", c.ItemID)
+		}
+	}
+
+	synthBefore, realBefore := tableCounts(t, pool)
+	purged, err := PurgeSynthetic(ctx, pool, 7) // small batches: many rounds
+	if err != nil {
+		t.Fatal(err)
+	}
+	synthAfter, realAfter := tableCounts(t, pool)
+	for _, c := range purged {
+		if c.Deleted != synthBefore[c.Table] {
+			t.Errorf("%s: purged %d rows, there were %d synthetic", c.Table, c.Deleted, synthBefore[c.Table])
+		}
+		if synthAfter[c.Table] != 0 {
+			t.Errorf("%s: %d synthetic rows left", c.Table, synthAfter[c.Table])
+		}
+		if realAfter[c.Table] != realBefore[c.Table] {
+			t.Errorf("%s: real rows %d → %d", c.Table, realBefore[c.Table], realAfter[c.Table])
+		}
+	}
+	if len(purged) != len(purgeTables) || purged.Total() == 0 {
+		t.Errorf("purge result %+v", purged)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND collection_tier = 'WARM_5M'`, realID).Scan(&n); err != nil || n != 1 {
+		t.Errorf("real item gone or changed (%d, %v)", n, err)
+	}
+
+	// Nothing left: a second purge deletes nothing.
+	if again, err := PurgeSynthetic(ctx, pool, 0); err != nil || again.Total() != 0 {
+		t.Errorf("second purge = %+v, %v", again, err)
+	}
+}

@@ -1,0 +1,366 @@
+package seed
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// Policy is the popularity configuration in the shape scoring uses (from catalog.*).
+type Policy struct {
+	Window           time.Duration
+	DormantAfter     time.Duration
+	DemotionHold     time.Duration
+	InterestHalfLife time.Duration
+	ReactivateTier   tiers.Tier
+	Thresholds       tiers.Thresholds
+	Weights          config.ScoreWeights
+}
+
+// PolicyFromConfig converts the validated catalog section.
+func PolicyFromConfig(c config.CatalogConfig) Policy {
+	rt, err := tiers.Parse(c.ReactivateTier)
+	if err != nil {
+		rt = tiers.Active
+	}
+	return Policy{
+		Window: c.SignalWindow, DormantAfter: c.DormantAfter, DemotionHold: c.DemotionHold,
+		InterestHalfLife: c.InterestHalfLife, ReactivateTier: rt,
+		Thresholds: c.Thresholds.Tiers(), Weights: c.Weights,
+	}
+}
+
+// Signals are one item's inputs to its score, as of Now (the database clock).
+type Signals struct {
+	Sales    int64   // sales in the window
+	Gold     float64 // gold traded in the window
+	Churn    float64 // Σ|Δ listing_count| between consecutive snapshots in the window
+	Interest float64 // Σ kind weight × event weight × 0.5^(age / half-life)
+}
+
+// Score combines the signals; rates are per hour of the window so the score does not
+// depend on how long the window is. It is rounded to 3 decimals so that interest decaying a
+// little between runs does not rewrite every row.
+func Score(s Signals, w config.ScoreWeights, window time.Duration) float64 {
+	h := window.Hours()
+	if h <= 0 {
+		h = 1
+	}
+	v := w.Sales*float64(s.Sales)/h +
+		w.Volume*math.Log10(1+math.Max(s.Gold, 0)/h) +
+		w.Churn*s.Churn/h +
+		s.Interest
+	return math.Round(v*1000) / 1000
+}
+
+// itemState is one tracked item as the recalculation reads it.
+type itemState struct {
+	ItemID        string
+	Tier          tiers.Tier
+	NextCollectAt *time.Time
+	Score         float64
+	CreatedAt     time.Time
+	TierChangedAt *time.Time
+	LastSale      *time.Time
+	LastInterest  *time.Time
+	LastKind      string
+	Signals
+}
+
+// decision is what to do with one item.
+type decision struct {
+	Tier   tiers.Tier
+	Reason string
+	DueNow bool // reactivation: collect at once
+	Held   bool // a demotion postponed by the demotion hold
+}
+
+// decide is the whole tier policy for one item, pure so it can be tested without a clock.
+func decide(now time.Time, it itemState, score float64, p Policy) decision {
+	heldSince := it.CreatedAt
+	if it.TierChangedAt != nil {
+		heldSince = *it.TierChangedAt
+	}
+	quietSince := it.CreatedAt
+	for _, t := range []*time.Time{it.LastSale, it.LastInterest} {
+		if t != nil && t.After(quietSince) {
+			quietSince = *t
+		}
+	}
+
+	var d decision
+	switch {
+	case now.Sub(quietSince) >= p.DormantAfter:
+		d = decision{Tier: tiers.Dormant, Reason: fmt.Sprintf("no sales or interest for %s", p.DormantAfter)}
+	case (it.Tier == tiers.Dormant || it.Tier == tiers.Cold) && it.LastInterest != nil && it.LastInterest.After(heldSince):
+		// An interest event that nobody acted on yet (written straight into item_interest by
+		// another service): reactivate, exactly as RecordInterest would have.
+		scoreTier, _ := tiers.ForScore(score, p.Thresholds)
+		d = decision{
+			Tier:   tiers.MoreUrgent(p.ReactivateTier, scoreTier),
+			Reason: fmt.Sprintf("%s event at %s: reactivated from %s", it.LastKind, it.LastInterest.UTC().Format(time.RFC3339), it.Tier),
+			DueNow: true,
+		}
+	default:
+		d.Tier, d.Reason = tiers.ForScore(score, p.Thresholds)
+	}
+	if d.Tier != it.Tier && !tiers.IsPromotion(it.Tier, d.Tier) && now.Sub(heldSince) < p.DemotionHold {
+		return decision{Tier: it.Tier, Held: true}
+	}
+	return d
+}
+
+// Result is what one recalculation did.
+type Result struct {
+	// Skipped: another process was recalculating at the same moment; this run did nothing.
+	Skipped      bool
+	Now          time.Time // the database clock the run used
+	Scored       int       // items scored (synthetic items are left alone)
+	ScoreChanged int       // items whose stored score changed
+	Promoted     int
+	Demoted      int // includes Dormant
+	Dormant      int
+	Reactivated  int
+	Held         int // demotions postponed by catalog.demotion_hold
+	Conflicts    int // tier changed concurrently (a touch); decided again next run
+	Changes      []TierChange
+}
+
+// TierChange is one item that moved tier.
+type TierChange struct {
+	ItemID        string
+	From, To      tiers.Tier
+	Reason        string
+	NextCollectAt *time.Time
+}
+
+// recalcLockKey is an arbitrary advisory-lock key owned by popularity recalculation.
+const recalcLockKey int64 = 0x706f70756c6172 // "popular"
+
+// updateBatch bounds each UPDATE's arrays and the time it holds row locks.
+const updateBatch = 2000
+
+// RecalculatePopularity scores every non-synthetic tracked item from its sales, listing
+// churn and interest events, maps the score to a tier and applies tier changes:
+// DORMANT when there was no sale and no interest for catalog.dormant_after; reactivation
+// (due now) for a DORMANT or COLD_10M item with an interest event newer than its last tier
+// change; otherwise the tier of its score. A changed tier is rescheduled on the new tier's
+// phase (tiers.NextDue from the database's now), and a promotion never moves the next
+// collection later than it already was. Leases are never touched. Synthetic items are left
+// as seed:synthetic wrote them, so recalculation can never schedule a fixture.
+func RecalculatePopularity(ctx context.Context, db DB, cfg config.CatalogConfig) (Result, error) {
+	return recalculate(ctx, db, PolicyFromConfig(cfg))
+}
+
+func recalculate(ctx context.Context, db DB, p Policy) (Result, error) {
+	var res Result
+	// One transaction: now() is then the same instant for the read, the decisions made in
+	// Go from it, and the writes.
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// Several daemons may run the popularity loop; one pass at a time is enough.
+		var locked bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, recalcLockKey).Scan(&locked); err != nil {
+			return err
+		}
+		if !locked {
+			res.Skipped = true
+			return nil
+		}
+		items, now, err := readSignals(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		res.Now = now
+		res.Scored = len(items)
+		var batch updates
+		for _, it := range items {
+			score := Score(it.Signals, p.Weights, p.Window)
+			d := decide(now, it, score, p)
+			if d.Held {
+				res.Held++
+			}
+			scoreChanged := score != it.Score
+			if scoreChanged {
+				res.ScoreChanged++
+			}
+			if d.Tier == it.Tier && !scoreChanged {
+				continue
+			}
+			var next *time.Time
+			if d.Tier != it.Tier {
+				if n, ok := tiers.NextDue(it.ItemID, d.Tier, now); ok {
+					next = &n
+				}
+			}
+			batch.add(it, score, d, next)
+			if batch.len() >= updateBatch {
+				if err := batch.flush(ctx, tx, &res); err != nil {
+					return err
+				}
+			}
+		}
+		return batch.flush(ctx, tx, &res)
+	})
+	if err != nil {
+		return res, fmt.Errorf("recalculate popularity: %w", err)
+	}
+	return res, nil
+}
+
+// readSignals reads every item with its signals in one statement. Each LATERAL subquery
+// walks an existing (item_id, time) index over just the window, so the cost grows with the
+// catalog and the recent activity, not with the size of the history tables.
+func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Time, error) {
+	horizon := 10 * p.InterestHalfLife // older events weigh under 0.1 %
+	rows, err := tx.Query(ctx, `
+		SELECT t.item_id, t.collection_tier, t.next_collect_at, t.popularity_score, t.created_at, t.tier_changed_at,
+		       (SELECT max(sold_at) FROM auction_sales s WHERE s.item_id = t.item_id),
+		       li.occurred_at, coalesce(li.kind, ''),
+		       sa.n, sa.gold, ch.churn, ia.interest, now()
+		FROM tracked_items t
+		LEFT JOIN LATERAL (
+			SELECT occurred_at, kind FROM item_interest i WHERE i.item_id = t.item_id
+			ORDER BY occurred_at DESC LIMIT 1
+		) li ON true
+		CROSS JOIN LATERAL (
+			SELECT count(*) AS n, coalesce(sum(total_price), 0)::float8 AS gold
+			FROM auction_sales s WHERE s.item_id = t.item_id AND s.sold_at > now() - $1::float8 * interval '1 second'
+		) sa
+		CROSS JOIN LATERAL (
+			SELECT coalesce(sum(abs(d)), 0)::float8 AS churn FROM (
+				SELECT listing_count - lag(listing_count) OVER (ORDER BY collected_at) AS d
+				FROM auction_snapshots a WHERE a.item_id = t.item_id AND a.collected_at > now() - $1::float8 * interval '1 second'
+			) x
+		) ch
+		CROSS JOIN LATERAL (
+			SELECT coalesce(sum(i.weight
+			         * CASE i.kind WHEN 'view' THEN $2::float8 WHEN 'watch' THEN $3::float8 ELSE $4::float8 END
+			         -- Clamp: an event stamped in the future by a skewed clock counts as new, not more.
+			         * power(0.5, greatest(0, extract(epoch FROM now() - i.occurred_at)) / $5::float8)), 0)::float8 AS interest
+			FROM item_interest i WHERE i.item_id = t.item_id AND i.occurred_at > now() - $6::float8 * interval '1 second'
+		) ia
+		WHERE NOT `+SyntheticSQL("t.item_id")+`
+		ORDER BY t.item_id`,
+		p.Window.Seconds(), p.Weights.View, p.Weights.Watch, p.Weights.Touch,
+		p.InterestHalfLife.Seconds(), horizon.Seconds())
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read popularity signals: %w", err)
+	}
+	defer rows.Close()
+	var (
+		out []itemState
+		now time.Time
+	)
+	for rows.Next() {
+		var it itemState
+		var tier string
+		if err := rows.Scan(&it.ItemID, &tier, &it.NextCollectAt, &it.Score, &it.CreatedAt, &it.TierChangedAt,
+			&it.LastSale, &it.LastInterest, &it.LastKind,
+			&it.Sales, &it.Gold, &it.Churn, &it.Interest, &now); err != nil {
+			return nil, now, fmt.Errorf("read popularity signals: %w", err)
+		}
+		it.Tier = tiers.Tier(tier)
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, now, fmt.Errorf("read popularity signals: %w", err)
+	}
+	if len(out) == 0 {
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return nil, now, fmt.Errorf("read database clock: %w", err)
+		}
+	}
+	return out, now, nil
+}
+
+// updates accumulates one batched UPDATE ... FROM unnest.
+type updates struct {
+	ids, oldTiers, newTiers, reasons []string
+	scores                           []float64
+	nexts                            []*time.Time
+	dueNow, promote                  []bool
+}
+
+func (u *updates) len() int { return len(u.ids) }
+
+func (u *updates) add(it itemState, score float64, d decision, next *time.Time) {
+	u.ids = append(u.ids, it.ItemID)
+	u.oldTiers = append(u.oldTiers, string(it.Tier))
+	u.newTiers = append(u.newTiers, string(d.Tier))
+	u.reasons = append(u.reasons, d.Reason)
+	u.scores = append(u.scores, score)
+	u.nexts = append(u.nexts, next)
+	u.dueNow = append(u.dueNow, d.DueNow)
+	u.promote = append(u.promote, tiers.IsPromotion(it.Tier, d.Tier))
+}
+
+// flush writes the batch. A row whose tier changed since it was read (a concurrent touch)
+// is skipped and counted as a conflict. For a tier change the schedule is computed against
+// the row as it is now: LEAST with the current next_collect_at (LEAST ignores NULL) keeps a
+// promotion from delaying a collection. Lease columns are not touched.
+func (u *updates) flush(ctx context.Context, tx pgx.Tx, res *Result) error {
+	if u.len() == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `
+		UPDATE tracked_items t SET
+			popularity_score = u.score,
+			collection_tier  = u.new_tier,
+			next_collect_at  = CASE
+				WHEN u.new_tier = u.old_tier THEN t.next_collect_at
+				WHEN u.new_tier = 'DORMANT'  THEN NULL
+				WHEN u.due_now               THEN LEAST(t.next_collect_at, now())
+				WHEN u.promote               THEN LEAST(t.next_collect_at, u.next)
+				ELSE u.next END,
+			tier_changed_at  = CASE WHEN u.new_tier = u.old_tier THEN t.tier_changed_at ELSE now() END,
+			tier_reason      = CASE WHEN u.new_tier = u.old_tier THEN t.tier_reason ELSE u.reason END,
+			updated_at       = now()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::timestamptz[], $7::bool[], $8::bool[])
+		     AS u(item_id, old_tier, new_tier, reason, score, next, due_now, promote)
+		WHERE t.item_id = u.item_id AND t.collection_tier = u.old_tier
+		RETURNING t.item_id, u.old_tier, u.new_tier, u.reason, u.due_now, t.next_collect_at`,
+		u.ids, u.oldTiers, u.newTiers, u.reasons, u.scores, u.nexts, u.dueNow, u.promote)
+	if err != nil {
+		return fmt.Errorf("update %d tracked items: %w", u.len(), err)
+	}
+	defer rows.Close()
+	applied := 0
+	for rows.Next() {
+		applied++
+		var c TierChange
+		var from, to string
+		var dueNow bool
+		if err := rows.Scan(&c.ItemID, &from, &to, &c.Reason, &dueNow, &c.NextCollectAt); err != nil {
+			return fmt.Errorf("update tracked items: %w", err)
+		}
+		if from == to {
+			continue
+		}
+		c.From, c.To = tiers.Tier(from), tiers.Tier(to)
+		res.Changes = append(res.Changes, c)
+		switch {
+		case dueNow:
+			res.Reactivated++
+			res.Promoted++
+		case tiers.IsPromotion(c.From, c.To):
+			res.Promoted++
+		default:
+			res.Demoted++
+			if c.To == tiers.Dormant {
+				res.Dormant++
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("update %d tracked items: %w", u.len(), err)
+	}
+	res.Conflicts += u.len() - applied
+	*u = updates{}
+	return nil
+}

@@ -1,0 +1,306 @@
+package seed
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+func testPolicy() Policy { return PolicyFromConfig(config.Default().Catalog) }
+
+func TestScore(t *testing.T) {
+	w := config.ScoreWeights{Sales: 1, Volume: 0.5, Churn: 0.1}
+	for _, tc := range []struct {
+		name string
+		s    Signals
+		want float64
+	}{
+		{"nothing", Signals{}, 0},
+		{"sales per hour", Signals{Sales: 48}, 2},
+		{"volume is logarithmic", Signals{Gold: 24 * 999}, 0.5 * 3},
+		{"churn per hour", Signals{Churn: 240}, 1},
+		{"interest adds as is", Signals{Interest: 2.5}, 2.5},
+		{"everything", Signals{Sales: 24, Gold: 24 * 99, Churn: 24, Interest: 1}, 1 + 0.5*2 + 0.1 + 1},
+	} {
+		if got := Score(tc.s, w, 24*time.Hour); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: Score = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	p := testPolicy() // dormant 72h, hold 1h, reactivate ACTIVE_3M, thresholds 30/10/3
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
+	old := now.Add(-30 * 24 * time.Hour)
+	for _, tc := range []struct {
+		name   string
+		it     itemState
+		score  float64
+		tier   tiers.Tier
+		dueNow bool
+		held   bool
+		reason string
+	}{
+		{"quiet for dormant_after goes DORMANT", itemState{Tier: tiers.Warm, CreatedAt: old, LastSale: ago(73 * time.Hour)}, 0,
+			tiers.Dormant, false, false, "no sales or interest for 72h0m0s"},
+		{"a recent sale keeps it awake", itemState{Tier: tiers.Warm, CreatedAt: old, LastSale: ago(71 * time.Hour)}, 0,
+			tiers.Cold, false, false, "score 0 < warm threshold 3"},
+		{"a new item is neither dormant nor demoted yet", itemState{Tier: tiers.Warm, CreatedAt: now.Add(-30 * time.Minute)}, 0,
+			tiers.Warm, false, true, ""},
+		{"score promotes", itemState{Tier: tiers.Cold, CreatedAt: old, LastSale: ago(time.Minute)}, 31,
+			tiers.Hot, false, false, "score 31 ≥ hot threshold 30"},
+		{"score demotes after the hold", itemState{Tier: tiers.Hot, CreatedAt: old, TierChangedAt: ago(2 * time.Hour), LastSale: ago(time.Minute)}, 4,
+			tiers.Warm, false, false, "score 4 ≥ warm threshold 3"},
+		{"demotion held", itemState{Tier: tiers.Hot, CreatedAt: old, TierChangedAt: ago(30 * time.Minute), LastSale: ago(time.Minute)}, 4,
+			tiers.Hot, false, true, ""},
+		{"dormancy held too", itemState{Tier: tiers.Hot, CreatedAt: old, TierChangedAt: ago(30 * time.Minute)}, 0,
+			tiers.Hot, false, true, ""},
+		{"interest after a dormant tier change reactivates", itemState{Tier: tiers.Dormant, CreatedAt: old, TierChangedAt: ago(5 * time.Hour), LastInterest: ago(time.Minute), LastKind: "view"}, 1,
+			tiers.Active, true, false, "view event at 2026-11-29T11:59:00Z: reactivated from DORMANT"},
+		{"cold reactivates to the higher of score and reactivate tier", itemState{Tier: tiers.Cold, CreatedAt: old, TierChangedAt: ago(5 * time.Hour), LastInterest: ago(time.Minute), LastKind: "watch"}, 50,
+			tiers.Hot, true, false, "watch event at 2026-11-29T11:59:00Z: reactivated from COLD_10M"},
+		{"interest already acted on does not reactivate again", itemState{Tier: tiers.Dormant, CreatedAt: old, TierChangedAt: ago(time.Minute), LastInterest: ago(5 * time.Minute), LastKind: "view"}, 1,
+			tiers.Cold, false, false, "score 1 < warm threshold 3"},
+		{"warm items are not reactivated", itemState{Tier: tiers.Warm, CreatedAt: old, TierChangedAt: ago(5 * time.Hour), LastInterest: ago(time.Minute), LastKind: "view"}, 5,
+			tiers.Warm, false, false, "score 5 ≥ warm threshold 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decide(now, tc.it, tc.score, p)
+			if d.Tier != tc.tier || d.DueNow != tc.dueNow || d.Held != tc.held || d.Reason != tc.reason {
+				t.Errorf("decide = %+v; want tier %s dueNow %v held %v reason %q", d, tc.tier, tc.dueNow, tc.held, tc.reason)
+			}
+		})
+	}
+}
+
+// item inserts a tracked item; the SQL fragments are evaluated against the database clock.
+func item(t *testing.T, db DB, id, tier, next, created, changed string) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, created_at, tier_changed_at, tier_reason)
+		VALUES ($1, $1, $2, `+next+`, `+created+`, `+changed+`, 'test')`, id, tier)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type schedule struct {
+	Tier     string
+	Next     *time.Time
+	DueNow   bool
+	Reason   string
+	Changed  *time.Time
+	Score    float64
+	DBNow    time.Time
+	LeaseTok *string
+}
+
+func readSchedule(t *testing.T, db DB, id string) schedule {
+	t.Helper()
+	var s schedule
+	err := db.QueryRow(context.Background(), `
+		SELECT collection_tier, next_collect_at, coalesce(next_collect_at <= now(), false), coalesce(tier_reason, ''),
+		       tier_changed_at, popularity_score, now(), lease_token::text
+		FROM tracked_items WHERE item_id = $1`, id).
+		Scan(&s.Tier, &s.Next, &s.DueNow, &s.Reason, &s.Changed, &s.Score, &s.DBNow, &s.LeaseTok)
+	if err != nil {
+		t.Fatalf("read %s: %v", id, err)
+	}
+	return s
+}
+
+func recalc(t *testing.T, db DB, p Policy) Result {
+	t.Helper()
+	res, err := recalculate(context.Background(), db, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestDormancyAndReactivationBySQLInsert(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	p := testPolicy()
+	id := randomItemID(t)
+	item(t, pool, id, "WARM_5M", "now() + interval '1 minute'", "now() - interval '100 hours'", "now() - interval '100 hours'")
+
+	res := recalc(t, pool, p)
+	s := readSchedule(t, pool, id)
+	if s.Tier != "DORMANT" || s.Next != nil || s.Reason != "no sales or interest for 72h0m0s" || res.Dormant != 1 {
+		t.Fatalf("after a quiet 100 h: %+v (result %+v); want DORMANT, next NULL", s, res)
+	}
+	if s.Changed == nil || !s.Changed.Equal(res.Now) {
+		t.Errorf("tier_changed_at = %v, want the run's now %v", s.Changed, res.Now)
+	}
+
+	// Another service writes an interest event straight into the table.
+	if _, err := pool.Exec(ctx, `INSERT INTO item_interest (item_id, kind, source) VALUES ($1, 'view', 'web')`, id); err != nil {
+		t.Fatal(err)
+	}
+	res = recalc(t, pool, p)
+	s = readSchedule(t, pool, id)
+	if s.Tier != "ACTIVE_3M" || !s.DueNow || res.Reactivated != 1 || !strings.Contains(s.Reason, "view event") ||
+		!strings.Contains(s.Reason, "reactivated from DORMANT") {
+		t.Fatalf("after an interest event: %+v (result %+v); want ACTIVE_3M and due now", s, res)
+	}
+
+	// The event has been acted on: the next run neither reactivates again nor demotes (hold).
+	res = recalc(t, pool, p)
+	if s2 := readSchedule(t, pool, id); s2.Tier != "ACTIVE_3M" || res.Reactivated != 0 || res.Held != 1 || !s2.Next.Equal(*s.Next) {
+		t.Fatalf("second run: %+v (result %+v)", s2, res)
+	}
+}
+
+func TestRecordInterestReactivatesInOneStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	dormant, cold, hot := randomItemID(t), randomItemID(t), randomItemID(t)
+	item(t, pool, dormant, "DORMANT", "NULL", "now() - interval '100 hours'", "now() - interval '10 hours'")
+	item(t, pool, cold, "COLD_10M", "now() + interval '9 minutes'", "now() - interval '100 hours'", "now() - interval '10 hours'")
+	item(t, pool, hot, "HOT_1M", "now() + interval '30 seconds'", "now() - interval '100 hours'", "now() - interval '10 hours'")
+
+	r, err := RecordInterest(ctx, pool, InterestEvent{ItemID: dormant, Kind: KindTouch, Source: "cli"}, tiers.Active)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := readSchedule(t, pool, dormant)
+	if !r.Reactivated || r.From != tiers.Dormant || r.To != tiers.Active || s.Tier != "ACTIVE_3M" || !s.DueNow ||
+		s.Reason != "touch event from cli: reactivated from DORMANT" {
+		t.Fatalf("touch on a DORMANT item: %+v, row %+v", r, s)
+	}
+	if r, err = RecordInterest(ctx, pool, InterestEvent{ItemID: cold, Kind: KindWatch, Weight: 2}, tiers.Hot); err != nil || !r.Reactivated {
+		t.Fatal(r, err)
+	}
+	if s := readSchedule(t, pool, cold); s.Tier != "HOT_1M" || !s.DueNow {
+		t.Fatalf("watch on a COLD item: %+v", s)
+	}
+	before := readSchedule(t, pool, hot)
+	if r, err = RecordInterest(ctx, pool, InterestEvent{ItemID: hot, Kind: KindView}, tiers.Active); err != nil || r.Reactivated {
+		t.Fatal(r, err)
+	}
+	if s := readSchedule(t, pool, hot); s.Tier != "HOT_1M" || !s.Next.Equal(*before.Next) {
+		t.Fatalf("view on a HOT item changed its schedule: %+v → %+v", before, s)
+	}
+	var events int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM item_interest`).Scan(&events); err != nil || events != 3 {
+		t.Fatalf("item_interest rows = %d, %v; want 3", events, err)
+	}
+
+	// Recalculation sees those events as acted on: nothing is reactivated twice.
+	if res := recalc(t, pool, testPolicy()); res.Reactivated != 0 {
+		t.Errorf("recalculation reactivated again: %+v", res)
+	}
+
+	if _, err := RecordInterest(ctx, pool, InterestEvent{ItemID: randomItemID(t), Kind: KindTouch}, tiers.Active); err == nil ||
+		!strings.Contains(err.Error(), "not tracked") {
+		t.Errorf("touch on an unknown item: %v", err)
+	}
+	if _, err := RecordInterest(ctx, pool, InterestEvent{ItemID: hot, Kind: "like"}, tiers.Active); err == nil {
+		t.Error("kind like accepted")
+	}
+}
+
+func TestTierChangesRescheduleOnPhase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	p := testPolicy()
+	p.Window = time.Hour
+	p.Thresholds = tiers.Thresholds{Hot: 3, Active: 2, Warm: 1}
+	p.Weights = config.ScoreWeights{Sales: 1}
+
+	soon, late, demote, leased, fixture := randomItemID(t), randomItemID(t), randomItemID(t), randomItemID(t), "seed-0001"
+	old := "now() - interval '100 hours'"
+	item(t, pool, soon, "COLD_10M", "now() + interval '5 seconds'", old, old)
+	item(t, pool, late, "COLD_10M", "now() + interval '9 minutes'", old, old)
+	item(t, pool, demote, "HOT_1M", "now() + interval '20 seconds'", old, old)
+	item(t, pool, leased, "COLD_10M", "now() + interval '9 minutes'", old, old)
+	item(t, pool, fixture, "WARM_5M", "NULL", old, old)
+	if _, err := pool.Exec(ctx, `UPDATE tracked_items SET lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute', leased_by = 'w1' WHERE item_id = $1`, leased); err != nil {
+		t.Fatal(err)
+	}
+	// Five sales in the last hour promote to HOT; one keeps demote awake but scores it COLD.
+	for _, id := range []string{soon, late, leased, fixture} {
+		if _, err := pool.Exec(ctx, `
+			INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price)
+			SELECT $1, now() - g * interval '1 minute', 0, 1, 100, 100 FROM generate_series(1, 5) g`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price) VALUES ($1, now() - interval '2 hours', 0, 1, 1, 1)`, demote); err != nil {
+		t.Fatal(err)
+	}
+	leaseBefore := readSchedule(t, pool, leased)
+
+	res := recalc(t, pool, p)
+	if res.Scored != 4 {
+		t.Errorf("scored %d items, want 4 (the fixture is left alone)", res.Scored)
+	}
+	near := func(a, b time.Time) bool { return a.Sub(b).Abs() <= time.Microsecond }
+
+	// A promotion whose new slot is later than the current one keeps the current one.
+	s := readSchedule(t, pool, soon)
+	if s.Tier != "HOT_1M" || s.Next == nil || s.Next.Sub(res.Now) > 5*time.Second || s.Reason != "score 5 ≥ hot threshold 3" {
+		t.Errorf("promoted item due in 5 s: %+v (now %v)", s, res.Now)
+	}
+	// A promotion whose new slot is earlier moves to the new tier's phase.
+	want, _ := tiers.NextDue(late, tiers.Hot, res.Now)
+	if s := readSchedule(t, pool, late); s.Tier != "HOT_1M" || s.Next == nil || !near(*s.Next, want) {
+		t.Errorf("promoted item due in 9 min: %+v, want next %v", s, want)
+	}
+	// A demotion takes the new tier's slot.
+	want, _ = tiers.NextDue(demote, tiers.Cold, res.Now)
+	if s := readSchedule(t, pool, demote); s.Tier != "COLD_10M" || s.Next == nil || !near(*s.Next, want) || s.Reason != "score 0 < warm threshold 1" {
+		t.Errorf("demoted item: %+v, want next %v", s, want)
+	}
+	// A leased row changes tier but keeps its lease.
+	if s := readSchedule(t, pool, leased); s.Tier != "HOT_1M" || s.LeaseTok == nil || *s.LeaseTok != *leaseBefore.LeaseTok {
+		t.Errorf("leased item: %+v, lease before %v", s, *leaseBefore.LeaseTok)
+	}
+	// The fixture is untouched and still unscheduled.
+	if s := readSchedule(t, pool, fixture); s.Tier != "WARM_5M" || s.Next != nil || s.Score != 0 {
+		t.Errorf("fixture touched by recalculation: %+v", s)
+	}
+	if res.Promoted != 3 || res.Demoted != 1 || len(res.Changes) != 4 {
+		t.Errorf("result %+v", res)
+	}
+
+	// Nothing changed since: a second run writes nothing.
+	if res := recalc(t, pool, p); len(res.Changes) != 0 || res.ScoreChanged != 0 {
+		t.Errorf("second run changed %+v", res)
+	}
+}
+
+func TestRecalculationRunsOneAtATime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	item(t, pool, randomItemID(t), "WARM_5M", "now()", "now() - interval '100 hours'", "now() - interval '100 hours'")
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, recalcLockKey); err != nil {
+		t.Fatal(err)
+	}
+	if res := recalc(t, pool, testPolicy()); !res.Skipped || res.Scored != 0 {
+		t.Fatalf("recalculation while another holds the lock: %+v", res)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := recalc(t, pool, testPolicy()); res.Skipped || res.Dormant != 1 {
+		t.Fatalf("recalculation after the lock is released: %+v", res)
+	}
+}

@@ -1,0 +1,184 @@
+package seed
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// Word types of GET /df/items: match is an exact name, front a prefix, full a substring.
+const (
+	WordMatch = "match"
+	WordFront = "front"
+	WordFull  = "full"
+)
+
+// Target is one entry of the targets file: a name to resolve through /df/items.
+type Target struct {
+	Name string
+	// WordType is how the name is searched: match (the default: exactly this name), front
+	// (names starting with it) or full (names containing it).
+	WordType string
+	// All imports every item the search finds. Without it a target wants exactly one item,
+	// and several matches are reported as ambiguous.
+	All bool
+	// Tier is the starting tier of a newly imported item; "" means catalog.default_tier. It
+	// never changes the tier of an item that is already tracked.
+	Tier tiers.Tier
+	// ItemID pins one item when several share the name.
+	ItemID string
+	Note   string
+
+	File string
+	Line int
+}
+
+// Where is "file:line", for reports and errors.
+func (t Target) Where() string { return fmt.Sprintf("%s:%d", t.File, t.Line) }
+
+// LoadTargets reads and checks a targets file.
+func LoadTargets(path string) ([]Target, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("import targets: %w", err)
+	}
+	return ParseTargets(path, data)
+}
+
+// ParseTargets parses a targets file. The file is either a list or a mapping with an
+// `items:` list; each entry is a bare name or a mapping with name, wordType, tier, itemId, all
+// and note. Every problem is reported with its file and line, all at once.
+func ParseTargets(file string, data []byte) ([]Target, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("import targets %s: %w", file, err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, fmt.Errorf("import targets %s: the file lists no items (add one line per item under items:)", file)
+	}
+	root := doc.Content[0]
+	list := root
+	if root.Kind == yaml.MappingNode {
+		list = nil
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			k := root.Content[i]
+			if k.Value != "items" {
+				return nil, fmt.Errorf("%s:%d: unknown key %q at the top level (allowed: items)", file, k.Line, k.Value)
+			}
+			list = root.Content[i+1]
+		}
+		if list == nil {
+			return nil, fmt.Errorf("%s:%d: no items: list", file, root.Line)
+		}
+	}
+	if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
+		return nil, fmt.Errorf("%s:%d: the items list is empty", file, list.Line)
+	}
+	if list.Kind != yaml.SequenceNode {
+		return nil, fmt.Errorf("%s:%d: expected a list of items", file, list.Line)
+	}
+
+	var (
+		out  []Target
+		errs []error
+		seen = map[string]int{}
+	)
+	for _, n := range list.Content {
+		t, err := parseTarget(file, n)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		key := t.WordType + "\x00" + t.Name + "\x00" + t.ItemID
+		if prev, dup := seen[key]; dup {
+			errs = append(errs, fmt.Errorf("%s:%d: %q is listed again (first at line %d)", file, t.Line, t.Name, prev))
+			continue
+		}
+		seen[key] = t.Line
+		out = append(out, t)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("import targets %s: the file lists no items", file)
+	}
+	return out, nil
+}
+
+func parseTarget(file string, n *yaml.Node) (Target, error) {
+	t := Target{File: file, Line: n.Line, WordType: WordMatch}
+	bad := func(n *yaml.Node, format string, args ...any) error {
+		return fmt.Errorf("%s:%d: %s", file, n.Line, fmt.Sprintf(format, args...))
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		t.Name = strings.TrimSpace(n.Value)
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if v.Kind != yaml.ScalarNode {
+				return t, bad(v, "%s must be a plain value", k.Value)
+			}
+			val := strings.TrimSpace(v.Value)
+			switch k.Value {
+			case "name":
+				t.Name = val
+			case "wordType":
+				switch val {
+				case WordMatch, WordFront, WordFull:
+					t.WordType = val
+				default:
+					return t, bad(v, "wordType %q: allowed match (exact name, the default), front (prefix), full (contains)", val)
+				}
+			case "tier":
+				tier, err := tiers.Parse(val)
+				if err != nil {
+					return t, bad(v, "%v", err)
+				}
+				t.Tier = tier
+			case "itemId":
+				if !isItemID(val) {
+					return t, bad(v, "itemId %q must be 32 lowercase hex characters", val)
+				}
+				t.ItemID = val
+			case "note":
+				t.Note = val
+			case "all":
+				switch val {
+				case "true":
+					t.All = true
+				case "false":
+				default:
+					return t, bad(v, "all %q: allowed true, false", val)
+				}
+			default:
+				return t, bad(k, "unknown field %q (allowed: name, wordType, tier, itemId, all, note)", k.Value)
+			}
+		}
+	default:
+		return t, bad(n, "an item is a name or a mapping with name, wordType, tier, itemId, all, note")
+	}
+	if t.Name == "" {
+		return t, bad(n, "item has no name")
+	}
+	return t, nil
+}
+
+// isItemID reports whether s looks like a Neople id: 32 lowercase hex characters.
+func isItemID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
