@@ -105,3 +105,16 @@ func summaryFields(s dispatcher.Summary) []zap.Field {
 		zap.Duration("persist_p50", s.Persist.P50), zap.Duration("persist_p95", s.Persist.P95),
 	}
 }
+
+func init() {
+	// seed:real's collect step is a plain collect-due pass.
+	seedRealCollect = func(ctx context.Context, a *app) error {
+		d, err := a.newDispatcher(ctx)
+		if err != nil {
+			return err
+		}
+		sum, err := d.RunOnce(ctx)
+		a.printf("collect-due: %s\n", sum)
+		return err
+	}
+}

@@ -34,7 +34,7 @@ WITH due AS MATERIALIZED (
 	FROM tracked_items
 	WHERE next_collect_at <= now()
 	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-	ORDER BY next_collect_at
+	ORDER BY %s
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 )
@@ -59,8 +59,18 @@ WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
 RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now()`
 
-func claimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string) ([]Claim, error) {
-	rows, err := pool.Query(ctx, claimSQL, n, lease.Milliseconds(), owner)
+var (
+	claimByDueSQL  = fmt.Sprintf(claimSQL, "next_collect_at")
+	claimByTierSQL = fmt.Sprintf(claimSQL, `CASE collection_tier WHEN 'HOT_1M' THEN 0 WHEN 'ACTIVE_3M' THEN 1
+		WHEN 'WARM_5M' THEN 2 WHEN 'COLD_10M' THEN 3 ELSE 4 END, next_collect_at`)
+)
+
+func claimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, byTier bool) ([]Claim, error) {
+	q := claimByDueSQL
+	if byTier {
+		q = claimByTierSQL
+	}
+	rows, err := pool.Query(ctx, q, n, lease.Milliseconds(), owner)
 	if err != nil {
 		return nil, fmt.Errorf("claim due items: %w", err)
 	}
@@ -109,6 +119,24 @@ func releaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int
 		WHERE t.item_id = u.item_id AND t.lease_token = u.token`, ids, tokens)
 	if err != nil {
 		return 0, fmt.Errorf("release %d leases: %w", len(claims), err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// renewLeases pushes the lease expiry of claims still held (token unchanged) one lease ahead.
+func renewLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim, lease time.Duration) (int64, error) {
+	ids := make([]string, len(claims))
+	tokens := make([]pgtype.UUID, len(claims))
+	for i, c := range claims {
+		ids[i], tokens[i] = c.ItemID, c.Token
+	}
+	tag, err := pool.Exec(ctx, `
+		UPDATE tracked_items t
+		SET lease_expires_at = now() + $3 * interval '1 millisecond'
+		FROM unnest($1::text[], $2::uuid[]) AS u(item_id, token)
+		WHERE t.item_id = u.item_id AND t.lease_token = u.token`, ids, tokens, lease.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("renew %d leases: %w", len(claims), err)
 	}
 	return tag.RowsAffected(), nil
 }

@@ -39,7 +39,31 @@ type Config struct {
 	FlushSize   int           // results per write-back transaction; default 50
 	SoldLimit   int           // the limit the client asks /df/auction-sold for; default 100
 	Owner       string        // recorded in leased_by; default host:pid
+	// Grace is how long in-flight provider calls may finish after ctx is cancelled (shutdown)
+	// before they are abandoned and their leases released. Default 0: abandon at once.
+	Grace time.Duration
+	// PrioritizeTiers claims more urgent tiers first (HOT before COLD) when more is due than a
+	// batch holds, at the cost of sorting the due backlog on every claim.
+	PrioritizeTiers bool
+	// Observer, when set, hears about claims, provider calls and write-backs (metrics, health).
+	Observer Observer
 }
+
+// Observer hears what a pass does. Calls come from several goroutines.
+type Observer interface {
+	// Claimed reports a claimed batch; DueAt and DBNow of each claim give the due→claim lag.
+	Claimed(claims []Claim)
+	// Fetched reports one item's provider calls (err nil on success).
+	Fetched(c Claim, took time.Duration, err error)
+	// Written reports one write-back transaction.
+	Written(collected, failed, fenced int, took time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Claimed([]Claim)                      {}
+func (nopObserver) Fetched(Claim, time.Duration, error)  {}
+func (nopObserver) Written(int, int, int, time.Duration) {}
 
 func (c *Config) withDefaults() Config {
 	out := *c
@@ -60,6 +84,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.SoldLimit == 0 {
 		out.SoldLimit = 100
+	}
+	if out.Observer == nil {
+		out.Observer = nopObserver{}
 	}
 	if out.Owner == "" {
 		host, _ := os.Hostname()
@@ -113,7 +140,7 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 // is reached, the provider stops being dispatchable, or ctx ends.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context) ([]Claim, error) {
-		return claimDue(ctx, d.pool, d.cfg.BatchSize, d.cfg.Lease, d.cfg.Owner)
+		return claimDue(ctx, d.pool, d.cfg.BatchSize, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers)
 	})
 }
 
@@ -229,6 +256,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 			break
 		}
 		d.clock.set(claims[0].DBNow)
+		d.cfg.Observer.Claimed(claims)
 		sum.Batches++
 		sum.Claimed += len(claims)
 		released, st := d.collectBatch(ctx, claims, w, &tm)
@@ -279,10 +307,32 @@ func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary
 }
 
 // collectBatch fetches every claim with bounded concurrency and hands results to the writer.
-// Claims not fetched (pass stopped, ctx ended) are released at once.
+// Claims not fetched (pass stopped, shutdown) are released at once. On shutdown (ctx done) no
+// new call starts, and calls in flight get Grace to finish; their results are still written.
 func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer, tm *timings) (released int, stop *stopError) {
-	bctx, cancel := context.WithCancel(ctx)
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		if d.cfg.Grace > 0 {
+			t := time.NewTimer(d.cfg.Grace)
+			defer t.Stop()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+		cancel()
+	}()
+	go d.renewWhileRunning(fctx, done, claims)
+
 	jobs := make(chan Claim)
 	var mu sync.Mutex
 	var unprocessed []Claim
@@ -292,19 +342,21 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 		go func() {
 			defer wg.Done()
 			for c := range jobs {
-				if bctx.Err() != nil {
+				if ctx.Err() != nil || fctx.Err() != nil {
 					mu.Lock()
 					unprocessed = append(unprocessed, c)
 					mu.Unlock()
 					continue
 				}
 				t0 := time.Now()
-				r := d.fetchOne(bctx, c)
-				tm.add(&tm.fetch, time.Since(t0))
+				r := d.fetchOne(fctx, c)
+				took := time.Since(t0)
+				tm.add(&tm.fetch, took)
+				d.cfg.Observer.Fetched(c, took, r.err)
 				if r.err != nil {
 					class := provider.ClassOf(r.err)
 					ends := class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig
-					if ends || bctx.Err() != nil {
+					if ends || fctx.Err() != nil {
 						mu.Lock()
 						if ends && stop == nil {
 							stop = &stopError{class: class, err: r.err}
@@ -334,6 +386,26 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 		released = int(n)
 	}
 	return released, stop
+}
+
+// renewWhileRunning extends the batch's leases every third of a lease while its calls run, so a
+// slow provider never lets a lease lapse under a live worker. Items already written back no
+// longer carry the token and are left alone.
+func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []Claim) {
+	t := time.NewTicker(d.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := renewLeases(ctx, d.pool, claims, d.cfg.Lease); err != nil && ctx.Err() == nil {
+				d.log.Warn("lease renewal failed", zap.Error(err))
+			}
+		}
+	}
 }
 
 func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
@@ -401,8 +473,10 @@ func (d *Dispatcher) startWriter(ctx context.Context, tm *timings) *writer {
 func (w *writer) flush(ctx context.Context, buf []result) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	t0 := time.Now()
 	ws, err := writeBack(ctx, w.d.pool, buf)
 	if err != nil {
+		w.d.cfg.Observer.Written(0, 0, 0, time.Since(t0))
 		// Leases stay until they expire; the items are collected again then. Nothing is lost.
 		w.d.log.Error("write-back failed", zap.Int("items", len(buf)), zap.Error(err))
 		w.stats.err = errors.Join(w.stats.err, err)
@@ -423,6 +497,17 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 				zap.String("item_id", r.claim.ItemID), zap.String("outcome", r.outcome), zap.Error(r.err))
 		}
 	}
+	var collected, failed int
+	for _, r := range buf {
+		if !fenced[r.claim.ItemID] {
+			if r.err == nil {
+				collected++
+			} else {
+				failed++
+			}
+		}
+	}
+	w.d.cfg.Observer.Written(collected, failed, len(ws.fenced), time.Since(t0))
 	if len(ws.fenced) > 0 {
 		w.stats.fenced += len(ws.fenced)
 		w.d.log.Warn("write-back fenced out: the lease passed to another worker, nothing written",

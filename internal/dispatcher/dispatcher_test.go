@@ -141,7 +141,7 @@ func TestConcurrentCollectorsCollectEachItemExactlyOnce(t *testing.T) {
 func TestStaleWorkerWriteIsFencedOut(t *testing.T) {
 	e := setup(t, 1, tiers.Hot, nil)
 	ctx := context.Background()
-	a, err := claimDue(ctx, e.pool, 10, time.Minute, "worker-a")
+	a, err := claimDue(ctx, e.pool, 10, time.Minute, "worker-a", false)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("claim a: %v %d", err, len(a))
 	}
@@ -149,7 +149,7 @@ func TestStaleWorkerWriteIsFencedOut(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	b, err := claimDue(ctx, e.pool, 10, time.Minute, "worker-b")
+	b, err := claimDue(ctx, e.pool, 10, time.Minute, "worker-b", false)
 	if err != nil || len(b) != 1 {
 		t.Fatalf("claim b: %v %d", err, len(b))
 	}
@@ -429,7 +429,7 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		claims, err := claimDue(ctx, pool, 2000, time.Minute, "t")
+		claims, err := claimDue(ctx, pool, 2000, time.Minute, "t", false)
 		if err != nil {
 			t.Fatal(err)
 		}

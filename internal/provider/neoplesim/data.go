@@ -82,8 +82,10 @@ func buildCatalog(n int, seed int64) []*entry {
 			},
 			h:          r.Uint64(),
 			stack:      b.kind.stack,
-			listings:   r.IntN(60),
-			salePeriod: 10 + r.Int64N(290),
+			listings:   r.IntN(40),
+			// Log-uniform from 10 s to a day: busy items fill the 100-sale window in
+			// minutes, quiet ones have fewer than 100 sales in the month.
+			salePeriod: int64(math.Exp(math.Log(10) + r.Float64()*math.Log(8640))),
 			avgZero:    r.IntN(10) == 0,
 		}
 		if e.stack {
@@ -94,8 +96,8 @@ func buildCatalog(n int, seed int64) []*entry {
 			e.ItemAvailableLevel = 1 + r.IntN(115)
 			e.Fame = r.IntN(900)
 		}
-		if i%7 == 3 {
-			e.listings = 450 // more than the 400 cap
+		if i%25 == 3 {
+			e.listings = 450 // more than the 400 cap; few, since big bodies slow every test
 		}
 		out[i] = e
 	}

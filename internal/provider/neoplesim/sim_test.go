@@ -166,7 +166,7 @@ func TestItemsSearch(t *testing.T) {
 func TestAuction(t *testing.T) {
 	f := newFixture(t, neoplesim.Options{Items: 30, Seed: 3})
 	cat := f.sim.Catalog()
-	big := cat[3].ItemID // the catalog gives every 7th item from the 4th more listings than the cap
+	big := cat[3].ItemID // the catalog gives every 25th item from the 4th more listings than the cap
 	r := f.market(t, "/df/auction", url.Values{"itemId": {big}, "sort": {"unitPrice:asc"}, "limit": {"1000"}})
 	if len(r.Rows) != 400 {
 		t.Fatalf("limit cap: got %d rows, want 400", len(r.Rows))
@@ -237,11 +237,20 @@ func TestAuctionSold(t *testing.T) {
 	sold := func(id string) []map[string]any {
 		return f.market(t, "/df/auction-sold", url.Values{"itemId": {id}, "limit": {"500"}}).Rows
 	}
-	dupItems := 0
+	dupItems, full, quiet := 0, 0, 0
+	busiest, busiestSince := "", ""
 	for _, it := range f.sim.Catalog() {
 		rows := sold(it.ItemID)
-		if len(rows) != 100 {
-			t.Fatalf("limit cap: %d rows, want 100", len(rows))
+		switch {
+		case len(rows) > 100:
+			t.Fatalf("limit cap: %d rows, want <= 100", len(rows))
+		case len(rows) == 100:
+			full++
+			if since := rows[99]["soldDate"].(string); since > busiestSince {
+				busiest, busiestSince = it.ItemID, since
+			}
+		default:
+			quiet++
 		}
 		dup := false
 		for i := 1; i < len(rows); i++ {
@@ -257,19 +266,19 @@ func TestAuctionSold(t *testing.T) {
 			dupItems++
 		}
 	}
-	if dupItems == 0 {
-		t.Fatal("no item has identical adjacent sales; the API has them")
+	if dupItems == 0 || full == 0 || quiet == 0 {
+		t.Fatalf("%d items with identical adjacent sales, %d with a full 100, %d quiet; want some of each", dupItems, full, quiet)
 	}
 
-	// Repeated fetches overlap: ten minutes later the old head is further down the list,
-	// and the rows before it are new.
-	id := f.sim.Catalog()[2].ItemID
-	before := sold(id)
-	f.now = f.now.Add(10 * time.Minute)
-	after := sold(id)
+	// Repeated fetches overlap: a quarter of the busiest item's 100-sale span later (about 25
+	// sales), the old head is further down the list and the rows before it are new.
+	before := sold(busiest)
+	since, _ := time.ParseInLocation(provider.DateLayout, busiestSince, provider.KST)
+	f.now = f.now.Add(f.now.Sub(since) / 4)
+	after := sold(busiest)
 	k := slices.IndexFunc(after, func(r map[string]any) bool { return equalRows(r, before[0]) })
-	if k <= 0 {
-		t.Fatalf("old head at %d after 10 min, want > 0", k)
+	if k <= 0 || k > 75 {
+		t.Fatalf("old head at %d, want within 1..75", k)
 	}
 	for i := 0; k+i < len(after); i++ {
 		if !equalRows(after[k+i], before[i]) {

@@ -1,0 +1,147 @@
+package dispatcher
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/seed"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// On shutdown no new call starts, calls in flight finish within Grace and are written, and
+// every other claim is handed back at once rather than after its lease.
+func TestShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
+	inFlight := make(chan struct{}, 100)
+	proceed := make(chan struct{})
+	var started atomic.Int64
+	e := setup(t, 20, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" {
+				started.Add(1)
+				inFlight <- struct{}{}
+				<-proceed
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	d := e.dispatcher(t, Config{BatchSize: 20, Concurrency: 4, Grace: time.Minute}, nil)
+	done := make(chan Summary, 1)
+	go func() {
+		s, err := d.RunOnce(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- s
+	}()
+	for i := 0; i < 4; i++ {
+		<-inFlight
+	}
+	cancel() // SIGTERM
+	close(proceed)
+	s := <-done
+	if s.Collected != 4 || s.Released != 16 {
+		t.Fatalf("summary %s: want the 4 in-flight items collected and 16 released", s)
+	}
+	if got := started.Load(); got != 4 {
+		t.Fatalf("%d calls started; none may start after shutdown began", got)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); c != 0 {
+		t.Fatalf("%d leases left after shutdown", c)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM outbox`); c != 4 {
+		t.Fatalf("%d outbox rows, want 4", c)
+	}
+}
+
+func TestLeasesAreRenewedWhileCallsRun(t *testing.T) {
+	release := make(chan struct{})
+	e := setup(t, 1, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" {
+				<-release
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	d := e.dispatcher(t, Config{Lease: 3 * time.Second}, nil)
+	done := make(chan Summary, 1)
+	go func() {
+		s, _ := d.RunOnce(context.Background())
+		done <- s
+	}()
+	// Poll the lease: it must be pushed forward while the call hangs.
+	var first, later time.Time
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var exp *time.Time
+		if err := e.pool.QueryRow(context.Background(), `SELECT lease_expires_at FROM tracked_items`).Scan(&exp); err != nil {
+			t.Fatal(err)
+		}
+		if exp != nil {
+			if first.IsZero() {
+				first = *exp
+			} else if exp.After(first) {
+				later = *exp
+				break
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(release)
+	if later.IsZero() {
+		t.Fatal("lease was never renewed while the provider call was in flight")
+	}
+	if s := <-done; s.Collected != 1 || s.Fenced != 0 {
+		t.Fatalf("summary %s", s)
+	}
+}
+
+func TestPrioritizeTiersClaimsHotFirst(t *testing.T) {
+	e := setup(t, 6, tiers.Cold, nil)
+	ctx := context.Background()
+	// The HOT items became due last, yet they are claimed first.
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = 'HOT_1M', next_collect_at = now() - interval '1 millisecond'
+		WHERE item_id = ANY($1)`, []string{e.items[4].ItemID, e.items[5].ItemID}); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := claimDue(ctx, e.pool, 2, time.Minute, "t", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims {
+		if c.Tier != tiers.Hot {
+			t.Fatalf("claimed %s (%s) before the HOT items", c.ItemID, c.Tier)
+		}
+	}
+}
+
+// A DORMANT item that gets an interest event is due at once and collected by the next pass.
+func TestDormantItemReactivatedByInterestIsCollectedNext(t *testing.T) {
+	e := setup(t, 1, tiers.Hot, nil)
+	ctx := context.Background()
+	id := e.items[0].ItemID
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = 'DORMANT', next_collect_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := e.dispatcher(t, Config{}, nil).RunOnce(ctx); s.Claimed != 0 {
+		t.Fatal("a DORMANT item was claimed")
+	}
+	if _, err := seed.RecordInterest(ctx, e.pool, seed.InterestEvent{ItemID: id, Kind: "watch", Weight: 1, Source: "test"}, tiers.Active); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.dispatcher(t, Config{}, nil).RunOnce(ctx)
+	if err != nil || s.Collected != 1 {
+		t.Fatalf("after the interest event: %s %v; want the item collected", s, err)
+	}
+	var tier string
+	if err := e.pool.QueryRow(ctx, `SELECT collection_tier FROM tracked_items`).Scan(&tier); err != nil || tier != string(tiers.Active) {
+		t.Fatalf("tier %q %v, want ACTIVE_3M", tier, err)
+	}
+	if e.sim.ItemRequests(id) != 1 {
+		t.Fatalf("simulator served %d auction requests for the item, want 1", e.sim.ItemRequests(id))
+	}
+}
