@@ -80,9 +80,9 @@ func buildCatalog(n int, seed int64) []*entry {
 				ItemTypeDetail: b.kind.detail, ItemTypeDetailID: typeID(b.kind.typ + "/" + b.kind.detail),
 				ItemAvailableLevel: 1,
 			},
-			h:          r.Uint64(),
-			stack:      b.kind.stack,
-			listings:   r.IntN(40),
+			h:        r.Uint64(),
+			stack:    b.kind.stack,
+			listings: r.IntN(40),
 			// Log-uniform from 10 s to a day: busy items fill the 100-sale window in
 			// minutes, quiet ones have fewer than 100 sales in the month.
 			salePeriod: int64(math.Exp(math.Log(10) + r.Float64()*math.Log(8640))),

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+func TestCollectDueEndToEnd(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCollector(t, "collect-due", "--database-url", db, "--concurrency", "4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "claimed=12 collected=12 failed=0 fenced_out=0") {
+		t.Fatalf("summary %q", out)
+	}
+	for _, stage := range []string{"claim p50=", "fetch p50=", "persist p50="} {
+		if !strings.Contains(out, stage) {
+			t.Fatalf("summary %q lacks %s timings", out, stage)
+		}
+	}
+	out, _, err = runCollector(t, "collect-due", "--database-url", db)
+	if err != nil || !strings.Contains(out, "claimed=0") {
+		t.Fatalf("second run: %q %v; nothing is due any more", out, err)
+	}
+
+	if _, _, err := runCollector(t, "provider", "set", "maintenance", "--reason", "weekly inspection", "--database-url", db); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runCollector(t, "provider", "status", "--database-url", db)
+	if err != nil || !strings.Contains(out, "MAINTENANCE") || !strings.Contains(out, "weekly inspection") || !strings.Contains(out, "paused") {
+		t.Fatalf("provider status: %q %v", out, err)
+	}
+	out, _, err = runCollector(t, "collect-due", "--database-url", db)
+	if err != nil || !strings.Contains(out, "collection paused: provider MAINTENANCE since") {
+		t.Fatalf("paused run must exit 0 and say why: %q %v", out, err)
+	}
+	if _, _, err := runCollector(t, "provider", "set", "auto", "--database-url", db); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCollectDueWithoutMarketKeyNamesTheVariable(t *testing.T) {
+	db := catalogEnv(t, false)
+	t.Setenv("NEOPLE_ITEM_API_KEY", "an-item-key-is-not-a-market-key")
+	_, _, err := runCollector(t, "collect-due", "--database-url", db)
+	if err == nil || !strings.Contains(err.Error(), "NEOPLE_MARKET_API_KEY") {
+		t.Fatalf("err = %v, want it to name NEOPLE_MARKET_API_KEY", err)
+	}
+	if strings.Contains(err.Error(), "an-item-key-is-not-a-market-key") {
+		t.Fatal("the item key must never stand in for the market key, nor be printed")
+	}
+}
+
+// A sentinel key used for a whole run, including failures, never appears in output or errors.
+func TestSentinelKeyNeverAppears(t *testing.T) {
+	const sentinel = "SENTINEL-7f3a9c-KEY"
+	_, db := storetest.NewPool(t)
+	sim := neoplesim.New(neoplesim.Options{Items: 20, Seed: 3, MarketKey: "the-real-one", ItemKey: sentinel})
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	t.Setenv("COLLECTOR_CONFIG", "")
+	t.Setenv("NEOPLE_ITEM_API_KEY", sentinel)
+	t.Setenv("NEOPLE_MARKET_API_KEY", sentinel)    // refused by the simulator: a config error
+	t.Setenv("COLLECTOR_PROVIDER_KEY_IN", "query") // the key travels in the URL: worst case
+
+	var all strings.Builder
+	check := func(args ...string) {
+		t.Helper()
+		out, errOut, err := runCollector(t, append(args, "--database-url", db, "--log-level", "debug")...)
+		all.WriteString(out + errOut)
+		if err != nil {
+			all.WriteString(err.Error())
+		}
+	}
+	t.Setenv("NEOPLE_API_BASE_URL", srv.URL)
+	check("import-items", "--targets", "../../configs/import-targets.yaml")
+	check("collect-due")
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	check("collect-due")
+	// A provider URL that does not answer at all.
+	t.Setenv("NEOPLE_API_BASE_URL", "http://127.0.0.1:1")
+	check("collect-due")
+	check("import-items", "--targets", "../../configs/import-targets.yaml")
+	if strings.Contains(all.String(), sentinel) {
+		t.Fatalf("the API key leaked:\n%s", all.String())
+	}
+	if !strings.Contains(all.String(), "NEOPLE_MARKET_API_KEY") && !strings.Contains(all.String(), "API00") {
+		t.Fatalf("the refused key was not reported at all:\n%s", all.String())
+	}
+}
