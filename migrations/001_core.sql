@@ -84,7 +84,7 @@ CREATE TABLE outbox (
     event_type   text NOT NULL,
     item_id      text NOT NULL,
     snapshot_id  bigint UNIQUE,
-    payload      jsonb NOT NULL,
+    payload      json NOT NULL,      -- json, not jsonb: the exact bytes we publish
     created_at   timestamptz NOT NULL DEFAULT now(),
     attempts     integer NOT NULL DEFAULT 0,
     published_at timestamptz,

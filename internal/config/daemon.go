@@ -1,12 +1,103 @@
 package config
 
+import (
+	"errors"
+	"time"
+)
+
 // DaemonConfig configures `collector run`.
 type DaemonConfig struct {
-	HTTPAddr string `mapstructure:"http_addr"`
+	HTTPAddr string `mapstructure:"http_addr"` // /metrics, /healthz, /readyz; "" = no server
+	// MaxSleep caps the database-computed sleep between passes, so an item made due by someone
+	// who sent no notification (a one-shot import behind PgBouncer) is still found in time.
+	MaxSleep time.Duration `mapstructure:"max_sleep"`
+	// Notify: LISTEN for tracked_items changes to wake early. Correctness never depends on it.
+	Notify bool `mapstructure:"notify"`
+	// ShutdownGrace: how long in-flight provider calls may finish after SIGTERM/SIGINT.
+	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+	// GaugeInterval: how often the SQL gauges (due/overdue by tier, outbox backlog) refresh.
+	GaugeInterval time.Duration `mapstructure:"gauge_interval"`
+
+	Health HealthConfig `mapstructure:"health"`
+	Budget BudgetConfig `mapstructure:"budget"`
+}
+
+// HealthConfig drives the automatic provider status (internal/health).
+type HealthConfig struct {
+	Window          time.Duration `mapstructure:"window"`           // sliding window of outcomes
+	ErrorRatio      float64       `mapstructure:"error_ratio"`      // transient share that means DEGRADED
+	MinSamples      int           `mapstructure:"min_samples"`      // fewer outcomes decide nothing
+	ProbeBackoff    time.Duration `mapstructure:"probe_backoff"`    // first probe after this, doubled per failure
+	ProbeBackoffMax time.Duration `mapstructure:"probe_backoff_max"`
+	RecoverFactor   float64       `mapstructure:"recover_factor"`   // rate fraction at the start of RECOVERING
+	RecoverSuccess  int           `mapstructure:"recover_success"`  // clean successes RECOVERING → HEALTHY
+	CheckInterval   time.Duration `mapstructure:"check_interval"`   // status re-read / probe check
+}
+
+// BudgetConfig is the cluster-wide share of each API key's budget (internal/budget).
+type BudgetConfig struct {
+	Enabled   bool          `mapstructure:"enabled"`
+	Heartbeat time.Duration `mapstructure:"heartbeat"` // instance heartbeat and share refresh
+	Headroom  float64       `mapstructure:"headroom"`  // fraction of the budget left unused as margin
+	Cooldown  time.Duration `mapstructure:"cooldown"`  // shared cool-down when Retry-After is absent
 }
 
 var daemonDefaults = map[string]any{
-	"daemon.http_addr": ":9090",
+	"daemon.http_addr":                ":9090",
+	"daemon.max_sleep":                "30s",
+	"daemon.notify":                   true,
+	"daemon.shutdown_grace":           "20s",
+	"daemon.gauge_interval":           "15s",
+	"daemon.health.window":            "30s",
+	"daemon.health.error_ratio":       0.5,
+	"daemon.health.min_samples":       20,
+	"daemon.health.probe_backoff":     "5s",
+	"daemon.health.probe_backoff_max": "5m",
+	"daemon.health.recover_factor":    0.1,
+	"daemon.health.recover_success":   50,
+	"daemon.health.check_interval":    "1s",
+	"daemon.budget.enabled":           true,
+	"daemon.budget.heartbeat":         "1s",
+	"daemon.budget.headroom":          0.03,
+	"daemon.budget.cooldown":          "1s",
 }
 
-func (c DaemonConfig) validate() error { return nil }
+func (c DaemonConfig) validate() error {
+	var errs []error
+	durations := []struct {
+		key      string
+		v        time.Duration
+		min, max time.Duration
+	}{
+		{"daemon.max_sleep", c.MaxSleep, 10 * time.Millisecond, time.Hour},
+		{"daemon.shutdown_grace", c.ShutdownGrace, 0, 10 * time.Minute},
+		{"daemon.gauge_interval", c.GaugeInterval, 100 * time.Millisecond, time.Hour},
+		{"daemon.health.window", c.Health.Window, time.Second, time.Hour},
+		{"daemon.health.probe_backoff", c.Health.ProbeBackoff, 10 * time.Millisecond, time.Hour},
+		{"daemon.health.probe_backoff_max", c.Health.ProbeBackoffMax, c.Health.ProbeBackoff, 24 * time.Hour},
+		{"daemon.health.check_interval", c.Health.CheckInterval, 10 * time.Millisecond, time.Minute},
+		{"daemon.budget.heartbeat", c.Budget.Heartbeat, 50 * time.Millisecond, time.Minute},
+		{"daemon.budget.cooldown", c.Budget.Cooldown, 10 * time.Millisecond, time.Hour},
+	}
+	for _, d := range durations {
+		if d.v < d.min || d.v > d.max {
+			errs = append(errs, invalid(d.key, d.v, "must be between "+d.min.String()+" and "+d.max.String()))
+		}
+	}
+	if c.Health.ErrorRatio <= 0 || c.Health.ErrorRatio > 1 {
+		errs = append(errs, invalid("daemon.health.error_ratio", c.Health.ErrorRatio, "must be > 0 and <= 1"))
+	}
+	if c.Health.MinSamples < 1 {
+		errs = append(errs, invalid("daemon.health.min_samples", c.Health.MinSamples, "must be >= 1"))
+	}
+	if c.Health.RecoverFactor < 0.01 || c.Health.RecoverFactor > 1 {
+		errs = append(errs, invalid("daemon.health.recover_factor", c.Health.RecoverFactor, "must be between 0.01 and 1"))
+	}
+	if c.Health.RecoverSuccess < 1 {
+		errs = append(errs, invalid("daemon.health.recover_success", c.Health.RecoverSuccess, "must be >= 1"))
+	}
+	if c.Budget.Headroom < 0 || c.Budget.Headroom >= 0.5 {
+		errs = append(errs, invalid("daemon.budget.headroom", c.Budget.Headroom, "must be >= 0 and < 0.5"))
+	}
+	return errors.Join(errs...)
+}

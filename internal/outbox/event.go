@@ -57,7 +57,7 @@ func EnqueueSnapshots(ctx context.Context, tx pgx.Tx, events []SnapshotEvent) er
 	}
 	_, err := tx.Exec(ctx, `
 		INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
-		SELECT $1, u.item_id, u.snapshot_id, u.payload::jsonb
+		SELECT $1, u.item_id, u.snapshot_id, u.payload::json
 		FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u(item_id, snapshot_id, payload)
 		ON CONFLICT (snapshot_id) DO NOTHING`,
 		EventTypeSnapshot, items, snaps, payloads)

@@ -29,7 +29,7 @@ type ClientConfig struct {
 	PerMinute    int           // requests in any rolling 60 s; default 30000
 	AuctionLimit int           // rows per /df/auction call; default and cap 400
 	SoldLimit    int           // rows per /df/auction-sold call; default and cap 100
-	HTTPClient   *http.Client  // optional; its Timeout, if any, also applies
+	HTTPClient   *http.Client  // optional; its Timeout and redirect policy then apply
 }
 
 // Client calls the endpoints of one workload with that workload's key and budget. It is safe
@@ -98,7 +98,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		// under a collector's concurrency.
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 64
-		hc = &http.Client{Transport: tr}
+		// The API does not redirect, and following one would hand the apikey header to
+		// whatever host the Location names.
+		hc = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	// The key as it can appear in any text: raw, or escaped inside a URL.
 	k := cfg.Key
@@ -260,6 +262,9 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 		return body, nil
 	}
 	code, msg := parseEnvelope(body)
+	if loc := resp.Header.Get("Location"); loc != "" {
+		msg = "redirect to " + loc
+	}
 	e := fail(classify(resp.StatusCode, code), nil)
 	e.Code, e.Message = code, msg
 	if e.Class == ClassRateLimited {

@@ -264,11 +264,15 @@ func TestErrorClassesFromStub(t *testing.T) {
 		{400, `{"error":{"status":400,"code":"DNF008","message":"TOO_MANY"}}`, "", provider.ClassBug, 0},
 		{502, `<html>bad gateway</html>`, "", provider.ClassTransient, 0},
 		{503, `<html>down</html>`, "", provider.ClassMaintenance, 0},
+		{302, ``, "", provider.ClassBug, 0}, // not followed: the header key would go along
 		{200, `{"rows":[{"itemId":"x","unitPrice":"cheap"}]}`, "", provider.ClassTransient, 0},
 		{200, `{"rows":[{"itemId":"x","regDate":"2026-05"}]}`, "", provider.ClassTransient, 0},
 		{200, `{"error":"no rows"}`, "", provider.ClassTransient, 0},
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if c.status == 302 {
+				w.Header().Set("Location", "http://elsewhere.invalid/df/auction")
+			}
 			if c.retryAfter != "" {
 				w.Header().Set("Retry-After", c.retryAfter)
 			}

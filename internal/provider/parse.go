@@ -185,6 +185,9 @@ func classify(status int, code string) Class {
 		return ClassRateLimited
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return ClassConfig
+	case status >= 300 && status < 400:
+		// The API never redirects: the base URL is wrong (http for https, a moved host).
+		return ClassBug
 	case status == http.StatusBadRequest || status == http.StatusNotFound:
 		// Without a Neople code this is our URL or parameters (or a wrong base_url).
 		return ClassBug

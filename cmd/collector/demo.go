@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/devpg"
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/seed"
+	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+func init() { register(newDemoCmd) }
+
+// demo runs the main job on an embedded default: the configured (or a private) PostgreSQL, the
+// built-in simulator and an in-process Kafka broker, so a fresh machine sees the whole flow
+// with one command and nothing else to set up.
+func newDemoCmd(a *app) *cobra.Command {
+	var (
+		duration time.Duration
+		items    int
+		dataDir  string
+		targets  string
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the whole flow locally: simulator, in-process Kafka, demo items, collection and relay",
+		Long: `demo needs nothing but PostgreSQL. If none answers at database.url and PostgreSQL server
+binaries are installed, it starts a private throwaway cluster under .data/. It then migrates,
+starts the built-in Neople simulator and an in-process Kafka broker, imports the demo items of
+configs/import-targets.yaml, collects and relays for --duration, and prints a status table and
+a few published events.`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			return a.demo(ctx, duration, items, dataDir, targets)
+		}),
+	}
+	f := cmd.Flags()
+	f.DurationVar(&duration, "duration", 15*time.Second, "how long to keep collecting and relaying")
+	f.IntVar(&items, "sim-items", 200, "items in the simulator's catalog")
+	f.StringVar(&dataDir, "data-dir", ".data", "where a private PostgreSQL cluster lives when one is needed")
+	f.StringVar(&targets, "targets", "configs/import-targets.yaml", "items to import")
+	return cmd
+}
+
+func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, dataDir, targets string) error {
+	url, stopPG, err := devpg.Ensure(ctx, a.cfg.Database.URL, dataDir+"/pg", a.log)
+	if err != nil {
+		return err
+	}
+	defer stopPG()
+	a.cfg.Database.URL = url
+	if err := store.Migrate(ctx, url, nil); err != nil {
+		return err
+	}
+	a.printf("database   %s (migrated)\n", redactURL(url))
+
+	const itemKey, marketKey = "demo-item-key", "demo-market-key"
+	sim := neoplesim.New(neoplesim.Options{Items: simItems, Seed: 42, ItemKey: itemKey, MarketKey: marketKey})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listen for the simulator: %w", err)
+	}
+	simSrv := &http.Server{Handler: sim, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = simSrv.Serve(ln) }()
+	defer simSrv.Close()
+	a.cfg.Provider.BaseURL = "http://" + ln.Addr().String()
+	a.cfg.Provider.ItemKey, a.cfg.Provider.MarketKey = itemKey, marketKey
+	a.printf("provider   Neople simulator at %s (%d items)\n", a.cfg.Provider.BaseURL, simItems)
+
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, a.cfg.Kafka.Topic))
+	if err != nil {
+		return fmt.Errorf("start in-process Kafka: %w", err)
+	}
+	defer kc.Close()
+	a.cfg.Kafka.Brokers = kc.ListenAddrs()
+	a.printf("kafka      in-process broker at %s, topic %s\n", strings.Join(a.cfg.Kafka.Brokers, ","), a.cfg.Kafka.Topic)
+
+	pool, err := a.db(ctx)
+	if err != nil {
+		return err
+	}
+	tgts, err := seed.LoadTargets(targets)
+	if err != nil {
+		return err
+	}
+	itemClient, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadItem)
+	if err != nil {
+		return err
+	}
+	defTier, _ := tiers.Parse(a.cfg.Catalog.DefaultTier)
+	rep, err := seed.Import(ctx, pool, itemClient, tgts, seed.ImportOptions{DefaultTier: defTier})
+	if err != nil {
+		return err
+	}
+	a.printf("import     %d targets: %d new, %d unchanged, %d failed\n", len(tgts), rep.Inserted, rep.Unchanged, len(rep.Failures))
+
+	d, err := a.newDispatcher(ctx)
+	if err != nil {
+		return err
+	}
+	relay, err := a.newRelay(ctx)
+	if err != nil {
+		return err
+	}
+	defer relay.Close()
+
+	a.printf("running    collect-due and relay-outbox for %s …\n", duration)
+	runCtx, cancel := context.WithTimeout(ctx, duration)
+	defer cancel()
+	var collected, published int
+	for runCtx.Err() == nil {
+		sum, err := d.RunOnce(runCtx)
+		if err != nil && runCtx.Err() == nil {
+			return err
+		}
+		collected += sum.Collected
+		res, err := relay.RunOnce(runCtx)
+		if err != nil && runCtx.Err() == nil {
+			return err
+		}
+		published += int(res.Published)
+		if sum.Claimed > 0 {
+			a.log.Info("demo pass", summaryFields(sum)...)
+		}
+		select {
+		case <-runCtx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	a.printf("collected  %d snapshots, published %d events\n\n", collected, published)
+	if err := a.printDemoStatus(ctx); err != nil {
+		return err
+	}
+	return a.printEvents(ctx, 3)
+}
+
+func (a *app) printDemoStatus(ctx context.Context) error {
+	pool, err := a.db(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := pool.Query(ctx, `
+		SELECT collection_tier, count(*),
+		       count(*) FILTER (WHERE next_collect_at <= now()),
+		       count(*) FILTER (WHERE last_collected_at IS NOT NULL),
+		       min(next_collect_at)
+		FROM tracked_items WHERE NOT `+seed.SyntheticSQL("item_id")+`
+		GROUP BY collection_tier ORDER BY collection_tier`)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	defer rows.Close()
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIER\tITEMS\tDUE NOW\tCOLLECTED\tNEXT DUE")
+	for rows.Next() {
+		var tier string
+		var n, due, done int
+		var next *time.Time
+		if err := rows.Scan(&tier, &n, &due, &done, &next); err != nil {
+			return err
+		}
+		nd := "-"
+		if next != nil {
+			nd = next.UTC().Format(time.TimeOnly)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", tier, n, due, done, nd)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	_ = tw.Flush()
+	var snaps, pending, pub int
+	err = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM auction_snapshots),
+		(SELECT count(*) FROM outbox WHERE published_at IS NULL AND failed_at IS NULL),
+		(SELECT count(*) FROM outbox WHERE published_at IS NOT NULL)`).Scan(&snaps, &pending, &pub)
+	if err != nil {
+		return err
+	}
+	st, err := provider.ReadStatus(ctx, pool, a.cfg.Provider.Name)
+	if err != nil {
+		return err
+	}
+	s, reason, since := st.Effective()
+	a.printf("\nsnapshots %d · outbox published %d, pending %d · provider %s since %s (%s)\n\n",
+		snaps, pub, pending, s, since.UTC().Format(time.RFC3339), reason)
+	return nil
+}
+
+// printEvents reads a few events back from the broker with a real Kafka consumer.
+func (a *app) printEvents(ctx context.Context, n int) error {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: a.cfg.Kafka.Brokers, Topic: a.cfg.Kafka.Topic, Partition: 0, MaxWait: 500 * time.Millisecond})
+	defer r.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	a.printf("first %d events on %s (partition 0):\n", n, a.cfg.Kafka.Topic)
+	for i := 0; i < n; i++ {
+		m, err := r.ReadMessage(rctx)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				a.printf("  (no more events)\n")
+				return nil
+			}
+			return fmt.Errorf("read events back: %w", err)
+		}
+		var ceID string
+		for _, h := range m.Headers {
+			if h.Key == "ce_id" {
+				ceID = string(h.Value)
+			}
+		}
+		a.printf("  key=%s ce_id=%s\n  %s\n", m.Key, ceID, m.Value)
+	}
+	a.log.Debug("demo done", zap.Int("events_shown", n))
+	return nil
+}
+
+// redactURL hides a password in a connection URL before it is printed.
+func redactURL(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		if at := strings.Index(u[i+3:], "@"); at >= 0 {
+			cred := u[i+3 : i+3+at]
+			if c := strings.Index(cred, ":"); c >= 0 {
+				return u[:i+3] + cred[:c] + ":xxxxx" + u[i+3+at:]
+			}
+		}
+	}
+	return u
+}
