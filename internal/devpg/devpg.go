@@ -44,9 +44,9 @@ const superuser = "postgres"
 //
 // If a server answers at url, the database is created there when missing and url is returned
 // with a no-op stop. Otherwise, when url points at this machine and PostgreSQL server binaries
-// are installed, a private cluster under dataDir (created on first use, re-used after) is
-// started on a free loopback port; stop shuts it down. Without binaries the error says how to
-// get a server.
+// are installed, a private cluster under dataDir (created on first use, re-used after, also
+// when a killed earlier run left it running) is started on a free loopback port; stop shuts
+// it down. Without binaries the error says how to get a server.
 func Ensure(ctx context.Context, url string, dataDir string, log *zap.Logger) (effectiveURL string, stop func(), err error) {
 	noop := func() {}
 	cfg, err := pgx.ParseConfig(url)
@@ -75,16 +75,15 @@ func Ensure(ctx context.Context, url string, dataDir string, log *zap.Logger) (e
 	if err != nil {
 		return "", noop, fmt.Errorf("no PostgreSQL answers at %s (database.url: %v), and %w", where, probeErr, err)
 	}
-	port, started, err := c.start(log)
+	port, err := c.start(log)
 	if err != nil {
 		return "", noop, err
 	}
-	stop = noop
-	if started {
-		stop = func() {
-			if err := c.stop(); err != nil {
-				log.Warn("stopping the private PostgreSQL", zap.String("dir", dataDir), zap.Error(err))
-			}
+	// The cluster belongs to the caller's data directory, so stop also stops one that a killed
+	// earlier run left behind and this run re-used.
+	stop = func() {
+		if err := c.stop(); err != nil {
+			log.Warn("stopping the private PostgreSQL", zap.String("dir", dataDir), zap.Error(err))
 		}
 	}
 	private := fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", superuser, port, pathEscape(dbName))
@@ -271,13 +270,38 @@ func postgresUser(dir string) (*syscall.Credential, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("give the private PostgreSQL directory %s to the postgres user: %w", dir, err)
 	}
-	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	check := exec.Command("test", "-w", dir, "-a", "-x", dir)
-	check.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if err := check.Run(); err != nil {
-		return nil, fmt.Errorf("running as root, so the private PostgreSQL runs as the postgres user, who cannot reach %s (a parent directory is not searchable by others; chmod o+x it, or set COLLECTOR_DATABASE_URL)", dir)
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		if !searchable(d, uint32(uid), uint32(gid)) {
+			return nil, fmt.Errorf("running as root, so the private PostgreSQL runs as the postgres user, who cannot enter %s to reach %s; chmod o+x %s, pick another --data-dir, or set COLLECTOR_DATABASE_URL", d, dir, d)
+		}
+		if d == filepath.Dir(d) {
+			break
+		}
 	}
-	return cred, nil
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// searchable reports whether uid (primary group gid) may traverse dir, by its mode bits.
+// Supplementary groups and ACLs are ignored: at worst this refuses a directory that would
+// have worked, with a message saying which one.
+func searchable(dir string, uid, gid uint32) bool {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return false
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return true
+	}
+	m := st.Mode().Perm()
+	switch {
+	case sys.Uid == uid:
+		return m&0o100 != 0
+	case sys.Gid == gid:
+		return m&0o010 != 0
+	default:
+		return m&0o001 != 0
+	}
 }
 
 func (c *cluster) command(name string, args ...string) *exec.Cmd {
@@ -290,13 +314,13 @@ func (c *cluster) command(name string, args ...string) *exec.Cmd {
 }
 
 // start initialises the cluster on first use and starts it unless it is already running (a
-// previous run that was killed), returning its port and whether this call started it.
-func (c *cluster) start(log *zap.Logger) (port int, started bool, err error) {
+// previous run that was killed), returning its port.
+func (c *cluster) start(log *zap.Logger) (port int, err error) {
 	if _, err := os.Stat(filepath.Join(c.pgdata, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		log.Info("initialising a private PostgreSQL cluster", zap.String("dir", c.dir), zap.String("binaries", c.bin))
 		out, err := c.command("initdb", "-D", c.pgdata, "-U", superuser, "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync").CombinedOutput()
 		if err != nil {
-			return 0, false, fmt.Errorf("initdb for the private PostgreSQL under %s: %w\n%s", c.dir, err, tail(out))
+			return 0, fmt.Errorf("initdb for the private PostgreSQL under %s: %w\n%s", c.dir, err, tail(out))
 		}
 		// Loopback TCP only and no unix socket: no path-length limit, no dependency on
 		// /var/run/postgresql; and a throwaway cluster need not survive a power cut.
@@ -309,24 +333,24 @@ func (c *cluster) start(log *zap.Logger) (port int, started bool, err error) {
 			}
 		}
 		if err != nil {
-			return 0, false, fmt.Errorf("configure the private PostgreSQL under %s: %w", c.dir, err)
+			return 0, fmt.Errorf("configure the private PostgreSQL under %s: %w", c.dir, err)
 		}
 	}
 	if p, ok := c.runningPort(); ok {
 		log.Info(fmt.Sprintf("re-using the private PostgreSQL already running under %s on 127.0.0.1:%d", c.dir, p))
-		return p, false, nil
+		return p, nil
 	}
 	if port, err = freePort(); err != nil {
-		return 0, false, err
+		return 0, err
 	}
 	cmd := c.command("pg_ctl", "start", "-D", c.pgdata, "-l", c.logf, "-w", "-t", "60", "-o", "-p "+strconv.Itoa(port))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		logTail, _ := os.ReadFile(c.logf)
-		return 0, false, fmt.Errorf("start the private PostgreSQL under %s on port %d: %w\n%s\n%s", c.dir, port, err, tail(out), tail(logTail))
+		return 0, fmt.Errorf("start the private PostgreSQL under %s on port %d: %w\n%s\n%s", c.dir, port, err, tail(out), tail(logTail))
 	}
 	log.Info(fmt.Sprintf("started a private PostgreSQL under %s on 127.0.0.1:%d", c.dir, port),
 		zap.String("log", c.logf), zap.String("binaries", c.bin))
-	return port, true, nil
+	return port, nil
 }
 
 // runningPort reads the port from postmaster.pid when `pg_ctl status` says the server runs.

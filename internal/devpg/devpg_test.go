@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,11 +14,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
-// sharedURL is the machine's PostgreSQL, the one every other package tests against.
-func sharedURL(db string) string {
-	return "postgres://postgres@127.0.0.1:5432/" + db + "?sslmode=disable"
+// sharedURL names database db on the server every other package tests against
+// (storetest.AdminURL: DUECOLLECTOR_TEST_DATABASE_URL, else 127.0.0.1:5432).
+func sharedURL(t *testing.T, db string) string {
+	t.Helper()
+	u, err := url.Parse(storetest.AdminURL())
+	if err != nil {
+		t.Fatalf("test database URL: %v", err)
+	}
+	u.Path = "/" + db
+	return u.String()
 }
 
 func randomName(t *testing.T) string {
@@ -51,11 +61,8 @@ func closedPortURL(t *testing.T, db string) string {
 func TestEnsureUsesRunningServerAndCreatesDatabase(t *testing.T) {
 	ctx := context.Background()
 	db := randomName(t)
-	url := sharedURL(db)
-	admin := connect(t, sharedURL("postgres"))
-	if err := admin.Ping(ctx); err != nil {
-		t.Skipf("no PostgreSQL at %s: %v", sharedURL("postgres"), err)
-	}
+	url := sharedURL(t, db)
+	admin := connect(t, sharedURL(t, "postgres"))
 	t.Cleanup(func() {
 		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)"); err != nil {
 			t.Errorf("drop test database %s: %v", db, err)
@@ -140,13 +147,30 @@ func TestEnsureStartsAndReusesPrivateCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second Ensure: %v", err)
 	}
-	t.Cleanup(stop2)
+	t.Cleanup(stop2) // already stopped by stop3 unless the test fails first; a warning then
 	if n := logs.FilterMessageSnippet("initialising").Len(); n != 0 {
 		t.Fatalf("second Ensure ran initdb again: %v", logs.All())
 	}
 	var v int
 	if err := connect(t, got2).QueryRow(ctx, "SELECT v FROM kept").Scan(&v); err != nil || v != 42 {
 		t.Fatalf("re-used cluster lost its data: v=%d, %v", v, err)
+	}
+
+	// A run that finds the cluster still running (an earlier run was killed before its stop)
+	// joins it on the same port, and its stop shuts it down.
+	got3, stop3, err := Ensure(ctx, url, dataDir, zap.New(core))
+	if err != nil {
+		t.Fatalf("Ensure with the cluster running: %v", err)
+	}
+	if got3 != got2 {
+		t.Fatalf("Ensure with the cluster running returned %s, want the running one %s", got3, got2)
+	}
+	if n := logs.FilterMessageSnippet("re-using the private PostgreSQL already running under " + dataDir).Len(); n != 1 {
+		t.Fatalf("want one 're-using' log line, got %d: %v", n, logs.All())
+	}
+	stop3()
+	if err := ping(ctx, mustParse(t, got3)); err == nil {
+		t.Fatalf("the re-used private PostgreSQL still answers at %s after stop", got3)
 	}
 }
 
@@ -189,4 +213,24 @@ func mustParse(t *testing.T, url string) *pgx.ConnConfig {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// As root the server runs as postgres; a data directory postgres cannot reach is refused up
+// front with the directory to fix, instead of an obscure initdb failure.
+func TestEnsureNamesUnreachableDirectoryAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root hands the cluster to the postgres user")
+	}
+	if _, err := findBinaries(""); err != nil {
+		t.Skipf("PostgreSQL server binaries are not installed: %v", err)
+	}
+	locked := filepath.Join(t.TempDir(), "locked")
+	if err := os.Mkdir(locked, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, stop, err := Ensure(context.Background(), closedPortURL(t, "demo_db"), filepath.Join(locked, "pg"), zap.NewNop())
+	stop()
+	if err == nil || !strings.Contains(err.Error(), "chmod o+x "+locked) {
+		t.Fatalf("want an error naming %s to chmod, got %v", locked, err)
+	}
 }
