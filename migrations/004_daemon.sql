@@ -21,6 +21,14 @@ CREATE TRIGGER tracked_items_due_update AFTER UPDATE OF next_collect_at ON track
                        AND (OLD.next_collect_at IS NULL OR NEW.next_collect_at < OLD.next_collect_at))
     EXECUTE FUNCTION tracked_items_due_notify();
 
+-- Items handed back at shutdown (lease released, schedule untouched, so due) are claimable at
+-- once: tell the sleeping instances instead of leaving them to their lease-expiry wake-up.
+-- Write-backs also clear the lease but move next_collect_at into the future, so stay silent.
+CREATE TRIGGER tracked_items_due_release AFTER UPDATE OF lease_token ON tracked_items
+    FOR EACH ROW WHEN (OLD.lease_token IS NOT NULL AND NEW.lease_token IS NULL
+                       AND NEW.next_collect_at IS NOT NULL AND NEW.next_collect_at <= now())
+    EXECUTE FUNCTION tracked_items_due_notify();
+
 -- last_due_at is the schedule a claim served, so `collector status` can report due→claim lag
 -- (last_claimed_at - last_due_at). Kept by a trigger so the claim statement stays as it is.
 ALTER TABLE tracked_items ADD COLUMN last_due_at timestamptz;
@@ -78,6 +86,7 @@ DROP TABLE provider_probe;
 DROP TRIGGER tracked_items_claim_due ON tracked_items;
 DROP FUNCTION tracked_items_claim_due();
 ALTER TABLE tracked_items DROP COLUMN last_due_at;
+DROP TRIGGER tracked_items_due_release ON tracked_items;
 DROP TRIGGER tracked_items_due_update ON tracked_items;
 DROP TRIGGER tracked_items_due_insert ON tracked_items;
 DROP FUNCTION tracked_items_due_notify();

@@ -24,14 +24,14 @@ type DaemonConfig struct {
 
 // HealthConfig drives the automatic provider status (internal/health).
 type HealthConfig struct {
-	Window          time.Duration `mapstructure:"window"`           // sliding window of outcomes
-	ErrorRatio      float64       `mapstructure:"error_ratio"`      // transient share that means DEGRADED
-	MinSamples      int           `mapstructure:"min_samples"`      // fewer outcomes decide nothing
-	ProbeBackoff    time.Duration `mapstructure:"probe_backoff"`    // first probe after this, doubled per failure
+	Window          time.Duration `mapstructure:"window"`        // sliding window of outcomes
+	ErrorRatio      float64       `mapstructure:"error_ratio"`   // transient share that means DEGRADED
+	MinSamples      int           `mapstructure:"min_samples"`   // fewer outcomes decide nothing
+	ProbeBackoff    time.Duration `mapstructure:"probe_backoff"` // first probe after this, doubled per failure
 	ProbeBackoffMax time.Duration `mapstructure:"probe_backoff_max"`
-	RecoverFactor   float64       `mapstructure:"recover_factor"`   // rate fraction at the start of RECOVERING
-	RecoverSuccess  int           `mapstructure:"recover_success"`  // clean successes RECOVERING → HEALTHY
-	CheckInterval   time.Duration `mapstructure:"check_interval"`   // status re-read / probe check
+	RecoverFactor   float64       `mapstructure:"recover_factor"`  // rate fraction at the start of RECOVERING
+	RecoverSuccess  int           `mapstructure:"recover_success"` // clean successes RECOVERING → HEALTHY
+	CheckInterval   time.Duration `mapstructure:"check_interval"`  // status re-read / probe check
 }
 
 // BudgetConfig is the cluster-wide share of each API key's budget (internal/budget).

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/daemon"
+	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+func init() { register(newRunCmd) }
+
+func newRunCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the collector daemon: database-timed collection, relay, recalculation, metrics",
+		Long: `run keeps collecting until SIGTERM/SIGINT. After each pass it asks the database when the next
+item becomes claimable and sleeps exactly that long (at most daemon.max_sleep); with
+daemon.notify it also wakes when items are imported, touched or promoted. It relays the outbox
+to Kafka when kafka.brokers is set, recalculates popularity every catalog.recalc_interval,
+moves the provider status by itself (daemon.health.*), shares each API key's budget with every
+other running instance (daemon.budget.*), and serves /metrics, /healthz and /readyz on
+daemon.http_addr. Any number of instances may run side by side, next to one-shot collect-due
+and relay-outbox runs.
+
+On SIGTERM/SIGINT it stops claiming, lets calls in flight finish within daemon.shutdown_grace,
+writes their results, hands unfinished items back at once, flushes the relay and exits 0.`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket)
+			if err != nil {
+				return err
+			}
+			var relay *outbox.RelayConfig
+			if len(a.cfg.Kafka.Brokers) > 0 {
+				rc, err := outbox.RelayConfigFrom(a.cfg.Kafka)
+				if err != nil {
+					return err
+				}
+				relay = &rc
+			}
+			c := a.cfg.Collect
+			d, err := daemon.New(pool, client, daemon.Config{
+				Daemon: a.cfg.Daemon,
+				Dispatch: dispatcher.Config{
+					Provider:    a.cfg.Provider.Name,
+					BatchSize:   c.BatchSize,
+					Lease:       c.Lease,
+					Concurrency: c.Concurrency,
+					FlushSize:   c.FlushSize,
+					SoldLimit:   a.cfg.Provider.SoldLimit,
+				},
+				Catalog:  a.cfg.Catalog,
+				Relay:    relay,
+				Market:   a.cfg.Provider.Market,
+				KeyLabel: budget.KeyLabel(string(provider.WorkloadMarket), a.cfg.Provider.MarketKey.Reveal()),
+			}, a.log)
+			if err != nil {
+				return err
+			}
+			return d.Run(ctx)
+		}),
+	}
+	f := cmd.Flags()
+	f.String("http-addr", "", "metrics and health address (daemon.http_addr, default :9090)")
+	f.Duration("max-sleep", 0, "longest sleep between passes (daemon.max_sleep, default 30s)")
+	f.Bool("notify", true, "wake on tracked_items notifications (daemon.notify)")
+	a.bindFlag("daemon.http_addr", f.Lookup("http-addr"))
+	a.bindFlag("daemon.max_sleep", f.Lookup("max-sleep"))
+	a.bindFlag("daemon.notify", f.Lookup("notify"))
+	return cmd
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/duecollector/duecollector/internal/daemon"
+)
+
+func init() { register(newStatusCmd) }
+
+func newStatusCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster at a glance: items per tier, due, overdue, lag, leases, provider, budgets, outbox, instances",
+		Args:  cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			st, err := daemon.Status(ctx, pool, a.cfg.Provider.Name)
+			if err != nil {
+				return err
+			}
+			printStatus(a, st)
+			return nil
+		}),
+	}
+}
+
+func printStatus(a *app, st daemon.ClusterStatus) {
+	now := st.DatabaseNow
+	ago := func(t time.Time) string { return now.Sub(t).Round(time.Second).String() + " ago" }
+
+	eff, reason, since := st.Provider.Effective()
+	a.printf("provider %s: %s since %s (%s; %s)\n", st.Provider.Provider, eff, since.UTC().Format(time.RFC3339), ago(since), reason)
+	if st.Provider.OverrideStatus != "" {
+		a.printf("  manual override; automatic status %s (%s)\n", st.Provider.Status, st.Provider.Reason)
+	}
+	if st.Probe != nil && !eff.CanDispatch() {
+		a.printf("  probe: %d failed, next in %s\n", st.Probe.Failures, max(st.Probe.NextProbeAt.Sub(now), 0).Round(time.Second))
+	}
+
+	a.printf("\n")
+	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "tier\titems\tdue now\toverdue (>30s)\t")
+	var items, due, overdue int64
+	for _, t := range st.Tiers {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t\n", t.Tier, t.Items, t.Due, t.Overdue)
+		items, due, overdue = items+t.Items, due+t.Due, overdue+t.Overdue
+	}
+	fmt.Fprintf(w, "total\t%d\t%d\t%d\t\n", items, due, overdue)
+	_ = w.Flush()
+
+	a.printf("\nleases held: %d\n", st.Leased)
+	if st.LagN > 0 {
+		a.printf("due → claim lag, last %s: p50 %s, p99 %s (%d items)\n", daemon.LagWindow,
+			st.LagP50.Round(time.Millisecond), st.LagP99.Round(time.Millisecond), st.LagN)
+	} else {
+		a.printf("due → claim lag, last %s: no claims\n", daemon.LagWindow)
+	}
+	a.printf("outbox: %d unpublished (oldest %s), %d failed\n", st.OutboxBacklog, st.OutboxOldest.Round(time.Second), st.OutboxFailed)
+
+	for _, b := range st.Budgets {
+		cool := ""
+		if b.CooldownUntil != nil {
+			cool = fmt.Sprintf(", cooling down for %s", b.CooldownUntil.Sub(now).Round(100*time.Millisecond))
+		}
+		a.printf("budget %s: %d instances sharing %.1f/s, %d requests sent%s\n", b.KeyLabel, b.Instances, b.SharePerSec, b.Used, cool)
+	}
+	a.printf("\nlive instances: %d\n", len(st.Instances))
+	if len(st.Instances) > 0 {
+		w = tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "  instance\thost\tpid\tkey\tup\theartbeat\tshare/s\tsent")
+		for _, i := range st.Instances {
+			fmt.Fprintf(w, "  %s\t%s\t%d\t%s\t%s\t%s\t%.1f\t%d\n", i.Instance, i.Host, i.PID, i.KeyLabel,
+				now.Sub(i.Started).Round(time.Second), ago(i.Heartbeat), i.Share, i.Used)
+		}
+		_ = w.Flush()
+	}
+}

@@ -1,0 +1,371 @@
+// Package budget divides one API key's budget among every process that spends it, through
+// PostgreSQL, so that together they never exceed it.
+//
+// Design: each process heartbeats a row in collector_instances for the key (key_label is a
+// hash of the key) every Heartbeat. A row whose heartbeat is older than 3 × Heartbeat is dead.
+// Each heartbeat returns N, the number of live rows, and the process takes
+//
+//	q = min(rate, per_minute/60) × (1 − Headroom) × factor / N   requests per second
+//
+// as its share. Within a process two things hold it to q:
+//   - a quota per wall-clock second: in second s it may send ⌊q·(s+1) + r/N⌋ − ⌊q·s + r/N⌋
+//     requests, r being its rank among the live processes, and only in the first 90 % of the
+//     second. Fractions are carried (q on average), and the ranks stagger the seconds that
+//     carry them, so by Hermite's identity (Σ_r ⌊x + r/N⌋ = ⌊N·x⌋) the whole cluster sends
+//     exactly ⌊T·(s+1)⌋ − ⌊T·s⌋ ≤ ⌈T⌉ in second s, T = N·q being the cluster rate;
+//   - an x/time/rate limiter at q/0.8 with burst 1 that spreads those requests over the first
+//     80 % of the second instead of firing them at once.
+//
+// A request still in flight when a second begins may reach the provider in that second, so it
+// counts against that second's quota too (Wait returns a done func to call when the answer is
+// in). Counting in wall-clock seconds this way, rather than only pacing a rate, is what keeps
+// the sum under the budget on a loaded machine, where goroutine scheduling can delay a paced
+// request past a second boundary by any amount: every request that can arrive in second s was
+// either granted in s or in flight when s began, and both count against s. N processes
+// together therefore send at most ⌈T⌉ ≤ budget in any second, and since every second stays
+// under per_minute/60, never more than per_minute in a rolling minute either (±1 second at the
+// window's edges, which the headroom covers). The price is utilisation when calls are slow: a
+// call in flight across a boundary uses a slot in both seconds, hence the spread and cutoff
+// that keep the end of each second quiet. The quiet 10 % also tolerates clocks (hosts and
+// provider) that disagree by up to 100 ms: run NTP.
+//
+// Why the sum stays under the budget while N changes:
+//   - a joining process counts itself at once but sends nothing for 2 × Heartbeat, by when
+//     every other process has heartbeated, seen N+1 and lowered its share;
+//   - a leaving process deletes its row (others raise their share on their next heartbeat),
+//     a crashed one is dropped after 3 × Heartbeat: both only leave budget unused for a while;
+//   - a process whose own heartbeat has not succeeded for 2 × Heartbeat stops sending until it
+//     does, because the others may already count it dead and have raised their shares.
+//
+// While N or the ranks change, processes may briefly disagree on them; the headroom (3 % by
+// default, so a busy cluster uses about 97 % of the budget) absorbs that.
+//
+// A rate-limit answer from the provider (HTTP 429, API002, API008) writes a cool-down for the
+// key into budget_cooldowns (Retry-After, or Cooldown when absent); every process learns it
+// on its next heartbeat (the one that got the answer at once) and sends nothing until it ends.
+package budget
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+)
+
+// Config is one key's budget and this process's identity.
+type Config struct {
+	KeyLabel  string        // KeyLabel(workload, key); never the key
+	Rate      float64       // requests per second for the whole cluster
+	PerMinute int           // requests per rolling minute for the whole cluster; 0 = none
+	Headroom  float64       // fraction left unused as margin
+	Heartbeat time.Duration // default 1s
+	Cooldown  time.Duration // cool-down when Retry-After is absent; default 1s
+	Instance  string        // unique per process (and per daemon in tests)
+	Host      string
+	PID       int
+}
+
+// KeyLabel names a key in the database and in metrics without revealing it.
+func KeyLabel(workload, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return workload + ":" + hex.EncodeToString(sum[:4])
+}
+
+// Share is this process's part of a key's budget.
+type Share struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	log  *zap.Logger
+	lim  *rate.Limiter
+
+	ready    chan struct{} // closed once the join delay has passed
+	mu       sync.Mutex
+	live     int
+	factor   float64
+	lastBeat time.Time // local clock of the last successful heartbeat
+	coolTill time.Time // local clock
+	perSec   float64
+	qSec     int64 // the wall-clock second qUsed counts
+	qUsed    int   // granted in qSec, plus those in flight when it began
+	inflight int
+	rank     int   // live processes on the key whose instance name sorts before ours
+	milli    int64 // the cluster's rate in requests per 1000 s
+
+	used   atomic.Int64
+	waited atomic.Int64 // ns
+}
+
+// New builds a share; it sends nothing until Run has registered it.
+func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Share, error) {
+	if cfg.KeyLabel == "" || cfg.Instance == "" {
+		return nil, fmt.Errorf("budget: key label and instance are required")
+	}
+	if cfg.Rate <= 0 {
+		return nil, fmt.Errorf("budget %s: rate %v must be > 0", cfg.KeyLabel, cfg.Rate)
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = time.Second
+	}
+	if cfg.Cooldown <= 0 {
+		cfg.Cooldown = time.Second
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Share{pool: pool, cfg: cfg, log: log, lim: rate.NewLimiter(0, 1), ready: make(chan struct{}), factor: 1, live: 1}, nil
+}
+
+// total is the cluster's per-second budget after headroom.
+func (s *Share) total() float64 {
+	r := s.cfg.Rate
+	if s.cfg.PerMinute > 0 {
+		r = math.Min(r, float64(s.cfg.PerMinute)/60)
+	}
+	return r * (1 - s.cfg.Headroom)
+}
+
+// Pacing spreads a second's quota over its first 80 %; nothing is granted in its last 10 %.
+const (
+	spread = 0.8
+	cutoff = 900 * time.Millisecond
+)
+
+func (s *Share) apply() {
+	s.milli = int64(s.total() * s.factor * 1000)
+	perSec := float64(s.milli) / 1000 / float64(max(s.live, 1))
+	if perSec != s.perSec {
+		s.perSec = perSec
+		s.lim.SetLimit(rate.Limit(perSec / spread))
+	}
+}
+
+// quota is how many requests second sec carries for the process of rank r among n, the
+// cluster sending milli/1000 requests per second: ⌊q·(sec+1) + r/n⌋ − ⌊q·sec + r/n⌋ with
+// q = milli/(1000·n), in integers so that the ranks' shares add up exactly.
+func quota(milli int64, n int, sec int64, r int) int {
+	d := 1000 * int64(n)
+	return int((milli*(sec+1)+1000*int64(r))/d - (milli*sec+1000*int64(r))/d)
+}
+
+// rollover starts a new second's count with the requests in flight at its start. Every grant
+// and every completion calls it first, so the first event of a second sees exactly the
+// requests that were in flight when the second began. Callers hold s.mu.
+func (s *Share) rollover(now time.Time) int64 {
+	sec := now.Unix()
+	if sec != s.qSec {
+		s.qSec, s.qUsed = sec, s.inflight
+	}
+	return sec
+}
+
+// grant takes one request from the current second's quota, or says how long until the next
+// second begins.
+func (s *Share) grant(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sec := s.rollover(now)
+	if now.Sub(time.Unix(sec, 0)) < cutoff && s.qUsed < quota(s.milli, max(s.live, 1), sec, s.rank) {
+		s.qUsed++
+		s.inflight++
+		return 0
+	}
+	return time.Unix(sec+1, 0).Sub(now)
+}
+
+func (s *Share) done() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rollover(time.Now())
+	s.inflight--
+}
+
+// SetRateFactor scales this process's share (the provider is recovering), f in [0.01, 1].
+func (s *Share) SetRateFactor(f float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.factor = min(max(f, 0.01), 1)
+	s.apply()
+}
+
+// Stats is what the share looks like now.
+type Stats struct {
+	PerSecond float64
+	Live      int
+	Used      int64
+	Waited    time.Duration
+	Cooldown  time.Duration // remaining
+}
+
+// Stats reports the current share.
+func (s *Share) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{PerSecond: s.perSec, Live: s.live, Used: s.used.Load(), Waited: time.Duration(s.waited.Load()),
+		Cooldown: max(time.Until(s.coolTill), 0)}
+}
+
+// CooldownRemaining is how long the key's shared cool-down still lasts (0 = none).
+func (s *Share) CooldownRemaining() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return max(time.Until(s.coolTill), 0)
+}
+
+// Wait blocks until this process may send one request on the key; call done once its answer
+// (or error) is in.
+func (s *Share) Wait(ctx context.Context) (done func(), err error) {
+	start := time.Now()
+	defer func() { s.waited.Add(int64(time.Since(start))) }()
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for {
+		s.mu.Lock()
+		d := time.Until(s.coolTill)
+		if stale := time.Since(s.lastBeat) - 2*s.cfg.Heartbeat; stale > 0 {
+			d = max(d, s.cfg.Heartbeat/4) // our heartbeat is failing: others may count us dead
+		}
+		s.mu.Unlock()
+		if d <= 0 {
+			if err := s.lim.Wait(ctx); err != nil {
+				return nil, err
+			}
+			if d = s.grant(time.Now()); d == 0 {
+				break
+			}
+		}
+		if err := sleep(ctx, d); err != nil {
+			return nil, err
+		}
+	}
+	s.used.Add(1)
+	var once sync.Once
+	return func() { once.Do(s.done) }, nil
+}
+
+// RateLimited records a provider rate-limit answer: the whole key cools down for retryAfter
+// (Cooldown when 0), for every process.
+func (s *Share) RateLimited(ctx context.Context, retryAfter time.Duration, reason string) {
+	if retryAfter <= 0 {
+		retryAfter = s.cfg.Cooldown
+	}
+	s.mu.Lock()
+	if until := time.Now().Add(retryAfter); until.After(s.coolTill) {
+		s.coolTill = until
+	}
+	s.mu.Unlock()
+	_, err := s.pool.Exec(context.WithoutCancel(ctx), `
+		INSERT INTO budget_cooldowns (key_label, until, reason) VALUES ($1, now() + $2 * interval '1 millisecond', $3)
+		ON CONFLICT (key_label) DO UPDATE SET until = greatest(budget_cooldowns.until, EXCLUDED.until), reason = EXCLUDED.reason`,
+		s.cfg.KeyLabel, retryAfter.Milliseconds(), reason)
+	if err != nil {
+		s.log.Warn("could not share the rate-limit cool-down; other instances learn it from their own answers",
+			zap.String("key", s.cfg.KeyLabel), zap.Error(err))
+	}
+	s.log.Warn("provider rate limit: key cooling down", zap.String("key", s.cfg.KeyLabel), zap.Duration("for", retryAfter))
+}
+
+// Run registers the process, heartbeats until ctx ends, then deregisters so the others take
+// over its share at once. Database errors are logged and retried.
+func (s *Share) Run(ctx context.Context) error {
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := s.pool.Exec(dctx, `DELETE FROM collector_instances WHERE key_label = $1 AND instance = $2`,
+			s.cfg.KeyLabel, s.cfg.Instance); err != nil {
+			s.log.Warn("could not deregister from the budget; the row expires by itself", zap.Error(err))
+		}
+	}()
+	joined := time.Time{}
+	t := time.NewTicker(s.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		if err := s.beat(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("budget heartbeat failed; retrying", zap.String("key", s.cfg.KeyLabel), zap.Error(err))
+		} else if joined.IsZero() {
+			joined = time.Now()
+		}
+		if !joined.IsZero() && time.Since(joined) >= 2*s.cfg.Heartbeat {
+			select {
+			case <-s.ready:
+			default:
+				close(s.ready)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Share) beat(ctx context.Context) error {
+	s.mu.Lock()
+	perSec := s.perSec
+	s.mu.Unlock()
+	ttl := 3 * s.cfg.Heartbeat
+	var others, rank int
+	var coolMS float64
+	err := s.pool.QueryRow(ctx, `
+		WITH me AS (
+			INSERT INTO collector_instances (key_label, instance, host, pid, used, share)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (key_label, instance) DO UPDATE
+			SET heartbeat_at = now(), used = EXCLUDED.used, share = EXCLUDED.share
+			RETURNING 1
+		), gone AS (
+			DELETE FROM collector_instances
+			WHERE key_label = $1 AND instance <> $2 AND heartbeat_at < now() - interval '1 hour'
+		)
+		SELECT (SELECT count(*) FROM collector_instances
+		        WHERE key_label = $1 AND instance <> $2 AND heartbeat_at > now() - $7 * interval '1 millisecond'),
+		       (SELECT count(*) FROM collector_instances
+		        WHERE key_label = $1 AND instance < $2 AND heartbeat_at > now() - $7 * interval '1 millisecond'),
+		       coalesce((SELECT extract(epoch FROM until - now()) * 1000 FROM budget_cooldowns
+		                 WHERE key_label = $1 AND until > now()), 0)
+		FROM me`,
+		s.cfg.KeyLabel, s.cfg.Instance, s.cfg.Host, s.cfg.PID, s.used.Load(), perSec, ttl.Milliseconds()).Scan(&others, &rank, &coolMS)
+	if err != nil {
+		return fmt.Errorf("budget heartbeat for %s: %w", s.cfg.KeyLabel, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastBeat = time.Now()
+	if s.live != others+1 {
+		s.log.Info("budget share changed", zap.String("key", s.cfg.KeyLabel), zap.Int("instances", others+1),
+			zap.Float64("per_second", s.total()*s.factor/float64(others+1)))
+	}
+	s.live, s.rank = others+1, rank
+	if coolMS > 0 {
+		if until := time.Now().Add(time.Duration(coolMS * float64(time.Millisecond))); until.After(s.coolTill) {
+			s.coolTill = until
+		}
+	}
+	s.apply()
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

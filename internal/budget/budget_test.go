@@ -1,0 +1,214 @@
+package budget
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+const marketKey = "budget-test-market-key"
+
+type cluster struct {
+	pool   *pgxpool.Pool
+	sim    *neoplesim.Server
+	client *provider.Client
+	item   string
+	label  string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	pool, _ := storetest.NewPool(t)
+	sim := neoplesim.New(neoplesim.Options{Items: 5, Seed: 3, MarketKey: marketKey})
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	client, err := provider.NewClient(provider.ClientConfig{
+		Workload: provider.WorkloadMarket, BaseURL: srv.URL, Key: marketKey,
+		Rate: 100000, Burst: 10000, PerMinute: 100000000, AuctionLimit: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{pool: pool, sim: sim, client: client, item: sim.Catalog()[0].ItemID, label: KeyLabel("market", marketKey)}
+}
+
+type member struct {
+	share *Share
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+// join starts one process: its share heartbeating and `workers` callers that send as fast as
+// the share lets them, each call a real request to the simulator.
+func (c *cluster) join(t *testing.T, name string, rate float64, workers int) *member {
+	t.Helper()
+	s, err := New(c.pool, Config{KeyLabel: c.label, Rate: rate, Headroom: 0.03, Heartbeat: 500 * time.Millisecond,
+		Instance: name}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{share: s, stop: cancel}
+	m.wg.Go(func() { _ = s.Run(ctx) })
+	for range workers {
+		m.wg.Go(func() {
+			for {
+				done, err := s.Wait(ctx)
+				if err != nil {
+					return
+				}
+				_, err = c.client.Auction(ctx, c.item)
+				done()
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("auction: %v", err)
+					return
+				}
+			}
+		})
+	}
+	t.Cleanup(m.leave)
+	return m
+}
+
+func (m *member) leave() {
+	m.stop()
+	m.wg.Wait()
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// untilSecond waits for the start of the wall-clock second after t0 + d, the unit the
+// simulator counts in.
+func untilSecond(t *testing.T, t0 time.Time, d time.Duration) time.Time {
+	t.Helper()
+	at := t0.Add(d).Truncate(time.Second).Add(time.Second)
+	eventually(t, d+5*time.Second, "the measurement second", func() bool { return !time.Now().Before(at) })
+	return at
+}
+
+// Three processes on one key with a budget of 100/s: the simulator never serves more than 100
+// in any wall-clock second and serves at least 95 % of the budget.
+func TestThreeProcessesShareOneKeyBudget(t *testing.T) {
+	const budget = 100.0
+	c := newCluster(t)
+	var ms []*member
+	for i := range 3 {
+		ms = append(ms, c.join(t, fmt.Sprintf("p%d", i), budget, 16))
+	}
+	eventually(t, 15*time.Second, "all three live and sending", func() bool {
+		for _, m := range ms {
+			if m.share.Stats().Live != 3 {
+				return false
+			}
+		}
+		return c.sim.KeyStats(marketKey).Total > 0
+	})
+	start := untilSecond(t, time.Now(), time.Second)
+	c.sim.ResetStats()
+	end := untilSecond(t, start, 8*time.Second-time.Millisecond)
+	ks := c.sim.KeyStats(marketKey)
+	rate := float64(ks.Total) / end.Sub(start).Seconds()
+	t.Logf("served %d in %s: %.1f/s (%.1f%% of the budget); busiest second %d", ks.Total, end.Sub(start), rate, 100*rate/budget, ks.MaxPerSecond)
+	if ks.MaxPerSecond > budget {
+		t.Errorf("%d requests in one second, budget %v", ks.MaxPerSecond, budget)
+	}
+	if rate < 0.95*budget {
+		t.Errorf("%.1f/s served, want at least 95%% of %v/s", rate, budget)
+	}
+}
+
+// Processes joining and leaving never push the key over its budget: a newcomer waits until the
+// others have lowered their shares; a leaver's share is taken over on the next heartbeat.
+func TestJoiningAndLeavingStayWithinBudget(t *testing.T) {
+	const budget = 60.0
+	c := newCluster(t)
+	a := c.join(t, "a", budget, 8)
+	b := c.join(t, "b", budget, 8)
+	eventually(t, 15*time.Second, "two live and sending", func() bool {
+		return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 && c.sim.KeyStats(marketKey).Total > 0
+	})
+	c.sim.ResetStats()
+	d := c.join(t, "c", budget, 8)
+	eventually(t, 15*time.Second, "the newcomer sending", func() bool { return d.share.Stats().Used > 0 })
+	b.leave()
+	eventually(t, 15*time.Second, "the others to take over the leaver's share", func() bool {
+		return a.share.Stats().Live == 2 && d.share.Stats().Live == 2
+	})
+	before := a.share.Stats().Used + d.share.Stats().Used
+	t0 := time.Now()
+	untilSecond(t, t0, 2*time.Second)
+	after := a.share.Stats().Used + d.share.Stats().Used
+	ks := c.sim.KeyStats(marketKey)
+	t.Logf("busiest second %d; after the leave %.1f/s", ks.MaxPerSecond, float64(after-before)/time.Since(t0).Seconds())
+	if ks.MaxPerSecond > budget {
+		t.Errorf("%d requests in one second while processes joined and left, budget %v", ks.MaxPerSecond, budget)
+	}
+}
+
+// A rate-limit answer seen by one process cools the key down for all of them.
+func TestCooldownIsShared(t *testing.T) {
+	c := newCluster(t)
+	a := c.join(t, "a", 50, 0)
+	b := c.join(t, "b", 50, 0)
+	eventually(t, 15*time.Second, "both live", func() bool { return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 })
+	a.share.RateLimited(context.Background(), 5*time.Second, "test: API002")
+	if a.share.CooldownRemaining() == 0 {
+		t.Fatal("the process that saw the answer is not cooling down")
+	}
+	eventually(t, 5*time.Second, "the other process to cool down", func() bool { return b.share.CooldownRemaining() > 3*time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := b.share.Wait(ctx); err == nil {
+		t.Fatal("Wait granted a request during the cool-down")
+	}
+}
+
+// Per process the quota carries fractions (q per second on average); across N processes at
+// ranks 0..N-1 the seconds never hold more than ⌈N·q⌉.
+func TestQuotaCarriesFractionsAndStaggersThem(t *testing.T) {
+	for _, tc := range []struct {
+		total float64
+		n     int
+	}{{97, 3}, {58.2, 2}, {2, 3}, {100, 7}, {0.5, 1}} {
+		q := tc.total / float64(tc.n)
+		milli := int64(tc.total * 1000)
+		sums := make([]int, tc.n)
+		for sec := int64(1_700_000_000); sec < 1_700_000_100; sec++ {
+			all := 0
+			for r := range tc.n {
+				k := quota(milli, tc.n, sec, r)
+				sums[r] += k
+				all += k
+			}
+			if float64(all) > math.Ceil(tc.total) {
+				t.Fatalf("total %v over %d processes: second %d carries %d", tc.total, tc.n, sec, all)
+			}
+		}
+		for r, sum := range sums {
+			if want := q * 100; float64(sum) < want-1 || float64(sum) > want+1 {
+				t.Fatalf("total %v, rank %d: 100 seconds carry %d, want about %.0f", tc.total, r, sum, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// BenchmarkSteadyState runs two daemons over 20,000 items spread across the tiers on their
+// phase-pinned schedules (about 89 items and 178 requests per second are due) and reports the
+// due → claim lag p50/p99 and the share of the key's budget the provider served.
+//
+//	go test -run '^$' -bench SteadyState -benchtime 1x ./internal/daemon/
+//	DUECOLLECTOR_BENCH_DURATION=3m go test ...   (default 60s per case)
+//
+// "ample" gives the key 500/s (the budget is not the limit: lag is the dispatcher's); "short"
+// gives it 100/s, below what is due, so the budget is the limit (utilisation, and HOT is
+// served first: its lag stays low while COLD falls behind).
+func BenchmarkSteadyState(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		budget float64
+	}{{"ample", 500}, {"short", 100}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for range b.N {
+				steadyState(b, bc.budget)
+			}
+		})
+	}
+}
+
+func steadyState(b *testing.B, budget float64) {
+	dur := time.Minute
+	if s := os.Getenv("DUECOLLECTOR_BENCH_DURATION"); s != "" {
+		var err error
+		if dur, err = time.ParseDuration(s); err != nil {
+			b.Fatalf("DUECOLLECTOR_BENCH_DURATION: %v", err)
+		}
+	}
+	const n = 20000
+	e := newEnv(b, n, neoplesim.Options{})
+	ctx := context.Background()
+	// 10 % HOT, 20 % ACTIVE, 30 % WARM, 40 % COLD, each on its phase slot.
+	var ids, names, tierNames []string
+	var due []time.Time
+	now := time.Now()
+	for i, it := range e.items {
+		tier := tiers.Cold
+		switch {
+		case i%10 == 0:
+			tier = tiers.Hot
+		case i%10 <= 2:
+			tier = tiers.Active
+		case i%10 <= 5:
+			tier = tiers.Warm
+		}
+		iv, _ := tier.Interval()
+		next := tiers.NextSlot(it.ItemID, iv, now.Add(-iv/2)) // the first slot from now on
+		ids, names, tierNames, due = append(ids, it.ItemID), append(names, it.ItemName), append(tierNames, string(tier)), append(due, next)
+	}
+	if _, err := e.pool.Exec(ctx, `
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[])`, ids, names, tierNames, due); err != nil {
+		b.Fatal(err)
+	}
+	var rs []*running
+	for range 2 {
+		cfg := testConfig()
+		cfg.Daemon.Notify = true
+		cfg.Daemon.Budget.Enabled = true
+		cfg.Market.Rate, cfg.Market.PerMinute = budget, 1_000_000
+		cfg.Dispatch.Concurrency = 32
+		cfg.Dispatch.BatchSize = 100
+		rs = append(rs, e.start(b, cfg, zaptest.NewLogger(b, zaptest.Level(zap.WarnLevel))))
+	}
+	// Warm up past the budget's join delay and the backlog it leaves.
+	warm := time.Now().Add(5 * time.Second)
+	eventually(b, 10*time.Second, "warm-up", func() bool { return time.Now().After(warm) })
+	b.ResetTimer()
+	var dbStart time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT now()`).Scan(&dbStart); err != nil {
+		b.Fatal(err)
+	}
+	e.sim.ResetStats()
+	wallStart := time.Now()
+
+	// Each item is claimed at most once a minute, so sampling every 10 s sees every claim.
+	lags := map[string][]float64{}
+	from := dbStart
+	sample := func() {
+		var to time.Time
+		_ = e.pool.QueryRow(ctx, `SELECT now()`).Scan(&to)
+		rows, err := e.pool.Query(ctx, `
+			SELECT collection_tier, extract(epoch FROM last_claimed_at - last_due_at) FROM tracked_items
+			WHERE last_claimed_at > $1 AND last_claimed_at <= $2 AND last_due_at <= last_claimed_at`, from, to)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for rows.Next() {
+			var tier string
+			var lag float64
+			if err := rows.Scan(&tier, &lag); err != nil {
+				b.Fatal(err)
+			}
+			lags[tier] = append(lags[tier], lag)
+			lags["all"] = append(lags["all"], lag)
+		}
+		from = to
+	}
+	tick := time.NewTicker(10 * time.Second)
+	for time.Since(wallStart) < dur {
+		<-tick.C
+		sample()
+	}
+	tick.Stop()
+	sample()
+	b.StopTimer()
+	elapsed := time.Since(wallStart)
+	served := float64(e.sim.KeyStats(marketKey).Total) / elapsed.Seconds()
+	pct := func(xs []float64, q float64) float64 {
+		if len(xs) == 0 {
+			return 0
+		}
+		s := slices.Clone(xs)
+		slices.Sort(s)
+		return s[int(q*float64(len(s)-1))] * 1000
+	}
+	all := lags["all"]
+	b.ReportMetric(pct(all, 0.5), "lag-p50-ms")
+	b.ReportMetric(pct(all, 0.99), "lag-p99-ms")
+	b.ReportMetric(served, "req/s")
+	b.ReportMetric(100*served/budget, "%budget")
+	b.Logf("budget %v/s for %s: served %.1f/s (%.1f%%), busiest second %d; claims %d, lag p50 %.0f ms p99 %.0f ms",
+		budget, elapsed.Round(time.Second), served, 100*served/budget, e.sim.KeyStats(marketKey).MaxPerSecond, len(all), pct(all, 0.5), pct(all, 0.99))
+	for _, tier := range []tiers.Tier{tiers.Hot, tiers.Active, tiers.Warm, tiers.Cold} {
+		xs := lags[string(tier)]
+		b.Logf("  %-9s claims %6d  lag p50 %7.0f ms  p99 %7.0f ms", tier, len(xs), pct(xs, 0.5), pct(xs, 0.99))
+	}
+	for _, r := range rs {
+		r.stop()
+	}
+}

@@ -1,0 +1,434 @@
+// Package daemon is `collector run`: the collection loop woken by the database, the outbox
+// relay in follow mode, popularity recalculation, provider health, the cluster budget share and
+// an HTTP server for metrics and health checks, in one process.
+//
+// The collection loop runs a dispatcher pass until nothing is due, then asks the database when
+// the next item becomes claimable (the earliest next_collect_at among unleased rows, or the
+// earliest expiry of a lease held on an earlier row) and sleeps exactly that long, capped by
+// daemon.max_sleep. A tracked_items notification (daemon.notify) or a provider status change
+// may wake it earlier; nothing depends on them.
+//
+// Every loop logs, backs off and carries on after a database or provider error, so a
+// restarted server or killed connections need no restart of the daemon.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/health"
+	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/seed"
+	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/telemetry"
+)
+
+// Config is everything the daemon runs with.
+type Config struct {
+	Daemon   config.DaemonConfig
+	Dispatch dispatcher.Config // Grace, Observer and PrioritizeTiers are set by the daemon
+	// Catalog drives popularity recalculation; Catalog.RecalcInterval 0 = never.
+	Catalog config.CatalogConfig
+	// Relay, when set, runs the outbox relay in follow mode (kafka.brokers configured).
+	Relay *outbox.RelayConfig
+	// Market is the market key's budget for the whole cluster (provider.market.*).
+	Market config.WorkloadLimits
+	// KeyLabel identifies the market key in collector_instances (budget.KeyLabel).
+	KeyLabel string
+}
+
+// Daemon is one `collector run` process.
+type Daemon struct {
+	pool    *pgxpool.Pool
+	client  *provider.Client
+	cfg     Config
+	log     *zap.Logger
+	metrics *telemetry.Metrics
+	health  *health.Monitor
+	share   *budget.Share // nil when daemon.budget.enabled is false
+	disp    *dispatcher.Dispatcher
+	relay   *outbox.Relay
+	ln      net.Listener
+	wake    chan struct{}
+}
+
+// New builds the daemon and binds its HTTP address (so a busy port fails at start).
+func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logger) (*Daemon, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if cfg.Dispatch.Owner == "" {
+		host, _ := os.Hostname()
+		cfg.Dispatch.Owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if cfg.Dispatch.Provider == "" {
+		cfg.Dispatch.Provider = "neople"
+	}
+	d := &Daemon{pool: pool, client: client, cfg: cfg, log: log, metrics: telemetry.NewMetrics(), wake: make(chan struct{}, 1)}
+	d.metrics.RegisterPool(pool)
+
+	var rate health.RateSetter = client
+	if cfg.Daemon.Budget.Enabled {
+		host, _ := os.Hostname()
+		s, err := budget.New(pool, budget.Config{
+			KeyLabel: cfg.KeyLabel, Rate: cfg.Market.Rate, PerMinute: cfg.Market.PerMinute,
+			Headroom: cfg.Daemon.Budget.Headroom, Heartbeat: cfg.Daemon.Budget.Heartbeat, Cooldown: cfg.Daemon.Budget.Cooldown,
+			Instance: cfg.Dispatch.Owner, Host: host, PID: os.Getpid(),
+		}, log)
+		if err != nil {
+			return nil, err
+		}
+		d.share, rate = s, s
+	}
+	f := &fetcher{next: client, share: d.share, m: d.metrics, workload: string(provider.WorkloadMarket)}
+	d.health = health.New(pool, health.Config{HealthConfig: cfg.Daemon.Health, Provider: cfg.Dispatch.Provider, Owner: cfg.Dispatch.Owner},
+		d.probe(f), rate, log)
+	d.health.OnChange = func(from, to provider.Status, _ string) {
+		for _, st := range []provider.Status{provider.Healthy, provider.Degraded, provider.Maintenance, provider.Recovering} {
+			v := 0.0
+			if st == to {
+				v = 1
+			}
+			d.metrics.ProviderStatus.WithLabelValues(cfg.Dispatch.Provider, string(st)).Set(v)
+		}
+		if from != "" {
+			d.metrics.StatusChanges.WithLabelValues(cfg.Dispatch.Provider, string(from), string(to)).Inc()
+		}
+	}
+
+	dc := cfg.Dispatch
+	dc.Grace = cfg.Daemon.ShutdownGrace
+	dc.PrioritizeTiers = true
+	dc.Observer = &observer{m: d.metrics, h: d.health}
+	disp, err := dispatcher.New(pool, f, dc, log)
+	if err != nil {
+		return nil, err
+	}
+	d.disp = disp
+
+	if cfg.Relay != nil {
+		if d.relay, err = outbox.NewRelay(pool, *cfg.Relay, log); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Daemon.HTTPAddr != "" {
+		if d.ln, err = net.Listen("tcp", cfg.Daemon.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("daemon.http_addr %s: %w", cfg.Daemon.HTTPAddr, err)
+		}
+	}
+	return d, nil
+}
+
+// Addr is the HTTP server's address ("" without one).
+func (d *Daemon) Addr() string {
+	if d.ln == nil {
+		return ""
+	}
+	return d.ln.Addr().String()
+}
+
+// Metrics exposes the registry (tests, benchmarks).
+func (d *Daemon) Metrics() *telemetry.Metrics { return d.metrics }
+
+// Share is the budget share (nil when disabled).
+func (d *Daemon) Share() *budget.Share { return d.share }
+
+// Run runs until ctx ends, then shuts down gracefully: claiming stops, in-flight calls get
+// daemon.shutdown_grace, their results are written, unfinished leases released, the relay
+// publishes what the last write-backs produced, and Run returns nil.
+func (d *Daemon) Run(ctx context.Context) error {
+	// Background services outlive the collection loop by a little: heartbeats must go on while
+	// in-flight calls finish, and the relay flushes after the last write-back.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	var wg sync.WaitGroup
+	spawn := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(bg); err != nil {
+				d.log.Error("daemon component stopped", zap.String("component", name), zap.Error(err))
+			}
+		}()
+	}
+	if d.share != nil {
+		spawn("budget", d.share.Run)
+	}
+	spawn("health", d.health.Run)
+	spawn("gauges", d.gaugeLoop)
+	if d.cfg.Daemon.Notify {
+		spawn("listen", d.listen)
+	}
+	if d.cfg.Catalog.RecalcInterval > 0 {
+		spawn("recalc", d.recalcLoop)
+	}
+	var srv *http.Server
+	if d.ln != nil {
+		srv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(d.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("http server stopped", zap.Error(err))
+			}
+		}()
+	}
+	var relayDone chan struct{}
+	if d.relay != nil {
+		relayDone = make(chan struct{})
+		go func() {
+			defer close(relayDone)
+			if err := d.relay.Run(ctx); err != nil {
+				d.log.Error("outbox relay stopped; the outbox grows until it runs again", zap.Error(err))
+			}
+		}()
+	}
+	d.log.Info("collector running", zap.String("owner", d.cfg.Dispatch.Owner), zap.String("http", d.Addr()),
+		zap.Bool("relay", d.relay != nil), zap.Bool("budget", d.share != nil))
+
+	d.collectLoop(ctx)
+
+	d.log.Info("collection stopped; flushing")
+	if d.relay != nil {
+		<-relayDone
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(d.cfg.Daemon.ShutdownGrace, 5*time.Second))
+		if res, err := d.relay.RunOnce(fctx); err != nil {
+			d.log.Warn("final outbox flush incomplete; the rest is published by the next relay", zap.Error(err))
+		} else {
+			d.log.Info("outbox flushed", zap.Int64("published", res.Published))
+		}
+		cancel()
+		_ = d.relay.Close()
+	}
+	stopBG()
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	wg.Wait()
+	d.log.Info("collector stopped")
+	return nil
+}
+
+// collectLoop: pass, ask the database when the next item is claimable, sleep until then.
+func (d *Daemon) collectLoop(ctx context.Context) {
+	failures := 0
+	for ctx.Err() == nil {
+		sum, err := d.disp.RunOnce(ctx)
+		if ctx.Err() != nil {
+			d.logPass(sum)
+			return
+		}
+		if err != nil {
+			failures++
+			d.metrics.Passes.WithLabelValues("error").Inc()
+			d.metrics.LoopErrors.WithLabelValues("collect").Inc()
+			b := backoff(failures)
+			d.log.Warn("collection pass failed; backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff", b))
+			d.sleep(ctx, b)
+			continue
+		}
+		failures = 0
+		d.logPass(sum)
+		if sum.Paused {
+			d.metrics.Passes.WithLabelValues("paused").Inc()
+			d.sleep(ctx, min(d.cfg.Daemon.MaxSleep, d.cfg.Daemon.Health.CheckInterval))
+			continue
+		}
+		d.metrics.Passes.WithLabelValues("ok").Inc()
+		if d.share != nil {
+			if cd := d.share.CooldownRemaining(); cd > 0 {
+				d.sleep(ctx, cd)
+				continue
+			}
+		}
+		wait, err := nextWake(ctx, d.pool)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			d.metrics.LoopErrors.WithLabelValues("wake").Inc()
+			d.log.Warn("could not ask the database for the next due item; backing off", zap.Error(err))
+			d.sleep(ctx, backoff(failures))
+			continue
+		}
+		if wait > 0 {
+			d.sleep(ctx, min(wait, d.cfg.Daemon.MaxSleep))
+		}
+	}
+}
+
+func (d *Daemon) logPass(sum dispatcher.Summary) {
+	if sum.Claimed == 0 {
+		return
+	}
+	d.log.Info("collection pass", zap.Int("claimed", sum.Claimed), zap.Int("collected", sum.Collected),
+		zap.Int("failed", sum.Failed), zap.Int("fenced_out", sum.Fenced), zap.Int("released", sum.Released),
+		zap.String("stop", sum.Stop), zap.Duration("duration", sum.Duration),
+		zap.Duration("claim_p50", sum.Claim.P50), zap.Duration("claim_p95", sum.Claim.P95),
+		zap.Duration("fetch_p50", sum.Fetch.P50), zap.Duration("fetch_p95", sum.Fetch.P95),
+		zap.Duration("persist_p50", sum.Persist.P50), zap.Duration("persist_p95", sum.Persist.P95))
+}
+
+// sleep waits d, or until ctx ends, a notification arrives, or the provider status changes.
+func (d *Daemon) sleep(ctx context.Context, dur time.Duration) {
+	t := time.NewTimer(dur)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-d.wake:
+	case <-d.health.Changed():
+	}
+}
+
+func backoff(failures int) time.Duration {
+	b := 100 * time.Millisecond << min(failures-1, 7)
+	return min(b, 10*time.Second)
+}
+
+// nextWakeSQL: the earliest moment any scheduled item becomes claimable. Walking the due index
+// in order, the first unleased row bounds the answer; only leased rows before it (in flight,
+// a handful) can become claimable earlier, when their lease expires. Both reads are index
+// range scans over those few rows.
+const nextWakeSQL = `
+WITH first_free AS (
+	SELECT next_collect_at FROM tracked_items
+	WHERE next_collect_at IS NOT NULL AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+	ORDER BY next_collect_at LIMIT 1
+), first_lease AS (
+	SELECT min(lease_expires_at) AS at FROM tracked_items
+	WHERE next_collect_at IS NOT NULL
+	  AND next_collect_at <= coalesce((SELECT next_collect_at FROM first_free), 'infinity')
+	  AND lease_expires_at > now()
+)
+SELECT extract(epoch FROM least((SELECT next_collect_at FROM first_free), (SELECT at FROM first_lease)) - now()) * 1000`
+
+// nextWake is how long until the next item is claimable; an hour when nothing is scheduled.
+func nextWake(ctx context.Context, pool *pgxpool.Pool) (time.Duration, error) {
+	var ms *float64
+	if err := pool.QueryRow(ctx, nextWakeSQL).Scan(&ms); err != nil {
+		return 0, fmt.Errorf("next due item: %w", err)
+	}
+	if ms == nil {
+		return time.Hour, nil
+	}
+	return time.Duration(*ms * float64(time.Millisecond)), nil
+}
+
+// listen turns tracked_items notifications into wake-ups, reconnecting after errors.
+func (d *Daemon) listen(ctx context.Context) error {
+	for failures := 1; ctx.Err() == nil; failures++ {
+		err := d.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		d.metrics.LoopErrors.WithLabelValues("listen").Inc()
+		d.log.Warn("tracked_items notifications interrupted; relying on database-timed wake-ups", zap.Error(err))
+		t := time.NewTimer(backoff(failures))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+func (d *Daemon) listenOnce(ctx context.Context) error {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection for LISTEN: %w", err)
+	}
+	// A LISTENing connection must not return to the pool.
+	pc := conn.Hijack()
+	defer pc.Close(context.WithoutCancel(ctx))
+	if _, err := pc.Exec(ctx, "LISTEN tracked_items_due"); err != nil {
+		return fmt.Errorf("LISTEN tracked_items_due: %w", err)
+	}
+	for {
+		if _, err := pc.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("wait for tracked_items notification: %w", err)
+		}
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (d *Daemon) recalcLoop(ctx context.Context) error {
+	t := time.NewTicker(d.cfg.Catalog.RecalcInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		res, err := seed.RecalculatePopularity(ctx, d.pool, d.cfg.Catalog)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			d.metrics.LoopErrors.WithLabelValues("recalc").Inc()
+			d.log.Warn("popularity recalculation failed; next run in catalog.recalc_interval", zap.Error(err))
+		case err == nil && !res.Skipped:
+			d.log.Info("popularity recalculated", zap.Int("scored", res.Scored), zap.Int("promoted", res.Promoted),
+				zap.Int("demoted", res.Demoted), zap.Int("dormant", res.Dormant), zap.Int("reactivated", res.Reactivated))
+			select { // promotions may have made items due sooner
+			case d.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (d *Daemon) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", d.metrics.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := d.pool.Ping(ctx); err != nil {
+			http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if err := store.CheckCurrent(ctx, d.pool); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// probe asks the provider for one tracked item's listings, through the budget.
+func (d *Daemon) probe(f *fetcher) health.Prober {
+	return func(ctx context.Context) error {
+		var id string
+		err := d.pool.QueryRow(ctx, `SELECT item_id FROM tracked_items
+			ORDER BY `+seed.SyntheticSQL("item_id")+`, next_collect_at NULLS LAST LIMIT 1`).Scan(&id)
+		if err != nil {
+			return fmt.Errorf("probe: pick a tracked item: %w", err)
+		}
+		_, err = f.Auction(ctx, id)
+		return err
+	}
+}

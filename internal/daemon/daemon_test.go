@@ -1,0 +1,248 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// With notifications off and a 30 s maximum sleep, only the database-computed wake-up can get
+// an item due in 2 s claimed within a second of its due time.
+func TestWakeUpIsTimedByTheDatabase(t *testing.T) {
+	e := newEnv(t, 20, neoplesim.Options{})
+	e.track(t, 0, 1, tiers.Cold, 2*time.Second)
+	e.track(t, 1, 20, tiers.Cold, 20*time.Minute) // scheduled, not due: must not be claimed
+	cfg := testConfig()
+	cfg.Daemon.Notify = false
+	cfg.Daemon.MaxSleep = 30 * time.Second
+	r := e.start(t, cfg, nil)
+
+	id := e.items[0].ItemID
+	eventually(t, 15*time.Second, "the item due in 2 s to be collected", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND last_collected_at IS NOT NULL`, id) == 1
+	})
+	var lagMS float64
+	if err := e.pool.QueryRow(context.Background(), `
+		SELECT extract(epoch FROM last_claimed_at - last_due_at) * 1000 FROM tracked_items WHERE item_id = $1`, id).Scan(&lagMS); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("due → claim lag %.1f ms", lagMS)
+	if lagMS < 0 || lagMS > 1000 {
+		t.Fatalf("claimed %.0f ms after its due time, want within 1000 ms", lagMS)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_claimed_at IS NOT NULL`); n != 1 {
+		t.Fatalf("%d items claimed, want only the due one", n)
+	}
+	r.shutdown(t)
+}
+
+// SIGTERM mid-batch: in-flight calls finish within the grace period and are written; every
+// other claimed item is handed back at once; nothing stays leased, nothing is lost; Run
+// returns nil.
+func TestShutdownMidBatchReleasesLeasesAndLosesNothing(t *testing.T) {
+	const n = 40
+	e := newEnv(t, n, neoplesim.Options{Latency: 300 * time.Millisecond})
+	e.track(t, 0, n, tiers.Cold, -time.Second)
+	cfg := testConfig()
+	cfg.Dispatch.Concurrency = 4
+	cfg.Dispatch.BatchSize = n
+	cfg.Daemon.ShutdownGrace = 10 * time.Second
+	r := e.start(t, cfg, nil)
+
+	eventually(t, 20*time.Second, "calls in flight", func() bool { return e.sim.Stats().Requests > 0 })
+	if err := r.shutdown(t); err != nil {
+		t.Fatal(err)
+	}
+	leased := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`)
+	collected := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`)
+	snapshots := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`)
+	stillDue := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NULL AND next_collect_at <= now()`)
+	t.Logf("collected %d, handed back %d, leased %d", collected, stillDue, leased)
+	if leased != 0 {
+		t.Fatalf("%d items still leased after shutdown, want 0", leased)
+	}
+	if collected == 0 || collected == n {
+		t.Fatalf("collected %d of %d: the shutdown did not land mid-batch", collected, n)
+	}
+	if snapshots != collected || collected+stillDue != n {
+		t.Fatalf("snapshots %d, collected %d, still due %d of %d: something was lost", snapshots, collected, stillDue, n)
+	}
+}
+
+// Killing every database connection of the daemon: it logs, backs off, reconnects and carries on.
+func TestRecoversFromTerminatedConnections(t *testing.T) {
+	e := newEnv(t, 10, neoplesim.Options{})
+	e.ownPools = true
+	e.track(t, 0, 5, tiers.Cold, -time.Second)
+	cfg := testConfig()
+	cfg.Daemon.Notify = true
+	cfg.Daemon.MaxSleep = 500 * time.Millisecond
+	cfg.Daemon.Budget.Enabled = true
+	cfg.Daemon.Budget.Heartbeat = 100 * time.Millisecond
+	e.start(t, cfg, nil)
+	eventually(t, 20*time.Second, "the first items collected", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 5
+	})
+
+	admin, err := pgx.Connect(context.Background(), storetest.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	var killed int
+	if err := admin.QueryRow(context.Background(), `
+		SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND application_name = $2`,
+		e.pool.Config().ConnConfig.Database, daemonApp).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("terminated %d backends", killed)
+	if killed == 0 {
+		t.Fatal("no backend terminated")
+	}
+	e.track(t, 5, 10, tiers.Cold, 0)
+	eventually(t, 30*time.Second, "items tracked after the kill to be collected", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 10
+	})
+}
+
+func TestMetricsAndHealthEndpoints(t *testing.T) {
+	e := newEnv(t, 5, neoplesim.Options{})
+	e.track(t, 0, 5, tiers.Hot, -time.Second)
+	cfg := testConfig()
+	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
+	cfg.Daemon.Budget.Enabled = true
+	cfg.Daemon.Budget.Heartbeat = 100 * time.Millisecond
+	r := e.start(t, cfg, nil)
+	base := "http://" + r.d.Addr()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz: %d", code)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	eventually(t, 20*time.Second, "the items collected", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 5
+	})
+	var body string
+	want := []string{
+		"collector_claim_lag_seconds_bucket", "collector_claims_total 5", `collector_collections_total{outcome="collected"} 5`,
+		`collector_provider_requests_total{endpoint="/df/auction",outcome="ok"} 5`, `collector_items_due{tier="HOT_1M"}`,
+		"collector_items_overdue", "collector_leases_held", `collector_provider_status{provider="neople",status="HEALTHY"} 1`,
+		"collector_outbox_backlog 5", "collector_outbox_oldest_unpublished_seconds", "collector_db_pool_acquired_conns",
+		`collector_budget_share_per_second{workload="market"}`, `collector_budget_used_total{workload="market"} 10`,
+		"collector_limiter_wait_seconds_total", `collector_passes_total{result="ok"}`,
+	}
+	eventually(t, 10*time.Second, "every named series", func() bool {
+		_, body = get("/metrics")
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return true
+	})
+	if strings.Contains(body, marketKey) {
+		t.Fatal("the API key appears in /metrics")
+	}
+
+	// readyz fails when the schema is behind the binary.
+	if _, err := e.pool.Exec(context.Background(), `UPDATE schema_version SET version = version - 1`); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with an old schema: %d, want 503", code)
+	}
+}
+
+// Items an instance hands back at shutdown are taken by a sleeping instance at once (woken by
+// the release), not after their lease would have expired.
+func TestHandedBackItemsAreTakenAtOnce(t *testing.T) {
+	const n = 30
+	e := newEnv(t, n, neoplesim.Options{Latency: 300 * time.Millisecond})
+	e.track(t, 0, n, tiers.Cold, -time.Second)
+	cfg := testConfig()
+	cfg.Dispatch.Concurrency = 2
+	cfg.Dispatch.BatchSize = n
+	cfg.Dispatch.Lease = time.Minute
+	cfg.Daemon.ShutdownGrace = 5 * time.Second
+	a := e.start(t, cfg, nil)
+	eventually(t, 20*time.Second, "the first instance to lease everything", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`) == n
+	})
+	cfg = testConfig()
+	cfg.Daemon.Notify = true
+	cfg.Daemon.MaxSleep = time.Hour // only the lease expiry (a minute away) or a notification can wake it
+	b := e.start(t, cfg, nil)
+	eventually(t, 10*time.Second, "the second instance asleep and listening", func() bool {
+		return passes(b) > 0 && count(t, e.pool, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'LISTEN tracked_items_due'`) == 1
+	})
+	a.shutdown(t)
+	eventually(t, 30*time.Second, "every item collected", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == n
+	})
+}
+
+// Status counts tiers, due and overdue items without fixtures, and reports claim lag from the
+// claims' due times.
+func TestClusterStatus(t *testing.T) {
+	e := newEnv(t, 6, neoplesim.Options{})
+	ctx := context.Background()
+	e.track(t, 0, 2, tiers.Hot, -time.Minute) // overdue
+	e.track(t, 2, 3, tiers.Cold, -time.Second)
+	e.track(t, 3, 6, tiers.Warm, time.Hour)
+	if _, err := e.pool.Exec(ctx, `INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+		VALUES ('seed-fixture-1', 'fixture', 'HOT_1M', now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Status(ctx, e.pool, "neople")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]TierStatus{}
+	for _, ts := range st.Tiers {
+		got[ts.Tier] = ts
+	}
+	if h := got["HOT_1M"]; h.Items != 2 || h.Due != 2 || h.Overdue != 2 {
+		t.Fatalf("HOT_1M %+v: want 2 items, 2 due, 2 overdue (the fixture left out)", h)
+	}
+	if c, w := got["COLD_10M"], got["WARM_5M"]; c.Due != 1 || c.Overdue != 0 || w.Items != 3 || w.Due != 0 {
+		t.Fatalf("COLD %+v WARM %+v", c, w)
+	}
+	if st.LagN != 0 || st.Provider.Status != provider.Healthy {
+		t.Fatalf("before any claim: lag n %d, provider %s", st.LagN, st.Provider.Status)
+	}
+
+	r := e.start(t, testConfig(), nil)
+	eventually(t, 20*time.Second, "the due items claimed and written back", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_attempt_at IS NOT NULL`) == 4
+	})
+	r.shutdown(t)
+	t.Logf("outcomes: %d collected", count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`))
+	if st, err = Status(ctx, e.pool, "neople"); err != nil {
+		t.Fatal(err)
+	}
+	// The fixture was claimed too (the dispatcher does not skip fixtures) but is not counted.
+	if st.LagN != 3 || st.LagP99 < 50*time.Second || st.Leased != 0 || st.OutboxBacklog < 3 {
+		t.Fatalf("after collecting: lag n %d p99 %s, leased %d, backlog %d", st.LagN, st.LagP99, st.Leased, st.OutboxBacklog)
+	}
+}

@@ -1,0 +1,146 @@
+package daemon
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+func readStatus(t *testing.T, e *env) provider.StatusRow {
+	t.Helper()
+	row, err := provider.ReadStatus(context.Background(), e.pool, "neople")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return row
+}
+
+func changes(rs []*running, from, to provider.Status) float64 {
+	var n float64
+	for _, r := range rs {
+		n += testutil.ToFloat64(r.d.Metrics().StatusChanges.WithLabelValues("neople", string(from), string(to)))
+	}
+	return n
+}
+
+// Maintenance: every instance pauses after at most its calls in flight, one instance at a
+// time probes with a growing back-off, and a successful probe brings the cluster back through
+// RECOVERING (at a reduced rate) to HEALTHY.
+func TestMaintenancePausesEveryInstanceAndTheProbeBringsThemBack(t *testing.T) {
+	const n, instances, concurrency = 600, 3, 2
+	e := newEnv(t, n, neoplesim.Options{Latency: 5 * time.Millisecond})
+	e.track(t, 0, n, tiers.Cold, -time.Second)
+	var rs []*running
+	for range instances {
+		cfg := testConfig()
+		cfg.Dispatch.Concurrency = concurrency
+		cfg.Dispatch.BatchSize = 10
+		cfg.Daemon.Health.RecoverSuccess = 10
+		cfg.Daemon.Health.RecoverFactor = 0.2
+		cfg.Market.Rate = 200 // ramp visible: RECOVERING starts at 40/s per instance
+		rs = append(rs, e.start(t, cfg, nil))
+	}
+	eventually(t, 20*time.Second, "some collections", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) >= 20
+	})
+
+	e.sim.SetMaintenance(true)
+	eventually(t, 20*time.Second, "MAINTENANCE recorded", func() bool { return readStatus(t, e).Status == provider.Maintenance })
+	// Wait for a couple of failed probes: by then every instance has long stopped dispatching.
+	probeFailures := func() int {
+		return count(t, e.pool, `SELECT coalesce((SELECT failures FROM provider_probe WHERE provider = 'neople'), 0)`)
+	}
+	eventually(t, 20*time.Second, "two failed probes", func() bool { return probeFailures() >= 2 })
+	answered := e.sim.Stats().Maintenance
+	failures := probeFailures()
+	t.Logf("maintenance answers %d, failed probes %d", answered, failures)
+	// Each instance sends at most its in-flight calls before pausing; everything else is a
+	// probe (at most one in flight, not yet recorded).
+	if limit := int64(instances*concurrency + failures + 1); answered > limit {
+		t.Fatalf("%d requests answered with maintenance, want <= %d (%d instances × %d in flight + %d probes)",
+			answered, limit, instances, concurrency, failures+1)
+	}
+	for _, r := range rs {
+		if st := r.d.health.Status(); st != provider.Maintenance {
+			t.Fatalf("instance sees %s, want MAINTENANCE", st)
+		}
+	}
+
+	e.sim.SetMaintenance(false)
+	eventually(t, 30*time.Second, "HEALTHY again", func() bool { return readStatus(t, e).Status == provider.Healthy })
+	if got := changes(rs, provider.Maintenance, provider.Recovering); got < 1 {
+		t.Fatalf("no instance saw MAINTENANCE → RECOVERING (%v)", got)
+	}
+	eventually(t, 10*time.Second, "every instance to see HEALTHY", func() bool {
+		for _, r := range rs {
+			if r.d.health.Status() != provider.Healthy {
+				return false
+			}
+		}
+		return true
+	})
+	if got := changes(rs, provider.Recovering, provider.Healthy); got < 1 {
+		t.Fatalf("no instance saw RECOVERING → HEALTHY (%v)", got)
+	}
+	row := readStatus(t, e)
+	t.Logf("final status %s: %s", row.Status, row.Reason)
+}
+
+// A high share of 5xx answers in the window makes the provider DEGRADED; the probe (once the
+// errors stop) brings it back.
+func TestErrorRatioDegradesAndRecovers(t *testing.T) {
+	const n = 300
+	e := newEnv(t, n, neoplesim.Options{})
+	e.track(t, 0, n, tiers.Cold, -time.Second)
+	e.sim.SetFaults(neoplesim.Faults{ErrorRate: 0.9})
+	cfg := testConfig()
+	cfg.Dispatch.Concurrency = 2
+	cfg.Dispatch.BatchSize = 10
+	cfg.Daemon.Health.MinSamples = 10
+	cfg.Daemon.Health.RecoverSuccess = 5
+	r := e.start(t, cfg, nil)
+	// A lucky probe may already have moved it on; the counted transition is what matters.
+	eventually(t, 20*time.Second, "HEALTHY → DEGRADED", func() bool {
+		return changes([]*running{r}, provider.Healthy, provider.Degraded) >= 1
+	})
+	e.sim.SetFaults(neoplesim.Faults{})
+	eventually(t, 30*time.Second, "HEALTHY again", func() bool { return readStatus(t, e).Status == provider.Healthy })
+	if changes([]*running{r}, provider.Degraded, provider.Recovering) < 1 {
+		t.Fatal("transitions not counted")
+	}
+}
+
+// An active manual override wins: no probe, no automatic transition while it lasts.
+func TestOverrideWinsOverAutomaticHealth(t *testing.T) {
+	e := newEnv(t, 20, neoplesim.Options{})
+	e.track(t, 0, 20, tiers.Cold, -time.Second)
+	ctx := context.Background()
+	if _, err := provider.SetStatus(ctx, e.pool, "neople", provider.Maintenance, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := provider.SetOverride(ctx, e.pool, "neople", provider.Maintenance, "operator", 0); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(t, testConfig(), nil)
+	eventually(t, 10*time.Second, "the daemon to see the override", func() bool { return r.d.health.Status() == provider.Maintenance })
+	// The probe back-off is 100 ms and checks run every 50 ms: give it ample chances.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if e.sim.Stats().Requests > 0 {
+			t.Fatal("a request went out while a MAINTENANCE override was active")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := provider.ClearOverride(ctx, e.pool, "neople"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "collections after the override ends", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 20
+	})
+}

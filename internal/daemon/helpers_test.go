@@ -1,0 +1,178 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+const (
+	itemKey   = "test-item-key"
+	marketKey = "test-market-key"
+)
+
+type env struct {
+	pool  *pgxpool.Pool
+	url   string
+	sim   *neoplesim.Server
+	srv   *httptest.Server
+	items []provider.Item
+	// ownPools: each daemon gets a pool of its own (application_name daemonApp).
+	ownPools bool
+}
+
+const daemonApp = "duecollector-daemon-test"
+
+// newEnv gives a fresh database and a simulator with n catalog items behind HTTP; nothing is
+// tracked yet.
+func newEnv(t testing.TB, n int, opts neoplesim.Options) *env {
+	t.Helper()
+	pool, url := storetest.NewPool(t)
+	opts.Items, opts.Seed, opts.ItemKey, opts.MarketKey = n, 7, itemKey, marketKey
+	sim := neoplesim.New(opts)
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	return &env{pool: pool, url: url, sim: sim, srv: srv, items: sim.Catalog()[:n]}
+}
+
+// track inserts items [from, to) of the catalog in tier, due at now() + dueIn (database clock).
+func (e *env) track(t testing.TB, from, to int, tier tiers.Tier, dueIn time.Duration) {
+	t.Helper()
+	var ids, names []string
+	for _, it := range e.items[from:to] {
+		ids, names = append(ids, it.ItemID), append(names, it.ItemName)
+	}
+	_, err := e.pool.Exec(context.Background(), `
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+		SELECT id, name, $3, now() + $4 * interval '1 millisecond' FROM unnest($1::text[], $2::text[]) AS u(id, name)`,
+		ids, names, string(tier), dueIn.Milliseconds())
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var owners atomic.Int64
+
+// testConfig is a daemon config sized for tests: no HTTP server unless asked, no recalculation.
+func testConfig() Config {
+	d := config.Default().Daemon
+	d.HTTPAddr = ""
+	d.Notify = false
+	d.GaugeInterval = 200 * time.Millisecond
+	d.Health.CheckInterval = 50 * time.Millisecond
+	d.Health.ProbeBackoff = 100 * time.Millisecond
+	d.Health.ProbeBackoffMax = 400 * time.Millisecond
+	d.Budget.Enabled = false
+	return Config{
+		Daemon: d,
+		Dispatch: dispatcher.Config{
+			BatchSize: 50, Lease: 30 * time.Second, Concurrency: 8, FlushSize: 20, SoldLimit: 5,
+			Owner: fmt.Sprintf("test-daemon-%d", owners.Add(1)),
+		},
+		Market:   config.WorkloadLimits{Rate: 100000, Burst: 10000, PerMinute: 100000000},
+		KeyLabel: budget.KeyLabel("market", marketKey),
+	}
+}
+
+type running struct {
+	d    *Daemon
+	stop context.CancelFunc
+	done chan error
+}
+
+// start builds and runs a daemon; it is stopped (and must return nil) at cleanup at the latest.
+func (e *env) start(t testing.TB, cfg Config, log *zap.Logger) *running {
+	t.Helper()
+	if log == nil {
+		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	}
+	client, err := provider.NewClient(provider.ClientConfig{
+		Workload: provider.WorkloadMarket, BaseURL: e.srv.URL, Key: marketKey,
+		Rate: cfg.Market.Rate, Burst: max(cfg.Market.Burst, 1), PerMinute: cfg.Market.PerMinute,
+		// Small pages keep each call cheap, so a loaded machine running -race still keeps up
+		// with the budgets the tests measure.
+		AuctionLimit: 5, SoldLimit: 5,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := e.pool
+	if e.ownPools {
+		// The daemon's own connections, told apart by application_name.
+		pool, err = store.Open(context.Background(), store.PoolConfig{URL: e.url, MaxConns: 10, ApplicationName: daemonApp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+	}
+	d, err := New(pool, client, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{d: d, stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- d.Run(ctx) }()
+	t.Cleanup(func() { r.shutdown(t) })
+	return r
+}
+
+// shutdown cancels the daemon (SIGTERM) and waits for Run to return.
+func (r *running) shutdown(t testing.TB) error {
+	t.Helper()
+	r.stop()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			close(r.done)
+			if err != nil {
+				t.Errorf("Run returned %v, want nil", err)
+			}
+		}
+		return err
+	case <-time.After(time.Minute):
+		t.Fatal("daemon did not stop within a minute of cancellation")
+		return nil
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func passes(r *running) float64 {
+	return testutil.ToFloat64(r.d.metrics.Passes.WithLabelValues("ok"))
+}

@@ -1,0 +1,157 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/health"
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/seed"
+	"github.com/duecollector/duecollector/internal/telemetry"
+)
+
+// observer fans the dispatcher's reports out to the metrics and the health monitor.
+type observer struct {
+	m *telemetry.Metrics
+	h *health.Monitor
+}
+
+func (o *observer) Claimed(claims []dispatcher.Claim) {
+	o.m.Claims.Add(float64(len(claims)))
+	for _, c := range claims {
+		o.m.ClaimLag.Observe(max(c.DBNow.Sub(c.DueAt), 0).Seconds())
+	}
+}
+
+func (o *observer) Fetched(_ dispatcher.Claim, took time.Duration, err error) {
+	o.m.FetchSeconds.Observe(took.Seconds())
+	o.h.Observe(err)
+}
+
+func (o *observer) Written(collected, failed, fenced int, took time.Duration) {
+	o.m.Collections.WithLabelValues("collected").Add(float64(collected))
+	o.m.Collections.WithLabelValues("failed").Add(float64(failed))
+	o.m.Collections.WithLabelValues("fenced").Add(float64(fenced))
+	o.m.WriteSeconds.Observe(took.Seconds())
+}
+
+// fetcher puts the cluster budget in front of the client and counts every call by endpoint
+// and outcome. A rate-limit answer from the provider starts the key's shared cool-down.
+type fetcher struct {
+	next     dispatcher.Fetcher
+	share    *budget.Share
+	m        *telemetry.Metrics
+	workload string
+}
+
+func (f *fetcher) Auction(ctx context.Context, itemID string) ([]provider.Listing, error) {
+	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, error) {
+		return f.next.Auction(ctx, itemID)
+	})
+}
+
+func (f *fetcher) AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, error) {
+	return call(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, error) {
+		return f.next.AuctionSold(ctx, itemID)
+	})
+}
+
+func call[T any](ctx context.Context, f *fetcher, endpoint string, fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if f.share != nil {
+		t0 := time.Now()
+		done, err := f.share.Wait(ctx)
+		f.m.LimiterWait.WithLabelValues(f.workload).Add(time.Since(t0).Seconds())
+		if err != nil {
+			f.m.ProviderRequests.WithLabelValues(endpoint, "cancelled").Inc()
+			return zero, &provider.Error{Class: provider.ClassTransient, Endpoint: endpoint,
+				Err: fmt.Errorf("waiting for the cluster budget: %w", err)}
+		}
+		f.m.BudgetUsed.WithLabelValues(f.workload).Inc()
+		defer done()
+	}
+	v, err := fn(ctx)
+	outcome := "ok"
+	if err != nil {
+		outcome = provider.ClassOf(err).String()
+		var pe *provider.Error
+		// Only the provider's own answer (Status set) means the key is over its budget; the
+		// client's local limiter running out before a deadline does not.
+		if f.share != nil && errors.As(err, &pe) && pe.Class == provider.ClassRateLimited && pe.Status != 0 {
+			f.share.RateLimited(ctx, pe.RetryAfter, pe.Error())
+		}
+	}
+	f.m.ProviderRequests.WithLabelValues(endpoint, outcome).Inc()
+	return v, err
+}
+
+// OverdueAfter: an item due for longer than this and still unclaimed counts as overdue.
+const OverdueAfter = 30 * time.Second
+
+// gaugeLoop refreshes the gauges that only SQL can answer, every daemon.gauge_interval.
+func (d *Daemon) gaugeLoop(ctx context.Context) error {
+	t := time.NewTicker(d.cfg.Daemon.GaugeInterval)
+	defer t.Stop()
+	for {
+		if err := d.refreshGauges(ctx); err != nil && ctx.Err() == nil {
+			d.metrics.LoopErrors.WithLabelValues("gauges").Inc()
+		}
+		if d.share != nil {
+			st := d.share.Stats()
+			d.metrics.BudgetShare.WithLabelValues(d.workload()).Set(st.PerSecond)
+			d.metrics.BudgetInstances.WithLabelValues(d.workload()).Set(float64(st.Live))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (d *Daemon) workload() string { return string(provider.WorkloadMarket) }
+
+func (d *Daemon) refreshGauges(ctx context.Context) error {
+	rows, err := d.pool.Query(ctx, `
+		SELECT collection_tier,
+		       count(*) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now())),
+		       count(*) FILTER (WHERE next_collect_at <= now() - $1 * interval '1 millisecond'
+		                          AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
+		FROM tracked_items WHERE NOT `+seed.SyntheticSQL("item_id")+`
+		GROUP BY collection_tier`, OverdueAfter.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("due items by tier: %w", err)
+	}
+	seen := map[string]bool{}
+	for rows.Next() {
+		var tier string
+		var due, overdue int64
+		if err := rows.Scan(&tier, &due, &overdue); err != nil {
+			rows.Close()
+			return err
+		}
+		seen[tier] = true
+		d.metrics.ItemsDue.WithLabelValues(tier).Set(float64(due))
+		d.metrics.ItemsOverdue.WithLabelValues(tier).Set(float64(overdue))
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var leases, backlog int64
+	var oldest float64
+	err = d.pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now()),
+		       count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
+		FROM outbox WHERE published_at IS NULL AND failed_at IS NULL`).Scan(&leases, &backlog, &oldest)
+	if err != nil {
+		return fmt.Errorf("leases and outbox backlog: %w", err)
+	}
+	d.metrics.LeasesHeld.Set(float64(leases))
+	d.metrics.OutboxBacklog.Set(float64(backlog))
+	d.metrics.OutboxOldest.Set(oldest)
+	return nil
+}

@@ -1,0 +1,65 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// With kafka.brokers set the daemon relays the outbox in follow mode, and on shutdown it
+// publishes what the last write-backs (calls finishing in the grace period) produced.
+func TestRelayFollowsAndFlushesOnShutdown(t *testing.T) {
+	const n = 24
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "test.snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	e := newEnv(t, n, neoplesim.Options{Latency: 200 * time.Millisecond})
+	e.track(t, 0, n, tiers.Cold, -time.Second)
+	cfg := testConfig()
+	cfg.Dispatch.Concurrency = 4
+	cfg.Dispatch.BatchSize = n
+	cfg.Daemon.ShutdownGrace = 10 * time.Second
+	cfg.Relay = &outbox.RelayConfig{
+		Brokers: broker.ListenAddrs(), Topic: "test.snapshots", WriteTimeout: 3 * time.Second, Lease: 9 * time.Second,
+		PollInterval: 100 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+	}
+	r := e.start(t, cfg, nil)
+	eventually(t, 20*time.Second, "the first events published", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`) > 0
+	})
+	if err := r.shutdown(t); err != nil {
+		t.Fatal(err)
+	}
+	collected := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`)
+	events := count(t, e.pool, `SELECT count(*) FROM outbox`)
+	pending := count(t, e.pool, `SELECT count(*) FROM outbox WHERE published_at IS NULL`)
+	t.Logf("collected %d of %d, events %d, unpublished after shutdown %d", collected, n, events, pending)
+	if events != collected || pending != 0 {
+		t.Fatalf("%d events for %d collections, %d left unpublished: the relay was not flushed", events, collected, pending)
+	}
+}
+
+// A notification wakes a daemon that would otherwise sleep its full maximum.
+func TestNotificationWakesEarly(t *testing.T) {
+	e := newEnv(t, 2, neoplesim.Options{})
+	e.track(t, 0, 1, tiers.Cold, time.Hour) // the only wake-up the database knows of is an hour away
+	cfg := testConfig()
+	cfg.Daemon.Notify = true
+	cfg.Daemon.MaxSleep = time.Hour
+	r := e.start(t, cfg, nil)
+	eventually(t, 10*time.Second, "the daemon's first pass and its LISTEN", func() bool {
+		return passes(r) > 0 && count(t, e.pool, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'LISTEN tracked_items_due'`) == 1
+	})
+	e.track(t, 1, 2, tiers.Cold, 0)
+	eventually(t, 20*time.Second, "the new item collected", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 1
+	})
+}

@@ -1,0 +1,336 @@
+// Package health moves provider_status by itself, for every instance sharing the database:
+//
+//	HEALTHY    → DEGRADED     transient failures (5xx, timeouts) above ErrorRatio of the
+//	                          outcomes in the last Window (at least MinSamples of them)
+//	any        → MAINTENANCE  a maintenance answer (the dispatcher records it on DNF980)
+//	MAINTENANCE/DEGRADED → RECOVERING
+//	                          a probe succeeded; one instance at a time probes (the probe is
+//	                          leased in provider_probe), after a back-off that doubles with
+//	                          each failed probe of the same outage
+//	RECOVERING → HEALTHY      RecoverSuccess clean collections by one instance
+//	RECOVERING → DEGRADED     a transient failure while recovering
+//
+// While RECOVERING the request rate starts at RecoverFactor of the budget and ramps up
+// linearly with the successes. Transitions are compare-and-set on the previous status, so
+// instances racing on the same observation make one transition, not several. An active manual
+// override (collector provider set … --for) wins: the monitor neither probes nor transitions
+// while one is in force. Every status change an instance sees is logged with its reason and
+// counted.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+// Prober sends one request that tells whether the provider answers again.
+type Prober func(ctx context.Context) error
+
+// RateSetter scales the request rate (the client's limiter or the cluster budget share).
+type RateSetter interface{ SetRateFactor(f float64) }
+
+// Config is the state machine's thresholds (daemon.health.*) plus who this instance is.
+type Config struct {
+	config.HealthConfig
+	Provider string
+	Owner    string
+}
+
+// Monitor watches outcomes and the status row; Run drives it.
+type Monitor struct {
+	pool  *pgxpool.Pool
+	cfg   Config
+	probe Prober
+	rate  RateSetter
+	log   *zap.Logger
+
+	// OnChange, when set before Run, hears every status change this instance sees.
+	OnChange func(from, to provider.Status, reason string)
+
+	kick    chan struct{}
+	changed chan struct{}
+
+	mu        sync.Mutex
+	window    []sample
+	effective provider.Status
+	auto      provider.Status
+	since     time.Time
+	override  bool
+	successes int   // clean outcomes since RECOVERING began (this instance)
+	recFail   error // transient failure while RECOVERING, not yet acted on
+}
+
+type sample struct {
+	at  time.Time
+	bad bool
+}
+
+// New builds a monitor. rate may be nil.
+func New(pool *pgxpool.Pool, cfg Config, probe Prober, rate RateSetter, log *zap.Logger) *Monitor {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Monitor{pool: pool, cfg: cfg, probe: probe, rate: rate, log: log,
+		kick: make(chan struct{}, 1), changed: make(chan struct{}, 1)}
+}
+
+// Changed is signalled after the effective status changes, so a paused loop can resume at once.
+func (m *Monitor) Changed() <-chan struct{} { return m.changed }
+
+// Status is the effective status last read.
+func (m *Monitor) Status() provider.Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.effective
+}
+
+// Observe records one collection outcome (err nil = success). Only transient failures count
+// against the provider; item errors, rate limits and key problems say nothing about its health.
+func (m *Monitor) Observe(err error) {
+	class := provider.ClassOf(err)
+	if err != nil && class != provider.ClassTransient {
+		return
+	}
+	if err != nil && errors.Is(err, context.Canceled) {
+		return // our own shutdown, not the provider
+	}
+	now := time.Now()
+	m.mu.Lock()
+	m.window = append(m.window, sample{now, err != nil})
+	m.trim(now)
+	act := false
+	switch m.auto {
+	case provider.Recovering:
+		if err != nil {
+			m.recFail, act = err, true
+		} else {
+			m.successes++
+			m.rampLocked()
+			act = m.successes >= m.cfg.RecoverSuccess
+		}
+	case provider.Healthy:
+		act = err != nil && m.degradedLocked()
+	}
+	m.mu.Unlock()
+	if act {
+		select {
+		case m.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (m *Monitor) trim(now time.Time) {
+	cut := 0
+	for cut < len(m.window) && now.Sub(m.window[cut].at) > m.cfg.Window {
+		cut++
+	}
+	if cut > 0 {
+		m.window = append(m.window[:0], m.window[cut:]...)
+	}
+}
+
+func (m *Monitor) degradedLocked() bool {
+	if len(m.window) < m.cfg.MinSamples {
+		return false
+	}
+	return m.ratioLocked() > m.cfg.ErrorRatio
+}
+
+func (m *Monitor) ratioLocked() float64 {
+	bad := 0
+	for _, s := range m.window {
+		if s.bad {
+			bad++
+		}
+	}
+	return float64(bad) / float64(max(len(m.window), 1))
+}
+
+func (m *Monitor) rampLocked() {
+	if m.rate == nil {
+		return
+	}
+	f := m.cfg.RecoverFactor + (1-m.cfg.RecoverFactor)*float64(m.successes)/float64(m.cfg.RecoverSuccess)
+	m.rate.SetRateFactor(min(f, 1))
+}
+
+// Run re-reads the status every CheckInterval (or at once when an outcome calls for a
+// transition), makes the transitions this instance observed reasons for and probes while the
+// provider is paused. Database errors are logged and retried; Run returns when ctx ends.
+func (m *Monitor) Run(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.CheckInterval)
+	defer t.Stop()
+	for {
+		if err := m.step(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("provider health check failed; retrying", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-m.kick:
+		}
+	}
+}
+
+func (m *Monitor) step(ctx context.Context) error {
+	row, err := provider.ReadStatus(ctx, m.pool, m.cfg.Provider)
+	if err != nil {
+		return err
+	}
+	m.see(row)
+	if row.OverrideStatus != "" {
+		return nil
+	}
+	m.mu.Lock()
+	now := time.Now()
+	m.trim(now)
+	degraded, ratio, n := m.degradedLocked(), m.ratioLocked(), len(m.window)
+	successes, recFail := m.successes, m.recFail
+	m.recFail = nil
+	m.mu.Unlock()
+
+	switch row.Status {
+	case provider.Healthy:
+		if degraded {
+			return m.transition(ctx, row, provider.Degraded,
+				fmt.Sprintf("transient failures %.0f%% of %d outcomes in the last %s (threshold %.0f%%)", 100*ratio, n, m.cfg.Window, 100*m.cfg.ErrorRatio))
+		}
+	case provider.Recovering:
+		if recFail != nil {
+			return m.transition(ctx, row, provider.Degraded, "failure while recovering: "+recFail.Error())
+		}
+		if successes >= m.cfg.RecoverSuccess {
+			return m.transition(ctx, row, provider.Healthy, fmt.Sprintf("%d clean collections while recovering", successes))
+		}
+	case provider.Maintenance, provider.Degraded:
+		return m.tryProbe(ctx, row)
+	}
+	return nil
+}
+
+// see records the row read and reports every change of the effective status.
+func (m *Monitor) see(row provider.StatusRow) {
+	eff, reason, _ := row.Effective()
+	m.mu.Lock()
+	prevEff, prevAuto := m.effective, m.auto
+	m.effective, m.auto, m.since, m.override = eff, row.Status, row.Since, row.OverrideStatus != ""
+	if row.Status != prevAuto {
+		m.successes = 0
+		m.window = m.window[:0]
+		if m.rate != nil {
+			if row.Status == provider.Recovering {
+				m.rate.SetRateFactor(m.cfg.RecoverFactor)
+			} else {
+				m.rate.SetRateFactor(1)
+			}
+		}
+	}
+	m.mu.Unlock()
+	if eff == prevEff {
+		return
+	}
+	if prevEff != "" {
+		m.log.Warn("provider status changed", zap.String("provider", m.cfg.Provider),
+			zap.String("from", string(prevEff)), zap.String("to", string(eff)), zap.String("reason", reason))
+	}
+	if m.OnChange != nil {
+		m.OnChange(prevEff, eff, reason)
+	}
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// transition moves the automatic status from row.Status to `to`, unless someone else moved it
+// first (then nothing happens and the next step sees their change).
+func (m *Monitor) transition(ctx context.Context, row provider.StatusRow, to provider.Status, reason string) error {
+	tag, err := m.pool.Exec(ctx, `
+		UPDATE provider_status SET status = $3, reason = $4, since = now(), updated_at = now()
+		WHERE provider = $1 AND status = $2 AND since = $5`,
+		m.cfg.Provider, string(row.Status), string(to), reason, row.Since)
+	if err != nil {
+		return fmt.Errorf("provider %s status %s → %s: %w", m.cfg.Provider, row.Status, to, err)
+	}
+	if tag.RowsAffected() == 1 {
+		m.log.Warn("provider status transition", zap.String("provider", m.cfg.Provider),
+			zap.String("from", string(row.Status)), zap.String("to", string(to)), zap.String("reason", reason),
+			zap.String("by", m.cfg.Owner))
+		next, err := provider.ReadStatus(ctx, m.pool, m.cfg.Provider)
+		if err == nil {
+			m.see(next)
+		}
+	}
+	return nil
+}
+
+// tryProbe leases the provider's probe when its back-off has passed and no other instance holds
+// it, sends one request and records the outcome.
+func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
+	lease := max(2*m.cfg.CheckInterval, 30*time.Second)
+	// A new outage (a new since) starts a new back-off series.
+	if _, err := m.pool.Exec(ctx, `
+		INSERT INTO provider_probe (provider, episode_since, failures, next_probe_at)
+		VALUES ($1, $2::timestamptz, 0, $2::timestamptz + $3 * interval '1 millisecond')
+		ON CONFLICT (provider) DO UPDATE SET episode_since = EXCLUDED.episode_since, failures = 0,
+			next_probe_at = EXCLUDED.next_probe_at, leased_by = NULL, lease_expires_at = NULL, updated_at = now()
+		WHERE provider_probe.episode_since <> EXCLUDED.episode_since`,
+		m.cfg.Provider, row.Since, m.cfg.ProbeBackoff.Milliseconds()); err != nil {
+		return fmt.Errorf("provider %s probe schedule: %w", m.cfg.Provider, err)
+	}
+	var failures int
+	err := m.pool.QueryRow(ctx, `
+		UPDATE provider_probe SET leased_by = $2, lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
+		WHERE provider = $1 AND episode_since = $4 AND next_probe_at <= now()
+		  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+		RETURNING failures`, m.cfg.Provider, m.cfg.Owner, lease.Milliseconds(), row.Since).Scan(&failures)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // not yet, or another instance is probing
+	}
+	if err != nil {
+		return fmt.Errorf("provider %s probe lease: %w", m.cfg.Provider, err)
+	}
+
+	pctx, cancel := context.WithTimeout(ctx, lease/2)
+	perr := m.probe(pctx)
+	cancel()
+	ok := perr == nil || provider.ClassOf(perr) == provider.ClassItem // the provider answered
+	if ctx.Err() != nil {
+		return nil // shutting down: the probe lease expires by itself
+	}
+	if !ok {
+		failures++
+		backoff := time.Duration(float64(m.cfg.ProbeBackoff) * math.Pow(2, float64(min(failures, 30))))
+		backoff = min(backoff, m.cfg.ProbeBackoffMax)
+		m.log.Info("provider probe failed", zap.String("provider", m.cfg.Provider), zap.String("status", string(row.Status)),
+			zap.Int("failures", failures), zap.Duration("next_probe_in", backoff), zap.Error(perr))
+		_, err := m.pool.Exec(context.WithoutCancel(ctx), `
+			UPDATE provider_probe SET failures = $2, next_probe_at = now() + $3 * interval '1 millisecond',
+				leased_by = NULL, lease_expires_at = NULL, last_result = $4, updated_at = now()
+			WHERE provider = $1 AND episode_since = $5`,
+			m.cfg.Provider, failures, backoff.Milliseconds(), perr.Error(), row.Since)
+		if err != nil {
+			return fmt.Errorf("provider %s probe result: %w", m.cfg.Provider, err)
+		}
+		return nil
+	}
+	if _, err := m.pool.Exec(context.WithoutCancel(ctx), `
+		UPDATE provider_probe SET leased_by = NULL, lease_expires_at = NULL, last_result = 'ok', updated_at = now()
+		WHERE provider = $1`, m.cfg.Provider); err != nil {
+		return fmt.Errorf("provider %s probe result: %w", m.cfg.Provider, err)
+	}
+	return m.transition(ctx, row, provider.Recovering, fmt.Sprintf("probe succeeded after %d failed probes", failures))
+}

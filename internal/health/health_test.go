@@ -1,0 +1,212 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+func testConfig(owner string) Config {
+	return Config{
+		HealthConfig: config.HealthConfig{
+			Window: 10 * time.Second, ErrorRatio: 0.5, MinSamples: 4,
+			ProbeBackoff: 50 * time.Millisecond, ProbeBackoffMax: 400 * time.Millisecond,
+			RecoverFactor: 0.1, RecoverSuccess: 3, CheckInterval: 10 * time.Millisecond,
+		},
+		Provider: "neople", Owner: owner,
+	}
+}
+
+type rateRecorder struct {
+	mu sync.Mutex
+	fs []float64
+}
+
+func (r *rateRecorder) SetRateFactor(f float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fs = append(r.fs, f)
+}
+
+func (r *rateRecorder) last() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.fs) == 0 {
+		return 0
+	}
+	return r.fs[len(r.fs)-1]
+}
+
+func run(t *testing.T, m *Monitor) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func status(t *testing.T, pool *pgxpool.Pool) provider.StatusRow {
+	t.Helper()
+	row, err := provider.ReadStatus(context.Background(), pool, "neople")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return row
+}
+
+var errDown = &provider.Error{Class: provider.ClassMaintenance, Status: 503, Code: "DNF980"}
+
+// Several monitors share one outage: only one probe is ever in flight, the back-off between
+// failed probes grows, and the first successful probe moves the provider to RECOVERING.
+func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	if _, err := provider.SetStatus(context.Background(), pool, "neople", provider.Maintenance, "DNF980"); err != nil {
+		t.Fatal(err)
+	}
+	var inFlight, maxInFlight atomic.Int32
+	var mu sync.Mutex
+	var probes []time.Time
+	var up atomic.Bool
+	probe := func(ctx context.Context) error {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			m := maxInFlight.Load()
+			if n <= m || maxInFlight.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		mu.Lock()
+		probes = append(probes, time.Now())
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond) // a probe takes a moment, so overlaps would show
+		if up.Load() {
+			return nil
+		}
+		return errDown
+	}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	rates := make([]*rateRecorder, 3)
+	for i := range rates {
+		rates[i] = &rateRecorder{}
+		run(t, New(pool, testConfig(fmt.Sprintf("m%d", i)), probe, rates[i], log))
+	}
+	eventually(t, 10*time.Second, "four failed probes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(probes) >= 4
+	})
+	up.Store(true)
+	eventually(t, 10*time.Second, "RECOVERING", func() bool { return status(t, pool).Status == provider.Recovering })
+	if m := maxInFlight.Load(); m != 1 {
+		t.Fatalf("%d probes in flight at once, want 1", m)
+	}
+	mu.Lock()
+	gaps := []time.Duration{}
+	for i := 1; i < 4; i++ {
+		gaps = append(gaps, probes[i].Sub(probes[i-1]))
+	}
+	mu.Unlock()
+	t.Logf("gaps between failed probes: %v", gaps)
+	// Back-off 100, 200, 400 ms after failures 1, 2, 3 (base 50 ms doubled per failure).
+	if gaps[1] < 190*time.Millisecond || gaps[2] < 390*time.Millisecond {
+		t.Fatalf("back-off did not grow: %v", gaps)
+	}
+	eventually(t, 5*time.Second, "the recovering rate factor", func() bool {
+		for _, r := range rates {
+			if r.last() != 0.1 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// RECOVERING ramps the rate up with each clean success and becomes HEALTHY after
+// RecoverSuccess of them; a transient failure sends it back to DEGRADED.
+func TestRecoveringRampsUpOrFallsBack(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Recovering, "probe ok"); err != nil {
+		t.Fatal(err)
+	}
+	rate := &rateRecorder{}
+	m := New(pool, testConfig("m"), func(context.Context) error { return nil }, rate, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	var seen []string
+	var mu sync.Mutex
+	m.OnChange = func(from, to provider.Status, reason string) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, fmt.Sprintf("%s→%s", from, to))
+	}
+	run(t, m)
+	eventually(t, 5*time.Second, "the monitor to see RECOVERING", func() bool { return m.Status() == provider.Recovering })
+	m.Observe(nil)
+	if f := rate.last(); f <= 0.1 || f >= 1 {
+		t.Fatalf("rate factor after one success %v, want between 0.1 and 1", f)
+	}
+	m.Observe(errors.New("connection reset")) // not a *provider.Error: transient
+	eventually(t, 5*time.Second, "DEGRADED after a failure while recovering", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(seen, "RECOVERING→DEGRADED")
+	})
+
+	// The probe (always succeeding here) brings it back to RECOVERING; three successes → HEALTHY.
+	eventually(t, 5*time.Second, "RECOVERING again", func() bool { return m.Status() == provider.Recovering })
+	for range 3 {
+		m.Observe(nil)
+	}
+	eventually(t, 5*time.Second, "HEALTHY", func() bool { return status(t, pool).Status == provider.Healthy })
+	eventually(t, 5*time.Second, "full rate", func() bool { return rate.last() == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("transitions seen: %v", seen)
+}
+
+// Item errors and rate limits say nothing about the provider's health.
+func TestOnlyTransientFailuresDegrade(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	// The probe keeps failing, so DEGRADED stays put once reached.
+	m := New(pool, testConfig("m"), func(context.Context) error { return errDown }, nil, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	run(t, m)
+	eventually(t, 5*time.Second, "HEALTHY read", func() bool { return m.Status() == provider.Healthy })
+	for range 10 {
+		m.Observe(&provider.Error{Class: provider.ClassItem, Code: "DNF003"})
+		m.Observe(&provider.Error{Class: provider.ClassRateLimited, Code: "API002"})
+	}
+	m.mu.Lock()
+	n := len(m.window)
+	m.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d outcomes counted, want none", n)
+	}
+	for range 5 {
+		m.Observe(&provider.Error{Class: provider.ClassTransient, Status: 500})
+	}
+	eventually(t, 5*time.Second, "DEGRADED", func() bool { return status(t, pool).Status == provider.Degraded })
+}

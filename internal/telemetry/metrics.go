@@ -1,0 +1,135 @@
+package telemetry
+
+import (
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the daemon's Prometheus series, on a registry of their own so that several
+// daemons in one test process do not collide.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	ClaimLag         prometheus.Histogram   // due → claim, seconds, by the database clock
+	Claims           prometheus.Counter     // items claimed
+	Collections      *prometheus.CounterVec // outcome: collected | failed | fenced
+	WriteSeconds     prometheus.Histogram   // one write-back transaction
+	FetchSeconds     prometheus.Histogram   // one item's provider calls
+	ProviderRequests *prometheus.CounterVec // endpoint, outcome
+	LimiterWait      *prometheus.CounterVec // workload: seconds spent waiting on the budget
+	BudgetShare      *prometheus.GaugeVec   // workload: requests/s this instance may send
+	BudgetInstances  *prometheus.GaugeVec   // workload: live instances sharing the key
+	BudgetUsed       *prometheus.CounterVec // workload: requests sent under the budget
+	ItemsDue         *prometheus.GaugeVec   // tier
+	ItemsOverdue     *prometheus.GaugeVec   // tier
+	LeasesHeld       prometheus.Gauge
+	ProviderStatus   *prometheus.GaugeVec // provider, status: 1 for the effective status
+	StatusChanges    *prometheus.CounterVec
+	OutboxBacklog    prometheus.Gauge
+	OutboxOldest     prometheus.Gauge       // seconds
+	Passes           *prometheus.CounterVec // result: ok | paused | error
+	LoopErrors       *prometheus.CounterVec // loop
+}
+
+// NewMetrics builds and registers every series, plus the Go runtime and process collectors.
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := factory{r}
+	lagBuckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	return &Metrics{
+		Registry:         r,
+		ClaimLag:         f.histogram("collector_claim_lag_seconds", "Time from an item's next_collect_at to its claim (database clock).", lagBuckets),
+		Claims:           f.counter("collector_claims_total", "Items claimed."),
+		Collections:      f.counterVec("collector_collections_total", "Claimed items written back, by outcome (collected, failed, fenced).", "outcome"),
+		WriteSeconds:     f.histogram("collector_write_seconds", "Duration of one write-back transaction.", prometheus.DefBuckets),
+		FetchSeconds:     f.histogram("collector_fetch_seconds", "Duration of one item's provider calls, limiter waits included.", prometheus.DefBuckets),
+		ProviderRequests: f.counterVec("collector_provider_requests_total", "Provider calls by endpoint and outcome.", "endpoint", "outcome"),
+		LimiterWait:      f.counterVec("collector_limiter_wait_seconds_total", "Time spent waiting for the cluster budget.", "workload"),
+		BudgetShare:      f.gaugeVec("collector_budget_share_per_second", "Requests per second this instance may send on the workload's key.", "workload"),
+		BudgetInstances:  f.gaugeVec("collector_budget_instances", "Live instances sharing the workload's key.", "workload"),
+		BudgetUsed:       f.counterVec("collector_budget_used_total", "Requests sent under the workload's budget.", "workload"),
+		ItemsDue:         f.gaugeVec("collector_items_due", "Items due now, by tier.", "tier"),
+		ItemsOverdue:     f.gaugeVec("collector_items_overdue", "Items due for more than 30s and not claimed, by tier.", "tier"),
+		LeasesHeld:       f.gauge("collector_leases_held", "Items under a live lease (all instances)."),
+		ProviderStatus:   f.gaugeVec("collector_provider_status", "1 for the provider's effective status.", "provider", "status"),
+		StatusChanges:    f.counterVec("collector_provider_status_changes_total", "Provider status changes seen by this instance.", "provider", "from", "to"),
+		OutboxBacklog:    f.gauge("collector_outbox_backlog", "Outbox events not yet published."),
+		OutboxOldest:     f.gauge("collector_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished outbox event."),
+		Passes:           f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
+		LoopErrors:       f.counterVec("collector_loop_errors_total", "Errors in the daemon's loops (each is retried).", "loop"),
+	}
+}
+
+// RegisterPool exports the pool's statistics (acquired, idle, total, waits).
+func (m *Metrics) RegisterPool(pool *pgxpool.Pool) {
+	m.Registry.MustRegister(&poolCollector{pool: pool})
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+type factory struct{ r *prometheus.Registry }
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	f.r.MustRegister(c)
+	return c
+}
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.r.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	f.r.MustRegister(g)
+	return g
+}
+
+func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	f.r.MustRegister(g)
+	return g
+}
+
+func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	f.r.MustRegister(h)
+	return h
+}
+
+var (
+	poolAcquired = prometheus.NewDesc("collector_db_pool_acquired_conns", "Connections in use.", nil, nil)
+	poolIdle     = prometheus.NewDesc("collector_db_pool_idle_conns", "Idle connections.", nil, nil)
+	poolTotal    = prometheus.NewDesc("collector_db_pool_total_conns", "Open connections.", nil, nil)
+	poolMax      = prometheus.NewDesc("collector_db_pool_max_conns", "Pool size limit.", nil, nil)
+	poolWaits    = prometheus.NewDesc("collector_db_pool_empty_acquire_total", "Acquires that had to wait for a connection.", nil, nil)
+	poolWaitSec  = prometheus.NewDesc("collector_db_pool_acquire_wait_seconds_total", "Time spent waiting for a connection.", nil, nil)
+)
+
+type poolCollector struct{ pool *pgxpool.Pool }
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{poolAcquired, poolIdle, poolTotal, poolMax, poolWaits, poolWaitSec} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.pool.Stat()
+	ch <- prometheus.MustNewConstMetric(poolAcquired, prometheus.GaugeValue, float64(s.AcquiredConns()))
+	ch <- prometheus.MustNewConstMetric(poolIdle, prometheus.GaugeValue, float64(s.IdleConns()))
+	ch <- prometheus.MustNewConstMetric(poolTotal, prometheus.GaugeValue, float64(s.TotalConns()))
+	ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()))
+	ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(s.EmptyAcquireCount()))
+	ch <- prometheus.MustNewConstMetric(poolWaitSec, prometheus.CounterValue, s.EmptyAcquireWaitTime().Seconds())
+}
