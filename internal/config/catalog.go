@@ -64,7 +64,7 @@ var catalogDefaults = map[string]any{
 	"catalog.targets":            "configs/import-targets.yaml",
 	"catalog.default_tier":       "WARM_5M",
 	"catalog.import_concurrency": 4,
-	"catalog.recalc_interval":    "10m",
+	"catalog.recalc_interval":    "3m",
 	"catalog.signal_window":      "24h",
 	"catalog.dormant_after":      "72h",
 	"catalog.demotion_hold":      "1h",

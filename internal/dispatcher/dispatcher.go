@@ -188,12 +188,17 @@ type Timing struct {
 }
 
 func (s Summary) String() string {
+	paused := ""
 	if s.Paused {
-		return fmt.Sprintf("collection paused: provider %s since %s (%s)", s.Status, s.StatusSince.UTC().Format(time.RFC3339), s.StatusReason)
+		paused = fmt.Sprintf("collection paused: provider %s since %s (%s)", s.Status, s.StatusSince.UTC().Format(time.RFC3339), s.StatusReason)
+		if s.Claimed == 0 {
+			return paused
+		}
+		paused = " | " + paused
 	}
 	return fmt.Sprintf("claimed=%d collected=%d failed=%d fenced_out=%d released=%d batches=%d duration=%s stop=%q | claim p50=%s p95=%s | fetch p50=%s p95=%s | persist p50=%s p95=%s",
 		s.Claimed, s.Collected, s.Failed, s.Fenced, s.Released, s.Batches, s.Duration.Round(time.Millisecond), s.Stop,
-		s.Claim.P50, s.Claim.P95, s.Fetch.P50, s.Fetch.P95, s.Persist.P50, s.Persist.P95)
+		s.Claim.P50, s.Claim.P95, s.Fetch.P50, s.Fetch.P95, s.Persist.P50, s.Persist.P95) + paused
 }
 
 type timings struct {
@@ -226,14 +231,8 @@ type stopError struct {
 func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(context.Context) ([]Claim, error)) (Summary, error) {
 	start := time.Now()
 	var sum Summary
-	row, err := provider.ReadStatus(ctx, d.pool, d.cfg.Provider)
-	if err != nil {
+	if paused, err := d.gate(ctx, &sum); err != nil || paused {
 		return sum, err
-	}
-	if st, reason, since := row.Effective(); !st.CanDispatch() {
-		sum.Paused, sum.Status, sum.StatusReason, sum.StatusSince = true, st, reason, since
-		d.log.Info(sum.String(), zap.String("provider", d.cfg.Provider))
-		return sum, nil
 	}
 
 	var tm timings
@@ -243,6 +242,18 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		if ctx.Err() != nil {
 			sum.Stop = "interrupted"
 			break
+		}
+		// Another instance may have paused the provider (DEGRADED, an override) while this
+		// pass was busy: look again before every batch, not only at the start.
+		if sum.Batches > 0 {
+			paused, err := d.gate(ctx, &sum)
+			if err != nil {
+				w.finish()
+				return sum, err
+			}
+			if paused {
+				break
+			}
 		}
 		t0 := time.Now()
 		claims, err := claim(ctx)
@@ -283,6 +294,24 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		retErr = errors.Join(retErr, ws.err)
 	}
 	return sum, retErr
+}
+
+// gate reads the provider status; a status that may not dispatch pauses the pass, says why
+// and is not an error.
+func (d *Dispatcher) gate(ctx context.Context, sum *Summary) (paused bool, err error) {
+	row, err := provider.ReadStatus(ctx, d.pool, d.cfg.Provider)
+	if err != nil {
+		return false, err
+	}
+	st, reason, since := row.Effective()
+	if st.CanDispatch() {
+		return false, nil
+	}
+	sum.Paused, sum.Status, sum.StatusReason, sum.StatusSince = true, st, reason, since
+	sum.Stop = "paused"
+	d.log.Info(fmt.Sprintf("collection paused: provider %s since %s (%s)", st, since.UTC().Format(time.RFC3339), reason),
+		zap.String("provider", d.cfg.Provider))
+	return true, nil
 }
 
 // handleStop records what a pass-ending provider answer means for everyone.

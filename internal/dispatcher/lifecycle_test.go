@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -143,5 +144,32 @@ func TestDormantItemReactivatedByInterestIsCollectedNext(t *testing.T) {
 	}
 	if e.sim.ItemRequests(id) != 1 {
 		t.Fatalf("simulator served %d auction requests for the item, want 1", e.sim.ItemRequests(id))
+	}
+}
+
+// A status change made elsewhere (another instance, an operator) pauses a running pass before
+// its next batch.
+func TestStatusIsReadAgainBeforeEveryBatch(t *testing.T) {
+	var e *env
+	var flipped atomic.Bool
+	e = setup(t, 30, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" && flipped.CompareAndSwap(false, true) {
+				if err := provider.SetOverride(r.Context(), e.pool, "neople", provider.Degraded, "operator", 0); err != nil {
+					t.Error(err)
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	s, err := e.dispatcher(t, Config{BatchSize: 10, Concurrency: 1}, nil).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Batches != 1 || s.Collected != 10 || !s.Paused || s.Status != provider.Degraded {
+		t.Fatalf("summary %s: want one batch collected, then paused as DEGRADED", s)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now() AND lease_token IS NULL`); c != 20 {
+		t.Fatalf("%d items still due and unleased, want 20", c)
 	}
 }
