@@ -37,11 +37,15 @@ lint-staticcheck:
 lint: vet lint-staticcheck ## go vet + staticcheck
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-bench: ## Go benchmarks (claim+reschedule cycle, relay throughput)
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./internal/...
+bench: ## benchmark suite vs River and raw-SQL ceilings; writes BENCHMARKS.md (BENCH_QUICK=1: ~2 min CI version)
+	$(GO) run ./tools/bench
 
 ci: ## what CI runs
 	bash .ci/run
 
 clean:
 	rm -rf bin
+
+.PHONY: faults
+faults: ## fault suite against real processes (simulator, local PostgreSQL, in-process Kafka)
+	$(GO) run ./tools/faults

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+// The collector's pass is sized like internal/dispatcher's BenchmarkClaimRescheduleCycle; the
+// ceiling uses the same batch and flush sizes and the product's default pool size.
+// ceilingLoops is how many claim→write-back loops run in parallel: one per core measured best
+// (1, 2 and 4 were tried; the differences were within the run-to-run noise).
+var ceilingLoops = envInt("BENCH_CEILING_LOOPS", runtime.NumCPU())
+
+const (
+	cycleBatch = 1000
+	cycleFlush = 500
+	cyclePool  = 8
+)
+
+// zeroFetcher answers at once with one listing and no sales, so only the claim, write-back
+// and reschedule path is measured.
+type zeroFetcher struct{}
+
+func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, error) {
+	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, nil
+}
+func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, error) { return nil, nil }
+
+func benchCycle(ctx context.Context, e *env, sz sizes, rep *report) error {
+	for _, n := range sz.cycle {
+		ours, err := cycleOurs(ctx, e, n)
+		if err != nil {
+			return fmt.Errorf("collector at %d items: %w", n, err)
+		}
+		rep.add(fmt.Sprintf("Claim+reschedule cycle, collector, %s items", count(n)), rate(ours, "items/s"),
+			fmt.Sprintf("dispatcher.RunOnce (one collect-due pass, zero-latency in-process provider, batch %d, flush %d, concurrency 8, pool %d) over %s due items in a fresh vacuumed table: claim, fenced reschedule, snapshot + outbox insert per item; items / wall time", cycleBatch, cycleFlush, cyclePool, count(n)))
+		ceil, err := cycleCeiling(ctx, e, n)
+		if err != nil {
+			return fmt.Errorf("raw-SQL ceiling at %d items: %w", n, err)
+		}
+		rep.add(fmt.Sprintf("Claim+reschedule cycle, raw-SQL ceiling, %s items", count(n)), rate(ceil, "items/s"),
+			fmt.Sprintf("the same claim statement (claim.go claimSQL) and write-back statements (persist.go: fenced reschedule, snapshot insert, outbox insert) driven by %d plain pgx loops (claim %d → two %d-row transactions), none of our code, same seed and pool size", ceilingLoops, cycleBatch, cycleFlush))
+		rep.add(fmt.Sprintf("Ratio collector / ceiling, %s items", count(n)), fmt.Sprintf("%.2f", ours/ceil), "the two rows above")
+		if n > sz.riverMax {
+			rep.note("River was not run at %s jobs to keep `make bench` inside 15 minutes on 2 cores (River adds 30–60 s per 100k jobs here); BENCH_RIVER_MAX=%d includes it", count(n), n)
+			continue
+		}
+		riv, err := cycleRiver(ctx, e, n)
+		if err != nil {
+			return fmt.Errorf("bench/river at %d jobs: %w", n, err)
+		}
+		rep.add(fmt.Sprintf("River v0.51.2 no-op jobs, %s jobs", count(n)), rate(riv, "jobs/s"),
+			fmt.Sprintf("bench/river: rivermigrate into a fresh database, InsertManyFast %s no-op jobs (not timed), then a client (default queue, MaxWorkers 10000, default fetch settings) from Start to the last JobCompleted event; completed count checked in river_job", count(n)))
+		rep.add(fmt.Sprintf("Ratio collector / River, %s", count(n)), fmt.Sprintf("%.2f", ours/riv),
+			"collector items/s ÷ River jobs/s; a collector item also writes a snapshot and an outbox row, a River job only its own state")
+	}
+	return nil
+}
+
+func count(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}
+
+func rate(v float64, unit string) string { return fmt.Sprintf("%.0f %s", v, unit) }
+
+func cycleOurs(ctx context.Context, e *env, n int) (float64, error) {
+	u, err := e.freshDB(ctx, "bench_cycle_ours", true)
+	if err != nil {
+		return 0, err
+	}
+	defer e.dropDB(ctx, "bench_cycle_ours")
+	pool, err := openPool(ctx, u, cyclePool)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	if err := seedDue(ctx, pool, n); err != nil {
+		return 0, err
+	}
+	// Rescheduled items are phase-pinned and may come due again while a long pass runs; the
+	// seeded ones are older, so exactly n/batch batches take exactly the seeded items.
+	d, err := dispatcher.New(pool, zeroFetcher{}, dispatcher.Config{BatchSize: cycleBatch, Concurrency: 8, FlushSize: cycleFlush,
+		MaxBatches: (n + cycleBatch - 1) / cycleBatch}, nil)
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	s, err := d.RunOnce(ctx)
+	took := time.Since(t0)
+	if err != nil {
+		return 0, err
+	}
+	if s.Collected != n {
+		return 0, fmt.Errorf("collected %d of %d: %s", s.Collected, n, s)
+	}
+	return float64(n) / took.Seconds(), nil
+}
+
+// The ceiling's statements are copies of the product's (internal/dispatcher claim.go and
+// persist.go, internal/outbox event.go) on purpose: the point is to run them without any of
+// our code. If those change, change these.
+const (
+	ceilClaimSQL = `
+WITH due AS MATERIALIZED (
+	SELECT item_id FROM tracked_items
+	WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+	ORDER BY next_collect_at LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE tracked_items t
+SET lease_expires_at = now() + $2 * interval '1 millisecond', lease_token = gen_random_uuid(),
+    leased_by = $3, last_claimed_at = now()
+FROM due WHERE t.item_id = due.item_id
+RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now()`
+
+	ceilRescheduleSQL = `
+UPDATE tracked_items t
+SET next_collect_at = CASE WHEN t.collection_tier = u.tier THEN u.next_at ELSE t.next_collect_at END,
+    lease_expires_at = NULL, lease_token = NULL, leased_by = NULL,
+    last_attempt_at = u.attempt_at,
+    last_collected_at = CASE WHEN u.ok THEN u.attempt_at ELSE t.last_collected_at END,
+    last_outcome = u.outcome,
+    failure_streak = CASE WHEN u.ok THEN 0 ELSE t.failure_streak + 1 END,
+    last_error = u.err, updated_at = now()
+FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[])
+     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err)
+WHERE t.item_id = u.item_id AND t.lease_token = u.token
+RETURNING t.item_id`
+
+	ceilSnapshotSQL = `
+INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity,
+	lowest_unit_price, median_unit_price, weighted_unit_price, api_average_price,
+	sales_count, sales_quantity, sales_vwap)
+SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::int[], $6::bigint[],
+	$7::bigint[], $8::bigint[], $9::float8[], $10::bigint[], $11::int[], $12::bigint[], $13::float8[])
+ON CONFLICT (claim_token) DO NOTHING
+RETURNING snapshot_id, item_id`
+
+	ceilOutboxSQL = `
+INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
+SELECT $1, u.item_id, u.snapshot_id, u.payload::json
+FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u(item_id, snapshot_id, payload)
+ON CONFLICT (snapshot_id) DO NOTHING`
+)
+
+var tierEvery = map[string]time.Duration{"HOT_1M": time.Minute, "ACTIVE_3M": 3 * time.Minute, "WARM_5M": 5 * time.Minute, "COLD_10M": 10 * time.Minute}
+
+type ceilClaim struct {
+	id, name, tier string
+	token          pgtype.UUID
+}
+
+func cycleCeiling(ctx context.Context, e *env, n int) (float64, error) {
+	u, err := e.freshDB(ctx, "bench_cycle_ceiling", true)
+	if err != nil {
+		return 0, err
+	}
+	defer e.dropDB(ctx, "bench_cycle_ceiling")
+	pool, err := openPool(ctx, u, cyclePool)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	if err := seedDue(ctx, pool, n); err != nil {
+		return 0, err
+	}
+	done := make([]int, ceilingLoops)
+	var left atomic.Int64 // claims are reserved so the loops take exactly the n seeded items (see cycleOurs)
+	left.Store(int64(n))
+	t0 := time.Now()
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, ceilingLoops)
+	for w := range ceilingLoops {
+		wg.Go(func() {
+			if errs[w] = ceilLoop(gctx, pool, &left, &done[w]); errs[w] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	took := time.Since(t0)
+	total := 0
+	for _, d := range done {
+		total += d
+	}
+	if total != n {
+		return 0, fmt.Errorf("wrote back %d of %d items", total, n)
+	}
+	return float64(n) / took.Seconds(), nil
+}
+
+func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]ceilClaim, error) {
+	rows, err := pool.Query(ctx, ceilClaimSQL, k, int64(120_000), "ceiling")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ceilClaim, error) {
+		var c ceilClaim
+		var dueAt, dbNow time.Time
+		err := r.Scan(&c.id, &c.name, &c.tier, &dueAt, &c.token, &dbNow)
+		return c, err
+	})
+}
+
+// ceilWriteBack is persist.go's write-back for all-successful results with one listing and
+// no sales: fenced reschedule, snapshots, outbox rows, in one transaction.
+func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) error {
+	n := len(claims)
+	now := time.Now()
+	ids, tokens, tierNames := make([]string, n), make([]pgtype.UUID, n), make([]string, n)
+	nextAt, at, oks, outcomes, errs := make([]time.Time, n), make([]time.Time, n), make([]bool, n), make([]string, n), make([]*string, n)
+	counts, qty, lowest, median, apiAvg := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	weighted, salesCount, salesQty, vwap := make([]float64, n), make([]int32, n), make([]int64, n), make([]*float64, n)
+	for i, c := range claims {
+		ids[i], tokens[i], tierNames[i] = c.id, c.token, c.tier
+		nextAt[i], at[i], oks[i], outcomes[i] = now.Add(tierEvery[c.tier]), now, true, "ok"
+		counts[i], qty[i], lowest[i], median[i], apiAvg[i], weighted[i] = 1, 3, 100, 100, 90, 100
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, ceilRescheduleSQL, ids, tokens, tierNames, nextAt, at, oks, outcomes, errs)
+		if err != nil {
+			return err
+		}
+		live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if len(live) != n {
+			return fmt.Errorf("fenced reschedule matched %d of %d", len(live), n)
+		}
+		rows, err = tx.Query(ctx, ceilSnapshotSQL, ids, tokens, at, tierNames, counts, qty, lowest, median, weighted, apiAvg, salesCount, salesQty, vwap)
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]int, n)
+		for i, c := range claims {
+			byID[c.id] = i
+		}
+		var evItems, payloads []string
+		var snaps []int64
+		var snap int64
+		var item string
+		_, err = pgx.ForEachRow(rows, []any{&snap, &item}, func() error {
+			c := claims[byID[item]]
+			b, err := json.Marshal(map[string]any{"schema_version": 1, "snapshot_id": snap, "item_id": item, "item_name": c.name,
+				"tier": c.tier, "collected_at": now.UTC(), "listing_count": 1, "listing_quantity": 3, "lowest_unit_price": 100,
+				"median_unit_price": 100, "weighted_unit_price": 100.0, "api_average_price": 90, "sales_count": 0,
+				"sales_quantity": 0, "sales_vwap": nil})
+			evItems, snaps, payloads = append(evItems, item), append(snaps, snap), append(payloads, string(b))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, ceilOutboxSQL, "com.duecollector.auction.snapshot.v1", evItems, snaps, payloads)
+		return err
+	})
+}
+
+// cycleRiver runs bench/river (its own module, so `go run` from its directory) on a fresh
+// empty database.
+func cycleRiver(ctx context.Context, e *env, n int) (float64, error) {
+	u, err := e.freshDB(ctx, "bench_river", false)
+	if err != nil {
+		return 0, err
+	}
+	defer e.dropDB(ctx, "bench_river")
+	bin := filepath.Join(os.TempDir(), "duecollector-riverbench")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = filepath.Join("bench", "river")
+	if out, err := build.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("build bench/river: %v\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, bin, "-url", u, "-jobs", fmt.Sprint(n))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("bench/river: %w", err)
+	}
+	var res struct {
+		JobsPerSec float64 `json:"jobs_per_second"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &res); err != nil {
+		return 0, fmt.Errorf("bench/river output %q: %w", out, err)
+	}
+	return res.JobsPerSec, nil
+}
+
+func ceilLoop(ctx context.Context, pool *pgxpool.Pool, left *atomic.Int64, done *int) error {
+	for {
+		k := min(left.Add(-cycleBatch)+cycleBatch, cycleBatch)
+		if k <= 0 {
+			return nil
+		}
+		claims, err := claimBatch(ctx, pool, int(k))
+		if err != nil || len(claims) == 0 {
+			return err
+		}
+		for lo := 0; lo < len(claims); lo += cycleFlush {
+			if err := ceilWriteBack(ctx, pool, claims[lo:min(lo+cycleFlush, len(claims))]); err != nil {
+				return err
+			}
+		}
+		*done += len(claims)
+	}
+}

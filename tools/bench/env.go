@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/store"
+)
+
+// env is the database server every section runs against, and what the report says about it.
+type env struct {
+	adminURL string
+	admin    *pgx.Conn
+	facts    [][2]string
+	created  []string
+}
+
+func newEnv(ctx context.Context) (*env, error) {
+	u := os.Getenv("DUECOLLECTOR_TEST_DATABASE_URL")
+	if u == "" {
+		u = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	admin, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s (start PostgreSQL or set DUECOLLECTOR_TEST_DATABASE_URL): %w", u, err)
+	}
+	e := &env{adminURL: u, admin: admin}
+	e.facts = append(e.facts,
+		[2]string{"CPU", fmt.Sprintf("%d × %s", runtime.NumCPU(), cpuModel())},
+		[2]string{"Memory", memTotal()},
+		[2]string{"Go", runtime.Version()},
+		[2]string{"Load average at start", loadAvg()})
+	var version string
+	if err := admin.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		return nil, err
+	}
+	e.facts = append(e.facts, [2]string{"PostgreSQL", version})
+	var settings []string
+	for _, s := range []string{"shared_buffers", "synchronous_commit", "max_connections", "fsync", "work_mem"} {
+		var v string
+		if err := admin.QueryRow(ctx, "SELECT current_setting($1)", s).Scan(&v); err != nil {
+			return nil, err
+		}
+		settings = append(settings, s+"="+v)
+	}
+	e.facts = append(e.facts, [2]string{"PostgreSQL settings", strings.Join(settings, ", ")},
+		[2]string{"Database server", "same host as the benchmark (127.0.0.1), shared by every section"})
+	return e, nil
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+func memTotal() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "unknown"
+	}
+	var kb int64
+	for _, line := range strings.Split(string(b), "\n") {
+		if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
+			return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+		}
+	}
+	return "unknown"
+}
+
+// urlFor is the admin URL pointed at another database on the same server.
+func (e *env) urlFor(db string) string {
+	u, _ := url.Parse(e.adminURL)
+	u.Path = "/" + db
+	return u.String()
+}
+
+// freshDB (re)creates an empty database; migrated applies the collector's schema to it.
+func (e *env) freshDB(ctx context.Context, name string, migrated bool) (string, error) {
+	id := pgx.Identifier{name}.Sanitize()
+	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+id+" WITH (FORCE)"); err != nil {
+		return "", fmt.Errorf("drop %s: %w", name, err)
+	}
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+id); err != nil {
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
+	e.created = append(e.created, name)
+	u := e.urlFor(name)
+	if migrated {
+		if err := store.Migrate(ctx, u, nil); err != nil {
+			return "", fmt.Errorf("migrate %s: %w", name, err)
+		}
+	}
+	return u, nil
+}
+
+// dropDB drops a database as soon as a section is done with it, so the next one runs on a
+// server not carrying its dead rows and dirty buffers.
+func (e *env) dropDB(ctx context.Context, name string) {
+	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+}
+
+func (e *env) close() {
+	ctx := context.Background()
+	for _, n := range e.created {
+		e.dropDB(ctx, n)
+	}
+	e.admin.Close(ctx)
+}
+
+func openPool(ctx context.Context, u string, maxConns int32) (*pgxpool.Pool, error) {
+	return store.Open(ctx, store.PoolConfig{URL: u, MaxConns: maxConns, ApplicationName: "duecollector-bench"})
+}
+
+// seedDue inserts n tracked items, spread over the four tiers, all due now (the same rows as
+// internal/dispatcher's BenchmarkClaimRescheduleCycle), and vacuums so every contender starts
+// from the same clean table.
+func seedDue(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+		SELECT md5(i::text), 'item ' || i,
+		       (ARRAY['HOT_1M','ACTIVE_3M','WARM_5M','COLD_10M'])[1 + i % 4], now() - interval '1 second'
+		FROM generate_series(1, $1) AS i`, n); err != nil {
+		return fmt.Errorf("seed %d tracked items: %w", n, err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE tracked_items`); err != nil {
+		return fmt.Errorf("vacuum: %w", err)
+	}
+	// The seed's WAL is flushed now, not by a checkpoint in the middle of the measured run.
+	if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// loadAvg is reported because a benchmark on a shared 2-core machine is only as quiet as the
+// machine was.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ") + " (1/5/15 min)"
+}

@@ -1,0 +1,153 @@
+// Command bench is `make bench`: a reproducible benchmark suite on the local PostgreSQL that
+// prints one table and (full mode) writes it to BENCHMARKS.md with the machine, the server's
+// settings and the date.
+//
+// Every section creates its own fresh databases (bench_*), so runs are independent of what is
+// in the developer's database, and drops them afterwards. BENCH_QUICK=1 runs a small version
+// (CI keeps the harness from rotting with it); it prints the table and writes it only to
+// $BENCH_OUT if set.
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// sizes is what a run measures; quick mode shrinks every figure so CI finishes in ~2 minutes.
+type sizes struct {
+	cycle        []int         // tracked items for the claim+reschedule cycle
+	riverMax     int           // River is measured only up to this many jobs (it is the slow one)
+	slowLatency  time.Duration // provider latency in the connection-occupancy section
+	pgbenchSecs  int           // pgbench run length without and with the collector
+	relayN       int           // outbox rows for relay vs raw writer
+	latencyN     int           // events for commit→Kafka latency (at 500/s)
+	rssItems     []int         // tracked items for collect-due peak RSS
+	daemonWindow time.Duration // steady-state window per budget case; 0 = skip
+}
+
+func sizesFor(quick bool) sizes {
+	if quick {
+		return sizes{cycle: []int{10_000}, riverMax: 10_000, slowLatency: 2 * time.Second, pgbenchSecs: 5,
+			relayN: 2_000, latencyN: 500, rssItems: []int{2_000}}
+	}
+	return sizes{cycle: []int{100_000, envInt("BENCH_ITEMS_LARGE", 300_000)}, riverMax: envInt("BENCH_RIVER_MAX", 100_000),
+		slowLatency: 7 * time.Second, pgbenchSecs: 15, relayN: 20_000, latencyN: 5_000, rssItems: []int{100_000}, daemonWindow: time.Minute}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// row is one line of the table: what, the figure, and how it was measured.
+type row struct{ Measure, Value, How string }
+
+type report struct {
+	rows  []row
+	notes []string
+}
+
+func (r *report) add(measure, value, how string) {
+	r.rows = append(r.rows, row{measure, value, how})
+	fmt.Fprintf(os.Stderr, "  %-55s %s\n", measure, value)
+}
+
+func (r *report) note(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	r.notes = append(r.notes, s)
+	fmt.Fprintln(os.Stderr, "  note:", s)
+}
+
+func main() {
+	quick := os.Getenv("BENCH_QUICK") == "1"
+	out := flag.String("out", cmp.Or(os.Getenv("BENCH_OUT"), map[bool]string{false: "BENCHMARKS.md"}[quick]),
+		"write the report here (empty: print only)")
+	only := flag.String("only", os.Getenv("BENCH_ONLY"), "comma-separated sections to run (cycle,occupancy,relay,rss,daemon); empty = all")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("bench: ")
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	start := time.Now()
+	db, err := newEnv(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.close()
+	sz := sizesFor(quick)
+	rep := &report{}
+	sections := []struct {
+		name string
+		run  func(context.Context, *env, sizes, *report) error
+	}{
+		{"cycle", benchCycle},
+		{"occupancy", benchOccupancy},
+		{"relay", benchRelay},
+		{"rss", benchRSS},
+		{"daemon", benchDaemon},
+	}
+	failed := false
+	for _, s := range sections {
+		if *only != "" && !strings.Contains(","+*only+",", ","+s.name+",") {
+			continue
+		}
+		t0 := time.Now()
+		fmt.Fprintf(os.Stderr, "== %s\n", s.name)
+		if err := s.run(ctx, db, sz, rep); err != nil {
+			failed = true
+			rep.note("section %s failed: %v", s.name, err)
+		}
+		fmt.Fprintf(os.Stderr, "   (%s took %s)\n", s.name, time.Since(t0).Round(time.Second))
+	}
+	md := render(db, rep, quick, time.Since(start))
+	fmt.Print(md)
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s\n", *out)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func render(e *env, rep *report, quick bool, took time.Duration) string {
+	var b strings.Builder
+	b.WriteString("# Benchmarks\n\n")
+	b.WriteString("Produced by `make bench` (tools/bench; River in bench/river, its own Go module). ")
+	if quick {
+		b.WriteString("**BENCH_QUICK=1: small sizes, for keeping the harness alive, not for quoting.** ")
+	}
+	fmt.Fprintf(&b, "Run %s, took %s; load average at the end %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second), loadAvg())
+	b.WriteString("Reproduce: `make bench` (≤ 15 min on 2 cores; fresh `bench_*` databases on the local server, dropped afterwards). " +
+		"`BENCH_QUICK=1 make bench` runs small sizes in ~2 min and only prints. Knobs: `BENCH_ITEMS_LARGE` (second cycle size, default 300000), " +
+		"`BENCH_RIVER_MAX` (largest River run, default 100000), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon`, `BENCH_OUT`. " +
+		"Every figure is one run, not a best-of: on a shared 2-core machine expect ±30 % between runs (the load average is recorded).\n\n")
+	b.WriteString("| Machine | |\n|---|---|\n")
+	for _, kv := range e.facts {
+		fmt.Fprintf(&b, "| %s | %s |\n", kv[0], kv[1])
+	}
+	b.WriteString("\n| Measure | Value | How it was measured |\n|---|---|---|\n")
+	for _, r := range rep.rows {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.Measure, r.Value, strings.ReplaceAll(r.How, "|", `\|`))
+	}
+	if len(rep.notes) > 0 {
+		b.WriteString("\nNotes:\n\n")
+		for _, n := range rep.notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	return b.String()
+}
