@@ -21,6 +21,8 @@ type Claim struct {
 	DueAt    time.Time // next_collect_at when claimed
 	Token    pgtype.UUID
 	DBNow    time.Time // the database's now() at claim time
+	// LastSaleAt is the newest sale already stored: older sales in a response are known.
+	LastSaleAt *time.Time
 }
 
 // claimSQL claims up to $1 due, unleased items in one statement. The MATERIALIZED CTE makes
@@ -45,7 +47,7 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
     last_claimed_at = now()
 FROM due
 WHERE t.item_id = due.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now()`
+RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
 // another worker holds a live lease on it.
@@ -57,7 +59,7 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
     last_claimed_at = now()
 WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
-RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now()`
+RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at`
 
 var (
 	claimByDueSQL  = fmt.Sprintf(claimSQL, "next_collect_at")
@@ -96,7 +98,7 @@ func claimOne(ctx context.Context, pool *pgxpool.Pool, itemID string, lease time
 func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	var tier string
-	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow)
+	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt)
 	c.Tier = tiers.Tier(tier)
 	return c, err
 }

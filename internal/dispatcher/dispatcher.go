@@ -451,7 +451,7 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 		return r
 	}
 	r.listings = summarizeListings(listings)
-	r.sales = sequenceSales(sales, d.cfg.SoldLimit)
+	r.sales = newSales(sequenceSales(sales, d.cfg.SoldLimit), c.LastSaleAt)
 	return r
 }
 

@@ -46,7 +46,13 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 	oks := make([]bool, n)
 	outcomes := make([]string, n)
 	errTexts := make([]*string, n)
+	lastSale := make([]*time.Time, n)
 	for i, r := range results {
+		for j := range r.sales {
+			if lastSale[i] == nil || r.sales[j].SoldAt.After(*lastSale[i]) {
+				lastSale[i] = &r.sales[j].SoldAt
+			}
+		}
 		ids[i], tokens[i], tierNames[i], attemptAt[i] = r.claim.ItemID, r.claim.Token, string(r.claim.Tier), r.at
 		if next, ok := tiers.NextDue(r.claim.ItemID, r.claim.Tier, r.at); ok {
 			nextAt[i] = pgtype.Timestamptz{Time: next, Valid: true}
@@ -74,12 +80,13 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 			    last_outcome = u.outcome,
 			    failure_streak = CASE WHEN u.ok THEN 0 ELSE t.failure_streak + 1 END,
 			    last_error = u.err,
+			    last_sale_at = greatest(t.last_sale_at, u.last_sale),
 			    updated_at = now()
-			FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[])
-			     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err)
+			FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[], $9::timestamptz[])
+			     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err, last_sale)
 			WHERE t.item_id = u.item_id AND t.lease_token = u.token
 			RETURNING t.item_id`,
-			ids, tokens, tierNames, nextAt, attemptAt, oks, outcomes, errTexts)
+			ids, tokens, tierNames, nextAt, attemptAt, oks, outcomes, errTexts, lastSale)
 		if err != nil {
 			return fmt.Errorf("reschedule: %w", err)
 		}

@@ -102,3 +102,18 @@ func sequenceSales(rows []provider.Sale, limit int) []saleRow {
 	}
 	return out
 }
+
+// newSales drops sales older than the newest second already stored. Sales of that second stay:
+// positions within a second are the keys, so the insert tells the known ones from a new one.
+func newSales(rows []saleRow, lastStored *time.Time) []saleRow {
+	if lastStored == nil {
+		return rows
+	}
+	out := rows[:0]
+	for _, r := range rows {
+		if !r.SoldAt.Before(*lastStored) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
