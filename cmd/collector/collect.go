@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 )
@@ -17,18 +20,40 @@ func init() {
 }
 
 // newDispatcher builds the dispatcher from the validated config with the market workload's
-// own client (its key, its limiter).
-func (a *app) newDispatcher(ctx context.Context) (*dispatcher.Dispatcher, error) {
+// own client (its key, its limiter). With daemon.budget.enabled a one-shot takes its share of
+// the key's cluster-wide budget like a daemon does, so cron runs beside daemons never push
+// the key over; stop ends that share (call it when the pass is over).
+func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop func(), err error) {
 	pool, err := a.db(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var fetch dispatcher.Fetcher = client
+	stop = func() {}
+	owner := dispatcher.OwnerString()
+	if b := a.cfg.Daemon.Budget; b.Enabled {
+		host, _ := os.Hostname()
+		share, err := budget.New(pool, budget.Config{
+			KeyLabel: marketKeyLabel(a), Rate: a.cfg.Provider.Market.Rate, PerMinute: a.cfg.Provider.Market.PerMinute,
+			Headroom: b.Headroom, Heartbeat: b.Heartbeat, Cooldown: b.Cooldown,
+			Instance: owner, Host: host, PID: os.Getpid(),
+		}, a.log)
+		if err != nil {
+			return nil, nil, err
+		}
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); _ = share.Run(sctx) }()
+		stop = func() { cancel(); <-done }
+		fetch = budgetedFetcher{next: client, share: share}
 	}
 	c := a.cfg.Collect
-	return dispatcher.New(pool, client, dispatcher.Config{
+	d, err = dispatcher.New(pool, fetch, dispatcher.Config{
+		Owner:       owner,
 		Provider:    a.cfg.Provider.Name,
 		BatchSize:   c.BatchSize,
 		Lease:       c.Lease,
@@ -37,6 +62,42 @@ func (a *app) newDispatcher(ctx context.Context) (*dispatcher.Dispatcher, error)
 		FlushSize:   c.FlushSize,
 		SoldLimit:   a.cfg.Provider.SoldLimit,
 	}, a.log)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return d, stop, nil
+}
+
+// budgetedFetcher waits for this process's share of the key before each call and tells every
+// instance when the provider answers that the key is over its budget.
+type budgetedFetcher struct {
+	next  dispatcher.Fetcher
+	share *budget.Share
+}
+
+func (f budgetedFetcher) Auction(ctx context.Context, itemID string) ([]provider.Listing, error) {
+	return withShare(ctx, f.share, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, error) { return f.next.Auction(ctx, itemID) })
+}
+
+func (f budgetedFetcher) AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, error) {
+	return withShare(ctx, f.share, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, error) { return f.next.AuctionSold(ctx, itemID) })
+}
+
+func withShare[T any](ctx context.Context, share *budget.Share, endpoint string, call func(context.Context) (T, error)) (T, error) {
+	var zero T
+	done, err := share.Wait(ctx)
+	if err != nil {
+		return zero, &provider.Error{Class: provider.ClassTransient, Workload: provider.WorkloadMarket, Endpoint: endpoint,
+			Err: fmt.Errorf("waiting for the cluster budget: %w", err)}
+	}
+	defer done()
+	v, err := call(ctx)
+	var pe *provider.Error
+	if errors.As(err, &pe) && pe.Class == provider.ClassRateLimited && pe.Status != 0 {
+		share.RateLimited(ctx, pe.RetryAfter, pe.Error())
+	}
+	return v, err
 }
 
 func newCollectDueCmd(a *app) *cobra.Command {
@@ -49,10 +110,11 @@ stores a snapshot and an outbox event per item, and reschedules every claimed it
 When the provider is not HEALTHY or RECOVERING it claims nothing, says why, and exits 0.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			d, err := a.newDispatcher(ctx)
+			d, stop, err := a.newDispatcher(ctx)
 			if err != nil {
 				return err
 			}
+			defer stop()
 			sum, err := d.RunOnce(ctx)
 			a.printf("%s\n", sum)
 			if err == nil {
@@ -80,10 +142,11 @@ func newCollectCmd(a *app) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.run(func(ctx context.Context) error {
-				d, err := a.newDispatcher(ctx)
+				d, stop, err := a.newDispatcher(ctx)
 				if err != nil {
 					return err
 				}
+				defer stop()
 				sum, err := d.CollectOne(ctx, args[0])
 				a.printf("%s\n", sum)
 				if err == nil && sum.Failed > 0 {
@@ -109,10 +172,11 @@ func summaryFields(s dispatcher.Summary) []zap.Field {
 func init() {
 	// seed:real's collect step is a plain collect-due pass.
 	seedRealCollect = func(ctx context.Context, a *app) error {
-		d, err := a.newDispatcher(ctx)
+		d, stop, err := a.newDispatcher(ctx)
 		if err != nil {
 			return err
 		}
+		defer stop()
 		sum, err := d.RunOnce(ctx)
 		a.printf("collect-due: %s\n", sum)
 		return err

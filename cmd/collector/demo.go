@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -15,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/devpg"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
@@ -41,8 +41,8 @@ func newDemoCmd(a *app) *cobra.Command {
 		Long: `demo needs nothing but PostgreSQL. If none answers at database.url and PostgreSQL server
 binaries are installed, it starts a private throwaway cluster under .data/. It then migrates,
 starts the built-in Neople simulator and an in-process Kafka broker, imports the demo items of
-configs/import-targets.yaml, collects and relays for --duration, and prints a status table and
-a few published events.`,
+configs/import-targets.yaml, runs the daemon (collector run) for --duration, and prints the
+status table and a few published events, read back with a Kafka consumer.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			return a.demo(ctx, duration, items, dataDir, targets)
@@ -108,99 +108,29 @@ func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, da
 	}
 	a.printf("import     %d targets: %d new, %d unchanged, %d failed\n", len(tgts), rep.Inserted, rep.Unchanged, len(rep.Failures))
 
-	d, err := a.newDispatcher(ctx)
+	// The daemon, exactly as `collector run` runs it, with its HTTP server on a free port.
+	a.cfg.Daemon.HTTPAddr = "127.0.0.1:0"
+	dm, err := a.newDaemon(ctx)
 	if err != nil {
 		return err
 	}
-	relay, err := a.newRelay(ctx)
-	if err != nil {
-		return err
-	}
-	defer relay.Close()
-
-	a.printf("running    collect-due and relay-outbox for %s …\n", duration)
+	a.printf("running    the daemon (collector run) for %s; metrics at http://%s/metrics\n", duration, dm.Addr())
 	runCtx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
-	var collected, published int
-	for runCtx.Err() == nil {
-		sum, err := d.RunOnce(runCtx)
-		if err != nil && runCtx.Err() == nil {
-			return err
-		}
-		collected += sum.Collected
-		res, err := relay.RunOnce(runCtx)
-		if err != nil && runCtx.Err() == nil {
-			return err
-		}
-		published += int(res.Published)
-		if sum.Claimed > 0 {
-			a.log.Info("demo pass", summaryFields(sum)...)
-		}
-		select {
-		case <-runCtx.Done():
-		case <-time.After(time.Second):
-		}
+	if err := dm.Run(runCtx); err != nil {
+		return err
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	a.printf("collected  %d snapshots, published %d events\n\n", collected, published)
-	if err := a.printDemoStatus(ctx); err != nil {
+	st, err := daemon.Status(ctx, pool, a.cfg.Provider.Name)
+	if err != nil {
 		return err
 	}
+	a.printf("\n== collector status\n")
+	printStatus(a, st)
+	a.printf("\n")
 	return a.printEvents(ctx, 3)
-}
-
-func (a *app) printDemoStatus(ctx context.Context) error {
-	pool, err := a.db(ctx)
-	if err != nil {
-		return err
-	}
-	rows, err := pool.Query(ctx, `
-		SELECT collection_tier, count(*),
-		       count(*) FILTER (WHERE next_collect_at <= now()),
-		       count(*) FILTER (WHERE last_collected_at IS NOT NULL),
-		       min(next_collect_at)
-		FROM tracked_items WHERE NOT `+seed.SyntheticSQL("item_id")+`
-		GROUP BY collection_tier ORDER BY collection_tier`)
-	if err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
-	defer rows.Close()
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIER\tITEMS\tDUE NOW\tCOLLECTED\tNEXT DUE")
-	for rows.Next() {
-		var tier string
-		var n, due, done int
-		var next *time.Time
-		if err := rows.Scan(&tier, &n, &due, &done, &next); err != nil {
-			return err
-		}
-		nd := "-"
-		if next != nil {
-			nd = next.UTC().Format(time.TimeOnly)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", tier, n, due, done, nd)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	_ = tw.Flush()
-	var snaps, pending, pub int
-	err = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM auction_snapshots),
-		(SELECT count(*) FROM outbox WHERE published_at IS NULL AND failed_at IS NULL),
-		(SELECT count(*) FROM outbox WHERE published_at IS NOT NULL)`).Scan(&snaps, &pending, &pub)
-	if err != nil {
-		return err
-	}
-	st, err := provider.ReadStatus(ctx, pool, a.cfg.Provider.Name)
-	if err != nil {
-		return err
-	}
-	s, reason, since := st.Effective()
-	a.printf("\nsnapshots %d · outbox published %d, pending %d · provider %s since %s (%s)\n\n",
-		snaps, pub, pending, s, since.UTC().Format(time.RFC3339), reason)
-	return nil
 }
 
 // printEvents reads a few events back from the broker with a real Kafka consumer.

@@ -31,38 +31,7 @@ On SIGTERM/SIGINT it stops claiming, lets calls in flight finish within daemon.s
 writes their results, hands unfinished items back at once, flushes the relay and exits 0.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			pool, err := a.db(ctx)
-			if err != nil {
-				return err
-			}
-			client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket)
-			if err != nil {
-				return err
-			}
-			var relay *outbox.RelayConfig
-			if len(a.cfg.Kafka.Brokers) > 0 {
-				rc, err := outbox.RelayConfigFrom(a.cfg.Kafka)
-				if err != nil {
-					return err
-				}
-				relay = &rc
-			}
-			c := a.cfg.Collect
-			d, err := daemon.New(pool, client, daemon.Config{
-				Daemon: a.cfg.Daemon,
-				Dispatch: dispatcher.Config{
-					Provider:    a.cfg.Provider.Name,
-					BatchSize:   c.BatchSize,
-					Lease:       c.Lease,
-					Concurrency: c.Concurrency,
-					FlushSize:   c.FlushSize,
-					SoldLimit:   a.cfg.Provider.SoldLimit,
-				},
-				Catalog:  a.cfg.Catalog,
-				Relay:    relay,
-				Market:   a.cfg.Provider.Market,
-				KeyLabel: budget.KeyLabel(string(provider.WorkloadMarket), a.cfg.Provider.MarketKey.Reveal()),
-			}, a.log)
+			d, err := a.newDaemon(ctx)
 			if err != nil {
 				return err
 			}
@@ -77,4 +46,45 @@ writes their results, hands unfinished items back at once, flushes the relay and
 	a.bindFlag("daemon.max_sleep", f.Lookup("max-sleep"))
 	a.bindFlag("daemon.notify", f.Lookup("notify"))
 	return cmd
+}
+
+// newDaemon builds the daemon from the validated config: the market workload's own client, the
+// relay when kafka.brokers is set.
+func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
+	pool, err := a.db(ctx)
+	if err != nil {
+		return nil, err
+	}
+	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket)
+	if err != nil {
+		return nil, err
+	}
+	var relay *outbox.RelayConfig
+	if len(a.cfg.Kafka.Brokers) > 0 {
+		rc, err := outbox.RelayConfigFrom(a.cfg.Kafka)
+		if err != nil {
+			return nil, err
+		}
+		relay = &rc
+	}
+	c := a.cfg.Collect
+	return daemon.New(pool, client, daemon.Config{
+		Daemon: a.cfg.Daemon,
+		Dispatch: dispatcher.Config{
+			Provider:    a.cfg.Provider.Name,
+			BatchSize:   c.BatchSize,
+			Lease:       c.Lease,
+			Concurrency: c.Concurrency,
+			FlushSize:   c.FlushSize,
+			SoldLimit:   a.cfg.Provider.SoldLimit,
+		},
+		Catalog:  a.cfg.Catalog,
+		Relay:    relay,
+		Market:   a.cfg.Provider.Market,
+		KeyLabel: marketKeyLabel(a),
+	}, a.log)
+}
+
+func marketKeyLabel(a *app) string {
+	return budget.KeyLabel(string(provider.WorkloadMarket), a.cfg.Provider.MarketKey.Reveal())
 }
