@@ -53,7 +53,9 @@ kafka.retry.attempts tries; unpublished rows stay in the outbox for the next run
 				return r.Run(ctx)
 			}
 			res, err := r.RunOnce(ctx)
-			a.printf("published %d, failed %d, in %d batches\n", res.Published, res.Failed, res.Batches)
+			if err == nil || res.Batches > 0 {
+				a.printf("published %d, failed %d, in %d batches\n", res.Published, res.Failed, res.Batches)
+			}
 			if res.LanesBusy > 0 {
 				a.printf("%d of %d lanes are held by another relay (%s) with %d pending events; left to it\n",
 					res.LanesBusy, outbox.Lanes, strings.Join(res.BusyOwners, ", "), res.PendingBusy)

@@ -27,11 +27,19 @@
 // timeouts of lease left (RelayConfig.Lease must be at least three write timeouts), and marks
 // rows published with an UPDATE fenced by its tokens. So a relay never publishes a lane after
 // it could have lost it, and one that was paused past its lease cannot mark anything. A relay
-// that stops cleanly releases its lanes at once; one that dies frees them when the lease expires.
+// that stops cleanly waits for the batch in flight (at most the write timeout), marks it and
+// releases its lanes at once, so a clean hand-over sends nothing twice; one that dies frees
+// its lanes when the lease expires, and what it had sent but not marked is sent again.
 //
-// No database connection or transaction is held while waiting on Kafka: a batch is read,
-// the connection goes back to the pool, the batch is published, and the outcome is written
-// in one statement.
+// No database connection or transaction waits on Kafka. The relay is a small pipeline: while
+// batch k is being published, batch k-1 is marked and batch k+1 read on two other pooled
+// connections, so database and broker work overlap; batches still reach Kafka one at a time,
+// in order, and the read-ahead is dropped on any failure.
+//
+// Pending rows are listed in the narrow outbox_pending table rather than found through a
+// partial index on outbox, so marking a row published changes no indexed column of outbox and
+// is a HOT update (the table keeps free room on each page for it). Marks are committed without
+// waiting for the WAL flush: a mark lost in a database crash means a duplicate, never a loss.
 //
 // # Failures
 //

@@ -100,6 +100,9 @@ func TestPruneKeepsUnpublishedRows(t *testing.T) {
 			failed_at    = CASE WHEN id % 4 = 2 THEN now() - interval '9 days' END`); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := pool.Exec(ctx, `DELETE FROM outbox_pending WHERE id % 4 <> 3`); err != nil {
+		t.Fatal(err)
+	}
 	old := countWhere(t, pool, "id % 4 = 0")
 	n, err := Prune(ctx, pool, 7*24*time.Hour, 2)
 	if err != nil || n != int64(old) {
@@ -107,6 +110,9 @@ func TestPruneKeepsUnpublishedRows(t *testing.T) {
 	}
 	if left := countWhere(t, pool, "true"); left != 20-old || countWhere(t, pool, "id % 4 = 0") != 0 {
 		t.Fatalf("%d rows left, want %d", left, 20-old)
+	}
+	if c, err := Count(ctx, pool); err != nil || c.Pending != int64(countWhere(t, pool, "id % 4 = 3")) || c.Failed != int64(countWhere(t, pool, "id % 4 = 2")) {
+		t.Fatalf("Count after prune: %+v %v", c, err)
 	}
 	if n, err := Prune(ctx, pool, 7*24*time.Hour, 2); err != nil || n != 0 {
 		t.Fatalf("second Prune: %d %v", n, err)
@@ -165,7 +171,7 @@ func TestRunOnceFailsWhileBrokerDown(t *testing.T) {
 	if n := len(sig.PublishError.C()); n != 3 {
 		t.Fatalf("%d attempts reported, want 3", n)
 	}
-	if n := countWhere(t, pool, "published_at IS NULL AND failed_at IS NULL AND attempts = 3"); n != 10 {
+	if n := countWhere(t, pool, "id IN (SELECT id FROM outbox_pending) AND attempts = 3"); n != 10 {
 		t.Fatalf("%d rows pending after 3 attempts, want 10", n)
 	}
 	if n := countWhere(t, pool, "true"); n != 10 {
@@ -227,7 +233,10 @@ func TestRunFollowsAndPrunes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	enqueue(t, pool, snapshotEvents(2, 1))
-	if _, err := pool.Exec(ctx, `UPDATE outbox SET published_at = now() - interval '8 days'`); err != nil {
+	if _, err := pool.Exec(ctx, `
+		WITH p AS (DELETE FROM outbox_pending RETURNING id)
+		UPDATE outbox SET created_at = now() - interval '9 days', published_at = now() - interval '8 days'
+		WHERE id IN (SELECT id FROM p)`); err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig(broker.ListenAddrs(), "daemon")

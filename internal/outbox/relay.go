@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,10 @@ type Relay struct {
 	lanes     *laneSet
 	topicOK   bool
 	running   atomic.Bool
+
+	// The pipeline (see step): the read-ahead batch, and the published batch not yet marked.
+	next     []pendingRow
+	unmarked outcome
 
 	mu    sync.Mutex
 	total Result
@@ -99,6 +104,7 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 	}
 	defer r.running.Store(false)
 	defer r.releaseLanes(ctx)
+	defer r.finish(ctx, &res)
 
 	failures := 0
 	giveUp := func(err error) error {
@@ -156,7 +162,8 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 // while the broker or the database is unavailable. It returns an error only for what
 // retrying cannot fix, such as a missing topic it may not create.
 //
-// Run holds one pooled connection for LISTEN while it runs.
+// Run holds one pooled connection for LISTEN while it runs, and uses up to two more at once
+// while publishing (see step).
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("outbox relay: Run called while the relay is running")
@@ -167,11 +174,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer listener.Wait()
 	defer cancel()
 	defer r.releaseLanes(ctx)
+	var res Result // a scratch tally; totals go to r.total per batch
+	defer r.finish(ctx, &res)
 
 	wake := make(chan struct{}, 1)
 	listener.Go(func() { r.listen(ctx, wake) })
 
-	var res Result // a scratch tally; totals go to r.total per batch
 	failures := 0
 	acquireEvery := min(r.cfg.PollInterval, r.cfg.Lease/4)
 	var nextAcquire, nextPrune time.Time
@@ -238,34 +246,114 @@ func (r *Relay) checkTopic(ctx context.Context) error {
 	return nil
 }
 
-// step publishes one batch from the held lanes: read, publish, record. It returns how many
-// rows it read (0 = nothing pending in those lanes) and an error when the batch could not be
-// fully published; rows not acknowledged stay pending either way.
+// step publishes one batch from the held lanes and returns how many rows it sent (0 = nothing
+// pending in them), or an error when a batch could not be fully published or recorded; rows
+// not acknowledged stay pending either way.
+//
+// It is a pipeline: while batch k goes to Kafka, two other connections mark batch k-1 and
+// read batch k+1 (leaving out the rows of k and k-1). Batches still go to Kafka one at a
+// time, in order, each only after the previous one was acknowledged; on any failure the
+// read-ahead is dropped, since it may hold later events of an item whose earlier event is not
+// out, and what was acknowledged is marked before backing off.
 func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 	if err := r.renewIfDue(ctx); err != nil {
-		return 0, err
+		return 0, r.settle(ctx, res, err)
 	}
-	// Only lanes whose lease outlasts the longest a publish can take: the write timeout, plus
-	// as much again for a produce request kafka-go may still be finishing after it.
-	lanes := r.lanes.usable(2 * r.cfg.WriteTimeout)
-	if len(lanes) == 0 {
-		return 0, nil
-	}
-	rows, err := fetchPending(ctx, r.pool, lanes, r.cfg.BatchSize)
-	if err != nil || len(rows) == 0 {
-		return 0, err
-	}
-	out := r.publish(ctx, rows)
-	published, failed, err := recordOutcome(ctx, r.pool, out.ids, out.errs, r.lanes.tokens())
-	if err != nil {
-		return len(rows), err
-	}
-	if lost := int64(len(out.ids)) - int64(len(published)+len(failed)); lost > 0 {
-		// The lease of some lanes changed hands; their new holder publishes these rows again.
-		r.log.Warn("outbox rows not marked: their lanes went to another relay", zap.Int64("rows", lost))
-		if _, err := r.lanes.renew(ctx); err != nil {
-			return len(rows), err
+	rows := r.keepUsable(r.next)
+	r.next = nil
+	if len(rows) == 0 {
+		if err := r.settle(ctx, res, nil); err != nil {
+			return 0, err
 		}
+		lanes := r.lanes.usable(r.publishWindow())
+		if len(lanes) == 0 {
+			return 0, nil
+		}
+		var err error
+		if rows, err = fetchPending(ctx, r.pool, lanes, r.cfg.BatchSize, nil); err != nil || len(rows) == 0 {
+			return 0, err
+		}
+	}
+
+	prev := r.unmarked
+	r.unmarked = outcome{}
+	lanes, tokens := r.lanes.usable(r.publishWindow()), r.lanes.tokens()
+	exclude := slices.Concat(prev.published, prev.failed, prev.pending)
+	for _, row := range rows {
+		exclude = append(exclude, row.ID)
+	}
+	type sideResult struct {
+		published, failed []int64
+		next              []pendingRow
+		err               error
+	}
+	var s sideResult
+	var side sync.WaitGroup
+	var markErr, fetchErr error
+	side.Go(func() {
+		// Like the publish, marking what was delivered is finished even when ctx ends.
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
+		defer cancel()
+		s.published, s.failed, markErr = recordOutcome(mctx, r.pool, prev, tokens)
+	})
+	side.Go(func() { s.next, fetchErr = fetchPending(ctx, r.pool, lanes, r.cfg.BatchSize, exclude) })
+	r.unmarked = r.publish(ctx, rows)
+	side.Wait()
+	s.err = errors.Join(markErr, fetchErr)
+
+	lost := r.recorded(res, prev, s.published, s.failed)
+	if s.err != nil || r.unmarked.err != nil || lost {
+		if lost {
+			if _, err := r.lanes.renew(ctx); err != nil {
+				s.err = errors.Join(s.err, err)
+			}
+		}
+		return len(rows), r.settle(ctx, res, errors.Join(r.unmarked.err, s.err))
+	}
+	r.next = s.next
+	return len(rows), nil
+}
+
+// settle ends the pipeline: it marks what the broker acknowledged (even when ctx is done, so
+// a stopping relay does not leave acknowledged rows to be sent again), notes cause on the rows
+// that stay pending, drops the read-ahead, and returns cause or the marking error.
+func (r *Relay) settle(ctx context.Context, res *Result, cause error) error {
+	r.next = nil
+	out := r.unmarked
+	r.unmarked = outcome{}
+	if out.empty() {
+		return cause
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
+	defer cancel()
+	published, failed, err := recordOutcome(ctx, r.pool, out, r.lanes.tokens())
+	if err == nil {
+		r.recorded(res, out, published, failed)
+	}
+	if cause != nil && len(out.pending) > 0 {
+		if aerr := recordAttempt(ctx, r.pool, out.pending, cause.Error()); aerr != nil {
+			r.log.Warn("could not record failed attempt", zap.Error(aerr))
+		}
+	}
+	if cause != nil {
+		return cause
+	}
+	return err
+}
+
+// finish marks the last published batch when a pass ends, before the lanes are released;
+// otherwise the next holder of the lanes would send it again.
+func (r *Relay) finish(ctx context.Context, res *Result) {
+	if err := r.settle(ctx, res, nil); err != nil {
+		r.log.Warn("could not mark the last published batch; it will be sent again", zap.Error(err))
+	}
+}
+
+// recorded accounts for a marked batch and reports whether some of its rows were not marked
+// because their lane went to another relay (which publishes them again).
+func (r *Relay) recorded(res *Result, out outcome, published, failed []int64) (lost bool) {
+	if len(out.published)+len(out.failed) == 0 {
+		return false
 	}
 	batch := Result{Published: int64(len(published)), Failed: int64(len(failed)), Batches: 1}
 	res.Published += batch.Published
@@ -274,20 +362,29 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 	r.add(batch)
 	r.cfg.Test.published(published)
 	r.cfg.Test.failed(failed)
-	for i, id := range out.ids {
-		if out.errs[i] != nil {
-			r.log.Error("kafka rejected outbox event; marked failed (collector outbox retry to resend)",
-				zap.Int64("outbox_id", id), zap.String("error", *out.errs[i]))
-		}
+	for i, id := range out.failed {
+		r.log.Error("kafka rejected outbox event; marked failed (collector outbox retry to resend)",
+			zap.Int64("outbox_id", id), zap.String("error", out.failedErrs[i]))
 	}
-	if out.err != nil {
-		cause := out.err.Error()
-		if err := recordAttempt(ctx, r.pool, out.pending, cause); err != nil {
-			r.log.Warn("could not record failed attempt", zap.Error(err))
-		}
-		return len(rows), out.err
+	if n := len(out.published) + len(out.failed) - len(published) - len(failed); n > 0 {
+		r.log.Warn("outbox rows not marked: their lanes went to another relay", zap.Int("rows", n))
+		return true
 	}
-	return len(rows), nil
+	return false
+}
+
+// publishWindow is how much lease a lane needs left to start a batch on it: the write
+// timeout, plus as much again for a produce request kafka-go may still be finishing after it.
+func (r *Relay) publishWindow() time.Duration { return 2 * r.cfg.WriteTimeout }
+
+// keepUsable drops the read-ahead rows of lanes that are no longer safe to publish. Rows of a
+// lane are a prefix of its pending rows, so dropping whole lanes keeps the order.
+func (r *Relay) keepUsable(rows []pendingRow) []pendingRow {
+	if len(rows) == 0 {
+		return nil
+	}
+	usable := r.lanes.usable(r.publishWindow())
+	return slices.DeleteFunc(rows, func(row pendingRow) bool { return !slices.Contains(usable, row.Lane) })
 }
 
 func (r *Relay) add(b Result) {
@@ -299,24 +396,26 @@ func (r *Relay) add(b Result) {
 	r.total.Pruned += b.Pruned
 }
 
-// outcome is what publishing a batch decided: ids[i] published when errs[i] is nil, failed
-// with *errs[i] otherwise; pending rows were not acknowledged because of err.
+// outcome is what publishing a batch decided: rows acknowledged, rows rejected for good (with
+// the broker's reason), and rows still pending because of err.
 type outcome struct {
-	ids     []int64
-	errs    []*string
-	pending []int64
-	err     error
+	published  []int64
+	failed     []int64
+	failedErrs []string
+	pending    []int64
+	err        error
 }
 
 func (o *outcome) decide(id int64, rejectedBy error) {
-	o.ids = append(o.ids, id)
 	if rejectedBy == nil {
-		o.errs = append(o.errs, nil)
+		o.published = append(o.published, id)
 		return
 	}
-	msg := rejectedBy.Error()
-	o.errs = append(o.errs, &msg)
+	o.failed = append(o.failed, id)
+	o.failedErrs = append(o.failedErrs, rejectedBy.Error())
 }
+
+func (o *outcome) empty() bool { return len(o.published)+len(o.failed)+len(o.pending) == 0 }
 
 // publish sends rows in id order, in chunks of at most BatchBytes so that each chunk is one
 // produce request per partition. It stops at the first chunk that fails for a reason other
@@ -378,7 +477,7 @@ func (r *Relay) writeChunk(ctx context.Context, rows []pendingRow, msgs []kafka.
 	for i, row := range rows {
 		e := werrs[i]
 		if e != nil && rejected(e) && out.err == nil {
-			e = r.write(ctx, msgs[i:i+1])
+			e = r.writeOne(ctx, msgs[i])
 		}
 		switch {
 		case e == nil:
@@ -394,13 +493,22 @@ func (r *Relay) writeChunk(ctx context.Context, rows []pendingRow, msgs []kafka.
 	}
 }
 
+// write sends messages and waits for the outcome. It is bounded by the write timeout but not
+// cancelled with ctx: kafka-go may still deliver a batch after an abandoned call returns, and
+// a stopping relay should know what it delivered, mark it, and not leave it to be re-sent.
 func (r *Relay) write(ctx context.Context, msgs []kafka.Message) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
-	err := r.writer.WriteMessages(ctx, msgs...)
+	return r.writer.WriteMessages(ctx, msgs...)
+}
+
+// writeOne sends one message alone and returns the broker's own error for it, which reads
+// better in last_error than kafka-go's list of one.
+func (r *Relay) writeOne(ctx context.Context, msg kafka.Message) error {
+	err := r.write(ctx, []kafka.Message{msg})
 	var werrs kafka.WriteErrors
-	if len(msgs) == 1 && errors.As(err, &werrs) && len(werrs) == 1 {
-		return werrs[0] // the broker's own error reads better in last_error
+	if errors.As(err, &werrs) && len(werrs) == 1 {
+		return werrs[0]
 	}
 	return err
 }

@@ -25,22 +25,32 @@ type pendingRow struct {
 	Lane      int16
 }
 
-// fetchPending reads the oldest unpublished, unfailed rows of the given lanes, in id order.
-// Each lane is read through its own index range (at most limit ids each), so the cost stays
-// bounded however large the backlog is and whoever holds the other lanes.
-func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit int) ([]pendingRow, error) {
+// fetchPending reads the oldest pending rows of the given lanes: for every lane a prefix of
+// its pending rows in id order, at most limit rows in all.
+//
+// Each lane is read through its own range of outbox_pending's (lane, id) index, perLane ids at
+// most, so the cost stays bounded however large the backlog is and whoever holds the other
+// lanes; the rows themselves are then read by primary key, a plan that does not depend on
+// table statistics (which lag behind on queue tables). exclude lists rows already on their
+// way (the pipeline's batches in flight), left out through a hashed NOT IN.
+func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit int, exclude []int64) ([]pendingRow, error) {
+	if len(lanes) == 0 {
+		return nil, nil
+	}
+	// Rows are spread evenly over lanes, so twice a fair share per lane fills a batch without
+	// reading far more index entries than it uses; a backlog in few lanes gets smaller batches.
+	perLane := min(limit, max(64, 2*limit/len(lanes)))
 	rows, err := pool.Query(ctx, `
 		SELECT o.id, o.event_id::text, o.event_type, o.item_id, o.payload::text, o.created_at, o.lane
 		FROM outbox o
-		WHERE o.id IN (
+		WHERE o.id = ANY (ARRAY(
 			SELECT p.id
 			FROM unnest($1::smallint[]) AS l(lane),
-			LATERAL (SELECT id FROM outbox
-			         WHERE lane = l.lane AND published_at IS NULL AND failed_at IS NULL
-			         ORDER BY id LIMIT $2) p
-			ORDER BY p.id LIMIT $2)
-		AND o.published_at IS NULL AND o.failed_at IS NULL
-		ORDER BY o.id`, lanes, limit)
+			LATERAL (SELECT id FROM outbox_pending
+			         WHERE lane = l.lane AND id NOT IN (SELECT unnest($4::bigint[]))
+			         ORDER BY id LIMIT $3) p
+			ORDER BY p.id LIMIT $2))
+		ORDER BY o.id`, lanes, limit, perLane, exclude)
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
@@ -55,41 +65,65 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit 
 	return out, nil
 }
 
-// recordOutcome marks rows published (err nil) or failed (err set) in one statement, fenced
-// by the lane lease tokens: a row whose lane is no longer held under one of tokens is left
-// alone, to be published again by the lane's new holder. It returns the ids it marked.
-func recordOutcome(ctx context.Context, pool *pgxpool.Pool, ids []int64, errs []*string, tokens []string) (published, failed []int64, err error) {
-	if len(ids) == 0 {
+// recordOutcome takes rows off the queue and marks them published or failed (with their
+// errors), in one transaction fenced by the lane lease tokens: a row whose lane is no longer
+// held under one of tokens is left alone, to be published again by the lane's new holder. It
+// returns the ids it marked.
+//
+// The commit does not wait for the WAL flush (synchronous_commit off): a mark lost in a
+// database crash only means the row is published again, which at-least-once allows, and it
+// saves a disk flush per batch.
+func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens []string) (published, failed []int64, err error) {
+	if len(out.published) == 0 && len(out.failed) == 0 {
 		return nil, nil, nil
 	}
-	rows, err := pool.Query(ctx, `
-		UPDATE outbox o
-		SET published_at = CASE WHEN u.err IS NULL THEN now() END,
-		    failed_at    = CASE WHEN u.err IS NOT NULL THEN now() END,
-		    last_error   = COALESCE(u.err, o.last_error),
-		    attempts     = o.attempts + 1
-		FROM unnest($1::bigint[], $2::text[]) AS u(id, err), outbox_relay_lanes l
-		WHERE o.id = u.id AND o.published_at IS NULL AND o.failed_at IS NULL
-		  AND l.lane = o.lane AND l.lease_token = ANY($3::uuid[])
-		RETURNING o.id, u.err IS NOT NULL`, ids, errs, tokens)
-	if err != nil {
-		return nil, nil, fmt.Errorf("mark %d outbox rows: %w", len(ids), err)
-	}
-	var id int64
-	var isFailed bool
-	_, err = pgx.ForEachRow(rows, []any{&id, &isFailed}, func() error {
-		if isFailed {
-			failed = append(failed, id)
-		} else {
-			published = append(published, id)
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("mark %d outbox rows published, %d failed: %w", len(out.published), len(out.failed), err)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("mark %d outbox rows: %w", len(ids), err)
+	}()
+	// The common case is one statement, one round trip; set_config(..., true) is SET LOCAL for
+	// the statement's own transaction, and sc is joined so that it runs.
+	markPublished := func(q interface {
+		Query(context.Context, string, ...any) (pgx.Rows, error)
+	}) ([]int64, error) {
+		rows, _ := q.Query(ctx, `
+			WITH sc AS (SELECT set_config('synchronous_commit', 'off', true)),
+			     done AS (`+dequeue+`)
+			UPDATE outbox o SET published_at = now(), attempts = o.attempts + 1
+			FROM sc
+			WHERE o.id = ANY (ARRAY(SELECT id FROM done))
+			RETURNING o.id`, out.published, tokens)
+		return pgx.CollectRows(rows, pgx.RowTo[int64])
 	}
-	return published, failed, nil
+	if len(out.failed) == 0 {
+		published, err = markPublished(pool)
+		return published, nil, err
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if len(out.published) > 0 {
+			if published, err = markPublished(tx); err != nil {
+				return err
+			}
+		}
+		rows, _ := tx.Query(ctx, `
+			WITH done AS (`+dequeue+`)
+			UPDATE outbox o SET failed_at = now(), attempts = o.attempts + 1, last_error = u.err
+			FROM unnest($1::bigint[], $3::text[]) AS u(id, err)
+			WHERE o.id = ANY (ARRAY(SELECT id FROM done)) AND u.id = o.id
+			RETURNING o.id`, out.failed, tokens, out.failedErrs)
+		failed, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
+	return published, failed, err
 }
+
+// dequeue deletes rows $1 from the queue where their lane is held under one of tokens $2.
+const dequeue = `
+	DELETE FROM outbox_pending p
+	WHERE p.id = ANY ($1::bigint[])
+	  AND p.lane IN (SELECT lane FROM outbox_relay_lanes WHERE lease_token = ANY ($2::uuid[]))
+	RETURNING p.id`
 
 // recordAttempt notes a failed publish of rows that stay pending (broker down, timeout), so
 // `collector outbox list` shows why they wait.
@@ -123,18 +157,15 @@ type ListOptions struct {
 	Limit      int  // default 100
 }
 
-// List returns unpublished rows (pending and failed), oldest first.
+// List returns unpublished rows (pending, then failed), oldest first.
 func List(ctx context.Context, pool *pgxpool.Pool, opts ListOptions) ([]Row, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
-	q := `SELECT id, event_id::text, event_type, item_id, lane, created_at, attempts, published_at, failed_at, last_error
-		FROM outbox WHERE published_at IS NULL AND failed_at IS NULL
-		ORDER BY id LIMIT $1`
+	const cols = `SELECT id, event_id::text, event_type, item_id, lane, created_at, attempts, published_at, failed_at, last_error FROM outbox`
+	q := cols + ` WHERE id = ANY (ARRAY(SELECT id FROM outbox_pending ORDER BY id LIMIT $1)) ORDER BY id`
 	if opts.FailedOnly {
-		q = `SELECT id, event_id::text, event_type, item_id, lane, created_at, attempts, published_at, failed_at, last_error
-			FROM outbox WHERE failed_at IS NOT NULL
-			ORDER BY id LIMIT $1`
+		q = cols + ` WHERE failed_at IS NOT NULL ORDER BY id LIMIT $1`
 	}
 	rows, err := pool.Query(ctx, q, opts.Limit)
 	if err != nil {
@@ -167,11 +198,10 @@ type Counts struct {
 func Count(ctx context.Context, pool *pgxpool.Pool) (Counts, error) {
 	var c Counts
 	err := pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE published_at IS NULL AND failed_at IS NULL),
-		       count(*) FILTER (WHERE failed_at IS NOT NULL),
-		       count(*) FILTER (WHERE published_at IS NOT NULL),
-		       min(created_at) FILTER (WHERE published_at IS NULL AND failed_at IS NULL)
-		FROM outbox`).Scan(&c.Pending, &c.Failed, &c.Published, &c.OldestPending)
+		SELECT (SELECT count(*) FROM outbox_pending),
+		       (SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL),
+		       (SELECT count(*) FROM outbox WHERE published_at IS NOT NULL),
+		       (SELECT o.created_at FROM outbox o WHERE o.id = (SELECT min(id) FROM outbox_pending))`).Scan(&c.Pending, &c.Failed, &c.Published, &c.OldestPending)
 	if err != nil {
 		return Counts{}, fmt.Errorf("count outbox rows: %w", err)
 	}
@@ -184,7 +214,9 @@ func RetryFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64, e
 	if len(ids) == 0 {
 		return 0, errors.New("retry failed outbox rows: no ids given")
 	}
-	tag, err := pool.Exec(ctx, `UPDATE outbox SET failed_at = NULL WHERE id = ANY($1::bigint[]) AND failed_at IS NOT NULL`, ids)
+	tag, err := pool.Exec(ctx, `
+		WITH r AS (UPDATE outbox SET failed_at = NULL WHERE id = ANY ($1::bigint[]) AND failed_at IS NOT NULL RETURNING id, lane)
+		INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM r`, ids)
 	if err != nil {
 		return 0, fmt.Errorf("retry failed outbox rows %v: %w", ids, err)
 	}
@@ -193,7 +225,9 @@ func RetryFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64, e
 
 // RetryAllFailed puts every failed row back in line for the relay.
 func RetryAllFailed(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	tag, err := pool.Exec(ctx, `UPDATE outbox SET failed_at = NULL WHERE failed_at IS NOT NULL`)
+	tag, err := pool.Exec(ctx, `
+		WITH r AS (UPDATE outbox SET failed_at = NULL WHERE failed_at IS NOT NULL RETURNING id, lane)
+		INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM r`)
 	if err != nil {
 		return 0, fmt.Errorf("retry all failed outbox rows: %w", err)
 	}
@@ -214,11 +248,12 @@ func prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, bat
 		return 0, false, fmt.Errorf("prune outbox: batch %d must be >= 1", batch)
 	}
 	for i := 0; maxStatements == 0 || i < maxStatements; i++ {
+		// A row is published after it is created, so the creation-time bound (BRIN index)
+		// narrows the scan without changing which rows qualify.
 		tag, err := pool.Exec(ctx, `
 			DELETE FROM outbox WHERE id IN (
 				SELECT id FROM outbox
-				WHERE published_at < now() - $1::interval
-				ORDER BY published_at
+				WHERE created_at < now() - $1::interval AND published_at < now() - $1::interval
 				LIMIT $2
 				FOR UPDATE SKIP LOCKED)`, olderThan, batch)
 		if err != nil {

@@ -1,0 +1,239 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// The benchmarks share one broker, so the relay and the raw writer it is compared with talk
+// to the same broker in the same run:
+//
+//	go test -run '^$' -bench 'Relay$|RawKafkaGoWriter|RelayLatency' -benchtime 20000x ./internal/outbox/
+//	go test -run '^$' -bench RelayVsRaw -benchtime 10x ./internal/outbox/
+var bench struct {
+	once   sync.Once
+	broker *kfake.Cluster
+	err    error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bench.broker != nil {
+		bench.broker.Close()
+	}
+	os.Exit(code)
+}
+
+func benchBroker(b *testing.B) *kfake.Cluster {
+	bench.once.Do(func() {
+		bench.broker, bench.err = kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, testTopic))
+	})
+	if bench.err != nil {
+		b.Fatal(bench.err)
+	}
+	return bench.broker
+}
+
+func benchConfig(b *testing.B) RelayConfig {
+	cfg := testConfig(benchBroker(b).ListenAddrs(), "bench")
+	cfg.BatchSize = 500 // the default
+	return cfg
+}
+
+// benchRows enqueues n snapshot events (50 items) and returns the pool.
+func benchRows(b *testing.B, n int) *pgxpool.Pool {
+	b.Helper()
+	pool := newDB(b)
+	evs := snapshotEvents(50, (n+49)/50)[:n]
+	for chunk := range slices.Chunk(evs, 5000) {
+		enqueue(b, pool, chunk)
+	}
+	analyze(b, pool)
+	return pool
+}
+
+// analyze gives a fresh benchmark database the statistics autovacuum keeps in production;
+// without them the planner takes a lane of the queue for a handful of rows and sorts it whole.
+func analyze(b *testing.B, pool *pgxpool.Pool) {
+	b.Helper()
+	if _, err := pool.Exec(context.Background(), "ANALYZE outbox, outbox_pending"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkRelay: one RunOnce draining b.N pending rows (read, publish with acks=all, mark).
+func BenchmarkRelay(b *testing.B) {
+	pool := benchRows(b, b.N)
+	r, _ := newTestRelay(b, pool, benchConfig(b))
+	if err := r.checkTopic(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	res, err := r.RunOnce(context.Background())
+	b.StopTimer()
+	if err != nil || res.Published != int64(b.N) {
+		b.Fatalf("%+v %v", res, err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkRawKafkaGoWriter: the same messages, the same writer settings and batch size,
+// written straight from memory: the ceiling the relay is measured against.
+func BenchmarkRawKafkaGoWriter(b *testing.B) {
+	cfg := benchConfig(b)
+	cfg.setDefaults()
+	msgs := pendingMessages(b, benchRows(b, b.N), cfg)
+	w := NewWriter(cfg, newTransport(cfg))
+	defer w.Close() //nolint:errcheck
+	// One message first, so that connecting and reading metadata stay out of the timing.
+	if err := w.WriteMessages(context.Background(), msgs[0]); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	writeAll(b, w, msgs, cfg.BatchSize)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkRelayVsRaw alternates rounds of the two above (5,000 messages each, one database
+// and one relay throughout) so that both see the same machine load, and reports their rates
+// and the relay's share of the raw rate.
+func BenchmarkRelayVsRaw(b *testing.B) {
+	const perRound = 5000
+	cfg := benchConfig(b)
+	cfg.setDefaults()
+	pool := newDB(b)
+	r, _ := newTestRelay(b, pool, cfg)
+	if err := r.checkTopic(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	w := NewWriter(cfg, newTransport(cfg))
+	defer w.Close() //nolint:errcheck
+	var relayTime, rawTime time.Duration
+	for range b.N {
+		if _, err := pool.Exec(context.Background(), "TRUNCATE outbox CASCADE"); err != nil {
+			b.Fatal(err)
+		}
+		enqueue(b, pool, snapshotEvents(50, perRound/50))
+		analyze(b, pool)
+		msgs := pendingMessages(b, pool, cfg)
+		start := time.Now()
+		if res, err := r.RunOnce(context.Background()); err != nil || res.Published != perRound {
+			b.Fatalf("%+v %v", res, err)
+		}
+		relayTime += time.Since(start)
+		start = time.Now()
+		writeAll(b, w, msgs, cfg.BatchSize)
+		rawTime += time.Since(start)
+	}
+	n := float64(b.N * perRound)
+	b.ReportMetric(n/relayTime.Seconds(), "relay-msgs/s")
+	b.ReportMetric(n/rawTime.Seconds(), "raw-msgs/s")
+	b.ReportMetric(100*rawTime.Seconds()/relayTime.Seconds(), "relay-%-of-raw")
+	b.ReportMetric(0, "ns/op")
+}
+
+// pendingMessages builds, from the outbox rows, the exact messages the relay sends.
+func pendingMessages(b *testing.B, pool *pgxpool.Pool, cfg RelayConfig) []kafka.Message {
+	b.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT id, event_id::text, event_type, item_id, payload::text, created_at, lane FROM outbox ORDER BY id`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kafka.Message, error) {
+		var row pendingRow
+		err := r.Scan(&row.ID, &row.EventID, &row.EventType, &row.ItemID, &row.Payload, &row.CreatedAt, &row.Lane)
+		return message(row, cfg.Source), err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return msgs
+}
+
+func writeAll(b *testing.B, w *kafka.Writer, msgs []kafka.Message, batch int) {
+	for chunk := range slices.Chunk(msgs, batch) {
+		if err := w.WriteMessages(context.Background(), chunk...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRelayLatency: a following relay while snapshots commit one per transaction at a
+// steady 500/s; reports commit→published (acknowledged and marked) latency percentiles.
+func BenchmarkRelayLatency(b *testing.B) {
+	pool := newDB(b)
+	r, sig := newTestRelay(b, pool, benchConfig(b))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	<-sig.Idle.C()
+
+	payload, _ := json.Marshal(snapshotEvents(1, 1)[0])
+	var mu sync.Mutex
+	committed := make(map[int64]time.Time, b.N)
+	latencies := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	go func() {
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < b.N; i++ {
+			<-tick.C
+			var id int64
+			tx, err := pool.Begin(ctx)
+			if err == nil {
+				err = tx.QueryRow(ctx, `INSERT INTO outbox (event_type, item_id, payload) VALUES ($1, $2, $3) RETURNING id`,
+					EventTypeSnapshot, "item-"+string(rune('a'+i%26)), payload).Scan(&id)
+			}
+			// Stamped as COMMIT is sent: the relay may publish the row before Commit returns.
+			mu.Lock()
+			committed[id] = time.Now()
+			mu.Unlock()
+			if err == nil {
+				err = tx.Commit(ctx)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	}()
+	timeout := time.After(time.Minute + time.Duration(b.N)*10*time.Millisecond)
+	for len(latencies) < b.N {
+		select {
+		case ids := <-sig.Published.C():
+			now := time.Now()
+			mu.Lock()
+			for _, id := range ids {
+				latencies = append(latencies, now.Sub(committed[id]))
+			}
+			mu.Unlock()
+		case <-timeout:
+			b.Fatalf("only %d of %d events published", len(latencies), b.N)
+		}
+	}
+	b.StopTimer()
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	slices.Sort(latencies)
+	pct := func(p float64) float64 {
+		return float64(latencies[int(p*float64(len(latencies)-1))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(0, "ns/op")
+}
