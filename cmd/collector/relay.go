@@ -76,3 +76,17 @@ kafka.retry.attempts tries; unpublished rows stay in the outbox for the next run
 	a.bindFlag("kafka.topic", f.Lookup("topic"))
 	return cmd
 }
+
+func init() {
+	// seed:real's relay step drains the outbox once, like `relay-outbox --once`.
+	seedRealRelay = func(ctx context.Context, a *app) error {
+		r, err := a.newRelay(ctx)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		res, err := r.RunOnce(ctx)
+		a.printf("relay-outbox: published %d, failed %d\n", res.Published, res.Failed)
+		return err
+	}
+}

@@ -186,7 +186,12 @@ func BenchmarkRelayLatency(b *testing.B) {
 	committed := make(map[int64]time.Time, b.N)
 	latencies := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
+	// The producer has its own context and is waited for before the relay is cancelled: the
+	// relay may publish a row before its Commit returns.
+	produced := make(chan struct{})
 	go func() {
+		defer close(produced)
+		ctx := context.Background()
 		tick := time.NewTicker(2 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; i < b.N; i++ {
@@ -225,6 +230,7 @@ func BenchmarkRelayLatency(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	<-produced
 	cancel()
 	if err := <-done; err != nil {
 		b.Fatal(err)
