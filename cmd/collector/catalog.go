@@ -235,25 +235,23 @@ func newTouchCmd(a *app) *cobra.Command {
 		Use:   "touch ITEM_ID",
 		Short: "Record interest in an item: a DORMANT or COLD_10M item is promoted and due now",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.run(func(ctx context.Context) error {
-				pool, err := a.db(ctx)
-				if err != nil {
-					return err
-				}
-				to, _ := tiers.Parse(a.cfg.Catalog.ReactivateTier)
-				r, err := seed.RecordInterest(ctx, pool, seed.InterestEvent{ItemID: args[0], Kind: seed.KindTouch, Source: source}, to)
-				if err != nil {
-					return err
-				}
-				if r.Reactivated {
-					a.printf("item %s: reactivated %s → %s, next collection at %s\n", args[0], r.From, r.To, fmtTime(r.NextCollectAt))
-				} else {
-					a.printf("item %s: interest recorded; it is %s, next collection at %s\n", args[0], r.From, fmtTime(r.NextCollectAt))
-				}
-				return nil
-			})(cmd, args)
-		},
+		RunE: a.runArgs(func(ctx context.Context, args []string) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			to, _ := tiers.Parse(a.cfg.Catalog.ReactivateTier)
+			r, err := seed.RecordInterest(ctx, pool, seed.InterestEvent{ItemID: args[0], Kind: seed.KindTouch, Source: source}, to)
+			if err != nil {
+				return err
+			}
+			if r.Reactivated {
+				a.printf("item %s: reactivated %s → %s, next collection at %s\n", args[0], r.From, r.To, fmtTime(r.NextCollectAt))
+			} else {
+				a.printf("item %s: interest recorded; it is %s, next collection at %s\n", args[0], r.From, fmtTime(r.NextCollectAt))
+			}
+			return nil
+		}),
 	}
 	cmd.Flags().StringVar(&source, "source", "cli", "who is touching the item (item_interest.source)")
 	return cmd

@@ -140,21 +140,19 @@ func newCollectCmd(a *app) *cobra.Command {
 		Use:   "collect ITEM_ID",
 		Short: "Collect one item now, through the same lease, budget and write path as collect-due",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.run(func(ctx context.Context) error {
-				d, stop, err := a.newDispatcher(ctx)
-				if err != nil {
-					return err
-				}
-				defer stop()
-				sum, err := d.CollectOne(ctx, args[0])
-				a.printf("%s\n", sum)
-				if err == nil && sum.Failed > 0 {
-					return fmt.Errorf("collect %s failed; see the log and `collector items` for its last error", args[0])
-				}
+		RunE: a.runArgs(func(ctx context.Context, args []string) error {
+			d, stop, err := a.newDispatcher(ctx)
+			if err != nil {
 				return err
-			})(cmd, args)
-		},
+			}
+			defer stop()
+			sum, err := d.CollectOne(ctx, args[0])
+			a.printf("%s\n", sum)
+			if err == nil && sum.Failed > 0 {
+				return fmt.Errorf("collect %s failed; see the log and `collector items` for its last error", args[0])
+			}
+			return err
+		}),
 	}
 }
 

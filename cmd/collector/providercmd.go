@@ -50,33 +50,31 @@ func newProviderCmd(a *app) *cobra.Command {
 		Use:   "set STATUS|auto",
 		Short: "Override the provider status (HEALTHY, DEGRADED, MAINTENANCE, RECOVERING), or `auto` to clear the override",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.run(func(ctx context.Context) error {
-				pool, err := a.db(ctx)
-				if err != nil {
+		RunE: a.runArgs(func(ctx context.Context, args []string) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			if args[0] == "auto" {
+				if err := provider.ClearOverride(ctx, pool, a.cfg.Provider.Name); err != nil {
 					return err
 				}
-				if args[0] == "auto" {
-					if err := provider.ClearOverride(ctx, pool, a.cfg.Provider.Name); err != nil {
-						return err
-					}
-					a.printf("provider %s: manual override cleared\n", a.cfg.Provider.Name)
-					return nil
-				}
-				st, err := provider.ParseStatus(args[0])
-				if err != nil {
-					return err
-				}
-				if reason == "" {
-					return fmt.Errorf("--reason is required: say why the status is overridden")
-				}
-				if err := provider.SetOverride(ctx, pool, a.cfg.Provider.Name, st, reason, forDur); err != nil {
-					return err
-				}
-				a.printf("provider %s: %s (manual override: %s)\n", a.cfg.Provider.Name, st, reason)
+				a.printf("provider %s: manual override cleared\n", a.cfg.Provider.Name)
 				return nil
-			})(cmd, args)
-		},
+			}
+			st, err := provider.ParseStatus(args[0])
+			if err != nil {
+				return err
+			}
+			if reason == "" {
+				return fmt.Errorf("--reason is required: say why the status is overridden")
+			}
+			if err := provider.SetOverride(ctx, pool, a.cfg.Provider.Name, st, reason, forDur); err != nil {
+				return err
+			}
+			a.printf("provider %s: %s (manual override: %s)\n", a.cfg.Provider.Name, st, reason)
+			return nil
+		}),
 	}
 	set.Flags().StringVar(&reason, "reason", "", "why (required)")
 	set.Flags().DurationVar(&forDur, "for", 0, "let the override expire after this long (default: until `provider set auto`)")

@@ -121,4 +121,11 @@ func (a *app) run(fn func(ctx context.Context) error) func(cmd *cobra.Command, a
 	}
 }
 
+// runArgs is run for commands that take positional arguments.
+func (a *app) runArgs(fn func(ctx context.Context, args []string) error) func(cmd *cobra.Command, args []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		return a.run(func(ctx context.Context) error { return fn(ctx, args) })(cmd, args)
+	}
+}
+
 func (a *app) printf(format string, args ...any) { fmt.Fprintf(a.stdout, format, args...) }
