@@ -120,7 +120,13 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	d.disp = disp
 
 	if cfg.Relay != nil {
-		if d.relay, err = outbox.NewRelay(pool, *cfg.Relay, log); err != nil {
+		rc := *cfg.Relay
+		rc.OnPublished = func(ages []float64) {
+			for _, a := range ages {
+				d.metrics.PublishLatency.Observe(a)
+			}
+		}
+		if d.relay, err = outbox.NewRelay(pool, rc, log); err != nil {
 			return nil, err
 		}
 	}

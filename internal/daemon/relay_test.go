@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/duecollector/duecollector/internal/outbox"
@@ -43,6 +45,16 @@ func TestRelayFollowsAndFlushesOnShutdown(t *testing.T) {
 	t.Logf("collected %d of %d, events %d, unpublished after shutdown %d", collected, n, events, pending)
 	if events != collected || pending != 0 {
 		t.Fatalf("%d events for %d collections, %d left unpublished: the relay was not flushed", events, collected, pending)
+	}
+	if got := testutil.CollectAndCount(r.d.Metrics().PublishLatency); got != 1 {
+		t.Fatalf("publish latency histogram not exported (%d series)", got)
+	}
+	var m dto.Metric
+	if err := r.d.Metrics().PublishLatency.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if int(m.GetHistogram().GetSampleCount()) != events {
+		t.Fatalf("publish latency observed %d events, want %d", m.GetHistogram().GetSampleCount(), events)
 	}
 }
 

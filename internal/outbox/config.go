@@ -52,6 +52,10 @@ type RelayConfig struct {
 	// Owner names this relay in outbox_relay_lanes (informational); default host/pid.
 	Owner string
 
+	// OnPublished, when set, hears the publish latency (seconds from the row's creation to its
+	// mark, database clock) of every row marked published; the daemon feeds a histogram.
+	OnPublished func(ages []float64)
+
 	// Test, when set, reports what the relay does so tests can wait for it.
 	Test *TestSignals
 }

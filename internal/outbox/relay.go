@@ -294,7 +294,7 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 		// Like the publish, marking what was delivered is finished even when ctx ends.
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 		defer cancel()
-		s.published, s.failed, markErr = recordOutcome(mctx, r.pool, prev, tokens)
+		s.published, s.failed, markErr = recordOutcome(mctx, r.pool, prev, tokens, r.cfg.OnPublished)
 	})
 	side.Go(func() { s.next, fetchErr = fetchPending(ctx, r.pool, lanes, r.cfg.BatchSize, exclude) })
 	r.unmarked = r.publish(ctx, rows)
@@ -326,7 +326,7 @@ func (r *Relay) settle(ctx context.Context, res *Result, cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
-	published, failed, err := recordOutcome(ctx, r.pool, out, r.lanes.tokens())
+	published, failed, err := recordOutcome(ctx, r.pool, out, r.lanes.tokens(), r.cfg.OnPublished)
 	if err == nil {
 		r.recorded(res, out, published, failed)
 	}

@@ -73,7 +73,10 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit 
 // The commit does not wait for the WAL flush (synchronous_commit off): a mark lost in a
 // database crash only means the row is published again, which at-least-once allows, and it
 // saves a disk flush per batch.
-func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens []string) (published, failed []int64, err error) {
+//
+// onPublished, when set, gets each marked row's age in seconds by the database clock (created
+// to published): the publish latency.
+func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens []string, onPublished func(ages []float64)) (published, failed []int64, err error) {
 	if len(out.published) == 0 && len(out.failed) == 0 {
 		return nil, nil, nil
 	}
@@ -93,8 +96,19 @@ func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens 
 			UPDATE outbox o SET published_at = now(), attempts = o.attempts + 1
 			FROM sc
 			WHERE o.id = ANY (ARRAY(SELECT id FROM done))
-			RETURNING o.id`, out.published, tokens)
-		return pgx.CollectRows(rows, pgx.RowTo[int64])
+			RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8`, out.published, tokens)
+		var ids []int64
+		var ages []float64
+		var id int64
+		var age float64
+		_, err := pgx.ForEachRow(rows, []any{&id, &age}, func() error {
+			ids, ages = append(ids, id), append(ages, age)
+			return nil
+		})
+		if err == nil && onPublished != nil && len(ages) > 0 {
+			onPublished(ages)
+		}
+		return ids, err
 	}
 	if len(out.failed) == 0 {
 		published, err = markPublished(pool)

@@ -31,6 +31,7 @@ type Metrics struct {
 	StatusChanges    *prometheus.CounterVec
 	OutboxBacklog    prometheus.Gauge
 	OutboxOldest     prometheus.Gauge       // seconds
+	PublishLatency   prometheus.Histogram   // seconds from outbox insert to published
 	Passes           *prometheus.CounterVec // result: ok | paused | error
 	LoopErrors       *prometheus.CounterVec // loop
 }
@@ -60,6 +61,7 @@ func NewMetrics() *Metrics {
 		StatusChanges:    f.counterVec("collector_provider_status_changes_total", "Provider status changes seen by this instance.", "provider", "from", "to"),
 		OutboxBacklog:    f.gauge("collector_outbox_backlog", "Outbox events not yet published."),
 		OutboxOldest:     f.gauge("collector_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished outbox event."),
+		PublishLatency:   f.histogram("collector_outbox_publish_latency_seconds", "Time from an outbox event's insert to its acknowledged publish (database clock).", lagBuckets),
 		Passes:           f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
 		LoopErrors:       f.counterVec("collector_loop_errors_total", "Errors in the daemon's loops (each is retried).", "loop"),
 	}
