@@ -141,3 +141,14 @@ func FuzzLoadConfig(f *testing.F) {
 		}
 	})
 }
+
+// The shipped example must always load and validate.
+func TestExampleConfigLoads(t *testing.T) {
+	cfg, err := Load(Options{File: "../../configs/collector.example.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Collect.BatchSize != 100 || len(cfg.Kafka.Brokers) != 1 {
+		t.Fatalf("example not applied: %+v", cfg.Collect)
+	}
+}
