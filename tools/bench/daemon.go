@@ -8,11 +8,14 @@ import (
 	"strings"
 )
 
-// benchDaemon runs internal/daemon's BenchmarkSteadyState (two in-process daemons over 20,000
+// benchDaemon runs the process benchmarks (procs.go), then internal/daemon's BenchmarkSteadyState (two in-process daemons over 20,000
 // items across the tiers, simulator over httptest) and takes its figures.
 func benchDaemon(ctx context.Context, e *env, sz sizes, rep *report) error {
+	if err := benchDaemonProcs(ctx, e, sz, rep); err != nil {
+		return err
+	}
 	if sz.daemonWindow == 0 {
-		rep.note("daemon steady state (due→claim lag, load flatness, budget fidelity) is not run in BENCH_QUICK mode")
+		rep.note("daemon steady state (due→claim lag, load flatness, 2-daemon budget utilisation) is not run in BENCH_QUICK mode")
 		return nil
 	}
 	res, out, err := goBenchOutput(ctx, "./internal/daemon/", "^BenchmarkSteadyState$", "1x",
@@ -38,7 +41,7 @@ func benchDaemon(ctx context.Context, e *env, sz sizes, rep *report) error {
 		rep.add("Budget utilisation, "+label, fmt.Sprintf("%.0f%% of %s req/s", m["%budget"], c.budget),
 			"requests the simulator served the key ÷ window ÷ budget; worst second is the busiest second above")
 	}
-	rep.note("budget fidelity was measured with 2 daemons sharing one key (the daemon package's benchmark), not 3 separate processes")
+	rep.note("the steady-state budget rows above are 2 daemons in one process (the daemon package's benchmark); the 3-process budget fidelity rows are separate `collector run` processes")
 	return nil
 }
 
