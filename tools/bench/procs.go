@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,6 +32,7 @@ const (
 type daemonProc struct {
 	cmd    *exec.Cmd
 	stderr bytes.Buffer
+	hwm    func() int64 // peak resident set in KiB (watchHWM)
 }
 
 func startDaemon(ctx context.Context, bin, dbURL, simBase string, rate float64) (*daemonProc, error) {
@@ -42,11 +46,13 @@ func startDaemon(ctx context.Context, bin, dbURL, simBase string, rate float64) 
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start collector run: %w", err)
 	}
+	p.hwm = watchHWM(p.cmd.Process.Pid)
 	return p, nil
 }
 
 // stop sends SIGTERM (the production shutdown path) and waits; a non-zero exit is an error.
 func (p *daemonProc) stop() error {
+	p.hwm() // the peak before shutdown; the process is gone after Wait
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if err := p.cmd.Wait(); err != nil {
 		return fmt.Errorf("collector run (pid %d): %w\n%s", p.cmd.Process.Pid, err, p.stderr.Bytes())
@@ -54,11 +60,51 @@ func (p *daemonProc) stop() error {
 	return nil
 }
 
-func (p *daemonProc) maxRSSKiB() int64 {
-	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss
+func (p *daemonProc) maxRSSKiB() int64 { return p.hwm() }
+
+// watchHWM polls the process's VmHWM (its own peak resident set) until the returned function is
+// called. ru_maxrss from wait4 is no good here: Go starts children with CLONE_VM, so a child's
+// ru_maxrss includes the parent's resident set at exec time, i.e. this harness's.
+func watchHWM(pid int) func() int64 {
+	var mu sync.Mutex
+	var peak int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	read := func() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+				if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					mu.Lock()
+					peak = max(peak, v)
+					mu.Unlock()
+				}
+			}
+		}
 	}
-	return 0
+	go func() {
+		defer close(done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			read()
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	var once sync.Once
+	return func() int64 {
+		once.Do(func() { close(stop); <-done })
+		mu.Lock()
+		defer mu.Unlock()
+		return peak
+	}
 }
 
 // keyStats reads the simulator's counters of one key.
@@ -302,7 +348,7 @@ func daemonRSS(ctx context.Context, e *env, bin string, n int, window time.Durat
 		load = fmt.Sprintf("more than the %d items/s the budget allows, so work is always waiting and this is the RSS of a daemon with a backlog", rssRate/2)
 	}
 	rep.add(fmt.Sprintf("Daemon peak RSS, %s tracked items", count(n)), fmt.Sprintf("%.1f MiB", float64(p.maxRSSKiB())/1024),
-		fmt.Sprintf("one `collector run` process of the built binary (COLLECTOR_PROVIDER_MARKET_RATE=%d, concurrency 16) for %s, then SIGTERM; %s COLD_10M items (seeded in %s) due evenly over the next 10 minutes, so ~%d/s come due (%s); `collector sim --items 1000` as a separate process (most ids unknown to it: empty listings); it served %d market requests (2 per item); ru_maxrss from wait4 (os.ProcessState.SysUsage)",
+		fmt.Sprintf("one `collector run` process of the built binary (COLLECTOR_PROVIDER_MARKET_RATE=%d, concurrency 16) for %s, then SIGTERM; %s COLD_10M items (seeded in %s) due evenly over the next 10 minutes, so ~%d/s come due (%s); `collector sim --items 1000` as a separate process (most ids unknown to it: empty listings); it served %d market requests (2 per item); peak VmHWM from /proc/PID/status polled every 50 ms until SIGTERM",
 			rssRate, window, count(n), seeded.Round(time.Second), n/600, load, ks.Total))
 	return nil
 }
