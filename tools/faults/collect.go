@@ -45,14 +45,8 @@ func parseSummary(out []byte) summary {
 // everything it held.
 func scenarioKill9(ctx context.Context, h *harness, r *report) error {
 	const items, lease = 200, 3 * time.Second
-	d, err := h.newDB(ctx, "kill9")
+	d, err := h.scenarioDB(ctx, "kill9", items, 300*time.Millisecond)
 	if err != nil {
-		return err
-	}
-	if err := d.insertDue(ctx, h.catalog[:items], "COLD_10M"); err != nil {
-		return err
-	}
-	if err := h.sim.setLatency(ctx, 300*time.Millisecond); err != nil {
 		return err
 	}
 	p, err := h.collectDue(ctx, d, "kill9-victim", nil, "--lease", lease.String(), "--concurrency", "4")
@@ -102,11 +96,8 @@ func scenarioKill9(ctx context.Context, h *harness, r *report) error {
 // scenarioOverlap: 8 one-shots at once over 2,000 due items; each item fetched exactly once.
 func scenarioOverlap(ctx context.Context, h *harness, r *report) error {
 	const items, runs = 2000, 8
-	d, err := h.newDB(ctx, "overlap")
+	d, err := h.scenarioDB(ctx, "overlap", items, 0)
 	if err != nil {
-		return err
-	}
-	if err := d.insertDue(ctx, h.catalog[:items], "COLD_10M"); err != nil {
 		return err
 	}
 	procs := make([]*proc, runs)
@@ -158,14 +149,8 @@ func scenarioOverlap(ctx context.Context, h *harness, r *report) error {
 // scenarioMaintenance: maintenance switched on mid-run pauses every worker within one request.
 func scenarioMaintenance(ctx context.Context, h *harness, r *report) error {
 	const items, concurrency = 300, 8
-	d, err := h.newDB(ctx, "maint")
+	d, err := h.scenarioDB(ctx, "maint", items, 200*time.Millisecond)
 	if err != nil {
-		return err
-	}
-	if err := d.insertDue(ctx, h.catalog[:items], "COLD_10M"); err != nil {
-		return err
-	}
-	if err := h.sim.setLatency(ctx, 200*time.Millisecond); err != nil {
 		return err
 	}
 	p, err := h.collectDue(ctx, d, "maint", nil, "--concurrency", fmt.Sprint(concurrency))
@@ -230,11 +215,8 @@ func scenarioMaintenance(ctx context.Context, h *harness, r *report) error {
 // per-item failures: the run finishes, the items are rescheduled, nothing stays leased.
 func scenarioBadBodies(ctx context.Context, h *harness, r *report) error {
 	const items = 300
-	d, err := h.newDB(ctx, "bodies")
+	d, err := h.scenarioDB(ctx, "bodies", items, 0)
 	if err != nil {
-		return err
-	}
-	if err := d.insertDue(ctx, h.catalog[:items], "COLD_10M"); err != nil {
 		return err
 	}
 	if err := h.sim.setFaults(ctx, simFaults{ErrorRate: 0.1, MalformedRate: 0.1, OversizeRate: 0.02, TimeoutRate: 0.01}); err != nil {
@@ -288,14 +270,8 @@ func scenarioBadBodies(ctx context.Context, h *harness, r *report) error {
 // process does, nothing stays leased past expiry and a re-run collects everything.
 func scenarioPGTerminate(ctx context.Context, h *harness, r *report) error {
 	const items, lease = 300, 5 * time.Second
-	d, err := h.newDB(ctx, "pgkill")
+	d, err := h.scenarioDB(ctx, "pgkill", items, 200*time.Millisecond)
 	if err != nil {
-		return err
-	}
-	if err := d.insertDue(ctx, h.catalog[:items], "COLD_10M"); err != nil {
-		return err
-	}
-	if err := h.sim.setLatency(ctx, 200*time.Millisecond); err != nil {
 		return err
 	}
 	p, err := h.collectDue(ctx, d, "pgkill", nil, "--concurrency", "8", "--lease", lease.String(), "--batch-size", "50")

@@ -96,14 +96,8 @@ func scenarioDaemonMaintenance(ctx context.Context, h *harness, r *report) error
 		return nil
 	}
 	const items = 300
-	d, err := h.newDB(ctx, "dmaint")
+	d, err := h.scenarioDB(ctx, "dmaint", items, 100*time.Millisecond)
 	if err != nil {
-		return err
-	}
-	if err := d.insertDue(ctx, h.catalog[:items], "COLD_10M"); err != nil {
-		return err
-	}
-	if err := h.sim.setLatency(ctx, 100*time.Millisecond); err != nil {
 		return err
 	}
 	w := watchStatus(ctx, d)
@@ -191,14 +185,8 @@ func scenarioDaemonPG(ctx context.Context, h *harness, r *report) error {
 		return nil
 	}
 	const items = 300
-	d, err := h.newDB(ctx, "dpg")
+	d, err := h.scenarioDB(ctx, "dpg", items, 100*time.Millisecond)
 	if err != nil {
-		return err
-	}
-	if err := d.insertDue(ctx, h.catalog[:items], "COLD_10M"); err != nil {
-		return err
-	}
-	if err := h.sim.setLatency(ctx, 100*time.Millisecond); err != nil {
 		return err
 	}
 	p, err := h.start(ctx, "daemon-pg", h.env(d.url, daemonEnv()...), "run")

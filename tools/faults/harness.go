@@ -379,3 +379,19 @@ func redactURL(s string) string {
 	}
 	return u.Redacted()
 }
+
+// scenarioDB is every scenario's start: a fresh database with the first n catalog items due
+// now (COLD_10M, so none comes due again within a scenario), and the simulator's latency set.
+func (h *harness) scenarioDB(ctx context.Context, suffix string, n int, latency time.Duration) (*database, error) {
+	d, err := h.newDB(ctx, suffix)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.insertDue(ctx, h.catalog[:n], "COLD_10M"); err != nil {
+		return nil, err
+	}
+	if err := h.sim.setLatency(ctx, latency); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
