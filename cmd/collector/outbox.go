@@ -53,7 +53,7 @@ func newOutboxListCmd(a *app) *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tSTATE\tITEM\tCREATED\tATTEMPTS\tEVENT_ID\tLAST_ERROR")
+			fmt.Fprintln(w, "ID\tSTATE\tITEM\tCREATED\tFAILED_ATTEMPTS\tEVENT_ID\tLAST_ERROR")
 			for _, r := range rows {
 				state := "pending"
 				if r.FailedAt != nil {

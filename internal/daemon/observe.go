@@ -145,8 +145,8 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	var oldest float64
 	err = d.pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now()),
-		       count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
-		FROM outbox WHERE published_at IS NULL AND failed_at IS NULL`).Scan(&leases, &backlog, &oldest)
+		       (SELECT count(*) FROM outbox_pending),
+		       coalesce(extract(epoch FROM now() - (SELECT o.created_at FROM outbox o WHERE o.id = (SELECT min(id) FROM outbox_pending))), 0)`).Scan(&leases, &backlog, &oldest)
 	if err != nil {
 		return fmt.Errorf("leases and outbox backlog: %w", err)
 	}

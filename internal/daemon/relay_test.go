@@ -34,14 +34,14 @@ func TestRelayFollowsAndFlushesOnShutdown(t *testing.T) {
 	}
 	r := e.start(t, cfg, nil)
 	eventually(t, 20*time.Second, "the first events published", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`) > 0
+		return count(t, e.pool, `SELECT count(*) FROM outbox_events WHERE state = 'published'`) > 0
 	})
 	if err := r.shutdown(t); err != nil {
 		t.Fatal(err)
 	}
 	collected := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`)
 	events := count(t, e.pool, `SELECT count(*) FROM outbox`)
-	pending := count(t, e.pool, `SELECT count(*) FROM outbox WHERE published_at IS NULL`)
+	pending := count(t, e.pool, `SELECT count(*) FROM outbox_events WHERE state <> 'published'`)
 	t.Logf("collected %d of %d, events %d, unpublished after shutdown %d", collected, n, events, pending)
 	if events != collected || pending != 0 {
 		t.Fatalf("%d events for %d collections, %d left unpublished: the relay was not flushed", events, collected, pending)

@@ -130,10 +130,9 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 
 	var oldest float64
 	err = pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE published_at IS NULL AND failed_at IS NULL),
-		       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE published_at IS NULL AND failed_at IS NULL)), 0),
-		       count(*) FILTER (WHERE failed_at IS NOT NULL)
-		FROM outbox`).Scan(&st.OutboxBacklog, &oldest, &st.OutboxFailed)
+		SELECT (SELECT count(*) FROM outbox_pending),
+		       coalesce(extract(epoch FROM now() - (SELECT o.created_at FROM outbox o WHERE o.id = (SELECT min(id) FROM outbox_pending))), 0),
+		       (SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL)`).Scan(&st.OutboxBacklog, &oldest, &st.OutboxFailed)
 	if err != nil {
 		return st, fmt.Errorf("outbox backlog: %w", err)
 	}

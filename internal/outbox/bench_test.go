@@ -147,7 +147,7 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 func pendingMessages(b *testing.B, pool *pgxpool.Pool, cfg RelayConfig) []kafka.Message {
 	b.Helper()
 	rows, err := pool.Query(context.Background(), `
-		SELECT id, event_id::text, event_type, item_id, payload::text, created_at, lane FROM outbox ORDER BY id`)
+		SELECT id, event_id, event_type, item_id, payload::text, created_at, lane FROM outbox ORDER BY id`)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -23,9 +23,9 @@
 // can be spread over relays.
 //
 // Leases: each acquisition gets a fresh lease_token. The relay renews its leases between
-// batches and while it backs off, starts a batch only on lanes with more than two write
+// batches and while it backs off, starts a produce call only on lanes with more than two write
 // timeouts of lease left (RelayConfig.Lease must be at least three write timeouts), and marks
-// rows published with an UPDATE fenced by its tokens. So a relay never publishes a lane after
+// rows published with a statement fenced by its tokens. So a relay never publishes a lane after
 // it could have lost it, and one that was paused past its lease cannot mark anything. A relay
 // that stops cleanly waits for the batch in flight (at most the write timeout), marks it and
 // releases its lanes at once, so a clean hand-over sends nothing twice; one that dies frees
@@ -33,13 +33,18 @@
 //
 // No database connection or transaction waits on Kafka. The relay is a small pipeline: while
 // batch k is being published, batch k-1 is marked and batch k+1 read on two other pooled
-// connections, so database and broker work overlap; batches still reach Kafka one at a time,
-// in order, and the read-ahead is dropped on any failure.
+// connections, so database and broker work overlap; batches still reach Kafka one produce
+// call at a time, in order, and the read-ahead is dropped on any failure. A batch read from
+// the database is several produce calls (readsPerBatch): the database's cost per statement is
+// spread over more rows while the broker sees requests of the configured size. The messages
+// of the read-ahead are built on its goroutine, off the publishing path.
 //
-// Pending rows are listed in the narrow outbox_pending table rather than found through a
-// partial index on outbox, so marking a row published changes no indexed column of outbox and
-// is a HOT update (the table keeps free room on each page for it). Marks are committed without
-// waiting for the WAL flush: a mark lost in a database crash means a duplicate, never a loss.
+// What the database does per event is kept small, since it is the relay's cost: pending rows
+// are listed in the narrow outbox_pending table, and marking a batch published deletes its
+// rows there and writes one outbox_published row listing them; the outbox row itself, payload
+// and all, is not rewritten (migrations/006_outbox_publish_log.sql). Marks are committed
+// without waiting for the WAL flush: a mark lost in a database crash means a duplicate, never
+// a loss.
 //
 // # Failures
 //
@@ -56,6 +61,7 @@
 //
 // # Growth
 //
-// Published rows older than RelayConfig.Retention are deleted by Prune, a bounded number of
-// rows per statement so no statement holds locks for long. Run prunes every PruneInterval.
+// Rows published more than RelayConfig.Retention ago are deleted by Prune with their
+// outbox_published batches, a bounded number of rows per statement so no statement holds locks
+// for long. Run prunes every PruneInterval.
 package outbox

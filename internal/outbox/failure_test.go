@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -93,23 +94,28 @@ func TestPruneKeepsUnpublishedRows(t *testing.T) {
 	ctx := context.Background()
 	enqueue(t, pool, snapshotEvents(10, 2)) // 20 rows
 	if _, err := pool.Exec(ctx, `
-		UPDATE outbox SET
-			created_at   = now() - interval '30 days',
-			published_at = CASE WHEN id % 4 = 0 THEN now() - interval '8 days'
-			                    WHEN id % 4 = 1 THEN now() - interval '1 day' END,
-			failed_at    = CASE WHEN id % 4 = 2 THEN now() - interval '9 days' END`); err != nil {
+		WITH f AS (DELETE FROM outbox_pending WHERE id % 4 = 2 RETURNING id)
+		UPDATE outbox SET created_at = now() - interval '30 days',
+			failed_at = CASE WHEN id IN (SELECT id FROM f) THEN now() - interval '9 days' END`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `DELETE FROM outbox_pending WHERE id % 4 <> 3`); err != nil {
-		t.Fatal(err)
+	// Old published rows one batch each, so that a statement of 2 rows is 2 batches.
+	for _, id := range ids(t, pool, "id % 4 = 0") {
+		publishedAgo(t, pool, fmt.Sprintf("id = %d", id), "8 days")
 	}
-	old := countWhere(t, pool, "id % 4 = 0")
+	publishedAgo(t, pool, "id % 4 = 1", "1 day")
+	if _, more, err := prune(ctx, pool, 7*24*time.Hour, 2, 1); err != nil || !more || countWhere(t, pool, "id % 4 = 0") != 5-2 {
+		t.Fatalf("one prune statement of 2 rows: more=%v %v, %d old rows left", more, err, countWhere(t, pool, "id % 4 = 0"))
+	}
 	n, err := Prune(ctx, pool, 7*24*time.Hour, 2)
-	if err != nil || n != int64(old) {
-		t.Fatalf("Prune: %d %v, want %d", n, err, old)
+	if err != nil || n != 3 {
+		t.Fatalf("Prune: %d %v, want 3", n, err)
 	}
-	if left := countWhere(t, pool, "true"); left != 20-old || countWhere(t, pool, "id % 4 = 0") != 0 {
-		t.Fatalf("%d rows left, want %d", left, 20-old)
+	if left := countWhere(t, pool, "true"); left != 15 || countWhere(t, pool, "id % 4 = 0") != 0 {
+		t.Fatalf("%d rows left, want 15", left)
+	}
+	if n := countWhere(t, pool, "state = 'published'"); n != 5 {
+		t.Fatalf("%d recently published rows left, want 5", n)
 	}
 	if c, err := Count(ctx, pool); err != nil || c.Pending != int64(countWhere(t, pool, "id % 4 = 3")) || c.Failed != int64(countWhere(t, pool, "id % 4 = 2")) {
 		t.Fatalf("Count after prune: %+v %v", c, err)
@@ -217,7 +223,7 @@ func TestRunOnceLeavesLanesHeldElsewhere(t *testing.T) {
 	if err != nil || res.Published != int64(inFree) || res.LanesHeld != 8 || res.LanesBusy != 8 || res.PendingBusy != int64(80-inFree) {
 		t.Fatalf("half the lanes free: %+v %v (want %d published)", res, err, inFree)
 	}
-	if n := countWhere(t, pool, "published_at IS NOT NULL AND lane >= 8"); n != 0 {
+	if n := countWhere(t, pool, "state = 'published' AND lane >= 8"); n != 0 {
 		t.Fatalf("%d rows published from lanes held elsewhere", n)
 	}
 	var held int
@@ -234,11 +240,10 @@ func TestRunFollowsAndPrunes(t *testing.T) {
 	defer cancel()
 	enqueue(t, pool, snapshotEvents(2, 1))
 	if _, err := pool.Exec(ctx, `
-		WITH p AS (DELETE FROM outbox_pending RETURNING id)
-		UPDATE outbox SET created_at = now() - interval '9 days', published_at = now() - interval '8 days'
-		WHERE id IN (SELECT id FROM p)`); err != nil {
+		UPDATE outbox SET created_at = now() - interval '9 days'`); err != nil {
 		t.Fatal(err)
 	}
+	publishedAgo(t, pool, "true", "8 days")
 	cfg := testConfig(broker.ListenAddrs(), "daemon")
 	cfg.PollInterval = time.Hour // only the notification can wake it
 	r, sig := newTestRelay(t, pool, cfg)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -133,8 +134,8 @@ type outboxRow struct {
 func outboxRows(tb testing.TB, pool *pgxpool.Pool) []outboxRow {
 	tb.Helper()
 	rows, err := pool.Query(context.Background(), `
-		SELECT id, event_id::text, item_id, payload::text, created_at, published_at IS NOT NULL, failed_at IS NOT NULL, attempts, last_error
-		FROM outbox ORDER BY id`)
+		SELECT id, event_id::text, item_id, payload::text, created_at, state = 'published', state = 'failed', attempts, last_error
+		FROM outbox_events ORDER BY id`)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -153,10 +154,12 @@ func outboxRows(tb testing.TB, pool *pgxpool.Pool) []outboxRow {
 	return out
 }
 
+// countWhere counts outbox rows through the outbox_events view, so cond may use state and
+// published_at (the view computes them; state is the cheaper of the two).
 func countWhere(tb testing.TB, pool *pgxpool.Pool, cond string) int {
 	tb.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE "+cond).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox_events WHERE "+cond).Scan(&n); err != nil {
 		tb.Fatal(err)
 	}
 	return n
@@ -274,4 +277,29 @@ func newDB(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 	pool, _ := storetest.NewPool(tb)
 	return pool
+}
+
+// publishedAgo records the rows matching cond as published age ago, in one batch, the way the
+// relay records it (for pruning tests).
+func publishedAgo(tb testing.TB, pool *pgxpool.Pool, cond, age string) {
+	tb.Helper()
+	_, err := pool.Exec(context.Background(), `
+		WITH p AS (DELETE FROM outbox_pending WHERE id IN (SELECT id FROM outbox WHERE `+cond+`) RETURNING id)
+		INSERT INTO outbox_published (published_at, relay, first_id, last_id, ids)
+		SELECT now() - $1::interval, 'test', min(id), max(id), array_agg(id ORDER BY id) FROM p
+		HAVING count(*) > 0`, age)
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// ids lists the outbox rows matching cond.
+func ids(tb testing.TB, pool *pgxpool.Pool, cond string) []int64 {
+	tb.Helper()
+	rows, _ := pool.Query(context.Background(), "SELECT id FROM outbox WHERE "+cond+" ORDER BY id")
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
 }

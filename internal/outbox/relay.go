@@ -270,9 +270,10 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 			return 0, nil
 		}
 		var err error
-		if rows, err = fetchPending(ctx, r.pool, lanes, r.cfg.BatchSize, nil); err != nil || len(rows) == 0 {
+		if rows, err = fetchPending(ctx, r.pool, lanes, r.readSize(), nil); err != nil || len(rows) == 0 {
 			return 0, err
 		}
+		prepare(rows, r.cfg.Source)
 	}
 
 	prev := r.unmarked
@@ -294,15 +295,19 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 		// Like the publish, marking what was delivered is finished even when ctx ends.
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 		defer cancel()
-		s.published, s.failed, markErr = recordOutcome(mctx, r.pool, prev, tokens, r.cfg.OnPublished)
+		s.published, s.failed, markErr = recordOutcome(mctx, r.pool, prev, tokens, r.cfg.Owner, r.cfg.OnPublished)
 	})
-	side.Go(func() { s.next, fetchErr = fetchPending(ctx, r.pool, lanes, r.cfg.BatchSize, exclude) })
+	side.Go(func() {
+		if s.next, fetchErr = fetchPending(ctx, r.pool, lanes, r.readSize(), exclude); fetchErr == nil {
+			prepare(s.next, r.cfg.Source)
+		}
+	})
 	r.unmarked = r.publish(ctx, rows)
 	side.Wait()
 	s.err = errors.Join(markErr, fetchErr)
 
 	lost := r.recorded(res, prev, s.published, s.failed)
-	if s.err != nil || r.unmarked.err != nil || lost {
+	if s.err != nil || r.unmarked.err != nil || r.unmarked.cut || lost {
 		if lost {
 			if _, err := r.lanes.renew(ctx); err != nil {
 				s.err = errors.Join(s.err, err)
@@ -326,7 +331,7 @@ func (r *Relay) settle(ctx context.Context, res *Result, cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
-	published, failed, err := recordOutcome(ctx, r.pool, out, r.lanes.tokens(), r.cfg.OnPublished)
+	published, failed, err := recordOutcome(ctx, r.pool, out, r.lanes.tokens(), r.cfg.Owner, r.cfg.OnPublished)
 	if err == nil {
 		r.recorded(res, out, published, failed)
 	}
@@ -373,6 +378,13 @@ func (r *Relay) recorded(res *Result, out outcome, published, failed []int64) (l
 	return false
 }
 
+// readsPerBatch is how many produce calls' worth of rows one read (and one mark) covers. The
+// database's cost per statement (planning, executor start, commit) is spread over more rows,
+// while each produce request keeps the configured size, which is what the broker sees.
+const readsPerBatch = 4
+
+func (r *Relay) readSize() int { return readsPerBatch * r.cfg.BatchSize }
+
 // publishWindow is how much lease a lane needs left to start a batch on it: the write
 // timeout, plus as much again for a produce request kafka-go may still be finishing after it.
 func (r *Relay) publishWindow() time.Duration { return 2 * r.cfg.WriteTimeout }
@@ -396,39 +408,68 @@ func (r *Relay) add(b Result) {
 	r.total.Pruned += b.Pruned
 }
 
-// outcome is what publishing a batch decided: rows acknowledged, rows rejected for good (with
-// the broker's reason), and rows still pending because of err.
+// outcome is what publishing a batch decided: rows acknowledged (with their creation times,
+// for the publish latency), rows rejected for good (with the broker's reason), and rows still
+// pending because of err.
 type outcome struct {
 	published  []int64
+	created    []time.Time
 	failed     []int64
 	failedErrs []string
 	pending    []int64
 	err        error
+	cut        bool // the lease ran short mid-batch: pending rows were not sent, no error
 }
 
-func (o *outcome) decide(id int64, rejectedBy error) {
+func (o *outcome) stopped() bool { return o.err != nil || o.cut }
+
+func (o *outcome) decide(row *pendingRow, rejectedBy error) {
 	if rejectedBy == nil {
-		o.published = append(o.published, id)
+		o.published = append(o.published, row.ID)
+		o.created = append(o.created, row.CreatedAt)
 		return
 	}
-	o.failed = append(o.failed, id)
+	o.failed = append(o.failed, row.ID)
 	o.failedErrs = append(o.failedErrs, rejectedBy.Error())
+}
+
+// ages returns, for the published rows among ids, their age in seconds at now.
+func (o *outcome) ages(ids []int64, now time.Time) []float64 {
+	marked := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		marked[id] = true
+	}
+	ages := make([]float64, 0, len(ids))
+	for i, id := range o.published {
+		if marked[id] {
+			ages = append(ages, now.Sub(o.created[i]).Seconds())
+		}
+	}
+	return ages
 }
 
 func (o *outcome) empty() bool { return len(o.published)+len(o.failed)+len(o.pending) == 0 }
 
-// publish sends rows in id order, in chunks of at most BatchBytes so that each chunk is one
-// produce request per partition. It stops at the first chunk that fails for a reason other
+// publish sends rows in id order, in chunks of at most BatchSize messages and BatchBytes so
+// that each chunk is one produce request per partition. It stops at the first chunk that fails for a reason other
 // than a rejected message: the rest stays pending, so no later event of an item can overtake
 // an earlier one that was not acknowledged.
 func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
 	var out outcome
-	var chunk []pendingRow
+	var chunk []*pendingRow
 	var msgs []kafka.Message
 	var size int64
+	written := 0
 	flush := func() {
-		if len(chunk) > 0 && out.err == nil {
+		// A batch is several produce calls; the lanes' leases were checked for one
+		// (publishWindow) when the batch started, so every further call checks again and the
+		// rest of the batch waits for the next step (after a renewal) when the lease runs short.
+		if len(chunk) > 0 && !out.stopped() && written > 0 && time.Until(r.lanes.minValid()) < r.publishWindow() {
+			out.cut = true
+		}
+		if len(chunk) > 0 && !out.stopped() {
 			r.writeChunk(ctx, chunk, msgs, &out)
+			written++
 		} else {
 			for _, row := range chunk {
 				out.pending = append(out.pending, row.ID)
@@ -436,18 +477,19 @@ func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
 		}
 		chunk, msgs, size = chunk[:0], msgs[:0], 0
 	}
-	for _, row := range rows {
-		m := message(row, r.cfg.Source)
+	for i := range rows {
+		row := &rows[i]
+		m := row.msg
 		n := messageSize(m)
 		if n > r.cfg.BatchBytes {
-			if out.err != nil {
+			if out.stopped() {
 				out.pending = append(out.pending, row.ID)
 			} else {
-				out.decide(row.ID, fmt.Errorf("event of about %d bytes is larger than kafka.batch_bytes (%d)", n, r.cfg.BatchBytes))
+				out.decide(row, fmt.Errorf("event of about %d bytes is larger than kafka.batch_bytes (%d)", n, r.cfg.BatchBytes))
 			}
 			continue
 		}
-		if size+n > r.cfg.BatchBytes {
+		if size+n > r.cfg.BatchBytes || len(chunk) == r.cfg.BatchSize {
 			flush()
 		}
 		chunk, msgs, size = append(chunk, row), append(msgs, m), size+n
@@ -458,11 +500,11 @@ func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
 
 // writeChunk publishes one chunk. Messages of a partition whose request was rejected are
 // retried one by one in id order to find which of them the broker refuses.
-func (r *Relay) writeChunk(ctx context.Context, rows []pendingRow, msgs []kafka.Message, out *outcome) {
+func (r *Relay) writeChunk(ctx context.Context, rows []*pendingRow, msgs []kafka.Message, out *outcome) {
 	err := r.write(ctx, msgs)
 	if err == nil {
 		for _, row := range rows {
-			out.decide(row.ID, nil)
+			out.decide(row, nil)
 		}
 		return
 	}
@@ -481,9 +523,9 @@ func (r *Relay) writeChunk(ctx context.Context, rows []pendingRow, msgs []kafka.
 		}
 		switch {
 		case e == nil:
-			out.decide(row.ID, nil)
+			out.decide(row, nil)
 		case rejected(e) && out.err == nil:
-			out.decide(row.ID, e)
+			out.decide(row, e)
 		default:
 			if out.err == nil {
 				out.err = r.wrapWriteErr(len(msgs), e)

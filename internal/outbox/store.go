@@ -8,49 +8,69 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
 )
 
 // Lanes is the number of lanes rows are split into (the generated column outbox.lane and the
 // rows of outbox_relay_lanes, migrations/002_outbox_relay.sql).
 const Lanes = 16
 
-// pendingRow is one outbox row on its way to Kafka.
+// pendingRow is one outbox row on its way to Kafka, with its message once prepared.
 type pendingRow struct {
 	ID        int64
-	EventID   string
+	EventID   [16]byte // a uuid
 	EventType string
 	ItemID    string
 	Payload   []byte
 	CreatedAt time.Time
 	Lane      int16
+
+	msg kafka.Message
 }
 
 // fetchPending reads the oldest pending rows of the given lanes: for every lane a prefix of
-// its pending rows in id order, at most limit rows in all.
-//
-// Each lane is read through its own range of outbox_pending's (lane, id) index, perLane ids at
-// most, so the cost stays bounded however large the backlog is and whoever holds the other
-// lanes; the rows themselves are then read by primary key, a plan that does not depend on
-// table statistics (which lag behind on queue tables). exclude lists rows already on their
+// its pending rows in id order, at most limit rows in all. exclude lists rows already on their
 // way (the pipeline's batches in flight), left out through a hashed NOT IN.
+//
+// The rows themselves are read by primary key, a plan that does not depend on table
+// statistics (which lag behind on queue tables). How the ids are found depends on how many
+// lanes the relay holds:
+//   - most of them (one relay, the usual case): one walk of outbox_pending's primary key in
+//     id order, skipping the few rows of lanes held elsewhere. Ten times cheaper than a walk
+//     per lane, which pays an index descent and a sort for every lane.
+//   - a few: a walk of each lane's range of the (lane, id) index, perLane ids at most, so the
+//     cost stays bounded however large the backlog in other relays' lanes is.
 func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit int, exclude []int64) ([]pendingRow, error) {
 	if len(lanes) == 0 {
 		return nil, nil
 	}
-	// Rows are spread evenly over lanes, so twice a fair share per lane fills a batch without
-	// reading far more index entries than it uses; a backlog in few lanes gets smaller batches.
-	perLane := min(limit, max(64, 2*limit/len(lanes)))
-	rows, err := pool.Query(ctx, `
-		SELECT o.id, o.event_id::text, o.event_type, o.item_id, o.payload::text, o.created_at, o.lane
-		FROM outbox o
-		WHERE o.id = ANY (ARRAY(
-			SELECT p.id
-			FROM unnest($1::smallint[]) AS l(lane),
-			LATERAL (SELECT id FROM outbox_pending
-			         WHERE lane = l.lane AND id NOT IN (SELECT unnest($4::bigint[]))
-			         ORDER BY id LIMIT $3) p
-			ORDER BY p.id LIMIT $2))
-		ORDER BY o.id`, lanes, limit, perLane, exclude)
+	var rows pgx.Rows
+	var err error
+	if len(lanes) >= Lanes/2 {
+		rows, err = pool.Query(ctx, `
+			SELECT o.id, o.event_id, o.event_type, o.item_id, o.payload::text, o.created_at, o.lane
+			FROM outbox o
+			WHERE o.id = ANY (ARRAY(
+				SELECT p.id FROM outbox_pending p
+				WHERE p.lane = ANY ($1::smallint[]) AND p.id NOT IN (SELECT unnest($3::bigint[]))
+				ORDER BY p.id LIMIT $2))
+			ORDER BY o.id`, lanes, limit, exclude)
+	} else {
+		// Rows are spread evenly over lanes, so twice a fair share per lane fills a batch without
+		// reading far more index entries than it uses; a backlog in few lanes gets smaller batches.
+		perLane := min(limit, max(64, 2*limit/len(lanes)))
+		rows, err = pool.Query(ctx, `
+			SELECT o.id, o.event_id, o.event_type, o.item_id, o.payload::text, o.created_at, o.lane
+			FROM outbox o
+			WHERE o.id = ANY (ARRAY(
+				SELECT p.id
+				FROM unnest($1::smallint[]) AS l(lane),
+				LATERAL (SELECT id FROM outbox_pending
+				         WHERE lane = l.lane AND id NOT IN (SELECT unnest($4::bigint[]))
+				         ORDER BY id LIMIT $3) p
+				ORDER BY p.id LIMIT $2))
+			ORDER BY o.id`, lanes, limit, perLane, exclude)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
@@ -65,10 +85,11 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit 
 	return out, nil
 }
 
-// recordOutcome takes rows off the queue and marks them published or failed (with their
-// errors), in one transaction fenced by the lane lease tokens: a row whose lane is no longer
-// held under one of tokens is left alone, to be published again by the lane's new holder. It
-// returns the ids it marked.
+// recordOutcome takes rows off the queue and marks them published (one outbox_published row
+// for the batch) or failed (with their errors), in one transaction fenced by the lane lease
+// tokens: a row whose lane is no longer held under one of tokens is left alone, to be
+// published again by the lane's new holder. It returns the ids it marked. Published rows
+// themselves are not rewritten (migrations/006_outbox_publish_log.sql says why).
 //
 // The commit does not wait for the WAL flush (synchronous_commit off): a mark lost in a
 // database crash only means the row is published again, which at-least-once allows, and it
@@ -76,7 +97,7 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit 
 //
 // onPublished, when set, gets each marked row's age in seconds by the database clock (created
 // to published): the publish latency.
-func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens []string, onPublished func(ages []float64)) (published, failed []int64, err error) {
+func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens []string, relay string, onPublished func(ages []float64)) (published, failed []int64, err error) {
 	if len(out.published) == 0 && len(out.failed) == 0 {
 		return nil, nil, nil
 	}
@@ -86,27 +107,23 @@ func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens 
 		}
 	}()
 	// The common case is one statement, one round trip; set_config(..., true) is SET LOCAL for
-	// the statement's own transaction, and sc is joined so that it runs.
+	// the statement's own transaction, and sc is joined so that it runs. A data-modifying WITH
+	// runs whether or not the outer query reads it.
 	markPublished := func(q interface {
-		Query(context.Context, string, ...any) (pgx.Rows, error)
+		QueryRow(context.Context, string, ...any) pgx.Row
 	}) ([]int64, error) {
-		rows, _ := q.Query(ctx, `
-			WITH sc AS (SELECT set_config('synchronous_commit', 'off', true)),
-			     done AS (`+dequeue+`)
-			UPDATE outbox o SET published_at = now(), attempts = o.attempts + 1
-			FROM sc
-			WHERE o.id = ANY (ARRAY(SELECT id FROM done))
-			RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8`, out.published, tokens)
 		var ids []int64
-		var ages []float64
-		var id int64
-		var age float64
-		_, err := pgx.ForEachRow(rows, []any{&id, &age}, func() error {
-			ids, ages = append(ids, id), append(ages, age)
-			return nil
-		})
-		if err == nil && onPublished != nil && len(ages) > 0 {
-			onPublished(ages)
+		var now time.Time
+		err := q.QueryRow(ctx, `
+			WITH sc AS (SELECT set_config('synchronous_commit', 'off', true)),
+			     done AS (`+dequeue+`),
+			     logged AS (
+			         INSERT INTO outbox_published (relay, first_id, last_id, ids)
+			         SELECT $3, min(id), max(id), array_agg(id ORDER BY id) FROM done, sc
+			         HAVING count(*) > 0)
+			SELECT coalesce(array_agg(id), '{}'), now() FROM done`, out.published, tokens, relay).Scan(&ids, &now)
+		if err == nil && onPublished != nil && len(ids) > 0 {
+			onPublished(out.ages(ids, now))
 		}
 		return ids, err
 	}
@@ -147,7 +164,7 @@ const dequeue = `
 func recordAttempt(ctx context.Context, pool *pgxpool.Pool, ids []int64, cause string) error {
 	_, err := pool.Exec(ctx, `
 		UPDATE outbox SET attempts = attempts + 1, last_error = $2
-		WHERE id = ANY($1::bigint[]) AND published_at IS NULL`, ids, cause)
+		WHERE id = ANY (ARRAY(SELECT id FROM outbox_pending WHERE id = ANY ($1::bigint[])))`, ids, cause)
 	if err != nil {
 		return fmt.Errorf("record failed publish of %d outbox rows: %w", len(ids), err)
 	}
@@ -156,16 +173,15 @@ func recordAttempt(ctx context.Context, pool *pgxpool.Pool, ids []int64, cause s
 
 // Row is an outbox row as `collector outbox list` shows it.
 type Row struct {
-	ID          int64
-	EventID     string
-	EventType   string
-	ItemID      string
-	Lane        int16
-	CreatedAt   time.Time
-	Attempts    int
-	PublishedAt *time.Time
-	FailedAt    *time.Time
-	LastError   *string
+	ID        int64
+	EventID   string
+	EventType string
+	ItemID    string
+	Lane      int16
+	CreatedAt time.Time
+	Attempts  int // failed publish attempts
+	FailedAt  *time.Time
+	LastError *string
 }
 
 // ListOptions selects rows for List.
@@ -179,7 +195,7 @@ func List(ctx context.Context, pool *pgxpool.Pool, opts ListOptions) ([]Row, err
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
-	const cols = `SELECT id, event_id::text, event_type, item_id, lane, created_at, attempts, published_at, failed_at, last_error FROM outbox`
+	const cols = `SELECT id, event_id::text, event_type, item_id, lane, created_at, attempts, failed_at, last_error FROM outbox`
 	q := cols + ` WHERE id = ANY (ARRAY(SELECT id FROM outbox_pending ORDER BY id LIMIT $1)) ORDER BY id`
 	if opts.FailedOnly {
 		q = cols + ` WHERE failed_at IS NOT NULL ORDER BY id LIMIT $1`
@@ -217,7 +233,8 @@ func Count(ctx context.Context, pool *pgxpool.Pool) (Counts, error) {
 	err := pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM outbox_pending),
 		       (SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL),
-		       (SELECT count(*) FROM outbox WHERE published_at IS NOT NULL),
+		       (SELECT count(*) FROM outbox o
+		        WHERE o.failed_at IS NULL AND NOT EXISTS (SELECT FROM outbox_pending p WHERE p.id = o.id)),
 		       (SELECT o.created_at FROM outbox o WHERE o.id = (SELECT min(id) FROM outbox_pending))`).Scan(&c.Pending, &c.Failed, &c.Published, &c.OldestPending)
 	if err != nil {
 		return Counts{}, fmt.Errorf("count outbox rows: %w", err)
@@ -251,9 +268,9 @@ func RetryAllFailed(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
-// Prune deletes rows published more than olderThan ago, batch rows per statement, until none
-// are left; unpublished and failed rows are never touched. Each statement commits on its own
-// and skips rows another session has locked, so pruning never blocks the relay for long.
+// Prune deletes rows published more than olderThan ago, about batch rows per statement, until
+// none are left; unpublished and failed rows are never touched. Each statement commits on its
+// own, so pruning never blocks the relay for long.
 func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, batch int) (int64, error) {
 	n, _, err := prune(ctx, pool, olderThan, batch, 0)
 	return n, err
@@ -265,19 +282,31 @@ func prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, bat
 		return 0, false, fmt.Errorf("prune outbox: batch %d must be >= 1", batch)
 	}
 	for i := 0; maxStatements == 0 || i < maxStatements; i++ {
-		// A row is published after it is created, so the creation-time bound (BRIN index)
-		// narrows the scan without changing which rows qualify.
-		tag, err := pool.Exec(ctx, `
-			DELETE FROM outbox WHERE id IN (
-				SELECT id FROM outbox
-				WHERE created_at < now() - $1::interval AND published_at < now() - $1::interval
-				LIMIT $2
-				FOR UPDATE SKIP LOCKED)`, olderThan, batch)
+		// The oldest expired publish batches while the rows before them number fewer than
+		// batch (always at least one), with the outbox rows they list: a published row is in
+		// exactly one batch and never becomes pending or failed again.
+		var rows, batches int64
+		err := pool.QueryRow(ctx, `
+			WITH picked AS (
+			    SELECT batch_id FROM (
+			        SELECT batch_id, sum(cardinality(ids)) OVER (ORDER BY published_at, batch_id) - cardinality(ids) AS before
+			        FROM outbox_published
+			        WHERE published_at < now() - $1::interval
+			        ORDER BY published_at, batch_id
+			        LIMIT $2) c
+			    WHERE before < $2),
+			gone AS (
+			    DELETE FROM outbox_published b USING picked WHERE b.batch_id = picked.batch_id
+			    RETURNING b.ids),
+			rows AS (
+			    DELETE FROM outbox WHERE id IN (SELECT unnest(ids) FROM gone)
+			    RETURNING 1)
+			SELECT (SELECT count(*) FROM rows), (SELECT count(*) FROM gone)`, olderThan, batch).Scan(&rows, &batches)
 		if err != nil {
 			return deleted, false, fmt.Errorf("prune outbox rows published before %s ago: %w", olderThan, err)
 		}
-		deleted += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
+		deleted += rows
+		if batches == 0 {
 			return deleted, false, nil
 		}
 	}

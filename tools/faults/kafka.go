@@ -83,7 +83,7 @@ func scenarioKafkaDown(ctx context.Context, h *harness, r *report) error {
 		return fmt.Errorf("relay exited (%d) while the broker was down: %s", relay.code, relay.tail())
 	case <-time.After(time.Until(downSince.Add(h.o.kafkaDown))):
 	}
-	published, err := d.count(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`)
+	published, err := d.count(ctx, `SELECT count(*) FROM outbox_published`)
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func scenarioKafkaDown(ctx context.Context, h *harness, r *report) error {
 		return err
 	}
 	if err := poll(ctx, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
-		n, err := d.count(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`)
+		n, err := d.count(ctx, `SELECT count(*) FROM outbox_events WHERE state <> 'published'`)
 		return n == 0 || relay.exited(), err
 	}); err != nil {
 		return fmt.Errorf("outbox not drained after the broker came back: %w: %s", err, relay.tail())
@@ -111,7 +111,7 @@ func scenarioKafkaDown(ctx context.Context, h *harness, r *report) error {
 	relay.signal(syscall.SIGTERM)
 	code, err = relay.wait(ctx, 30*time.Second)
 	r.check(err == nil && code == 0, "relay exit %d %v after SIGTERM, want 0: %s", code, err, relay.tail())
-	failed, err := d.count(ctx, `SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL OR published_at IS NULL`)
+	failed, err := d.count(ctx, `SELECT count(*) FROM outbox_events WHERE state <> 'published'`)
 	if err != nil {
 		return err
 	}
