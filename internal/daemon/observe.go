@@ -144,9 +144,11 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	var leases, backlog int64
 	var oldest float64
 	err = d.pool.QueryRow(ctx, `
+		WITH pending AS (SELECT coalesce(sum(cardinality(ids)), 0)::bigint AS n, min(ids[1]) AS oldest FROM outbox_queue)
 		SELECT (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now()),
-		       (SELECT count(*) FROM outbox_pending),
-		       coalesce(extract(epoch FROM now() - (SELECT o.created_at FROM outbox o WHERE o.id = (SELECT min(id) FROM outbox_pending))), 0)`).Scan(&leases, &backlog, &oldest)
+		       pending.n,
+		       coalesce(extract(epoch FROM now() - (SELECT o.created_at FROM outbox o WHERE o.id = pending.oldest)), 0)
+		FROM pending`).Scan(&leases, &backlog, &oldest)
 	if err != nil {
 		return fmt.Errorf("leases and outbox backlog: %w", err)
 	}

@@ -130,9 +130,11 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 
 	var oldest float64
 	err = pool.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM outbox_pending),
-		       coalesce(extract(epoch FROM now() - (SELECT o.created_at FROM outbox o WHERE o.id = (SELECT min(id) FROM outbox_pending))), 0),
-		       (SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL)`).Scan(&st.OutboxBacklog, &oldest, &st.OutboxFailed)
+		WITH pending AS (SELECT coalesce(sum(cardinality(ids)), 0)::bigint AS n, min(ids[1]) AS oldest FROM outbox_queue)
+		SELECT pending.n,
+		       coalesce(extract(epoch FROM now() - (SELECT o.created_at FROM outbox o WHERE o.id = pending.oldest)), 0),
+		       (SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL)
+		FROM pending`).Scan(&st.OutboxBacklog, &oldest, &st.OutboxFailed)
 	if err != nil {
 		return st, fmt.Errorf("outbox backlog: %w", err)
 	}

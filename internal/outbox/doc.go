@@ -17,8 +17,8 @@
 // partition (key = item_id), in one produce request per batch, so Kafka keeps them in order.
 //
 // Why lanes instead of a cursor: a "last published id" cursor skips rows whose transaction
-// commits after a higher id was published. The relay instead reads every row still unpublished
-// in its lanes, whatever its id, so a late commit is published on the next pass. Why lanes
+// commits after a higher id was published. The relay instead reads every entry still queued
+// in its lanes, whatever its ids, so a late commit is published on the next pass. Why lanes
 // instead of one global lock: a relay that dies only stalls its lanes for one lease, and lanes
 // can be spread over relays.
 //
@@ -40,11 +40,14 @@
 // of the read-ahead are built on its goroutine, off the publishing path.
 //
 // What the database does per event is kept small, since it is the relay's cost: pending rows
-// are listed in the narrow outbox_pending table, and marking a batch published deletes its
-// rows there and writes one outbox_published row listing them; the outbox row itself, payload
-// and all, is not rewritten (migrations/006_outbox_publish_log.sql). Marks are committed
-// without waiting for the WAL flush: a mark lost in a database crash means a duplicate, never
-// a loss.
+// are listed in outbox_queue, one entry per lane and inserting statement (so a write-back of
+// many snapshots is a few entries), read whole in entry order; marking a batch published
+// deletes its entries and writes one outbox_published row listing the ids. The outbox row
+// itself, payload and all, is not rewritten (migrations/006_outbox_publish_log.sql). Entries
+// follow commit order per item (an item's next snapshot is written only after its previous one
+// committed), so publishing a lane entry by entry, each in id order, keeps per-item order.
+// Marks are committed without waiting for the WAL flush: a mark lost in a database crash
+// means a duplicate, never a loss.
 //
 // # Failures
 //

@@ -284,13 +284,28 @@ func newDB(tb testing.TB) *pgxpool.Pool {
 func publishedAgo(tb testing.TB, pool *pgxpool.Pool, cond, age string) {
 	tb.Helper()
 	_, err := pool.Exec(context.Background(), `
-		WITH p AS (DELETE FROM outbox_pending WHERE id IN (SELECT id FROM outbox WHERE `+cond+`) RETURNING id)
 		INSERT INTO outbox_published (published_at, relay, first_id, last_id, ids)
-		SELECT now() - $1::interval, 'test', min(id), max(id), array_agg(id ORDER BY id) FROM p
-		HAVING count(*) > 0`, age)
+		SELECT now() - $1::interval, 'test', min(id), max(id), array_agg(id ORDER BY id) FROM unnest($2::bigint[]) AS u(id)
+		HAVING count(*) > 0`, age, dequeue(tb, pool, cond))
 	if err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// dequeue takes the rows matching cond off the queue and returns their ids.
+func dequeue(tb testing.TB, pool *pgxpool.Pool, cond string) []int64 {
+	tb.Helper()
+	ctx := context.Background()
+	taken := ids(tb, pool, cond)
+	_, err := pool.Exec(ctx, `
+		WITH t AS (SELECT entry_id, ARRAY(SELECT i FROM unnest(ids) AS i WHERE i <> ALL ($1::bigint[]) ORDER BY i) AS rest FROM outbox_queue),
+		     d AS (DELETE FROM outbox_queue q USING t WHERE q.entry_id = t.entry_id AND cardinality(t.rest) = 0)
+		UPDATE outbox_queue q SET ids = t.rest FROM t
+		WHERE q.entry_id = t.entry_id AND cardinality(t.rest) > 0 AND q.ids <> t.rest`, append([]int64{}, taken...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return taken
 }
 
 // ids lists the outbox rows matching cond.

@@ -159,7 +159,7 @@ func (s *laneSet) busy(ctx context.Context) (busyLanes, error) {
 	var b busyLanes
 	err := s.pool.QueryRow(ctx, `
 		SELECT count(*),
-		       coalesce(sum((SELECT count(*) FROM outbox_pending p WHERE p.lane = l.lane)), 0)::bigint,
+		       coalesce(sum((SELECT sum(cardinality(q.ids)) FROM outbox_queue q WHERE q.lane = l.lane)), 0)::bigint,
 		       coalesce(array_agg(DISTINCT l.owner), '{}')
 		FROM outbox_relay_lanes l
 		WHERE l.lease_expires_at > now() AND NOT (l.lease_token = ANY($1::uuid[]))`, s.tokens()).

@@ -279,9 +279,11 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 	prev := r.unmarked
 	r.unmarked = outcome{}
 	lanes, tokens := r.lanes.usable(r.publishWindow()), r.lanes.tokens()
-	exclude := slices.Concat(prev.published, prev.failed, prev.pending)
+	exclude := slices.Clone(prev.entries)
 	for _, row := range rows {
-		exclude = append(exclude, row.ID)
+		if len(exclude) == 0 || exclude[len(exclude)-1] != row.Entry {
+			exclude = append(exclude, row.Entry)
+		}
 	}
 	type sideResult struct {
 		published, failed []int64
@@ -419,6 +421,46 @@ type outcome struct {
 	pending    []int64
 	err        error
 	cut        bool // the lease ran short mid-batch: pending rows were not sent, no error
+
+	// What it means for the queue (settle): every entry of the batch, the entries whose rows
+	// were all published or failed, and the entry the batch stopped in, if any.
+	entries []int64
+	settled []int64
+	partial map[int64]partialEntry
+}
+
+// partialEntry is a queue entry a batch stopped in the middle of: left stay queued.
+type partialEntry struct{ settled, left []int64 }
+
+// settle sorts the entries of rows (in publishing order) by what happened to their rows.
+func (o *outcome) settle(rows []pendingRow) {
+	pending := make(map[int64]bool, len(o.pending))
+	for _, id := range o.pending {
+		pending[id] = true
+	}
+	for lo := 0; lo < len(rows); {
+		hi := lo
+		var p partialEntry
+		for ; hi < len(rows) && rows[hi].Entry == rows[lo].Entry; hi++ {
+			if pending[rows[hi].ID] {
+				p.left = append(p.left, rows[hi].ID)
+			} else {
+				p.settled = append(p.settled, rows[hi].ID)
+			}
+		}
+		entry := rows[lo].Entry
+		o.entries = append(o.entries, entry)
+		switch {
+		case len(p.left) == 0:
+			o.settled = append(o.settled, entry)
+		case len(p.settled) > 0:
+			if o.partial == nil {
+				o.partial = map[int64]partialEntry{}
+			}
+			o.partial[entry] = p
+		}
+		lo = hi
+	}
 }
 
 func (o *outcome) stopped() bool { return o.err != nil || o.cut }
@@ -495,6 +537,7 @@ func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
 		chunk, msgs, size = append(chunk, row), append(msgs, m), size+n
 	}
 	flush()
+	out.settle(rows)
 	return out
 }
 

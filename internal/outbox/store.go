@@ -15,10 +15,12 @@ import (
 // rows of outbox_relay_lanes, migrations/002_outbox_relay.sql).
 const Lanes = 16
 
-// pendingRow is one outbox row on its way to Kafka, with its message once prepared.
+// pendingRow is one outbox row on its way to Kafka, with its queue entry and, once prepared,
+// its message.
 type pendingRow struct {
 	ID        int64
-	EventID   [16]byte // a uuid
+	Entry     int64 // outbox_queue.entry_id
+	EventID   [16]byte
 	EventType string
 	ItemID    string
 	Payload   []byte
@@ -28,55 +30,54 @@ type pendingRow struct {
 	msg kafka.Message
 }
 
-// fetchPending reads the oldest pending rows of the given lanes: for every lane a prefix of
-// its pending rows in id order, at most limit rows in all. exclude lists rows already on their
-// way (the pipeline's batches in flight), left out through a hashed NOT IN.
+// fetchPending reads the oldest queue entries of the given lanes, whole, and their outbox
+// rows: for every lane a prefix of its entries, at most limit rows in all but always at least
+// one entry (entries hold at most 500 ids). Rows come in entry order, each entry in id order,
+// which is the order the relay publishes in. exclude lists entries already on their way (the
+// pipeline's batches in flight).
 //
 // The rows themselves are read by primary key, a plan that does not depend on table
-// statistics (which lag behind on queue tables). How the ids are found depends on how many
-// lanes the relay holds:
-//   - most of them (one relay, the usual case): one walk of outbox_pending's primary key in
-//     id order, skipping the few rows of lanes held elsewhere. Ten times cheaper than a walk
-//     per lane, which pays an index descent and a sort for every lane.
-//   - a few: a walk of each lane's range of the (lane, id) index, perLane ids at most, so the
-//     cost stays bounded however large the backlog in other relays' lanes is.
+// statistics (which lag behind on queue tables). How the entries are found depends on how
+// many lanes the relay holds:
+//   - most of them (one relay, the usual case): one walk of the queue's primary key, skipping
+//     the entries of lanes held elsewhere;
+//   - a few: a walk of each lane's range of the (lane, entry_id) index, perLane entries at
+//     most, so the cost stays bounded however large the backlog in other relays' lanes is.
 func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit int, exclude []int64) ([]pendingRow, error) {
 	if len(lanes) == 0 {
 		return nil, nil
 	}
-	var rows pgx.Rows
-	var err error
-	if len(lanes) >= Lanes/2 {
-		rows, err = pool.Query(ctx, `
-			SELECT o.id, o.event_id, o.event_type, o.item_id, o.payload::text, o.created_at, o.lane
-			FROM outbox o
-			WHERE o.id = ANY (ARRAY(
-				SELECT p.id FROM outbox_pending p
-				WHERE p.lane = ANY ($1::smallint[]) AND p.id NOT IN (SELECT unnest($3::bigint[]))
-				ORDER BY p.id LIMIT $2))
-			ORDER BY o.id`, lanes, limit, exclude)
-	} else {
-		// Rows are spread evenly over lanes, so twice a fair share per lane fills a batch without
-		// reading far more index entries than it uses; a backlog in few lanes gets smaller batches.
-		perLane := min(limit, max(64, 2*limit/len(lanes)))
-		rows, err = pool.Query(ctx, `
-			SELECT o.id, o.event_id, o.event_type, o.item_id, o.payload::text, o.created_at, o.lane
-			FROM outbox o
-			WHERE o.id = ANY (ARRAY(
-				SELECT p.id
-				FROM unnest($1::smallint[]) AS l(lane),
-				LATERAL (SELECT id FROM outbox_pending
-				         WHERE lane = l.lane AND id NOT IN (SELECT unnest($4::bigint[]))
-				         ORDER BY id LIMIT $3) p
-				ORDER BY p.id LIMIT $2))
-			ORDER BY o.id`, lanes, limit, perLane, exclude)
+	args := []any{lanes, limit, exclude}
+	entries := `
+		SELECT entry_id, ids FROM outbox_queue
+		WHERE lane = ANY ($1::smallint[]) AND entry_id <> ALL (coalesce($3::bigint[], '{}'))
+		ORDER BY entry_id LIMIT $2`
+	if len(lanes) < Lanes/2 {
+		// Entries are spread evenly over lanes, so twice a fair share per lane fills a batch
+		// without reading far more than it uses; a backlog in few lanes gets smaller batches.
+		entries = `
+		SELECT q.entry_id, q.ids
+		FROM unnest($1::smallint[]) AS l(lane),
+		LATERAL (SELECT entry_id, ids FROM outbox_queue
+		         WHERE lane = l.lane AND entry_id <> ALL (coalesce($3::bigint[], '{}'))
+		         ORDER BY entry_id LIMIT $4) q
+		ORDER BY q.entry_id LIMIT $2`
+		args = append(args, min(limit, max(64, 2*limit/len(lanes))))
 	}
+	rows, err := pool.Query(ctx, `
+		WITH e AS (
+		    SELECT entry_id, ids, sum(cardinality(ids)) OVER (ORDER BY entry_id) AS upto
+		    FROM (`+entries+`) q)
+		SELECT e.entry_id, o.id, o.event_id, o.event_type, o.item_id, o.payload::text, o.created_at, o.lane
+		FROM e, LATERAL (SELECT * FROM outbox o WHERE o.id = ANY (e.ids) ORDER BY o.id) o
+		WHERE e.upto <= $2 OR e.upto = cardinality(e.ids)
+		ORDER BY e.entry_id, o.id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pendingRow, error) {
 		var p pendingRow
-		err := r.Scan(&p.ID, &p.EventID, &p.EventType, &p.ItemID, &p.Payload, &p.CreatedAt, &p.Lane)
+		err := r.Scan(&p.Entry, &p.ID, &p.EventID, &p.EventType, &p.ItemID, &p.Payload, &p.CreatedAt, &p.Lane)
 		return p, err
 	})
 	if err != nil {
@@ -85,14 +86,16 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit 
 	return out, nil
 }
 
-// recordOutcome takes rows off the queue and marks them published (one outbox_published row
-// for the batch) or failed (with their errors), in one transaction fenced by the lane lease
-// tokens: a row whose lane is no longer held under one of tokens is left alone, to be
-// published again by the lane's new holder. It returns the ids it marked. Published rows
-// themselves are not rewritten (migrations/006_outbox_publish_log.sql says why).
+// recordOutcome takes what a batch settled off the queue and marks it: published rows as one
+// outbox_published row, failed rows with their errors. Entries whose rows are all settled are
+// deleted; an entry the batch stopped in the middle of keeps its unsettled rows. It all
+// happens in one transaction fenced by the lane lease tokens: an entry whose lane is no
+// longer held under one of tokens is left alone, to be published again by the lane's new
+// holder. It returns the ids it marked. Outbox rows themselves are only written for failures
+// (migrations/006_outbox_publish_log.sql says why).
 //
 // The commit does not wait for the WAL flush (synchronous_commit off): a mark lost in a
-// database crash only means the row is published again, which at-least-once allows, and it
+// database crash only means the rows are published again, which at-least-once allows, and it
 // saves a disk flush per batch.
 //
 // onPublished, when set, gets each marked row's age in seconds by the database clock (created
@@ -108,63 +111,71 @@ func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens 
 	}()
 	// The common case is one statement, one round trip; set_config(..., true) is SET LOCAL for
 	// the statement's own transaction, and sc is joined so that it runs. A data-modifying WITH
-	// runs whether or not the outer query reads it.
-	markPublished := func(q interface {
+	// runs whether or not the outer query reads it. $4 are settled rows of partly settled
+	// entries, $5 the failed rows.
+	mark := func(q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
-	}) ([]int64, error) {
-		var ids []int64
-		var now time.Time
-		err := q.QueryRow(ctx, `
+	}, extra []int64) (pub, fail []int64, now time.Time, err error) {
+		err = q.QueryRow(ctx, `
 			WITH sc AS (SELECT set_config('synchronous_commit', 'off', true)),
-			     done AS (`+dequeue+`),
+			     done AS (
+			         DELETE FROM outbox_queue q
+			         WHERE q.entry_id = ANY ($1::bigint[]) AND q.lane = ANY (`+heldLanes+`)
+			         RETURNING q.ids),
+			     settled AS (SELECT unnest(ids) AS id FROM done UNION ALL SELECT unnest($4::bigint[])),
+			     pub AS (SELECT id FROM settled WHERE id <> ALL (coalesce($5::bigint[], '{}'))),
 			     logged AS (
 			         INSERT INTO outbox_published (relay, first_id, last_id, ids)
-			         SELECT $3, min(id), max(id), array_agg(id ORDER BY id) FROM done, sc
+			         SELECT $3, min(id), max(id), array_agg(id ORDER BY id) FROM pub, sc
 			         HAVING count(*) > 0)
-			SELECT coalesce(array_agg(id), '{}'), now() FROM done`, out.published, tokens, relay).Scan(&ids, &now)
-		if err == nil && onPublished != nil && len(ids) > 0 {
-			onPublished(out.ages(ids, now))
-		}
-		return ids, err
+			SELECT coalesce((SELECT array_agg(id) FROM pub), '{}'),
+			       coalesce((SELECT array_agg(id) FROM settled WHERE id = ANY ($5::bigint[])), '{}'),
+			       now()`, out.settled, tokens, relay, extra, out.failed).Scan(&pub, &fail, &now)
+		return pub, fail, now, err
 	}
-	if len(out.failed) == 0 {
-		published, err = markPublished(pool)
-		return published, nil, err
-	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if len(out.published) > 0 {
-			if published, err = markPublished(tx); err != nil {
+	var now time.Time
+	if len(out.failed) == 0 && len(out.partial) == 0 {
+		published, _, now, err = mark(pool, nil)
+	} else {
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var extra []int64
+			for entry, rest := range out.partial {
+				tag, err := tx.Exec(ctx, `
+					UPDATE outbox_queue q SET ids = $3
+					WHERE q.entry_id = $1 AND q.lane = ANY (`+heldLanes+`)`, entry, tokens, rest.left)
+				if err != nil {
+					return err
+				}
+				if tag.RowsAffected() == 1 {
+					extra = append(extra, rest.settled...)
+				}
+			}
+			var err error
+			if published, failed, now, err = mark(tx, extra); err != nil || len(failed) == 0 {
 				return err
 			}
-		}
-		rows, _ := tx.Query(ctx, `
-			WITH done AS (`+dequeue+`)
-			UPDATE outbox o SET failed_at = now(), attempts = o.attempts + 1, last_error = u.err
-			FROM unnest($1::bigint[], $3::text[]) AS u(id, err)
-			WHERE o.id = ANY (ARRAY(SELECT id FROM done)) AND u.id = o.id
-			RETURNING o.id`, out.failed, tokens, out.failedErrs)
-		failed, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		return err
-	})
+			_, err = tx.Exec(ctx, `
+				UPDATE outbox o SET failed_at = now(), attempts = o.attempts + 1, last_error = u.err
+				FROM unnest($1::bigint[], $2::text[]) AS u(id, err)
+				WHERE o.id = u.id AND o.id = ANY ($3::bigint[])`, out.failed, out.failedErrs, failed)
+			return err
+		})
+	}
+	if err == nil && onPublished != nil && len(published) > 0 {
+		onPublished(out.ages(published, now))
+	}
 	return published, failed, err
 }
 
-// dequeue deletes rows $1 from the queue where their lane is held under one of tokens $2.
-// The held lanes are folded into an array first so that PostgreSQL finds the rows through the
-// primary key (one probe per id); a join on the lanes made it walk each lane's whole index
-// range once per lane instead, five times slower at a 20k-row backlog.
-const dequeue = `
-	DELETE FROM outbox_pending p
-	WHERE p.id = ANY ($1::bigint[])
-	  AND p.lane = ANY (ARRAY(SELECT lane FROM outbox_relay_lanes WHERE lease_token = ANY ($2::uuid[])))
-	RETURNING p.id`
+// heldLanes is the lanes held under the lease tokens $2, as an array: matching entries against
+// it keeps the plan on the queue's primary key.
+const heldLanes = `ARRAY(SELECT lane FROM outbox_relay_lanes WHERE lease_token = ANY ($2::uuid[]))`
 
 // recordAttempt notes a failed publish of rows that stay pending (broker down, timeout), so
 // `collector outbox list` shows why they wait.
 func recordAttempt(ctx context.Context, pool *pgxpool.Pool, ids []int64, cause string) error {
 	_, err := pool.Exec(ctx, `
-		UPDATE outbox SET attempts = attempts + 1, last_error = $2
-		WHERE id = ANY (ARRAY(SELECT id FROM outbox_pending WHERE id = ANY ($1::bigint[])))`, ids, cause)
+		UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = ANY ($1::bigint[])`, ids, cause)
 	if err != nil {
 		return fmt.Errorf("record failed publish of %d outbox rows: %w", len(ids), err)
 	}
@@ -196,7 +207,9 @@ func List(ctx context.Context, pool *pgxpool.Pool, opts ListOptions) ([]Row, err
 		opts.Limit = 100
 	}
 	const cols = `SELECT id, event_id::text, event_type, item_id, lane, created_at, attempts, failed_at, last_error FROM outbox`
-	q := cols + ` WHERE id = ANY (ARRAY(SELECT id FROM outbox_pending ORDER BY id LIMIT $1)) ORDER BY id`
+	q := cols + ` WHERE id = ANY (ARRAY(
+		SELECT u.id FROM (SELECT ids FROM outbox_queue ORDER BY entry_id LIMIT $1) q, unnest(q.ids) AS u(id)
+		ORDER BY u.id LIMIT $1)) ORDER BY id`
 	if opts.FailedOnly {
 		q = cols + ` WHERE failed_at IS NOT NULL ORDER BY id LIMIT $1`
 	}
@@ -231,11 +244,12 @@ type Counts struct {
 func Count(ctx context.Context, pool *pgxpool.Pool) (Counts, error) {
 	var c Counts
 	err := pool.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM outbox_pending),
+		WITH pending AS (SELECT coalesce(sum(cardinality(ids)), 0)::bigint AS n, min(ids[1]) AS oldest FROM outbox_queue)
+		SELECT pending.n,
 		       (SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL),
-		       (SELECT count(*) FROM outbox o
-		        WHERE o.failed_at IS NULL AND NOT EXISTS (SELECT FROM outbox_pending p WHERE p.id = o.id)),
-		       (SELECT o.created_at FROM outbox o WHERE o.id = (SELECT min(id) FROM outbox_pending))`).Scan(&c.Pending, &c.Failed, &c.Published, &c.OldestPending)
+		       (SELECT count(*) FROM outbox WHERE failed_at IS NULL) - pending.n,
+		       (SELECT o.created_at FROM outbox o WHERE o.id = pending.oldest)
+		FROM pending`).Scan(&c.Pending, &c.Failed, &c.Published, &c.OldestPending)
 	if err != nil {
 		return Counts{}, fmt.Errorf("count outbox rows: %w", err)
 	}
@@ -248,24 +262,31 @@ func RetryFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64, e
 	if len(ids) == 0 {
 		return 0, errors.New("retry failed outbox rows: no ids given")
 	}
-	tag, err := pool.Exec(ctx, `
-		WITH r AS (UPDATE outbox SET failed_at = NULL WHERE id = ANY ($1::bigint[]) AND failed_at IS NOT NULL RETURNING id, lane)
-		INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM r`, ids)
+	n, err := requeueFailed(ctx, pool, "id = ANY ($1::bigint[]) AND failed_at IS NOT NULL", ids)
 	if err != nil {
 		return 0, fmt.Errorf("retry failed outbox rows %v: %w", ids, err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // RetryAllFailed puts every failed row back in line for the relay.
 func RetryAllFailed(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	tag, err := pool.Exec(ctx, `
-		WITH r AS (UPDATE outbox SET failed_at = NULL WHERE failed_at IS NOT NULL RETURNING id, lane)
-		INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM r`)
+	n, err := requeueFailed(ctx, pool, "failed_at IS NOT NULL AND $1::bigint[] IS NULL", nil)
 	if err != nil {
 		return 0, fmt.Errorf("retry all failed outbox rows: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
+}
+
+// requeueFailed clears failed_at of the rows matching cond and queues them again (new
+// entries, after everything queued so far), waking a following relay.
+func requeueFailed(ctx context.Context, pool *pgxpool.Pool, cond string, ids []int64) (int64, error) {
+	var n int64
+	err := pool.QueryRow(ctx, `
+		WITH r AS (UPDATE outbox SET failed_at = NULL WHERE `+cond+` RETURNING id, lane),
+		     q AS (SELECT outbox_queue_add(array_agg(id), array_agg(lane)), pg_notify('outbox_pending', '') FROM r)
+		SELECT count(*) FROM r, (SELECT count(*) FROM q) AS run`, ids).Scan(&n)
+	return n, err
 }
 
 // Prune deletes rows published more than olderThan ago, about batch rows per statement, until
