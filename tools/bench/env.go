@@ -111,6 +111,23 @@ func (e *env) freshDB(ctx context.Context, name string, migrated bool) (string, 
 	return u, nil
 }
 
+// cloneDB (re)creates a database as a copy of another (which must have no connections), then
+// checkpoints so the copy's writes are not flushed in the middle of a measured run.
+func (e *env) cloneDB(ctx context.Context, name, from string) (string, error) {
+	id := pgx.Identifier{name}.Sanitize()
+	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+id+" WITH (FORCE)"); err != nil {
+		return "", fmt.Errorf("drop %s: %w", name, err)
+	}
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+id+" TEMPLATE "+pgx.Identifier{from}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create %s from %s: %w", name, from, err)
+	}
+	e.created = append(e.created, name)
+	if _, err := e.admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		return "", fmt.Errorf("checkpoint after copying %s: %w", from, err)
+	}
+	return e.urlFor(name), nil
+}
+
 // dropDB drops a database as soon as a section is done with it, so the next one runs on a
 // server not carrying its dead rows and dirty buffers.
 func (e *env) dropDB(ctx context.Context, name string) {
