@@ -427,6 +427,22 @@ type outcome struct {
 	entries []int64
 	settled []int64
 	partial map[int64]partialEntry
+	entryOf map[int64]int64 // row id → entry
+}
+
+// confirmed keeps the ids whose entry was deleted (gone) or updated (kept) by the mark.
+func (o *outcome) confirmed(ids, gone []int64, kept map[int64]bool) []int64 {
+	deleted := make(map[int64]bool, len(gone))
+	for _, e := range gone {
+		deleted[e] = true
+	}
+	var out []int64
+	for _, id := range ids {
+		if e := o.entryOf[id]; deleted[e] || kept[e] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // partialEntry is a queue entry a batch stopped in the middle of: left stay queued.
@@ -437,6 +453,10 @@ func (o *outcome) settle(rows []pendingRow) {
 	pending := make(map[int64]bool, len(o.pending))
 	for _, id := range o.pending {
 		pending[id] = true
+	}
+	o.entryOf = make(map[int64]int64, len(rows))
+	for _, r := range rows {
+		o.entryOf[r.ID] = r.Entry
 	}
 	for lo := 0; lo < len(rows); {
 		hi := lo

@@ -50,7 +50,7 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit 
 	args := []any{lanes, limit, exclude}
 	entries := `
 		SELECT entry_id, ids FROM outbox_queue
-		WHERE lane = ANY ($1::smallint[]) AND entry_id <> ALL (coalesce($3::bigint[], '{}'))
+		WHERE lane = ANY ($1::smallint[]) AND entry_id NOT IN (SELECT unnest(coalesce($3::bigint[], '{}')))
 		ORDER BY entry_id LIMIT $2`
 	if len(lanes) < Lanes/2 {
 		// Entries are spread evenly over lanes, so twice a fair share per lane fills a batch
@@ -59,7 +59,7 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit 
 		SELECT q.entry_id, q.ids
 		FROM unnest($1::smallint[]) AS l(lane),
 		LATERAL (SELECT entry_id, ids FROM outbox_queue
-		         WHERE lane = l.lane AND entry_id <> ALL (coalesce($3::bigint[], '{}'))
+		         WHERE lane = l.lane AND entry_id NOT IN (SELECT unnest(coalesce($3::bigint[], '{}')))
 		         ORDER BY entry_id LIMIT $4) q
 		ORDER BY q.entry_id LIMIT $2`
 		args = append(args, min(limit, max(64, 2*limit/len(lanes))))
@@ -112,30 +112,32 @@ func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens 
 	// The common case is one statement, one round trip; set_config(..., true) is SET LOCAL for
 	// the statement's own transaction, and sc is joined so that it runs. A data-modifying WITH
 	// runs whether or not the outer query reads it. $4 are settled rows of partly settled
-	// entries, $5 the failed rows.
+	// entries, $5 the failed rows. The lists of rows marked are worked out here from the
+	// entries that went (any not deleted were fenced out), which is cheaper than having
+	// PostgreSQL return them.
 	mark := func(q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
-	}, extra []int64) (pub, fail []int64, now time.Time, err error) {
+	}, extra []int64) (gone []int64, now time.Time, err error) {
 		err = q.QueryRow(ctx, `
 			WITH sc AS (SELECT set_config('synchronous_commit', 'off', true)),
 			     done AS (
 			         DELETE FROM outbox_queue q
 			         WHERE q.entry_id = ANY ($1::bigint[]) AND q.lane = ANY (`+heldLanes+`)
-			         RETURNING q.ids),
-			     settled AS (SELECT unnest(ids) AS id FROM done UNION ALL SELECT unnest($4::bigint[])),
-			     pub AS (SELECT id FROM settled WHERE id <> ALL (coalesce($5::bigint[], '{}'))),
+			         RETURNING q.entry_id, q.ids),
 			     logged AS (
 			         INSERT INTO outbox_published (relay, first_id, last_id, ids)
-			         SELECT $3, min(id), max(id), array_agg(id ORDER BY id) FROM pub, sc
+			         SELECT $3, min(id), max(id), array_agg(id ORDER BY id)
+			         FROM (SELECT unnest(ids) AS id FROM done UNION ALL SELECT unnest($4::bigint[])) s, sc
+			         WHERE id NOT IN (SELECT unnest(coalesce($5::bigint[], '{}')))
 			         HAVING count(*) > 0)
-			SELECT coalesce((SELECT array_agg(id) FROM pub), '{}'),
-			       coalesce((SELECT array_agg(id) FROM settled WHERE id = ANY ($5::bigint[])), '{}'),
-			       now()`, out.settled, tokens, relay, extra, out.failed).Scan(&pub, &fail, &now)
-		return pub, fail, now, err
+			SELECT coalesce(array_agg(entry_id), '{}'), now() FROM done`, out.settled, tokens, relay, extra, out.failed).Scan(&gone, &now)
+		return gone, now, err
 	}
 	var now time.Time
+	var gone []int64
+	kept := map[int64]bool{} // partly settled entries whose update went through
 	if len(out.failed) == 0 && len(out.partial) == 0 {
-		published, _, now, err = mark(pool, nil)
+		gone, now, err = mark(pool, nil)
 	} else {
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var extra []int64
@@ -147,12 +149,17 @@ func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens 
 					return err
 				}
 				if tag.RowsAffected() == 1 {
+					kept[entry] = true
 					extra = append(extra, rest.settled...)
 				}
 			}
 			var err error
-			if published, failed, now, err = mark(tx, extra); err != nil || len(failed) == 0 {
+			if gone, now, err = mark(tx, extra); err != nil {
 				return err
+			}
+			failed = out.confirmed(out.failed, gone, kept)
+			if len(failed) == 0 {
+				return nil
 			}
 			_, err = tx.Exec(ctx, `
 				UPDATE outbox o SET failed_at = now(), attempts = o.attempts + 1, last_error = u.err
@@ -161,10 +168,17 @@ func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens 
 			return err
 		})
 	}
-	if err == nil && onPublished != nil && len(published) > 0 {
+	if err != nil {
+		return nil, nil, err
+	}
+	published = out.published
+	if len(gone) != len(out.settled) || len(kept) != len(out.partial) {
+		published = out.confirmed(out.published, gone, kept)
+	}
+	if onPublished != nil && len(published) > 0 {
 		onPublished(out.ages(published, now))
 	}
-	return published, failed, err
+	return published, failed, nil
 }
 
 // heldLanes is the lanes held under the lease tokens $2, as an array: matching entries against
