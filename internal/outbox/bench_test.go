@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,8 +83,10 @@ func BenchmarkRelay(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	cpu := startCPU()
 	res, err := r.RunOnce(context.Background())
 	b.StopTimer()
+	cpu.report(b)
 	if err != nil || res.Published != int64(b.N) {
 		b.Fatalf("%+v %v", res, err)
 	}
@@ -102,16 +106,57 @@ func BenchmarkRawKafkaGoWriter(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	cpu := startCPU()
 	writeAll(b, w, msgs, cfg.BatchSize)
 	b.StopTimer()
+	cpu.report(b)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
-// BenchmarkRelayVsRaw alternates rounds of the two above (5,000 messages each, one database
+// cpuTimes reads the machine's busy and total CPU time from /proc/stat (Linux), so that the
+// benchmarks can say how much of the machine they used: the broker, the relay and PostgreSQL
+// share the same cores here.
+type cpuTimes struct{ busy, total int64 }
+
+func readCPU() (cpuTimes, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	var t cpuTimes
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		t.total += v
+		if i != 3 && i != 4 { // idle, iowait
+			t.busy += v
+		}
+	}
+	return t, true
+}
+
+type cpuMeter struct {
+	start cpuTimes
+	ok    bool
+}
+
+func startCPU() cpuMeter { t, ok := readCPU(); return cpuMeter{t, ok} }
+
+// report adds "cores-busy": how many of the machine's cores were busy on average, counting
+// every process (the database server too).
+func (m cpuMeter) report(b *testing.B) {
+	end, ok := readCPU()
+	if !m.ok || !ok || end.total == m.start.total {
+		return
+	}
+	b.ReportMetric(float64(end.busy-m.start.busy)/float64(end.total-m.start.total)*float64(runtime.NumCPU()), "cores-busy")
+}
+
+// BenchmarkRelayVsRaw alternates rounds of the two above (20,000 messages each, one database
 // and one relay throughout) so that both see the same machine load, and reports their rates
 // and the relay's share of the raw rate.
 func BenchmarkRelayVsRaw(b *testing.B) {
-	const perRound = 5000
+	const perRound = 20000
 	cfg := benchConfig(b)
 	cfg.setDefaults()
 	pool := newDB(b)

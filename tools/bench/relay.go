@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -26,10 +27,12 @@ func benchRelay(ctx context.Context, e *env, sz sizes, rep *report) error {
 	rep.add("Relay throughput (outbox → Kafka, rows marked)", rate(relay, "msgs/s"), "BenchmarkRelay: one RunOnce draining the pending rows: read, publish, mark published; "+how)
 	rep.add("Raw kafka-go writer, same messages", rate(raw, "msgs/s"), "BenchmarkRawKafkaGoWriter: the same messages and writer settings written from memory; "+how)
 	rep.add("Ratio relay / raw writer", fmt.Sprintf("%.2f", relay/raw), "the two rows above")
+	rep.add("Machine cores busy, relay / raw writer", fmt.Sprintf("%.2f / %.2f of %d", thr["BenchmarkRelay"]["cores-busy"], thr["BenchmarkRawKafkaGoWriter"]["cores-busy"], runtime.NumCPU()),
+		"/proc/stat over each timed run, every process counted: the in-process broker, the relay or writer, and PostgreSQL share these cores")
 
 	// The same comparison in alternating rounds (both see the same load), and with larger
 	// write-backs, which make fewer and fuller queue entries.
-	rounds := fmt.Sprintf("%dx", max(2, sz.relayN/5000))
+	rounds := fmt.Sprintf("%dx", max(1, sz.relayN/10000))
 	for _, tx := range []int{50, 500} {
 		alt, err := goBenchRetry(ctx, rep, "./internal/outbox/", "^BenchmarkRelayVsRaw$", rounds, fmt.Sprintf("BENCH_OUTBOX_TX=%d", tx))
 		if err != nil {
@@ -38,7 +41,7 @@ func benchRelay(ctx context.Context, e *env, sz sizes, rep *report) error {
 		a := alt["BenchmarkRelayVsRaw"]
 		rep.add(fmt.Sprintf("Ratio relay / raw writer, alternating rounds, %d events per transaction", tx),
 			fmt.Sprintf("%.2f (%s vs %s)", a["relay-%-of-raw"]/100, rate(a["relay-msgs/s"], "msgs/s"), rate(a["raw-msgs/s"], "msgs/s")),
-			fmt.Sprintf("BenchmarkRelayVsRaw: %s rounds of 5,000 events (50 items, %d per transaction), each a relay RunOnce then the raw writer sending the same messages; one database, relay and broker throughout", rounds, tx))
+			fmt.Sprintf("BenchmarkRelayVsRaw: %s rounds of 20,000 events (50 items, %d per transaction), each a relay RunOnce then the raw writer sending the same messages; one database, relay and broker throughout", rounds, tx))
 	}
 
 	lat, err := goBenchRetry(ctx, rep, "./internal/outbox/", "^BenchmarkRelayLatency$", fmt.Sprintf("%dx", sz.latencyN))
