@@ -51,7 +51,7 @@ func sizesFor(quick bool) sizes {
 	large := envInt("BENCH_ITEMS_LARGE", 1_000_000)
 	return sizes{cycle: []cycleSize{{100_000, 100_000}, {large, timedClaims(large, envInt("BENCH_CYCLE_TIMED", 200_000))}},
 		slowLatency: 7 * time.Second, pgbenchSecs: 15, relayN: 20_000, latencyN: 5_000,
-		rss: rssSize{envInt("BENCH_RSS_ITEMS", 1_000_000), rssBatch * rssMaxBatches}, daemonWindow: time.Minute}
+		rss: rssSize{envInt("BENCH_RSS_ITEMS", 1_000_000), rssBatch * rssMaxBatches}, daemonWindow: 2 * time.Minute}
 }
 
 // timedClaims rounds up to whole claim batches, so the collector's MaxBatches pass and the
