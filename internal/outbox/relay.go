@@ -512,10 +512,11 @@ func (o *outcome) ages(ids []int64, now time.Time) []float64 {
 
 func (o *outcome) empty() bool { return len(o.published)+len(o.failed)+len(o.pending) == 0 }
 
-// publish sends rows in id order, in chunks of at most BatchSize messages and BatchBytes so
-// that each chunk is one produce request per partition. It stops at the first chunk that fails for a reason other
-// than a rejected message: the rest stays pending, so no later event of an item can overtake
-// an earlier one that was not acknowledged.
+// publish sends rows in the order fetched (entry by entry, each in id order), in chunks of at
+// most BatchSize messages and BatchBytes so that each chunk is one produce request per
+// partition. It stops at the first chunk that fails for a reason other than a rejected
+// message: the rest stays pending, so no later event of an item can overtake an earlier one
+// that was not acknowledged.
 func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
 	var out outcome
 	var chunk []*pendingRow
