@@ -20,6 +20,9 @@ CREATE TABLE outbox_queue (
     ids      bigint[] NOT NULL CHECK (cardinality(ids) > 0)
 );
 CREATE INDEX outbox_queue_lane_idx ON outbox_queue (lane, entry_id);
+-- A queue: entries come and go all the time. Vacuum it once 1,000 entries are dead whatever
+-- its size, so the relay's walks from its head do not step over dead entries for long.
+ALTER TABLE outbox_queue SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
 
 -- Entries of at most 500 ids, so one entry never makes a relay batch unbounded.
 CREATE FUNCTION outbox_queue_add(rows_ids bigint[], rows_lanes smallint[]) RETURNS void
