@@ -276,7 +276,7 @@ func RetryFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64, e
 	if len(ids) == 0 {
 		return 0, errors.New("retry failed outbox rows: no ids given")
 	}
-	n, err := requeueFailed(ctx, pool, "id = ANY ($1::bigint[]) AND failed_at IS NOT NULL", ids)
+	n, err := requeueFailed(ctx, pool, ids)
 	if err != nil {
 		return 0, fmt.Errorf("retry failed outbox rows %v: %w", ids, err)
 	}
@@ -285,19 +285,23 @@ func RetryFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64, e
 
 // RetryAllFailed puts every failed row back in line for the relay.
 func RetryAllFailed(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	n, err := requeueFailed(ctx, pool, "failed_at IS NOT NULL AND $1::bigint[] IS NULL", nil)
+	n, err := requeueFailed(ctx, pool, nil)
 	if err != nil {
 		return 0, fmt.Errorf("retry all failed outbox rows: %w", err)
 	}
 	return n, nil
 }
 
-// requeueFailed clears failed_at of the rows matching cond and queues them again (new
-// entries, after everything queued so far), waking a following relay.
-func requeueFailed(ctx context.Context, pool *pgxpool.Pool, cond string, ids []int64) (int64, error) {
+// requeueFailed clears failed_at of the failed rows among ids (every failed row when ids is
+// nil) and queues them again (new entries, after everything queued so far), waking a
+// following relay.
+func requeueFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64, error) {
 	var n int64
 	err := pool.QueryRow(ctx, `
-		WITH r AS (UPDATE outbox SET failed_at = NULL WHERE `+cond+` RETURNING id, lane),
+		WITH r AS (
+		    UPDATE outbox SET failed_at = NULL
+		    WHERE failed_at IS NOT NULL AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
+		    RETURNING id, lane),
 		     q AS (SELECT outbox_queue_add(array_agg(id), array_agg(lane)), pg_notify('outbox_pending', '') FROM r)
 		SELECT count(*) FROM r, (SELECT count(*) FROM q) AS run`, ids).Scan(&n)
 	return n, err
