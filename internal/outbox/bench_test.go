@@ -39,12 +39,25 @@ func TestMain(m *testing.M) {
 
 func benchBroker(b *testing.B) *kfake.Cluster {
 	bench.once.Do(func() {
-		bench.broker, bench.err = kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, testTopic))
+		// kfake keeps each partition's active segment in one in-memory buffer that doubles as
+		// it grows: with the default 100 MiB segments, a doubling copies tens of MiB and
+		// stalls whoever is producing at that moment for a few hundred milliseconds. Small
+		// segments, trimmed by retention between timed runs (trimBroker), give every run the
+		// same broker state, like a real broker appending to files.
+		bench.broker, bench.err = kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, testTopic),
+			kfake.BrokerConfigs(map[string]string{"log.segment.bytes": "1048576", "log.retention.bytes": "1048576"}))
 	})
 	if bench.err != nil {
 		b.Fatal(bench.err)
 	}
 	return bench.broker
+}
+
+// trimBroker drops what earlier runs left in the broker (retention) and collects garbage, so
+// that a timed run does not pay for the one before it.
+func trimBroker(b *testing.B) {
+	benchBroker(b).ApplyRetention()
+	runtime.GC()
 }
 
 func benchConfig(b *testing.B) RelayConfig {
@@ -82,6 +95,7 @@ func BenchmarkRelay(b *testing.B) {
 	if err := r.checkTopic(context.Background()); err != nil {
 		b.Fatal(err)
 	}
+	trimBroker(b)
 	b.ResetTimer()
 	cpu := startCPU()
 	res, err := r.RunOnce(context.Background())
@@ -105,6 +119,7 @@ func BenchmarkRawKafkaGoWriter(b *testing.B) {
 	if err := w.WriteMessages(context.Background(), msgs[0]); err != nil {
 		b.Fatal(err)
 	}
+	trimBroker(b)
 	b.ResetTimer()
 	cpu := startCPU()
 	writeAll(b, w, msgs, cfg.BatchSize)
@@ -136,29 +151,72 @@ func readCPU() (cpuTimes, bool) {
 }
 
 type cpuMeter struct {
-	start cpuTimes
-	ok    bool
+	start    cpuTimes
+	ok       bool
+	self, pg int64
+	wall     time.Time
 }
 
-func startCPU() cpuMeter { t, ok := readCPU(); return cpuMeter{t, ok} }
+func startCPU() cpuMeter {
+	t, ok := readCPU()
+	self, pg := procTicks()
+	return cpuMeter{t, ok, self, pg, time.Now()}
+}
+
+// procTicks sums the CPU time (utime+stime, in clock ticks) of this process and of every
+// process named postgres.
+func procTicks() (self, pg int64) {
+	ticks := func(path string) (string, int64) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", 0
+		}
+		s := string(b)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < 0 {
+			return "", 0
+		}
+		f := strings.Fields(s[close+2:])
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		return s[open+1 : close], u + st
+	}
+	_, self = ticks("/proc/self/stat")
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if name, t := ticks("/proc/" + d.Name() + "/stat"); name == "postgres" {
+			pg += t
+		}
+	}
+	return self, pg
+}
 
 // report adds "cores-busy": how many of the machine's cores were busy on average, counting
-// every process (the database server too).
+// every process (the database server too), and of those "go-cores" for this process (the
+// relay or writer, and the in-process broker) and "pg-cores" for PostgreSQL's processes.
 func (m cpuMeter) report(b *testing.B) {
 	end, ok := readCPU()
 	if !m.ok || !ok || end.total == m.start.total {
 		return
 	}
 	b.ReportMetric(float64(end.busy-m.start.busy)/float64(end.total-m.start.total)*float64(runtime.NumCPU()), "cores-busy")
+	self, pg := procTicks()
+	secs := time.Since(m.wall).Seconds() * 100 // USER_HZ
+	b.ReportMetric(float64(self-m.self)/secs, "go-cores")
+	b.ReportMetric(float64(pg-m.pg)/secs, "pg-cores")
 }
 
 // BenchmarkRelayVsRaw alternates rounds of the two above (20,000 messages each, one database
 // and one relay throughout) so that both see the same machine load, and reports their rates
-// and the relay's share of the raw rate.
+// and the relay's share of the raw rate. BENCH_BROKER_RTT (a duration, default 0) puts the
+// broker at that network distance from both.
 func BenchmarkRelayVsRaw(b *testing.B) {
 	const perRound = 20000
 	cfg := benchConfig(b)
 	cfg.setDefaults()
+	if rtt := benchRTT(b); rtt > 0 {
+		cfg.Dial = delayedDial(rtt)
+	}
 	pool := newDB(b)
 	r, _ := newTestRelay(b, pool, cfg)
 	if err := r.checkTopic(context.Background()); err != nil {
@@ -167,6 +225,7 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 	w := NewWriter(cfg, newTransport(cfg))
 	defer w.Close() //nolint:errcheck
 	var relayTime, rawTime time.Duration
+	var relayGo, relayPG, rawGo int64 // CPU clock ticks
 	for range b.N {
 		if _, err := pool.Exec(context.Background(), "TRUNCATE outbox CASCADE"); err != nil {
 			b.Fatal(err)
@@ -176,20 +235,46 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 		}
 		analyze(b, pool)
 		msgs := pendingMessages(b, pool, cfg)
+		trimBroker(b)
 		start := time.Now()
+		goTicks, pgTicks := procTicks()
 		if res, err := r.RunOnce(context.Background()); err != nil || res.Published != perRound {
 			b.Fatalf("%+v %v", res, err)
 		}
 		relayTime += time.Since(start)
+		goEnd, pgEnd := procTicks()
+		relayGo, relayPG = relayGo+goEnd-goTicks, relayPG+pgEnd-pgTicks
+		trimBroker(b)
 		start = time.Now()
+		goTicks, _ = procTicks()
 		writeAll(b, w, msgs, cfg.BatchSize)
 		rawTime += time.Since(start)
+		goEnd, _ = procTicks()
+		rawGo += goEnd - goTicks
 	}
 	n := float64(b.N * perRound)
 	b.ReportMetric(n/relayTime.Seconds(), "relay-msgs/s")
 	b.ReportMetric(n/rawTime.Seconds(), "raw-msgs/s")
 	b.ReportMetric(100*rawTime.Seconds()/relayTime.Seconds(), "relay-%-of-raw")
+	// CPU time per message: this process (relay or writer, and the in-process broker) and
+	// PostgreSQL, in microseconds (clock ticks are 10 ms).
+	perMsg := func(ticks int64) float64 { return float64(ticks) * 1e4 / n }
+	b.ReportMetric(perMsg(relayGo), "relay-go-µs/msg")
+	b.ReportMetric(perMsg(relayPG), "relay-pg-µs/msg")
+	b.ReportMetric(perMsg(rawGo), "raw-go-µs/msg")
 	b.ReportMetric(0, "ns/op")
+}
+
+func benchRTT(b *testing.B) time.Duration {
+	v := os.Getenv("BENCH_BROKER_RTT")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		b.Fatalf("BENCH_BROKER_RTT=%q: %v", v, err)
+	}
+	return d
 }
 
 // pendingMessages builds, from the outbox rows, the exact messages the relay sends.

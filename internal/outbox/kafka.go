@@ -28,8 +28,12 @@ const (
 
 // newTransport is shared by the writer and the admin client, so both reuse connections.
 func newTransport(cfg RelayConfig) *kafka.Transport {
+	dial := cfg.Dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: cfg.DialTimeout}).DialContext
+	}
 	return &kafka.Transport{
-		Dial:        (&net.Dialer{Timeout: cfg.DialTimeout}).DialContext,
+		Dial:        dial,
 		DialTimeout: cfg.DialTimeout,
 		ClientID:    cfg.ClientID,
 		TLS:         cfg.TLS,
