@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -94,12 +95,10 @@ func prepare(rows []pendingRow, source string) {
 		start = len(buf)
 		buf = r.CreatedAt.UTC().AppendFormat(buf, time.RFC3339Nano)
 		at := cut(start)
-		start = len(buf)
-		buf = append(buf, r.ItemID...)
-		key := cut(start)
+		key := r.ItemID
 		typ := snapshotType
-		if r.EventType != EventTypeSnapshot {
-			typ = []byte(r.EventType)
+		if !bytes.Equal(r.EventType, snapshotType) {
+			typ = r.EventType
 		}
 		h := len(headers)
 		headers = append(headers,

@@ -21,8 +21,8 @@ type pendingRow struct {
 	ID        int64
 	Entry     int64 // outbox_queue.entry_id
 	EventID   [16]byte
-	EventType string
-	ItemID    string
+	EventType []byte
+	ItemID    []byte
 	Payload   []byte
 	CreatedAt time.Time
 	Lane      int16
@@ -68,18 +68,14 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit 
 		WITH e AS (
 		    SELECT entry_id, ids, sum(cardinality(ids)) OVER (ORDER BY entry_id) AS upto
 		    FROM (`+entries+`) q)
-		SELECT e.entry_id, o.id, o.event_id, o.event_type, o.item_id, o.payload::text, o.created_at, o.lane
+		SELECT e.`+pendingColumns+`
 		FROM e, LATERAL (SELECT * FROM outbox o WHERE o.id = ANY (e.ids) ORDER BY o.id) o
 		WHERE e.upto <= $2 OR e.upto = cardinality(e.ids)
 		ORDER BY e.entry_id, o.id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pendingRow, error) {
-		var p pendingRow
-		err := r.Scan(&p.Entry, &p.ID, &p.EventID, &p.EventType, &p.ItemID, &p.Payload, &p.CreatedAt, &p.Lane)
-		return p, err
-	})
+	out, err := scanPending(rows, limit+500)
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
