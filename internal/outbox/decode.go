@@ -18,7 +18,9 @@ const pendingColumns = `entry_id, o.id, o.event_id, o.event_type, o.item_id, o.p
 // scan. Anything unexpected (another format) goes through pgx's Scan.
 func scanPending(rows pgx.Rows, sizeHint int) ([]pendingRow, error) {
 	defer rows.Close()
-	out := make([]pendingRow, 0, sizeHint)
+	// Grown as rows arrive: a following relay mostly reads a row or none, and a read sized
+	// for a full batch would clear half a megabyte each time.
+	out := make([]pendingRow, 0, min(sizeHint, 64))
 	fds := rows.FieldDescriptions()
 	fast := len(fds) == 8
 	for _, i := range []int{0, 1, 2, 6, 7} { // the fixed-size binary columns
@@ -60,7 +62,9 @@ type arena struct{ block []byte }
 
 func (a *arena) copy(b []byte) []byte {
 	if cap(a.block)-len(a.block) < len(b) {
-		a.block = make([]byte, 0, max(256<<10, len(b)))
+		// Blocks double from 4 KiB to 256 KiB: a following relay reading one row at a time
+		// must not pay for a large block per read.
+		a.block = make([]byte, 0, max(min(2*cap(a.block), 256<<10), 4<<10, len(b)))
 	}
 	n := len(a.block)
 	a.block = append(a.block, b...)
