@@ -16,11 +16,11 @@ const pendingColumns = `entry_id, o.id, o.event_id, o.event_type, o.item_id, o.p
 // usual binary forms are decoded here straight from the wire into one arena of bytes per
 // batch: a few allocations per batch instead of four per row, and less for the collector to
 // scan. Anything unexpected (another format) goes through pgx's Scan.
-func scanPending(rows pgx.Rows, sizeHint int) ([]pendingRow, error) {
+func scanPending(rows pgx.Rows) ([]pendingRow, error) {
 	defer rows.Close()
 	// Grown as rows arrive: a following relay mostly reads a row or none, and a read sized
 	// for a full batch would clear half a megabyte each time.
-	out := make([]pendingRow, 0, min(sizeHint, 64))
+	out := make([]pendingRow, 0, 64)
 	fds := rows.FieldDescriptions()
 	fast := len(fds) == 8
 	for _, i := range []int{0, 1, 2, 6, 7} { // the fixed-size binary columns

@@ -21,7 +21,7 @@ func TestScanPendingDecodesLikePgx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := scanPending(rows, 1)
+		out, err := scanPending(rows)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,8 @@ import (
 // delayedDial dials like net.Dialer and makes every byte the broker sends arrive rtt after it
 // was sent: a broker at network distance rtt (a produce call waits one rtt more for its
 // acknowledgement), without limiting throughput. The benchmarks use it to compare the relay
-// and the raw writer against a broker that is not in the same process.
+// and the raw writer against a broker that is not in the same process. Reads ignore
+// deadlines: it is for benchmarks against a broker that answers, not for fault tests.
 func delayedDial(rtt time.Duration) func(ctx context.Context, network, address string) (net.Conn, error) {
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, address)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -368,5 +369,27 @@ func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 	}
 	if recs := consumeAll(t, broker, testTopic); len(recs) != 2 {
 		t.Fatalf("topic holds %d records, want 2", len(recs))
+	}
+}
+
+// RelayConfig.Dial opens every broker connection the relay makes (a proxy, or the benchmarks'
+// simulated network distance).
+func TestRelayDialsThroughConfiguredDial(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	enqueue(t, pool, snapshotEvents(2, 2))
+	cfg := testConfig(broker.ListenAddrs(), "relay-dial")
+	var dials atomic.Int64
+	cfg.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, address)
+	}
+	r, _ := newTestRelay(t, pool, cfg)
+	res, err := r.RunOnce(context.Background())
+	if err != nil || res.Published != 4 {
+		t.Fatalf("result %+v, %v; want 4 published", res, err)
+	}
+	if dials.Load() == 0 {
+		t.Fatal("the relay reached the broker without calling RelayConfig.Dial")
 	}
 }

@@ -75,7 +75,7 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit 
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
-	out, err := scanPending(rows, limit+500)
+	out, err := scanPending(rows)
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
