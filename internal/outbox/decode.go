@@ -8,8 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// pendingColumns is what scanPending reads, in this order.
-const pendingColumns = `entry_id, o.id, o.event_id, o.event_type, o.item_id, o.payload::text, o.created_at, o.lane`
+// pendingColumns are the outbox columns scanPending reads, in this order.
+// The query puts the entry first and, last, whether the entry was read whole.
+const pendingColumns = `o.id, o.event_id, o.event_type, o.item_id, o.payload::text, o.created_at, o.lane`
 
 // scanPending reads the rows of a pendingColumns query. The relay reads tens of thousands of
 // rows a second, and decoding them competes for the CPU with the publishing it feeds, so the
@@ -22,23 +23,23 @@ func scanPending(rows pgx.Rows) ([]pendingRow, error) {
 	// for a full batch would clear half a megabyte each time.
 	out := make([]pendingRow, 0, 64)
 	fds := rows.FieldDescriptions()
-	fast := len(fds) == 8
-	for _, i := range []int{0, 1, 2, 6, 7} { // the fixed-size binary columns
+	fast := len(fds) == 9
+	for _, i := range []int{0, 1, 2, 6, 7, 8} { // the fixed-size binary columns
 		fast = fast && fds[i].Format == pgx.BinaryFormatCode
 	}
 	var a arena
 	for rows.Next() {
 		var p pendingRow
 		if !fast {
-			if err := rows.Scan(&p.Entry, &p.ID, &p.EventID, &p.EventType, &p.ItemID, &p.Payload, &p.CreatedAt, &p.Lane); err != nil {
+			if err := rows.Scan(&p.Entry, &p.ID, &p.EventID, &p.EventType, &p.ItemID, &p.Payload, &p.CreatedAt, &p.Lane, &p.Whole); err != nil {
 				return nil, err
 			}
 			out = append(out, p)
 			continue
 		}
 		v := rows.RawValues()
-		if len(v[0]) != 8 || len(v[1]) != 8 || len(v[2]) != 16 || len(v[6]) != 8 || len(v[7]) != 2 || v[3] == nil || v[4] == nil || v[5] == nil {
-			return nil, fmt.Errorf("outbox row: unexpected column sizes %d/%d/%d/%d/%d", len(v[0]), len(v[1]), len(v[2]), len(v[6]), len(v[7]))
+		if len(v[0]) != 8 || len(v[1]) != 8 || len(v[2]) != 16 || len(v[6]) != 8 || len(v[7]) != 2 || len(v[8]) != 1 || v[3] == nil || v[4] == nil || v[5] == nil {
+			return nil, fmt.Errorf("outbox row: unexpected column sizes %d/%d/%d/%d/%d/%d", len(v[0]), len(v[1]), len(v[2]), len(v[6]), len(v[7]), len(v[8]))
 		}
 		p.Entry = int64(binary.BigEndian.Uint64(v[0]))
 		p.ID = int64(binary.BigEndian.Uint64(v[1]))
@@ -48,6 +49,7 @@ func scanPending(rows pgx.Rows) ([]pendingRow, error) {
 		p.Payload = a.copy(v[5])
 		p.CreatedAt = time.UnixMicro(pgEpochMicros + int64(binary.BigEndian.Uint64(v[6])))
 		p.Lane = int16(binary.BigEndian.Uint16(v[7]))
+		p.Whole = v[8][0] != 0
 		out = append(out, p)
 	}
 	return out, rows.Err()

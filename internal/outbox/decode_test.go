@@ -14,7 +14,7 @@ func TestScanPendingDecodesLikePgx(t *testing.T) {
 	pool := newDB(t)
 	enqueue(t, pool, snapshotEvents(3, 2))
 	ctx := context.Background()
-	query := `SELECT ` + pendingColumns + ` FROM (SELECT 7::bigint AS entry_id) e, outbox o ORDER BY o.id`
+	query := `SELECT 7::bigint, ` + pendingColumns + `, true FROM outbox o ORDER BY o.id`
 	read := func(mode pgx.QueryExecMode) []pendingRow {
 		t.Helper()
 		rows, err := pool.Query(ctx, query, mode)
@@ -33,7 +33,7 @@ func TestScanPendingDecodesLikePgx(t *testing.T) {
 	}
 	for i := range fast {
 		f, s := fast[i], scanned[i]
-		if f.Entry != 7 || f.ID != s.ID || f.EventID != s.EventID || f.Lane != s.Lane || !f.CreatedAt.Equal(s.CreatedAt) ||
+		if f.Entry != 7 || !f.Whole || !s.Whole || f.ID != s.ID || f.EventID != s.EventID || f.Lane != s.Lane || !f.CreatedAt.Equal(s.CreatedAt) ||
 			!slices.Equal(f.EventType, s.EventType) || !slices.Equal(f.ItemID, s.ItemID) || !slices.Equal(f.Payload, s.Payload) {
 			t.Errorf("row %d: decoded %+v, pgx scanned %+v", i, f, s)
 		}

@@ -40,12 +40,15 @@
 // of the read-ahead are built on its goroutine, off the publishing path.
 //
 // What the database does per event is kept small, since it is the relay's cost: pending rows
-// are listed in outbox_queue, one entry per lane and inserting statement (so a write-back of
-// many snapshots is a few entries), read whole in entry order; marking a batch published
-// deletes its entries and writes one outbox_published row listing the ids. The outbox row
-// itself, payload and all, is not rewritten (migrations/006_outbox_publish_log.sql). Entries
-// follow commit order per item (an item's next snapshot is written only after its previous one
-// committed), so publishing a lane entry by entry, each in id order, keeps per-item order.
+// are listed in outbox_queue, one entry per inserting statement (at most 500 ids, with their
+// lanes), read in entry order; a relay holding every lane reads an entry of consecutive ids
+// with one range scan of the primary key. Marking a batch published deletes the entries it
+// read whole, takes its rows out of entries it shares with relays holding other lanes (or read
+// only in part), and writes one outbox_published row listing the ids. The outbox row itself,
+// payload and all, is not rewritten (migrations/006_outbox_publish_log.sql,
+// 008_outbox_queue_per_statement.sql). Entries follow commit order per item (an item's next
+// snapshot is written only after its previous one committed), so publishing entry by entry,
+// each in id order, keeps per-item order in every lane.
 // Marks are committed without waiting for the WAL flush: a mark lost in a database crash
 // means a duplicate, never a loss.
 //

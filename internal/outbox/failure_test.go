@@ -229,6 +229,48 @@ func TestRunOnceLeavesLanesHeldElsewhere(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_relay_lanes WHERE owner = 'cron'`).Scan(&held); err != nil || held != 0 {
 		t.Fatalf("%d lanes still held after RunOnce (%v)", held, err)
 	}
+	// Queue entries hold a whole statement's rows, of every lane: the relay took its rows out
+	// of them and left the others' rows queued.
+	var entries, queued int
+	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(cardinality(ids)), 0) FROM outbox_queue`).Scan(&entries, &queued); err != nil || entries == 0 || queued != 80-inFree {
+		t.Fatalf("queue holds %d entries with %d ids (%v), want the %d rows of the busy lanes", entries, queued, err, 80-inFree)
+	}
+
+	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET owner = NULL, lease_token = NULL, lease_expires_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	res, err = r.RunOnce(ctx)
+	if err != nil || res.Published != int64(80-inFree) {
+		t.Fatalf("all lanes free: %+v %v (want %d published)", res, err, 80-inFree)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_queue`).Scan(&entries); err != nil || entries != 0 {
+		t.Fatalf("%d queue entries left after everything was published (%v)", entries, err)
+	}
+	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
+}
+
+// A statement's rows share one queue entry (up to 500). A relay reading fewer rows at a time
+// reads such an entry in parts, and its read-ahead goes on in the entry where the batch in
+// flight ends: every row once, each item's rows in order.
+func TestRelayReadsLargeEntriesInParts(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	ctx := context.Background()
+	enqueue(t, pool, snapshotEvents(7, 100)) // 700 rows, one statement: entries of 500 and 200
+	cfg := testConfig(broker.ListenAddrs(), "relay-a")
+	cfg.BatchSize = 15 // reads of 60 rows
+	r, _ := newTestRelay(t, pool, cfg)
+	res, err := r.RunOnce(ctx)
+	if err != nil || res.Published != 700 || res.Batches < 700/60 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if dups := checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic)); dups != 0 {
+		t.Fatalf("%d rows sent twice", dups)
+	}
+	var entries int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_queue`).Scan(&entries); err != nil || entries != 0 {
+		t.Fatalf("%d queue entries left (%v)", entries, err)
+	}
 }
 
 // Follow mode publishes rows as they commit and prunes old published rows.

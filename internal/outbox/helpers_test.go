@@ -298,9 +298,13 @@ func dequeue(tb testing.TB, pool *pgxpool.Pool, cond string) []int64 {
 	ctx := context.Background()
 	taken := ids(tb, pool, cond)
 	_, err := pool.Exec(ctx, `
-		WITH t AS (SELECT entry_id, ARRAY(SELECT i FROM unnest(ids) AS i WHERE i <> ALL ($1::bigint[]) ORDER BY i) AS rest FROM outbox_queue),
+		WITH t AS (
+		         SELECT entry_id,
+		                ARRAY(SELECT x.id FROM unnest(ids, lanes) AS x(id, lane) WHERE x.id <> ALL ($1::bigint[]) ORDER BY x.id) AS rest,
+		                ARRAY(SELECT x.lane FROM unnest(ids, lanes) AS x(id, lane) WHERE x.id <> ALL ($1::bigint[]) ORDER BY x.id) AS rest_lanes
+		         FROM outbox_queue),
 		     d AS (DELETE FROM outbox_queue q USING t WHERE q.entry_id = t.entry_id AND cardinality(t.rest) = 0)
-		UPDATE outbox_queue q SET ids = t.rest FROM t
+		UPDATE outbox_queue q SET ids = t.rest, lanes = t.rest_lanes FROM t
 		WHERE q.entry_id = t.entry_id AND cardinality(t.rest) > 0 AND q.ids <> t.rest`, append([]int64{}, taken...))
 	if err != nil {
 		tb.Fatal(err)

@@ -158,11 +158,13 @@ type busyLanes struct {
 func (s *laneSet) busy(ctx context.Context) (busyLanes, error) {
 	var b busyLanes
 	err := s.pool.QueryRow(ctx, `
-		SELECT count(*),
-		       coalesce(sum((SELECT sum(cardinality(q.ids)) FROM outbox_queue q WHERE q.lane = l.lane)), 0)::bigint,
-		       coalesce(array_agg(DISTINCT l.owner), '{}')
-		FROM outbox_relay_lanes l
-		WHERE l.lease_expires_at > now() AND NOT (l.lease_token = ANY($1::uuid[]))`, s.tokens()).
+		WITH b AS (
+		    SELECT lane, owner FROM outbox_relay_lanes
+		    WHERE lease_expires_at > now() AND NOT (lease_token = ANY ($1::uuid[])))
+		SELECT (SELECT count(*) FROM b),
+		       (SELECT count(*) FROM outbox_queue q, unnest(q.lanes) AS l(lane)
+		        WHERE q.lanes && ARRAY(SELECT lane FROM b) AND l.lane IN (SELECT lane FROM b)),
+		       (SELECT coalesce(array_agg(DISTINCT owner), '{}') FROM b)`, s.tokens()).
 		Scan(&b.Lanes, &b.Pending, &b.Owners)
 	if err != nil {
 		return busyLanes{}, fmt.Errorf("read outbox lanes held by other relays: %w", err)

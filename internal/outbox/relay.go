@@ -33,6 +33,8 @@ type Relay struct {
 	// The pipeline (see step): the read-ahead batch, and the published batch not yet marked.
 	next     []pendingRow
 	unmarked outcome
+	// rowsPerEntry of the last read sizes the next one's walk of the queue (entriesFor).
+	rowsPerEntry int
 
 	mu    sync.Mutex
 	total Result
@@ -270,21 +272,25 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 			return 0, nil
 		}
 		var err error
-		if rows, err = fetchPending(ctx, r.pool, lanes, r.readSize(), nil); err != nil || len(rows) == 0 {
+		if rows, err = r.fetch(ctx, lanes, nil, rowPos{}); err != nil || len(rows) == 0 {
 			return 0, err
 		}
-		prepare(rows, r.cfg.Source)
 	}
 
 	prev := r.unmarked
 	r.unmarked = outcome{}
 	lanes, tokens := r.lanes.usable(r.publishWindow()), r.lanes.tokens()
+	// The read-ahead leaves out the entries of the batches in flight, except that it goes on
+	// in the entry this batch ends in, which it may have read only in part.
+	last := rows[len(rows)-1]
+	after := rowPos{last.Entry, last.ID}
 	exclude := slices.Clone(prev.entries)
 	for _, row := range rows {
 		if len(exclude) == 0 || exclude[len(exclude)-1] != row.Entry {
 			exclude = append(exclude, row.Entry)
 		}
 	}
+	exclude = slices.DeleteFunc(exclude, func(e int64) bool { return e == after.entry })
 	type sideResult struct {
 		published, failed []int64
 		next              []pendingRow
@@ -300,9 +306,7 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 		s.published, s.failed, markErr = recordOutcome(mctx, r.pool, prev, tokens, r.cfg.Owner, r.cfg.OnPublished)
 	})
 	side.Go(func() {
-		if s.next, fetchErr = fetchPending(ctx, r.pool, lanes, r.readSize(), exclude); fetchErr == nil {
-			prepare(s.next, r.cfg.Source)
-		}
+		s.next, fetchErr = r.fetch(ctx, lanes, exclude, after)
 	})
 	r.unmarked = r.publish(ctx, rows)
 	side.Wait()
@@ -387,18 +391,60 @@ const readsPerBatch = 4
 
 func (r *Relay) readSize() int { return readsPerBatch * r.cfg.BatchSize }
 
+// fetch reads the next batch and builds its messages. One fetch runs at a time.
+func (r *Relay) fetch(ctx context.Context, lanes []int16, exclude []int64, after rowPos) ([]pendingRow, error) {
+	rows, err := fetchPending(ctx, r.pool, lanes, r.readSize(), r.entriesFor(), exclude, after)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	entries := 1
+	for i := 1; i < len(rows); i++ {
+		if rows[i].Entry != rows[i-1].Entry {
+			entries++
+		}
+	}
+	r.rowsPerEntry = len(rows) / entries
+	prepare(rows, r.cfg.Source)
+	return rows, nil
+}
+
+// entriesFor is how many queue entries a read may walk: enough for a full read at half the
+// rows per entry of the last read. Entries hold from one row (a snapshot written alone) to
+// 500, and a walk as deep as a read is long would go through thousands of large entries to
+// use a few dozen; a read that comes up short only makes the next one walk further.
+func (r *Relay) entriesFor() int {
+	return r.readSize() / max(r.rowsPerEntry/2, 1)
+}
+
 // publishWindow is how much lease a lane needs left to start a batch on it: the write
 // timeout, plus as much again for a produce request kafka-go may still be finishing after it.
 func (r *Relay) publishWindow() time.Duration { return 2 * r.cfg.WriteTimeout }
 
 // keepUsable drops the read-ahead rows of lanes that are no longer safe to publish. Rows of a
-// lane are a prefix of its pending rows, so dropping whole lanes keeps the order.
+// lane are a prefix of its pending rows, so dropping whole lanes keeps the order; an entry
+// that lost rows here is no longer read whole, so marking takes out only the rows sent.
 func (r *Relay) keepUsable(rows []pendingRow) []pendingRow {
 	if len(rows) == 0 {
 		return nil
 	}
 	usable := r.lanes.usable(r.publishWindow())
-	return slices.DeleteFunc(rows, func(row pendingRow) bool { return !slices.Contains(usable, row.Lane) })
+	var cut map[int64]bool
+	rows = slices.DeleteFunc(rows, func(row pendingRow) bool {
+		if slices.Contains(usable, row.Lane) {
+			return false
+		}
+		if cut == nil {
+			cut = map[int64]bool{}
+		}
+		cut[row.Entry] = true
+		return true
+	})
+	for i := range rows {
+		if cut[rows[i].Entry] {
+			rows[i].Whole = false
+		}
+	}
+	return rows
 }
 
 func (r *Relay) add(b Result) {
@@ -422,31 +468,36 @@ type outcome struct {
 	err        error
 	cut        bool // the lease ran short mid-batch: pending rows were not sent, no error
 
-	// What it means for the queue (settle): every entry of the batch, the entries whose rows
-	// were all published or failed, and the entry the batch stopped in, if any.
+	// What it means for the queue (settle): every entry of the batch, the entries the batch
+	// read whole and settled every row of (deleted), and for the other entries the rows it
+	// settled (taken out of them).
 	entries []int64
 	settled []int64
-	partial map[int64]partialEntry
-	entryOf map[int64]int64 // row id → entry
+	partial map[int64][]int64
+	rowOf   map[int64]rowRef
 }
 
-// confirmed keeps the ids whose entry was deleted (gone) or updated (kept) by the mark.
-func (o *outcome) confirmed(ids, gone []int64, kept map[int64]bool) []int64 {
+type rowRef struct {
+	entry int64
+	lane  int16
+}
+
+// confirmed keeps the ids whose entry was deleted (gone), or that were taken out of their
+// entry, which the mark does for rows of the lanes it found held.
+func (o *outcome) confirmed(ids, gone []int64, held []int16) []int64 {
 	deleted := make(map[int64]bool, len(gone))
 	for _, e := range gone {
 		deleted[e] = true
 	}
 	var out []int64
 	for _, id := range ids {
-		if e := o.entryOf[id]; deleted[e] || kept[e] {
+		ref := o.rowOf[id]
+		if _, partial := o.partial[ref.entry]; deleted[ref.entry] || partial && slices.Contains(held, ref.lane) {
 			out = append(out, id)
 		}
 	}
 	return out
 }
-
-// partialEntry is a queue entry a batch stopped in the middle of: left stay queued.
-type partialEntry struct{ settled, left []int64 }
 
 // settle sorts the entries of rows (in publishing order) by what happened to their rows.
 func (o *outcome) settle(rows []pendingRow) {
@@ -454,30 +505,31 @@ func (o *outcome) settle(rows []pendingRow) {
 	for _, id := range o.pending {
 		pending[id] = true
 	}
-	o.entryOf = make(map[int64]int64, len(rows))
-	for _, r := range rows {
-		o.entryOf[r.ID] = r.Entry
-	}
+	o.rowOf = make(map[int64]rowRef, len(rows))
 	for lo := 0; lo < len(rows); {
+		entry := rows[lo].Entry
+		whole, left := true, false
+		var settled []int64
 		hi := lo
-		var p partialEntry
-		for ; hi < len(rows) && rows[hi].Entry == rows[lo].Entry; hi++ {
-			if pending[rows[hi].ID] {
-				p.left = append(p.left, rows[hi].ID)
+		for ; hi < len(rows) && rows[hi].Entry == entry; hi++ {
+			r := &rows[hi]
+			o.rowOf[r.ID] = rowRef{entry, r.Lane}
+			whole = whole && r.Whole
+			if pending[r.ID] {
+				left = true
 			} else {
-				p.settled = append(p.settled, rows[hi].ID)
+				settled = append(settled, r.ID)
 			}
 		}
-		entry := rows[lo].Entry
 		o.entries = append(o.entries, entry)
 		switch {
-		case len(p.left) == 0:
+		case whole && !left:
 			o.settled = append(o.settled, entry)
-		case len(p.settled) > 0:
+		case len(settled) > 0:
 			if o.partial == nil {
-				o.partial = map[int64]partialEntry{}
+				o.partial = map[int64][]int64{}
 			}
-			o.partial[entry] = p
+			o.partial[entry] = settled
 		}
 		lo = hi
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,52 +27,57 @@ type pendingRow struct {
 	Payload   []byte
 	CreatedAt time.Time
 	Lane      int16
+	// Whole: every id of the entry is in a lane the reading relay held, so the batch read all
+	// of the entry's rows and settling them all may delete it. Otherwise only the settled
+	// ids are taken out of it (recordOutcome).
+	Whole bool
 
 	msg kafka.Message
 }
 
-// fetchPending reads the oldest queue entries of the given lanes, whole, and their outbox
-// rows: for every lane a prefix of its entries, at most limit rows in all but always at least
-// one entry (entries hold at most 500 ids). Rows come in entry order, each entry in id order,
-// which is the order the relay publishes in. exclude lists entries already on their way (the
-// pipeline's batches in flight).
+// fetchPending reads the outbox rows of the given lanes from the oldest queue entries that
+// hold any: at most limit rows, from at most entries entries (0: limit), so that a relay does
+// not walk far more entries than it uses (Relay.entriesFor). The last entry may be read in
+// part (a statement queues up to 500 rows in one entry). Rows come in entry order, each entry
+// in id order, which is the order the relay publishes in. exclude lists entries already on
+// their way (the pipeline's batches in flight), and after where the batch in flight ended:
+// that entry is read from the next id on.
 //
-// The rows themselves are read by primary key, a plan that does not depend on table
-// statistics (which lag behind on queue tables). How the entries are found depends on how
-// many lanes the relay holds:
-//   - most of them (one relay, the usual case): one walk of the queue's primary key, skipping
-//     the entries of lanes held elsewhere;
-//   - a few: a walk of each lane's range of the (lane, entry_id) index, perLane entries at
-//     most, so the cost stays bounded however large the backlog in other relays' lanes is.
-func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit int, exclude []int64) ([]pendingRow, error) {
+// An entry whose ids are consecutive and all in the given lanes (one relay holding every
+// lane, and a writer whose ids were not interleaved with another's) is read with one range
+// scan of the primary key; any other by primary-key probes of its ids. Entries are walked
+// from the head of the queue, skipping those only other relays' lanes still need.
+func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit, entries int, exclude []int64, after rowPos) ([]pendingRow, error) {
 	if len(lanes) == 0 {
 		return nil, nil
 	}
-	args := []any{lanes, limit, exclude}
-	entries := `
-		SELECT entry_id, ids FROM outbox_queue
-		WHERE lane = ANY ($1::smallint[]) AND entry_id NOT IN (SELECT unnest(coalesce($3::bigint[], '{}')))
-		ORDER BY entry_id LIMIT $2`
-	if len(lanes) < Lanes/2 {
-		// Entries are spread evenly over lanes, so twice a fair share per lane fills a batch
-		// without reading far more than it uses; a backlog in few lanes gets smaller batches.
-		entries = `
-		SELECT q.entry_id, q.ids
-		FROM unnest($1::smallint[]) AS l(lane),
-		LATERAL (SELECT entry_id, ids FROM outbox_queue
-		         WHERE lane = l.lane AND entry_id NOT IN (SELECT unnest(coalesce($3::bigint[], '{}')))
-		         ORDER BY entry_id LIMIT $4) q
-		ORDER BY q.entry_id LIMIT $2`
-		args = append(args, min(limit, max(64, 2*limit/len(lanes))))
+	if entries <= 0 || entries > limit {
+		entries = limit
 	}
 	rows, err := pool.Query(ctx, `
 		WITH e AS (
-		    SELECT entry_id, ids, sum(cardinality(ids)) OVER (ORDER BY entry_id) AS upto
-		    FROM (`+entries+`) q)
-		SELECT e.`+pendingColumns+`
-		FROM e, LATERAL (SELECT * FROM outbox o WHERE o.id = ANY (e.ids) ORDER BY o.id) o
-		WHERE e.upto <= $2 OR e.upto = cardinality(e.ids)
-		ORDER BY e.entry_id, o.id`, args...)
+		    SELECT entry_id, ids, mine, whole, after, n, sum(n) OVER (ORDER BY entry_id) AS upto,
+		           mine AND ids[cardinality(ids)] - ids[1] + 1 = cardinality(ids) AS dense
+		    FROM (SELECT entry_id, ids, mine, mine AND entry_id <> $5 AS whole, after,
+		                 CASE WHEN mine AND entry_id <> $5 THEN cardinality(ids)
+		                      ELSE (SELECT count(*) FROM unnest(ids, lanes) AS x(id, lane)
+		                            WHERE x.lane = ANY ($1::smallint[]) AND x.id > after) END AS n
+		          FROM (SELECT entry_id, ids, lanes, lanes <@ $1::smallint[] AS mine,
+		                       CASE WHEN entry_id = $5 THEN $6::bigint ELSE 0 END AS after
+		                FROM outbox_queue
+		                WHERE lanes && $1::smallint[] AND entry_id NOT IN (SELECT unnest(coalesce($3::bigint[], '{}')))
+		                ORDER BY entry_id LIMIT $4) q) q)
+		SELECT e.entry_id, `+pendingColumns+`, e.whole AND e.upto <= $2
+		FROM e, LATERAL (
+		    SELECT * FROM outbox o
+		    WHERE e.dense AND o.id BETWEEN e.ids[1] AND e.ids[cardinality(e.ids)] AND o.id > e.after
+		    UNION ALL
+		    SELECT * FROM outbox o
+		    WHERE NOT e.dense AND o.id = ANY (e.ids) AND (e.mine OR o.lane = ANY ($1::smallint[])) AND o.id > e.after
+		    ORDER BY id) o
+		WHERE e.upto - e.n < $2
+		ORDER BY e.entry_id, o.id
+		LIMIT $2`, lanes, limit, exclude, entries, after.entry, after.id)
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
@@ -81,6 +87,9 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit 
 	}
 	return out, nil
 }
+
+// rowPos is a row of a queue entry.
+type rowPos struct{ entry, id int64 }
 
 // recordOutcome takes what a batch settled off the queue and marks it: published rows as one
 // outbox_published row, failed rows with their errors. Entries whose rows are all settled are
@@ -118,7 +127,7 @@ func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens 
 			WITH sc AS (SELECT set_config('synchronous_commit', 'off', true)),
 			     done AS (
 			         DELETE FROM outbox_queue q
-			         WHERE q.entry_id = ANY ($1::bigint[]) AND q.lane = ANY (`+heldLanes+`)
+			         WHERE q.entry_id = ANY ($1::bigint[]) AND q.lanes <@ `+heldLanes+`
 			         RETURNING q.entry_id, q.ids),
 			     logged AS (
 			         INSERT INTO outbox_published (relay, first_id, last_id, ids)
@@ -131,29 +140,27 @@ func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens 
 	}
 	var now time.Time
 	var gone []int64
-	kept := map[int64]bool{} // partly settled entries whose update went through
+	var held []int16 // the lanes held under tokens, read when rows were taken out of entries
 	if len(out.failed) == 0 && len(out.partial) == 0 {
 		gone, now, err = mark(pool, nil)
 	} else {
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var extra []int64
-			for entry, rest := range out.partial {
-				tag, err := tx.Exec(ctx, `
-					UPDATE outbox_queue q SET ids = $3
-					WHERE q.entry_id = $1 AND q.lane = ANY (`+heldLanes+`)`, entry, tokens, rest.left)
-				if err != nil {
-					return err
-				}
-				if tag.RowsAffected() == 1 {
-					kept[entry] = true
-					extra = append(extra, rest.settled...)
-				}
+			// The lanes stay locked until commit: no relay takes one over between taking its
+			// rows out of entries and logging them published.
+			if err := tx.QueryRow(ctx, `
+				SELECT coalesce(array_agg(lane), '{}') FROM (
+				    SELECT lane FROM outbox_relay_lanes WHERE lease_token = ANY ($1::uuid[]) FOR SHARE) l`,
+				tokens).Scan(&held); err != nil {
+				return err
 			}
-			var err error
+			extra, err := takeOut(ctx, tx, out, held)
+			if err != nil {
+				return err
+			}
 			if gone, now, err = mark(tx, extra); err != nil {
 				return err
 			}
-			failed = out.confirmed(out.failed, gone, kept)
+			failed = out.confirmed(out.failed, gone, held)
 			if len(failed) == 0 {
 				return nil
 			}
@@ -168,13 +175,45 @@ func recordOutcome(ctx context.Context, pool *pgxpool.Pool, out outcome, tokens 
 		return nil, nil, err
 	}
 	published = out.published
-	if len(gone) != len(out.settled) || len(kept) != len(out.partial) {
-		published = out.confirmed(out.published, gone, kept)
+	if len(gone) != len(out.settled) || len(out.partial) > 0 {
+		published = out.confirmed(out.published, gone, held)
 	}
 	if onPublished != nil && len(published) > 0 {
 		onPublished(out.ages(published, now))
 	}
 	return published, failed, nil
+}
+
+// takeOut removes the settled rows of the entries a batch did not delete whole (shared with
+// lanes held elsewhere, or stopped in the middle of) from those entries, rows of the held
+// lanes only, deletes entries left empty, and returns the ids it took out. Relays sharing an
+// entry each take out their own rows; the row lock makes the later one recompute from the
+// earlier one's result, so none of them puts back what another took out.
+func takeOut(ctx context.Context, tx pgx.Tx, out outcome, held []int16) ([]int64, error) {
+	if len(out.partial) == 0 {
+		return nil, nil
+	}
+	var entries, ids, taken []int64
+	for entry, settled := range out.partial {
+		for _, id := range settled {
+			entries, ids = append(entries, entry), append(ids, id)
+			if slices.Contains(held, out.rowOf[id].lane) {
+				taken = append(taken, id)
+			}
+		}
+	}
+	const rest = `FROM unnest(q.ids, q.lanes) AS x(id, lane)
+		WHERE NOT (x.lane = ANY ($3::smallint[]) AND x.id = ANY (d.ids)) ORDER BY x.id`
+	if _, err := tx.Exec(ctx, `
+		WITH d AS (SELECT u.entry, array_agg(u.id) AS ids FROM unnest($1::bigint[], $2::bigint[]) AS u(entry, id) GROUP BY u.entry)
+		UPDATE outbox_queue q SET ids = ARRAY(SELECT x.id `+rest+`), lanes = ARRAY(SELECT x.lane `+rest+`)
+		FROM d WHERE q.entry_id = d.entry`, entries, ids, held); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM outbox_queue WHERE entry_id = ANY ($1::bigint[]) AND cardinality(ids) = 0`, entries); err != nil {
+		return nil, err
+	}
+	return taken, nil
 }
 
 // heldLanes is the lanes held under the lease tokens $2, as an array: matching entries against
