@@ -17,11 +17,14 @@ const pendingColumns = `o.id, o.event_id, o.event_type, o.item_id, o.payload::te
 // usual binary forms are decoded here straight from the wire into one arena of bytes per
 // batch: a few allocations per batch instead of four per row, and less for the collector to
 // scan. Anything unexpected (another format) goes through pgx's Scan.
-func scanPending(rows pgx.Rows) ([]pendingRow, error) {
+//
+// expect sizes the batch: the size of the relay's last read, since a backlog is read in full
+// reads one after another, and a following relay mostly reads a row or none (a batch sized
+// for a full read would clear half a megabyte each time). Past it the batch grows as rows
+// arrive.
+func scanPending(rows pgx.Rows, expect int) ([]pendingRow, error) {
 	defer rows.Close()
-	// Grown as rows arrive: a following relay mostly reads a row or none, and a read sized
-	// for a full batch would clear half a megabyte each time.
-	out := make([]pendingRow, 0, 64)
+	out := make([]pendingRow, 0, max(expect, 16))
 	fds := rows.FieldDescriptions()
 	fast := len(fds) == 9
 	for _, i := range []int{0, 1, 2, 6, 7, 8} { // the fixed-size binary columns

@@ -21,7 +21,7 @@ func TestScanPendingDecodesLikePgx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := scanPending(rows)
+		out, err := scanPending(rows, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

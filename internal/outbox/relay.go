@@ -33,8 +33,8 @@ type Relay struct {
 	// The pipeline (see step): the read-ahead batch, and the published batch not yet marked.
 	next     []pendingRow
 	unmarked outcome
-	// rowsPerEntry of the last read sizes the next one's walk of the queue (entriesFor).
-	rowsPerEntry int
+	// The last read sizes the next one: its walk of the queue (entriesFor) and its batch.
+	rowsPerEntry, lastRead int
 
 	mu    sync.Mutex
 	total Result
@@ -393,7 +393,9 @@ func (r *Relay) readSize() int { return readsPerBatch * r.cfg.BatchSize }
 
 // fetch reads the next batch and builds its messages. One fetch runs at a time.
 func (r *Relay) fetch(ctx context.Context, lanes []int16, exclude []int64, after rowPos) ([]pendingRow, error) {
-	rows, err := fetchPending(ctx, r.pool, lanes, r.readSize(), r.entriesFor(), exclude, after)
+	rows, err := fetchPending(ctx, r.pool, read{
+		lanes: lanes, limit: r.readSize(), entries: r.entriesFor(), expect: r.lastRead, exclude: exclude, after: after})
+	r.lastRead = len(rows)
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}

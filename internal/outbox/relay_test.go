@@ -352,7 +352,7 @@ func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.releaseLanes(ctx)
-	rows, err := fetchPending(ctx, pool, r.lanes.usable(0), r.readSize(), 0, nil, rowPos{})
+	rows, err := fetchPending(ctx, pool, read{lanes: r.lanes.usable(0), limit: r.readSize()})
 	if err != nil || len(rows) != 4 {
 		t.Fatalf("fetched %d rows: %v", len(rows), err)
 	}

@@ -35,19 +35,20 @@ type pendingRow struct {
 	msg kafka.Message
 }
 
-// fetchPending reads the outbox rows of the given lanes from the oldest queue entries that
-// hold any: at most limit rows, from at most entries entries (0: limit), so that a relay does
+// fetchPending reads the outbox rows of rd.lanes from the oldest queue entries that hold
+// any: at most rd.limit rows, from at most rd.entries entries (0: limit), so that a relay does
 // not walk far more entries than it uses (Relay.entriesFor). The last entry may be read in
 // part (a statement queues up to 500 rows in one entry). Rows come in entry order, each entry
-// in id order, which is the order the relay publishes in. exclude lists entries already on
-// their way (the pipeline's batches in flight), and after where the batch in flight ended:
-// that entry is read from the next id on.
+// in id order, which is the order the relay publishes in. rd.exclude lists entries already on
+// their way (the pipeline's batches in flight), and rd.after where the batch in flight
+// ended: that entry is read from the next id on.
 //
 // An entry whose ids are consecutive and all in the given lanes (one relay holding every
 // lane, and a writer whose ids were not interleaved with another's) is read with one range
 // scan of the primary key; any other by primary-key probes of its ids. Entries are walked
 // from the head of the queue, skipping those only other relays' lanes still need.
-func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit, entries int, exclude []int64, after rowPos) ([]pendingRow, error) {
+func fetchPending(ctx context.Context, pool *pgxpool.Pool, rd read) ([]pendingRow, error) {
+	lanes, limit, entries, exclude, after := rd.lanes, rd.limit, rd.entries, rd.exclude, rd.after
 	if len(lanes) == 0 {
 		return nil, nil
 	}
@@ -81,11 +82,21 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit,
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
-	out, err := scanPending(rows)
+	out, err := scanPending(rows, min(rd.expect, limit))
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
 	return out, nil
+}
+
+// read is what fetchPending reads: rows of lanes, at most limit, from at most entries queue
+// entries, leaving out the entries exclude and starting entry after.entry after after.id.
+// expect is how many rows the caller expects (the size of its last read), to size the batch.
+type read struct {
+	lanes                  []int16
+	limit, entries, expect int
+	exclude                []int64
+	after                  rowPos
 }
 
 // rowPos is a row of a queue entry.
