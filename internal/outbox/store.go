@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 )
@@ -351,6 +352,30 @@ func requeueFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64,
 		     q AS (SELECT outbox_queue_add(array_agg(id), array_agg(lane)), pg_notify('outbox_pending', '') FROM r)
 		SELECT count(*) FROM r, (SELECT count(*) FROM q) AS run`, ids).Scan(&n)
 	return n, err
+}
+
+// ForgetDeleted takes the ids of outbox rows that no longer exist out of the relay's queue,
+// deletes the entries it empties, and returns how many entries it changed. Rows are deleted
+// while pending only by hand or by `collector purge:synthetic` (pruning keeps them); without
+// this their ids would count as pending for ever, and an entry holding only such ids would
+// never be published and deleted. Each entry is recomputed from its current version, so a
+// relay taking its rows out of the same entry meanwhile loses nothing.
+func ForgetDeleted(ctx context.Context, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}) (int64, error) {
+	const kept = `FROM unnest(q.ids, q.lanes) AS x(id, lane) WHERE EXISTS (SELECT FROM outbox o WHERE o.id = x.id) ORDER BY x.id`
+	tag, err := db.Exec(ctx, `
+		UPDATE outbox_queue q SET ids = ARRAY(SELECT x.id `+kept+`), lanes = ARRAY(SELECT x.lane `+kept+`)
+		WHERE q.entry_id IN (
+		    SELECT q.entry_id FROM outbox_queue q, unnest(q.ids) AS u(id)
+		    WHERE NOT EXISTS (SELECT FROM outbox o WHERE o.id = u.id))`)
+	if err != nil {
+		return 0, fmt.Errorf("take deleted outbox rows out of the relay queue: %w", err)
+	}
+	if _, err := db.Exec(ctx, `DELETE FROM outbox_queue WHERE cardinality(ids) = 0`); err != nil {
+		return 0, fmt.Errorf("delete emptied relay queue entries: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Prune deletes rows published more than olderThan ago, about batch rows per statement, until

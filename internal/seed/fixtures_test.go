@@ -121,6 +121,16 @@ func TestSeedSyntheticThenPurge(t *testing.T) {
 	if len(purged) != len(purgeTables) || purged.Total() == 0 {
 		t.Errorf("purge result %+v", purged)
 	}
+	// The purged outbox rows were pending: they left the relay's queue, the real one did not.
+	var queued []string
+	if err := pool.QueryRow(ctx, `
+		SELECT coalesce(array_agg(coalesce(o.item_id, 'missing row ' || u.id)), '{}')
+		FROM outbox_queue q, unnest(q.ids) AS u(id) LEFT JOIN outbox o ON o.id = u.id`).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if len(queued) != 1 || queued[0] != realID {
+		t.Errorf("relay queue holds %v after the purge, want only %s", queued, realID)
+	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND collection_tier = 'WARM_5M'`, realID).Scan(&n); err != nil || n != 1 {
 		t.Errorf("real item gone or changed (%d, %v)", n, err)
