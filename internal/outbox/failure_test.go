@@ -225,6 +225,9 @@ func TestRunOnceLeavesLanesHeldElsewhere(t *testing.T) {
 	if n := countWhere(t, pool, "state = 'published' AND lane >= 8"); n != 0 {
 		t.Fatalf("%d rows published from lanes held elsewhere", n)
 	}
+	if recs := consumeAll(t, broker, testTopic); len(recs) != inFree {
+		t.Fatalf("topic holds %d records, want the %d of the free lanes", len(recs), inFree)
+	}
 	var held int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_relay_lanes WHERE owner = 'cron'`).Scan(&held); err != nil || held != 0 {
 		t.Fatalf("%d lanes still held after RunOnce (%v)", held, err)

@@ -44,10 +44,11 @@ type pendingRow struct {
 // their way (the pipeline's batches in flight), and rd.after where the batch in flight
 // ended: that entry is read from the next id on.
 //
-// An entry whose ids are consecutive and all in the given lanes (one relay holding every
-// lane, and a writer whose ids were not interleaved with another's) is read with one range
-// scan of the primary key; any other by primary-key probes of its ids. Entries are walked
-// from the head of the queue, skipping those only other relays' lanes still need.
+// An entry whose ids are consecutive (a writer whose ids were not interleaved with another's)
+// is read with one range scan of the primary key, which is cheaper per row than probing even
+// when relays split the lanes and each reads past the others' rows; any other entry by
+// primary-key probes of its ids. Entries are walked from the head of the queue, skipping
+// those only other relays' lanes still need.
 func fetchPending(ctx context.Context, pool *pgxpool.Pool, rd read) ([]pendingRow, error) {
 	lanes, limit, entries, exclude, after := rd.lanes, rd.limit, rd.entries, rd.exclude, rd.after
 	if len(lanes) == 0 {
@@ -59,7 +60,7 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, rd read) ([]pendingRo
 	rows, err := pool.Query(ctx, `
 		WITH e AS (
 		    SELECT entry_id, ids, mine, whole, after, n, sum(n) OVER (ORDER BY entry_id) AS upto,
-		           mine AND ids[cardinality(ids)] - ids[1] + 1 = cardinality(ids) AS dense
+		           ids[cardinality(ids)] - ids[1] + 1 = cardinality(ids) AS dense
 		    FROM (SELECT entry_id, ids, mine, mine AND entry_id <> $5 AS whole, after,
 		                 CASE WHEN mine AND entry_id <> $5 THEN cardinality(ids)
 		                      ELSE (SELECT count(*) FROM unnest(ids, lanes) AS x(id, lane)
@@ -73,6 +74,7 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, rd read) ([]pendingRo
 		FROM e, LATERAL (
 		    SELECT * FROM outbox o
 		    WHERE e.dense AND o.id BETWEEN e.ids[1] AND e.ids[cardinality(e.ids)] AND o.id > e.after
+		      AND (e.mine OR o.lane = ANY ($1::smallint[]))
 		    UNION ALL
 		    SELECT * FROM outbox o
 		    WHERE NOT e.dense AND o.id = ANY (e.ids) AND (e.mine OR o.lane = ANY ($1::smallint[])) AND o.id > e.after
