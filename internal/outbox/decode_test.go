@@ -42,3 +42,58 @@ func TestScanPendingDecodesLikePgx(t *testing.T) {
 		}
 	}
 }
+
+// A run of whole entries of consecutive ids is read with one range scan (headSpans); the
+// rows, their entries and whether each entry was read whole must be what reading entry by
+// entry gives.
+func TestRangeReadMatchesEntryRead(t *testing.T) {
+	pool := newDB(t)
+	ctx := context.Background()
+	for range 4 {
+		enqueue(t, pool, snapshotEvents(50, 1)) // entries of 50 consecutive ids
+	}
+	var entries []int64
+	if err := pool.QueryRow(ctx, `SELECT array_agg(entry_id ORDER BY entry_id) FROM outbox_queue`).Scan(&entries); err != nil || len(entries) != 4 {
+		t.Fatalf("entries %v (%v)", entries, err)
+	}
+	all := make([]int16, Lanes)
+	for i := range all {
+		all[i] = int16(i)
+	}
+	first, err := fetchEntries(ctx, pool, read{lanes: all, limit: 120, entries: 120})
+	if err != nil || len(first) != 120 {
+		t.Fatalf("%d rows (%v)", len(first), err)
+	}
+	cut := first[len(first)-1]
+	for _, rd := range []read{
+		{lanes: all, limit: 120, entries: 120},                                                         // two whole entries and part of a third
+		{lanes: all, limit: 200, entries: 200, exclude: entries[:2], after: rowPos{cut.Entry, cut.ID}}, // the rest of the third, the fourth
+		{lanes: all, limit: 1, entries: 1},
+	} {
+		spans, err := headSpans(ctx, pool, rd)
+		if err != nil || len(spans) == 0 {
+			t.Fatalf("read %+v: no range read (%v)", rd, err)
+		}
+		byRange, err := fetchPending(ctx, pool, rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byEntry, err := fetchEntries(ctx, pool, rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(byRange) != len(byEntry) || len(byRange) == 0 {
+			t.Fatalf("read %+v: %d rows by range, %d by entry", rd, len(byRange), len(byEntry))
+		}
+		for i := range byRange {
+			r, e := byRange[i], byEntry[i]
+			if r.ID != e.ID || r.Entry != e.Entry || r.Whole != e.Whole || !slices.Equal(r.Payload, e.Payload) {
+				t.Fatalf("read %+v, row %d: by range %d/%d/%v, by entry %d/%d/%v", rd, i, r.Entry, r.ID, r.Whole, e.Entry, e.ID, e.Whole)
+			}
+		}
+	}
+	// Lanes split between relays: entries are shared, read entry by entry.
+	if spans, err := headSpans(ctx, pool, read{lanes: all[:8], limit: 120, entries: 120}); err != nil || len(spans) != 0 {
+		t.Fatalf("half the lanes: spans %v (%v)", spans, err)
+	}
+}
