@@ -476,7 +476,11 @@ type outcome struct {
 	entries []int64
 	settled []int64
 	partial map[int64][]int64
-	rowOf   map[int64]rowRef
+
+	// The batch's rows, and their entries and lanes by id, built when marking needs them
+	// (ref): off the publishing path, and only for batches that were not all settled.
+	rows  []pendingRow
+	rowOf map[int64]rowRef
 }
 
 type rowRef struct {
@@ -493,7 +497,7 @@ func (o *outcome) confirmed(ids, gone []int64, held []int16) []int64 {
 	}
 	var out []int64
 	for _, id := range ids {
-		ref := o.rowOf[id]
+		ref := o.ref(id)
 		if _, partial := o.partial[ref.entry]; deleted[ref.entry] || partial && slices.Contains(held, ref.lane) {
 			out = append(out, id)
 		}
@@ -501,33 +505,49 @@ func (o *outcome) confirmed(ids, gone []int64, held []int16) []int64 {
 	return out
 }
 
-// settle sorts the entries of rows (in publishing order) by what happened to their rows.
-func (o *outcome) settle(rows []pendingRow) {
-	pending := make(map[int64]bool, len(o.pending))
-	for _, id := range o.pending {
-		pending[id] = true
+func (o *outcome) ref(id int64) rowRef {
+	if o.rowOf == nil {
+		o.rowOf = make(map[int64]rowRef, len(o.rows))
+		for i := range o.rows {
+			o.rowOf[o.rows[i].ID] = rowRef{o.rows[i].Entry, o.rows[i].Lane}
+		}
 	}
-	o.rowOf = make(map[int64]rowRef, len(rows))
+	return o.rowOf[id]
+}
+
+// settle sorts the entries of rows (in publishing order) by what happened to their rows. It
+// runs on the publishing path, so the usual batch (every row settled, every entry read
+// whole) costs a pass over rows and nothing else.
+func (o *outcome) settle(rows []pendingRow) {
+	o.rows = rows
+	var pending map[int64]bool
+	if len(o.pending) > 0 {
+		pending = make(map[int64]bool, len(o.pending))
+		for _, id := range o.pending {
+			pending[id] = true
+		}
+	}
 	for lo := 0; lo < len(rows); {
 		entry := rows[lo].Entry
 		whole, left := true, false
-		var settled []int64
 		hi := lo
 		for ; hi < len(rows) && rows[hi].Entry == entry; hi++ {
-			r := &rows[hi]
-			o.rowOf[r.ID] = rowRef{entry, r.Lane}
-			whole = whole && r.Whole
-			if pending[r.ID] {
-				left = true
-			} else {
+			whole = whole && rows[hi].Whole
+			left = left || pending[rows[hi].ID]
+		}
+		o.entries = append(o.entries, entry)
+		if whole && !left {
+			o.settled = append(o.settled, entry)
+			lo = hi
+			continue
+		}
+		var settled []int64
+		for _, r := range rows[lo:hi] {
+			if !pending[r.ID] {
 				settled = append(settled, r.ID)
 			}
 		}
-		o.entries = append(o.entries, entry)
-		switch {
-		case whole && !left:
-			o.settled = append(o.settled, entry)
-		case len(settled) > 0:
+		if len(settled) > 0 {
 			if o.partial == nil {
 				o.partial = map[int64][]int64{}
 			}
@@ -572,7 +592,7 @@ func (o *outcome) empty() bool { return len(o.published)+len(o.failed)+len(o.pen
 // message: the rest stays pending, so no later event of an item can overtake an earlier one
 // that was not acknowledged.
 func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
-	var out outcome
+	out := outcome{published: make([]int64, 0, len(rows)), created: make([]time.Time, 0, len(rows))}
 	var chunk []*pendingRow
 	var msgs []kafka.Message
 	var size int64

@@ -299,7 +299,7 @@ func takeOut(ctx context.Context, tx pgx.Tx, out outcome, held []int16) ([]int64
 	for entry, settled := range out.partial {
 		for _, id := range settled {
 			entries, ids = append(entries, entry), append(ids, id)
-			if slices.Contains(held, out.rowOf[id].lane) {
+			if slices.Contains(held, out.ref(id).lane) {
 				taken = append(taken, id)
 			}
 		}
