@@ -12,8 +12,8 @@
 // scheduler): every row belongs to one of Lanes lanes, a stable hash of its item_id computed
 // by PostgreSQL (a generated column, migrations/002_outbox_relay.sql), so all events of one
 // item share a lane. A relay publishes a lane only while it holds that lane's lease in
-// outbox_relay_lanes, and within a lane it publishes in id order, one batch at a time, the
-// next batch only after the previous one was acknowledged. One item's events go to one Kafka
+// outbox_relay_lanes, and within a lane it publishes in queue order (see below), one batch at
+// a time, the next batch only after the previous one was acknowledged. One item's events go to one Kafka
 // partition (key = item_id), in one produce request per batch, so Kafka keeps them in order.
 //
 // Why lanes instead of a cursor: a "last published id" cursor skips rows whose transaction
@@ -41,8 +41,10 @@
 //
 // What the database does per event is kept small, since it is the relay's cost: pending rows
 // are listed in outbox_queue, one entry per inserting statement (at most 500 ids, with their
-// lanes), read in entry order; a relay holding every lane reads an entry of consecutive ids
-// with one range scan of the primary key. Marking a batch published deletes the entries it
+// lanes), read in entry order. A relay holding every lane reads a run of entries of
+// consecutive ids (one writer's statements, the usual queue) with one range scan of the
+// primary key; relays that split the lanes read their lanes' rows of the entries they share,
+// entry by entry. Marking a batch published deletes the entries it
 // read whole, takes its rows out of entries it shares with relays holding other lanes (or read
 // only in part), and writes one outbox_published row listing the ids. The outbox row itself,
 // payload and all, is not rewritten (migrations/006_outbox_publish_log.sql,

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 )
@@ -304,6 +303,9 @@ func takeOut(ctx context.Context, tx pgx.Tx, out outcome, held []int16) ([]int64
 			}
 		}
 	}
+	if err := lockEntries(ctx, tx, entries); err != nil {
+		return nil, err
+	}
 	const rest = `FROM unnest(q.ids, q.lanes) AS x(id, lane)
 		WHERE NOT (x.lane = ANY ($3::smallint[]) AND x.id = ANY (d.ids)) ORDER BY x.id`
 	if _, err := tx.Exec(ctx, `
@@ -316,6 +318,14 @@ func takeOut(ctx context.Context, tx pgx.Tx, out outcome, held []int16) ([]int64
 		return nil, err
 	}
 	return taken, nil
+}
+
+// lockEntries locks queue entries in entry order. Relays sharing entries (and ForgetDeleted)
+// change several in one transaction; taking the locks in one order keeps them from
+// deadlocking, which would fail a mark and send its rows again.
+func lockEntries(ctx context.Context, tx pgx.Tx, entries []int64) error {
+	_, err := tx.Exec(ctx, `SELECT FROM outbox_queue WHERE entry_id = ANY ($1::bigint[]) ORDER BY entry_id FOR UPDATE`, entries)
+	return err
 }
 
 // heldLanes is the lanes held under the lease tokens $2, as an array: matching entries against
@@ -451,21 +461,38 @@ func requeueFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64,
 // never be published and deleted. Each entry is recomputed from its current version, so a
 // relay taking its rows out of the same entry meanwhile loses nothing.
 func ForgetDeleted(ctx context.Context, db interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Begin(ctx context.Context) (pgx.Tx, error)
 }) (int64, error) {
-	const kept = `FROM unnest(q.ids, q.lanes) AS x(id, lane) WHERE EXISTS (SELECT FROM outbox o WHERE o.id = x.id) ORDER BY x.id`
-	tag, err := db.Exec(ctx, `
-		UPDATE outbox_queue q SET ids = ARRAY(SELECT x.id `+kept+`), lanes = ARRAY(SELECT x.lane `+kept+`)
-		WHERE q.entry_id IN (
-		    SELECT q.entry_id FROM outbox_queue q, unnest(q.ids) AS u(id)
-		    WHERE NOT EXISTS (SELECT FROM outbox o WHERE o.id = u.id))`)
+	var changed int64
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT DISTINCT q.entry_id FROM outbox_queue q, unnest(q.ids) AS u(id)
+			WHERE NOT EXISTS (SELECT FROM outbox o WHERE o.id = u.id)`)
+		if err != nil {
+			return err
+		}
+		entries, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(entries) == 0 {
+			return err
+		}
+		if err := lockEntries(ctx, tx, entries); err != nil {
+			return err
+		}
+		const kept = `FROM unnest(q.ids, q.lanes) AS x(id, lane) WHERE EXISTS (SELECT FROM outbox o WHERE o.id = x.id) ORDER BY x.id`
+		tag, err := tx.Exec(ctx, `
+			UPDATE outbox_queue q SET ids = ARRAY(SELECT x.id `+kept+`), lanes = ARRAY(SELECT x.lane `+kept+`)
+			WHERE q.entry_id = ANY ($1::bigint[])`, entries)
+		if err != nil {
+			return err
+		}
+		changed = tag.RowsAffected()
+		_, err = tx.Exec(ctx, `DELETE FROM outbox_queue WHERE entry_id = ANY ($1::bigint[]) AND cardinality(ids) = 0`, entries)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("take deleted outbox rows out of the relay queue: %w", err)
 	}
-	if _, err := db.Exec(ctx, `DELETE FROM outbox_queue WHERE cardinality(ids) = 0`); err != nil {
-		return 0, fmt.Errorf("delete emptied relay queue entries: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return changed, nil
 }
 
 // Prune deletes rows published more than olderThan ago, about batch rows per statement, until
