@@ -78,10 +78,11 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 			FlushSize:   c.FlushSize,
 			SoldLimit:   a.cfg.Provider.SoldLimit,
 		},
-		Catalog:  a.cfg.Catalog,
-		Relay:    relay,
-		Market:   a.cfg.Provider.Market,
-		KeyLabel: marketKeyLabel(a),
+		Catalog:   a.cfg.Catalog,
+		Retention: a.cfg.Retention,
+		Relay:     relay,
+		Market:    a.cfg.Provider.Market,
+		KeyLabel:  marketKeyLabel(a),
 	}, a.log)
 }
 

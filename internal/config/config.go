@@ -15,13 +15,14 @@ import (
 // Config is everything the collector can be told. Each section lives in its own file with its
 // defaults and validation.
 type Config struct {
-	Database DatabaseConfig `mapstructure:"database"`
-	Log      LogConfig      `mapstructure:"log"`
-	Provider ProviderConfig `mapstructure:"provider"`
-	Collect  CollectConfig  `mapstructure:"collect"`
-	Kafka    KafkaConfig    `mapstructure:"kafka"`
-	Catalog  CatalogConfig  `mapstructure:"catalog"`
-	Daemon   DaemonConfig   `mapstructure:"daemon"`
+	Database  DatabaseConfig  `mapstructure:"database"`
+	Log       LogConfig       `mapstructure:"log"`
+	Provider  ProviderConfig  `mapstructure:"provider"`
+	Collect   CollectConfig   `mapstructure:"collect"`
+	Kafka     KafkaConfig     `mapstructure:"kafka"`
+	Catalog   CatalogConfig   `mapstructure:"catalog"`
+	Daemon    DaemonConfig    `mapstructure:"daemon"`
+	Retention RetentionConfig `mapstructure:"retention"`
 }
 
 // Options says where to read from. Flags maps a config key to the flag that sets it; only
@@ -91,7 +92,7 @@ func Default() *Config {
 func setDefaults(v *viper.Viper) {
 	for _, d := range []map[string]any{
 		databaseDefaults, logDefaults, providerDefaults, collectDefaults,
-		kafkaDefaults, catalogDefaults, daemonDefaults,
+		kafkaDefaults, catalogDefaults, daemonDefaults, retentionDefaults,
 	} {
 		for k, val := range d {
 			v.SetDefault(k, val)
@@ -109,6 +110,7 @@ func (c *Config) Validate() error {
 		c.Kafka.validate(),
 		c.Catalog.validate(),
 		c.Daemon.validate(),
+		c.Retention.validate(c.Catalog),
 	)
 }
 

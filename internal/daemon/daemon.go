@@ -31,6 +31,7 @@ import (
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/retention"
 	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
@@ -42,6 +43,8 @@ type Config struct {
 	Dispatch dispatcher.Config // Grace, Observer and PrioritizeTiers are set by the daemon
 	// Catalog drives popularity recalculation; Catalog.RecalcInterval 0 = never.
 	Catalog config.CatalogConfig
+	// Retention prunes collected history every Retention.Interval when any age is set.
+	Retention config.RetentionConfig
 	// Relay, when set, runs the outbox relay in follow mode (kafka.brokers configured).
 	Relay *outbox.RelayConfig
 	// Market is the market key's budget for the whole cluster (provider.market.*).
@@ -180,6 +183,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if d.cfg.Catalog.RecalcInterval > 0 {
 		spawn("recalc", d.recalcLoop)
+	}
+	if d.cfg.Retention.Enabled() {
+		spawn("retention", d.retentionLoop)
 	}
 	var srv *http.Server
 	if d.ln != nil {
@@ -374,6 +380,37 @@ func (d *Daemon) listenOnce(ctx context.Context) error {
 		select {
 		case d.wake <- struct{}{}:
 		default:
+		}
+	}
+}
+
+// retentionStatements bounds one turn of pruning, so a large first backlog (retention turned
+// on for an old database) is worked off in short turns a second apart rather than in one long
+// run of deletes.
+const retentionStatements = 20
+
+func (d *Daemon) retentionLoop(ctx context.Context) error {
+	wait := d.cfg.Retention.Interval
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		res, err := retention.Prune(ctx, d.pool, d.cfg.Retention, retentionStatements)
+		wait = d.cfg.Retention.Interval
+		switch {
+		case err != nil && ctx.Err() == nil:
+			d.metrics.LoopErrors.WithLabelValues("retention").Inc()
+			d.log.Warn("pruning collected history failed; next run in retention.interval", zap.Error(err))
+		case err == nil && res.Total() > 0:
+			d.log.Info("pruned collected history", zap.Int64("snapshots", res.Snapshots), zap.Int64("sales", res.Sales),
+				zap.Int64("interest", res.Interest), zap.Bool("more", res.More))
+			if res.More {
+				wait = time.Second
+			}
 		}
 	}
 }

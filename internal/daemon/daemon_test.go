@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -244,5 +245,27 @@ func TestClusterStatus(t *testing.T) {
 	// The fixture was claimed too (the dispatcher does not skip fixtures) but is not counted.
 	if st.LagN != 3 || st.LagP99 < 50*time.Second || st.Leased != 0 || st.OutboxBacklog < 3 {
 		t.Fatalf("after collecting: lag n %d p99 %s, leased %d, backlog %d", st.LagN, st.LagP99, st.Leased, st.OutboxBacklog)
+	}
+}
+
+// With a retention age set, the daemon deletes older history every retention.interval and
+// keeps the rest.
+func TestPrunesCollectedHistory(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `
+		INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity)
+		SELECT 'item-1', gen_random_uuid(), now() - g * interval '1 hour', 'WARM_5M', 1, 1 FROM generate_series(1, 250) g`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Retention = config.Default().Retention
+	cfg.Retention.Snapshots, cfg.Retention.Interval, cfg.Retention.Batch = 100*time.Hour+30*time.Minute, 50*time.Millisecond, 40
+	e.start(t, cfg, nil)
+	eventually(t, time.Minute, "snapshots older than 100h pruned", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM auction_snapshots`) == 100
+	})
+	if n := count(t, e.pool, `SELECT count(*) FROM auction_snapshots WHERE collected_at > now() - interval '100 hours 30 minutes'`); n != 100 {
+		t.Fatalf("%d recent snapshots left, want 100", n)
 	}
 }
