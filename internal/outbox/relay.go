@@ -272,7 +272,7 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 			return 0, nil
 		}
 		var err error
-		if rows, err = r.fetch(ctx, lanes, nil, rowPos{}); err != nil || len(rows) == 0 {
+		if rows, err = r.fetch(ctx, lanes, nil); err != nil || len(rows) == 0 {
 			return 0, err
 		}
 	}
@@ -280,17 +280,7 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 	prev := r.unmarked
 	r.unmarked = outcome{}
 	lanes, tokens := r.lanes.usable(r.publishWindow()), r.lanes.tokens()
-	// The read-ahead leaves out the entries of the batches in flight, except that it goes on
-	// in the entry this batch ends in, which it may have read only in part.
-	last := rows[len(rows)-1]
-	after := rowPos{last.Entry, last.ID}
-	exclude := slices.Clone(prev.entries)
-	for _, row := range rows {
-		if len(exclude) == 0 || exclude[len(exclude)-1] != row.Entry {
-			exclude = append(exclude, row.Entry)
-		}
-	}
-	exclude = slices.DeleteFunc(exclude, func(e int64) bool { return e == after.entry })
+	flying := inFlight(prev.rows, rows)
 	type sideResult struct {
 		published, failed []int64
 		next              []pendingRow
@@ -306,7 +296,7 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 		s.published, s.failed, markErr = recordOutcome(mctx, r.pool, prev, tokens, r.cfg.Owner, r.cfg.OnPublished)
 	})
 	side.Go(func() {
-		s.next, fetchErr = r.fetch(ctx, lanes, exclude, after)
+		s.next, fetchErr = r.fetch(ctx, lanes, flying)
 	})
 	r.unmarked = r.publish(ctx, rows)
 	side.Wait()
@@ -392,9 +382,9 @@ const readsPerBatch = 4
 func (r *Relay) readSize() int { return readsPerBatch * r.cfg.BatchSize }
 
 // fetch reads the next batch and builds its messages. One fetch runs at a time.
-func (r *Relay) fetch(ctx context.Context, lanes []int16, exclude []int64, after rowPos) ([]pendingRow, error) {
+func (r *Relay) fetch(ctx context.Context, lanes []int16, flying []rowPos) ([]pendingRow, error) {
 	rows, err := fetchPending(ctx, r.pool, read{
-		lanes: lanes, limit: r.readSize(), entries: r.entriesFor(), expect: r.lastRead, exclude: exclude, after: after})
+		lanes: lanes, limit: r.readSize(), entries: r.entriesFor(), expect: r.lastRead, inFlight: flying})
 	r.lastRead = len(rows)
 	if err != nil || len(rows) == 0 {
 		return nil, err
@@ -408,6 +398,27 @@ func (r *Relay) fetch(ctx context.Context, lanes []int16, exclude []int64, after
 	r.rowsPerEntry = len(rows) / entries
 	prepare(rows, r.cfg.Source)
 	return rows, nil
+}
+
+// inFlight says, for every queue entry with rows in batches (the one being published and the
+// one being marked), the highest id among them. An entry is read in id order, so a read must
+// leave out exactly its ids up to that one, and no more: the rest of an entry read in part
+// must come before any later entry's rows, even when the batch in flight ended elsewhere (a
+// statement that committed late sits at the head of the queue, ahead of older entries).
+func inFlight(batches ...[]pendingRow) []rowPos {
+	upTo := map[int64]int64{}
+	for _, rows := range batches {
+		for i := range rows {
+			if rows[i].ID > upTo[rows[i].Entry] {
+				upTo[rows[i].Entry] = rows[i].ID
+			}
+		}
+	}
+	out := make([]rowPos, 0, len(upTo))
+	for entry, id := range upTo {
+		out = append(out, rowPos{entry, id})
+	}
+	return out
 }
 
 // entriesFor is how many queue entries a read may walk: enough for a full read at half the
@@ -470,10 +481,8 @@ type outcome struct {
 	err        error
 	cut        bool // the lease ran short mid-batch: pending rows were not sent, no error
 
-	// What it means for the queue (settle): every entry of the batch, the entries the batch
-	// read whole and settled every row of (deleted), and for the other entries the rows it
-	// settled (taken out of them).
-	entries []int64
+	// What it means for the queue (settle): the entries the batch read whole and settled every
+	// row of (deleted), and for the other entries the rows it settled (taken out of them).
 	settled []int64
 	partial map[int64][]int64
 
@@ -535,7 +544,6 @@ func (o *outcome) settle(rows []pendingRow) {
 			whole = whole && rows[hi].Whole
 			left = left || pending[rows[hi].ID]
 		}
-		o.entries = append(o.entries, entry)
 		if whole && !left {
 			o.settled = append(o.settled, entry)
 			lo = hi

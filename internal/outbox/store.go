@@ -39,9 +39,9 @@ type pendingRow struct {
 // any: at most rd.limit rows, from at most rd.entries entries (0: limit), so that a relay does
 // not walk far more entries than it uses (Relay.entriesFor). The last entry may be read in
 // part (a statement queues up to 500 rows in one entry). Rows come in entry order, each entry
-// in id order, which is the order the relay publishes in. rd.exclude lists entries already on
-// their way (the pipeline's batches in flight), and rd.after where the batch in flight
-// ended: that entry is read from the next id on.
+// in id order, which is the order the relay publishes in. rd.inFlight says, per entry, up
+// to which id its rows are already on their way (the pipeline's batches in flight): the read
+// goes on after it.
 //
 // Entries are walked from the head of the queue, skipping those only other relays' lanes
 // still need. A run of entries of consecutive ids held whole is read with one range scan
@@ -80,12 +80,16 @@ func headSpans(ctx context.Context, pool *pgxpool.Pool, rd read) ([]entrySpan, e
 	rows, err := pool.Query(ctx, `
 		SELECT entry_id, ids[1], ids[cardinality(ids)], cardinality(ids), lanes <@ $1::smallint[]
 		FROM outbox_queue
-		WHERE lanes && $1::smallint[] AND entry_id NOT IN (SELECT unnest(coalesce($2::bigint[], '{}')))
-		ORDER BY entry_id LIMIT $3`, rd.lanes, rd.exclude, rd.entries)
+		WHERE lanes && $1::smallint[]
+		ORDER BY entry_id LIMIT $2`, rd.lanes, rd.entries+len(rd.inFlight))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
+	upTo := make(map[int64]int64, len(rd.inFlight))
+	for _, f := range rd.inFlight {
+		upTo[f.entry] = f.id
+	}
 	var spans []entrySpan
 	total := int64(0)
 	var entry, first, last, n int64
@@ -95,8 +99,8 @@ func headSpans(ctx context.Context, pool *pgxpool.Pool, rd read) ([]entrySpan, e
 			return nil, err
 		}
 		sp := entrySpan{entry: entry, lo: first, hi: last, whole: true}
-		if entry == rd.after.entry {
-			sp.lo, sp.whole = max(first, rd.after.id+1), false
+		if id, ok := upTo[entry]; ok {
+			sp.lo, sp.whole = max(first, id+1), false
 			if sp.lo > sp.hi {
 				continue // read in full already, on its way
 			}
@@ -143,20 +147,24 @@ func fetchSpans(ctx context.Context, pool *pgxpool.Pool, rd read, spans []entryS
 // which is cheaper per row than probing even when relays split the lanes and each reads past
 // the others' rows; any other entry by primary-key probes of its ids.
 func fetchEntries(ctx context.Context, pool *pgxpool.Pool, rd read) ([]pendingRow, error) {
-	lanes, limit, entries, exclude, after := rd.lanes, rd.limit, rd.entries, rd.exclude, rd.after
+	entries, upTo := make([]int64, len(rd.inFlight)), make([]int64, len(rd.inFlight))
+	for i, f := range rd.inFlight {
+		entries[i], upTo[i] = f.entry, f.id
+	}
 	rows, err := pool.Query(ctx, `
-		WITH e AS (
+		WITH f AS (SELECT u.entry, u.upto FROM unnest($3::bigint[], $5::bigint[]) AS u(entry, upto)),
+		     e AS (
 		    SELECT entry_id, ids, mine, whole, after, n, sum(n) OVER (ORDER BY entry_id) AS upto,
 		           ids[cardinality(ids)] - ids[1] + 1 = cardinality(ids) AS dense
-		    FROM (SELECT entry_id, ids, mine, mine AND entry_id <> $5 AS whole, after,
-		                 CASE WHEN mine AND entry_id <> $5 THEN cardinality(ids)
+		    FROM (SELECT entry_id, ids, mine, mine AND after = 0 AS whole, after,
+		                 CASE WHEN mine AND after = 0 THEN cardinality(ids)
 		                      ELSE (SELECT count(*) FROM unnest(ids, lanes) AS x(id, lane)
 		                            WHERE x.lane = ANY ($1::smallint[]) AND x.id > after) END AS n
 		          FROM (SELECT entry_id, ids, lanes, lanes <@ $1::smallint[] AS mine,
-		                       CASE WHEN entry_id = $5 THEN $6::bigint ELSE 0 END AS after
-		                FROM outbox_queue
-		                WHERE lanes && $1::smallint[] AND entry_id NOT IN (SELECT unnest(coalesce($3::bigint[], '{}')))
-		                ORDER BY entry_id LIMIT $4) q) q)
+		                       coalesce((SELECT f.upto FROM f WHERE f.entry = q.entry_id), 0) AS after
+		                FROM (SELECT entry_id, ids, lanes FROM outbox_queue
+		                      WHERE lanes && $1::smallint[] ORDER BY entry_id LIMIT $4) q) q) q
+		    WHERE n > 0)
 		SELECT e.entry_id, `+pendingColumns+`, e.whole AND e.upto <= $2
 		FROM e, LATERAL (
 		    SELECT * FROM outbox o
@@ -168,25 +176,24 @@ func fetchEntries(ctx context.Context, pool *pgxpool.Pool, rd read) ([]pendingRo
 		    ORDER BY id) o
 		WHERE e.upto - e.n < $2
 		ORDER BY e.entry_id, o.id
-		LIMIT $2`, lanes, limit, exclude, entries, after.entry, after.id)
+		LIMIT $2`, rd.lanes, rd.limit, entries, rd.entries+len(rd.inFlight), upTo)
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
-	out, err := scanPending(rows, min(rd.expect, limit))
+	out, err := scanPending(rows, min(rd.expect, rd.limit))
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
 	return out, nil
 }
 
-// read is what fetchPending reads: rows of lanes, at most limit, from at most entries queue
-// entries, leaving out the entries exclude and starting entry after.entry after after.id.
+// read is what fetchPending reads: rows of lanes, at most limit, walking at most entries queue
+// entries besides those in flight, and in each entry of inFlight only the ids after its id.
 // expect is how many rows the caller expects (the size of its last read), to size the batch.
 type read struct {
 	lanes                  []int16
 	limit, entries, expect int
-	exclude                []int64
-	after                  rowPos
+	inFlight               []rowPos
 }
 
 // rowPos is a row of a queue entry.
