@@ -200,11 +200,12 @@ type read struct {
 type rowPos struct{ entry, id int64 }
 
 // recordOutcome takes what a batch settled off the queue and marks it: published rows as one
-// outbox_published row, failed rows with their errors. Entries whose rows are all settled are
-// deleted; an entry the batch stopped in the middle of keeps its unsettled rows. It all
-// happens in one transaction fenced by the lane lease tokens: an entry whose lane is no
-// longer held under one of tokens is left alone, to be published again by the lane's new
-// holder. It returns the ids it marked. Outbox rows themselves are only written for failures
+// outbox_published row, failed rows with their errors. Entries the batch read whole and
+// settled every row of are deleted; from the others (shared with relays holding other lanes,
+// or read or published in part) the settled rows are taken out (takeOut). It all happens in
+// one transaction fenced by the lane lease tokens: rows of a lane no longer held under one of
+// tokens stay queued, to be published again by the lane's new holder. It returns the ids it
+// marked. Outbox rows themselves are only written for failures
 // (migrations/006_outbox_publish_log.sql says why).
 //
 // The commit does not wait for the WAL flush (synchronous_commit off): a mark lost in a
@@ -310,29 +311,37 @@ func takeOut(ctx context.Context, tx pgx.Tx, out outcome, held []int16) ([]int64
 			}
 		}
 	}
-	if err := lockEntries(ctx, tx, entries); err != nil {
-		return nil, err
-	}
-	const rest = `FROM unnest(q.ids, q.lanes) AS x(id, lane)
-		WHERE NOT (x.lane = ANY ($3::smallint[]) AND x.id = ANY (d.ids)) ORDER BY x.id`
-	if _, err := tx.Exec(ctx, `
+	_, err := rewriteEntries(ctx, tx, entries, `
 		WITH d AS (SELECT u.entry, array_agg(u.id) AS ids FROM unnest($1::bigint[], $2::bigint[]) AS u(entry, id) GROUP BY u.entry)
-		UPDATE outbox_queue q SET ids = ARRAY(SELECT x.id `+rest+`), lanes = ARRAY(SELECT x.lane `+rest+`)
-		FROM d WHERE q.entry_id = d.entry`, entries, ids, held); err != nil {
-		return nil, err
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM outbox_queue WHERE entry_id = ANY ($1::bigint[]) AND cardinality(ids) = 0`, entries); err != nil {
-		return nil, err
-	}
-	return taken, nil
+		UPDATE outbox_queue q SET `+keepIDs(`NOT (x.lane = ANY ($3::smallint[]) AND x.id = ANY (d.ids))`)+`
+		FROM d WHERE q.entry_id = d.entry`, entries, ids, held)
+	return taken, err
 }
 
-// lockEntries locks queue entries in entry order. Relays sharing entries (and ForgetDeleted)
-// change several in one transaction; taking the locks in one order keeps them from
-// deadlocking, which would fail a mark and send its rows again.
-func lockEntries(ctx context.Context, tx pgx.Tx, entries []int64) error {
-	_, err := tx.Exec(ctx, `SELECT FROM outbox_queue WHERE entry_id = ANY ($1::bigint[]) ORDER BY entry_id FOR UPDATE`, entries)
-	return err
+// keepIDs is the SET clause that keeps in entry q the ids, and their lanes in step, for which
+// cond holds of x.id and x.lane.
+func keepIDs(cond string) string {
+	rest := `FROM unnest(q.ids, q.lanes) AS x(id, lane) WHERE ` + cond + ` ORDER BY x.id`
+	return `ids = ARRAY(SELECT x.id ` + rest + `), lanes = ARRAY(SELECT x.lane ` + rest + `)`
+}
+
+// rewriteEntries runs update (which takes ids out of some of entries) and deletes the entries
+// it leaves empty, having locked entries in entry order: relays sharing entries, and
+// ForgetDeleted, change several in one transaction, and taking the locks in one order keeps
+// them from deadlocking, which would fail a mark and send its rows again. It returns how many
+// entries update changed.
+func rewriteEntries(ctx context.Context, tx pgx.Tx, entries []int64, update string, args ...any) (int64, error) {
+	if _, err := tx.Exec(ctx, `SELECT FROM outbox_queue WHERE entry_id = ANY ($1::bigint[]) ORDER BY entry_id FOR UPDATE`, entries); err != nil {
+		return 0, err
+	}
+	tag, err := tx.Exec(ctx, update, args...)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM outbox_queue WHERE entry_id = ANY ($1::bigint[]) AND cardinality(ids) = 0`, entries); err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 // heldLanes is the lanes held under the lease tokens $2, as an array: matching entries against
@@ -482,18 +491,9 @@ func ForgetDeleted(ctx context.Context, db interface {
 		if err != nil || len(entries) == 0 {
 			return err
 		}
-		if err := lockEntries(ctx, tx, entries); err != nil {
-			return err
-		}
-		const kept = `FROM unnest(q.ids, q.lanes) AS x(id, lane) WHERE EXISTS (SELECT FROM outbox o WHERE o.id = x.id) ORDER BY x.id`
-		tag, err := tx.Exec(ctx, `
-			UPDATE outbox_queue q SET ids = ARRAY(SELECT x.id `+kept+`), lanes = ARRAY(SELECT x.lane `+kept+`)
+		changed, err = rewriteEntries(ctx, tx, entries, `
+			UPDATE outbox_queue q SET `+keepIDs(`EXISTS (SELECT FROM outbox o WHERE o.id = x.id)`)+`
 			WHERE q.entry_id = ANY ($1::bigint[])`, entries)
-		if err != nil {
-			return err
-		}
-		changed = tag.RowsAffected()
-		_, err = tx.Exec(ctx, `DELETE FROM outbox_queue WHERE entry_id = ANY ($1::bigint[]) AND cardinality(ids) = 0`, entries)
 		return err
 	})
 	if err != nil {
