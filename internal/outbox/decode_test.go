@@ -1,12 +1,16 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
+	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
 )
 
 // The relay decodes its rows from pgx's binary values itself; the text forms (which pgx's
@@ -22,7 +26,7 @@ func TestScanPendingDecodesLikePgx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := scanPending(rows, 0)
+		out, err := scanPending(rows, 0, &batchMem{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,6 +147,94 @@ func TestReadGoesOnInAnEntryReadInPart(t *testing.T) {
 		if len(k2) != 70+50 || k2[0].Entry != k[0].Entry || k2[0].ID != k[len(k)-1].ID+1 || k2[70].Entry == k[0].Entry {
 			t.Fatalf("next read starts at entry %d row %d (%d rows); want entry %d from row %d, then the next entry",
 				k2[0].Entry, k2[0].ID, len(k2), k[0].Entry, k[len(k)-1].ID+1)
+		}
+	}
+}
+
+// A read into the memory of a batch the relay is done with allocates next to nothing per
+// row (decoding 2,000 rows into new memory took about 1.4 KB a row, which the collector had
+// to clear and scan on the cores the publishing needs), and gives the same messages.
+func TestReadIntoRecycledMemory(t *testing.T) {
+	pool := newDB(t)
+	ctx := context.Background()
+	enqueue(t, pool, snapshotEvents(50, 40))
+	all := make([]int16, Lanes)
+	for i := range all {
+		all[i] = int16(i)
+	}
+	rd := read{lanes: all, limit: 2000, mem: &batchMem{}}
+	readRows := func() []pendingRow {
+		rows, err := fetchPending(ctx, pool, rd)
+		if err != nil || len(rows) != 2000 {
+			t.Fatalf("read %d rows: %v", len(rows), err)
+		}
+		prepare(rows, "src", rd.mem)
+		return rows
+	}
+	messages := func(rows []pendingRow) []kafka.Message {
+		out := make([]kafka.Message, len(rows))
+		for i := range rows {
+			out[i] = rows[i].msg()
+		}
+		return out
+	}
+	deepCopy := func(msgs []kafka.Message) []kafka.Message {
+		out := slices.Clone(msgs)
+		for i, m := range out {
+			out[i].Key, out[i].Value = bytes.Clone(m.Key), bytes.Clone(m.Value)
+			out[i].Headers = slices.Clone(m.Headers)
+			for j, h := range out[i].Headers {
+				out[i].Headers[j].Value = bytes.Clone(h.Value)
+			}
+		}
+		return out
+	}
+
+	want := deepCopy(messages(readRows()))
+	rd.mem.reset()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	rows := readRows()
+	runtime.ReadMemStats(&after)
+	got := messages(rows)
+	perRow := (after.TotalAlloc - before.TotalAlloc) / 2000
+	t.Logf("%d bytes a row", perRow)
+	if perRow > 100 {
+		t.Errorf("reading into recycled memory allocated %d bytes a row, want next to none", perRow)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("messages read into recycled memory differ from the first read's")
+	}
+}
+
+// Copies stay intact until the arena is reset; after it, the same amount of copying reuses
+// its blocks instead of allocating.
+func TestArenaReusesBlocksAfterReset(t *testing.T) {
+	src := make([][]byte, 3000)
+	for i := range src {
+		src[i] = bytes.Repeat([]byte{byte(i), byte(i >> 8)}, 150)
+	}
+	var a arena
+	copies := make([][]byte, len(src))
+	fill := func() {
+		for i, b := range src {
+			copies[i] = a.copy(b)
+		}
+	}
+	fill()
+	first := slices.Clone(copies)
+	fill()
+	for i, c := range first {
+		if !bytes.Equal(c, src[i]) {
+			t.Fatalf("copy %d changed before the reset", i)
+		}
+	}
+	if allocs := testing.AllocsPerRun(5, func() { a.reset(); fill() }); allocs != 0 {
+		t.Errorf("%v allocations refilling a reset arena, want none", allocs)
+	}
+	for i, c := range copies {
+		if !bytes.Equal(c, src[i]) {
+			t.Fatalf("copy %d into reused blocks is wrong", i)
 		}
 	}
 }

@@ -79,13 +79,20 @@ var (
 	snapshotType     = []byte(EventTypeSnapshot)
 )
 
-// prepare builds the Kafka message of every row. It runs off the publishing path (on the
+// prepare builds the Kafka headers of every row. It runs off the publishing path (on the
 // read-ahead), and cuts the per-row header values out of one buffer and the headers out of
-// one slice per batch: a handful of allocations per batch instead of a dozen per message.
-func prepare(rows []pendingRow, source string) {
+// one slice per batch, both in mem: no allocations per message, and none per batch once the
+// relay recycles batches.
+func prepare(rows []pendingRow, source string, mem *batchMem) {
 	src := []byte(source)
-	headers := make([]kafka.Header, 0, len(rows)*7)
-	buf := make([]byte, 0, len(rows)*(36+len(time.RFC3339Nano)+48))
+	headers := mem.headers[:0]
+	if need := len(rows) * 7; cap(headers) < need {
+		headers = make([]kafka.Header, 0, need)
+	}
+	buf := mem.text[:0]
+	if need := len(rows) * (36 + len(time.RFC3339Nano)); cap(buf) < need {
+		buf = make([]byte, 0, need)
+	}
 	cut := func(from int) []byte { return buf[from:len(buf):len(buf)] }
 	for i := range rows {
 		r := &rows[i]
@@ -95,7 +102,6 @@ func prepare(rows []pendingRow, source string) {
 		start = len(buf)
 		buf = r.CreatedAt.UTC().AppendFormat(buf, time.RFC3339Nano)
 		at := cut(start)
-		key := r.ItemID
 		typ := snapshotType
 		if !bytes.Equal(r.EventType, snapshotType) {
 			typ = r.EventType
@@ -107,18 +113,24 @@ func prepare(rows []pendingRow, source string) {
 			kafka.Header{Key: HeaderType, Value: typ},
 			kafka.Header{Key: HeaderSource, Value: src},
 			kafka.Header{Key: HeaderTime, Value: at},
-			kafka.Header{Key: HeaderSubject, Value: key},
+			kafka.Header{Key: HeaderSubject, Value: r.ItemID},
 			kafka.Header{Key: HeaderContentType, Value: contentTypeValue},
 		)
-		r.msg = kafka.Message{Key: key, Value: r.Payload, Time: r.CreatedAt, Headers: headers[h:len(headers):len(headers)]}
+		r.headers = headers[h:len(headers):len(headers)]
 	}
+	mem.headers, mem.text = headers, buf
+}
+
+// msg is the Kafka message of a prepared row.
+func (r *pendingRow) msg() kafka.Message {
+	return kafka.Message{Key: r.ItemID, Value: r.Payload, Time: r.CreatedAt, Headers: r.headers}
 }
 
 // message builds the Kafka message for one outbox row.
 func message(r pendingRow, source string) kafka.Message {
 	rows := []pendingRow{r}
-	prepare(rows, source)
-	return rows[0].msg
+	prepare(rows, source, &batchMem{})
+	return rows[0].msg()
 }
 
 // appendUUID appends u in its canonical text form (8-4-4-4-12 lowercase hex digits).

@@ -30,9 +30,14 @@ type Relay struct {
 	topicOK   bool
 	running   atomic.Bool
 
-	// The pipeline (see step): the read-ahead batch, and the published batch not yet marked.
+	// The pipeline (see step): the read-ahead batch and its memory, and the published batch
+	// not yet marked.
 	next     []pendingRow
+	nextMem  *batchMem
 	unmarked outcome
+	// Memory of marked batches, for later reads (recycle), and the produce call's messages.
+	spare []*batchMem
+	msgs  []kafka.Message
 	// The last read sizes the next one: its walk of the queue (entriesFor) and its batch.
 	rowsPerEntry, lastRead int
 
@@ -261,9 +266,10 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 	if err := r.renewIfDue(ctx); err != nil {
 		return 0, r.settle(ctx, res, err)
 	}
-	rows := r.keepUsable(r.next)
-	r.next = nil
+	rows, mem := r.keepUsable(r.next), r.nextMem
+	r.next, r.nextMem = nil, nil
 	if len(rows) == 0 {
+		r.recycle(mem) // never sent
 		if err := r.settle(ctx, res, nil); err != nil {
 			return 0, err
 		}
@@ -271,8 +277,10 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 		if len(lanes) == 0 {
 			return 0, nil
 		}
+		mem = r.takeMem()
 		var err error
-		if rows, err = r.fetch(ctx, lanes, nil); err != nil || len(rows) == 0 {
+		if rows, err = r.fetch(ctx, lanes, nil, mem); err != nil || len(rows) == 0 {
+			r.recycle(mem)
 			return 0, err
 		}
 	}
@@ -287,6 +295,7 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 		err               error
 	}
 	var s sideResult
+	nextMem := r.takeMem()
 	var side sync.WaitGroup
 	var markErr, fetchErr error
 	side.Go(func() {
@@ -296,13 +305,15 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 		s.published, s.failed, markErr = recordOutcome(mctx, r.pool, prev, tokens, r.cfg.Owner, r.cfg.OnPublished)
 	})
 	side.Go(func() {
-		s.next, fetchErr = r.fetch(ctx, lanes, flying)
+		s.next, fetchErr = r.fetch(ctx, lanes, flying, nextMem)
 	})
 	r.unmarked = r.publish(ctx, rows)
+	r.unmarked.mem = mem
 	side.Wait()
 	s.err = errors.Join(markErr, fetchErr)
 
 	lost := r.recorded(res, prev, s.published, s.failed)
+	r.recycleSent(prev)
 	if s.err != nil || r.unmarked.err != nil || r.unmarked.cut || lost {
 		if lost {
 			if _, err := r.lanes.renew(ctx); err != nil {
@@ -311,15 +322,45 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 		}
 		return len(rows), r.settle(ctx, res, errors.Join(r.unmarked.err, s.err))
 	}
-	r.next = s.next
+	r.next, r.nextMem = s.next, nextMem
 	return len(rows), nil
+}
+
+// takeMem returns memory for a read: a marked batch's, or new.
+func (r *Relay) takeMem() *batchMem {
+	if n := len(r.spare); n > 0 {
+		m := r.spare[n-1]
+		r.spare = r.spare[:n-1]
+		return m
+	}
+	return &batchMem{}
+}
+
+// recycle keeps the memory of a batch that nothing refers to any more for a later read. Two
+// are enough for the pipeline (a batch's memory is free again two steps after its read).
+func (r *Relay) recycle(m *batchMem) {
+	if m == nil || len(r.spare) == 2 {
+		return
+	}
+	m.reset()
+	r.spare = append(r.spare, m)
+}
+
+// recycleSent recycles the memory of a marked batch, unless a produce call of it ended
+// without its outcome (a timeout): kafka-go may still be sending those messages, from that
+// memory, so it is left to the garbage collector.
+func (r *Relay) recycleSent(out outcome) {
+	if out.err == nil {
+		r.recycle(out.mem)
+	}
 }
 
 // settle ends the pipeline: it marks what the broker acknowledged (even when ctx is done, so
 // a stopping relay does not leave acknowledged rows to be sent again), notes cause on the rows
 // that stay pending, drops the read-ahead, and returns cause or the marking error.
 func (r *Relay) settle(ctx context.Context, res *Result, cause error) error {
-	r.next = nil
+	r.recycle(r.nextMem)
+	r.next, r.nextMem = nil, nil
 	out := r.unmarked
 	r.unmarked = outcome{}
 	if out.empty() {
@@ -331,6 +372,7 @@ func (r *Relay) settle(ctx context.Context, res *Result, cause error) error {
 	if err == nil {
 		r.recorded(res, out, published, failed)
 	}
+	r.recycleSent(out)
 	if cause != nil && len(out.pending) > 0 {
 		if aerr := recordAttempt(ctx, r.pool, out.pending, cause.Error()); aerr != nil {
 			r.log.Warn("could not record failed attempt", zap.Error(aerr))
@@ -381,10 +423,10 @@ const readsPerBatch = 4
 
 func (r *Relay) readSize() int { return readsPerBatch * r.cfg.BatchSize }
 
-// fetch reads the next batch and builds its messages. One fetch runs at a time.
-func (r *Relay) fetch(ctx context.Context, lanes []int16, flying []rowPos) ([]pendingRow, error) {
+// fetch reads the next batch into mem and builds its messages. One fetch runs at a time.
+func (r *Relay) fetch(ctx context.Context, lanes []int16, flying []rowPos, mem *batchMem) ([]pendingRow, error) {
 	rows, err := fetchPending(ctx, r.pool, read{
-		lanes: lanes, limit: r.readSize(), entries: r.entriesFor(), expect: r.lastRead, inFlight: flying})
+		lanes: lanes, limit: r.readSize(), entries: r.entriesFor(), expect: r.lastRead, inFlight: flying, mem: mem})
 	r.lastRead = len(rows)
 	if err != nil || len(rows) == 0 {
 		return nil, err
@@ -396,7 +438,7 @@ func (r *Relay) fetch(ctx context.Context, lanes []int16, flying []rowPos) ([]pe
 		}
 	}
 	r.rowsPerEntry = len(rows) / entries
-	prepare(rows, r.cfg.Source)
+	prepare(rows, r.cfg.Source, mem)
 	return rows, nil
 }
 
@@ -490,6 +532,7 @@ type outcome struct {
 	// (ref): off the publishing path, and only for batches that were not all settled.
 	rows  []pendingRow
 	rowOf map[int64]rowRef
+	mem   *batchMem // the rows' memory
 }
 
 type rowRef struct {
@@ -602,7 +645,8 @@ func (o *outcome) empty() bool { return len(o.published)+len(o.failed)+len(o.pen
 func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
 	out := outcome{published: make([]int64, 0, len(rows)), created: make([]time.Time, 0, len(rows))}
 	var chunk []*pendingRow
-	var msgs []kafka.Message
+	msgs := r.msgs[:0]
+	defer func() { r.msgs = msgs[:0] }()
 	var size int64
 	written := 0
 	flush := func() {
@@ -624,7 +668,7 @@ func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
 	}
 	for i := range rows {
 		row := &rows[i]
-		m := row.msg
+		m := row.msg()
 		n := messageSize(m)
 		if n > r.cfg.BatchBytes {
 			if out.stopped() {

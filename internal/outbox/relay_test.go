@@ -25,10 +25,15 @@ import (
 func TestRelayPublishesSnapshotsAsDocumented(t *testing.T) {
 	pool := newDB(t)
 	broker := newBroker(t)
-	events := snapshotEvents(5, 4)
-	enqueue(t, pool, events)
+	events := snapshotEvents(5, 8)
+	enqueue(t, pool, events[:15])
+	enqueue(t, pool, events[15:])
 
-	r, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "relay-a"))
+	// Reads of 8 rows: five batches, so later ones are read into the memory of earlier ones
+	// (Relay.recycle), which must not show in what reaches the topic.
+	cfg := testConfig(broker.ListenAddrs(), "relay-a")
+	cfg.BatchSize = 2
+	r, _ := newTestRelay(t, pool, cfg)
 	res, err := r.RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -356,7 +361,7 @@ func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 	if err != nil || len(rows) != 4 {
 		t.Fatalf("fetched %d rows: %v", len(rows), err)
 	}
-	prepare(rows, cfg.Source)
+	prepare(rows, cfg.Source, &batchMem{})
 	// Just under the window: the first call goes (the step checked the lease before it),
 	// the second must not.
 	for lane, l := range r.lanes.held {
@@ -391,5 +396,25 @@ func TestRelayDialsThroughConfiguredDial(t *testing.T) {
 	}
 	if dials.Load() == 0 {
 		t.Fatal("the relay reached the broker without calling RelayConfig.Dial")
+	}
+}
+
+// The memory of a batch goes to a later read only when every produce call of it ended with
+// the broker's answer: after a timeout kafka-go may still be sending from it.
+func TestRelayRecyclesOnlyBatchesKafkaIsDoneWith(t *testing.T) {
+	r := &Relay{}
+	timedOut := &batchMem{rows: make([]pendingRow, 3)}
+	r.recycleSent(outcome{err: context.DeadlineExceeded, mem: timedOut})
+	if len(r.spare) != 0 {
+		t.Fatal("memory of a batch whose produce call timed out was recycled")
+	}
+	for range 3 {
+		r.recycleSent(outcome{mem: &batchMem{rows: make([]pendingRow, 3)}})
+	}
+	if len(r.spare) != 2 || len(r.spare[0].rows) != 0 {
+		t.Fatalf("%d spare batches (first holds %d rows), want 2, reset", len(r.spare), len(r.spare[0].rows))
+	}
+	if m := r.takeMem(); m != r.spare[:2][1] || len(r.spare) != 1 {
+		t.Fatal("takeMem did not hand out a spare batch")
 	}
 }

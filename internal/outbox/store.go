@@ -32,7 +32,7 @@ type pendingRow struct {
 	// ids are taken out of it (recordOutcome).
 	Whole bool
 
-	msg kafka.Message
+	headers []kafka.Header // prepare
 }
 
 // fetchPending reads the outbox rows of rd.lanes from the oldest queue entries that hold
@@ -128,7 +128,7 @@ func fetchSpans(ctx context.Context, pool *pgxpool.Pool, rd read, spans []entryS
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
-	out, err := scanPending(rows, min(rd.expect, rd.limit))
+	out, err := scanPending(rows, min(rd.expect, rd.limit), rd.mem)
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
@@ -180,7 +180,7 @@ func fetchEntries(ctx context.Context, pool *pgxpool.Pool, rd read) ([]pendingRo
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
-	out, err := scanPending(rows, min(rd.expect, rd.limit))
+	out, err := scanPending(rows, min(rd.expect, rd.limit), rd.mem)
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
 	}
@@ -194,6 +194,7 @@ type read struct {
 	lanes                  []int16
 	limit, entries, expect int
 	inFlight               []rowPos
+	mem                    *batchMem // where the rows go (a new one when nil)
 }
 
 // rowPos is a row of a queue entry.
