@@ -33,11 +33,13 @@
 //
 // No database connection or transaction waits on Kafka. The relay is a small pipeline: while
 // batch k is being published, batch k-1 is marked and batch k+1 read on two other pooled
-// connections, so database and broker work overlap; batches still reach Kafka one produce
-// call at a time, in order, and the read-ahead is dropped on any failure. A batch read from
-// the database is several produce calls (readsPerBatch): the database's cost per statement is
-// spread over more rows while the broker sees requests of the configured size. The messages
-// of the read-ahead are built on its goroutine, off the publishing path.
+// connections (in turns on one while working through a backlog), so database and broker work
+// overlap; batches still reach Kafka one produce call at a time, in order, and the read-ahead
+// is dropped on any failure. A batch read from the database is several produce calls
+// (readsPerBatch): the database's cost per statement is spread over more rows while the
+// broker sees requests of the configured size. The messages of the read-ahead are built on
+// its goroutine, off the publishing path, in the memory of a batch already marked (batchMem),
+// so that a backlog is published without allocating per event.
 //
 // What the database does per event is kept small, since it is the relay's cost: pending rows
 // are listed in outbox_queue, one entry per inserting statement (at most 500 ids, with their
