@@ -10,7 +10,9 @@ import (
 )
 
 // pendingColumns are the outbox columns scanPending reads, in this order.
-// The query puts the entry first and, last, whether the entry was read whole. The payload is
+// An entry-by-entry read puts the entry first and, last, whether the entry was read whole;
+// a range read leaves both out (fetchSpans knows them from the spans it read), since every
+// column costs PostgreSQL a send function call per row. The payload is
 // read as json, whose binary form is its text: a cast to text went through json's output
 // and text's input functions, about 0.2 µs of PostgreSQL's CPU a row here.
 const pendingColumns = `o.id, o.event_id, o.event_type, o.item_id, o.payload, o.created_at, o.lane`
@@ -37,9 +39,20 @@ func scanPending(rows pgx.Rows, expect int, mem *batchMem) ([]pendingRow, error)
 	}
 	defer func() { mem.rows = out[:0] }()
 	fds := rows.FieldDescriptions()
-	fast := len(fds) == 9
-	for _, i := range []int{0, 1, 2, 6, 7, 8} { // the fixed-size binary columns
+	entries := len(fds) == 9 // else the 7 pendingColumns alone
+	if !entries && len(fds) != 7 {
+		return nil, fmt.Errorf("outbox rows: %d columns, want 7 or 9", len(fds))
+	}
+	c := 0 // where pendingColumns start
+	if entries {
+		c = 1
+	}
+	fast := true
+	for _, i := range []int{c, c + 1, c + 5, c + 6} { // the fixed-size binary columns
 		fast = fast && fds[i].Format == pgx.BinaryFormatCode
+	}
+	if entries {
+		fast = fast && fds[0].Format == pgx.BinaryFormatCode && fds[8].Format == pgx.BinaryFormatCode
 	}
 	a := &mem.arena
 	for rows.Next() {
@@ -48,24 +61,34 @@ func scanPending(rows pgx.Rows, expect int, mem *batchMem) ([]pendingRow, error)
 		out = append(out, pendingRow{})
 		p := &out[len(out)-1]
 		if !fast {
-			if err := rows.Scan(&p.Entry, &p.ID, &p.EventID, &p.EventType, &p.ItemID, &p.Payload, &p.CreatedAt, &p.Lane, &p.Whole); err != nil {
+			cols := []any{&p.ID, &p.EventID, &p.EventType, &p.ItemID, &p.Payload, &p.CreatedAt, &p.Lane}
+			if entries {
+				cols = append(append([]any{&p.Entry}, cols...), &p.Whole)
+			}
+			if err := rows.Scan(cols...); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		v := rows.RawValues()
-		if len(v[0]) != 8 || len(v[1]) != 8 || len(v[2]) != 16 || len(v[6]) != 8 || len(v[7]) != 2 || len(v[8]) != 1 || v[3] == nil || v[4] == nil || v[5] == nil {
-			return nil, fmt.Errorf("outbox row: unexpected column sizes %d/%d/%d/%d/%d/%d", len(v[0]), len(v[1]), len(v[2]), len(v[6]), len(v[7]), len(v[8]))
+		if entries {
+			if len(v[0]) != 8 || len(v[8]) != 1 {
+				return nil, fmt.Errorf("outbox row: unexpected entry column sizes %d/%d", len(v[0]), len(v[8]))
+			}
+			p.Entry = int64(binary.BigEndian.Uint64(v[0]))
+			p.Whole = v[8][0] != 0
+			v = v[1:8]
 		}
-		p.Entry = int64(binary.BigEndian.Uint64(v[0]))
-		p.ID = int64(binary.BigEndian.Uint64(v[1]))
-		copy(p.EventID[:], v[2])
-		p.EventType = a.copy(v[3])
-		p.ItemID = a.copy(v[4])
-		p.Payload = a.copy(v[5])
-		p.CreatedAt = time.UnixMicro(pgEpochMicros + int64(binary.BigEndian.Uint64(v[6])))
-		p.Lane = int16(binary.BigEndian.Uint16(v[7]))
-		p.Whole = v[8][0] != 0
+		if len(v[0]) != 8 || len(v[1]) != 16 || len(v[5]) != 8 || len(v[6]) != 2 || v[2] == nil || v[3] == nil || v[4] == nil {
+			return nil, fmt.Errorf("outbox row: unexpected column sizes %d/%d/%d/%d", len(v[0]), len(v[1]), len(v[5]), len(v[6]))
+		}
+		p.ID = int64(binary.BigEndian.Uint64(v[0]))
+		copy(p.EventID[:], v[1])
+		p.EventType = a.copy(v[2])
+		p.ItemID = a.copy(v[3])
+		p.Payload = a.copy(v[4])
+		p.CreatedAt = time.UnixMicro(pgEpochMicros + int64(binary.BigEndian.Uint64(v[5])))
+		p.Lane = int16(binary.BigEndian.Uint16(v[6]))
 	}
 	return out, rows.Err()
 }

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -14,37 +15,53 @@ import (
 )
 
 // The relay decodes its rows from pgx's binary values itself; the text forms (which pgx's
-// simple protocol returns) go through pgx's Scan. Both must give the same rows.
+// simple protocol returns) go through pgx's Scan. Both must give the same rows, with the
+// entry columns of an entry-by-entry read and without them (a range read).
 func TestScanPendingDecodesLikePgx(t *testing.T) {
 	pool := newDB(t)
 	enqueue(t, pool, snapshotEvents(3, 2))
 	ctx := context.Background()
-	query := `SELECT 7::bigint, ` + pendingColumns + `, true FROM outbox o ORDER BY o.id`
-	read := func(mode pgx.QueryExecMode) []pendingRow {
-		t.Helper()
-		rows, err := pool.Query(ctx, query, mode)
-		if err != nil {
-			t.Fatal(err)
+	for _, withEntry := range []bool{true, false} {
+		query := `SELECT ` + pendingColumns + ` FROM outbox o ORDER BY o.id`
+		if withEntry {
+			query = `SELECT 7::bigint, ` + pendingColumns + `, true FROM outbox o ORDER BY o.id`
 		}
-		out, err := scanPending(rows, 0, &batchMem{})
-		if err != nil {
-			t.Fatal(err)
+		read := func(mode pgx.QueryExecMode) []pendingRow {
+			t.Helper()
+			rows, err := pool.Query(ctx, query, mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := scanPending(rows, 0, &batchMem{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
 		}
-		return out
+		fast, scanned := read(pgx.QueryExecModeCacheStatement), read(pgx.QueryExecModeSimpleProtocol)
+		if len(fast) != 6 || len(scanned) != 6 {
+			t.Fatalf("read %d and %d rows, want 6", len(fast), len(scanned))
+		}
+		for i := range fast {
+			f, s := fast[i], scanned[i]
+			if f.ID != s.ID || f.EventID != s.EventID || f.Lane != s.Lane || !f.CreatedAt.Equal(s.CreatedAt) ||
+				!slices.Equal(f.EventType, s.EventType) || !slices.Equal(f.ItemID, s.ItemID) || !slices.Equal(f.Payload, s.Payload) {
+				t.Errorf("row %d: decoded %+v, pgx scanned %+v", i, f, s)
+			}
+			if withEntry && (f.Entry != 7 || s.Entry != 7 || !f.Whole || !s.Whole) || !withEntry && (f.Entry != 0 || f.Whole) {
+				t.Errorf("row %d (entry columns %v): entry %d/%d, whole %v/%v", i, withEntry, f.Entry, s.Entry, f.Whole, s.Whole)
+			}
+			if f.EventID == ([16]byte{}) || len(f.Payload) == 0 || f.CreatedAt.IsZero() || f.ID == 0 {
+				t.Errorf("row %d: empty fields: %+v", i, f)
+			}
+		}
 	}
-	fast, scanned := read(pgx.QueryExecModeCacheStatement), read(pgx.QueryExecModeSimpleProtocol)
-	if len(fast) != 6 || len(scanned) != 6 {
-		t.Fatalf("read %d and %d rows, want 6", len(fast), len(scanned))
+	rows, err := pool.Query(ctx, `SELECT o.id, o.payload FROM outbox o`)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i := range fast {
-		f, s := fast[i], scanned[i]
-		if f.Entry != 7 || !f.Whole || !s.Whole || f.ID != s.ID || f.EventID != s.EventID || f.Lane != s.Lane || !f.CreatedAt.Equal(s.CreatedAt) ||
-			!slices.Equal(f.EventType, s.EventType) || !slices.Equal(f.ItemID, s.ItemID) || !slices.Equal(f.Payload, s.Payload) {
-			t.Errorf("row %d: decoded %+v, pgx scanned %+v", i, f, s)
-		}
-		if f.EventID == ([16]byte{}) || len(f.Payload) == 0 || f.CreatedAt.IsZero() {
-			t.Errorf("row %d: empty fields: %+v", i, f)
-		}
+	if _, err := scanPending(rows, 0, &batchMem{}); err == nil || !strings.Contains(err.Error(), "2 columns") {
+		t.Errorf("a read of 2 columns: %v, want an error naming the count", err)
 	}
 }
 
