@@ -91,9 +91,9 @@ func TestRangeReadMatchesEntryRead(t *testing.T) {
 		{lanes: all, limit: 200, entries: 200, inFlight: inFlight(first)}, // the rest of the third, the fourth
 		{lanes: all, limit: 1, entries: 1},
 	} {
-		spans, err := headSpans(ctx, pool, rd)
-		if err != nil || len(spans) == 0 {
-			t.Fatalf("read %+v: no range read (%v)", rd, err)
+		spans, drained, err := headSpans(ctx, pool, rd)
+		if err != nil || len(spans) == 0 || drained {
+			t.Fatalf("read %+v: no range read (drained %v, %v)", rd, drained, err)
 		}
 		byRange, err := fetchPending(ctx, pool, rd)
 		if err != nil {
@@ -114,8 +114,65 @@ func TestRangeReadMatchesEntryRead(t *testing.T) {
 		}
 	}
 	// Lanes split between relays: entries are shared, read entry by entry.
-	if spans, err := headSpans(ctx, pool, read{lanes: all[:8], limit: 120, entries: 120}); err != nil || len(spans) != 0 {
-		t.Fatalf("half the lanes: spans %v (%v)", spans, err)
+	if spans, drained, err := headSpans(ctx, pool, read{lanes: all[:8], limit: 120, entries: 120}); err != nil || len(spans) != 0 || drained {
+		t.Fatalf("half the lanes: spans %v, drained %v (%v)", spans, drained, err)
+	}
+}
+
+// At the end of a pass the listing alone says there is nothing to read (every entry on its
+// way, or none), so the costlier entry-by-entry read is not run just to find nothing; with
+// more entries than the listing may hold, or one still to read, it is not drained.
+func TestListingSaysWhenLanesAreDrained(t *testing.T) {
+	pool := newDB(t)
+	ctx := context.Background()
+	all := make([]int16, Lanes)
+	for i := range all {
+		all[i] = int16(i)
+	}
+	drained := func(rd read) bool {
+		t.Helper()
+		spans, drained, err := headSpans(ctx, pool, rd)
+		if err != nil || drained && len(spans) > 0 {
+			t.Fatalf("read %+v: spans %v, drained (%v)", rd, spans, err)
+		}
+		return drained
+	}
+	if !drained(read{lanes: all, limit: 100, entries: 10}) {
+		t.Error("an empty queue is not drained")
+	}
+	for range 3 {
+		enqueue(t, pool, snapshotEvents(50, 1))
+	}
+	rows, err := fetchPending(ctx, pool, read{lanes: all, limit: 150, entries: 10})
+	if err != nil || len(rows) != 150 {
+		t.Fatalf("%d rows (%v)", len(rows), err)
+	}
+	firstTwo := inFlight(rows[:100])
+	for _, c := range []struct {
+		rd   read
+		want bool
+	}{
+		{read{lanes: all, limit: 100, entries: 10, inFlight: inFlight(rows)}, true},
+		{read{lanes: all, limit: 100, entries: 10, inFlight: inFlight(rows[:149])}, false}, // one row left
+		{read{lanes: all, limit: 100, entries: 10, inFlight: firstTwo}, false},
+	} {
+		if got := drained(c.rd); got != c.want {
+			t.Errorf("read %+v: drained %v, want %v", c.rd, got, c.want)
+		}
+		got, err := fetchPending(ctx, pool, c.rd)
+		if err != nil || len(got) == 0 != c.want {
+			t.Errorf("read %+v: %d rows (%v)", c.rd, len(got), err)
+		}
+	}
+	// A listing cut by its limit may have left entries out: a fourth entry, past the three in
+	// flight that fill the listing, is still read.
+	enqueue(t, pool, snapshotEvents(50, 1))
+	rd := read{lanes: all, limit: 100, inFlight: inFlight(rows)} // a listing of 0 + 3 entries
+	if drained(rd) {
+		t.Errorf("read %+v: drained with an entry past the listing", rd)
+	}
+	if got, err := fetchPending(ctx, pool, rd); err != nil || len(got) != 50 || got[0].ID != 151 {
+		t.Errorf("read %+v: %d rows (%v), want the fourth entry's 50", rd, len(got), err)
 	}
 }
 

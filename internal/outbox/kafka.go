@@ -79,8 +79,8 @@ var (
 	snapshotType     = []byte(EventTypeSnapshot)
 )
 
-// prepare builds the Kafka headers of every row. It runs off the publishing path (on the
-// read-ahead), and cuts the per-row header values out of one buffer and the headers out of
+// prepare builds the Kafka headers of every row and sizes its message. It runs off the
+// publishing path (on the read-ahead), and cuts the per-row header values out of one buffer and the headers out of
 // one slice per batch, both in mem: no allocations per message, and none per batch once the
 // relay recycles batches.
 func prepare(rows []pendingRow, source string, mem *batchMem) {
@@ -117,6 +117,7 @@ func prepare(rows []pendingRow, source string, mem *batchMem) {
 			kafka.Header{Key: HeaderContentType, Value: contentTypeValue},
 		)
 		r.headers = headers[h:len(headers):len(headers)]
+		r.size = messageSize(r.msg())
 	}
 	mem.headers, mem.text = headers, buf
 }

@@ -679,8 +679,7 @@ func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
 	}
 	for i := range rows {
 		row := &rows[i]
-		m := row.msg()
-		n := messageSize(m)
+		n := row.size
 		if n > r.cfg.BatchBytes {
 			if out.stopped() {
 				out.pending = append(out.pending, row.ID)
@@ -692,7 +691,7 @@ func (r *Relay) publish(ctx context.Context, rows []pendingRow) outcome {
 		if size+n > r.cfg.BatchBytes || len(chunk) == r.cfg.BatchSize {
 			flush()
 		}
-		chunk, msgs, size = append(chunk, row), append(msgs, m), size+n
+		chunk, msgs, size = append(chunk, row), append(msgs, row.msg()), size+n
 	}
 	flush()
 	out.settle(rows)

@@ -34,6 +34,7 @@ type pendingRow struct {
 	Whole bool
 
 	headers []kafka.Header // prepare
+	size    int64          // prepare: messageSize of msg()
 }
 
 // fetchPending reads the outbox rows of rd.lanes from the oldest queue entries that hold
@@ -54,12 +55,16 @@ func fetchPending(ctx context.Context, pool *pgxpool.Pool, rd read) ([]pendingRo
 	if rd.entries <= 0 || rd.entries > rd.limit {
 		rd.entries = rd.limit
 	}
-	head, err := headSpans(ctx, pool, rd)
-	if err != nil {
+	head, drained, err := headSpans(ctx, pool, rd)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
-	}
-	if len(head) > 0 {
+	case len(head) > 0:
 		return fetchSpans(ctx, pool, rd, head)
+	case drained:
+		// The end of every pass: reading entry by entry would only confirm it, with a
+		// statement several times as costly as the listing.
+		return nil, nil
 	}
 	return fetchEntries(ctx, pool, rd)
 }
@@ -76,8 +81,10 @@ type entrySpan struct {
 // order, up to rd.limit rows: the usual queue of a relay holding every lane. Their rows are
 // exactly the ids from the first span's lo to the last one's hi, which one range scan in id
 // order reads, without fetchEntries' per-entry probes and sorts (about half of PostgreSQL's
-// work per event). It returns nil when the first entry does not qualify.
-func headSpans(ctx context.Context, pool *pgxpool.Pool, rd read) ([]entrySpan, error) {
+// work per event). It returns nil when the first entry does not qualify, and drained when
+// the lanes have nothing left to read: every entry of theirs is on its way (rd.inFlight),
+// or there is none.
+func headSpans(ctx context.Context, pool *pgxpool.Pool, rd read) (spans []entrySpan, drained bool, err error) {
 	// Holding every lane (the usual case), every entry is the reader's: comparing each entry's
 	// lanes with the held ones (up to 500 × 16 comparisons) was most of this statement's cost.
 	lanes := `lanes <@ $1::smallint[]
@@ -87,25 +94,27 @@ func headSpans(ctx context.Context, pool *pgxpool.Pool, rd read) ([]entrySpan, e
 		lanes = `cardinality($1::smallint[]) = ` + strconv.Itoa(Lanes) + `
 		FROM outbox_queue`
 	}
+	limit := rd.entries + len(rd.inFlight)
 	rows, err := pool.Query(ctx, `
 		SELECT entry_id, ids[1], ids[cardinality(ids)], cardinality(ids), `+lanes+`
-		ORDER BY entry_id LIMIT $2`, rd.lanes, rd.entries+len(rd.inFlight))
+		ORDER BY entry_id LIMIT $2`, rd.lanes, limit)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer rows.Close()
 	upTo := make(map[int64]int64, len(rd.inFlight))
 	for _, f := range rd.inFlight {
 		upTo[f.entry] = f.id
 	}
-	var spans []entrySpan
-	total := int64(0)
+	total, listed := int64(0), 0
+	drained = true
 	var entry, first, last, n int64
 	var mine bool
 	for rows.Next() {
 		if err := rows.Scan(&entry, &first, &last, &n, &mine); err != nil {
-			return nil, err
+			return nil, false, err
 		}
+		listed++
 		sp := entrySpan{entry: entry, lo: first, hi: last, whole: true}
 		if id, ok := upTo[entry]; ok {
 			sp.lo, sp.whole = max(first, id+1), false
@@ -113,6 +122,7 @@ func headSpans(ctx context.Context, pool *pgxpool.Pool, rd read) ([]entrySpan, e
 				continue // read in full already, on its way
 			}
 		}
+		drained = false
 		if !mine || last-first+1 != n || len(spans) > 0 && sp.lo != spans[len(spans)-1].hi+1 {
 			break
 		}
@@ -124,7 +134,11 @@ func headSpans(ctx context.Context, pool *pgxpool.Pool, rd read) ([]entrySpan, e
 			break
 		}
 	}
-	return spans, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, false, err
+	}
+	// Entries past the limit were not listed.
+	return spans, drained && listed < limit, nil
 }
 
 // fetchSpans reads the rows of spans (headSpans) with one range scan.
