@@ -78,10 +78,7 @@ func TestRangeReadMatchesEntryRead(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_queue`).Scan(&entries); err != nil || entries != 4 {
 		t.Fatalf("%d entries (%v)", entries, err)
 	}
-	all := make([]int16, Lanes)
-	for i := range all {
-		all[i] = int16(i)
-	}
+	all := allLanes()
 	first, err := fetchEntries(ctx, pool, read{lanes: all, limit: 120, entries: 120})
 	if err != nil || len(first) != 120 {
 		t.Fatalf("%d rows (%v)", len(first), err)
@@ -125,10 +122,7 @@ func TestRangeReadMatchesEntryRead(t *testing.T) {
 func TestListingSaysWhenLanesAreDrained(t *testing.T) {
 	pool := newDB(t)
 	ctx := context.Background()
-	all := make([]int16, Lanes)
-	for i := range all {
-		all[i] = int16(i)
-	}
+	all := allLanes()
 	drained := func(rd read) bool {
 		t.Helper()
 		spans, drained, err := headSpans(ctx, pool, rd)
@@ -183,10 +177,7 @@ func TestListingSaysWhenLanesAreDrained(t *testing.T) {
 func TestReadGoesOnInAnEntryReadInPart(t *testing.T) {
 	pool := newDB(t)
 	ctx := context.Background()
-	all := make([]int16, Lanes)
-	for i := range all {
-		all[i] = int16(i)
-	}
+	all := allLanes()
 	late, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -232,10 +223,7 @@ func TestReadIntoRecycledMemory(t *testing.T) {
 	pool := newDB(t)
 	ctx := context.Background()
 	enqueue(t, pool, snapshotEvents(50, 40))
-	all := make([]int16, Lanes)
-	for i := range all {
-		all[i] = int16(i)
-	}
+	all := allLanes()
 	rd := read{lanes: all, limit: 2000, mem: &batchMem{}}
 	readRows := func() []pendingRow {
 		rows, err := fetchPending(ctx, pool, rd)

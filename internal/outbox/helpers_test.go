@@ -322,3 +322,12 @@ func ids(tb testing.TB, pool *pgxpool.Pool, cond string) []int64 {
 	}
 	return out
 }
+
+// allLanes is every lane, as a relay holding them all reads with.
+func allLanes() []int16 {
+	all := make([]int16, Lanes)
+	for i := range all {
+		all[i] = int16(i)
+	}
+	return all
+}
