@@ -295,7 +295,6 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 	prev := r.unmarked
 	r.unmarked = outcome{}
 	lanes, tokens := r.lanes.usable(r.publishWindow()), r.lanes.tokens()
-	flying := inFlight(prev.rows, rows)
 	type sideResult struct {
 		published, failed []int64
 		next              []pendingRow
@@ -311,7 +310,8 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 		defer cancel()
 		s.published, s.failed, markErr = recordOutcome(mctx, r.pool, prev, tokens, r.cfg.Owner, r.cfg.OnPublished)
 	}
-	read := func() { s.next, fetchErr = r.fetch(ctx, lanes, flying, nextMem) }
+	// What is in flight is worked out on the side too: the publishing waits for nothing.
+	read := func() { s.next, fetchErr = r.fetch(ctx, lanes, inFlight(prev.rows, rows), nextMem) }
 	if r.lastRead >= r.readSize() {
 		side.Go(func() { mark(); read() })
 	} else {
@@ -461,7 +461,12 @@ func (r *Relay) fetch(ctx context.Context, lanes []int16, flying []rowPos, mem *
 func inFlight(batches ...[]pendingRow) []rowPos {
 	upTo := map[int64]int64{}
 	for _, rows := range batches {
+		// A batch holds each entry's rows together, in id order: the last of a run is its
+		// highest, so the map sees an entry, not every row.
 		for i := range rows {
+			if i+1 < len(rows) && rows[i+1].Entry == rows[i].Entry {
+				continue
+			}
 			if rows[i].ID > upTo[rows[i].Entry] {
 				upTo[rows[i].Entry] = rows[i].ID
 			}
@@ -494,6 +499,9 @@ func (r *Relay) keepUsable(rows []pendingRow) []pendingRow {
 		return nil
 	}
 	usable := r.lanes.usable(r.publishWindow())
+	if len(usable) == Lanes {
+		return rows
+	}
 	var cut map[int64]bool
 	rows = slices.DeleteFunc(rows, func(row pendingRow) bool {
 		if slices.Contains(usable, row.Lane) {
