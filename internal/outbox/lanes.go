@@ -100,7 +100,10 @@ func (s *laneSet) renew(ctx context.Context) (lost []int16, err error) {
 }
 
 // release gives every held lane back at once, so another relay can take it without waiting
-// for the lease to expire.
+// for the lease to expire. It does not wait for the WAL flush (it ends every one-shot pass): a
+// release lost in a database crash leaves the lanes to expire, which is what a relay that
+// dies leaves anyway. Acquiring and renewing do wait, since a lost one could let two relays
+// publish one lane.
 func (s *laneSet) release(ctx context.Context) error {
 	if len(s.held) == 0 {
 		return nil
@@ -108,8 +111,9 @@ func (s *laneSet) release(ctx context.Context) error {
 	tokens := s.tokens()
 	s.held = map[int16]laneLease{}
 	_, err := s.pool.Exec(ctx, `
+		WITH sc AS (SELECT set_config('synchronous_commit', 'off', true))
 		UPDATE outbox_relay_lanes SET owner = NULL, lease_token = NULL, lease_expires_at = NULL, acquired_at = NULL
-		WHERE lease_token = ANY($1::uuid[])`, tokens)
+		FROM sc WHERE lease_token = ANY($1::uuid[])`, tokens)
 	if err != nil {
 		return fmt.Errorf("release outbox lanes: %w", err)
 	}
