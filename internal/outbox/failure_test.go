@@ -63,6 +63,7 @@ func TestRelayMarksRejectedMessagesFailed(t *testing.T) {
 		t.Fatalf("topic holds %d records, want %d", len(recs), len(events)-2)
 	}
 	checkDelivery(t, rows, recs)
+	checkPublishLog(t, pool)
 
 	ctx := context.Background()
 	failed, err := List(ctx, pool, ListOptions{FailedOnly: true})
@@ -270,6 +271,7 @@ func TestRelayReadsLargeEntriesInParts(t *testing.T) {
 	if dups := checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic)); dups != 0 {
 		t.Fatalf("%d rows sent twice", dups)
 	}
+	checkPublishLog(t, pool)
 	var entries int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_queue`).Scan(&entries); err != nil || entries != 0 {
 		t.Fatalf("%d queue entries left (%v)", entries, err)

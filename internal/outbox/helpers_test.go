@@ -331,3 +331,27 @@ func allLanes() []int16 {
 	}
 	return all
 }
+
+// checkPublishLog checks outbox_published against the outbox: every published row is listed
+// in exactly one batch, no other row is listed, and each batch's first and last ids bound
+// its list.
+func checkPublishLog(tb testing.TB, pool *pgxpool.Pool) {
+	tb.Helper()
+	var published, listed, distinct, strays, badBounds int64
+	err := pool.QueryRow(context.Background(), `
+		WITH l AS (SELECT unnest(ids) AS id FROM outbox_published)
+		SELECT (SELECT count(*) FROM outbox_events WHERE state = 'published'),
+		       (SELECT count(*) FROM l),
+		       (SELECT count(DISTINCT id) FROM l),
+		       (SELECT count(*) FROM l LEFT JOIN outbox_events e USING (id) WHERE e.state IS DISTINCT FROM 'published'),
+		       (SELECT count(*) FROM outbox_published b
+		        WHERE first_id <> (SELECT min(x) FROM unnest(b.ids) x) OR last_id <> (SELECT max(x) FROM unnest(b.ids) x))`).
+		Scan(&published, &listed, &distinct, &strays, &badBounds)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if listed != published || distinct != listed || strays != 0 || badBounds != 0 {
+		tb.Fatalf("publish log: %d rows published, %d listed (%d distinct), %d listed rows not published, %d batches with wrong bounds",
+			published, listed, distinct, strays, badBounds)
+	}
+}

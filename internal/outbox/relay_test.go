@@ -103,6 +103,7 @@ func TestRelayPublishesSnapshotsAsDocumented(t *testing.T) {
 		}
 	}
 	checkDelivery(t, rows, recs)
+	checkPublishLog(t, pool)
 
 	// Nothing is sent twice: a second pass finds nothing to do.
 	res, err = r.RunOnce(context.Background())
@@ -246,6 +247,7 @@ func TestRelayPublishesRowsCommittedLate(t *testing.T) {
 		t.Fatalf("late row %+v", rows[0])
 	}
 	checkDelivery(t, rows, consumeAll(t, broker, testTopic))
+	checkPublishLog(t, pool)
 }
 
 // The broker appends a batch but answers with an error (REQUEST_TIMED_OUT): the relay must
@@ -287,6 +289,7 @@ func TestRelayResendsWhatWasNotAcknowledged(t *testing.T) {
 	if res.Published != int64(len(rows)) || resent == 0 || dups != resent {
 		t.Fatalf("published %d of %d, %d rows re-sent, %d duplicates in the topic", res.Published, len(rows), resent, dups)
 	}
+	checkPublishLog(t, pool)
 }
 
 // The broker goes away mid-run and comes back on the same address with its data: the
