@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -229,7 +228,6 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 	var relayTime, rawTime time.Duration
 	var relayGo, relayPG, rawGo int64 // CPU clock ticks
 	var relayGC, rawGC float64
-	var relayB, relayM, rawB, rawM uint64
 	var ratios []float64 // per round: the machine's load drifts, a round's two halves see the same
 	for range b.N {
 		if _, err := pool.Exec(context.Background(), "TRUNCATE outbox CASCADE"); err != nil {
@@ -243,16 +241,11 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 		// Reading /proc takes a millisecond or two: before the clock starts, after it stops.
 		goTicks, pgTicks := procTicks()
 		g0 := gcCPU()
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
 		start := time.Now()
 		if res, err := r.RunOnce(context.Background()); err != nil || res.Published != perRound {
 			b.Fatalf("%+v %v", res, err)
 		}
 		relayRound := time.Since(start)
-		runtime.ReadMemStats(&m1)
-		relayB += m1.TotalAlloc - m0.TotalAlloc
-		relayM += m1.Mallocs - m0.Mallocs
 		relayTime += relayRound
 		relayGC += gcCPU() - g0
 		goEnd, pgEnd := procTicks()
@@ -264,13 +257,9 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 		trimBroker(b)
 		goTicks, _ = procTicks()
 		g0 = gcCPU()
-		runtime.ReadMemStats(&m0)
 		start = time.Now()
 		writeAll(b, w, msgs, cfg.BatchSize)
 		rawRound := time.Since(start)
-		runtime.ReadMemStats(&m1)
-		rawB += m1.TotalAlloc - m0.TotalAlloc
-		rawM += m1.Mallocs - m0.Mallocs
 		rawTime += rawRound
 		ratios = append(ratios, 100*rawRound.Seconds()/relayRound.Seconds())
 		rawGC += gcCPU() - g0
@@ -278,7 +267,6 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 		rawGo += goEnd - goTicks
 	}
 	n := float64(b.N * perRound)
-	fmt.Printf("relay %.0f B/msg %.2f allocs/msg; raw %.0f B/msg %.2f allocs/msg\n", float64(relayB)/n, float64(relayM)/n, float64(rawB)/n, float64(rawM)/n)
 	b.ReportMetric(n/relayTime.Seconds(), "relay-msgs/s")
 	b.ReportMetric(n/rawTime.Seconds(), "raw-msgs/s")
 	b.ReportMetric(100*rawTime.Seconds()/relayTime.Seconds(), "relay-%-of-raw")
