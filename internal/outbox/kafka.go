@@ -94,14 +94,20 @@ func prepare(rows []pendingRow, source string, mem *batchMem) {
 		buf = make([]byte, 0, need)
 	}
 	cut := func(from int) []byte { return buf[from:len(buf):len(buf)] }
+	// The rows of one transaction share created_at (now() is the transaction's start), so a
+	// batch has a few distinct times: each is formatted once.
+	var lastAt time.Time
+	var at []byte
 	for i := range rows {
 		r := &rows[i]
 		start := len(buf)
 		buf = appendUUID(buf, r.EventID)
 		id := cut(start)
-		start = len(buf)
-		buf = r.CreatedAt.UTC().AppendFormat(buf, time.RFC3339Nano)
-		at := cut(start)
+		if at == nil || !r.CreatedAt.Equal(lastAt) {
+			start = len(buf)
+			buf = r.CreatedAt.UTC().AppendFormat(buf, time.RFC3339Nano)
+			at, lastAt = cut(start), r.CreatedAt
+		}
 		typ := snapshotType
 		if !bytes.Equal(r.EventType, snapshotType) {
 			typ = r.EventType
