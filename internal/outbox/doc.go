@@ -45,10 +45,12 @@
 // are listed in outbox_queue, one entry per inserting statement (at most 500 ids, with their
 // lanes), read in entry order. A relay holding every lane reads a run of entries of
 // consecutive ids (one writer's statements, the usual queue) with one range scan of the
-// primary key; relays that split the lanes read their lanes' rows of the entries they share,
-// entry by entry. Marking a batch published deletes the entries it
+// primary key, having listed the entries without matching their lanes against its own, and
+// reads only the columns a message needs; relays that split the lanes read their lanes' rows
+// of the entries they share, entry by entry. Marking a batch published deletes the entries it
 // read whole, takes its rows out of entries it shares with relays holding other lanes (or read
-// only in part), and writes one outbox_published row listing the ids. The outbox row itself,
+// only in part), and writes one outbox_published row listing the ids (for whole entries all
+// published, the deleted entries' ids as they come, unsorted). The outbox row itself,
 // payload and all, is not rewritten (migrations/006_outbox_publish_log.sql,
 // 008_outbox_queue_per_statement.sql). Entries follow commit order per item (an item's next
 // snapshot is written only after its previous one committed), so publishing entry by entry,
