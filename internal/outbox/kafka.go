@@ -80,9 +80,9 @@ var (
 )
 
 // prepare builds the Kafka headers of every row and sizes its message. It runs off the
-// publishing path (on the read-ahead), and cuts the per-row header values out of one buffer and the headers out of
-// one slice per batch, both in mem: no allocations per message, and none per batch once the
-// relay recycles batches.
+// publishing path (on the read-ahead), and cuts the per-row header values out of one buffer
+// and the headers out of one slice per batch, both in mem: no allocations per message, and
+// none per batch once the relay recycles batches.
 func prepare(rows []pendingRow, source string, mem *batchMem) {
 	src := []byte(source)
 	headers := mem.headers[:0]

@@ -90,7 +90,7 @@ func headSpans(ctx context.Context, pool *pgxpool.Pool, rd read) (spans []entryS
 	lanes := `lanes <@ $1::smallint[]
 		FROM outbox_queue
 		WHERE lanes && $1::smallint[]`
-	if len(rd.lanes) == Lanes {
+	if len(rd.lanes) == Lanes { // "mine" is then always true; $1 stays in the statement
 		lanes = `cardinality($1::smallint[]) = ` + strconv.Itoa(Lanes) + `
 		FROM outbox_queue`
 	}
