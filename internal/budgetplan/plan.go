@@ -1,0 +1,296 @@
+// Package budgetplan chooses a collection tier per item so that weighted freshness is as high
+// as possible while the tier mix's request demand stays within the provider budget. It is pure,
+// like internal/tiers: no clock, no database, no HTTP, so it can be property-tested and replayed
+// over simulated days in seconds.
+package budgetplan
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// SalesWindow is how many sales /df/auction-sold returns; more between two collections are lost.
+const SalesWindow = 100
+
+// Choices are the tiers the planner picks from, fastest first. DORMANT is never planned.
+var Choices = [...]tiers.Tier{tiers.Hot, tiers.Active, tiers.Warm, tiers.Cold}
+
+var choiceSeconds, perSecond = func() (s, f [len(Choices)]float64) {
+	for i, t := range Choices {
+		iv, _ := t.Interval()
+		s[i] = iv.Seconds()
+		f[i] = 1 / s[i]
+	}
+	return s, f
+}()
+
+// Item is one plannable (not DORMANT) item.
+type Item struct {
+	// Weight is how much users care about the item (the popularity score); ≤ 0 counts as 0.
+	Weight float64
+	// ChangeRate is the estimated listing changes per second (λ).
+	ChangeRate float64
+	// SalesRate is the observed sales per second.
+	SalesRate float64
+	// Requests is the provider calls one collection costs (2: listings and sales).
+	Requests float64
+	// Pinned, when set, is the tier an operator fixed; the plan keeps it and counts its demand.
+	Pinned tiers.Tier
+}
+
+// Budget is one key's request budget.
+type Budget struct {
+	PerSecond float64
+	PerMinute float64
+	// Headroom is the fraction of the budget left unplanned (retries, imports, jitter).
+	Headroom float64
+}
+
+// Validate rejects budgets the planner cannot work with.
+func (b Budget) Validate() error {
+	var errs []error
+	if !(b.PerSecond > 0) || math.IsInf(b.PerSecond, 0) {
+		errs = append(errs, fmt.Errorf("budget per second must be a positive number, got %v", b.PerSecond))
+	}
+	if !(b.PerMinute > 0) || math.IsInf(b.PerMinute, 0) {
+		errs = append(errs, fmt.Errorf("budget per minute must be a positive number, got %v", b.PerMinute))
+	}
+	if !(b.Headroom >= 0 && b.Headroom < 1) {
+		errs = append(errs, fmt.Errorf("budget headroom must be in [0, 1), got %v", b.Headroom))
+	}
+	return errors.Join(errs...)
+}
+
+// Limit is the steady demand the plan may use, in requests per second: the tighter of the two
+// budgets less the headroom. Phase-pinned slots spread each tier evenly over its interval, so a
+// steady demand within it also stays within each second's and each minute's budget.
+func (b Budget) Limit() float64 {
+	return math.Min(b.PerSecond, b.PerMinute/60) * (1 - b.Headroom)
+}
+
+// Freshness is the expected fraction of time a copy refreshed every interval seconds is current
+// when the source changes as a Poisson process at rate λ per second: (1 − e^(−λI)) / (λI)
+// (Cho & Garcia-Molina, "Effective page refresh policies", TODS 2003).
+func Freshness(lambda, interval float64) float64 {
+	x := lambda * interval
+	if !(x > 1e-12) {
+		return 1
+	}
+	return -math.Expm1(-x) / x
+}
+
+// SalesSafe reports whether collecting every interval seconds keeps the sales between two
+// collections inside the 100-row window with a margin (four standard deviations of a Poisson
+// count), so no sale is lost in practice.
+func SalesSafe(salesRate, interval float64) bool {
+	m := salesRate * interval
+	return m+4*math.Sqrt(m) <= SalesWindow
+}
+
+// Plan is the planner's answer.
+type Plan struct {
+	// Tiers holds one tier per input item, in input order.
+	Tiers []tiers.Tier
+	// Demand is the plan's steady request rate (requests per second), pins included.
+	Demand float64
+	// PinnedDemand is the pinned items' share of Demand.
+	PinnedDemand float64
+	// Limit is Budget.Limit(): what the plan may use.
+	Limit float64
+	// PinsExceed is true when pinned items alone ask for more than Limit.
+	PinsExceed bool
+	// Freshness is the predicted weighted freshness (Σ w·F / Σ w; 1 when no item has weight).
+	Freshness float64
+	// SalesUnsafe counts items whose planned interval may overflow the sales window because
+	// the budget could not afford a safe one.
+	SalesUnsafe int
+}
+
+// Predict is the demand and weighted freshness of a given tier assignment (DORMANT costs nothing
+// and counts as fresh).
+func Predict(items []Item, assigned []tiers.Tier) (demand, freshness float64) {
+	var wSum, fSum float64
+	for i, it := range items {
+		iv, ok := assigned[i].Interval()
+		w := math.Max(it.Weight, 0)
+		wSum += w
+		if !ok {
+			fSum += w
+			continue
+		}
+		demand += it.Requests / iv.Seconds()
+		fSum += w * Freshness(it.ChangeRate, iv.Seconds())
+	}
+	if wSum == 0 {
+		return demand, 1
+	}
+	return demand, fSum / wSum
+}
+
+// Solve assigns tiers. Pinned items keep their tier. Then every other item gets, as its floor,
+// the slowest tier that keeps its sales inside the window, heaviest items first while the budget
+// allows; the rest of the budget goes where it buys the most weighted freshness, by a Lagrange
+// multiplier found by bisection over each item's four choices, and the slack that bisection
+// leaves is filled greedily by the best gain per request.
+func Solve(items []Item, b Budget) Plan {
+	limit := b.Limit()
+	p := Plan{Tiers: make([]tiers.Tier, len(items)), Limit: limit}
+	n := len(items)
+	// floor[i] is the slowest choice index the item may take; -1 marks pinned items.
+	floor := make([]int8, n)
+	var free []int32
+	var used float64
+	for i, it := range items {
+		if it.Pinned != "" {
+			floor[i] = -1
+			p.Tiers[i] = it.Pinned
+			if iv, ok := it.Pinned.Interval(); ok {
+				d := it.Requests / iv.Seconds()
+				p.PinnedDemand += d
+			}
+			continue
+		}
+		floor[i] = int8(len(Choices) - 1)
+		used += cost(it, len(Choices)-1)
+		free = append(free, int32(i))
+	}
+	used += p.PinnedDemand
+	p.PinsExceed = p.PinnedDemand > limit
+
+	// Sales floors, heaviest items first (then busiest sellers), first fit.
+	var needFloor []int32
+	for _, i := range free {
+		if safeChoice(items[i]) < len(Choices)-1 {
+			needFloor = append(needFloor, i)
+		}
+	}
+	sort.Slice(needFloor, func(a, c int) bool {
+		x, y := items[needFloor[a]], items[needFloor[c]]
+		if x.Weight != y.Weight {
+			return x.Weight > y.Weight
+		}
+		return x.SalesRate > y.SalesRate
+	})
+	for _, i := range needFloor {
+		it := items[i]
+		s := safeChoice(it)
+		if s < 0 {
+			s = 0 // even HOT overflows: collect as often as allowed
+		}
+		extra := cost(it, s) - cost(it, len(Choices)-1)
+		if used+extra <= limit {
+			used += extra
+			floor[i] = int8(s)
+		}
+	}
+
+	// Lagrangian: each item takes argmax_k w·F_k − μ·c_k over choices no slower than its floor.
+	// Gains are computed once; each bisection step is then multiply-adds only.
+	gains := make([][len(Choices)]float64, len(free))
+	for j, i := range free {
+		for k := range Choices {
+			gains[j][k] = gainAt(items[i], k)
+		}
+	}
+	remaining := limit - used
+	choice := make([]int8, n)
+	pick := func(mu float64, out []int8) (extra float64) {
+		for j, i := range free {
+			r := items[i].Requests
+			f := int(floor[i])
+			best, bestV := f, gains[j][f]-mu*r*perSecond[f]
+			for k := f - 1; k >= 0; k-- {
+				if v := gains[j][k] - mu*r*perSecond[k]; v > bestV {
+					best, bestV = k, v
+				}
+			}
+			out[i] = int8(best)
+			extra += r * (perSecond[best] - perSecond[f])
+		}
+		return extra
+	}
+	if remaining <= 0 {
+		for _, i := range free {
+			choice[i] = floor[i]
+		}
+	} else {
+		trial := make([]int8, n)
+		if pick(0, choice) > remaining {
+			lo, hi := 0.0, 1.0
+			for pick(hi, trial) > remaining && hi < 1e30 {
+				lo, hi = hi, hi*4
+			}
+			copy(choice, trial)
+			for iter := 0; iter < 50 && hi-lo > 1e-9*hi; iter++ {
+				mid := (lo + hi) / 2
+				if pick(mid, trial) <= remaining {
+					hi = mid
+					copy(choice, trial)
+				} else {
+					lo = mid
+				}
+			}
+		}
+		fillSlack(items, free, gains, floor, choice, remaining)
+	}
+
+	for _, i := range free {
+		p.Tiers[i] = Choices[choice[i]]
+		if !SalesSafe(items[i].SalesRate, choiceSeconds[choice[i]]) {
+			p.SalesUnsafe++
+		}
+	}
+	p.Demand, p.Freshness = Predict(items, p.Tiers)
+	return p
+}
+
+// fillSlack spends what bisection left on single-step upgrades with the best gain per request.
+func fillSlack(items []Item, free []int32, gains [][len(Choices)]float64, floor, choice []int8, remaining float64) {
+	left := remaining
+	type up struct {
+		i     int32
+		ratio float64
+		extra float64
+	}
+	var ups []up
+	for j, i := range free {
+		it := items[i]
+		k := int(choice[i])
+		left -= cost(it, k) - cost(it, int(floor[i]))
+		if k == 0 {
+			continue
+		}
+		extra := cost(it, k-1) - cost(it, k)
+		if gain := gains[j][k-1] - gains[j][k]; gain > 0 && extra > 0 {
+			ups = append(ups, up{i, gain / extra, extra})
+		}
+	}
+	sort.Slice(ups, func(a, b int) bool { return ups[a].ratio > ups[b].ratio })
+	for _, u := range ups {
+		if u.extra <= left {
+			choice[u.i]--
+			left -= u.extra
+		}
+	}
+}
+
+func cost(it Item, k int) float64 { return it.Requests * perSecond[k] }
+
+func gainAt(it Item, k int) float64 {
+	return math.Max(it.Weight, 0) * Freshness(it.ChangeRate, choiceSeconds[k])
+}
+
+// safeChoice is the slowest choice index whose interval keeps the item's sales in the window,
+// or -1 when none does.
+func safeChoice(it Item) int {
+	for k := len(Choices) - 1; k >= 0; k-- {
+		if SalesSafe(it.SalesRate, choiceSeconds[k]) {
+			return k
+		}
+	}
+	return -1
+}

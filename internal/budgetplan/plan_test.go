@@ -1,0 +1,186 @@
+package budgetplan
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// randomCatalog draws heavy-tailed weights and rates, as a real market has.
+func randomCatalog(r *rand.Rand, n int) []Item {
+	items := make([]Item, n)
+	for i := range items {
+		items[i] = Item{
+			Weight:     math.Exp(r.NormFloat64() * 1.5),
+			ChangeRate: math.Exp(r.NormFloat64()*1.5) / 1200,
+			SalesRate:  math.Exp(r.NormFloat64()*2) / 20000,
+			Requests:   2,
+		}
+		if r.IntN(50) == 0 {
+			items[i].Pinned = Choices[r.IntN(len(Choices))]
+		}
+	}
+	return items
+}
+
+func TestPlanRespectsBudgetOnRandomCatalogs(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 200; trial++ {
+		items := randomCatalog(r, 1+r.IntN(3000))
+		b := Budget{PerSecond: 1 + r.Float64()*100, PerMinute: 60 + r.Float64()*6000, Headroom: r.Float64() * 0.3}
+		p := Solve(items, b)
+		demand, fresh := Predict(items, p.Tiers)
+		if math.Abs(demand-p.Demand) > 1e-9*(1+demand) || math.Abs(fresh-p.Freshness) > 1e-9 {
+			t.Fatalf("trial %d: plan reports demand %v freshness %v, its tiers give %v %v", trial, p.Demand, p.Freshness, demand, fresh)
+		}
+		// The cheapest possible plan (every free item COLD) is the only excuse for going over.
+		floorDemand := p.PinnedDemand
+		for _, it := range items {
+			if it.Pinned == "" {
+				floorDemand += cost(it, len(Choices)-1)
+			}
+		}
+		if p.Demand > b.Limit()*(1+1e-9) && p.Demand > floorDemand*(1+1e-9) {
+			t.Fatalf("trial %d: demand %v over limit %v although all-COLD costs %v", trial, p.Demand, b.Limit(), floorDemand)
+		}
+		if p.PinsExceed != (p.PinnedDemand > b.Limit()) {
+			t.Fatalf("trial %d: PinsExceed=%v with pinned demand %v, limit %v", trial, p.PinsExceed, p.PinnedDemand, b.Limit())
+		}
+		for i, it := range items {
+			if it.Pinned != "" && p.Tiers[i] != it.Pinned {
+				t.Fatalf("trial %d: pinned item %d moved from %s to %s", trial, i, it.Pinned, p.Tiers[i])
+			}
+		}
+	}
+}
+
+func TestLimitIsTheTighterBudgetLessHeadroom(t *testing.T) {
+	if got := (Budget{PerSecond: 500, PerMinute: 30000, Headroom: 0.1}).Limit(); math.Abs(got-450) > 1e-9 {
+		t.Errorf("500/s, 30000/min, 10%% headroom: limit %v, want 450", got)
+	}
+	if got := (Budget{PerSecond: 500, PerMinute: 6000, Headroom: 0}).Limit(); got != 100 {
+		t.Errorf("500/s, 6000/min: limit %v, want 100 (the minute budget binds)", got)
+	}
+}
+
+func TestPlanUsesTheBudgetWhenItBuysFreshness(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	items := randomCatalog(r, 5000)
+	for i := range items {
+		items[i].Pinned = ""
+	}
+	b := Budget{PerSecond: 20, PerMinute: 1200, Headroom: 0}
+	p := Solve(items, b)
+	// The smallest single upgrade costs 2/300 − 2/600 requests/s; a plan leaving more slack than
+	// a few of those unspent while items could go faster is wasting budget.
+	if slack := b.Limit() - p.Demand; slack > 0.05 {
+		t.Errorf("plan leaves %v req/s of %v unspent", slack, b.Limit())
+	}
+	all := make([]tiers.Tier, len(items))
+	for i := range all {
+		all[i] = tiers.Cold
+	}
+	if _, cold := Predict(items, all); p.Freshness <= cold {
+		t.Errorf("plan freshness %v is no better than all COLD %v", p.Freshness, cold)
+	}
+}
+
+func TestPlanPrefersHeavierItems(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for trial := 0; trial < 100; trial++ {
+		items := randomCatalog(r, 500)
+		for i := range items {
+			items[i].Pinned = ""
+			items[i].SalesRate = 0
+		}
+		// Pairs with the same change rate and different weights.
+		for i := 0; i+1 < len(items); i += 2 {
+			items[i+1].ChangeRate = items[i].ChangeRate
+		}
+		p := Solve(items, Budget{PerSecond: 1 + r.Float64()*5, PerMinute: 1e9, Headroom: 0})
+		for i := 0; i+1 < len(items); i += 2 {
+			light, heavy := i, i+1
+			if items[light].Weight > items[heavy].Weight {
+				light, heavy = heavy, light
+			}
+			if p.Tiers[heavy].Rank() > p.Tiers[light].Rank() {
+				t.Fatalf("trial %d: heavier item (w=%v) got %s, lighter (w=%v) got %s at the same change rate",
+					trial, items[heavy].Weight, p.Tiers[heavy], items[light].Weight, p.Tiers[light])
+			}
+		}
+	}
+}
+
+func TestPlanNeverLosesSalesWhenASafeChoiceFits(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for trial := 0; trial < 200; trial++ {
+		items := randomCatalog(r, 1000)
+		for i := range items {
+			// Many items sell fast enough that COLD would overflow the 100-row window.
+			items[i].SalesRate = math.Exp(r.NormFloat64()*1.5) / 10
+			items[i].Pinned = ""
+		}
+		b := Budget{PerSecond: r.Float64() * 40, PerMinute: 1e9, Headroom: 0}
+		p := Solve(items, b)
+		unsafe := 0
+		for i, it := range items {
+			k := indexOf(p.Tiers[i])
+			if SalesSafe(it.SalesRate, choiceSeconds[k]) {
+				continue
+			}
+			unsafe++
+			s := safeChoice(it)
+			if s < 0 {
+				continue // not even HOT is safe
+			}
+			if extra := cost(it, s) - cost(it, k); p.Demand+extra <= b.Limit() {
+				t.Fatalf("trial %d: item %d (%.3g sales/s) left at %s losing sales; %s fits (demand %v + %v ≤ %v)",
+					trial, i, it.SalesRate, p.Tiers[i], Choices[s], p.Demand, extra, b.Limit())
+			}
+		}
+		if unsafe != p.SalesUnsafe {
+			t.Fatalf("trial %d: SalesUnsafe %d, counted %d", trial, p.SalesUnsafe, unsafe)
+		}
+	}
+}
+
+func TestPinsAloneOverBudgetAreReported(t *testing.T) {
+	items := []Item{{Weight: 1, ChangeRate: 0.01, Requests: 2, Pinned: tiers.Hot}, {Weight: 5, ChangeRate: 0.01, Requests: 2}}
+	p := Solve(items, Budget{PerSecond: 0.02, PerMinute: 1e9})
+	if !p.PinsExceed || p.Tiers[0] != tiers.Hot || p.Tiers[1] != tiers.Cold {
+		t.Errorf("pins over budget: got %+v", p)
+	}
+}
+
+func TestFreshness(t *testing.T) {
+	if Freshness(0, 600) != 1 {
+		t.Error("an item that never changes is always fresh")
+	}
+	// λI = 1: (1 − 1/e).
+	if got := Freshness(1.0/60, 60); math.Abs(got-(1-math.Exp(-1))) > 1e-12 {
+		t.Errorf("Freshness(λI=1) = %v", got)
+	}
+	if !(Freshness(0.01, 60) > Freshness(0.01, 600)) {
+		t.Error("collecting more often must be fresher")
+	}
+}
+
+func indexOf(t tiers.Tier) int {
+	for k, c := range Choices {
+		if c == t {
+			return k
+		}
+	}
+	return -1
+}
+
+func BenchmarkSolveMillionItems(b *testing.B) {
+	items := randomCatalog(rand.New(rand.NewPCG(9, 10)), 1_000_000)
+	budget := Budget{PerSecond: 500, PerMinute: 30000, Headroom: 0.1}
+	b.ResetTimer()
+	for b.Loop() {
+		Solve(items, budget)
+	}
+}
