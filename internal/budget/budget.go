@@ -58,6 +58,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
+
+	"github.com/duecollector/duecollector/internal/provider"
 )
 
 // Config is one key's budget and this process's identity.
@@ -256,6 +258,7 @@ func (s *Share) Wait(ctx context.Context) (done func(), err error) {
 // RateLimited records a provider rate-limit answer: the whole key cools down for retryAfter
 // (Cooldown when 0), for every process.
 func (s *Share) RateLimited(ctx context.Context, retryAfter time.Duration, reason string) {
+	reason = provider.Clean(reason, provider.MaxErrorRunes)
 	if retryAfter <= 0 {
 		retryAfter = s.cfg.Cooldown
 	}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
@@ -209,6 +211,28 @@ func TestQuotaCarriesFractionsAndStaggersThem(t *testing.T) {
 			if want := q * 100; float64(sum) < want-1 || float64(sum) > want+1 {
 				t.Fatalf("total %v, rank %d: 100 seconds carry %d, want about %.0f", tc.total, r, sum, want)
 			}
+		}
+	}
+}
+
+// A cool-down's reason is provider text: hostile bytes are stored clean, never refused.
+func TestCooldownReasonIsStoredClean(t *testing.T) {
+	c := newCluster(t)
+	s, err := New(c.pool, Config{KeyLabel: c.label, Rate: 10, Instance: "a"}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range neoplesim.HostileTexts() {
+		s.RateLimited(context.Background(), time.Second, "API002 "+h.Text)
+		var reason string
+		if err := c.pool.QueryRow(context.Background(), `SELECT reason FROM budget_cooldowns WHERE key_label = $1`, c.label).Scan(&reason); err != nil {
+			t.Fatal(err)
+		}
+		if !utf8.ValidString(reason) || strings.ContainsRune(reason, 0) || utf8.RuneCountInString(reason) > provider.MaxErrorRunes+1 {
+			t.Fatalf("%s: cool-down reason stored unclean: %q", h.Name, reason)
+		}
+		if !strings.HasPrefix(reason, "API002 ") {
+			t.Fatalf("%s: cool-down reason %q lost its start", h.Name, reason)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -28,8 +29,6 @@ type writeStats struct {
 	fenced    []string // items whose lease had passed to another worker: nothing written
 	snapshots int
 }
-
-const maxErrorText = 500
 
 // writeBack stores a group of results in one short transaction: the fenced reschedule first
 // (it locks the rows and tells which leases are still ours), then sales, snapshots and outbox
@@ -60,10 +59,7 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 		oks[i] = r.err == nil
 		outcomes[i] = r.outcome
 		if r.err != nil {
-			s := r.err.Error()
-			if len(s) > maxErrorText {
-				s = s[:maxErrorText]
-			}
+			s := provider.Clean(r.err.Error(), provider.MaxErrorRunes)
 			errTexts[i] = &s
 		}
 	}

@@ -258,6 +258,7 @@ func (m *Monitor) see(row provider.StatusRow) {
 // transition moves the automatic status from row.Status to `to`, unless someone else moved it
 // first (then nothing happens and the next step sees their change).
 func (m *Monitor) transition(ctx context.Context, row provider.StatusRow, to provider.Status, reason string) error {
+	reason = provider.Clean(reason, provider.MaxErrorRunes)
 	tag, err := m.pool.Exec(ctx, `
 		UPDATE provider_status SET status = $3, reason = $4, since = now(), updated_at = now()
 		WHERE provider = $1 AND status = $2 AND since = $5`,

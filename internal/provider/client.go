@@ -273,18 +273,19 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	return nil, e
 }
 
-// fail is the one exit for errors: it stamps the workload, counts, and makes sure the key
-// cannot appear in the text, whatever produced it.
+// fail is the one exit for errors: it stamps the workload, counts, and makes sure neither the
+// key nor unclean provider text can appear in the error, whatever produced it.
 func (c *Client) fail(e *Error) *Error {
 	c.failures.Add(1)
 	e.Workload = c.cfg.Workload
-	e.Message = c.redactor.Replace(e.Message)
+	e.Message = Clean(c.redactor.Replace(e.Message), MaxMessageRunes)
+	e.Code = Clean(e.Code, 20)
 	if e.Class == ClassConfig && e.Err == nil {
 		e.Err = fmt.Errorf("the provider refused the key in %s", c.cfg.Workload.KeyEnv())
 	}
 	if e.Err != nil {
-		if s := e.Err.Error(); c.redactor.Replace(s) != s {
-			e.Err = errors.New(c.redactor.Replace(s))
+		if s := e.Err.Error(); Clean(c.redactor.Replace(s), MaxErrorRunes) != s {
+			e.Err = errors.New(Clean(c.redactor.Replace(s), MaxErrorRunes))
 		}
 	}
 	return e

@@ -19,11 +19,11 @@ type kstTime struct{ time.Time }
 func (t *kstTime) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("date %s: want a string", truncate(b, 40))
+		return fmt.Errorf("date %s: want a string", quote(b))
 	}
 	v, err := time.ParseInLocation(DateLayout, s, KST)
 	if err != nil {
-		return fmt.Errorf("date %q: want YYYY-MM-DD HH:MM:SS", truncate([]byte(s), 40))
+		return fmt.Errorf("date %q: want YYYY-MM-DD HH:MM:SS", quote([]byte(s)))
 	}
 	t.Time = v
 	return nil
@@ -64,7 +64,15 @@ type wireItem struct {
 	Fame               int    `json:"fame"`
 }
 
-func (w wireItem) item() Item { return Item(w) }
+// item cleans every text field: names and enum-like fields are provider text that is stored.
+func (w wireItem) item() Item {
+	return Item{
+		ItemID: Clean(w.ItemID, MaxNameRunes), ItemName: Clean(w.ItemName, MaxNameRunes),
+		ItemRarity: Clean(w.ItemRarity, MaxNameRunes), ItemTypeID: Clean(w.ItemTypeID, MaxNameRunes),
+		ItemType: Clean(w.ItemType, MaxNameRunes), ItemTypeDetailID: Clean(w.ItemTypeDetailID, MaxNameRunes),
+		ItemTypeDetail: Clean(w.ItemTypeDetail, MaxNameRunes), ItemAvailableLevel: w.ItemAvailableLevel, Fame: w.Fame,
+	}
+}
 
 // decodeRows reads {"rows":[...]}; a 200 without a rows array is malformed, not "no rows".
 func decodeRows[T any](body []byte) ([]T, error) {
@@ -96,7 +104,7 @@ func parseAuction(body []byte) ([]Listing, error) {
 		}
 		out[i] = Listing{
 			AuctionNo: r.AuctionNo, RegDate: r.RegDate.Time, ExpireDate: r.ExpireDate.Time,
-			ItemID: r.ItemID, ItemName: r.ItemName, Count: r.Count, RegCount: regCount,
+			ItemID: Clean(r.ItemID, MaxNameRunes), ItemName: Clean(r.ItemName, MaxNameRunes), Count: r.Count, RegCount: regCount,
 			UnitPrice: r.UnitPrice, CurrentPrice: r.CurrentPrice, AveragePrice: r.AveragePrice,
 		}
 	}
@@ -113,7 +121,7 @@ func parseSold(body []byte) ([]Sale, error) {
 		if r.ItemID == "" || r.SoldDate.IsZero() {
 			return nil, fmt.Errorf("malformed response body: rows[%d] lacks itemId or soldDate", i)
 		}
-		out[i] = Sale{SoldAt: r.SoldDate.Time, ItemID: r.ItemID, ItemName: r.ItemName,
+		out[i] = Sale{SoldAt: r.SoldDate.Time, ItemID: Clean(r.ItemID, MaxNameRunes), ItemName: Clean(r.ItemName, MaxNameRunes),
 			Count: r.Count, Price: r.Price, UnitPrice: r.UnitPrice}
 	}
 	return out, nil
@@ -156,9 +164,9 @@ type envelope struct {
 func parseEnvelope(body []byte) (code, message string) {
 	var env envelope
 	if json.Unmarshal(body, &env) == nil && env.Error.Code != "" {
-		return env.Error.Code, env.Error.Message
+		return Clean(env.Error.Code, 20), Clean(env.Error.Message, MaxMessageRunes)
 	}
-	return "", string(truncate(bytes.TrimSpace(body), 120))
+	return "", quote(bytes.TrimSpace(body))
 }
 
 // classify maps a status and Neople code to what the caller should do. The code wins: the
@@ -209,10 +217,9 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-func truncate(b []byte, n int) []byte {
-	if len(b) <= n {
-		return b
-	}
-	// Cutting may split a UTF-8 sequence; drop the broken tail rather than print garbage.
-	return append(bytes.ToValidUTF8(b[:n:n], nil), "…"...)
+// quote is a short, clean excerpt of raw provider bytes for an error message.
+func quote(b []byte) string {
+	const excerpt = 120
+	// Only the head can survive the cap: don't scan a whole 8 MiB body for it.
+	return Clean(string(b[:min(len(b), 4*excerpt+4)]), excerpt)
 }

@@ -108,7 +108,7 @@ func SetStatus(ctx context.Context, q Querier, providerName string, st Status, r
 			reason = EXCLUDED.reason,
 			since = CASE WHEN p.status = EXCLUDED.status THEN p.since ELSE now() END,
 			updated_at = now()
-		RETURNING (SELECT status FROM prev)`, providerName, string(st), reason).Scan(&prev)
+		RETURNING (SELECT status FROM prev)`, providerName, string(st), Clean(reason, MaxErrorRunes)).Scan(&prev)
 	if err != nil {
 		return false, fmt.Errorf("set provider %s status %s: %w", providerName, st, err)
 	}
@@ -126,7 +126,7 @@ func SetOverride(ctx context.Context, q Querier, providerName string, st Status,
 			override_reason = EXCLUDED.override_reason,
 			override_since = now(),
 			override_until = EXCLUDED.override_until,
-			updated_at = now()`, providerName, string(st), reason, ttl.Milliseconds())
+			updated_at = now()`, providerName, string(st), Clean(reason, MaxErrorRunes), ttl.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("set provider %s override: %w", providerName, err)
 	}

@@ -1,0 +1,118 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// envelopeWith is a Neople error body whose message holds text byte for byte: only what JSON
+// cannot carry raw (controls, quote, backslash) is escaped, so NUL arrives as \u0000.
+func envelopeWith(status int, code, text string) string {
+	var b strings.Builder
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case c < 0x20:
+			fmt.Fprintf(&b, `\u%04x`, c)
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return fmt.Sprintf(`{"error":{"status":%d,"code":%q,"message":"%s"}}`, status, code, b.String())
+}
+
+func checkCleanText(t *testing.T, what, s string) {
+	t.Helper()
+	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		t.Fatalf("%s is not clean UTF-8: %q", what, s)
+	}
+	if n := utf8.RuneCountInString(s); n > provider.MaxErrorRunes+1 {
+		t.Fatalf("%s has %d runes, cap %d", what, n, provider.MaxErrorRunes)
+	}
+}
+
+// Hostile provider text (NUL, EUC-KR, gzip bytes, 20,000 Korean characters) in an item error's
+// message, in a raw error body and in a maintenance message reaches last_error, the logs and
+// provider_status clean, and the maintenance answer is recorded like a clean one.
+func TestHostileProviderTextIsCleanInEveryStoreAndLog(t *testing.T) {
+	for _, h := range neoplesim.HostileTexts() {
+		t.Run(h.Name, func(t *testing.T) {
+			var maintenance atomic.Bool
+			var e *env
+			e = setup(t, 3, tiers.Active, func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					id := r.URL.Query().Get("itemId")
+					switch {
+					case maintenance.Load():
+						w.WriteHeader(http.StatusServiceUnavailable)
+						_, _ = w.Write([]byte(envelopeWith(503, "DNF980", h.Text)))
+					case id == e.items[0].ItemID:
+						w.WriteHeader(http.StatusNotFound)
+						_, _ = w.Write([]byte(envelopeWith(404, "DNF003", h.Text)))
+					case id == e.items[1].ItemID:
+						w.WriteHeader(http.StatusInternalServerError)
+						_, _ = w.Write([]byte(h.Text))
+					default:
+						next.ServeHTTP(w, r)
+					}
+				})
+			})
+			core, logs := observer.New(zapcore.DebugLevel)
+			s, err := e.dispatcher(t, Config{}, zap.New(core)).RunOnce(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Collected != 1 || s.Failed != 2 {
+				t.Fatalf("summary %s: want 1 collected, 2 failed (nothing stranded)", s)
+			}
+			for _, it := range e.items[:2] {
+				var lastErr string
+				if err := e.pool.QueryRow(context.Background(),
+					`SELECT last_error FROM tracked_items WHERE item_id = $1 AND lease_token IS NULL`, it.ItemID).Scan(&lastErr); err != nil {
+					t.Fatalf("item %s: %v", it.ItemID, err)
+				}
+				checkCleanText(t, "last_error", lastErr)
+			}
+
+			maintenance.Store(true)
+			if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.dispatcher(t, Config{}, zap.New(core)).RunOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			row, err := provider.ReadStatus(context.Background(), e.pool, "neople")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if row.Status != provider.Maintenance {
+				t.Fatalf("status %s after a DNF980 with a hostile message; want MAINTENANCE", row.Status)
+			}
+			checkCleanText(t, "provider_status reason", row.Reason)
+
+			for _, entry := range logs.All() {
+				checkCleanText(t, "log message", entry.Message)
+				for k, v := range entry.ContextMap() {
+					if s, ok := v.(string); ok {
+						checkCleanText(t, "log field "+k, s)
+					}
+				}
+			}
+		})
+	}
+}
