@@ -68,6 +68,7 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 		relay = &rc
 	}
 	c := a.cfg.Collect
+	ver, rev, _ := buildInfo()
 	return daemon.New(pool, client, daemon.Config{
 		Daemon: a.cfg.Daemon,
 		Dispatch: dispatcher.Config{
@@ -83,6 +84,8 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 		Relay:     relay,
 		Market:    a.cfg.Provider.Market,
 		KeyLabel:  marketKeyLabel(a),
+		Version:   ver,
+		Commit:    rev,
 	}, a.log)
 }
 

@@ -51,6 +51,8 @@ type Config struct {
 	Market config.WorkloadLimits
 	// KeyLabel identifies the market key in collector_instances (budget.KeyLabel).
 	KeyLabel string
+	// Version and Commit label collector_build_info.
+	Version, Commit string
 }
 
 // Daemon is one `collector run` process.
@@ -82,6 +84,8 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	}
 	d := &Daemon{pool: pool, client: client, cfg: cfg, log: log, metrics: telemetry.NewMetrics(), wake: make(chan struct{}, 1)}
 	d.metrics.RegisterPool(pool)
+	d.metrics.SetBuildInfo(orUnknown(cfg.Version), orUnknown(cfg.Commit))
+	client.SetObserver(requestMetrics{d.metrics})
 
 	var rate health.RateSetter = client
 	if cfg.Daemon.Budget.Enabled {
@@ -307,6 +311,13 @@ func (d *Daemon) sleep(ctx context.Context, dur time.Duration) {
 	case <-d.wake:
 	case <-d.health.Changed():
 	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 func backoff(failures int) time.Duration {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -151,6 +152,9 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 		"collector_outbox_backlog 5", "collector_outbox_oldest_unpublished_seconds", "collector_db_pool_acquired_conns",
 		`collector_budget_share_per_second{workload="market"}`, `collector_budget_used_total{workload="market"} 10`,
 		"collector_limiter_wait_seconds_total", `collector_passes_total{result="ok"}`,
+		`collector_claim_lag_seconds_bucket{tier="HOT_1M",le=`,
+		`collector_provider_request_duration_seconds_count{endpoint="/df/auction",outcome="ok",workload="market"} 5`,
+		`collector_build_info{commit="unknown",go_version="go`,
 	}
 	eventually(t, 10*time.Second, "every named series", func() bool {
 		_, body = get("/metrics")
@@ -267,5 +271,48 @@ func TestPrunesCollectedHistory(t *testing.T) {
 	})
 	if n := count(t, e.pool, `SELECT count(*) FROM auction_snapshots WHERE collected_at > now() - interval '100 hours 30 minutes'`); n != 100 {
 		t.Fatalf("%d recent snapshots left, want 100", n)
+	}
+}
+
+// A tier that empties reads 0 on the next refresh, and every tier is exported, 0 when empty.
+func TestTierGaugesResetWhenATierEmpties(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	e.track(t, 0, 1, tiers.Hot, -time.Minute)
+	client, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: e.srv.URL, Key: marketKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(e.pool, client, testConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	gauges := func() map[string][2]float64 {
+		t.Helper()
+		if err := d.refreshGauges(ctx); err != nil {
+			t.Fatal(err)
+		}
+		g := map[string][2]float64{}
+		for _, tier := range tiers.All() {
+			g[string(tier)] = [2]float64{testutil.ToFloat64(d.metrics.ItemsDue.WithLabelValues(string(tier))),
+				testutil.ToFloat64(d.metrics.ItemsOverdue.WithLabelValues(string(tier)))}
+		}
+		return g
+	}
+	if g := gauges(); g["HOT_1M"] != [2]float64{1, 1} || g["COLD_10M"] != [2]float64{0, 0} {
+		t.Fatalf("before the move: %v", g)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = 'COLD_10M'`); err != nil {
+		t.Fatal(err)
+	}
+	if g := gauges(); g["HOT_1M"] != [2]float64{0, 0} || g["COLD_10M"] != [2]float64{1, 1} {
+		t.Fatalf("after the last HOT_1M item moved to COLD_10M: %v", g)
+	}
+	n, err := testutil.GatherAndCount(d.metrics.Registry, "collector_items_due", "collector_items_overdue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * len(tiers.All()); n != want {
+		t.Fatalf("%d tier series exported, want %d (every tier, 0 when empty)", n, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/telemetry"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // observer fans the dispatcher's reports out to the metrics and the health monitor.
@@ -23,7 +24,7 @@ type observer struct {
 func (o *observer) Claimed(claims []dispatcher.Claim) {
 	o.m.Claims.Add(float64(len(claims)))
 	for _, c := range claims {
-		o.m.ClaimLag.Observe(max(c.DBNow.Sub(c.DueAt), 0).Seconds())
+		o.m.ClaimLag.WithLabelValues(string(c.Tier)).Observe(max(c.DBNow.Sub(c.DueAt), 0).Seconds())
 	}
 }
 
@@ -37,6 +38,17 @@ func (o *observer) Written(collected, failed, fenced int, took time.Duration) {
 	o.m.Collections.WithLabelValues("failed").Add(float64(failed))
 	o.m.Collections.WithLabelValues("fenced").Add(float64(fenced))
 	o.m.WriteSeconds.Observe(took.Seconds())
+}
+
+// requestMetrics times the client's HTTP requests and its limiter waits, each in its own series.
+type requestMetrics struct{ m *telemetry.Metrics }
+
+func (r requestMetrics) Request(w provider.Workload, endpoint, outcome string, took time.Duration) {
+	r.m.RequestSeconds.WithLabelValues(string(w), endpoint, outcome).Observe(took.Seconds())
+}
+
+func (r requestMetrics) Waited(w provider.Workload, took time.Duration) {
+	r.m.LimiterWait.WithLabelValues(string(w)).Add(took.Seconds())
 }
 
 // fetcher puts the cluster budget in front of the client and counts every call by endpoint
@@ -126,20 +138,23 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("due items by tier: %w", err)
 	}
-	seen := map[string]bool{}
+	// Every tier is exported on every refresh, so a tier that emptied reads 0, not its last count.
+	due, overdue := map[string]int64{}, map[string]int64{}
 	for rows.Next() {
 		var tier string
-		var due, overdue int64
-		if err := rows.Scan(&tier, &due, &overdue); err != nil {
+		var n, late int64
+		if err := rows.Scan(&tier, &n, &late); err != nil {
 			rows.Close()
 			return err
 		}
-		seen[tier] = true
-		d.metrics.ItemsDue.WithLabelValues(tier).Set(float64(due))
-		d.metrics.ItemsOverdue.WithLabelValues(tier).Set(float64(overdue))
+		due[tier], overdue[tier] = n, late
 	}
 	if err := rows.Err(); err != nil {
 		return err
+	}
+	for _, t := range tiers.All() {
+		d.metrics.ItemsDue.WithLabelValues(string(t)).Set(float64(due[string(t)]))
+		d.metrics.ItemsOverdue.WithLabelValues(string(t)).Set(float64(overdue[string(t)]))
 	}
 	var leases, backlog int64
 	var oldest float64

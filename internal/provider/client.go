@@ -40,9 +40,20 @@ type Client struct {
 	http     *http.Client
 	lim      *limiter
 	redactor *strings.Replacer
+	obs      RequestObserver
 
 	requests, failures atomic.Int64
 }
+
+// RequestObserver hears every HTTP request's duration and outcome ("ok" or the error class)
+// and every wait on the client's own limiter, so the two can be told apart.
+type RequestObserver interface {
+	Request(w Workload, endpoint, outcome string, took time.Duration)
+	Waited(w Workload, took time.Duration)
+}
+
+// SetObserver installs o; call it before the client is used.
+func (c *Client) SetObserver(o RequestObserver) { c.obs = o }
 
 // Route names used as Error.Endpoint: paths without the query or the item id.
 const (
@@ -198,7 +209,12 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 	if strings.TrimSpace(arg) == "" {
 		return zero, c.fail(&Error{Class: ClassBug, Endpoint: endpoint, Err: errors.New("empty item id or name")})
 	}
-	if err := c.lim.wait(ctx); err != nil {
+	t0 := time.Now()
+	err := c.lim.wait(ctx)
+	if c.obs != nil {
+		c.obs.Waited(c.cfg.Workload, time.Since(t0))
+	}
+	if err != nil {
 		e := &Error{Class: ClassTransient, Endpoint: endpoint, Err: fmt.Errorf("waiting for the rate budget: %w", err)}
 		var be *budgetError
 		if errors.As(err, &be) {
@@ -209,13 +225,25 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 	if path == "" {
 		path = endpoint
 	}
-	body, err := c.do(ctx, endpoint, path, q)
-	if err != nil {
-		return zero, c.fail(err)
+	t0 = time.Now()
+	body, derr := c.do(ctx, endpoint, path, q)
+	took := time.Since(t0)
+	var v T
+	var perr error
+	if derr == nil {
+		if v, perr = parse(body); perr != nil {
+			derr = &Error{Class: ClassTransient, Endpoint: endpoint, Status: http.StatusOK, Err: perr}
+		}
 	}
-	v, perr := parse(body)
-	if perr != nil {
-		return zero, c.fail(&Error{Class: ClassTransient, Endpoint: endpoint, Status: http.StatusOK, Err: perr})
+	if c.obs != nil {
+		outcome := "ok"
+		if derr != nil {
+			outcome = derr.Class.String()
+		}
+		c.obs.Request(c.cfg.Workload, endpoint, outcome, took)
+	}
+	if derr != nil {
+		return zero, c.fail(derr)
 	}
 	return v, nil
 }

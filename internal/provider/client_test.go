@@ -389,3 +389,52 @@ func TestNewClientNeedsItsOwnKey(t *testing.T) {
 		}
 	}
 }
+
+type observed struct {
+	mu       sync.Mutex
+	requests []string
+	took     []time.Duration
+	waited   time.Duration
+}
+
+func (o *observed) Request(w provider.Workload, endpoint, outcome string, took time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.requests = append(o.requests, string(w)+" "+endpoint+" "+outcome)
+	o.took = append(o.took, took)
+}
+
+func (o *observed) Waited(_ provider.Workload, took time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.waited += took
+}
+
+// The request duration covers the HTTP call alone: a call held back by the limiter reports
+// the wait apart from the request.
+func TestObserverSeparatesRequestFromLimiterWait(t *testing.T) {
+	e := newEnv(t, neoplesim.Options{Items: 3})
+	// One request every 2 s: the second call waits about 2 s for the limiter.
+	c := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.Rate, c.Burst = 0.5, 1 })
+	o := &observed{}
+	c.SetObserver(o)
+	id := e.sim.Catalog()[0].ItemID
+	for range 2 {
+		if _, err := c.Auction(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.requests) != 2 || o.requests[0] != "market /df/auction ok" || o.requests[1] != "market /df/auction ok" {
+		t.Fatalf("requests observed: %q", o.requests)
+	}
+	if o.waited < time.Second {
+		t.Fatalf("limiter wait observed %s, want about 2 s or more", o.waited)
+	}
+	for i, d := range o.took {
+		if d >= time.Second {
+			t.Fatalf("request %d took %s: the limiter wait leaked into the request duration", i, d)
+		}
+	}
+}

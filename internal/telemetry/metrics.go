@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"net/http"
+	"runtime"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,18 +15,19 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	ClaimLag         prometheus.Histogram   // due → claim, seconds, by the database clock
-	Claims           prometheus.Counter     // items claimed
-	Collections      *prometheus.CounterVec // outcome: collected | failed | fenced
-	WriteSeconds     prometheus.Histogram   // one write-back transaction
-	FetchSeconds     prometheus.Histogram   // one item's provider calls
-	ProviderRequests *prometheus.CounterVec // endpoint, outcome
-	LimiterWait      *prometheus.CounterVec // workload: seconds spent waiting on the budget
-	BudgetShare      *prometheus.GaugeVec   // workload: requests/s this instance may send
-	BudgetInstances  *prometheus.GaugeVec   // workload: live instances sharing the key
-	BudgetUsed       *prometheus.CounterVec // workload: requests sent under the budget
-	ItemsDue         *prometheus.GaugeVec   // tier
-	ItemsOverdue     *prometheus.GaugeVec   // tier
+	ClaimLag         *prometheus.HistogramVec // tier: due → claim, seconds, by the database clock
+	Claims           prometheus.Counter       // items claimed
+	Collections      *prometheus.CounterVec   // outcome: collected | failed | fenced
+	WriteSeconds     prometheus.Histogram     // one write-back transaction
+	FetchSeconds     prometheus.Histogram     // one item's provider calls
+	ProviderRequests *prometheus.CounterVec   // endpoint, outcome
+	RequestSeconds   *prometheus.HistogramVec // workload, endpoint, outcome: the HTTP call alone
+	LimiterWait      *prometheus.CounterVec   // workload: seconds spent waiting on the budget
+	BudgetShare      *prometheus.GaugeVec     // workload: requests/s this instance may send
+	BudgetInstances  *prometheus.GaugeVec     // workload: live instances sharing the key
+	BudgetUsed       *prometheus.CounterVec   // workload: requests sent under the budget
+	ItemsDue         *prometheus.GaugeVec     // tier
+	ItemsOverdue     *prometheus.GaugeVec     // tier
 	LeasesHeld       prometheus.Gauge
 	ProviderStatus   *prometheus.GaugeVec // provider, status: 1 for the effective status
 	StatusChanges    *prometheus.CounterVec
@@ -43,14 +45,17 @@ func NewMetrics() *Metrics {
 	f := factory{r}
 	lagBuckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 	return &Metrics{
-		Registry:         r,
-		ClaimLag:         f.histogram("collector_claim_lag_seconds", "Time from an item's next_collect_at to its claim (database clock).", lagBuckets),
-		Claims:           f.counter("collector_claims_total", "Items claimed."),
-		Collections:      f.counterVec("collector_collections_total", "Claimed items written back, by outcome (collected, failed, fenced).", "outcome"),
-		WriteSeconds:     f.histogram("collector_write_seconds", "Duration of one write-back transaction.", prometheus.DefBuckets),
-		FetchSeconds:     f.histogram("collector_fetch_seconds", "Duration of one item's provider calls, limiter waits included.", prometheus.DefBuckets),
+		Registry:     r,
+		ClaimLag:     f.histogramVec("collector_claim_lag_seconds", "Time from an item's next_collect_at to its claim (database clock), by tier.", lagBuckets, "tier"),
+		Claims:       f.counter("collector_claims_total", "Items claimed."),
+		Collections:  f.counterVec("collector_collections_total", "Claimed items written back, by outcome (collected, failed, fenced).", "outcome"),
+		WriteSeconds: f.histogram("collector_write_seconds", "Duration of one write-back transaction.", prometheus.DefBuckets),
+		FetchSeconds: f.histogram("collector_fetch_seconds", "Duration of one item's provider calls, limiter waits included.", prometheus.DefBuckets),
+		RequestSeconds: f.histogramVec("collector_provider_request_duration_seconds",
+			"Duration of one provider HTTP request (response read and classified), limiter and budget waits excluded.",
+			prometheus.DefBuckets, "workload", "endpoint", "outcome"),
 		ProviderRequests: f.counterVec("collector_provider_requests_total", "Provider calls by endpoint and outcome.", "endpoint", "outcome"),
-		LimiterWait:      f.counterVec("collector_limiter_wait_seconds_total", "Time spent waiting for the cluster budget.", "workload"),
+		LimiterWait:      f.counterVec("collector_limiter_wait_seconds_total", "Time spent waiting for the cluster budget or the client rate limiter.", "workload"),
 		BudgetShare:      f.gaugeVec("collector_budget_share_per_second", "Requests per second this instance may send on the workload's key.", "workload"),
 		BudgetInstances:  f.gaugeVec("collector_budget_instances", "Live instances sharing the workload's key.", "workload"),
 		BudgetUsed:       f.counterVec("collector_budget_used_total", "Requests sent under the workload's budget.", "workload"),
@@ -65,6 +70,14 @@ func NewMetrics() *Metrics {
 		Passes:           f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
 		LoopErrors:       f.counterVec("collector_loop_errors_total", "Errors in the daemon's loops (each is retried).", "loop"),
 	}
+}
+
+// SetBuildInfo exports collector_build_info{version,commit,go_version} 1.
+func (m *Metrics) SetBuildInfo(version, commit string) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "collector_build_info",
+		Help: "Always 1; the labels name the running build."}, []string{"version", "commit", "go_version"})
+	m.Registry.MustRegister(g)
+	g.WithLabelValues(version, commit, runtime.Version()).Set(1)
 }
 
 // RegisterPool exports the pool's statistics (acquired, idle, total, waits).
@@ -101,6 +114,12 @@ func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.Gauge
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 	f.r.MustRegister(g)
 	return g
+}
+
+func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	f.r.MustRegister(h)
+	return h
 }
 
 func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
