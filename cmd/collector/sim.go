@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -20,15 +21,21 @@ func newSimCmd(a *app) *cobra.Command {
 		addr            string
 		opts            neoplesim.Options
 		itemKey, mktKey string
+		market          string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Serve a simulated Neople API (deterministic data, per-key limits, /_sim admin endpoints)",
 		Long: `Serve a simulated Neople API for development, tests and benchmarks. It needs no database.
 Keys: --item-key/--market-key, else NEOPLE_ITEM_API_KEY/NEOPLE_MARKET_API_KEY, else sim-item-key/sim-market-key.
-Admin: POST /_sim/maintenance?on=true|false, GET|POST /_sim/faults, GET|DELETE /_sim/stats, GET /_sim/catalog.`,
+Admin: POST /_sim/maintenance?on=true|false, GET|POST /_sim/faults, GET|DELETE /_sim/stats, GET /_sim/catalog,
+GET /_sim/freshness (--market realistic: freshness, age and sales coverage of what it served, against its ground truth).`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
+			var err error
+			if opts.Market, err = neoplesim.ParseMarket(market); err != nil {
+				return fmt.Errorf("--market: %w", err)
+			}
 			opts.ItemKey = firstNonEmpty(itemKey, getenv(provider.WorkloadItem.KeyEnv()), neoplesim.DefaultItemKey)
 			opts.MarketKey = firstNonEmpty(mktKey, getenv(provider.WorkloadMarket.KeyEnv()), neoplesim.DefaultMarketKey)
 			return serveSim(ctx, a.log, addr, opts)
@@ -42,6 +49,7 @@ Admin: POST /_sim/maintenance?on=true|false, GET|POST /_sim/faults, GET|DELETE /
 	f.StringVar(&mktKey, "market-key", "", "key accepted on /df/auction* (default $NEOPLE_MARKET_API_KEY, else sim-market-key)")
 	f.Float64Var(&opts.Rate, "rate", 0, "requests per second per key before 429 API002 (0 = unlimited)")
 	f.DurationVar(&opts.Latency, "latency", 0, "latency added to every /df request")
+	f.StringVar(&market, "market", neoplesim.MarketDefault, "market model: default (every item changes every minute) or realistic (heavy-tailed per-item rates, ground truth on /_sim/freshness)")
 	return cmd
 }
 
@@ -55,7 +63,7 @@ func serveSim(ctx context.Context, log *zap.Logger, addr string, opts neoplesim.
 	log.Info("neople simulator listening",
 		zap.String("addr", ln.Addr().String()), zap.String("base_url", "http://"+ln.Addr().String()),
 		zap.Int("items", opts.Items), zap.Int64("seed", opts.Seed), zap.Float64("rate", opts.Rate),
-		zap.Duration("latency", opts.Latency),
+		zap.Duration("latency", opts.Latency), zap.String("market", opts.Market),
 		// Labels, not keys: enough to match against /_sim/stats.
 		zap.String("item_key", neoplesim.KeyLabel(opts.ItemKey)), zap.String("market_key", neoplesim.KeyLabel(opts.MarketKey)))
 	errc := make(chan error, 1)

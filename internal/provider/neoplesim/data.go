@@ -60,6 +60,8 @@ type entry struct {
 	listings   int     // typical number of open listings
 	salePeriod int64   // seconds per sale slot
 	avgZero    bool    // averagePrice reported as 0, as the API sometimes does
+
+	real *realistic // set in the realistic market (market.go)
 }
 
 func buildCatalog(n int, seed int64) []*entry {
@@ -181,13 +183,20 @@ type listingRow struct {
 
 // listingsAt is the order book at now, in auctionNo order (the API's default).
 func (e *entry) listingsAt(now time.Time) []listingRow {
+	if e.real != nil {
+		return e.realListings(now)
+	}
 	bucket := now.Unix() / 60
-	start := bucket * 60
+	return e.book(uint64(bucket), bucket*60, e.priceAt(now.Unix()))
+}
+
+// book draws an order book from key, with listings registered before start around price p0.
+func (e *entry) book(key uint64, start int64, p0 float64) []listingRow {
+	bucket := key
 	n := e.listings
 	if n > 0 {
 		n = max(n+int(mix(e.h, uint64(bucket))%5)-2, 0)
 	}
-	p0 := e.priceAt(now.Unix())
 	avg := int64(math.Round(e.base))
 	if e.avgZero {
 		avg = 0
@@ -227,6 +236,9 @@ type saleRow struct {
 // salesAt returns up to limit sales before or at now, newest first, within the last 30 days.
 // Each slot of salePeriod seconds holds zero, one, two different, or two identical sales.
 func (e *entry) salesAt(now time.Time, limit int) []saleRow {
+	if e.real != nil {
+		return e.realSales(now, limit)
+	}
 	nowU := now.Unix()
 	oldest := nowU - 30*24*3600
 	p := e.salePeriod

@@ -85,6 +85,7 @@ func (s *Server) auction(r *http.Request) (any, *apiError) {
 	for _, it := range found {
 		rows = append(rows, it.listingsAt(now)...)
 	}
+	s.observeListings(found, now)
 	if less != nil {
 		slices.SortStableFunc(rows, less)
 	}
@@ -109,7 +110,9 @@ func (s *Server) auctionSold(r *http.Request) (any, *apiError) {
 	}
 	// Several items: merge newest first (the date layout sorts like time).
 	slices.SortStableFunc(rows, func(a, b saleRow) int { return cmp.Compare(b.SoldDate, a.SoldDate) })
-	return map[string]any{"rows": rows[:min(len(rows), limit)]}, nil
+	rows = rows[:min(len(rows), limit)]
+	s.observeSales(found, rows, now)
+	return map[string]any{"rows": rows}, nil
 }
 
 // resolve reads exactly one of itemId, itemIds, itemName and returns the known items; it

@@ -40,6 +40,8 @@ type Options struct {
 	// Now drives the market data (prices, listings, sales). Rate limiting and per-second
 	// stats always use the wall clock, since that is what a client's limiter works in.
 	Now func() time.Time
+	// Market is MarketDefault ("" too) or MarketRealistic (market.go).
+	Market string
 }
 
 // Faults are injected into /df requests that pass the key and rate checks. Rates are
@@ -106,6 +108,8 @@ type Server struct {
 	rng         *rand.Rand
 	stats       Stats
 	seconds     map[string]*secondCount
+	tracks      map[string]*track // realistic market: each item's copy (freshness.go)
+	resetAt     int64             // sim time of the last stats reset, ms
 }
 
 type secondCount struct{ sec, n int64 }
@@ -124,6 +128,9 @@ func New(opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Market != MarketRealistic {
+		opts.Market = MarketDefault
+	}
 	s := &Server{
 		opts:    opts,
 		catalog: buildCatalog(opts.Items, opts.Seed),
@@ -134,7 +141,11 @@ func New(opts Options) *Server {
 	}
 	for _, e := range s.catalog {
 		s.byID[e.ItemID] = e
+		if opts.Market == MarketRealistic {
+			e.real = newRealistic(e.h)
+		}
 	}
+	s.tracks = map[string]*track{}
 	if opts.Rate > 0 {
 		burst := max(1, int(math.Ceil(opts.Rate)))
 		s.limiters = map[string]*rate.Limiter{
@@ -157,12 +168,16 @@ func New(opts Options) *Server {
 	m.HandleFunc("GET /_sim/stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
 	m.HandleFunc("DELETE /_sim/stats", func(w http.ResponseWriter, _ *http.Request) { s.ResetStats(); w.WriteHeader(http.StatusNoContent) })
 	m.HandleFunc("GET /_sim/catalog", func(w http.ResponseWriter, _ *http.Request) {
-		rows := make([]itemRow, len(s.catalog))
+		rows := make([]catalogRow, len(s.catalog))
 		for i, e := range s.catalog {
-			rows[i] = e.row()
+			rows[i] = catalogRow{e.row(), nil}
+			if e.real != nil {
+				rows[i].Truth = &e.real.Truth
+			}
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"rows": rows})
 	})
+	m.HandleFunc("GET /_sim/freshness", s.adminFreshness)
 	m.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { writeAPIError(w, notFound) })
 	s.mux = m
 	return s
@@ -268,6 +283,9 @@ func (s *Server) ResetStats() {
 	defer s.mu.Unlock()
 	s.stats = Stats{Paths: map[string]int64{}, Keys: map[string]KeyStats{}, Items: map[string]ItemStats{}}
 	s.seconds = map[string]*secondCount{}
+	if s.tracks != nil {
+		s.resetTracks()
+	}
 }
 
 func clone[M ~map[K]V, K comparable, V any](m M) M {
