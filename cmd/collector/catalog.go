@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -101,7 +102,8 @@ listed by file line; the rest are still imported, and the exit code is 2 unless 
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error { return a.importItems(ctx, targets, allowMissing) }),
 	}
-	cmd.Flags().StringVar(&targets, "targets", "", "targets file (default catalog.targets: configs/import-targets.yaml)")
+	cmd.Flags().StringVar(&targets, "targets", "", "read the targets from `FILE` (catalog.targets)")
+	cmd.Flags().Lookup("targets").DefValue = config.Default().Catalog.Targets
 	cmd.Flags().BoolVar(&allowMissing, "allow-missing", false, "exit 0 even when some targets imported nothing")
 	return cmd
 }
@@ -138,7 +140,8 @@ it never falls back to synthetic data (that is seed:synthetic).`,
 			return err
 		}),
 	}
-	cmd.Flags().StringVar(&targets, "targets", "", "targets file (default catalog.targets: configs/import-targets.yaml)")
+	cmd.Flags().StringVar(&targets, "targets", "", "read the targets from `FILE` (catalog.targets)")
+	cmd.Flags().Lookup("targets").DefValue = config.Default().Catalog.Targets
 	cmd.Flags().BoolVar(&allowMissing, "allow-missing", false, "exit 0 even when some targets imported nothing")
 	return cmd
 }
@@ -234,7 +237,7 @@ func newTouchCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "touch ITEM_ID",
 		Short: "Record interest in an item: a DORMANT or COLD_10M item is promoted and due now",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneItemID,
 		RunE: a.runArgs(func(ctx context.Context, args []string) error {
 			pool, err := a.db(ctx)
 			if err != nil {

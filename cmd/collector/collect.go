@@ -24,11 +24,12 @@ func init() {
 // the key's cluster-wide budget like a daemon does, so cron runs beside daemons never push
 // the key over; stop ends that share (call it when the pass is over).
 func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop func(), err error) {
-	pool, err := a.db(ctx)
+	// Configuration and keys first, so every start-up problem shows before the database is touched.
+	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket)
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket)
+	pool, err := a.db(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,9 +125,9 @@ When the provider is not HEALTHY or RECOVERING it claims nothing, says why, and 
 		}),
 	}
 	f := cmd.Flags()
-	f.Int("batch-size", 0, "items claimed per statement (collect.batch_size, default 100)")
-	f.Duration("lease", 0, "lease per claimed item (collect.lease, default 2m)")
-	f.Int("concurrency", 0, "provider calls in flight (collect.concurrency, default 16)")
+	f.Int("batch-size", 0, "items claimed per statement (collect.batch_size)")
+	f.Duration("lease", 0, "lease per claimed item (collect.lease)")
+	f.Int("concurrency", 0, "provider calls in flight (collect.concurrency)")
 	f.Int("max-batches", 0, "stop after N batches; 0 = until nothing is due (collect.max_batches)")
 	a.bindFlag("collect.batch_size", f.Lookup("batch-size"))
 	a.bindFlag("collect.lease", f.Lookup("lease"))
@@ -139,7 +140,7 @@ func newCollectCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "collect ITEM_ID",
 		Short: "Collect one item now, through the same lease, budget and write path as collect-due",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneItemID,
 		RunE: a.runArgs(func(ctx context.Context, args []string) error {
 			d, stop, err := a.newDispatcher(ctx)
 			if err != nil {
@@ -147,6 +148,9 @@ func newCollectCmd(a *app) *cobra.Command {
 			}
 			defer stop()
 			sum, err := d.CollectOne(ctx, args[0])
+			if errors.Is(err, dispatcher.ErrNotClaimable) {
+				return err // nothing was collected: no summary line before the reason
+			}
 			a.printf("%s\n", sum)
 			if err == nil && sum.Failed > 0 {
 				return fmt.Errorf("collect %s failed; see the log and `collector items` for its last error", args[0])
@@ -154,6 +158,17 @@ func newCollectCmd(a *app) *cobra.Command {
 			return err
 		}),
 	}
+}
+
+// oneItemID names the missing argument and where ids come from, for collect and touch.
+func oneItemID(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) == 0:
+		return fmt.Errorf("missing ITEM_ID: give one tracked item's id (`collector items` lists them)")
+	case len(args) > 1:
+		return fmt.Errorf("%s takes one ITEM_ID, got %d arguments", cmd.Name(), len(args))
+	}
+	return nil
 }
 
 func summaryFields(s dispatcher.Summary) []zap.Field {

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/devpg"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -66,7 +67,7 @@ func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, da
 	if err := store.Migrate(ctx, url, nil); err != nil {
 		return err
 	}
-	a.printf("database   %s (migrated)\n", redactURL(url))
+	a.printf("database   %s (migrated)\n", config.RedactURL(url))
 
 	const itemKey, marketKey = "demo-item-key", "demo-market-key"
 	sim := neoplesim.New(neoplesim.Options{Items: simItems, Seed: 42, ItemKey: itemKey, MarketKey: marketKey})
@@ -159,17 +160,4 @@ func (a *app) printEvents(ctx context.Context, n int) error {
 	}
 	a.log.Debug("demo done", zap.Int("events_shown", n))
 	return nil
-}
-
-// redactURL hides a password in a connection URL before it is printed.
-func redactURL(u string) string {
-	if i := strings.Index(u, "://"); i >= 0 {
-		if at := strings.Index(u[i+3:], "@"); at >= 0 {
-			cred := u[i+3 : i+3+at]
-			if c := strings.Index(cred, ":"); c >= 0 {
-				return u[:i+3] + cred[:c] + ":xxxxx" + u[i+3+at:]
-			}
-		}
-	}
-	return u
 }

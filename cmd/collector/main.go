@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,11 +15,11 @@ func main() {
 	defer stop()
 	if err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		var ee exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
+		code := exitCode(err)
+		if code == exitUsage {
+			fmt.Fprintln(os.Stderr, usageHint(err))
 		}
-		os.Exit(1)
+		os.Exit(code)
 	}
 }
 

@@ -107,13 +107,13 @@ outbox id, so they are published after newer events of the same item that went o
 			return nil
 		}),
 	}
-	cmd.Flags().Int64SliceVar(&ids, "id", nil, "outbox id to retry (repeatable, or comma-separated)")
+	cmd.Flags().Int64SliceVar(&ids, "id", nil, "outbox `ID` to retry (repeatable, or comma-separated)")
+	cmd.Flags().Lookup("id").DefValue = "" // not "[]": no default is the same as none
 	cmd.Flags().BoolVar(&all, "all", false, "retry every failed event")
 	return cmd
 }
 
 func newOutboxPruneCmd(a *app) *cobra.Command {
-	var batch int
 	cmd := &cobra.Command{
 		Use:   "prune",
 		Short: "Delete published events older than the retention, in small batches",
@@ -123,18 +123,16 @@ func newOutboxPruneCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if batch <= 0 {
-				batch = a.cfg.Kafka.PruneBatch
-			}
-			n, err := outbox.Prune(ctx, pool, a.cfg.Kafka.OutboxRetention, batch)
+			n, err := outbox.Prune(ctx, pool, a.cfg.Kafka.OutboxRetention, a.cfg.Kafka.PruneBatch)
 			a.printf("deleted %d published events older than %s\n", n, a.cfg.Kafka.OutboxRetention)
 			return err
 		}),
 	}
 	f := cmd.Flags()
-	f.Duration("older-than", 0, "retention (kafka.outbox_retention, default 168h)")
-	f.IntVar(&batch, "batch", 0, "rows per DELETE (default kafka.prune_batch, 1000)")
+	f.Duration("older-than", 0, "delete published events older than this (kafka.outbox_retention)")
+	f.Int("batch", 0, "rows per DELETE (kafka.prune_batch)")
 	a.bindFlag("kafka.outbox_retention", f.Lookup("older-than"))
+	a.bindFlag("kafka.prune_batch", f.Lookup("batch"))
 	return cmd
 }
 

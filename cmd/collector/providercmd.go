@@ -48,8 +48,13 @@ func newProviderCmd(a *app) *cobra.Command {
 	var forDur time.Duration
 	set := &cobra.Command{
 		Use:   "set STATUS|auto",
-		Short: "Override the provider status (HEALTHY, DEGRADED, MAINTENANCE, RECOVERING), or `auto` to clear the override",
-		Args:  cobra.ExactArgs(1),
+		Short: "Override the provider status (HEALTHY, DEGRADED, MAINTENANCE, RECOVERING), or auto to clear the override",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("give one STATUS (HEALTHY, DEGRADED, MAINTENANCE, RECOVERING) or auto, got %d arguments", len(args))
+			}
+			return nil
+		},
 		RunE: a.runArgs(func(ctx context.Context, args []string) error {
 			pool, err := a.db(ctx)
 			if err != nil {
@@ -77,7 +82,7 @@ func newProviderCmd(a *app) *cobra.Command {
 		}),
 	}
 	set.Flags().StringVar(&reason, "reason", "", "why (required)")
-	set.Flags().DurationVar(&forDur, "for", 0, "let the override expire after this long (default: until `provider set auto`)")
+	set.Flags().DurationVar(&forDur, "for", 0, "let the override expire after this `DURATION` (0: until provider set auto)")
 	cmd.AddCommand(status, set)
 	return cmd
 }

@@ -38,7 +38,7 @@ this one-shot is for cron-only setups. The outbox has its own: collector outbox 
 	f.Duration("snapshots", 0, "delete snapshots collected longer ago than this (retention.snapshots)")
 	f.Duration("sales", 0, "delete sales older than this (retention.sales)")
 	f.Duration("interest", 0, "delete interest events older than this (retention.interest)")
-	f.Int("batch", 0, "rows per DELETE (retention.batch, default 5000)")
+	f.Int("batch", 0, "rows per DELETE (retention.batch)")
 	a.bindFlag("retention.snapshots", f.Lookup("snapshots"))
 	a.bindFlag("retention.sales", f.Lookup("sales"))
 	a.bindFlag("retention.interest", f.Lookup("interest"))

@@ -17,11 +17,11 @@ func (a *app) newRelay(ctx context.Context) (*outbox.Relay, error) {
 	if len(a.cfg.Kafka.Brokers) == 0 {
 		return nil, errors.New("kafka.brokers is empty: set --brokers or COLLECTOR_KAFKA_BROKERS (host:port,host:port)")
 	}
-	pool, err := a.db(ctx)
+	rc, err := outbox.RelayConfigFrom(a.cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}
-	rc, err := outbox.RelayConfigFrom(a.cfg.Kafka)
+	pool, err := a.db(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -68,9 +68,9 @@ kafka.retry.attempts tries; unpublished rows stay in the outbox for the next run
 	}
 	f := cmd.Flags()
 	f.BoolVar(&once, "once", false, "publish what is pending, then exit (for cron and scripts)")
-	f.Int("batch-size", 0, "events per batch (kafka.batch_size, default 500)")
-	f.StringSlice("brokers", nil, "Kafka brokers host:port,... (kafka.brokers, env COLLECTOR_KAFKA_BROKERS)")
-	f.String("topic", "", "topic (kafka.topic, default "+outbox.DefaultTopic+")")
+	f.Int("batch-size", 0, "events per batch (kafka.batch_size)")
+	f.StringSlice("brokers", nil, "publish to the Kafka brokers at `HOST:PORT,...` (kafka.brokers)")
+	f.String("topic", "", "topic (kafka.topic)")
 	a.bindFlag("kafka.batch_size", f.Lookup("batch-size"))
 	a.bindFlag("kafka.brokers", f.Lookup("brokers"))
 	a.bindFlag("kafka.topic", f.Lookup("topic"))

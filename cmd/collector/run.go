@@ -39,8 +39,8 @@ writes their results, hands unfinished items back at once, flushes the relay and
 		}),
 	}
 	f := cmd.Flags()
-	f.String("http-addr", "", "metrics and health address (daemon.http_addr, default :9090)")
-	f.Duration("max-sleep", 0, "longest sleep between passes (daemon.max_sleep, default 30s)")
+	f.String("http-addr", "", "serve /metrics, /healthz and /readyz on `HOST:PORT` (daemon.http_addr)")
+	f.Duration("max-sleep", 0, "longest sleep between passes (daemon.max_sleep)")
 	f.Bool("notify", true, "wake on tracked_items notifications (daemon.notify)")
 	a.bindFlag("daemon.http_addr", f.Lookup("http-addr"))
 	a.bindFlag("daemon.max_sleep", f.Lookup("max-sleep"))
@@ -51,10 +51,6 @@ writes their results, hands unfinished items back at once, flushes the relay and
 // newDaemon builds the daemon from the validated config: the market workload's own client, the
 // relay when kafka.brokers is set.
 func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
-	pool, err := a.db(ctx)
-	if err != nil {
-		return nil, err
-	}
 	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket)
 	if err != nil {
 		return nil, err
@@ -66,6 +62,10 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 			return nil, err
 		}
 		relay = &rc
+	}
+	pool, err := a.db(ctx) // after the configuration checks, so all of them show in one round
+	if err != nil {
+		return nil, err
 	}
 	c := a.cfg.Collect
 	ver, rev, _ := buildInfo()

@@ -42,7 +42,7 @@ GET /_sim/freshness (--market realistic: freshness, age and sales coverage of wh
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&addr, "addr", "127.0.0.1:8089", "listen address HOST:PORT (port 0 picks a free one)")
+	f.StringVar(&addr, "addr", "127.0.0.1:8089", "listen on `HOST:PORT` (port 0 picks a free one)")
 	f.IntVar(&opts.Items, "items", 50, "catalog size")
 	f.Int64Var(&opts.Seed, "seed", 1, "data seed: the same seed serves the same catalog and market")
 	f.StringVar(&itemKey, "item-key", "", "key accepted on /df/items (default $NEOPLE_ITEM_API_KEY, else sim-item-key)")

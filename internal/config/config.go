@@ -37,14 +37,38 @@ const EnvPrefix = "COLLECTOR"
 
 // Load reads and validates the configuration.
 func Load(opts Options) (*Config, error) {
+	v, err := newViper(opts)
+	if err != nil {
+		return nil, err
+	}
+	var cfg Config
+	if err := v.UnmarshalExact(&cfg); err != nil {
+		where := "configuration"
+		if opts.File != "" {
+			where = "config file " + opts.File
+		}
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	cfg.Provider.MarketKey = Secret(strings.TrimSpace(os.Getenv("NEOPLE_MARKET_API_KEY")))
+	cfg.Provider.ItemKey = Secret(strings.TrimSpace(os.Getenv("NEOPLE_ITEM_API_KEY")))
+	if err := cfg.Validate(); err != nil {
+		nameFlags(err, opts.Flags)
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// newViper stacks the layers: defaults, environment, file, the flags the user set.
+func newViper(opts Options) (*viper.Viper, error) {
 	v := viper.New()
 	setDefaults(v)
 	v.SetEnvPrefix(EnvPrefix)
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
 	v.AutomaticEnv()
 	// Conventional names that operators already set, after our own prefixed ones.
-	_ = v.BindEnv("database.url", EnvPrefix+"_DATABASE_URL", "DATABASE_URL")
-	_ = v.BindEnv("provider.base_url", EnvPrefix+"_PROVIDER_BASE_URL", "NEOPLE_API_BASE_URL")
+	for key, names := range extraEnv {
+		_ = v.BindEnv(append([]string{key}, names...)...)
+	}
 
 	if opts.File != "" {
 		v.SetConfigFile(opts.File)
@@ -61,21 +85,13 @@ func Load(opts Options) (*Config, error) {
 			return nil, fmt.Errorf("bind flag --%s to %s: %w", f.Name, key, err)
 		}
 	}
+	return v, nil
+}
 
-	var cfg Config
-	if err := v.UnmarshalExact(&cfg); err != nil {
-		where := "configuration"
-		if opts.File != "" {
-			where = "config file " + opts.File
-		}
-		return nil, fmt.Errorf("%s: %w", where, err)
-	}
-	cfg.Provider.MarketKey = Secret(strings.TrimSpace(os.Getenv("NEOPLE_MARKET_API_KEY")))
-	cfg.Provider.ItemKey = Secret(strings.TrimSpace(os.Getenv("NEOPLE_ITEM_API_KEY")))
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return &cfg, nil
+// extraEnv lists the keys with more than one environment variable, ours first.
+var extraEnv = map[string][]string{
+	"database.url":      {EnvPrefix + "_DATABASE_URL", "DATABASE_URL"},
+	"provider.base_url": {EnvPrefix + "_PROVIDER_BASE_URL", "NEOPLE_API_BASE_URL"},
 }
 
 // Default returns the defaults, validated; tests start from it.
@@ -132,7 +148,37 @@ func EnvName(key string) string {
 
 // invalid builds the one error shape every section uses: the key, the value, what is allowed.
 func invalid(key string, value any, allowed string) error {
-	return fmt.Errorf("config %s (env %s) = %v: %s", key, EnvName(key), value, allowed)
+	return &KeyError{Key: key, Value: fmt.Sprint(value), Allowed: allowed}
+}
+
+// KeyError is a bad value of one key. Flag is set when the value came from that flag, so the
+// message names what the user typed.
+type KeyError struct {
+	Key, Value, Allowed string
+	Flag                string
+}
+
+func (e *KeyError) Error() string {
+	if e.Flag != "" {
+		return fmt.Sprintf("--%s %s: %s (config %s)", e.Flag, e.Value, e.Allowed, e.Key)
+	}
+	return fmt.Sprintf("config %s (env %s) = %s: %s", e.Key, EnvName(e.Key), e.Value, e.Allowed)
+}
+
+// nameFlags marks the key errors whose value came from a flag the user set.
+func nameFlags(err error, flags map[string]*pflag.Flag) {
+	switch e := err.(type) {
+	case *KeyError:
+		if f := flags[e.Key]; f != nil && f.Changed {
+			e.Flag = f.Name
+		}
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			nameFlags(inner, flags)
+		}
+	case interface{ Unwrap() error }:
+		nameFlags(e.Unwrap(), flags)
+	}
 }
 
 // Secret is an API key. It prints as [redacted] through every fmt verb, zap and JSON.

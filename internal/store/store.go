@@ -3,10 +3,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 
@@ -45,8 +48,8 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to database %s@%s:%d/%s: %w",
-			pc.ConnConfig.User, pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, err)
+		return nil, fmt.Errorf("cannot reach the database at %s:%d/%s (user %s; database.url, --database-url): %w",
+			pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, pc.ConnConfig.User, err)
 	}
 	return pool, nil
 }
@@ -74,7 +77,7 @@ func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error)
 func Migrate(ctx context.Context, url string, onStart func(seq int32, name string)) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return fmt.Errorf("connect for migration: %w", err)
+		return fmt.Errorf("connect to the database at %s for migration: %w", Where(url), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	m, err := newMigrator(ctx, conn)
@@ -94,7 +97,7 @@ func Migrate(ctx context.Context, url string, onStart func(seq int32, name strin
 func Status(ctx context.Context, url string) (MigrationStatus, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return MigrationStatus{}, fmt.Errorf("connect for migration status: %w", err)
+		return MigrationStatus{}, fmt.Errorf("connect to the database at %s for migration status: %w", Where(url), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	m, err := newMigrator(ctx, conn)
@@ -114,26 +117,69 @@ func Status(ctx context.Context, url string) (MigrationStatus, error) {
 	return st, nil
 }
 
-// CheckCurrent fails when the database schema is behind the binary (used by readiness checks).
+// CheckCurrent fails when the database schema is behind the binary. Every command that needs
+// the schema and /readyz make this same check, so a never-migrated database gets one line that
+// says what to run instead of a missing-relation error.
 func CheckCurrent(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) error {
 	var v int32
-	if err := q.QueryRow(ctx, "SELECT version FROM "+VersionTable).Scan(&v); err != nil {
-		return fmt.Errorf("read schema version (run `collector migrate up`): %w", err)
+	err := q.QueryRow(ctx, "SELECT version FROM "+VersionTable).Scan(&v)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: never migrated
+		v, err = 0, nil
 	}
-	entries, err := migrations.FS.ReadDir(".")
+	if err != nil {
+		return fmt.Errorf("read the schema version of the database at %s: %w", whereOf(q), err)
+	}
+	latest, err := LatestVersion()
 	if err != nil {
 		return err
 	}
+	if v < latest {
+		return &SchemaBehindError{Where: whereOf(q), Current: v, Latest: latest}
+	}
+	return nil
+}
+
+// SchemaBehindError is CheckCurrent's error when migrations are pending.
+type SchemaBehindError struct {
+	Where           string // host:port/dbname
+	Current, Latest int32
+}
+
+func (e *SchemaBehindError) Error() string {
+	return fmt.Sprintf("the database at %s is at schema version %d of %d: run `collector migrate up`", e.Where, e.Current, e.Latest)
+}
+
+// LatestVersion is the number of embedded migrations: the version this binary needs.
+func LatestVersion() (int32, error) {
+	entries, err := migrations.FS.ReadDir(".")
+	if err != nil {
+		return 0, fmt.Errorf("list embedded migrations: %w", err)
+	}
 	latest := int32(0)
 	for _, e := range entries {
-		if len(e.Name()) > 4 && e.Name()[len(e.Name())-4:] == ".sql" {
+		if strings.HasSuffix(e.Name(), ".sql") {
 			latest++
 		}
 	}
-	if v < latest {
-		return fmt.Errorf("database schema is at version %d, binary needs %d: run `collector migrate up`", v, latest)
+	return latest, nil
+}
+
+// Where names a database as host:port/dbname, never with its user or password, for messages.
+func Where(url string) string {
+	cc, err := pgx.ParseConfig(url)
+	if err != nil {
+		return "(unparsable database.url)"
 	}
-	return nil
+	return fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
+}
+
+func whereOf(q any) string {
+	if p, ok := q.(interface{ Config() *pgxpool.Config }); ok {
+		cc := p.Config().ConnConfig
+		return fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
+	}
+	return "database.url"
 }

@@ -2,45 +2,18 @@ package store_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
-// emptyDatabase creates a database with no schema at all (not cloned from the template).
-func emptyDatabase(t *testing.T) string {
-	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, storetest.AdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "dc_test_empty_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), storetest.AdminURL())
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	return storetest.URLFor(name)
-}
-
 func TestConcurrentMigrationsAreSafe(t *testing.T) {
-	url := emptyDatabase(t)
+	url := storetest.NewEmptyDatabase(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
@@ -76,7 +49,7 @@ func TestConcurrentMigrationsAreSafe(t *testing.T) {
 }
 
 func TestStatusShowsPendingOnEmptyDatabase(t *testing.T) {
-	url := emptyDatabase(t)
+	url := storetest.NewEmptyDatabase(t)
 	st, err := store.Status(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +62,14 @@ func TestStatusShowsPendingOnEmptyDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if err := store.CheckCurrent(context.Background(), pool); err == nil {
+	err = store.CheckCurrent(context.Background(), pool)
+	if err == nil {
 		t.Fatal("CheckCurrent must fail on an unmigrated database")
+	}
+	want := fmt.Sprintf("the database at %s is at schema version 0 of %d: run `collector migrate up`", store.Where(url), st.Latest)
+	var behind *store.SchemaBehindError
+	if !errors.As(err, &behind) || err.Error() != want {
+		t.Fatalf("CheckCurrent on an unmigrated database: %v; want %q", err, want)
 	}
 }
 

@@ -114,6 +114,18 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 // test ends.
 func NewDatabase(tb testing.TB) string {
 	tb.Helper()
+	return newDatabase(tb, true)
+}
+
+// NewEmptyDatabase creates a database that was never migrated (no schema at all), dropped when
+// the test ends: what a new user's `createdb` gives.
+func NewEmptyDatabase(tb testing.TB) string {
+	tb.Helper()
+	return newDatabase(tb, false)
+}
+
+func newDatabase(tb testing.TB, migrated bool) string {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, AdminURL())
@@ -121,15 +133,19 @@ func NewDatabase(tb testing.TB) string {
 		tb.Fatalf("storetest: connect to %s (start PostgreSQL or set DUECOLLECTOR_TEST_DATABASE_URL): %v", AdminURL(), err)
 	}
 	defer admin.Close(context.Background())
-	tmpl, err := ensureTemplate(ctx, admin)
-	if err != nil {
-		tb.Fatalf("storetest: %v", err)
-	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	name := "dc_test_" + hex.EncodeToString(rnd[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
-		tb.Fatalf("storetest: create database from template: %v", err)
+	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if migrated {
+		tmpl, err := ensureTemplate(ctx, admin)
+		if err != nil {
+			tb.Fatalf("storetest: %v", err)
+		}
+		create += " TEMPLATE " + pgx.Identifier{tmpl}.Sanitize()
+	}
+	if _, err := admin.Exec(ctx, create); err != nil {
+		tb.Fatalf("storetest: create database: %v", err)
 	}
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

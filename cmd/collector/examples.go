@@ -1,0 +1,82 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// examples is each command's Example: section (a command may also set its own). Kept in one
+// place so the invocations read alike; TestEveryCommandHasAnExample keeps it complete.
+var examples = map[string]string{
+	"collector": `  collector demo                  # start here: the whole flow on a fresh machine
+  collector migrate up && collector import-items && collector run`,
+	"collector demo": `  collector demo
+  collector demo --duration 1m --keep-broker     # then: kcat -C -b 127.0.0.1:9092 -t market.auction-snapshots.v1
+  collector demo --log-format json                # the daemon's structured logs instead of console ones`,
+	"collector migrate":        `  collector migrate           # same as migrate up`,
+	"collector migrate up":     `  collector migrate up --database-url postgres://postgres@127.0.0.1:5432/duecollector`,
+	"collector migrate status": `  collector migrate status`,
+	"collector collect-due": `  collector collect-due
+  collector collect-due --batch-size 500 --concurrency 32 --max-batches 10`,
+	"collector collect": `  collector items --limit 5      # find an ITEM_ID
+  collector collect 2ba6d4c8b04cbc5d5b9d6bba23fae3a5`,
+	"collector relay-outbox": `  collector relay-outbox --brokers 127.0.0.1:9092
+  collector relay-outbox --once --brokers kafka-1:9092,kafka-2:9092`,
+	"collector outbox": `  collector outbox list --failed`,
+	"collector outbox list": `  collector outbox list
+  collector outbox list --failed --limit 20`,
+	"collector outbox retry": `  collector outbox retry --id 41 --id 42
+  collector outbox retry --all`,
+	"collector outbox prune": `  collector outbox prune --older-than 72h --batch 500`,
+	"collector prune": `  collector prune --snapshots 720h --sales 2160h
+  COLLECTOR_RETENTION_INTEREST=720h collector prune`,
+	"collector provider":        `  collector provider status`,
+	"collector provider status": `  collector provider status`,
+	"collector provider set": `  collector provider set MAINTENANCE --reason "weekly inspection" --for 2h
+  collector provider set auto`,
+	"collector import-items": `  NEOPLE_ITEM_API_KEY=... collector import-items
+  collector import-items --targets my-targets.yaml --allow-missing`,
+	"collector seed:real": `  NEOPLE_ITEM_API_KEY=... NEOPLE_MARKET_API_KEY=... collector seed:real`,
+	"collector seed:synthetic": `  collector seed:synthetic --items 50 --days 30
+  collector seed:synthetic --items 1000000 --days 0   # a large catalog, no history`,
+	"collector purge:synthetic":        `  collector purge:synthetic`,
+	"collector recalculate-popularity": `  collector recalculate-popularity`,
+	"collector touch":                  `  collector touch 2ba6d4c8b04cbc5d5b9d6bba23fae3a5 --source web`,
+	"collector items": `  collector items --tier HOT_1M
+  collector items --limit 0 --include-synthetic`,
+	"collector run": `  collector run
+  collector run --http-addr 127.0.0.1:9090 --max-sleep 10s --log-format console`,
+	"collector status": `  collector status`,
+	"collector sim": `  collector sim --addr 127.0.0.1:8089 --items 500
+  NEOPLE_API_BASE_URL=http://127.0.0.1:8089 NEOPLE_MARKET_API_KEY=sim-market-key collector collect-due`,
+	"collector version":      `  collector version`,
+	"collector config":       `  collector config print`,
+	"collector config print": `  collector config print --config configs/collector.example.yaml`,
+}
+
+// registerCompletions offers the fixed choices to shell completion.
+func (a *app) registerCompletions(root *cobra.Command) {
+	fixed := func(choices ...string) cobra.CompletionFunc {
+		return cobra.FixedCompletions(choices, cobra.ShellCompDirectiveNoFileComp)
+	}
+	_ = root.RegisterFlagCompletionFunc("log-format", fixed("json", "console"))
+	_ = root.RegisterFlagCompletionFunc("log-level", fixed("debug", "info", "warn", "error"))
+	walk(root, func(c *cobra.Command) {
+		switch c.CommandPath() {
+		case "collector items":
+			_ = c.RegisterFlagCompletionFunc("tier", fixed(strings.Split(tiers.Names(), ", ")...))
+		case "collector provider set":
+			c.ValidArgsFunction = func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+				if len(args) > 0 {
+					return nil, cobra.ShellCompDirectiveNoFileComp
+				}
+				return []cobra.Completion{string(provider.Healthy), string(provider.Degraded), string(provider.Maintenance),
+					string(provider.Recovering), "auto"}, cobra.ShellCompDirectiveNoFileComp
+			}
+		}
+	})
+}
