@@ -49,7 +49,7 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	if err != nil {
 		return err
 	}
-	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadItem)
+	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadItem, a.log)
 	if err != nil {
 		return err
 	}

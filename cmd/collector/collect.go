@@ -25,7 +25,7 @@ func init() {
 // the key over; stop ends that share (call it when the pass is over).
 func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop func(), err error) {
 	// Configuration and keys first, so every start-up problem shows before the database is touched.
-	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket)
+	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket, a.log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -98,7 +98,7 @@ func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, da
 	if err != nil {
 		return err
 	}
-	itemClient, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadItem)
+	itemClient, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadItem, a.log)
 	if err != nil {
 		return err
 	}

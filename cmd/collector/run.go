@@ -51,7 +51,7 @@ writes their results, hands unfinished items back at once, flushes the relay and
 // newDaemon builds the daemon from the validated config: the market workload's own client, the
 // relay when kafka.brokers is set.
 func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
-	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket)
+	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket, a.log)
 	if err != nil {
 		return nil, err
 	}

@@ -79,15 +79,19 @@ func (w WorkloadLimits) validate(prefix string) error {
 // NEOPLE_ITEM_API_KEY, never from a file or a flag, so they do not end up in shell history or
 // in a committed config.
 type ProviderConfig struct {
-	Name         string         `mapstructure:"name"`
-	BaseURL      string         `mapstructure:"base_url"`
-	Timeout      time.Duration  `mapstructure:"timeout"`
-	MaxBodyBytes int64          `mapstructure:"max_body_bytes"`
-	KeyIn        string         `mapstructure:"key_in"`
-	AuctionLimit int            `mapstructure:"auction_limit"`
-	SoldLimit    int            `mapstructure:"sold_limit"`
-	Market       WorkloadLimits `mapstructure:"market"`
-	Item         WorkloadLimits `mapstructure:"item"`
+	Name         string        `mapstructure:"name"`
+	BaseURL      string        `mapstructure:"base_url"`
+	Timeout      time.Duration `mapstructure:"timeout"`
+	MaxBodyBytes int64         `mapstructure:"max_body_bytes"`
+	KeyIn        string        `mapstructure:"key_in"`
+	AuctionLimit int           `mapstructure:"auction_limit"`
+	SoldLimit    int           `mapstructure:"sold_limit"`
+	// FutureTolerance: a sale or listing dated further ahead than this is dropped.
+	FutureTolerance time.Duration `mapstructure:"future_tolerance"`
+	// MaxRetryAfter caps the provider's Retry-After.
+	MaxRetryAfter time.Duration  `mapstructure:"max_retry_after"`
+	Market        WorkloadLimits `mapstructure:"market"`
+	Item          WorkloadLimits `mapstructure:"item"`
 
 	MarketKey Secret `mapstructure:"-"`
 	ItemKey   Secret `mapstructure:"-"`
@@ -101,6 +105,8 @@ var providerDefaults = map[string]any{
 	"provider.key_in":            "header",
 	"provider.auction_limit":     400,
 	"provider.sold_limit":        100,
+	"provider.future_tolerance":  "24h",
+	"provider.max_retry_after":   "5m",
 	"provider.market.rate":       500.0,
 	"provider.market.burst":      50,
 	"provider.market.per_minute": 30000,
@@ -131,6 +137,12 @@ func (c ProviderConfig) validate() error {
 	}
 	if c.SoldLimit < 1 || c.SoldLimit > 100 {
 		errs = append(errs, invalid("provider.sold_limit", c.SoldLimit, "must be between 1 and 100 (the API's cap)"))
+	}
+	if c.FutureTolerance < time.Minute || c.FutureTolerance > 30*24*time.Hour {
+		errs = append(errs, invalid("provider.future_tolerance", c.FutureTolerance, "must be between 1m and 720h"))
+	}
+	if c.MaxRetryAfter < time.Second || c.MaxRetryAfter > 24*time.Hour {
+		errs = append(errs, invalid("provider.max_retry_after", c.MaxRetryAfter, "must be between 1s and 24h"))
 	}
 	errs = append(errs, c.Market.validate("provider.market"), c.Item.validate("provider.item"))
 	return errors.Join(errs...)

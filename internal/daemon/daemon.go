@@ -86,6 +86,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	d.metrics.RegisterPool(pool)
 	d.metrics.SetBuildInfo(orUnknown(cfg.Version), orUnknown(cfg.Commit))
 	client.SetObserver(requestMetrics{d.metrics})
+	d.metrics.RegisterRowsRejected(provider.RejectReasons, func(r string) int64 { return client.Stats().Rejected[r] })
 
 	var rate health.RateSetter = client
 	if cfg.Daemon.Budget.Enabled {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"go.uber.org/zap"
@@ -114,5 +115,60 @@ func TestHostileProviderTextIsCleanInEveryStoreAndLog(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A sale dated 2099 is dropped at the boundary: it never advances last_sale_at, so later real
+// sales of the item are still stored. An answer of only another item's rows fails the item
+// with outcome rows_rejected, and the item is rescheduled like any failure.
+func TestImpossibleRowsNeverReachTheDatabase(t *testing.T) {
+	var e *env
+	var soldAt atomic.Value // the real sale's date
+	soldAt.Store(time.Now().Add(-time.Hour))
+	e = setup(t, 2, tiers.Active, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id := r.URL.Query().Get("itemId")
+			switch {
+			case r.URL.Path == provider.EndpointAuctionSold && id == e.items[0].ItemID:
+				real := soldAt.Load().(time.Time).In(provider.KST).Format(provider.DateLayout)
+				fmt.Fprintf(w, `{"rows":[{"soldDate":"2099-01-01 00:00:00","itemId":%[1]q,"count":1,"price":7,"unitPrice":7},
+					{"soldDate":%[2]q,"itemId":%[1]q,"count":1,"price":5,"unitPrice":5}]}`, id, real)
+			case r.URL.Path == provider.EndpointAuction && id == e.items[1].ItemID:
+				fmt.Fprintf(w, `{"rows":[{"itemId":%q,"regDate":"2026-01-01 00:00:00","count":1,"unitPrice":5}]}`, e.items[0].ItemID)
+			default:
+				next.ServeHTTP(w, r)
+			}
+		})
+	})
+	ctx := context.Background()
+	for pass := 0; pass < 2; pass++ {
+		if pass == 1 {
+			soldAt.Store(time.Now().Add(-time.Minute))
+			if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := e.dispatcher(t, Config{}, nil).RunOnce(ctx)
+		if err != nil || s.Collected != 1 || s.Failed != 1 {
+			t.Fatalf("pass %d: %s, %v; want 1 collected, 1 failed", pass, s, err)
+		}
+		var last time.Time
+		if err := e.pool.QueryRow(ctx, `SELECT last_sale_at FROM tracked_items WHERE item_id = $1`, e.items[0].ItemID).Scan(&last); err != nil {
+			t.Fatal(err)
+		}
+		if want := soldAt.Load().(time.Time).Truncate(time.Second); !last.Equal(want) {
+			t.Fatalf("pass %d: last_sale_at %v, want the real sale's %v", pass, last, want)
+		}
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM auction_sales WHERE item_id = $1`, e.items[0].ItemID); n != 2 {
+		t.Fatalf("%d sales stored, want the 2 real ones", n)
+	}
+	var outcome, lastErr string
+	if err := e.pool.QueryRow(ctx, `SELECT last_outcome, last_error FROM tracked_items WHERE item_id = $1 AND lease_token IS NULL`,
+		e.items[1].ItemID).Scan(&outcome, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if outcome != "rows_rejected" || !strings.Contains(lastErr, provider.RejectForeignItem) {
+		t.Fatalf("item answered with another item's rows: outcome %q, error %q", outcome, lastErr)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/duecollector/duecollector/internal/config"
 )
 
@@ -30,7 +32,17 @@ type ClientConfig struct {
 	AuctionLimit int           // rows per /df/auction call; default and cap 400
 	SoldLimit    int           // rows per /df/auction-sold call; default and cap 100
 	HTTPClient   *http.Client  // optional; its Timeout and redirect policy then apply
+	// FutureTolerance is how far past our clock a sale or listing may be dated before the
+	// row is dropped; default DefaultFutureTolerance.
+	FutureTolerance time.Duration
+	// MaxRetryAfter caps a Retry-After the provider asks for; default DefaultMaxRetryAfter.
+	MaxRetryAfter time.Duration
+	// Log hears about rows dropped at the boundary (one line per answer); default none.
+	Log *zap.Logger
 }
+
+// DefaultMaxRetryAfter bounds a provider's Retry-After: an absurd one must not park a key for days.
+const DefaultMaxRetryAfter = 5 * time.Minute
 
 // Client calls the endpoints of one workload with that workload's key and budget. It is safe
 // for concurrent use.
@@ -43,6 +55,7 @@ type Client struct {
 	obs      RequestObserver
 
 	requests, failures atomic.Int64
+	rejected           [3]atomic.Int64 // by RejectReasons
 }
 
 // RequestObserver hears every HTTP request's duration and outcome ("ok" or the error class)
@@ -80,7 +93,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 			cfg.Workload.KeyEnv(), cfg.Workload)
 	}
 	if cfg.Rate < 0 || cfg.Burst < 0 || cfg.PerMinute < 0 || cfg.Timeout < 0 || cfg.MaxBodyBytes < 0 ||
-		cfg.AuctionLimit < 0 || cfg.SoldLimit < 0 {
+		cfg.AuctionLimit < 0 || cfg.SoldLimit < 0 || cfg.FutureTolerance < 0 || cfg.MaxRetryAfter < 0 {
 		return nil, fmt.Errorf("neople %s client: negative limit in %+v", cfg.Workload, redactedConfig(cfg))
 	}
 	base, err := url.Parse(cfg.BaseURL)
@@ -102,6 +115,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	cfg.PerMinute = orDefault(cfg.PerMinute, 30000)
 	cfg.AuctionLimit = min(orDefault(cfg.AuctionLimit, MaxAuctionLimit), MaxAuctionLimit)
 	cfg.SoldLimit = min(orDefault(cfg.SoldLimit, MaxSoldLimit), MaxSoldLimit)
+	cfg.FutureTolerance = orDefault(cfg.FutureTolerance, DefaultFutureTolerance)
+	cfg.MaxRetryAfter = orDefault(cfg.MaxRetryAfter, DefaultMaxRetryAfter)
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
 
 	hc := cfg.HTTPClient
 	if hc == nil {
@@ -122,8 +140,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}, nil
 }
 
-// FromConfig builds the client for workload w from the provider section and its key.
-func FromConfig(pc config.ProviderConfig, w Workload) (*Client, error) {
+// FromConfig builds the client for workload w from the provider section and its key; log
+// (may be nil) hears about rows dropped at the boundary.
+func FromConfig(pc config.ProviderConfig, w Workload, log *zap.Logger) (*Client, error) {
 	var key config.Secret
 	var lim config.WorkloadLimits
 	switch w {
@@ -139,6 +158,7 @@ func FromConfig(pc config.ProviderConfig, w Workload) (*Client, error) {
 		Timeout: pc.Timeout, MaxBodyBytes: pc.MaxBodyBytes,
 		Rate: lim.Rate, Burst: lim.Burst, PerMinute: lim.PerMinute,
 		AuctionLimit: pc.AuctionLimit, SoldLimit: pc.SoldLimit,
+		FutureTolerance: pc.FutureTolerance, MaxRetryAfter: pc.MaxRetryAfter, Log: log,
 	})
 }
 
@@ -151,27 +171,57 @@ func (c *Client) SetRateFactor(f float64) { c.lim.setFactor(f) }
 
 // ClientStats counts what the client did since it was built.
 type ClientStats struct {
-	Requests int64         // HTTP requests sent
-	Errors   int64         // calls that returned an error
-	Waited   time.Duration // total time callers spent waiting on the budgets
+	Requests int64            // HTTP requests sent
+	Errors   int64            // calls that returned an error
+	Waited   time.Duration    // total time callers spent waiting on the budgets
+	Rejected map[string]int64 // rows dropped at the boundary, by reason (every reason present)
 }
 
 // Stats reports the counters.
 func (c *Client) Stats() ClientStats {
-	return ClientStats{Requests: c.requests.Load(), Errors: c.failures.Load(), Waited: time.Duration(c.lim.waited.Load())}
+	rej := make(map[string]int64, len(RejectReasons))
+	for i, r := range RejectReasons {
+		rej[r] = c.rejected[i].Load()
+	}
+	return ClientStats{Requests: c.requests.Load(), Errors: c.failures.Load(), Waited: time.Duration(c.lim.waited.Load()), Rejected: rej}
+}
+
+// checked drops the rows of an answer that fail the row check, counts and logs them once for
+// the answer, and turns an answer with rows but none left into a ClassRejected error.
+func checked[T any](c *Client, endpoint string, ids []string, rows []T, err error,
+	check func(RowCheck, []T, IDSet) ([]T, Rejected)) ([]T, error) {
+	if err != nil || len(rows) == 0 {
+		return rows, err
+	}
+	kept, rej := check(RowCheck{Now: time.Now(), FutureTolerance: c.cfg.FutureTolerance}, rows, NewIDSet(ids...))
+	if rej == nil {
+		return rows, nil
+	}
+	for i, r := range RejectReasons {
+		c.rejected[i].Add(int64(rej[r]))
+	}
+	c.cfg.Log.Warn("provider rows rejected", zap.Strings("item_ids", ids), zap.String("endpoint", endpoint),
+		zap.Int("rows", len(rows)), zap.Int("rejected", rej.Total()), zap.Stringer("reasons", rej))
+	if len(kept) == 0 {
+		return nil, c.fail(&Error{Class: ClassRejected, Endpoint: endpoint, Status: http.StatusOK,
+			Err: fmt.Errorf("all %d rows rejected (%s)", len(rows), rej)})
+	}
+	return kept, nil
 }
 
 // Auction returns the current listings of one item, cheapest first, at most AuctionLimit rows.
 func (c *Client) Auction(ctx context.Context, itemID string) ([]Listing, error) {
 	q := url.Values{"itemId": {itemID}, "sort": {"unitPrice:asc"}, "limit": {strconv.Itoa(c.cfg.AuctionLimit)}}
-	return call(ctx, c, WorkloadMarket, EndpointAuction, "", itemID, q, parseAuction)
+	rows, err := call(ctx, c, WorkloadMarket, EndpointAuction, "", itemID, q, parseAuction)
+	return checked(c, EndpointAuction, []string{itemID}, rows, err, RowCheck.Listings)
 }
 
 // AuctionSold returns the latest sales of one item, newest first as the API orders them, at
 // most SoldLimit rows. Identical rows are distinct sales.
 func (c *Client) AuctionSold(ctx context.Context, itemID string) ([]Sale, error) {
 	q := url.Values{"itemId": {itemID}, "limit": {strconv.Itoa(c.cfg.SoldLimit)}}
-	return call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", itemID, q, parseSold)
+	rows, err := call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", itemID, q, parseSold)
+	return checked(c, EndpointAuctionSold, []string{itemID}, rows, err, RowCheck.Sales)
 }
 
 // SearchItems searches the catalog by name. wordType is "match" (exact, the API's default
@@ -296,7 +346,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	e := fail(classify(resp.StatusCode, code), nil)
 	e.Code, e.Message = code, msg
 	if e.Class == ClassRateLimited {
-		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		e.RetryAfter = min(parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), c.cfg.MaxRetryAfter)
 	}
 	return nil, e
 }

@@ -371,10 +371,10 @@ func TestNewClientNeedsItsOwnKey(t *testing.T) {
 	}
 	pc := config.Default().Provider
 	pc.MarketKey = "market-secret"
-	if c, err := provider.FromConfig(pc, provider.WorkloadMarket); err != nil || c.Workload() != provider.WorkloadMarket {
+	if c, err := provider.FromConfig(pc, provider.WorkloadMarket, nil); err != nil || c.Workload() != provider.WorkloadMarket {
 		t.Fatalf("FromConfig(market): %v", err)
 	}
-	_, err = provider.FromConfig(pc, provider.WorkloadItem)
+	_, err = provider.FromConfig(pc, provider.WorkloadItem, nil)
 	if err == nil || !strings.Contains(err.Error(), "NEOPLE_ITEM_API_KEY") || strings.Contains(err.Error(), "market-secret") {
 		t.Fatalf("item workload must not fall back to the market key: %v", err)
 	}

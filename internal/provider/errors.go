@@ -23,6 +23,9 @@ const (
 	ClassItem
 	// ClassBug: invalid URL or parameters we built (API900/DNF900/DNF008): fail loudly.
 	ClassBug
+	// ClassRejected: every row of a 200 failed the checks (another item's rows, impossible
+	// dates). This item failed; other items are fine.
+	ClassRejected
 )
 
 func (c Class) String() string {
@@ -39,6 +42,8 @@ func (c Class) String() string {
 		return "item_error"
 	case ClassBug:
 		return "bug"
+	case ClassRejected:
+		return "rows_rejected"
 	}
 	return "unknown"
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -208,8 +209,15 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil {
-		return max(time.Duration(s)*time.Second, 0)
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		// An absurd number means "a very long time", not a wrapped negative: the caller caps it.
+		switch {
+		case s <= 0:
+			return 0
+		case s > int64(math.MaxInt64/time.Second):
+			return math.MaxInt64
+		}
+		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		return max(t.Sub(now), 0)

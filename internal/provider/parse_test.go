@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -107,7 +108,8 @@ func TestClassify(t *testing.T) {
 func TestParseRetryAfter(t *testing.T) {
 	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	for v, want := range map[string]time.Duration{
-		"": 0, "7": 7 * time.Second, "-3": 0, "soon": 0,
+		"": 0, "7": 7 * time.Second, "-3": 0, "soon": 0, "-99999999999999999999": 0,
+		"99999999999999999999": math.MaxInt64, "9999999999": math.MaxInt64,
 		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
 		now.Add(-time.Hour).Format(http.TimeFormat):       0,
 	} {

@@ -85,6 +85,18 @@ func (m *Metrics) RegisterPool(pool *pgxpool.Pool) {
 	m.Registry.MustRegister(&poolCollector{pool: pool})
 }
 
+// RegisterRowsRejected exports collector_provider_rows_rejected_total{reason} from a count
+// kept where the rows are checked (the provider client).
+func (m *Metrics) RegisterRowsRejected(reasons []string, count func(reason string) int64) {
+	for _, r := range reasons {
+		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "collector_provider_rows_rejected_total",
+			Help:        "Provider rows dropped at the parsing boundary, by reason (future_date, ancient_date, foreign_item).",
+			ConstLabels: prometheus.Labels{"reason": r},
+		}, func() float64 { return float64(count(r)) }))
+	}
+}
+
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})

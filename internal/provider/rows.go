@@ -1,0 +1,118 @@
+package provider
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Reasons a row is dropped at the parsing boundary: the reason label of
+// collector_provider_rows_rejected_total.
+const (
+	RejectFutureDate  = "future_date"
+	RejectAncientDate = "ancient_date"
+	RejectForeignItem = "foreign_item"
+)
+
+// RejectReasons lists every reason, for metrics that start at zero.
+var RejectReasons = []string{RejectFutureDate, RejectAncientDate, RejectForeignItem}
+
+// Launch is when the game opened: no sale or listing can be older.
+var Launch = time.Date(2005, 1, 1, 0, 0, 0, 0, KST)
+
+// DefaultFutureTolerance is how far ahead of our clock a provider date may be.
+const DefaultFutureTolerance = 24 * time.Hour
+
+// IDSet is the item ids one call asked for.
+type IDSet map[string]struct{}
+
+// NewIDSet builds the set of requested ids.
+func NewIDSet(ids ...string) IDSet {
+	s := make(IDSet, len(ids))
+	for _, id := range ids {
+		s[id] = struct{}{}
+	}
+	return s
+}
+
+// Has reports whether id was asked for.
+func (s IDSet) Has(id string) bool { _, ok := s[id]; return ok }
+
+// Rejected counts the rows dropped from one answer, by reason.
+type Rejected map[string]int
+
+// Total is the number of rows dropped.
+func (r Rejected) Total() int {
+	n := 0
+	for _, v := range r {
+		n += v
+	}
+	return n
+}
+
+func (r Rejected) String() string {
+	parts := make([]string, 0, len(r))
+	for k, v := range r {
+		parts = append(parts, fmt.Sprintf("%d %s", v, k))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// RowCheck drops rows that cannot be true for the ids asked for: rows of another item, and
+// rows dated before Launch or more than FutureTolerance after Now. One such row must never
+// reach the database (a sale dated 2099 would hide every later real sale of its item).
+type RowCheck struct {
+	Now             time.Time
+	FutureTolerance time.Duration
+}
+
+// reason is why a row of item id dated at fails the check, "" when it passes. A zero date is
+// not checked here: parsing decides whether a date is required.
+func (c RowCheck) reason(want IDSet, id string, at time.Time) string {
+	switch {
+	case !want.Has(id):
+		return RejectForeignItem
+	case at.IsZero():
+		return ""
+	case at.Before(Launch):
+		return RejectAncientDate
+	case at.After(c.Now.Add(c.FutureTolerance)):
+		return RejectFutureDate
+	}
+	return ""
+}
+
+// Listings keeps the listings of the requested items registered at a possible date.
+func (c RowCheck) Listings(rows []Listing, want IDSet) ([]Listing, Rejected) {
+	return keep(rows, func(l Listing) string { return c.reason(want, l.ItemID, l.RegDate) })
+}
+
+// Sales keeps the sales of the requested items sold at a possible date.
+func (c RowCheck) Sales(rows []Sale, want IDSet) ([]Sale, Rejected) {
+	return keep(rows, func(s Sale) string { return c.reason(want, s.ItemID, s.SoldAt) })
+}
+
+func keep[T any](rows []T, reject func(T) string) ([]T, Rejected) {
+	var rej Rejected
+	var out []T // allocated at the first rejection: most answers keep every row
+	for i, r := range rows {
+		why := reject(r)
+		if why == "" {
+			if rej != nil {
+				out = append(out, r)
+			}
+			continue
+		}
+		if rej == nil {
+			rej = Rejected{}
+			out = append(make([]T, 0, len(rows)-1), rows[:i]...)
+		}
+		rej[why]++
+	}
+	if rej == nil {
+		return rows, nil
+	}
+	return out, rej
+}

@@ -1,0 +1,95 @@
+package provider_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+const askedID = "785e56a0ed4e3efd573da1f56a45217d"
+
+func TestRowCheckDropsImpossibleDatesAndForeignRows(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, provider.KST)
+	c := provider.RowCheck{Now: now, FutureTolerance: 24 * time.Hour}
+	sales := []provider.Sale{
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour)},                               // kept
+		{ItemID: askedID, SoldAt: now.Add(23 * time.Hour)},                           // clock skew within tolerance: kept
+		{ItemID: askedID, SoldAt: time.Date(2099, 1, 1, 0, 0, 0, 0, provider.KST)},   // future
+		{ItemID: askedID, SoldAt: time.Date(2004, 12, 31, 0, 0, 0, 0, provider.KST)}, // before launch
+		{ItemID: "someone-else", SoldAt: now.Add(-time.Hour)},                        // foreign
+	}
+	kept, rej := c.Sales(sales, provider.NewIDSet(askedID))
+	if len(kept) != 2 || rej[provider.RejectFutureDate] != 1 || rej[provider.RejectAncientDate] != 1 ||
+		rej[provider.RejectForeignItem] != 1 {
+		t.Fatalf("kept %d, rejected %v; want 2 kept, one of each reason", len(kept), rej)
+	}
+	// The set holds every id a packed call asked for.
+	kept, rej = c.Sales(sales[4:], provider.NewIDSet(askedID, "someone-else"))
+	if len(kept) != 1 || rej != nil {
+		t.Fatalf("a row of another requested id was dropped: kept %d, rejected %v", len(kept), rej)
+	}
+	listings := []provider.Listing{{ItemID: askedID, RegDate: now.Add(48 * time.Hour)}, {ItemID: askedID}}
+	kept2, rej := c.Listings(listings, provider.NewIDSet(askedID))
+	if len(kept2) != 1 || rej[provider.RejectFutureDate] != 1 {
+		t.Fatalf("listings kept %d, rejected %v", len(kept2), rej)
+	}
+}
+
+func stubClient(t *testing.T, h http.HandlerFunc, mod func(*provider.ClientConfig)) *provider.Client {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	cfg := provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: srv.URL, Key: "k"}
+	if mod != nil {
+		mod(&cfg)
+	}
+	cl, err := provider.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+func TestClientDropsRowsItCannotTrustAndCountsThem(t *testing.T) {
+	soon := time.Now().In(provider.KST).Add(-time.Minute).Format(provider.DateLayout)
+	cl := stubClient(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == provider.EndpointAuctionSold {
+			fmt.Fprintf(w, `{"rows":[{"soldDate":"2099-01-01 00:00:00","itemId":%[1]q,"count":1,"price":5,"unitPrice":5},
+				{"soldDate":%[2]q,"itemId":%[1]q,"count":1,"price":5,"unitPrice":5},
+				{"soldDate":"1999-01-01 00:00:00","itemId":%[1]q,"count":1,"price":5,"unitPrice":5}]}`, askedID, soon)
+			return
+		}
+		fmt.Fprintf(w, `{"rows":[{"itemId":"not-asked","regDate":%q,"count":1,"unitPrice":5}]}`, soon)
+	}, nil)
+	sales, err := cl.AuctionSold(context.Background(), askedID)
+	if err != nil || len(sales) != 1 || sales[0].SoldAt.Year() == 2099 {
+		t.Fatalf("sales %v, %v: want only the real sale", sales, err)
+	}
+	_, err = cl.Auction(context.Background(), askedID)
+	if pe := wantClass(t, err, provider.ClassRejected); pe.Status != http.StatusOK {
+		t.Fatalf("an answer of only foreign rows: %+v", pe)
+	}
+	st := cl.Stats().Rejected
+	if st[provider.RejectFutureDate] != 1 || st[provider.RejectAncientDate] != 1 || st[provider.RejectForeignItem] != 1 {
+		t.Fatalf("rejected counts %v", st)
+	}
+}
+
+func TestRetryAfterIsCapped(t *testing.T) {
+	for _, v := range []string{"999999999", "99999999999999999999999", time.Now().Add(1000 * time.Hour).UTC().Format(http.TimeFormat)} {
+		cl := stubClient(t, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", v)
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"error":{"status":429,"code":"API002","message":"APIKEY_USAGE_EXCEEDED"}}`))
+		}, func(c *provider.ClientConfig) { c.MaxRetryAfter = 90 * time.Second })
+		_, err := cl.Auction(context.Background(), askedID)
+		if pe := wantClass(t, err, provider.ClassRateLimited); pe.RetryAfter != 90*time.Second {
+			t.Fatalf("Retry-After %q gave %s, want the 90s cap", v, pe.RetryAfter)
+		}
+	}
+}
