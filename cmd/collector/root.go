@@ -108,7 +108,8 @@ func (a *app) db(ctx context.Context) (*pgxpool.Pool, error) {
 	if a.pool != nil {
 		return a.pool, nil
 	}
-	pool, err := store.Open(ctx, store.PoolConfig{URL: a.cfg.Database.URL, MaxConns: a.cfg.Database.MaxConns, ApplicationName: "duecollector"})
+	pool, err := store.Open(ctx, store.PoolConfig{URL: a.cfg.Database.URL, MaxConns: a.cfg.Database.MaxConns,
+		ApplicationName: "duecollector", QueryExecMode: a.cfg.Database.QueryExecMode})
 	if err != nil {
 		return nil, err
 	}

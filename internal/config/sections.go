@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -14,11 +16,22 @@ import (
 type DatabaseConfig struct {
 	URL      string `mapstructure:"url"`
 	MaxConns int32  `mapstructure:"max_conns"`
+	// DirectURL reaches PostgreSQL itself, bypassing a transaction-pooling PgBouncer, for what
+	// needs a session: migrations (advisory lock) and LISTEN. "" = URL.
+	DirectURL string `mapstructure:"direct_url"`
+	// QueryExecMode is pgx's default_query_exec_mode; simple_protocol works behind PgBouncer in
+	// transaction mode. "" = pgx's default (cache_statement) or what the URL says.
+	QueryExecMode string `mapstructure:"query_exec_mode"`
 }
 
+// QueryExecModes are the values database.query_exec_mode allows.
+var QueryExecModes = []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"}
+
 var databaseDefaults = map[string]any{
-	"database.url":       "postgres://postgres@127.0.0.1:5432/duecollector?sslmode=disable",
-	"database.max_conns": 8,
+	"database.url":             "postgres://postgres@127.0.0.1:5432/duecollector?sslmode=disable",
+	"database.max_conns":       8,
+	"database.direct_url":      "",
+	"database.query_exec_mode": "",
 }
 
 func (c DatabaseConfig) validate() error {
@@ -28,6 +41,9 @@ func (c DatabaseConfig) validate() error {
 	}
 	if c.MaxConns < 2 || c.MaxConns > 200 {
 		errs = append(errs, invalid("database.max_conns", c.MaxConns, "must be between 2 and 200"))
+	}
+	if c.QueryExecMode != "" && !slices.Contains(QueryExecModes, c.QueryExecMode) {
+		errs = append(errs, invalid("database.query_exec_mode", c.QueryExecMode, "allowed "+strings.Join(QueryExecModes, ", ")))
 	}
 	return errors.Join(errs...)
 }

@@ -3,13 +3,11 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 
@@ -25,6 +23,16 @@ type PoolConfig struct {
 	URL             string
 	MaxConns        int32
 	ApplicationName string
+	// QueryExecMode overrides the URL's default_query_exec_mode ("" = keep it).
+	QueryExecMode string
+}
+
+var execModes = map[string]pgx.QueryExecMode{
+	"cache_statement": pgx.QueryExecModeCacheStatement,
+	"cache_describe":  pgx.QueryExecModeCacheDescribe,
+	"describe_exec":   pgx.QueryExecModeDescribeExec,
+	"exec":            pgx.QueryExecModeExec,
+	"simple_protocol": pgx.QueryExecModeSimpleProtocol,
 }
 
 // Open connects a pool and checks that the server answers.
@@ -39,6 +47,13 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	}
 	if cfg.ApplicationName != "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
+	}
+	if cfg.QueryExecMode != "" {
+		mode, ok := execModes[cfg.QueryExecMode]
+		if !ok {
+			return nil, fmt.Errorf("database.query_exec_mode %q: unknown mode", cfg.QueryExecMode)
+		}
+		pc.ConnConfig.DefaultQueryExecMode = mode
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -61,6 +76,38 @@ type MigrationStatus struct {
 	Pending []string
 }
 
+// Step is one migration to run, in one direction, with the SQL it runs.
+type Step struct {
+	Sequence  int32 // the migration's own number
+	Name      string
+	Direction string // "up" or "down"
+	SQL       string
+}
+
+// Latest is the version the embedded migrations bring a database to.
+const Latest int32 = -1
+
+var embedded = sync.OnceValues(func() ([]*migrate.Migration, error) {
+	// A migrator without a connection only loads and parses (tern's templates included).
+	m, err := migrate.NewMigratorEx(context.Background(), nil, VersionTable, &migrate.MigratorOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.LoadMigrations(migrations.FS); err != nil {
+		return nil, fmt.Errorf("load embedded migrations: %w", err)
+	}
+	return m.Migrations, nil
+})
+
+// LatestVersion is the highest sequence among the embedded migrations, as tern numbers them.
+func LatestVersion() (int32, error) {
+	ms, err := embedded()
+	if err != nil {
+		return 0, err
+	}
+	return int32(len(ms)), nil
+}
+
 func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error) {
 	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
 	if err != nil {
@@ -75,6 +122,16 @@ func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error)
 // Migrate applies every pending migration. tern serialises concurrent migrators with an
 // advisory lock, so several processes may call this at once.
 func Migrate(ctx context.Context, url string, onStart func(seq int32, name string)) error {
+	return MigrateTo(ctx, url, Latest, func(s Step) {
+		if onStart != nil {
+			onStart(s.Sequence, s.Name)
+		}
+	})
+}
+
+// MigrateTo brings the schema up or down to version target (Latest for the newest), under
+// tern's advisory lock, calling onStart before each step.
+func MigrateTo(ctx context.Context, url string, target int32, onStart func(Step)) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return fmt.Errorf("connect to the database at %s for migration: %w", Where(url), err)
@@ -84,53 +141,99 @@ func Migrate(ctx context.Context, url string, onStart func(seq int32, name strin
 	if err != nil {
 		return err
 	}
-	if onStart != nil {
-		m.OnStart = func(seq int32, name, _, _ string) { onStart(seq, name) }
+	if target == Latest {
+		target = int32(len(m.Migrations))
 	}
-	if err := m.Migrate(ctx); err != nil {
-		return fmt.Errorf("apply migrations: %w", err)
+	if target < 0 || target > int32(len(m.Migrations)) {
+		return fmt.Errorf("target version %d: allowed 0 to %d", target, len(m.Migrations))
+	}
+	if onStart != nil {
+		m.OnStart = func(seq int32, name, direction, sql string) {
+			onStart(Step{Sequence: seq, Name: name, Direction: direction, SQL: sql})
+		}
+	}
+	if err := m.MigrateTo(ctx, target); err != nil {
+		return fmt.Errorf("migrate to version %d: %w", target, err)
 	}
 	return nil
 }
 
-// Status reports the applied version against the embedded migrations.
-func Status(ctx context.Context, url string) (MigrationStatus, error) {
+// Plan lists the steps MigrateTo(target) would run now, changing nothing (not even creating
+// the version table on a fresh database).
+func Plan(ctx context.Context, url string, target int32) (current int32, steps []Step, err error) {
+	ms, err := embedded()
+	if err != nil {
+		return 0, nil, err
+	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return MigrationStatus{}, fmt.Errorf("connect to the database at %s for migration status: %w", Where(url), err)
+		return 0, nil, fmt.Errorf("connect to the database at %s for migration status: %w", Where(url), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	m, err := newMigrator(ctx, conn)
+	if current, err = CurrentVersion(ctx, conn); err != nil {
+		return 0, nil, err
+	}
+	if target == Latest {
+		target = int32(len(ms))
+	}
+	if target < 0 || target > int32(len(ms)) {
+		return current, nil, fmt.Errorf("target version %d: allowed 0 to %d", target, len(ms))
+	}
+	if current > int32(len(ms)) {
+		return current, nil, fmt.Errorf("database schema is at version %d, newer than this binary's %d", current, len(ms))
+	}
+	for v := current; v < target; v++ {
+		steps = append(steps, Step{Sequence: ms[v].Sequence, Name: ms[v].Name, Direction: "up", SQL: ms[v].UpSQL})
+	}
+	for v := current; v > target; v-- {
+		steps = append(steps, Step{Sequence: ms[v-1].Sequence, Name: ms[v-1].Name, Direction: "down", SQL: ms[v-1].DownSQL})
+	}
+	return current, steps, nil
+}
+
+// Status reports the applied version against the embedded migrations.
+func Status(ctx context.Context, url string) (MigrationStatus, error) {
+	cur, steps, err := Plan(ctx, url, Latest)
 	if err != nil {
 		return MigrationStatus{}, err
 	}
-	cur, err := m.GetCurrentVersion(ctx)
-	if err != nil {
-		return MigrationStatus{}, fmt.Errorf("read schema version: %w", err)
-	}
-	st := MigrationStatus{Current: cur, Latest: int32(len(m.Migrations))}
-	for _, mig := range m.Migrations {
-		if mig.Sequence > cur {
-			st.Pending = append(st.Pending, mig.Name)
-		}
+	latest, _ := LatestVersion()
+	st := MigrationStatus{Current: cur, Latest: latest}
+	for _, s := range steps {
+		st.Pending = append(st.Pending, s.Name)
 	}
 	return st, nil
+}
+
+// Querier is a pool, a connection or a transaction.
+type Querier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+// CurrentVersion reads tern's version row with one plain query (no advisory lock, no DDL, so
+// it works through a transaction-pooling PgBouncer); 0 when no migration ever ran.
+func CurrentVersion(ctx context.Context, q Querier) (int32, error) {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, VersionTable).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int32
+	if err := q.QueryRow(ctx, "SELECT version FROM "+VersionTable).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
 }
 
 // CheckCurrent fails when the database schema is behind the binary. Every command that needs
 // the schema and /readyz make this same check, so a never-migrated database gets one line that
 // says what to run instead of a missing-relation error.
-func CheckCurrent(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) error {
-	var v int32
-	err := q.QueryRow(ctx, "SELECT version FROM "+VersionTable).Scan(&v)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: never migrated
-		v, err = 0, nil
-	}
+func CheckCurrent(ctx context.Context, q Querier) error {
+	v, err := CurrentVersion(ctx, q)
 	if err != nil {
-		return fmt.Errorf("read the schema version of the database at %s: %w", whereOf(q), err)
+		return fmt.Errorf("database at %s: %w", whereOf(q), err)
 	}
 	latest, err := LatestVersion()
 	if err != nil {
@@ -150,21 +253,6 @@ type SchemaBehindError struct {
 
 func (e *SchemaBehindError) Error() string {
 	return fmt.Sprintf("the database at %s is at schema version %d of %d: run `collector migrate up`", e.Where, e.Current, e.Latest)
-}
-
-// LatestVersion is the number of embedded migrations: the version this binary needs.
-func LatestVersion() (int32, error) {
-	entries, err := migrations.FS.ReadDir(".")
-	if err != nil {
-		return 0, fmt.Errorf("list embedded migrations: %w", err)
-	}
-	latest := int32(0)
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".sql") {
-			latest++
-		}
-	}
-	return latest, nil
 }
 
 // Where names a database as host:port/dbname, never with its user or password, for messages.
