@@ -17,8 +17,11 @@ var examples = map[string]string{
 	"collector demo": `  collector demo
   collector demo --duration 1m --keep-broker     # then: kcat -C -b 127.0.0.1:9092 -t market.auction-snapshots.v1
   collector demo --log-format json                # the daemon's structured logs instead of console ones`,
-	"collector migrate":        `  collector migrate           # same as migrate up`,
-	"collector migrate up":     `  collector migrate up --database-url postgres://postgres@127.0.0.1:5432/duecollector`,
+	"collector migrate": `  collector migrate up                 # apply every pending migration
+  collector migrate status             # exits 1 while migrations are pending`,
+	"collector migrate up": `  collector migrate up --database-url postgres://postgres@127.0.0.1:5432/duecollector
+  collector migrate up --to 6 --dry-run --show-sql`,
+	"collector migrate down":   `  collector migrate down --to 6        # revert to version 6 (each file's down section)`,
 	"collector migrate status": `  collector migrate status`,
 	"collector collect-due": `  collector collect-due
   collector collect-due --batch-size 500 --concurrency 32 --max-batches 10`,

@@ -27,10 +27,6 @@ func newMigrateCmd(a *app) *cobra.Command {
 		Long: `Apply, revert or inspect the embedded schema migrations (tern, advisory-locked, so several
 processes may run them at once). Run them against PostgreSQL directly (database.direct_url), not
 through a transaction-pooling PgBouncer.`,
-		Example: `  collector migrate up                 # apply every pending migration
-  collector migrate up --dry-run --show-sql
-  collector migrate down --to 6        # revert to version 6
-  collector migrate status             # exits 1 while migrations are pending`,
 		Args: cobra.NoArgs,
 		// A bare `collector migrate` only prints help: applying needs an explicit `up`.
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
