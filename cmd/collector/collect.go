@@ -61,7 +61,7 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		Concurrency: c.Concurrency,
 		MaxBatches:  c.MaxBatches,
 		FlushSize:   c.FlushSize,
-		SoldLimit:   a.cfg.Provider.SoldLimit,
+		SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
 	}, a.log)
 	if err != nil {
 		stop()

@@ -77,7 +77,7 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 			Lease:       c.Lease,
 			Concurrency: c.Concurrency,
 			FlushSize:   c.FlushSize,
-			SoldLimit:   a.cfg.Provider.SoldLimit,
+			SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
 		},
 		Catalog:   a.cfg.Catalog,
 		Retention: a.cfg.Retention,

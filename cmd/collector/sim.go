@@ -38,6 +38,9 @@ GET /_sim/freshness (--market realistic: freshness, age and sales coverage of wh
 			}
 			opts.ItemKey = firstNonEmpty(itemKey, getenv(provider.WorkloadItem.KeyEnv()), neoplesim.DefaultItemKey)
 			opts.MarketKey = firstNonEmpty(mktKey, getenv(provider.WorkloadMarket.KeyEnv()), neoplesim.DefaultMarketKey)
+			if err := opts.Validate(); err != nil {
+				return err
+			}
 			return serveSim(ctx, a.log, addr, opts)
 		}),
 	}
@@ -47,9 +50,14 @@ GET /_sim/freshness (--market realistic: freshness, age and sales coverage of wh
 	f.Int64Var(&opts.Seed, "seed", 1, "data seed: the same seed serves the same catalog and market")
 	f.StringVar(&itemKey, "item-key", "", "key accepted on /df/items (default $NEOPLE_ITEM_API_KEY, else sim-item-key)")
 	f.StringVar(&mktKey, "market-key", "", "key accepted on /df/auction* (default $NEOPLE_MARKET_API_KEY, else sim-market-key)")
-	f.Float64Var(&opts.Rate, "rate", 0, "requests per second per key before 429 API002 (0 = unlimited)")
+	f.Float64Var(&opts.Rate, "rate", 0, "requests per second per key before the API002 answer (0 = unlimited)")
+	f.IntVar(&opts.RateLimitStatus, "rate-limit-status", 429, "HTTP status of the API002 rate-limit answer: 429 or 400")
 	f.DurationVar(&opts.Latency, "latency", 0, "latency added to every /df request")
 	f.StringVar(&market, "market", neoplesim.MarketDefault, "market model: default (every item changes every minute) or realistic (heavy-tailed per-item rates, ground truth on /_sim/freshness)")
+	f.StringVar(&opts.ItemIDsLimit, "itemids-limit", neoplesim.LimitPerCall, "what limit caps in an itemIds answer: per-call or per-item")
+	f.StringVar(&opts.ItemIDsOrder, "itemids-order", neoplesim.OrderMerged, "row order of an itemIds answer: merged (one order) or grouped (item by item)")
+	f.BoolVar(&opts.NotFoundAPI001, "not-found-api001", false, "an itemName search that finds nothing answers 400 API001 NOT_FOUND_SEARCH_VALUE")
+	f.BoolVar(&opts.KoreanMessages, "korean-messages", false, "error messages as Korean sentences")
 	return cmd
 }
 
@@ -63,7 +71,8 @@ func serveSim(ctx context.Context, log *zap.Logger, addr string, opts neoplesim.
 	log.Info("neople simulator listening",
 		zap.String("addr", ln.Addr().String()), zap.String("base_url", "http://"+ln.Addr().String()),
 		zap.Int("items", opts.Items), zap.Int64("seed", opts.Seed), zap.Float64("rate", opts.Rate),
-		zap.Duration("latency", opts.Latency), zap.String("market", opts.Market),
+		zap.Duration("latency", opts.Latency), zap.String("market", opts.Market), zap.Int("rate_limit_status", opts.RateLimitStatus),
+		zap.String("itemids_limit", opts.ItemIDsLimit), zap.String("itemids_order", opts.ItemIDsOrder),
 		// Labels, not keys: enough to match against /_sim/stats.
 		zap.String("item_key", neoplesim.KeyLabel(opts.ItemKey)), zap.String("market_key", neoplesim.KeyLabel(opts.MarketKey)))
 	errc := make(chan error, 1)

@@ -31,14 +31,15 @@ type Fetcher interface {
 
 // Config sizes a pass. Zero values take the defaults.
 type Config struct {
-	Provider    string        // provider_status row to gate on; default "neople"
-	BatchSize   int           // items per claim; default 100
-	Lease       time.Duration // lease per claim; default 2m
-	Concurrency int           // provider calls in flight; default 16
-	MaxBatches  int           // 0 = until nothing is due
-	FlushSize   int           // results per write-back transaction; default 50
-	SoldLimit   int           // the limit the client asks /df/auction-sold for; default 100
-	Owner       string        // recorded in leased_by; default host:pid
+	Provider     string        // provider_status row to gate on; default "neople"
+	BatchSize    int           // items per claim; default 100
+	Lease        time.Duration // lease per claim; default 2m
+	Concurrency  int           // provider calls in flight; default 16
+	MaxBatches   int           // 0 = until nothing is due
+	FlushSize    int           // results per write-back transaction; default 50
+	SoldLimit    int           // the limit the client asks /df/auction-sold for; default 100
+	AuctionLimit int           // the limit the client asks /df/auction for; default 400
+	Owner        string        // recorded in leased_by; default host:pid
 	// Grace is how long in-flight provider calls may finish after ctx is cancelled (shutdown)
 	// before they are abandoned and their leases released. Default 0: abandon at once.
 	Grace time.Duration
@@ -84,6 +85,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.SoldLimit == 0 {
 		out.SoldLimit = 100
+	}
+	if out.AuctionLimit == 0 {
+		out.AuctionLimit = provider.MaxAuctionLimit
 	}
 	if out.Observer == nil {
 		out.Observer = nopObserver{}
@@ -450,7 +454,7 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 		r.outcome = provider.ClassOf(err).String()
 		return r
 	}
-	r.listings = summarizeListings(listings)
+	r.listings = summarizeListings(listings, d.cfg.AuctionLimit)
 	r.sales = newSales(sequenceSales(sales, d.cfg.SoldLimit), c.LastSaleAt)
 	return r
 }

@@ -20,6 +20,7 @@ type result struct {
 	at       time.Time // database time when the fetch finished
 	listings listingSummary
 	sales    []saleRow
+	packed   bool  // fetched in an itemIds call shared with other items
 	err      error // nil = collected
 	outcome  string
 }
@@ -197,6 +198,8 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, ok []result, agg map[string
 	salesCount := make([]int32, n)
 	salesQty := make([]int64, n)
 	vwap := make([]*float64, n)
+	truncated := make([]bool, n)
+	packed := make([]bool, n)
 	events := make([]outbox.SnapshotEvent, n)
 	byID := make(map[string]int, n)
 	for i, r := range ok {
@@ -204,11 +207,12 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, ok []result, agg map[string
 		ids[i], tokens[i], at[i], tierNames[i] = r.claim.ItemID, r.claim.Token, r.at, string(r.claim.Tier)
 		counts[i], quantities[i] = int32(l.Count), l.Quantity
 		lowest[i], median[i], weighted[i], apiAvg[i] = l.Lowest, l.Median, l.Weighted, l.APIAverage
+		truncated[i], packed[i] = l.Truncated, r.packed
 		ev := outbox.SnapshotEvent{
 			ItemID: r.claim.ItemID, ItemName: r.claim.ItemName, Tier: string(r.claim.Tier),
 			CollectedAt: r.at.UTC(), ListingCount: l.Count, ListingQuantity: l.Quantity,
 			LowestUnitPrice: l.Lowest, MedianUnitPrice: l.Median, WeightedUnitPrice: l.Weighted,
-			APIAveragePrice: l.APIAverage,
+			APIAveragePrice: l.APIAverage, ListingsTruncated: l.Truncated, Packed: r.packed,
 		}
 		if a := agg[r.claim.ItemID]; a != nil && a.quantity > 0 {
 			v := a.value / float64(a.quantity)
@@ -221,12 +225,14 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, ok []result, agg map[string
 	rows, err := tx.Query(ctx, `
 		INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity,
 			lowest_unit_price, median_unit_price, weighted_unit_price, api_average_price,
-			sales_count, sales_quantity, sales_vwap)
+			sales_count, sales_quantity, sales_vwap, listings_truncated, packed)
 		SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::int[], $6::bigint[],
-			$7::bigint[], $8::bigint[], $9::float8[], $10::bigint[], $11::int[], $12::bigint[], $13::float8[])
+			$7::bigint[], $8::bigint[], $9::float8[], $10::bigint[], $11::int[], $12::bigint[], $13::float8[],
+			$14::bool[], $15::bool[])
 		ON CONFLICT (claim_token) DO NOTHING
 		RETURNING snapshot_id, item_id`,
-		ids, tokens, at, tierNames, counts, quantities, lowest, median, weighted, apiAvg, salesCount, salesQty, vwap)
+		ids, tokens, at, tierNames, counts, quantities, lowest, median, weighted, apiAvg, salesCount, salesQty, vwap,
+		truncated, packed)
 	if err != nil {
 		return nil, fmt.Errorf("insert snapshots: %w", err)
 	}

@@ -9,20 +9,23 @@ import (
 
 // listingSummary is what a snapshot keeps of the current listings.
 type listingSummary struct {
-	Count       int
-	Quantity    int64
-	Lowest      *int64
-	Median      *int64
-	Weighted    *float64 // unit price weighted by quantity on offer
-	APIAverage  *int64
+	Count      int
+	Quantity   int64
+	Lowest     *int64
+	Median     *int64
+	Weighted   *float64 // unit price weighted by quantity on offer
+	APIAverage *int64
+	// Truncated: the answer reached the API's row cap, so the figures describe only the
+	// cheapest rows it returned.
+	Truncated   bool
 	hasListings bool
 }
 
-// summarizeListings reduces /df/auction rows to the snapshot's price figures. Rows with a
-// non-positive unit price or quantity are ignored: the API reports price -1 on some rows and
-// such a row says nothing about the market.
-func summarizeListings(rows []provider.Listing) listingSummary {
-	var s listingSummary
+// summarizeListings reduces /df/auction rows to the snapshot's price figures; limit is the
+// row cap the answer was asked with. Rows with a non-positive unit price or quantity are
+// ignored: the API reports price -1 on some rows and such a row says nothing about the market.
+func summarizeListings(rows []provider.Listing, limit int) listingSummary {
+	s := listingSummary{Truncated: limit > 0 && len(rows) >= limit}
 	prices := make([]int64, 0, len(rows))
 	var weightedSum float64
 	for _, r := range rows {

@@ -14,8 +14,8 @@ func TestSummarizeListings(t *testing.T) {
 		{UnitPrice: 70, Count: 10},
 		{UnitPrice: -1, Count: 3}, // price -1 rows say nothing
 	}
-	s := summarizeListings(rows)
-	if s.Count != 3 || s.Quantity != 20010 {
+	s := summarizeListings(rows, 400)
+	if s.Count != 3 || s.Quantity != 20010 || s.Truncated {
 		t.Fatalf("count/quantity = %d/%d, want 3/20010", s.Count, s.Quantity)
 	}
 	if *s.Lowest != 49 || *s.Median != 50 || *s.APIAverage != 40 {
@@ -25,7 +25,10 @@ func TestSummarizeListings(t *testing.T) {
 	if d := *s.Weighted - want; d > 1e-9 || d < -1e-9 {
 		t.Fatalf("weighted = %v, want %v", *s.Weighted, want)
 	}
-	if e := summarizeListings(nil); e.Lowest != nil || e.Median != nil || e.Weighted != nil || e.Count != 0 {
+	if s := summarizeListings(rows, 4); !s.Truncated {
+		t.Fatal("an answer that reached the limit must be flagged truncated")
+	}
+	if e := summarizeListings(nil, 400); e.Lowest != nil || e.Median != nil || e.Weighted != nil || e.Count != 0 {
 		t.Fatalf("empty listings must give null prices: %+v", e)
 	}
 }

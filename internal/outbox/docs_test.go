@@ -115,6 +115,8 @@ func jsonTypes(t reflect.Type) []string {
 		out = append(out, "integer")
 	case t.Kind() == reflect.Float64:
 		out = append(out, "number")
+	case t.Kind() == reflect.Bool:
+		out = append(out, "boolean")
 	default:
 		out = append(out, "unknown "+t.String())
 	}

@@ -35,6 +35,8 @@ type SnapshotEvent struct {
 	SalesCount        int       `json:"sales_count"`
 	SalesQuantity     int64     `json:"sales_quantity"`
 	SalesVWAP         *float64  `json:"sales_vwap"`
+	ListingsTruncated bool      `json:"listings_truncated"`
+	Packed            bool      `json:"packed"`
 }
 
 // EnqueueSnapshots inserts one outbox row per event inside the caller's transaction, so an

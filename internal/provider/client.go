@@ -224,6 +224,53 @@ func (c *Client) AuctionSold(ctx context.Context, itemID string) ([]Sale, error)
 	return checked(c, EndpointAuctionSold, []string{itemID}, rows, err, RowCheck.Sales)
 }
 
+// MaxItemIDs is how many ids one itemIds call may name (more is DNF008).
+const MaxItemIDs = 10
+
+// AuctionMany returns the current listings of up to MaxItemIDs items in one itemIds call,
+// sorted by unit price, at most AuctionLimit rows. Whether the limit counts per call or per
+// item, and how rows of several items are ordered, is unknown: split the rows by ItemID and
+// judge each item's part with the packing rules before trusting it.
+func (c *Client) AuctionMany(ctx context.Context, itemIDs []string) ([]Listing, error) {
+	ids, err := c.joinIDs(EndpointAuction, itemIDs)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{"itemIds": {ids}, "sort": {"unitPrice:asc"}, "limit": {strconv.Itoa(c.cfg.AuctionLimit)}}
+	return call(ctx, c, WorkloadMarket, EndpointAuction, "", ids, q, parseAuction)
+}
+
+// AuctionSoldMany returns the latest sales of up to MaxItemIDs items in one itemIds call,
+// with the same caveats as AuctionMany.
+func (c *Client) AuctionSoldMany(ctx context.Context, itemIDs []string) ([]Sale, error) {
+	ids, err := c.joinIDs(EndpointAuctionSold, itemIDs)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{"itemIds": {ids}, "limit": {strconv.Itoa(c.cfg.SoldLimit)}}
+	return call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", ids, q, parseSold)
+}
+
+// AuctionLimit and SoldLimit are the limits this client asks for: an answer with that many
+// rows may have been cut.
+func (c *Client) AuctionLimit() int { return c.cfg.AuctionLimit }
+
+// SoldLimit: see AuctionLimit.
+func (c *Client) SoldLimit() int { return c.cfg.SoldLimit }
+
+func (c *Client) joinIDs(endpoint string, ids []string) (string, error) {
+	if len(ids) == 0 || len(ids) > MaxItemIDs {
+		return "", c.fail(&Error{Class: ClassBug, Endpoint: endpoint,
+			Err: fmt.Errorf("itemIds takes 1 to %d ids, got %d", MaxItemIDs, len(ids))})
+	}
+	for _, id := range ids {
+		if strings.TrimSpace(id) == "" || strings.Contains(id, ",") {
+			return "", c.fail(&Error{Class: ClassBug, Endpoint: endpoint, Err: fmt.Errorf("item id %q cannot go in itemIds", id)})
+		}
+	}
+	return strings.Join(ids, ","), nil
+}
+
 // SearchItems searches the catalog by name. wordType is "match" (exact, the API's default
 // when ""), "front" (prefix) or "full" (contains). limit <= 0 or above 30 means 30.
 func (c *Client) SearchItems(ctx context.Context, name, wordType string, limit int) ([]Item, error) {
@@ -240,7 +287,11 @@ func (c *Client) SearchItems(ctx context.Context, name, wordType string, limit i
 	if wordType != "" {
 		q.Set("wordType", wordType)
 	}
-	return call(ctx, c, WorkloadItem, EndpointItems, "", name, q, parseItems)
+	rows, err := call(ctx, c, WorkloadItem, EndpointItems, "", name, q, parseItems)
+	if IsNotFound(err) {
+		return []Item{}, nil
+	}
+	return rows, err
 }
 
 // GetItem returns one item by id.
@@ -343,7 +394,11 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	if loc := resp.Header.Get("Location"); loc != "" {
 		msg = "redirect to " + loc
 	}
-	e := fail(classify(resp.StatusCode, code), nil)
+	class := classify(resp.StatusCode, code)
+	if code == "API001" && strings.Contains(msg, notFoundText) {
+		class = ClassItem
+	}
+	e := fail(class, nil)
 	e.Code, e.Message = code, msg
 	if e.Class == ClassRateLimited {
 		e.RetryAfter = min(parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), c.cfg.MaxRetryAfter)

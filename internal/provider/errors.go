@@ -88,3 +88,13 @@ func ClassOf(err error) Class {
 	}
 	return ClassTransient
 }
+
+// notFoundText is the message of the API001 answer to a name search that found nothing.
+const notFoundText = "NOT_FOUND_SEARCH_VALUE"
+
+// IsNotFound reports a per-request "nothing found" answer (API001 NOT_FOUND_SEARCH_VALUE),
+// which is not a key error although API001 is officially one.
+func IsNotFound(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Code == "API001" && pe.Class == ClassItem
+}

@@ -56,10 +56,11 @@ type entry struct {
 	provider.Item
 	h          uint64 // per-item hash seed
 	stack      bool
-	base       float64 // typical unit price
-	listings   int     // typical number of open listings
-	salePeriod int64   // seconds per sale slot
-	avgZero    bool    // averagePrice reported as 0, as the API sometimes does
+	extras     rowExtras // the optional objects the real API sends for some kinds
+	base       float64   // typical unit price
+	listings   int       // typical number of open listings
+	salePeriod int64     // seconds per sale slot
+	avgZero    bool      // averagePrice reported as 0, as the API sometimes does
 
 	real *realistic // set in the realistic market (market.go)
 }
@@ -101,9 +102,59 @@ func buildCatalog(n int, seed int64) []*entry {
 		if i%25 == 3 {
 			e.listings = 450 // more than the 400 cap; few, since big bodies slow every test
 		}
+		e.setExtras(i)
 		out[i] = e
 	}
 	return out
+}
+
+// rowExtras are the optional row objects of some kinds: exchange on some stackables,
+// upgrade/upgradeMax on cards, avatar/jobs/setItemName on avatars.
+type rowExtras struct {
+	Exchange    *exchange    `json:"exchange,omitempty"`
+	Upgrade     *int         `json:"upgrade,omitempty"`
+	UpgradeMax  *int         `json:"upgradeMax,omitempty"`
+	Avatar      *avatarStats `json:"avatar,omitempty"`
+	Jobs        []job        `json:"jobs,omitempty"`
+	SetItemName *string      `json:"setItemName,omitempty"`
+}
+
+type exchange struct {
+	Count    int    `json:"count"`
+	BindName string `json:"bindName"`
+}
+
+type avatarStats struct {
+	Emblems []string `json:"emblems"`
+	Ability string   `json:"ability"`
+}
+
+type job struct {
+	JobID   string `json:"jobId"`
+	JobName string `json:"jobName"`
+}
+
+// setExtras turns some items beyond the base names into cards and avatars, and gives some
+// stackables an exchange object. It draws nothing from the catalog's random stream, so ids
+// stay what they were.
+func (e *entry) setExtras(i int) {
+	switch {
+	case i >= len(baseNames) && i%25 == 13:
+		e.stack = false
+		e.ItemType, e.ItemTypeDetail = "카드", "카드"
+		e.ItemTypeID, e.ItemTypeDetailID = typeID("카드"), typeID("카드/카드")
+		up, upMax := int(e.h%3), 3
+		e.extras = rowExtras{Upgrade: &up, UpgradeMax: &upMax}
+	case i >= len(baseNames) && i%25 == 19:
+		e.stack = false
+		e.ItemType, e.ItemTypeDetail = "아바타", "상의 아바타"
+		e.ItemTypeID, e.ItemTypeDetailID = typeID("아바타"), typeID("아바타/상의 아바타")
+		set := "시뮬레이터 클론 아바타 세트"
+		e.extras = rowExtras{Avatar: &avatarStats{Emblems: []string{}, Ability: "공격 속도 6% 증가"},
+			Jobs: []job{{JobID: typeID("귀검사"), JobName: "귀검사(남)"}}, SetItemName: &set}
+	case e.stack && e.h%4 == 0:
+		e.extras = rowExtras{Exchange: &exchange{Count: int(1 + e.h>>8%5), BindName: "계정 귀속"}}
+	}
 }
 
 // typeID is a stable 32-hex id for a type name, the same in every catalog as in the real API.
@@ -173,12 +224,13 @@ type listingRow struct {
 	Refine            int     `json:"refine"`
 	Reinforce         int     `json:"reinforce"`
 	AmplificationName *string `json:"amplificationName"`
-	Count             int64   `json:"count"`
-	RegCount          *int64  `json:"regCount,omitempty"`
-	Price             int64   `json:"price"`
-	CurrentPrice      int64   `json:"currentPrice"`
-	UnitPrice         int64   `json:"unitPrice"`
-	AveragePrice      int64   `json:"averagePrice"`
+	rowExtras
+	Count        int64  `json:"count"`
+	RegCount     *int64 `json:"regCount,omitempty"`
+	Price        int64  `json:"price"`
+	CurrentPrice int64  `json:"currentPrice"`
+	UnitPrice    int64  `json:"unitPrice"`
+	AveragePrice int64  `json:"averagePrice"`
 }
 
 // listingsAt is the order book at now, in auctionNo order (the API's default).
@@ -208,13 +260,17 @@ func (e *entry) book(key uint64, start int64, p0 float64) []listingRow {
 		count, reg := int64(1), (*int64)(nil)
 		if e.stack {
 			count = 1 + int64(h>>8%20000)
-			rc := count + int64(h>>24%1000)
+			// Most real rows were never partly bought: regCount equals count.
+			rc := count
+			if h>>50%7 == 0 {
+				rc += 1 + int64(h>>24%1000)
+			}
 			reg = &rc
 		}
 		regDate := time.Unix(start-int64(h>>40%(20*3600)), 0)
 		out[j] = listingRow{
 			AuctionNo: 1_000_000_000 + int64(h>>34), RegDate: kst(regDate), ExpireDate: kst(regDate.Add(24 * time.Hour)),
-			itemRow: e.row(), Count: count, RegCount: reg, Price: -1,
+			itemRow: e.row(), rowExtras: e.extras, Count: count, RegCount: reg, Price: -1,
 			UnitPrice: unit, CurrentPrice: unit * count, AveragePrice: avg,
 		}
 	}
@@ -228,13 +284,16 @@ type saleRow struct {
 	Refine            int     `json:"refine"`
 	Reinforce         int     `json:"reinforce"`
 	AmplificationName *string `json:"amplificationName"`
-	Count             int64   `json:"count"`
-	Price             int64   `json:"price"`
-	UnitPrice         int64   `json:"unitPrice"`
+	rowExtras
+	Count     int64 `json:"count"`
+	Price     int64 `json:"price"`
+	UnitPrice int64 `json:"unitPrice"`
 }
 
 // salesAt returns up to limit sales before or at now, newest first, within the last 30 days.
-// Each slot of salePeriod seconds holds zero, one, two different, or two identical sales.
+// Each slot of salePeriod seconds holds zero, one, two different, or two identical sales, or
+// a sweep: one buyer taking several listings in the same second at different prices, which
+// the API lists highest unit price first.
 func (e *entry) salesAt(now time.Time, limit int) []saleRow {
 	if e.real != nil {
 		return e.realSales(now, limit)
@@ -256,19 +315,31 @@ func (e *entry) salesAt(now time.Time, limit int) []saleRow {
 				count = 1 + int64(hh>>32%200)
 			}
 			unit := int64(max(e.priceAt(t)*(0.97+frac(hh)*0.06), 1))
-			return timed{t, saleRow{SoldDate: kst(time.Unix(t, 0)), itemRow: e.row(), Count: count, Price: unit * count, UnitPrice: unit}}
+			return timed{t, saleRow{SoldDate: kst(time.Unix(t, 0)), itemRow: e.row(), rowExtras: e.extras, Count: count, Price: unit * count, UnitPrice: unit}}
 		}
 		var slot []timed
 		switch h % 4 {
 		case 1:
 			slot = append(slot, sale(h))
 		case 2:
-			slot = append(slot, sale(h), sale(mix(h, 2)))
+			if h>>40%3 != 0 {
+				slot = append(slot, sale(h), sale(mix(h, 2)))
+				break
+			}
+			first := sale(h)
+			for k := range 2 + int(h>>44%3) {
+				x := sale(mix(h, 3, uint64(k)))
+				x.t = first.t
+				x.row.SoldDate = first.row.SoldDate
+				slot = append(slot, x)
+			}
 		case 3:
 			// Two real sales the API cannot tell apart.
 			slot = append(slot, sale(h), sale(h))
 		}
-		slices.SortStableFunc(slot, func(a, b timed) int { return cmp.Compare(b.t, a.t) })
+		slices.SortStableFunc(slot, func(a, b timed) int {
+			return cmp.Or(cmp.Compare(b.t, a.t), cmp.Compare(b.row.UnitPrice, a.row.UnitPrice))
+		})
 		for _, x := range slot {
 			if x.t <= nowU && x.t >= oldest {
 				out = append(out, x.row)

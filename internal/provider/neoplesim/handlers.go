@@ -76,20 +76,19 @@ func (s *Server) auction(r *http.Request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	found, e := s.resolve(q, func(st *ItemStats) { st.Auction++ })
+	found, packed, e := s.resolve(q, func(st *ItemStats) { st.Auction++ })
 	if e != nil {
 		return nil, e
 	}
 	now := s.opts.Now()
-	rows := []listingRow{}
-	for _, it := range found {
-		rows = append(rows, it.listingsAt(now)...)
+	groups := make([][]listingRow, len(found))
+	for i, it := range found {
+		groups[i] = it.listingsAt(now)
+		slices.SortStableFunc(groups[i], less)
 	}
 	s.observeListings(found, now)
-	if less != nil {
-		slices.SortStableFunc(rows, less)
-	}
-	return map[string]any{"rows": rows[:min(len(rows), limit)]}, nil
+	perItem, grouped := s.itemIDsShape(packed)
+	return map[string]any{"rows": shape(perItem, grouped, groups, limit, less)}, nil
 }
 
 // GET /df/auction-sold?itemId=|itemIds=|itemName=(&wordType=)&limit=
@@ -99,25 +98,52 @@ func (s *Server) auctionSold(r *http.Request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	found, e := s.resolve(q, func(st *ItemStats) { st.AuctionSold++ })
+	found, packed, e := s.resolve(q, func(st *ItemStats) { st.AuctionSold++ })
 	if e != nil {
 		return nil, e
 	}
 	now := s.opts.Now()
-	rows := []saleRow{}
-	for _, it := range found {
-		rows = append(rows, it.salesAt(now, limit)...)
+	groups := make([][]saleRow, len(found))
+	for i, it := range found {
+		groups[i] = it.salesAt(now, limit)
 	}
-	// Several items: merge newest first (the date layout sorts like time).
-	slices.SortStableFunc(rows, func(a, b saleRow) int { return cmp.Compare(b.SoldDate, a.SoldDate) })
-	rows = rows[:min(len(rows), limit)]
+	perItem, grouped := s.itemIDsShape(packed)
+	// Newest first (the date layout sorts like time).
+	newest := func(a, b saleRow) int { return cmp.Compare(b.SoldDate, a.SoldDate) }
+	rows := shape(perItem, grouped, groups, limit, newest)
 	s.observeSales(found, rows, now)
 	return map[string]any{"rows": rows}, nil
 }
 
-// resolve reads exactly one of itemId, itemIds, itemName and returns the known items; it
-// counts every requested id, known or not, so tests can prove an id was never asked for.
-func (s *Server) resolve(q url.Values, count func(*ItemStats)) ([]*entry, *apiError) {
+// shape turns each item's rows, already in the endpoint's order, into one answer. An itemIds
+// answer takes the shape Options.ItemIDsLimit and ItemIDsOrder choose; any other answer is
+// every row in one order, cut at limit.
+func shape[R any](limitPerItem, grouped bool, groups [][]R, limit int, order func(a, b R) int) []R {
+	rows := []R{}
+	for _, g := range groups {
+		if limitPerItem {
+			g = g[:min(len(g), limit)]
+		}
+		rows = append(rows, g...)
+	}
+	if !grouped {
+		slices.SortStableFunc(rows, order)
+	}
+	if !limitPerItem {
+		rows = rows[:min(len(rows), limit)]
+	}
+	return rows
+}
+
+// itemIDsShape is how an answer is cut and ordered: only itemIds answers take the options' shape.
+func (s *Server) itemIDsShape(packed bool) (limitPerItem, grouped bool) {
+	return packed && s.opts.ItemIDsLimit == LimitPerItem, packed && s.opts.ItemIDsOrder == OrderGrouped
+}
+
+// resolve reads exactly one of itemId, itemIds, itemName and returns the known items, and
+// whether they were asked for by itemIds; it counts every requested id, known or not, so tests
+// can prove an id was never asked for.
+func (s *Server) resolve(q url.Values, count func(*ItemStats)) (_ []*entry, packed bool, _ *apiError) {
 	given := 0
 	for _, k := range []string{"itemId", "itemIds", "itemName"} {
 		if q.Get(k) != "" {
@@ -125,24 +151,24 @@ func (s *Server) resolve(q url.Values, count func(*ItemStats)) ([]*entry, *apiEr
 		}
 	}
 	if given != 1 {
-		return nil, badParam("exactly one of itemId, itemIds, itemName is required")
+		return nil, false, badParam("exactly one of itemId, itemIds, itemName is required")
 	}
 	var ids []string
 	switch {
 	case q.Get("itemId") != "":
 		ids = []string{q.Get("itemId")}
 	case q.Get("itemIds") != "":
-		ids = strings.Split(q.Get("itemIds"), ",")
+		ids, packed = strings.Split(q.Get("itemIds"), ","), true
 		if len(ids) > 10 {
-			return nil, tooManyIDs
+			return nil, false, tooManyIDs
 		}
 	default:
 		found, e := s.search(q.Get("itemName"), q.Get("wordType"))
 		if e != nil {
-			return nil, e
+			return nil, false, e
 		}
 		if len(found) > maxNameMatches {
-			return nil, tooBroad
+			return nil, false, tooBroad
 		}
 		for _, it := range found {
 			ids = append(ids, it.ItemID)
@@ -155,7 +181,7 @@ func (s *Server) resolve(q url.Values, count func(*ItemStats)) ([]*entry, *apiEr
 			out = append(out, it)
 		}
 	}
-	return out, nil
+	return out, packed, nil
 }
 
 // search matches names: match = exact, front = prefix, full = contains.
@@ -177,6 +203,9 @@ func (s *Server) search(name, wordType string) ([]*entry, *apiError) {
 			out = append(out, e)
 		}
 	}
+	if len(out) == 0 && s.opts.NotFoundAPI001 {
+		return nil, nothingByName
+	}
 	return out, nil
 }
 
@@ -193,10 +222,10 @@ func limitParam(q url.Values, def, ceiling int) (int, *apiError) {
 	return min(n, ceiling), nil
 }
 
-// sortParam reads sort=key:asc|desc for unitPrice or auctionNo; nil means auctionNo order.
+// sortParam reads sort=key:asc|desc for unitPrice or auctionNo; the default is auctionNo order.
 func sortParam(v string) (func(a, b listingRow) int, *apiError) {
 	if v == "" {
-		return nil, nil
+		v = "auctionNo:asc"
 	}
 	key, dir, _ := strings.Cut(v, ":")
 	var by func(listingRow) int64

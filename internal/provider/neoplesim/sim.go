@@ -42,6 +42,55 @@ type Options struct {
 	Now func() time.Time
 	// Market is MarketDefault ("" too) or MarketRealistic (market.go).
 	Market string
+	// RateLimitStatus is the HTTP status of the rate-limit answer: 429 (default) or 400, since
+	// the real one is unknown.
+	RateLimitStatus int
+	// ItemIDsLimit says what limit caps in an itemIds answer: LimitPerCall (default, the whole
+	// answer) or LimitPerItem (each item's rows). The real API does not document it.
+	ItemIDsLimit string
+	// ItemIDsOrder orders an itemIds answer: OrderMerged (default, one order over every item's
+	// rows) or OrderGrouped (item by item in the order asked, each in the endpoint's order).
+	ItemIDsOrder string
+	// NotFoundAPI001: an itemName search that finds nothing answers 400 API001
+	// NOT_FOUND_SEARCH_VALUE, as some real answers do, instead of {"rows":[]}.
+	NotFoundAPI001 bool
+	// KoreanMessages: error messages are Korean sentences, as some real answers are.
+	KoreanMessages bool
+}
+
+// The shapes an itemIds answer can take (Options.ItemIDsLimit, Options.ItemIDsOrder).
+const (
+	LimitPerCall = "per-call"
+	LimitPerItem = "per-item"
+	OrderMerged  = "merged"
+	OrderGrouped = "grouped"
+)
+
+// Validate fills the defaults and checks the choices; New panics on what it rejects.
+func (o *Options) Validate() error {
+	if o.RateLimitStatus == 0 {
+		o.RateLimitStatus = http.StatusTooManyRequests
+	}
+	if o.ItemIDsLimit == "" {
+		o.ItemIDsLimit = LimitPerCall
+	}
+	if o.ItemIDsOrder == "" {
+		o.ItemIDsOrder = OrderMerged
+	}
+	var errs []string
+	if o.RateLimitStatus != http.StatusTooManyRequests && o.RateLimitStatus != http.StatusBadRequest {
+		errs = append(errs, fmt.Sprintf("rate-limit status %d: allowed 400, 429", o.RateLimitStatus))
+	}
+	if o.ItemIDsLimit != LimitPerCall && o.ItemIDsLimit != LimitPerItem {
+		errs = append(errs, fmt.Sprintf("itemids-limit %q: allowed %s, %s", o.ItemIDsLimit, LimitPerCall, LimitPerItem))
+	}
+	if o.ItemIDsOrder != OrderMerged && o.ItemIDsOrder != OrderGrouped {
+		errs = append(errs, fmt.Sprintf("itemids-order %q: allowed %s, %s", o.ItemIDsOrder, OrderMerged, OrderGrouped))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("simulator options: %s", strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // Faults are injected into /df requests that pass the key and rate checks. Rates are
@@ -114,8 +163,11 @@ type Server struct {
 
 type secondCount struct{ sec, n int64 }
 
-// New builds a simulator.
+// New builds a simulator. It panics on options that Validate rejects.
 func New(opts Options) *Server {
+	if err := opts.Validate(); err != nil {
+		panic(err)
+	}
 	if opts.Items <= 0 {
 		opts.Items = 50
 	}
@@ -178,7 +230,7 @@ func New(opts Options) *Server {
 		writeJSON(w, http.StatusOK, map[string]any{"rows": rows})
 	})
 	m.HandleFunc("GET /_sim/freshness", s.adminFreshness)
-	m.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { writeAPIError(w, notFound) })
+	m.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { s.writeAPIError(w, notFound) })
 	s.mux = m
 	return s
 }
@@ -236,7 +288,7 @@ type Stats struct {
 type KeyStats struct {
 	Total        int64 `json:"total"`
 	MaxPerSecond int64 `json:"max_per_second"` // most requests received in one wall-clock second
-	RateLimited  int64 `json:"rate_limited"`   // answered 429 API002
+	RateLimited  int64 `json:"rate_limited"`   // answered API002 (429 or 400, Options.RateLimitStatus)
 }
 
 // ItemStats counts requests naming one item, per endpoint.
@@ -296,30 +348,42 @@ func clone[M ~map[K]V, K comparable, V any](m M) M {
 	return out
 }
 
-// apiError is a Neople error envelope with its HTTP status.
+// apiError is a Neople error envelope with its HTTP status; ko is the Korean sentence sent
+// instead of message under Options.KoreanMessages.
 type apiError struct {
-	status        int
-	code, message string
+	status            int
+	code, message, ko string
 }
 
+// Message texts as captured from the live API where known (docs: ../shared/spec/neople-api.md).
 var (
-	notFound    = &apiError{http.StatusNotFound, "DNF900", "INVALID_URL"}
-	maintenance = &apiError{http.StatusServiceUnavailable, "DNF980", "SYSTEM_INSPECT"}
-	noKey       = &apiError{http.StatusUnauthorized, "API000", "NOT_FOUND_APIKEY"}
-	badKey      = &apiError{http.StatusUnauthorized, "API003", "INVALID_APIKEY"}
-	rateLimited = &apiError{http.StatusTooManyRequests, "API002", "APIKEY_USAGE_EXCEEDED"}
-	systemError = &apiError{http.StatusInternalServerError, "DNF999", "SYSTEM_ERROR"}
-	tooManyIDs  = &apiError{http.StatusBadRequest, "DNF008", "ITEM_IDS_COUNT_EXCEEDED"}
-	tooBroad    = &apiError{http.StatusBadRequest, "DNF007", "ITEM_NAME_TOO_BROAD"}
-	noItem      = &apiError{http.StatusNotFound, "DNF003", "NOT_FOUND_ITEM"}
+	notFound      = &apiError{http.StatusNotFound, "DNF900", "INVALID_URL", "유효하지 않은 URL 입니다."}
+	maintenance   = &apiError{http.StatusServiceUnavailable, "DNF980", "SYSTEM_INSPECT", "시스템 점검 중입니다."}
+	noKey         = &apiError{http.StatusUnauthorized, "API000", "NOT_FOUND_APIKEY", "API KEY가 없습니다."}
+	badKey        = &apiError{http.StatusUnauthorized, "API003", "INVALID_APIKEY", "유효하지 않은 API KEY 입니다."}
+	systemError   = &apiError{http.StatusInternalServerError, "DNF999", "SYSTEM_ERROR", "시스템 오류입니다."}
+	tooManyIDs    = &apiError{http.StatusBadRequest, "DNF008", "ITEM_IDS_COUNT_EXCEEDED", "아이템 ID는 최대 10개까지 입력할 수 있습니다."}
+	tooBroad      = &apiError{http.StatusBadRequest, "DNF007", "SEARCH_ITEM_OVER", "검색 결과가 너무 많습니다."}
+	noItem        = &apiError{http.StatusNotFound, "DNF003", "NOT_FOUND_ITEM", "존재하지 않는 아이템입니다."}
+	nothingByName = &apiError{http.StatusBadRequest, "API001", "NOT_FOUND_SEARCH_VALUE", "검색 결과가 없습니다."}
 )
 
-func badParam(format string, args ...any) *apiError {
-	return &apiError{http.StatusBadRequest, "DNF901", "INVALID_PARAMETER: " + fmt.Sprintf(format, args...)}
+// rateLimited is the rate-limit answer; its HTTP status is an option because the real one is unknown.
+func (s *Server) rateLimited() *apiError {
+	return &apiError{s.opts.RateLimitStatus, "API002", "APIKEY_LIMIT_EXCEEDED", "API KEY 사용량을 초과했습니다. (APIKEY_LIMIT)"}
 }
 
-func writeAPIError(w http.ResponseWriter, e *apiError) {
-	writeJSON(w, e.status, map[string]any{"error": map[string]any{"status": e.status, "code": e.code, "message": e.message}})
+// badParam is DNF901 with the API's text and, after it, what was wrong (for people reading tests).
+func badParam(format string, args ...any) *apiError {
+	return &apiError{http.StatusBadRequest, "DNF901", "NOT_FOUND_SEARCH_VALUE: " + fmt.Sprintf(format, args...), "유효하지 않은 요청 변수입니다."}
+}
+
+func (s *Server) writeAPIError(w http.ResponseWriter, e *apiError) {
+	msg := e.message
+	if s.opts.KoreanMessages {
+		msg = e.ko
+	}
+	writeJSON(w, e.status, map[string]any{"error": map[string]any{"status": e.status, "code": e.code, "message": msg}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -358,16 +422,16 @@ func (s *Server) df(route string, wl provider.Workload, h handler) http.HandlerF
 
 		switch {
 		case h == nil:
-			writeAPIError(w, notFound)
+			s.writeAPIError(w, notFound)
 			return
 		case maint:
-			writeAPIError(w, maintenance)
+			s.writeAPIError(w, maintenance)
 			return
 		case key == "":
-			writeAPIError(w, noKey)
+			s.writeAPIError(w, noKey)
 			return
 		case s.keys[key] != wl:
-			writeAPIError(w, badKey)
+			s.writeAPIError(w, badKey)
 			return
 		}
 		if lim := s.limiters[key]; lim != nil && !lim.Allow() {
@@ -376,7 +440,7 @@ func (s *Server) df(route string, wl provider.Workload, h handler) http.HandlerF
 			ks.RateLimited++
 			s.stats.Keys[KeyLabel(key)] = ks
 			s.mu.Unlock()
-			writeAPIError(w, rateLimited)
+			s.writeAPIError(w, s.rateLimited())
 			return
 		}
 		if faults.Latency > 0 && !sleep(r, faults.Latency) {
@@ -388,12 +452,12 @@ func (s *Server) df(route string, wl provider.Workload, h handler) http.HandlerF
 			return
 		}
 		if fault == "error" {
-			writeAPIError(w, systemError)
+			s.writeAPIError(w, systemError)
 			return
 		}
 		body, apiErr := h(r)
 		if apiErr != nil {
-			writeAPIError(w, apiErr)
+			s.writeAPIError(w, apiErr)
 			return
 		}
 		switch fault {
