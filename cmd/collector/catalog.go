@@ -264,10 +264,13 @@ func newItemsCmd(a *app) *cobra.Command {
 	var q seed.ItemsQuery
 	var tier string
 	cmd := &cobra.Command{
-		Use:   "items",
-		Short: "List tracked items, most popular first: tier, score, schedule, and when and why the tier last changed",
-		Args:  cobra.NoArgs,
-		RunE: a.run(func(ctx context.Context) error {
+		Use:   "items [ITEM_ID]",
+		Short: "List tracked items, most popular first: tier, score, schedule, estimated change and sales rates, and when and why the tier last changed",
+		Long: `items lists tracked items, most popular first. With ITEM_ID it shows that one item in full,
+including what collection has learnt: observed collections and changes, the estimated change rate
+(Cho & Garcia-Molina), the sales rate and lost-sale gaps.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: a.runArgs(func(ctx context.Context, args []string) error {
 			if tier != "" {
 				t, err := tiers.Parse(tier)
 				if err != nil {
@@ -279,15 +282,25 @@ func newItemsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if len(args) == 1 {
+				q = seed.ItemsQuery{ItemID: args[0], IncludeSynthetic: true}
+			}
 			rows, err := seed.ListItems(ctx, pool, q)
 			if err != nil {
 				return err
 			}
+			if len(args) == 1 {
+				if len(rows) == 0 {
+					return fmt.Errorf("item %s is not tracked", args[0])
+				}
+				return printItem(a, rows[0])
+			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ITEM_ID\tNAME\tTIER\tSCORE\tNEXT_COLLECT_AT\tLAST_COLLECTED_AT\tTIER_CHANGED_AT\tTIER_REASON")
+			fmt.Fprintln(tw, "ITEM_ID\tNAME\tTIER\tPIN\tSCORE\tCHANGES/H\tSALES/H\tGAPS\tNEXT_COLLECT_AT\tLAST_COLLECTED_AT\tTIER_CHANGED_AT\tTIER_REASON")
 			for _, r := range rows {
 				// The score as stored (3 decimals), so it reads the same as in tier_reason.
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ItemID, r.Name, r.Tier, strconv.FormatFloat(r.Score, 'f', -1, 64),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ItemID, r.Name, r.Tier, orDash(string(r.PinnedTier)),
+					strconv.FormatFloat(r.Score, 'f', -1, 64), fmtRate(r.ChangesPerHour), fmtRate(r.SalesPerHour), r.SalesGaps,
 					fmtTime(r.NextCollectAt), fmtTime(r.LastCollectedAt), fmtTime(r.TierChangedAt),
 					strings.ReplaceAll(r.TierReason, "\t", " "))
 			}
@@ -299,6 +312,40 @@ func newItemsCmd(a *app) *cobra.Command {
 	f.IntVar(&q.Limit, "limit", 100, "at most this many rows (0 = all)")
 	f.BoolVar(&q.IncludeSynthetic, "include-synthetic", false, "also list synthetic fixtures (seed-, integration-item-)")
 	return cmd
+}
+
+// printItem shows one item in full, one field a line.
+func printItem(a *app, r seed.ItemRow) error {
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	o := r.Observed
+	for _, kv := range [][2]string{
+		{"item_id", r.ItemID}, {"name", r.Name}, {"tier", string(r.Tier)}, {"pinned_tier", orDash(string(r.PinnedTier))},
+		{"score", strconv.FormatFloat(r.Score, 'f', -1, 64)}, {"tier_changed_at", fmtTime(r.TierChangedAt)},
+		{"tier_reason", orDash(r.TierReason)}, {"next_collect_at", fmtTime(r.NextCollectAt)},
+		{"last_collected_at", fmtTime(r.LastCollectedAt)},
+		{"observed_collections", fmt.Sprintf("%.1f (decayed)", o.Accesses)},
+		{"observed_changes", fmt.Sprintf("%.1f over %.0f s (decayed)", o.Changes, o.ChangedSeconds+o.UnchangedSeconds)},
+		{"changes_per_hour", fmtRate(r.ChangesPerHour) + " (estimated)"},
+		{"sales_per_hour", fmtRate(r.SalesPerHour) + " (observed)"},
+		{"sales_gaps", strconv.FormatInt(r.SalesGaps, 10)},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], strings.ReplaceAll(kv[1], "\t", " "))
+	}
+	return tw.Flush()
+}
+
+func fmtRate(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', 2, 64)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func fmtTime(t *time.Time) string {

@@ -62,6 +62,8 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		MaxBatches:  c.MaxBatches,
 		FlushSize:   c.FlushSize,
 		SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
+
+		EstimateWindow: a.cfg.Catalog.EstimateWindow,
 	}, a.log)
 	if err != nil {
 		stop()

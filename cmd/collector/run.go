@@ -78,6 +78,8 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 			Concurrency: c.Concurrency,
 			FlushSize:   c.FlushSize,
 			SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
+
+			EstimateWindow: a.cfg.Catalog.EstimateWindow,
 		},
 		Catalog:   a.cfg.Catalog,
 		Retention: a.cfg.Retention,

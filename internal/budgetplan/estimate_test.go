@@ -7,7 +7,9 @@ import (
 )
 
 // poissonChanged reports whether a Poisson process at rate λ had at least one event in t seconds.
-func poissonChanged(r *rand.Rand, lambda, t float64) bool { return r.Float64() < -math.Expm1(-lambda*t) }
+func poissonChanged(r *rand.Rand, lambda, t float64) bool {
+	return r.Float64() < -math.Expm1(-lambda*t)
+}
 
 func TestChangeRateConvergesOnPoissonDataAtRegularIntervals(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))

@@ -33,9 +33,26 @@ type CatalogConfig struct {
 	// COLD_10M item, making it due at once.
 	ReactivateTier string `mapstructure:"reactivate_tier"`
 
+	// Policy decides tiers in the popularity recalculation: "budget" (the most weighted
+	// freshness the market key's budget buys, internal/budgetplan) or "thresholds" (score
+	// thresholds, ignoring the budget).
+	Policy string `mapstructure:"policy"`
+	// BudgetHeadroom is the fraction of the market key's budget the budget policy leaves
+	// unplanned, for retries, imports and collect ITEM_ID.
+	BudgetHeadroom float64 `mapstructure:"budget_headroom"`
+	// EstimateWindow is how fast the per-item change and sales counts decay: observations
+	// this old count 1/e.
+	EstimateWindow time.Duration `mapstructure:"estimate_window"`
+
 	Thresholds ScoreThresholds `mapstructure:"thresholds"`
 	Weights    ScoreWeights    `mapstructure:"weights"`
 }
+
+// Tier policies (catalog.policy).
+const (
+	PolicyBudget     = "budget"
+	PolicyThresholds = "thresholds"
+)
 
 // ScoreThresholds: the lowest score of each tier; below Warm is COLD_10M.
 type ScoreThresholds struct {
@@ -70,6 +87,9 @@ var catalogDefaults = map[string]any{
 	"catalog.demotion_hold":      "1h",
 	"catalog.interest_half_life": "24h",
 	"catalog.reactivate_tier":    "ACTIVE_3M",
+	"catalog.policy":             "budget",
+	"catalog.budget_headroom":    0.1,
+	"catalog.estimate_window":    "24h",
 	"catalog.thresholds.hot":     30.0,
 	"catalog.thresholds.active":  10.0,
 	"catalog.thresholds.warm":    3.0,
@@ -99,6 +119,7 @@ func (c CatalogConfig) validate() error {
 		{"catalog.dormant_after", c.DormantAfter, time.Minute},
 		{"catalog.demotion_hold", c.DemotionHold, 0},
 		{"catalog.interest_half_life", c.InterestHalfLife, time.Minute},
+		{"catalog.estimate_window", c.EstimateWindow, time.Minute},
 	} {
 		if d.v < d.min || d.v > 365*24*time.Hour {
 			errs = append(errs, invalid(d.key, d.v, "must be between "+d.min.String()+" and 8760h"))
@@ -106,6 +127,12 @@ func (c CatalogConfig) validate() error {
 	}
 	if t, err := tiers.Parse(c.ReactivateTier); err != nil || t == tiers.Cold || t == tiers.Dormant {
 		errs = append(errs, invalid("catalog.reactivate_tier", c.ReactivateTier, "allowed: HOT_1M, ACTIVE_3M, WARM_5M (a reactivated item must be collected more often than COLD_10M)"))
+	}
+	if c.Policy != PolicyBudget && c.Policy != PolicyThresholds {
+		errs = append(errs, invalid("catalog.policy", c.Policy, "allowed: budget, thresholds"))
+	}
+	if !(c.BudgetHeadroom >= 0 && c.BudgetHeadroom < 1) {
+		errs = append(errs, invalid("catalog.budget_headroom", c.BudgetHeadroom, "must be a fraction in [0, 1)"))
 	}
 	if err := c.Thresholds.Tiers().Validate(); err != nil {
 		errs = append(errs, invalid("catalog.thresholds", c.Thresholds, err.Error()))

@@ -40,6 +40,8 @@ func (o *observer) Written(collected, failed, fenced int, took time.Duration) {
 	o.m.WriteSeconds.Observe(took.Seconds())
 }
 
+func (o *observer) SalesGap(dispatcher.Claim) { o.m.SalesGaps.Inc() }
+
 // requestMetrics times the client's HTTP requests and its limiter waits, each in its own series.
 type requestMetrics struct{ m *telemetry.Metrics }
 

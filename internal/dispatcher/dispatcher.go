@@ -46,6 +46,9 @@ type Config struct {
 	// PrioritizeTiers claims more urgent tiers first (HOT before COLD) when more is due than a
 	// batch holds, at the cost of sorting the due backlog on every claim.
 	PrioritizeTiers bool
+	// EstimateWindow is how fast the per-item change and sales counts decay: observations this
+	// old count 1/e (catalog.estimate_window). Default 24h.
+	EstimateWindow time.Duration
 	// Observer, when set, hears about claims, provider calls and write-backs (metrics, health).
 	Observer Observer
 }
@@ -58,6 +61,8 @@ type Observer interface {
 	Fetched(c Claim, took time.Duration, err error)
 	// Written reports one write-back transaction.
 	Written(collected, failed, fenced int, took time.Duration)
+	// SalesGap reports a written collection that found sales lost since the previous one.
+	SalesGap(c Claim)
 }
 
 type nopObserver struct{}
@@ -65,6 +70,7 @@ type nopObserver struct{}
 func (nopObserver) Claimed([]Claim)                      {}
 func (nopObserver) Fetched(Claim, time.Duration, error)  {}
 func (nopObserver) Written(int, int, int, time.Duration) {}
+func (nopObserver) SalesGap(Claim)                       {}
 
 func (c *Config) withDefaults() Config {
 	out := *c
@@ -89,6 +95,9 @@ func (c *Config) withDefaults() Config {
 	if out.AuctionLimit == 0 {
 		out.AuctionLimit = provider.MaxAuctionLimit
 	}
+	if out.EstimateWindow == 0 {
+		out.EstimateWindow = 24 * time.Hour
+	}
 	if out.Observer == nil {
 		out.Observer = nopObserver{}
 	}
@@ -112,6 +121,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxBatches < 0 {
 		errs = append(errs, fmt.Errorf("max batches %d: must be >= 0", c.MaxBatches))
+	}
+	if c.EstimateWindow < time.Minute {
+		errs = append(errs, fmt.Errorf("estimate window %v: must be >= 1m", c.EstimateWindow))
 	}
 	if c.FlushSize < 1 {
 		errs = append(errs, fmt.Errorf("flush size %d: must be >= 1", c.FlushSize))
@@ -442,7 +454,7 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 }
 
 func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
-	r := result{claim: c, outcome: "ok"}
+	r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}
 	listings, err := d.fetch.Auction(ctx, c.ItemID)
 	var sales []provider.Sale
 	if err == nil {
@@ -455,6 +467,7 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 		return r
 	}
 	r.listings = summarizeListings(listings, d.cfg.AuctionLimit)
+	r.salesGap = salesGap(sales, d.cfg.SoldLimit, c.LastSaleAt)
 	r.sales = newSales(sequenceSales(sales, d.cfg.SoldLimit), c.LastSaleAt)
 	return r
 }
@@ -537,6 +550,11 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 				collected++
 			} else {
 				failed++
+			}
+			if r.salesGap && r.err == nil {
+				w.d.log.Warn("sales lost since the previous collection: a full page of only newer sales",
+					zap.String("item_id", r.claim.ItemID))
+				w.d.cfg.Observer.SalesGap(r.claim)
 			}
 		}
 	}

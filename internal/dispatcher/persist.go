@@ -23,6 +23,8 @@ type result struct {
 	packed   bool  // fetched in an itemIds call shared with other items
 	err      error // nil = collected
 	outcome  string
+	salesGap bool          // sales were lost since the previous fetch (estimate.go)
+	window   time.Duration // Config.EstimateWindow: how fast the change counts decay
 }
 
 type writeStats struct {
@@ -66,6 +68,9 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 	}
 
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := observeChanges(ctx, tx, collectedOf(results)); err != nil {
+			return err
+		}
 		// If the tier changed while the item was leased, whoever changed it also set the new
 		// schedule; keep that rather than the slot computed for the old tier.
 		rows, err := tx.Query(ctx, `
@@ -124,6 +129,16 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 		return writeStats{}, fmt.Errorf("write back %d items: %w", n, err)
 	}
 	return ws, nil
+}
+
+func collectedOf(results []result) []result {
+	var ok []result
+	for _, r := range results {
+		if r.err == nil {
+			ok = append(ok, r)
+		}
+	}
+	return ok
 }
 
 type salesAgg struct {
@@ -213,6 +228,7 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, ok []result, agg map[string
 			CollectedAt: r.at.UTC(), ListingCount: l.Count, ListingQuantity: l.Quantity,
 			LowestUnitPrice: l.Lowest, MedianUnitPrice: l.Median, WeightedUnitPrice: l.Weighted,
 			APIAveragePrice: l.APIAverage, ListingsTruncated: l.Truncated, Packed: r.packed,
+			SalesGap: r.salesGap,
 		}
 		if a := agg[r.claim.ItemID]; a != nil && a.quantity > 0 {
 			v := a.value / float64(a.quantity)

@@ -37,6 +37,8 @@ type SnapshotEvent struct {
 	SalesVWAP         *float64  `json:"sales_vwap"`
 	ListingsTruncated bool      `json:"listings_truncated"`
 	Packed            bool      `json:"packed"`
+	// SalesGap: sales were lost since the previous collection (a full page of only newer sales).
+	SalesGap bool `json:"sales_gap"`
 }
 
 // EnqueueSnapshots inserts one outbox row per event inside the caller's transaction, so an

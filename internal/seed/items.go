@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // ItemsQuery filters ListItems.
 type ItemsQuery struct {
+	ItemID           string     // "" = every item
 	Tier             tiers.Tier // "" = every tier
 	Limit            int        // <= 0 = no limit
 	IncludeSynthetic bool       // fixtures are hidden unless asked for
@@ -25,6 +27,12 @@ type ItemRow struct {
 	LastCollectedAt *time.Time
 	TierChangedAt   *time.Time
 	TierReason      string
+	PinnedTier      tiers.Tier // "" = not pinned
+	// What collection has learnt (decayed over catalog.estimate_window).
+	Observed       budgetplan.Observations
+	SalesPerHour   *float64 // nil before any observed interval
+	ChangesPerHour *float64 // Cho & Garcia-Molina estimate; nil before any observed interval
+	SalesGaps      int64    // collections that found sales lost since the previous one
 }
 
 // ListItems returns tracked items, most popular first. Synthetic items are excluded unless
@@ -36,12 +44,14 @@ func ListItems(ctx context.Context, db DB, q ItemsQuery) ([]ItemRow, error) {
 	}
 	rows, err := db.Query(ctx, `
 		SELECT item_id, item_name, collection_tier, popularity_score, next_collect_at, last_collected_at,
-		       tier_changed_at, coalesce(tier_reason, '')
+		       tier_changed_at, coalesce(tier_reason, ''), coalesce(pinned_tier, ''),
+		       est_collections, est_changes, est_changed_seconds, est_unchanged_seconds, est_sales, sales_gaps
 		FROM tracked_items
 		WHERE ($1 = '' OR collection_tier = $1)
-		  AND ($2 OR NOT `+SyntheticSQL("item_id")+`)
+		  AND ($2 OR NOT `+SyntheticSQL("item_id")+` OR item_id = $4)
+		  AND ($4 = '' OR item_id = $4)
 		ORDER BY popularity_score DESC, item_id
-		LIMIT $3`, string(q.Tier), q.IncludeSynthetic, limit)
+		LIMIT $3`, string(q.Tier), q.IncludeSynthetic, limit, q.ItemID)
 	if err != nil {
 		return nil, fmt.Errorf("list tracked items: %w", err)
 	}
@@ -49,12 +59,19 @@ func ListItems(ctx context.Context, db DB, q ItemsQuery) ([]ItemRow, error) {
 	var out []ItemRow
 	for rows.Next() {
 		var r ItemRow
-		var tier string
+		var tier, pinned string
+		var sales float64
+		o := &r.Observed
 		if err := rows.Scan(&r.ItemID, &r.Name, &tier, &r.Score, &r.NextCollectAt, &r.LastCollectedAt,
-			&r.TierChangedAt, &r.TierReason); err != nil {
+			&r.TierChangedAt, &r.TierReason, &pinned, &o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds,
+			&sales, &r.SalesGaps); err != nil {
 			return nil, fmt.Errorf("list tracked items: %w", err)
 		}
-		r.Tier = tiers.Tier(tier)
+		r.Tier, r.PinnedTier = tiers.Tier(tier), tiers.Tier(pinned)
+		if rate, ok := o.ChangeRate(); ok {
+			perHour, sph := rate*3600, sales/(o.ChangedSeconds+o.UnchangedSeconds)*3600
+			r.ChangesPerHour, r.SalesPerHour = &perHour, &sph
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -36,6 +36,9 @@ type Metrics struct {
 	PublishLatency   prometheus.Histogram   // seconds from outbox insert to published
 	Passes           *prometheus.CounterVec // result: ok | paused | error
 	LoopErrors       *prometheus.CounterVec // loop
+	SalesGaps        prometheus.Counter     // collections that found sales lost since the previous one
+	TierDemand       *prometheus.GaugeVec   // tier: requests/s the tier's items ask for
+	BudgetRate       *prometheus.GaugeVec   // workload: the key's budget, requests/s
 }
 
 // NewMetrics builds and registers every series, plus the Go runtime and process collectors.
@@ -69,6 +72,9 @@ func NewMetrics() *Metrics {
 		PublishLatency:   f.histogram("collector_outbox_publish_latency_seconds", "Time from an outbox event's insert to its acknowledged publish (database clock).", lagBuckets),
 		Passes:           f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
 		LoopErrors:       f.counterVec("collector_loop_errors_total", "Errors in the daemon's loops (each is retried).", "loop"),
+		SalesGaps:        f.counter("collector_sales_gaps_total", "Collections whose sales page was full of sales newer than any stored: sales were lost in between."),
+		TierDemand:       f.gaugeVec("collector_tier_demand_requests_per_second", "Requests per second the tier's scheduled items ask for (requests per collection / interval).", "tier"),
+		BudgetRate:       f.gaugeVec("collector_budget_requests_per_second", "The workload key's request budget per second (the tighter of the per-second and per-minute budgets).", "workload"),
 	}
 }
 

@@ -134,19 +134,30 @@ func (e *entry) nextChange(t int64) (int64, bool) {
 
 // salesBetween counts the sales in (from, to] (ms).
 func (e *entry) salesBetween(from, to int64) int64 {
-	if to <= from {
-		return 0
-	}
-	r := e.real
+	return countEvents(mix(e.h, saleKey), e.real.saleRate, e.real.saleBucket, from, to)
+}
+
+func countEvents(key uint64, ratePerMs float64, size, from, to int64) int64 {
 	var n int64
-	for b := floorDivInt(from, r.saleBucket); b*r.saleBucket <= to; b++ {
-		for _, x := range events(mix(e.h, saleKey), r.saleRate, r.saleBucket, b) {
+	for b := floorDivInt(from, size); b*size <= to; b++ {
+		for _, x := range events(key, ratePerMs, size, b) {
 			if x > from && x <= to {
 				n++
 			}
 		}
 	}
 	return n
+}
+
+// Events counts an item's listing changes and sales in (from, to] in the realistic market; ok
+// is false for an unknown item or the default market. Tests and benchmarks use it as ground truth.
+func (s *Server) Events(itemID string, from, to time.Time) (changes, sales int64, ok bool) {
+	e := s.byID[itemID]
+	if e == nil || e.real == nil {
+		return 0, 0, false
+	}
+	f, t := from.UnixMilli(), to.UnixMilli()
+	return countEvents(mix(e.h, changeKey), e.real.changeRate, e.real.changeBucket, f, t), e.salesBetween(f, t), true
 }
 
 // realListings is the order book as of the item's last change: it stays the same until the next.

@@ -1,0 +1,148 @@
+package dispatcher
+
+import (
+	"context"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+func TestSalesGapIsAFullPageOfOnlyNewerSales(t *testing.T) {
+	stored := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	page := func(n int, oldest time.Time) []provider.Sale {
+		rows := make([]provider.Sale, n)
+		for i := range rows {
+			rows[i].SoldAt = oldest.Add(time.Duration(n-1-i) * time.Second) // newest first
+		}
+		return rows
+	}
+	for _, tc := range []struct {
+		name   string
+		rows   []provider.Sale
+		stored *time.Time
+		want   bool
+	}{
+		{"full page, all newer", page(100, stored.Add(time.Second)), &stored, true},
+		{"full page reaching the stored second", page(100, stored), &stored, false},
+		{"full page reaching older sales", page(100, stored.Add(-time.Minute)), &stored, false},
+		{"short page", page(99, stored.Add(time.Hour)), &stored, false},
+		{"nothing stored yet", page(100, stored.Add(time.Hour)), nil, false},
+	} {
+		if got := salesGap(tc.rows, 100, tc.stored); got != tc.want {
+			t.Errorf("%s: gap %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Against the realistic market, rounds of collection at simulated times: the collector's gap
+// count per item is the simulator's count of fetches that lost sales, and its change counts
+// are the rounds in which the listings changed or new sales arrived.
+func TestGapsAndChangesMatchTheMarketsGroundTruth(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var simNow atomic.Int64
+	simNow.Store(start.UnixMilli())
+	sim := neoplesim.New(neoplesim.Options{Items: 400, Seed: 5, ItemKey: itemKey, MarketKey: marketKey,
+		Market: neoplesim.MarketRealistic, Now: func() time.Time { return time.UnixMilli(simNow.Load()) }})
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	client, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: srv.URL,
+		Key: marketKey, Rate: 100000, Burst: 10000, PerMinute: 10000000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The busiest sellers (where gaps happen) and a sample of the rest.
+	truths := sim.Truths()
+	var ids, names []string
+	for i, it := range sim.Catalog() {
+		if truths[it.ItemID].SalesPerHour > 200 || i%10 == 0 {
+			ids, names = append(ids, it.ItemID), append(names, it.ItemName)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+		SELECT id, name, 'HOT_1M', now() FROM unnest($1::text[], $2::text[]) AS u(id, name)`, ids, names); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(pool, client, Config{BatchSize: 1000, Concurrency: 8}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect := func() {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now()`); err != nil {
+			t.Fatal(err)
+		}
+		s, err := d.RunOnce(ctx)
+		if err != nil || s.Collected != len(ids) {
+			t.Fatalf("pass: %+v, %v", s, err)
+		}
+	}
+	collect()
+	sim.ResetStats() // the simulator's window starts where the collector has a watermark
+	steps := []time.Duration{40 * time.Second, 7 * time.Minute, 2 * time.Minute, 25 * time.Minute, 30 * time.Second, 13 * time.Minute}
+	prev := start
+	wantChanges := map[string]int{}
+	hadSale := map[string]bool{}
+	for _, id := range ids {
+		_, s, _ := sim.Events(id, start.Add(-30*24*time.Hour), start)
+		hadSale[id] = s > 0
+	}
+	for _, step := range steps {
+		now := prev.Add(step)
+		simNow.Store(now.UnixMilli())
+		collect()
+		for _, id := range ids {
+			c, s, _ := sim.Events(id, prev, now)
+			if s == 100 && hadSale[id] {
+				t.Fatalf("item %s had exactly 100 sales in a round: the page cannot tell that from a loss; pick other steps", id)
+			}
+			if c > 0 || s > 0 {
+				wantChanges[id]++
+			}
+			hadSale[id] = hadSale[id] || s > 0
+		}
+		prev = now
+	}
+	rep := sim.Freshness()
+	if rep.Gaps == 0 {
+		t.Fatal("no sales were lost: the test proves nothing")
+	}
+	rows, err := pool.Query(ctx, `SELECT item_id, sales_gaps, est_collections, est_changes, seen_listing_count FROM tracked_items`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var total int64
+	for rows.Next() {
+		var id string
+		var gaps int64
+		var n, x float64
+		var listings int
+		if err := rows.Scan(&id, &gaps, &n, &x, &listings); err != nil {
+			t.Fatal(err)
+		}
+		total += gaps
+		if want := rep.Items[id].Gaps; gaps != want {
+			t.Errorf("item %s: collector counted %d gaps, the simulator saw %d", id, gaps, want)
+		}
+		if int(n+0.5) != len(steps) {
+			t.Errorf("item %s: %.3f collections observed, want %d", id, n, len(steps))
+		}
+		// Listing-free items can only show changes through sales; the rest changed when the market did.
+		if listings > 0 && int(x+0.5) != wantChanges[id] {
+			t.Errorf("item %s: %.3f changes detected, the market changed in %d rounds", id, x, wantChanges[id])
+		}
+	}
+	if total != rep.Gaps {
+		t.Errorf("collector counted %d gaps, the simulator %d", total, rep.Gaps)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM outbox WHERE (payload->>'sales_gap')::bool`); int64(n) != rep.Gaps {
+		t.Errorf("%d snapshot events say sales_gap, the simulator saw %d gaps", n, rep.Gaps)
+	}
+}
