@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // Fetcher is the market workload of the provider client.
@@ -517,53 +518,123 @@ func (d *Dispatcher) startWriter(ctx context.Context, tm *timings) *writer {
 }
 
 func (w *writer) flush(ctx context.Context, buf []result) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	t0 := time.Now()
-	ws, err := writeBack(ctx, w.d.pool, buf)
+	fencedIDs, unwritten, err := w.store(ctx, buf)
 	if err != nil {
-		w.d.cfg.Observer.Written(0, 0, 0, time.Since(t0))
-		// Leases stay until they expire; the items are collected again then. Nothing is lost.
-		w.d.log.Error("write-back failed", zap.Int("items", len(buf)), zap.Error(err))
+		// Their leases expire and the items are collected again then. Nothing is lost.
+		w.d.log.Error("write-back failed; these items are collected again when their leases expire",
+			zap.Strings("item_ids", unwritten), zap.Error(err))
 		w.stats.err = errors.Join(w.stats.err, err)
-		return
 	}
-	fenced := map[string]bool{}
-	for _, id := range ws.fenced {
-		fenced[id] = true
+	skip := map[string]bool{}
+	for _, id := range fencedIDs {
+		skip[id] = true
 	}
-	for _, r := range buf {
-		switch {
-		case fenced[r.claim.ItemID]:
-		case r.err == nil:
-			w.stats.collected++
-		default:
-			w.stats.failed++
-			w.d.log.Warn("item collection failed; rescheduled by tier",
-				zap.String("item_id", r.claim.ItemID), zap.String("outcome", r.outcome), zap.Error(r.err))
-		}
+	for _, id := range unwritten {
+		skip[id] = true
 	}
 	var collected, failed int
 	for _, r := range buf {
-		if !fenced[r.claim.ItemID] {
-			if r.err == nil {
-				collected++
-			} else {
-				failed++
-			}
-			if r.salesGap && r.err == nil {
+		switch {
+		case skip[r.claim.ItemID]:
+		case r.err == nil:
+			collected++
+			if r.salesGap {
 				w.d.log.Warn("sales lost since the previous collection: a full page of only newer sales",
 					zap.String("item_id", r.claim.ItemID))
 				w.d.cfg.Observer.SalesGap(r.claim)
 			}
+		default:
+			failed++
+			w.d.log.Warn("item collection failed; rescheduled by tier",
+				zap.String("item_id", r.claim.ItemID), zap.String("outcome", r.outcome), zap.Error(r.err))
 		}
 	}
-	w.d.cfg.Observer.Written(collected, failed, len(ws.fenced), time.Since(t0))
-	if len(ws.fenced) > 0 {
-		w.stats.fenced += len(ws.fenced)
+	w.stats.collected += collected
+	w.stats.failed += failed
+	w.d.cfg.Observer.Written(collected, failed, len(fencedIDs), time.Since(t0))
+	if len(fencedIDs) > 0 {
+		w.stats.fenced += len(fencedIDs)
 		w.d.log.Warn("write-back fenced out: the lease passed to another worker, nothing written",
-			zap.Strings("item_ids", ws.fenced))
+			zap.Strings("item_ids", fencedIDs))
 	}
+}
+
+// store writes buf back so that no item strands its batch-mates: a transient failure is
+// retried (writeRetrying), and a group PostgreSQL refuses on its data is split in halves until
+// the refused item is alone; that item is then rescheduled as failed with the error (buf is
+// updated in place). It returns the fenced items, and the items it could not write at all
+// with the error why (their leases then expire).
+func (w *writer) store(ctx context.Context, buf []result) (fenced, unwritten []string, err error) {
+	ws, err := w.writeRetrying(ctx, buf)
+	switch {
+	case err == nil:
+		return ws.fenced, nil, nil
+	case store.Transient(err):
+		return nil, itemIDs(buf), err
+	case len(buf) > 1:
+		h := len(buf) / 2
+		f1, u1, err1 := w.store(ctx, buf[:h])
+		f2, u2, err2 := w.store(ctx, buf[h:])
+		return append(f1, f2...), append(u1, u2...), errors.Join(err1, err2)
+	case buf[0].err != nil:
+		return nil, itemIDs(buf), err // not even its failure could be recorded
+	}
+	r := &buf[0]
+	w.d.log.Error("write-back refused this item's data; rescheduled as failed",
+		zap.String("item_id", r.claim.ItemID), zap.Error(err))
+	*r = result{claim: r.claim, at: r.at, outcome: "write_refused", err: fmt.Errorf("write-back refused: %w", err)}
+	return w.store(ctx, buf)
+}
+
+// writeAttempts bounds the retries of one transiently failing write-back.
+const writeAttempts = 8
+
+// writeRetrying runs writeBack, retrying a transient failure (connection lost, serialization
+// failure, deadlock) with back-off. Before each retry it renews the group's leases, so the
+// results still apply; once none of them is ours any more it stops, as nothing could apply.
+func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, error) {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ws, err := writeBack(actx, w.d.pool, buf)
+		cancel()
+		if err == nil || !store.Transient(err) || attempt == writeAttempts {
+			return ws, err
+		}
+		w.d.log.Warn("write-back failed; retrying", zap.Int("items", len(buf)), zap.Int("attempt", attempt),
+			zap.Duration("backoff", backoff), zap.Error(err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ws, err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		held, rerr := renewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
+		rcancel()
+		if rerr == nil && held == 0 {
+			return ws, fmt.Errorf("%w (and every lease of the group has passed to another worker)", err)
+		}
+	}
+}
+
+func itemIDs(rs []result) []string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.claim.ItemID
+	}
+	return ids
+}
+
+func claimsOf(rs []result) []Claim {
+	cs := make([]Claim, len(rs))
+	for i, r := range rs {
+		cs[i] = r.claim
+	}
+	return cs
 }
 
 func (w *writer) finish() writerStats {

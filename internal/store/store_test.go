@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -84,3 +87,17 @@ func TestOpenNamesTheServerOnFailure(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestTransientTellsRetryableFailuresFromDataErrors(t *testing.T) {
+	for code, want := range map[string]bool{
+		"40001": true, "40P01": true, "57P01": true, "08006": true, "53300": true,
+		"22021": false, "22003": false, "23505": false, "42P01": false,
+	} {
+		if got := store.Transient(fmt.Errorf("write back: %w", &pgconn.PgError{Code: code})); got != want {
+			t.Errorf("SQLSTATE %s: Transient = %v, want %v", code, got, want)
+		}
+	}
+	if !store.Transient(io.ErrUnexpectedEOF) || store.Transient(context.Canceled) || store.Transient(nil) {
+		t.Error("a lost connection is transient; a cancelled context and no error are not")
+	}
+}

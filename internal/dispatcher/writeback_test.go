@@ -1,0 +1,120 @@
+package dispatcher
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// A write-back PostgreSQL refuses on one item's data is split: the batch-mates are stored and
+// the refused item is rescheduled as failed with the error, nothing left leased.
+func TestRefusedItemDoesNotStrandItsBatchMates(t *testing.T) {
+	e := setup(t, 6, tiers.Active, nil)
+	bad := e.items[3].ItemID
+	ctx := context.Background()
+	// A constraint this one item's snapshot breaks, as a real data error would.
+	_, err := e.pool.Exec(ctx, `
+		CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.item_id = '`+bad+`' THEN RAISE EXCEPTION 'value out of range for item' USING ERRCODE = '22003'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_one BEFORE INSERT ON auction_snapshots FOR EACH ROW EXECUTE FUNCTION refuse_one();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.dispatcher(t, Config{FlushSize: 50, Concurrency: 1}, nil).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Collected != 5 || s.Failed != 1 {
+		t.Fatalf("summary %s: want 5 collected, 1 failed", s)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); n != 0 {
+		t.Fatalf("%d items still leased", n)
+	}
+	if n := count(t, e.pool, `SELECT count(DISTINCT item_id) FROM auction_snapshots`); n != 5 {
+		t.Fatalf("%d items have a snapshot, want the 5 good ones", n)
+	}
+	var outcome, lastErr string
+	if err := e.pool.QueryRow(ctx, `SELECT last_outcome, last_error FROM tracked_items WHERE item_id = $1 AND next_collect_at > now()`,
+		bad).Scan(&outcome, &lastErr); err != nil {
+		t.Fatalf("refused item not rescheduled: %v", err)
+	}
+	if outcome != "write_refused" || !strings.Contains(lastErr, "22003") {
+		t.Fatalf("refused item: outcome %q, error %q", outcome, lastErr)
+	}
+}
+
+// A write-back whose connection is killed mid-transaction is retried while the leases are
+// still ours: every result is stored, nothing is left leased.
+func TestWriteBackRetriesAKilledConnection(t *testing.T) {
+	ctx := context.Background()
+	var e *env
+	var lockTx pgx.Tx
+	var lockOnce sync.Once
+	locked := make(chan struct{})
+	e = setup(t, 4, tiers.Active, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" && r.URL.Query().Get("itemId") == e.items[0].ItemID {
+				// Hold the item's row so the write-back blocks where the test can kill it.
+				lockOnce.Do(func() {
+					tx, err := e.pool.Begin(ctx)
+					if err == nil {
+						_, err = tx.Exec(ctx, `SELECT 1 FROM tracked_items WHERE item_id = $1 FOR UPDATE`, e.items[0].ItemID)
+					}
+					if err != nil {
+						t.Error(err)
+					}
+					lockTx = tx
+					close(locked)
+				})
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	done := make(chan struct{})
+	var s Summary
+	var runErr error
+	go func() {
+		defer close(done)
+		s, runErr = e.dispatcher(t, Config{Concurrency: 1, FlushSize: 50}, nil).RunOnce(ctx)
+	}()
+	<-locked
+	killed := false
+	for deadline := time.Now().Add(20 * time.Second); !killed; {
+		if time.Now().After(deadline) {
+			t.Fatal("the write-back never blocked on the held row")
+		}
+		err := e.pool.QueryRow(ctx, `
+			SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE tracked_items t%'
+			LIMIT 1`).Scan(&killed)
+		if err != nil && err != pgx.ErrNoRows {
+			t.Fatal(err)
+		}
+		if !killed {
+			time.Sleep(10 * time.Millisecond) // polling for the blocked statement, not synchronising on time
+		}
+	}
+	if err := lockTx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if runErr != nil || s.Collected != 4 {
+		t.Fatalf("summary %s, %v: want all 4 collected after the retry", s, runErr)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); n != 0 {
+		t.Fatalf("%d items still leased", n)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`); n != 4 {
+		t.Fatalf("%d snapshots, want 4", n)
+	}
+}
