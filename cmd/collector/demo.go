@@ -4,23 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/configs"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/devpg"
+	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -30,35 +34,74 @@ func init() { register(newDemoCmd) }
 // built-in simulator and an in-process Kafka broker, so a fresh machine sees the whole flow
 // with one command and nothing else to set up.
 func newDemoCmd(a *app) *cobra.Command {
-	var (
-		duration time.Duration
-		items    int
-		dataDir  string
-		targets  string
-	)
-	cmd := &cobra.Command{
+	var o demoOptions
+	var cmd *cobra.Command
+	cmd = &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole flow locally: simulator, in-process Kafka, demo items, collection and relay",
 		Long: `demo needs nothing but PostgreSQL. If none answers at database.url and PostgreSQL server
 binaries are installed, it starts a private throwaway cluster under .data/. It then migrates,
 starts the built-in Neople simulator and an in-process Kafka broker, imports the demo items of
-configs/import-targets.yaml, runs the daemon (collector run) for --duration, and prints the
-status table and a few published events, read back with a Kafka consumer.`,
+configs/import-targets.yaml (the copy built into the binary when the file is not there), runs
+the daemon (collector run) for --duration, and prints how many events it published, the status
+table and a few published events, read back with a Kafka consumer. Logs are console lines
+unless --log-format, COLLECTOR_LOG_FORMAT or a config file says otherwise.
+
+With --keep-broker or --kafka-addr the broker listens on a fixed address (127.0.0.1:9092 by
+default) and stays up after the run until Ctrl-C, so kcat or any Kafka client can read the topic.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			return a.demo(ctx, duration, items, dataDir, targets)
+			if err := a.demoLogs(cmd); err != nil {
+				return err
+			}
+			o.targetsGiven = cmd.Flags().Changed("targets")
+			return a.demo(ctx, o)
 		}),
 	}
 	f := cmd.Flags()
-	f.DurationVar(&duration, "duration", 15*time.Second, "how long to keep collecting and relaying")
-	f.IntVar(&items, "sim-items", 200, "items in the simulator's catalog")
-	f.StringVar(&dataDir, "data-dir", ".data", "where a private PostgreSQL cluster lives when one is needed")
-	f.StringVar(&targets, "targets", "configs/import-targets.yaml", "items to import")
+	f.DurationVar(&o.duration, "duration", 15*time.Second, "how long to keep collecting and relaying")
+	f.IntVar(&o.simItems, "sim-items", 200, "items in the simulator's catalog")
+	f.StringVar(&o.dataDir, "data-dir", ".data", "where a private PostgreSQL cluster lives when one is needed")
+	f.StringVar(&o.targets, "targets", configs.ImportTargetsPath, "items to import (the built-in copy when this default file is absent)")
+	f.BoolVar(&o.keepBroker, "keep-broker", false, "keep the Kafka broker listening after the run until Ctrl-C (on --kafka-addr)")
+	f.StringVar(&o.kafkaAddr, "kafka-addr", "", "run the broker on `HOST:PORT` and keep it after the run (default with --keep-broker 127.0.0.1:9092; else a free port)")
 	return cmd
 }
 
-func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, dataDir, targets string) error {
-	url, stopPG, err := devpg.Ensure(ctx, a.cfg.Database.URL, dataDir+"/pg", a.log)
+type demoOptions struct {
+	duration                 time.Duration
+	simItems                 int
+	dataDir, targets         string
+	targetsGiven, keepBroker bool
+	kafkaAddr                string
+}
+
+// demoLogs switches to console logs unless the user chose a format (flag, environment, file).
+func (a *app) demoLogs(cmd *cobra.Command) error {
+	if cmd.Flags().Changed("log-format") || getenv(config.EnvName("log.format")) != "" || a.configPath() != "" {
+		return nil
+	}
+	logger, err := telemetry.NewLogger(a.cfg.Log.Level, "console", a.stderr)
+	if err != nil {
+		return err
+	}
+	a.log, a.cfg.Log.Format = logger, "console"
+	return nil
+}
+
+// demoTargets reads the targets file, or the built-in copy when the default file is absent
+// (demo run outside the repository).
+func demoTargets(o demoOptions) ([]seed.Target, string, error) {
+	if _, err := os.Stat(o.targets); err != nil && errors.Is(err, fs.ErrNotExist) && !o.targetsGiven {
+		t, err := seed.ParseTargets(o.targets+" (built in)", configs.ImportTargets)
+		return t, o.targets + " (built in)", err
+	}
+	t, err := seed.LoadTargets(o.targets)
+	return t, o.targets, err
+}
+
+func (a *app) demo(ctx context.Context, o demoOptions) error {
+	url, stopPG, err := devpg.Ensure(ctx, a.cfg.Database.URL, o.dataDir+"/pg", a.log)
 	if err != nil {
 		return err
 	}
@@ -70,7 +113,7 @@ func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, da
 	a.printf("database   %s (migrated)\n", config.RedactURL(url))
 
 	const itemKey, marketKey = "demo-item-key", "demo-market-key"
-	sim := neoplesim.New(neoplesim.Options{Items: simItems, Seed: 42, ItemKey: itemKey, MarketKey: marketKey})
+	sim := neoplesim.New(neoplesim.Options{Items: o.simItems, Seed: 42, ItemKey: itemKey, MarketKey: marketKey})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("listen for the simulator: %w", err)
@@ -80,9 +123,18 @@ func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, da
 	defer simSrv.Close()
 	a.cfg.Provider.BaseURL = "http://" + ln.Addr().String()
 	a.cfg.Provider.ItemKey, a.cfg.Provider.MarketKey = itemKey, marketKey
-	a.printf("provider   Neople simulator at %s (%d items)\n", a.cfg.Provider.BaseURL, simItems)
+	a.printf("provider   Neople simulator at %s (%d items)\n", a.cfg.Provider.BaseURL, o.simItems)
 
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, a.cfg.Kafka.Topic))
+	keep := o.keepBroker || o.kafkaAddr != ""
+	kafkaAddr := o.kafkaAddr
+	if kafkaAddr == "" {
+		kafkaAddr = "127.0.0.1:0"
+		if keep {
+			kafkaAddr = "127.0.0.1:9092"
+		}
+	}
+	listen := func(network, _ string) (net.Listener, error) { return net.Listen(network, kafkaAddr) }
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, a.cfg.Kafka.Topic), kfake.ListenFn(listen))
 	if err != nil {
 		return fmt.Errorf("start in-process Kafka: %w", err)
 	}
@@ -94,7 +146,7 @@ func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, da
 	if err != nil {
 		return err
 	}
-	tgts, err := seed.LoadTargets(targets)
+	tgts, from, err := demoTargets(o)
 	if err != nil {
 		return err
 	}
@@ -107,7 +159,11 @@ func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, da
 	if err != nil {
 		return err
 	}
-	a.printf("import     %d targets: %d new, %d unchanged, %d failed\n", len(tgts), rep.Inserted, rep.Unchanged, len(rep.Failures))
+	a.printf("import     %d targets from %s: %d new, %d unchanged, %d failed\n", len(tgts), from, rep.Inserted, rep.Unchanged, len(rep.Failures))
+	before, err := outbox.Count(ctx, pool)
+	if err != nil {
+		return err
+	}
 
 	// The daemon, exactly as `collector run` runs it, with its HTTP server on a free port.
 	a.cfg.Daemon.HTTPAddr = "127.0.0.1:0"
@@ -115,8 +171,11 @@ func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, da
 	if err != nil {
 		return err
 	}
-	a.printf("running    the daemon (collector run) for %s; metrics at http://%s/metrics\n", duration, dm.Addr())
-	runCtx, cancel := context.WithTimeout(ctx, duration)
+	a.printf("running    the daemon (collector run) for %s; metrics at http://%s/metrics\n", o.duration, dm.Addr())
+	hb := a.cfg.Daemon.Budget.Heartbeat
+	a.printf("           (its first calls wait %s–%s, two to three daemon.budget.heartbeat periods, so that\n"+
+		"           instances already sharing the API key's budget lower their share before it sends)\n", 2*hb, 3*hb)
+	runCtx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	if err := dm.Run(runCtx); err != nil {
 		return err
@@ -124,40 +183,79 @@ func (a *app) demo(ctx context.Context, duration time.Duration, simItems int, da
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	after, err := outbox.Count(ctx, pool)
+	if err != nil {
+		return err
+	}
+	a.printf("relay      %d events published to %s during the run; %d pending, %d failed\n",
+		max(after.Published-before.Published, 0), a.cfg.Kafka.Topic, after.Pending, after.Failed)
 	st, err := daemon.Status(ctx, pool, a.cfg.Provider.Name)
 	if err != nil {
 		return err
 	}
 	a.printf("\n== collector status\n")
 	printStatus(a, st)
-	a.printf("\n")
-	return a.printEvents(ctx, 3)
+	a.printf("(the lag counts from when each item became due, so after a pause, such as between two\n" +
+		" demo runs on the same database, it includes the time no collector was running)\n\n")
+	if err := a.printEvents(ctx, 3); err != nil {
+		return err
+	}
+	if !keep {
+		return nil
+	}
+	a.printf("\nkafka      broker kept at %s until Ctrl-C; read it with\n"+
+		"           kcat -C -b %s -t %s -f '%%k %%h\\n%%s\\n\\n'\n",
+		strings.Join(a.cfg.Kafka.Brokers, ","), a.cfg.Kafka.Brokers[0], a.cfg.Kafka.Topic)
+	<-ctx.Done()
+	return nil
 }
 
-// printEvents reads a few events back from the broker with a real Kafka consumer.
+// printEvents reads up to n events back from the broker with a real Kafka consumer, from
+// every partition that has any.
 func (a *app) printEvents(ctx context.Context, n int) error {
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: a.cfg.Kafka.Brokers, Topic: a.cfg.Kafka.Topic, Partition: 0, MaxWait: 500 * time.Millisecond})
-	defer r.Close()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	a.printf("first %d events on %s (partition 0):\n", n, a.cfg.Kafka.Topic)
-	for i := 0; i < n; i++ {
-		m, err := r.ReadMessage(rctx)
+	a.printf("first events on %s, read back from the broker:\n", a.cfg.Kafka.Topic)
+	conn, err := kafka.DialContext(rctx, "tcp", a.cfg.Kafka.Brokers[0])
+	if err != nil {
+		return fmt.Errorf("read events back: %w", err)
+	}
+	parts, err := conn.ReadPartitions(a.cfg.Kafka.Topic)
+	_ = conn.Close()
+	if err != nil {
+		return fmt.Errorf("read events back: %w", err)
+	}
+	shown := 0
+	for _, p := range parts {
+		lc, err := kafka.DialLeader(rctx, "tcp", a.cfg.Kafka.Brokers[0], a.cfg.Kafka.Topic, p.ID)
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				a.printf("  (no more events)\n")
-				return nil
-			}
 			return fmt.Errorf("read events back: %w", err)
 		}
-		var ceID string
-		for _, h := range m.Headers {
-			if h.Key == "ce_id" {
-				ceID = string(h.Value)
-			}
+		first, last, err := lc.ReadOffsets()
+		_ = lc.Close()
+		if err != nil {
+			return fmt.Errorf("read events back: %w", err)
 		}
-		a.printf("  key=%s ce_id=%s\n  %s\n", m.Key, ceID, m.Value)
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: a.cfg.Kafka.Brokers, Topic: a.cfg.Kafka.Topic, Partition: p.ID, MaxWait: 500 * time.Millisecond})
+		for off := first; off < last && shown < n; off++ {
+			m, err := r.ReadMessage(rctx)
+			if err != nil {
+				_ = r.Close()
+				return fmt.Errorf("read events back from partition %d: %w", p.ID, err)
+			}
+			var ceID string
+			for _, h := range m.Headers {
+				if h.Key == "ce_id" {
+					ceID = string(h.Value)
+				}
+			}
+			a.printf("  partition=%d key=%s ce_id=%s\n  %s\n", m.Partition, m.Key, ceID, m.Value)
+			shown++
+		}
+		_ = r.Close()
 	}
-	a.log.Debug("demo done", zap.Int("events_shown", n))
+	if shown == 0 {
+		a.printf("  (none)\n")
+	}
 	return nil
 }

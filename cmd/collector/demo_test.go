@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+// lockedBuffer lets the test read what a running command has printed so far.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// demo from a directory without configs/ uses the built-in targets, counts what it published,
+// and with --kafka-addr keeps the broker readable by any Kafka client until interrupted.
+func TestDemoFromAnyDirectoryKeepsTheBroker(t *testing.T) {
+	db := storetest.NewDatabase(t)
+	t.Setenv("COLLECTOR_CONFIG", "")
+	t.Setenv("COLLECTOR_LOG_FORMAT", "")
+	t.Chdir(t.TempDir())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut lockedBuffer
+	cmd := newRootCmd(&out, &errOut)
+	cmd.SetArgs([]string{"demo", "--database-url", db, "--duration", "5s", "--kafka-addr", addr})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(out.String(), "until Ctrl-C") {
+		select {
+		case err := <-done:
+			t.Fatalf("demo ended before keeping the broker: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo did not finish its run; stdout:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"import     12 targets from configs/import-targets.yaml (built in): 12 new",
+		"relay      12 events published to market.auction-snapshots.v1 during the run; 0 pending, 0 failed",
+		"first events on market.auction-snapshots.v1", "ce_id=",
+		"broker kept at " + addr, "kcat -C -b " + addr,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, got)
+		}
+	}
+	if logs := errOut.String(); strings.Contains(logs, `{"level"`) || !strings.Contains(logs, "INFO") {
+		t.Errorf("demo logs are not console lines:\n%s", logs)
+	}
+
+	// The kept broker serves the topic to an ordinary consumer.
+	conn, err := kafka.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("the kept broker does not answer: %v", err)
+	}
+	parts, err := conn.ReadPartitions("market.auction-snapshots.v1")
+	_ = conn.Close()
+	if err != nil || len(parts) == 0 {
+		t.Fatalf("partitions of the kept broker: %v %v", parts, err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("demo after Ctrl-C: %v, want exit 0", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("demo did not stop after Ctrl-C")
+	}
+}
