@@ -237,7 +237,8 @@ func (c *Client) AuctionMany(ctx context.Context, itemIDs []string) ([]Listing, 
 		return nil, err
 	}
 	q := url.Values{"itemIds": {ids}, "sort": {"unitPrice:asc"}, "limit": {strconv.Itoa(c.cfg.AuctionLimit)}}
-	return call(ctx, c, WorkloadMarket, EndpointAuction, "", ids, q, parseAuction)
+	rows, err := call(ctx, c, WorkloadMarket, EndpointAuction, "", ids, q, parseAuction)
+	return checked(c, EndpointAuction, itemIDs, rows, err, RowCheck.Listings)
 }
 
 // AuctionSoldMany returns the latest sales of up to MaxItemIDs items in one itemIds call,
@@ -248,7 +249,8 @@ func (c *Client) AuctionSoldMany(ctx context.Context, itemIDs []string) ([]Sale,
 		return nil, err
 	}
 	q := url.Values{"itemIds": {ids}, "limit": {strconv.Itoa(c.cfg.SoldLimit)}}
-	return call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", ids, q, parseSold)
+	rows, err := call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", ids, q, parseSold)
+	return checked(c, EndpointAuctionSold, itemIDs, rows, err, RowCheck.Sales)
 }
 
 // AuctionLimit and SoldLimit are the limits this client asks for: an answer with that many
