@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/daemon"
+	"github.com/duecollector/duecollector/internal/outbox"
 )
 
 func init() { register(newStatusCmd) }
@@ -65,6 +67,14 @@ func printStatus(a *app, st daemon.ClusterStatus) {
 		a.printf("due → claim lag, last %s: no claims\n", daemon.LagWindow)
 	}
 	a.printf("outbox: %d unpublished (oldest %s), %d failed\n", st.OutboxBacklog, st.OutboxOldest.Round(time.Second), st.OutboxFailed)
+	for _, stop := range st.Relay.Stops {
+		a.printf("relay: STOPPED %s at %s: %s\n", stop.Owner, stop.StoppedAt.Format(time.RFC3339), stop.Reason)
+	}
+	if st.Relay.LanesHeld > 0 {
+		a.printf("relay: %d/%d lanes held by %s\n", st.Relay.LanesHeld, outbox.Lanes, strings.Join(st.Relay.Owners, ", "))
+	} else {
+		a.printf("relay: none running (no lane leased)\n")
+	}
 
 	for _, b := range st.Budgets {
 		cool := ""

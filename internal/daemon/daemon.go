@@ -134,6 +134,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 				d.metrics.PublishLatency.Observe(a)
 			}
 		}
+		rc.OnError = func(reason string) { d.metrics.RelayErrors.WithLabelValues(reason).Inc() }
 		if d.relay, err = outbox.NewRelay(pool, rc, log); err != nil {
 			return nil, err
 		}
@@ -206,10 +207,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var relayDone chan struct{}
 	if d.relay != nil {
 		relayDone = make(chan struct{})
+		d.metrics.RelayUp.Set(1)
 		go func() {
 			defer close(relayDone)
 			if err := d.relay.Run(ctx); err != nil {
-				d.log.Error("outbox relay stopped; the outbox grows until it runs again", zap.Error(err))
+				d.metrics.RelayUp.Set(0) // the relay logged why; /readyz says it too
 			}
 		}()
 	}
@@ -221,13 +223,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("collection stopped; flushing")
 	if d.relay != nil {
 		<-relayDone
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(d.cfg.Daemon.ShutdownGrace, 5*time.Second))
-		if res, err := d.relay.RunOnce(fctx); err != nil {
-			d.log.Warn("final outbox flush incomplete; the rest is published by the next relay", zap.Error(err))
-		} else {
-			d.log.Info("outbox flushed", zap.Int64("published", res.Published))
+		if up, _ := d.relay.Health(); up { // one stopped for good has nothing to flush with
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(d.cfg.Daemon.ShutdownGrace, 5*time.Second))
+			if res, err := d.relay.RunOnce(fctx); err != nil {
+				d.log.Warn("final outbox flush incomplete; the rest is published by the next relay", zap.Error(err))
+			} else {
+				d.log.Info("outbox flushed", zap.Int64("published", res.Published))
+			}
+			cancel()
 		}
-		cancel()
 		_ = d.relay.Close()
 	}
 	stopBG()
@@ -468,6 +472,12 @@ func (d *Daemon) handler() http.Handler {
 		if err := store.CheckCurrent(ctx, d.pool); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
+		}
+		if d.relay != nil {
+			if up, reason := d.relay.Health(); !up {
+				http.Error(w, "outbox relay stopped: "+reason, http.StatusServiceUnavailable)
+				return
+			}
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})

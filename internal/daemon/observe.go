@@ -161,7 +161,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	var leases, backlog int64
 	var oldest float64
 	err = d.pool.QueryRow(ctx, `
-		WITH pending AS (SELECT coalesce(sum(cardinality(ids)), 0)::bigint AS n, min(ids[1]) AS oldest FROM outbox_queue)
+		WITH pending AS (SELECT count(*) AS n, min(id) AS oldest FROM outbox_pending)
 		SELECT (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now()),
 		       pending.n,
 		       coalesce(extract(epoch FROM now() - (SELECT o.created_at FROM outbox o WHERE o.id = pending.oldest)), 0)

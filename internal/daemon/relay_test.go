@@ -1,6 +1,10 @@
 package daemon
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +78,50 @@ func TestNotificationWakesEarly(t *testing.T) {
 	eventually(t, 20*time.Second, "the new item collected", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 1
 	})
+}
+
+// A relay that stops for good (here: its topic does not exist and it may not create it) makes
+// /readyz fail with the reason within its first pass, sets collector_relay_up to 0, counts the
+// error by reason, and `collector status` reads the stop from the database.
+func TestStoppedRelayFailsReadiness(t *testing.T) {
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "some.other.topic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	e := newEnv(t, 1, neoplesim.Options{})
+	cfg := testConfig()
+	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
+	cfg.Relay = &outbox.RelayConfig{
+		Brokers: broker.ListenAddrs(), Topic: "not.there", WriteTimeout: 3 * time.Second, Lease: 9 * time.Second,
+		PollInterval: 100 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+	}
+	r := e.start(t, cfg, nil)
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + r.d.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var body string
+	eventually(t, 10*time.Second, "/readyz failing", func() bool {
+		var code int
+		code, body = get("/readyz")
+		return code == http.StatusServiceUnavailable
+	})
+	if !strings.Contains(body, "outbox relay stopped") || !strings.Contains(body, "not.there") {
+		t.Fatalf("/readyz says %q, want the relay's reason naming the topic", body)
+	}
+	eventually(t, 10*time.Second, "the relay's metrics", func() bool {
+		_, metrics := get("/metrics")
+		return strings.Contains(metrics, "collector_relay_up 0") &&
+			strings.Contains(metrics, `collector_relay_publish_errors_total{reason="topic"} 1`)
+	})
+	st, err := Status(context.Background(), e.pool, "neople")
+	if err != nil || len(st.Relay.Stops) != 1 || !strings.Contains(st.Relay.Stops[0].Reason, "not.there") {
+		t.Fatalf("status relay %+v %v, want the stop with its reason", st.Relay, err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/seed"
 )
@@ -26,6 +27,7 @@ type ClusterStatus struct {
 	OutboxBacklog  int64
 	OutboxOldest   time.Duration
 	OutboxFailed   int64
+	Relay          outbox.RelayState
 	Instances      []Instance
 	Budgets        []BudgetUse
 	DatabaseNow    time.Time
@@ -130,7 +132,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 
 	var oldest float64
 	err = pool.QueryRow(ctx, `
-		WITH pending AS (SELECT coalesce(sum(cardinality(ids)), 0)::bigint AS n, min(ids[1]) AS oldest FROM outbox_queue)
+		WITH pending AS (SELECT count(*) AS n, min(id) AS oldest FROM outbox_pending)
 		SELECT pending.n,
 		       coalesce(extract(epoch FROM now() - (SELECT o.created_at FROM outbox o WHERE o.id = pending.oldest)), 0),
 		       (SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL)
@@ -139,6 +141,9 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, fmt.Errorf("outbox backlog: %w", err)
 	}
 	st.OutboxOldest = seconds(oldest)
+	if st.Relay, err = outbox.ReadRelayState(ctx, pool); err != nil {
+		return st, err
+	}
 
 	rows, err = pool.Query(ctx, `
 		SELECT instance, host, key_label, pid, started_at, heartbeat_at, share, used FROM collector_instances

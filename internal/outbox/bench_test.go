@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -80,11 +79,10 @@ func benchRows(b *testing.B, n int) *pgxpool.Pool {
 	return pool
 }
 
-// analyze gives a fresh benchmark database the statistics autovacuum keeps in production;
-// without them the planner takes a lane of the queue for a handful of rows and sorts it whole.
+// analyze gives a fresh benchmark database the statistics autovacuum keeps in production.
 func analyze(b *testing.B, pool *pgxpool.Pool) {
 	b.Helper()
-	if _, err := pool.Exec(context.Background(), "ANALYZE outbox, outbox_queue"); err != nil {
+	if _, err := pool.Exec(context.Background(), "ANALYZE outbox, outbox_pending"); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -342,7 +340,6 @@ func BenchmarkRelayLatency(b *testing.B) {
 	go func() { done <- r.Run(ctx) }()
 	<-sig.Idle.C()
 
-	payload, _ := json.Marshal(snapshotEvents(1, 1)[0])
 	var mu sync.Mutex
 	committed := make(map[int64]time.Time, b.N)
 	latencies := make([]time.Duration, 0, b.N)
@@ -360,8 +357,10 @@ func BenchmarkRelayLatency(b *testing.B) {
 			var id int64
 			tx, err := pool.Begin(ctx)
 			if err == nil {
-				err = tx.QueryRow(ctx, `INSERT INTO outbox (event_type, item_id, payload) VALUES ($1, $2, $3) RETURNING id`,
-					EventTypeSnapshot, "item-"+string(rune('a'+i%26)), payload).Scan(&id)
+				err = EnqueueSnapshots(ctx, tx, snapshotEvents(1+i%26, 1)[i%26:])
+			}
+			if err == nil {
+				err = tx.QueryRow(ctx, `SELECT max(id) FROM outbox`).Scan(&id)
 			}
 			// Stamped as COMMIT is sent: the relay may publish the row before Commit returns.
 			mu.Lock()
@@ -406,8 +405,7 @@ func BenchmarkRelayLatency(b *testing.B) {
 }
 
 // benchTxRows is how many events one transaction enqueues in the benchmarks: a write-back of
-// the collector's default collect.flush_size. The relay's cost per event falls as
-// transactions grow (fewer, fuller queue entries), so this is the conservative shape.
+// the collector's default collect.flush_size.
 // BENCH_OUTBOX_TX overrides it.
 func benchTxRows() int {
 	if v, _ := strconv.Atoi(os.Getenv("BENCH_OUTBOX_TX")); v > 0 {

@@ -62,6 +62,10 @@ type RelayConfig struct {
 	// mark, database clock) of every row marked published; the daemon feeds a histogram.
 	OnPublished func(ages []float64)
 
+	// OnError, when set, hears the reason of every failed attempt and rejected event (topic,
+	// authorization, broker, database, panic, rejected); the daemon counts them.
+	OnError func(reason string)
+
 	// Test, when set, reports what the relay does so tests can wait for it.
 	Test *TestSignals
 }

@@ -157,7 +157,7 @@ func TestEventsDocMatchesRelay(t *testing.T) {
 	if ev.SchemaVersion != SchemaVersion {
 		t.Errorf("example schema_version %d", ev.SchemaVersion)
 	}
-	for _, h := range message(pendingRow{ItemID: []byte("x")}, "s").Headers {
+	for _, h := range message(pendingRow{ItemID: "x"}, "s").Headers {
 		if !strings.Contains(doc, "`"+h.Key+"`") {
 			t.Errorf("docs/events.md does not describe header %q", h.Key)
 		}

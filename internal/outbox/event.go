@@ -42,8 +42,9 @@ type SnapshotEvent struct {
 }
 
 // EnqueueSnapshots inserts one outbox row per event inside the caller's transaction, so an
-// event exists if and only if its snapshot does. snapshot_id is unique: a retried write-back
-// cannot enqueue twice.
+// event exists if and only if its snapshot does, and lists it as pending for the relay, which
+// a notification wakes at commit. snapshot_id is unique: a retried write-back cannot enqueue
+// twice.
 func EnqueueSnapshots(ctx context.Context, tx pgx.Tx, events []SnapshotEvent) error {
 	if len(events) == 0 {
 		return nil
@@ -60,10 +61,14 @@ func EnqueueSnapshots(ctx context.Context, tx pgx.Tx, events []SnapshotEvent) er
 		items[i], snaps[i], payloads[i] = ev.ItemID, ev.SnapshotID, string(b)
 	}
 	_, err := tx.Exec(ctx, `
-		INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
-		SELECT $1, u.item_id, u.snapshot_id, u.payload::json
-		FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u(item_id, snapshot_id, payload)
-		ON CONFLICT (snapshot_id) DO NOTHING`,
+		WITH o AS (
+		    INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
+		    SELECT $1, u.item_id, u.snapshot_id, u.payload::json
+		    FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u(item_id, snapshot_id, payload)
+		    ON CONFLICT (snapshot_id) DO NOTHING
+		    RETURNING id, lane),
+		     p AS (INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o)
+		SELECT pg_notify('outbox_pending', '')`,
 		EventTypeSnapshot, items, snaps, payloads)
 	if err != nil {
 		return fmt.Errorf("enqueue %d snapshot events: %w", len(events), err)

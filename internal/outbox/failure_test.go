@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -63,7 +62,6 @@ func TestRelayMarksRejectedMessagesFailed(t *testing.T) {
 		t.Fatalf("topic holds %d records, want %d", len(recs), len(events)-2)
 	}
 	checkDelivery(t, rows, recs)
-	checkPublishLog(t, pool)
 
 	ctx := context.Background()
 	failed, err := List(ctx, pool, ListOptions{FailedOnly: true})
@@ -93,17 +91,13 @@ func TestRelayMarksRejectedMessagesFailed(t *testing.T) {
 func TestPruneKeepsUnpublishedRows(t *testing.T) {
 	pool := newDB(t)
 	ctx := context.Background()
-	enqueue(t, pool, snapshotEvents(10, 2)) // 20 rows
+	enqueue(t, pool, snapshotEvents(10, 2)) // 20 rows: by id % 4, published old, published recent, failed, pending
 	if _, err := pool.Exec(ctx, `
-		UPDATE outbox SET created_at = now() - interval '30 days',
+		UPDATE outbox SET created_at = now() - CASE WHEN id % 4 = 1 THEN interval '1 day' ELSE interval '30 days' END,
 			failed_at = CASE WHEN id = ANY ($1::bigint[]) THEN now() - interval '9 days' END`, dequeue(t, pool, "id % 4 = 2")); err != nil {
 		t.Fatal(err)
 	}
-	// Old published rows one batch each, so that a statement of 2 rows is 2 batches.
-	for _, id := range ids(t, pool, "id % 4 = 0") {
-		publishedAgo(t, pool, fmt.Sprintf("id = %d", id), "8 days")
-	}
-	publishedAgo(t, pool, "id % 4 = 1", "1 day")
+	dequeue(t, pool, "id % 4 IN (0, 1)")
 	if _, more, err := prune(ctx, pool, 7*24*time.Hour, 2, 1); err != nil || !more || countWhere(t, pool, "id % 4 = 0") != 5-2 {
 		t.Fatalf("one prune statement of 2 rows: more=%v %v, %d old rows left", more, err, countWhere(t, pool, "id % 4 = 0"))
 	}
@@ -144,6 +138,14 @@ func TestRelayTopicMustExistOrBeCreated(t *testing.T) {
 	if err := r.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "not-there") {
 		t.Fatalf("Run: %v, want it to stop on the missing topic", err)
 	}
+	// Stopped for good: down, with the reason, also for `collector status`.
+	if up, reason := r.Health(); up || !strings.Contains(reason, "not-there") {
+		t.Fatalf("Health: up=%v %q, want down naming the topic", up, reason)
+	}
+	st, err := ReadRelayState(context.Background(), pool)
+	if err != nil || len(st.Stops) != 1 || st.Stops[0].Owner != "relay-a" || !strings.Contains(st.Stops[0].Reason, "not-there") {
+		t.Fatalf("relay state %+v %v, want relay-a's stop recorded", st, err)
+	}
 
 	cfg.CreateTopic, cfg.Partitions, cfg.ReplicationFactor = true, 3, 1
 	cfg.TopicConfig = map[string]string{"retention.ms": "86400000"}
@@ -151,6 +153,9 @@ func TestRelayTopicMustExistOrBeCreated(t *testing.T) {
 	res, err := r.RunOnce(context.Background())
 	if err != nil || res.Published != 3 {
 		t.Fatalf("with create_topic: %+v %v", res, err)
+	}
+	if st, err := ReadRelayState(context.Background(), pool); err != nil || len(st.Stops) != 0 {
+		t.Fatalf("relay state %+v %v: a working relay clears the stop notes", st, err)
 	}
 	if info := broker.TopicInfo("not-there"); info == nil || len(broker.PartitionInfos("not-there")) != 3 || info.Configs["retention.ms"] == nil || *info.Configs["retention.ms"] != "86400000" {
 		t.Fatalf("created topic: %+v", info)
@@ -233,11 +238,8 @@ func TestRunOnceLeavesLanesHeldElsewhere(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_relay_lanes WHERE owner = 'cron'`).Scan(&held); err != nil || held != 0 {
 		t.Fatalf("%d lanes still held after RunOnce (%v)", held, err)
 	}
-	// Queue entries hold a whole statement's rows, of every lane: the relay took its rows out
-	// of them and left the others' rows queued.
-	var entries, queued int
-	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(cardinality(ids)), 0) FROM outbox_queue`).Scan(&entries, &queued); err != nil || entries == 0 || queued != 80-inFree {
-		t.Fatalf("queue holds %d entries with %d ids (%v), want the %d rows of the busy lanes", entries, queued, err, 80-inFree)
+	if n := countWhere(t, pool, "state = 'pending'"); n != 80-inFree {
+		t.Fatalf("%d rows pending, want the %d rows of the busy lanes", n, 80-inFree)
 	}
 
 	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET owner = NULL, lease_token = NULL, lease_expires_at = NULL`); err != nil {
@@ -247,35 +249,10 @@ func TestRunOnceLeavesLanesHeldElsewhere(t *testing.T) {
 	if err != nil || res.Published != int64(80-inFree) {
 		t.Fatalf("all lanes free: %+v %v (want %d published)", res, err, 80-inFree)
 	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_queue`).Scan(&entries); err != nil || entries != 0 {
-		t.Fatalf("%d queue entries left after everything was published (%v)", entries, err)
+	if n := countWhere(t, pool, "state <> 'published'"); n != 0 {
+		t.Fatalf("%d rows left unpublished", n)
 	}
 	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
-}
-
-// A statement's rows share one queue entry (up to 500). A relay reading fewer rows at a time
-// reads such an entry in parts, and its read-ahead goes on in the entry where the batch in
-// flight ends: every row once, each item's rows in order.
-func TestRelayReadsLargeEntriesInParts(t *testing.T) {
-	pool := newDB(t)
-	broker := newBroker(t)
-	ctx := context.Background()
-	enqueue(t, pool, snapshotEvents(7, 100)) // 700 rows, one statement: entries of 500 and 200
-	cfg := testConfig(broker.ListenAddrs(), "relay-a")
-	cfg.BatchSize = 15 // reads of 60 rows
-	r, _ := newTestRelay(t, pool, cfg)
-	res, err := r.RunOnce(ctx)
-	if err != nil || res.Published != 700 || res.Batches < 700/60 {
-		t.Fatalf("%+v %v", res, err)
-	}
-	if dups := checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic)); dups != 0 {
-		t.Fatalf("%d rows sent twice", dups)
-	}
-	checkPublishLog(t, pool)
-	var entries int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_queue`).Scan(&entries); err != nil || entries != 0 {
-		t.Fatalf("%d queue entries left (%v)", entries, err)
-	}
 }
 
 // Follow mode publishes rows as they commit and prunes old published rows.
@@ -285,11 +262,10 @@ func TestRunFollowsAndPrunes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	enqueue(t, pool, snapshotEvents(2, 1))
-	if _, err := pool.Exec(ctx, `
-		UPDATE outbox SET created_at = now() - interval '9 days'`); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE outbox SET created_at = now() - interval '9 days'`); err != nil {
 		t.Fatal(err)
 	}
-	publishedAgo(t, pool, "true", "8 days")
+	dequeue(t, pool, "true")
 	cfg := testConfig(broker.ListenAddrs(), "daemon")
 	cfg.PollInterval = time.Hour // only the notification can wake it
 	r, sig := newTestRelay(t, pool, cfg)

@@ -154,8 +154,7 @@ func outboxRows(tb testing.TB, pool *pgxpool.Pool) []outboxRow {
 	return out
 }
 
-// countWhere counts outbox rows through the outbox_events view, so cond may use state and
-// published_at (the view computes them; state is the cheaper of the two).
+// countWhere counts outbox rows through the outbox_events view, so cond may use state.
 func countWhere(tb testing.TB, pool *pgxpool.Pool, cond string) int {
 	tb.Helper()
 	var n int
@@ -279,79 +278,15 @@ func newDB(tb testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-// publishedAgo records the rows matching cond as published age ago, in one batch, the way the
-// relay records it (for pruning tests).
-func publishedAgo(tb testing.TB, pool *pgxpool.Pool, cond, age string) {
-	tb.Helper()
-	_, err := pool.Exec(context.Background(), `
-		INSERT INTO outbox_published (published_at, relay, first_id, last_id, ids)
-		SELECT now() - $1::interval, 'test', min(id), max(id), array_agg(id ORDER BY id) FROM unnest($2::bigint[]) AS u(id)
-		HAVING count(*) > 0`, age, dequeue(tb, pool, cond))
-	if err != nil {
-		tb.Fatal(err)
-	}
-}
-
-// dequeue takes the rows matching cond off the queue and returns their ids.
+// dequeue takes the rows matching cond off the pending list, as if a relay had published
+// them, and returns their ids.
 func dequeue(tb testing.TB, pool *pgxpool.Pool, cond string) []int64 {
 	tb.Helper()
-	ctx := context.Background()
-	taken := ids(tb, pool, cond)
-	_, err := pool.Exec(ctx, `
-		WITH t AS (
-		         SELECT entry_id,
-		                ARRAY(SELECT x.id FROM unnest(ids, lanes) AS x(id, lane) WHERE x.id <> ALL ($1::bigint[]) ORDER BY x.id) AS rest,
-		                ARRAY(SELECT x.lane FROM unnest(ids, lanes) AS x(id, lane) WHERE x.id <> ALL ($1::bigint[]) ORDER BY x.id) AS rest_lanes
-		         FROM outbox_queue),
-		     d AS (DELETE FROM outbox_queue q USING t WHERE q.entry_id = t.entry_id AND cardinality(t.rest) = 0)
-		UPDATE outbox_queue q SET ids = t.rest, lanes = t.rest_lanes FROM t
-		WHERE q.entry_id = t.entry_id AND cardinality(t.rest) > 0 AND q.ids <> t.rest`, append([]int64{}, taken...))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return taken
-}
-
-// ids lists the outbox rows matching cond.
-func ids(tb testing.TB, pool *pgxpool.Pool, cond string) []int64 {
-	tb.Helper()
-	rows, _ := pool.Query(context.Background(), "SELECT id FROM outbox WHERE "+cond+" ORDER BY id")
+	rows, _ := pool.Query(context.Background(), `
+		DELETE FROM outbox_pending WHERE id IN (SELECT id FROM outbox WHERE `+cond+`) RETURNING id`)
 	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return out
-}
-
-// allLanes is every lane, as a relay holding them all reads with.
-func allLanes() []int16 {
-	all := make([]int16, Lanes)
-	for i := range all {
-		all[i] = int16(i)
-	}
-	return all
-}
-
-// checkPublishLog checks outbox_published against the outbox: every published row is listed
-// in exactly one batch, no other row is listed, and each batch's first and last ids bound
-// its list.
-func checkPublishLog(tb testing.TB, pool *pgxpool.Pool) {
-	tb.Helper()
-	var published, listed, distinct, strays, badBounds int64
-	err := pool.QueryRow(context.Background(), `
-		WITH l AS (SELECT unnest(ids) AS id FROM outbox_published)
-		SELECT (SELECT count(*) FROM outbox_events WHERE state = 'published'),
-		       (SELECT count(*) FROM l),
-		       (SELECT count(DISTINCT id) FROM l),
-		       (SELECT count(*) FROM l LEFT JOIN outbox_events e USING (id) WHERE e.state IS DISTINCT FROM 'published'),
-		       (SELECT count(*) FROM outbox_published b
-		        WHERE first_id <> (SELECT min(x) FROM unnest(b.ids) x) OR last_id <> (SELECT max(x) FROM unnest(b.ids) x))`).
-		Scan(&published, &listed, &distinct, &strays, &badBounds)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if listed != published || distinct != listed || strays != 0 || badBounds != 0 {
-		tb.Fatalf("publish log: %d rows published, %d listed (%d distinct), %d listed rows not published, %d batches with wrong bounds",
-			published, listed, distinct, strays, badBounds)
-	}
 }

@@ -1,11 +1,11 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,85 +71,18 @@ func NewWriter(cfg RelayConfig, transport kafka.RoundTripper) *kafka.Writer {
 	}
 }
 
-// Header values that are the same for every message, shared by all of them (kafka-go only
-// reads them).
-var (
-	specVersionValue = []byte(specVersion)
-	contentTypeValue = []byte(contentType)
-	snapshotType     = []byte(EventTypeSnapshot)
-)
-
-// prepare builds the Kafka headers of every row and sizes its message. It runs off the
-// publishing path (on the read-ahead), and cuts the per-row header values out of one buffer
-// and the headers out of one slice per batch, both in mem: no allocations per message, and
-// none per batch once the relay recycles batches.
-func prepare(rows []pendingRow, source string, mem *batchMem) {
-	src := []byte(source)
-	headers := mem.headers[:0]
-	if need := len(rows) * 7; cap(headers) < need {
-		headers = make([]kafka.Header, 0, need)
-	}
-	buf := mem.text[:0]
-	if need := len(rows) * (36 + len(time.RFC3339Nano)); cap(buf) < need {
-		buf = make([]byte, 0, need)
-	}
-	cut := func(from int) []byte { return buf[from:len(buf):len(buf)] }
-	// The rows of one transaction share created_at (now() is the transaction's start), so a
-	// batch has a few distinct times: each is formatted once.
-	var lastAt time.Time
-	var at []byte
-	for i := range rows {
-		r := &rows[i]
-		start := len(buf)
-		buf = appendUUID(buf, r.EventID)
-		id := cut(start)
-		if at == nil || !r.CreatedAt.Equal(lastAt) {
-			start = len(buf)
-			buf = r.CreatedAt.UTC().AppendFormat(buf, time.RFC3339Nano)
-			at, lastAt = cut(start), r.CreatedAt
-		}
-		typ := snapshotType
-		if !bytes.Equal(r.EventType, snapshotType) {
-			typ = r.EventType
-		}
-		h := len(headers)
-		headers = append(headers,
-			kafka.Header{Key: HeaderSpecVersion, Value: specVersionValue},
-			kafka.Header{Key: HeaderID, Value: id},
-			kafka.Header{Key: HeaderType, Value: typ},
-			kafka.Header{Key: HeaderSource, Value: src},
-			kafka.Header{Key: HeaderTime, Value: at},
-			kafka.Header{Key: HeaderSubject, Value: r.ItemID},
-			kafka.Header{Key: HeaderContentType, Value: contentTypeValue},
-		)
-		r.headers = headers[h:len(headers):len(headers)]
-		r.size = messageSize(r.msg())
-	}
-	mem.headers, mem.text = headers, buf
-}
-
-// msg is the Kafka message of a prepared row.
-func (r *pendingRow) msg() kafka.Message {
-	return kafka.Message{Key: r.ItemID, Value: r.Payload, Time: r.CreatedAt, Headers: r.headers}
-}
-
-// message builds the Kafka message for one outbox row.
+// message builds the Kafka message of an outbox row: key = item_id, the JSON value, and the
+// CloudEvents attributes as headers.
 func message(r pendingRow, source string) kafka.Message {
-	rows := []pendingRow{r}
-	prepare(rows, source, &batchMem{})
-	return rows[0].msg()
-}
-
-// appendUUID appends u in its canonical text form (8-4-4-4-12 lowercase hex digits).
-func appendUUID(b []byte, u [16]byte) []byte {
-	const hexDigits = "0123456789abcdef"
-	for i, c := range u {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b = append(b, '-')
-		}
-		b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
-	}
-	return b
+	return kafka.Message{Key: []byte(r.ItemID), Value: r.Payload, Time: r.CreatedAt, Headers: []kafka.Header{
+		{Key: HeaderSpecVersion, Value: []byte(specVersion)},
+		{Key: HeaderID, Value: []byte(r.EventID)},
+		{Key: HeaderType, Value: []byte(r.EventType)},
+		{Key: HeaderSource, Value: []byte(source)},
+		{Key: HeaderTime, Value: []byte(r.CreatedAt.UTC().Format(time.RFC3339Nano))},
+		{Key: HeaderSubject, Value: []byte(r.ItemID)},
+		{Key: HeaderContentType, Value: []byte(contentType)},
+	}}
 }
 
 // messageSize is an upper bound of the bytes kafka-go counts for a message against
@@ -196,29 +129,28 @@ func rejected(err error) bool {
 
 // ensureTopic checks that the topic exists and creates it when allowed. A missing topic that
 // may not be created is a permanent error naming the topic; connection errors are returned
-// as they are, for the caller to retry.
+// for the caller to retry.
 func (r *Relay) ensureTopic(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 	defer cancel()
 	md, err := r.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{r.cfg.Topic}})
 	if err != nil {
-		return fmt.Errorf("read metadata of kafka topic %s from %s: %w", r.cfg.Topic, strings.Join(r.cfg.Brokers, ","), err)
+		return brokerError(fmt.Errorf("read metadata of kafka topic %s from %s: %w", r.cfg.Topic, strings.Join(r.cfg.Brokers, ","), err))
 	}
 	var topicErr error = kafka.UnknownTopicOrPartition
 	for _, t := range md.Topics {
 		if t.Name == r.cfg.Topic {
 			topicErr = t.Error
-			if topicErr == nil {
-				r.log.Debug("kafka topic found")
-				return nil
-			}
 		}
 	}
-	if !errors.Is(topicErr, kafka.UnknownTopicOrPartition) {
-		return fmt.Errorf("kafka topic %s: %w", r.cfg.Topic, topicErr)
-	}
-	if !r.cfg.CreateTopic {
-		return &permanentError{fmt.Errorf("kafka topic %s does not exist on %s: create it, or set kafka.create_topic=true to let the relay create it",
+	switch {
+	case topicErr == nil:
+		return nil
+	case !errors.Is(topicErr, kafka.UnknownTopicOrPartition):
+		return brokerError(fmt.Errorf("kafka topic %s: %w", r.cfg.Topic, topicErr))
+	case !r.cfg.CreateTopic:
+		return &relayError{reason: "topic", permanent: true, err: fmt.Errorf(
+			"kafka topic %s does not exist on %s: create it, or set kafka.create_topic=true to let the relay create it",
 			r.cfg.Topic, strings.Join(r.cfg.Brokers, ","))}
 	}
 	req := &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
@@ -231,20 +163,64 @@ func (r *Relay) ensureTopic(ctx context.Context) error {
 	}
 	res, err := r.client.CreateTopics(ctx, req)
 	if err != nil {
-		return fmt.Errorf("create kafka topic %s: %w", r.cfg.Topic, err)
+		return brokerError(fmt.Errorf("create kafka topic %s: %w", r.cfg.Topic, err))
 	}
 	if err := res.Errors[r.cfg.Topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
 		// A bad partition count, replication factor or topic config will not fix itself.
-		return &permanentError{fmt.Errorf("create kafka topic %s (kafka.partitions=%d, kafka.replication_factor=%d): %w",
+		return &relayError{reason: "topic", permanent: true, err: fmt.Errorf(
+			"create kafka topic %s (kafka.partitions=%d, kafka.replication_factor=%d): %w",
 			r.cfg.Topic, r.cfg.Partitions, r.cfg.ReplicationFactor, err)}
 	}
 	r.log.Info("created kafka topic")
 	return nil
 }
 
-// permanentError is a failure that retrying cannot fix (configuration), so even follow mode
-// gives up on it.
-type permanentError struct{ err error }
+// relayError says what went wrong, for collector_relay_publish_errors_total{reason}. A
+// permanent one cannot be fixed by retrying, so even a following relay stops on it.
+type relayError struct {
+	reason    string // topic, authorization or broker
+	permanent bool
+	err       error
+}
 
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
+func (e *relayError) Error() string { return e.err.Error() }
+func (e *relayError) Unwrap() error { return e.err }
+
+// brokerError classifies a failure talking to Kafka; refused authorization is permanent.
+func brokerError(err error) error {
+	if denied(err) {
+		return &relayError{reason: "authorization", permanent: true, err: err}
+	}
+	return &relayError{reason: "broker", err: err}
+}
+
+func denied(err error) bool {
+	var werrs kafka.WriteErrors
+	if errors.As(err, &werrs) {
+		return slices.ContainsFunc(werrs, func(e error) bool { return e != nil && denied(e) })
+	}
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case kafka.TopicAuthorizationFailed, kafka.ClusterAuthorizationFailed, kafka.SASLAuthenticationFailed:
+			return true
+		}
+	}
+	return false
+}
+
+// reasonOf is the metric label of an error RunOnce or Run met: what relayError says, or
+// database for everything else (leases, reads, marks and pruning are the relay's only
+// other dependencies).
+func reasonOf(err error) string {
+	var re *relayError
+	if errors.As(err, &re) {
+		return re.reason
+	}
+	return "database"
+}
+
+func permanent(err error) bool {
+	var re *relayError
+	return errors.As(err, &re) && re.permanent
+}

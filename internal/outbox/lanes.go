@@ -166,8 +166,7 @@ func (s *laneSet) busy(ctx context.Context) (busyLanes, error) {
 		    SELECT lane, owner FROM outbox_relay_lanes
 		    WHERE lease_expires_at > now() AND NOT (lease_token = ANY ($1::uuid[])))
 		SELECT (SELECT count(*) FROM b),
-		       (SELECT count(*) FROM outbox_queue q, unnest(q.lanes) AS l(lane)
-		        WHERE q.lanes && ARRAY(SELECT lane FROM b) AND l.lane IN (SELECT lane FROM b)),
+		       (SELECT count(*) FROM outbox_pending WHERE lane IN (SELECT lane FROM b)),
 		       (SELECT coalesce(array_agg(DISTINCT owner), '{}') FROM b)`, s.tokens()).
 		Scan(&b.Lanes, &b.Pending, &b.Owners)
 	if err != nil {

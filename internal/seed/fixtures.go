@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/duecollector/duecollector/internal/config"
-	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -356,12 +355,6 @@ func PurgeSynthetic(ctx context.Context, db DB, batchSize int) (PurgeResult, err
 		res = append(res, PurgeCount{Table: table, Deleted: n})
 		if err != nil {
 			return res, fmt.Errorf("purge:synthetic %s: %w", table, err)
-		}
-		if table == "outbox" && n > 0 {
-			// Purged rows that were still pending leave the relay's queue too.
-			if _, err := outbox.ForgetDeleted(ctx, db); err != nil {
-				return res, fmt.Errorf("purge:synthetic: %w", err)
-			}
 		}
 	}
 	return res, nil

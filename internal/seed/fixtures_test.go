@@ -33,7 +33,8 @@ func realItemWithHistory(t *testing.T, db DB, id string) {
 		 VALUES ($1, gen_random_uuid(), now(), 'WARM_5M', 3, 30)`,
 		`INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price) VALUES ($1, now(), 0, 1, 5, 5)`,
 		`INSERT INTO item_interest (item_id, kind) VALUES ($1, 'view')`,
-		`INSERT INTO outbox (event_type, item_id, payload) VALUES ('t', $1, '{}')`,
+		`WITH o AS (INSERT INTO outbox (event_type, item_id, payload) VALUES ('t', $1, '{}') RETURNING id, lane)
+		 INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o`,
 	} {
 		if _, err := db.Exec(context.Background(), q, id); err != nil {
 			t.Fatal(err)
@@ -121,15 +122,15 @@ func TestSeedSyntheticThenPurge(t *testing.T) {
 	if len(purged) != len(purgeTables) || purged.Total() == 0 {
 		t.Errorf("purge result %+v", purged)
 	}
-	// The purged outbox rows were pending: they left the relay's queue, the real one did not.
+	// The purged outbox rows were pending: they left the relay's pending list (the foreign
+	// key), the real one did not.
 	var queued []string
 	if err := pool.QueryRow(ctx, `
-		SELECT coalesce(array_agg(coalesce(o.item_id, 'missing row ' || u.id)), '{}')
-		FROM outbox_queue q, unnest(q.ids) AS u(id) LEFT JOIN outbox o ON o.id = u.id`).Scan(&queued); err != nil {
+		SELECT coalesce(array_agg(o.item_id), '{}') FROM outbox_pending p JOIN outbox o ON o.id = p.id`).Scan(&queued); err != nil {
 		t.Fatal(err)
 	}
 	if len(queued) != 1 || queued[0] != realID {
-		t.Errorf("relay queue holds %v after the purge, want only %s", queued, realID)
+		t.Errorf("relay's pending list holds %v after the purge, want only %s", queued, realID)
 	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND collection_tier = 'WARM_5M'`, realID).Scan(&n); err != nil || n != 1 {

@@ -34,6 +34,8 @@ type Metrics struct {
 	OutboxBacklog    prometheus.Gauge
 	OutboxOldest     prometheus.Gauge       // seconds
 	PublishLatency   prometheus.Histogram   // seconds from outbox insert to published
+	RelayUp          prometheus.Gauge       // 1 while the outbox relay can publish, 0 once it stopped for good
+	RelayErrors      *prometheus.CounterVec // reason: topic | authorization | broker | database | panic | rejected
 	Passes           *prometheus.CounterVec // result: ok | paused | error
 	LoopErrors       *prometheus.CounterVec // loop
 	SalesGaps        prometheus.Counter     // collections that found sales lost since the previous one
@@ -70,6 +72,8 @@ func NewMetrics() *Metrics {
 		OutboxBacklog:    f.gauge("collector_outbox_backlog", "Outbox events not yet published."),
 		OutboxOldest:     f.gauge("collector_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished outbox event."),
 		PublishLatency:   f.histogram("collector_outbox_publish_latency_seconds", "Time from an outbox event's insert to its acknowledged publish (database clock).", lagBuckets),
+		RelayUp:          f.gauge("collector_relay_up", "1 while this instance's outbox relay can publish; 0 once it stopped on an error retrying cannot fix (see /readyz)."),
+		RelayErrors:      f.counterVec("collector_relay_publish_errors_total", "Failed outbox relay attempts and events the broker rejected, by reason.", "reason"),
 		Passes:           f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
 		LoopErrors:       f.counterVec("collector_loop_errors_total", "Errors in the daemon's loops (each is retried).", "loop"),
 		SalesGaps:        f.counter("collector_sales_gaps_total", "Collections whose sales page was full of sales newer than any stored: sales were lost in between."),

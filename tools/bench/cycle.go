@@ -202,10 +202,14 @@ ON CONFLICT (claim_token) DO NOTHING
 RETURNING snapshot_id, item_id`
 
 	ceilOutboxSQL = `
-INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
-SELECT $1, u.item_id, u.snapshot_id, u.payload::json
-FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u(item_id, snapshot_id, payload)
-ON CONFLICT (snapshot_id) DO NOTHING`
+WITH o AS (
+    INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
+    SELECT $1, u.item_id, u.snapshot_id, u.payload::json
+    FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u(item_id, snapshot_id, payload)
+    ON CONFLICT (snapshot_id) DO NOTHING
+    RETURNING id, lane),
+     p AS (INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o)
+SELECT pg_notify('outbox_pending', '')`
 )
 
 var tierEvery = map[string]time.Duration{"HOT_1M": time.Minute, "ACTIVE_3M": 3 * time.Minute, "WARM_5M": 5 * time.Minute, "COLD_10M": 10 * time.Minute}

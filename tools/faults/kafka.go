@@ -83,7 +83,7 @@ func scenarioKafkaDown(ctx context.Context, h *harness, r *report) error {
 		return fmt.Errorf("relay exited (%d) while the broker was down: %s", relay.code, relay.tail())
 	case <-time.After(time.Until(downSince.Add(h.o.kafkaDown))):
 	}
-	published, err := d.count(ctx, `SELECT count(*) FROM outbox_published`)
+	published, err := d.count(ctx, `SELECT count(*) FROM outbox_events WHERE state = 'published'`)
 	if err != nil {
 		return err
 	}
