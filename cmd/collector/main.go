@@ -5,22 +5,74 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		code := exitCode(err)
-		if code == exitUsage {
-			fmt.Fprintln(os.Stderr, usageHint(err))
-		}
-		os.Exit(code)
+	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// execute runs one command line and returns its exit code; a failure is reported on stderr in
+// the log format in force, so with json every line is JSON, start-up errors included.
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root, a := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
 	}
+	code := exitCode(err)
+	hint := ""
+	if code == exitUsage {
+		hint = usageHint(err)
+	}
+	if telemetry.ResolveFormat(a.logFormat(), stderr) != "json" {
+		fmt.Fprintln(stderr, "error:", err)
+		if hint != "" {
+			fmt.Fprintln(stderr, hint)
+		}
+		return code
+	}
+	log, lerr := telemetry.NewLogger("info", "json", stderr)
+	if lerr != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return code
+	}
+	fields := []zap.Field{zap.Error(err), zap.Int("exit_code", code)}
+	if hint != "" {
+		fields = append(fields, zap.String("hint", hint))
+	}
+	log.Error("command failed", fields...)
+	_ = log.Sync()
+	return code
+}
+
+// logFormat is log.format as loaded, or, when loading failed, the flag, then the environment.
+func (a *app) logFormat() string {
+	if a.cfg != nil {
+		return a.cfg.Log.Format
+	}
+	if f := a.flagKeys["log.format"]; f != nil && f.Changed {
+		return validFormat(f.Value.String())
+	}
+	return validFormat(getenv("COLLECTOR_LOG_FORMAT"))
+}
+
+func validFormat(f string) string {
+	if f == "json" || f == "console" {
+		return f
+	}
+	return "auto"
 }
 
 // exitError carries a specific exit code (e.g. 2 for "some import targets failed").

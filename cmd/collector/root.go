@@ -56,7 +56,7 @@ arguments; nothing was done) or import targets that matched nothing.`,
 	pf.StringVar(&a.configFile, "config", "", "YAML config file (env COLLECTOR_CONFIG)")
 	pf.String("database-url", "", "PostgreSQL `URL`; env COLLECTOR_DATABASE_URL, then DATABASE_URL")
 	pf.String("log-level", "", "debug, info, warn or error")
-	pf.String("log-format", "", "json or console")
+	pf.String("log-format", "", "json, console or auto (console on a terminal, json otherwise)")
 	a.bindFlag("database.url", pf.Lookup("database-url"))
 	a.bindFlag("log.level", pf.Lookup("log-level"))
 	a.bindFlag("log.format", pf.Lookup("log-format"))

@@ -71,7 +71,7 @@ func serveSim(ctx context.Context, log *zap.Logger, addr string, opts neoplesim.
 	log.Info("neople simulator listening",
 		zap.String("addr", ln.Addr().String()), zap.String("base_url", "http://"+ln.Addr().String()),
 		zap.Int("items", opts.Items), zap.Int64("seed", opts.Seed), zap.Float64("rate", opts.Rate),
-		zap.Duration("latency", opts.Latency), zap.String("market", opts.Market), zap.Int("rate_limit_status", opts.RateLimitStatus),
+		zap.Duration("latency_seconds", opts.Latency), zap.String("market", opts.Market), zap.Int("rate_limit_status", opts.RateLimitStatus),
 		zap.String("itemids_limit", opts.ItemIDsLimit), zap.String("itemids_order", opts.ItemIDsOrder),
 		// Labels, not keys: enough to match against /_sim/stats.
 		zap.String("item_key", neoplesim.KeyLabel(opts.ItemKey)), zap.String("market_key", neoplesim.KeyLabel(opts.MarketKey)))

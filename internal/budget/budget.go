@@ -275,7 +275,7 @@ func (s *Share) RateLimited(ctx context.Context, retryAfter time.Duration, reaso
 		s.log.Warn("could not share the rate-limit cool-down; other instances learn it from their own answers",
 			zap.String("key", s.cfg.KeyLabel), zap.Error(err))
 	}
-	s.log.Warn("provider rate limit: key cooling down", zap.String("key", s.cfg.KeyLabel), zap.Duration("for", retryAfter))
+	s.log.Warn("provider rate limit: key cooling down", zap.String("key", s.cfg.KeyLabel), zap.Duration("for_seconds", retryAfter))
 }
 
 // Run registers the process, heartbeats until ctx ends, then deregisters so the others take

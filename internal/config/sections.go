@@ -56,7 +56,7 @@ type LogConfig struct {
 
 var logDefaults = map[string]any{
 	"log.level":  "info",
-	"log.format": "json",
+	"log.format": "auto",
 }
 
 func (c LogConfig) validate() error {
@@ -64,8 +64,8 @@ func (c LogConfig) validate() error {
 	if _, err := zapcore.ParseLevel(c.Level); err != nil {
 		errs = append(errs, invalid("log.level", c.Level, "allowed: debug, info, warn, error"))
 	}
-	if c.Format != "json" && c.Format != "console" {
-		errs = append(errs, invalid("log.format", c.Format, "allowed: json, console"))
+	if c.Format != "json" && c.Format != "console" && c.Format != "auto" {
+		errs = append(errs, invalid("log.format", c.Format, "allowed: json, console, auto"))
 	}
 	return errors.Join(errs...)
 }

@@ -76,8 +76,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		log = zap.NewNop()
 	}
 	if cfg.Dispatch.Owner == "" {
-		host, _ := os.Hostname()
-		cfg.Dispatch.Owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+		cfg.Dispatch.Owner = telemetry.Instance()
 	}
 	if cfg.Dispatch.Provider == "" {
 		cfg.Dispatch.Provider = "neople"
@@ -259,7 +258,7 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 			d.metrics.Passes.WithLabelValues("error").Inc()
 			d.metrics.LoopErrors.WithLabelValues("collect").Inc()
 			b := backoff(failures)
-			d.log.Warn("collection pass failed; backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff", b))
+			d.log.Warn("collection pass failed; backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff_seconds", b))
 			d.sleep(ctx, b)
 			continue
 		}
@@ -300,10 +299,10 @@ func (d *Daemon) logPass(sum dispatcher.Summary) {
 	}
 	d.log.Info("collection pass", zap.Int("claimed", sum.Claimed), zap.Int("collected", sum.Collected),
 		zap.Int("failed", sum.Failed), zap.Int("fenced_out", sum.Fenced), zap.Int("released", sum.Released),
-		zap.String("stop", sum.Stop), zap.Duration("duration", sum.Duration),
-		zap.Duration("claim_p50", sum.Claim.P50), zap.Duration("claim_p95", sum.Claim.P95),
-		zap.Duration("fetch_p50", sum.Fetch.P50), zap.Duration("fetch_p95", sum.Fetch.P95),
-		zap.Duration("persist_p50", sum.Persist.P50), zap.Duration("persist_p95", sum.Persist.P95))
+		zap.String("stop", sum.Stop), zap.Duration("duration_seconds", sum.Duration),
+		zap.Duration("claim_p50_seconds", sum.Claim.P50), zap.Duration("claim_p95_seconds", sum.Claim.P95),
+		zap.Duration("fetch_p50_seconds", sum.Fetch.P50), zap.Duration("fetch_p95_seconds", sum.Fetch.P95),
+		zap.Duration("persist_p50_seconds", sum.Persist.P50), zap.Duration("persist_p95_seconds", sum.Persist.P95))
 }
 
 // sleep waits d, or until ctx ends, a notification arrives, or the provider status changes.

@@ -337,7 +337,7 @@ func (c *cluster) start(log *zap.Logger) (port int, err error) {
 		}
 	}
 	if p, ok := c.runningPort(); ok {
-		log.Info(fmt.Sprintf("re-using the private PostgreSQL already running under %s on 127.0.0.1:%d", c.dir, p))
+		log.Info("re-using the private PostgreSQL already running", zap.String("dir", c.dir), zap.String("addr", "127.0.0.1:"+strconv.Itoa(p)))
 		return p, nil
 	}
 	if port, err = freePort(); err != nil {
@@ -348,7 +348,7 @@ func (c *cluster) start(log *zap.Logger) (port int, err error) {
 		logTail, _ := os.ReadFile(c.logf)
 		return 0, fmt.Errorf("start the private PostgreSQL under %s on port %d: %w\n%s\n%s", c.dir, port, err, tail(out), tail(logTail))
 	}
-	log.Info(fmt.Sprintf("started a private PostgreSQL under %s on 127.0.0.1:%d", c.dir, port),
+	log.Info("started a private PostgreSQL", zap.String("dir", c.dir), zap.String("addr", "127.0.0.1:"+strconv.Itoa(port)),
 		zap.String("log", c.logf), zap.String("binaries", c.bin))
 	return port, nil
 }

@@ -123,7 +123,7 @@ func TestEnsureStartsAndReusesPrivateCluster(t *testing.T) {
 	if got == url {
 		t.Fatalf("Ensure returned the dead URL %s", url)
 	}
-	if n := logs.FilterMessageSnippet("started a private PostgreSQL under " + dataDir + " on 127.0.0.1:").Len(); n != 1 {
+	if n := logs.FilterMessage("started a private PostgreSQL").FilterField(zap.String("dir", dataDir)).Len(); n != 1 {
 		t.Fatalf("want one 'started a private PostgreSQL' log line, got %d: %v", n, logs.All())
 	}
 	conn := connect(t, got)
@@ -165,7 +165,7 @@ func TestEnsureStartsAndReusesPrivateCluster(t *testing.T) {
 	if got3 != got2 {
 		t.Fatalf("Ensure with the cluster running returned %s, want the running one %s", got3, got2)
 	}
-	if n := logs.FilterMessageSnippet("re-using the private PostgreSQL already running under " + dataDir).Len(); n != 1 {
+	if n := logs.FilterMessage("re-using the private PostgreSQL already running").FilterField(zap.String("dir", dataDir)).Len(); n != 1 {
 		t.Fatalf("want one 're-using' log line, got %d: %v", n, logs.All())
 	}
 	stop3()

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
 // Fetcher is the market workload of the provider client.
@@ -103,8 +103,7 @@ func (c *Config) withDefaults() Config {
 		out.Observer = nopObserver{}
 	}
 	if out.Owner == "" {
-		host, _ := os.Hostname()
-		out.Owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+		out.Owner = telemetry.Instance()
 	}
 	return out
 }
@@ -139,6 +138,7 @@ type Dispatcher struct {
 	cfg   Config
 	log   *zap.Logger
 	clock dbClock
+	pause pauseLog
 }
 
 // New validates the config and builds a dispatcher.
@@ -322,13 +322,60 @@ func (d *Dispatcher) gate(ctx context.Context, sum *Summary) (paused bool, err e
 	}
 	st, reason, since := row.Effective()
 	if st.CanDispatch() {
+		d.pause.resumed(d.log, d.cfg.Provider)
 		return false, nil
 	}
 	sum.Paused, sum.Status, sum.StatusReason, sum.StatusSince = true, st, reason, since
 	sum.Stop = "paused"
-	d.log.Info(fmt.Sprintf("collection paused: provider %s since %s (%s)", st, since.UTC().Format(time.RFC3339), reason),
-		zap.String("provider", d.cfg.Provider))
+	d.pause.paused(d.log, d.cfg.Provider, st, reason, since)
 	return true, nil
+}
+
+// pauseSummaryEvery bounds the lines a long pause writes: one when it starts, one when it
+// ends, and at most one summary this often in between, however often the loop checks.
+const pauseSummaryEvery = time.Minute
+
+// pauseLog turns a paused pass per check into those few lines.
+type pauseLog struct {
+	mu          sync.Mutex
+	on          bool
+	started     time.Time
+	lastLine    time.Time
+	skipped     int // paused passes since the last line
+	lastStatus  provider.Status
+	lastSinceAt time.Time
+}
+
+func (p *pauseLog) paused(log *zap.Logger, prov string, st provider.Status, reason string, since time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	fields := []zap.Field{zap.String("provider", prov), zap.String("status", string(st)),
+		zap.Time("since", since), zap.String("reason", reason)}
+	switch {
+	case !p.on || st != p.lastStatus || !since.Equal(p.lastSinceAt):
+		if !p.on {
+			p.started = now
+		}
+		p.on, p.lastLine, p.skipped, p.lastStatus, p.lastSinceAt = true, now, 0, st, since
+		log.Info("collection paused", fields...)
+	case now.Sub(p.lastLine) >= pauseSummaryEvery:
+		log.Info("collection still paused", append(fields, zap.Int("paused_passes", p.skipped+1),
+			zap.Float64("paused_seconds", now.Sub(p.started).Seconds()))...)
+		p.lastLine, p.skipped = now, 0
+	default:
+		p.skipped++
+	}
+}
+
+func (p *pauseLog) resumed(log *zap.Logger, prov string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.on {
+		return
+	}
+	p.on = false
+	log.Info("collection resumed", zap.String("provider", prov), zap.Float64("paused_seconds", time.Since(p.started).Seconds()))
 }
 
 // handleStop records what a pass-ending provider answer means for everyone.
@@ -340,7 +387,7 @@ func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary
 			return err
 		}
 		if changed {
-			d.log.Warn("provider status changed", zap.String("provider", d.cfg.Provider), zap.String("status", string(provider.Maintenance)), zap.Error(st.err))
+			d.log.Warn("maintenance answer: provider set to MAINTENANCE, pass stopped", zap.String("provider", d.cfg.Provider), zap.Error(st.err))
 		}
 		sum.Paused, sum.Status, sum.StatusReason = true, provider.Maintenance, st.err.Error()
 		return nil

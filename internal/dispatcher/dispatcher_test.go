@@ -268,9 +268,10 @@ func TestPausedProviderClaimsNothing(t *testing.T) {
 			if !s.Paused || s.Claimed != 0 {
 				t.Fatalf("summary %+v: want paused with nothing claimed", s)
 			}
-			want := "collection paused: provider " + string(st) + " since "
-			if logs.FilterMessageSnippet(want).Len() != 1 || !strings.Contains(s.String(), "(test says so)") {
-				t.Fatalf("want a log line %q with the reason; got %v / %s", want, logs.All(), s)
+			paused := logs.FilterMessage("collection paused").FilterField(zap.String("status", string(st))).
+				FilterField(zap.String("reason", "test says so"))
+			if paused.Len() != 1 || !strings.Contains(s.String(), "(test says so)") {
+				t.Fatalf("want one line \"collection paused\" with status and reason fields; got %v / %s", logs.All(), s)
 			}
 			if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); c != 0 {
 				t.Fatalf("%d items leased while paused", c)
@@ -457,5 +458,46 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 	if seconds != 60 || float64(maxPerSecond) > 1.5*mean {
 		t.Fatalf("due times use %d seconds of the minute, busiest holds %d items, mean %.1f (want 60 seconds, <= 1.5x mean)",
 			seconds, maxPerSecond, mean)
+	}
+}
+
+// A long pause logs one line when it starts, at most one summary a minute, and one line when
+// it ends, however often the loop checks.
+func TestPauseLogIsBounded(t *testing.T) {
+	e := setup(t, 2, tiers.Hot, nil)
+	ctx := context.Background()
+	if _, err := provider.SetStatus(ctx, e.pool, "neople", provider.Maintenance, "weekly"); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	d := e.dispatcher(t, Config{}, zap.New(core))
+	pass := func() {
+		t.Helper()
+		if _, err := d.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 30 { // thirty one-second checks
+		pass()
+	}
+	if n := logs.Len(); n != 1 || logs.All()[0].Message != "collection paused" {
+		t.Fatalf("30 paused passes logged %d lines, want the one that starts the pause: %v", n, logs.All())
+	}
+	d.pause.mu.Lock()
+	d.pause.lastLine = d.pause.lastLine.Add(-pauseSummaryEvery) // a minute has passed
+	d.pause.mu.Unlock()
+	for range 30 {
+		pass()
+	}
+	if s := logs.FilterMessage("collection still paused"); s.Len() != 1 || s.All()[0].ContextMap()["paused_passes"] != int64(30) {
+		t.Fatalf("want one summary a minute into the pause: %v", logs.All())
+	}
+	if _, err := provider.SetStatus(ctx, e.pool, "neople", provider.Healthy, "back"); err != nil {
+		t.Fatal(err)
+	}
+	pass()
+	pass()
+	if logs.FilterMessage("collection resumed").Len() != 1 || logs.Len() != 3 {
+		t.Fatalf("want exactly paused, one summary, resumed: %v", logs.All())
 	}
 }

@@ -267,9 +267,7 @@ func (m *Monitor) transition(ctx context.Context, row provider.StatusRow, to pro
 		return fmt.Errorf("provider %s status %s → %s: %w", m.cfg.Provider, row.Status, to, err)
 	}
 	if tag.RowsAffected() == 1 {
-		m.log.Warn("provider status transition", zap.String("provider", m.cfg.Provider),
-			zap.String("from", string(row.Status)), zap.String("to", string(to)), zap.String("reason", reason),
-			zap.String("by", m.cfg.Owner))
+		// see logs the change once, as it does for changes other instances make.
 		next, err := provider.ReadStatus(ctx, m.pool, m.cfg.Provider)
 		if err == nil {
 			m.see(next)
@@ -317,7 +315,7 @@ func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
 		backoff := time.Duration(float64(m.cfg.ProbeBackoff) * math.Pow(2, float64(min(failures, 30))))
 		backoff = min(backoff, m.cfg.ProbeBackoffMax)
 		m.log.Info("provider probe failed", zap.String("provider", m.cfg.Provider), zap.String("status", string(row.Status)),
-			zap.Int("failures", failures), zap.Duration("next_probe_in", backoff), zap.Error(perr))
+			zap.Int("failures", failures), zap.Duration("next_probe_in_seconds", backoff), zap.Error(perr))
 		_, err := m.pool.Exec(context.WithoutCancel(ctx), `
 			UPDATE provider_probe SET failures = $2, next_probe_at = now() + $3 * interval '1 millisecond',
 				leased_by = NULL, lease_expires_at = NULL, last_result = $4, updated_at = now()

@@ -16,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
 // RelayConfig sizes and points a Relay. Zero fields take the defaults below; NewRelay
@@ -55,7 +56,7 @@ type RelayConfig struct {
 	// DialTimeout (a proxy, or the benchmarks' simulated network distance).
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 
-	// Owner names this relay in outbox_relay_lanes (informational); default host/pid.
+	// Owner names this relay in outbox_relay_lanes (informational); default host:pid.
 	Owner string
 
 	// OnPublished, when set, hears the publish latency (seconds from the row's creation to its
@@ -93,8 +94,7 @@ func (c *RelayConfig) setDefaults() {
 	setIfZero(&c.BackoffMin, 200*time.Millisecond)
 	setIfZero(&c.BackoffMax, 30*time.Second)
 	if c.Owner == "" {
-		host, _ := os.Hostname()
-		c.Owner = fmt.Sprintf("%s/%d", host, os.Getpid())
+		c.Owner = telemetry.Instance()
 	}
 }
 

@@ -234,7 +234,7 @@ func (r *Relay) followStep(ctx context.Context, f *follower) (idle bool, err err
 			f.nextPrune = now
 		}
 		if n > 0 {
-			r.log.Info("pruned published outbox rows", zap.Int64("deleted", n), zap.Duration("older_than", r.cfg.Retention))
+			r.log.Info("pruned published outbox rows", zap.Int64("deleted", n), zap.Duration("older_than_seconds", r.cfg.Retention))
 		}
 		return false, err
 	}
@@ -296,7 +296,7 @@ func (r *Relay) catchPanic(err *error) {
 
 func (r *Relay) backOff(ctx context.Context, failures int, err error) error {
 	d := r.backoff(failures)
-	r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff", d))
+	r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff_seconds", d))
 	return r.wait(ctx, d, nil)
 }
 

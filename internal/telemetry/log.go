@@ -10,7 +10,9 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// NewLogger builds a zap logger writing to w (stderr when nil). format is "json" or "console".
+// NewLogger builds a zap logger writing to w (stderr when nil). format is "json", "console" or
+// "auto" (console when w is a terminal, json otherwise). Every line carries its caller, and
+// durations are encoded in seconds (fields named *_seconds).
 func NewLogger(level, format string, w io.Writer) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
@@ -22,24 +24,47 @@ func NewLogger(level, format string, w io.Writer) (*zap.Logger, error) {
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.TimeKey = "ts"
 	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	encCfg.EncodeDuration = zapcore.SecondsDurationEncoder
 	var enc zapcore.Encoder
-	switch format {
-	case "json", "":
+	switch ResolveFormat(format, w) {
+	case "json":
 		enc = zapcore.NewJSONEncoder(encCfg)
 	case "console":
 		encCfg.EncodeLevel = zapcore.CapitalColorLevelEncoder
-		if f, ok := w.(*os.File); !ok || !isTerminal(f) {
+		if !IsTerminal(w) {
 			encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
 		}
 		enc = zapcore.NewConsoleEncoder(encCfg)
 	default:
-		return nil, fmt.Errorf("log.format %q: allowed json, console", format)
+		return nil, fmt.Errorf("log.format %q: allowed json, console, auto", format)
 	}
 	core := zapcore.NewCore(enc, zapcore.AddSync(w), lvl)
-	return zap.New(core, zap.ErrorOutput(zapcore.AddSync(w))), nil
+	return zap.New(core, zap.AddCaller(), zap.ErrorOutput(zapcore.AddSync(w))), nil
 }
 
-func isTerminal(f *os.File) bool {
+// ResolveFormat turns "auto" (or "") into console on a terminal and json elsewhere.
+func ResolveFormat(format string, w io.Writer) string {
+	if format != "auto" && format != "" {
+		return format
+	}
+	if IsTerminal(w) {
+		return "console"
+	}
+	return "json"
+}
+
+// Instance names this process the one way every log line, lease and heartbeat uses: host:pid.
+func Instance() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
+// IsTerminal tells whether w is a character device (a terminal).
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
