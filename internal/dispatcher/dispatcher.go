@@ -650,7 +650,7 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 			return ws, err
 		}
 		w.d.log.Warn("write-back failed; retrying", zap.Int("items", len(buf)), zap.Int("attempt", attempt),
-			zap.Duration("backoff", backoff), zap.Error(err))
+			zap.Duration("backoff_seconds", backoff), zap.Error(err))
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
