@@ -33,8 +33,8 @@ func TestFatalStartupErrorIsJSON(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"flag", nil, []string{"status", "--database-url", unreachable, "--log-format", "json"}, "cannot reach the database"},
-		{"default off a terminal", nil, []string{"status", "--database-url", unreachable}, "cannot reach the database"},
+		{"flag", nil, []string{"status", "--database-url", unreachable, "--log-format", "json"}, "127.0.0.1:1/nope"},
+		{"default off a terminal", nil, []string{"status", "--database-url", unreachable}, "127.0.0.1:1/nope"},
 		{"bad config, format from env", map[string]string{"COLLECTOR_LOG_FORMAT": "json", "COLLECTOR_COLLECT_CONCURRENCY": "0"},
 			[]string{"status"}, "collect.concurrency"},
 	}
