@@ -152,15 +152,32 @@ func newSeedSyntheticCmd(a *app) *cobra.Command {
 		Use:   "seed:synthetic",
 		Short: "Write synthetic items (ids seed-NNNN) with a plausible price history, for offline screens and tests",
 		Long: `seed:synthetic writes --items fixture items with ids seed-0001, seed-0002, … and --days of hourly
-snapshots and sales. Running it again adds only the hours that passed since. Fixtures are never
+snapshots and sales, in batches that each commit (progress goes to stderr; an interrupted run
+keeps what it wrote). Running it again adds only the hours that passed since and completes an
+interrupted run. Fixtures are never
 scheduled for collection, are hidden from ranking read paths, and purge:synthetic removes them.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
+			if opt.Items < 1 || opt.Items > seed.MaxSyntheticItems {
+				return fmt.Errorf("--items %d: must be between 1 and %d", opt.Items, seed.MaxSyntheticItems)
+			}
+			if opt.Days < 1 || opt.Days > seed.MaxSyntheticDays {
+				return fmt.Errorf("--days %d: must be between 1 and %d", opt.Days, seed.MaxSyntheticDays)
+			}
 			pool, err := a.db(ctx)
 			if err != nil {
 				return err
 			}
 			opt.Policy = seed.PolicyFromConfig(a.cfg.Catalog)
+			// A line every 5 % of a long run; each batch is committed when it is reported.
+			step := max(1, opt.Items/20)
+			next := step
+			opt.Progress = func(done, total int) {
+				if total >= 1000 && (done >= next || done == total) {
+					fmt.Fprintf(a.stderr, "seed:synthetic: %d/%d items written\n", done, total)
+					next = done + step
+				}
+			}
 			res, err := seed.SeedSynthetic(ctx, pool, opt)
 			if err != nil {
 				return err
@@ -170,8 +187,8 @@ scheduled for collection, are hidden from ranking read paths, and purge:syntheti
 			return nil
 		}),
 	}
-	cmd.Flags().IntVar(&opt.Items, "items", 20, "number of synthetic items (at most 9999)")
-	cmd.Flags().IntVar(&opt.Days, "days", 7, "days of hourly history per item (at most 90)")
+	cmd.Flags().IntVar(&opt.Items, "items", 20, fmt.Sprintf("number of synthetic items (at most %d)", seed.MaxSyntheticItems))
+	cmd.Flags().IntVar(&opt.Days, "days", 7, fmt.Sprintf("days of hourly history per item (1 to %d)", seed.MaxSyntheticDays))
 	return cmd
 }
 

@@ -111,3 +111,25 @@ func TestSyntheticSeedHiddenFromItemsUntilAsked(t *testing.T) {
 		t.Fatalf("purge:synthetic: %v\n%s", err, out)
 	}
 }
+
+// seed:synthetic reports progress per committed batch on stderr and checks its sizes before
+// touching the database.
+func TestSeedSyntheticProgressAndLimits(t *testing.T) {
+	db := catalogEnv(t, false)
+	out, errOut, err := runCollector(t, "seed:synthetic", "--database-url", db, "--items", "1000", "--days", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "seed:synthetic: 1000 items (1000 new)") {
+		t.Errorf("stdout %q", out)
+	}
+	if !strings.Contains(errOut, "seed:synthetic: 416/1000 items written") || !strings.Contains(errOut, "seed:synthetic: 1000/1000 items written") {
+		t.Errorf("no progress lines on stderr:\n%s", errOut)
+	}
+	for _, args := range [][]string{{"--items", "1000001"}, {"--days", "0"}} {
+		_, _, err := runCollector(t, append([]string{"seed:synthetic", "--database-url", "postgres://u@127.0.0.1:1/x?connect_timeout=2"}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), args[0]+" "+args[1]+": must be between") {
+			t.Errorf("%v: %v, want the bad flag named before the database", args, err)
+		}
+	}
+}

@@ -45,7 +45,7 @@ var examples = map[string]string{
   collector import-items --targets my-targets.yaml --allow-missing`,
 	"collector seed:real": `  NEOPLE_ITEM_API_KEY=... NEOPLE_MARKET_API_KEY=... collector seed:real`,
 	"collector seed:synthetic": `  collector seed:synthetic --items 50 --days 30
-  collector seed:synthetic --items 1000000 --days 0   # a large catalog, no history`,
+  collector seed:synthetic --items 1000000 --days 1   # a large catalog, progress on stderr`,
 	"collector purge:synthetic":        `  collector purge:synthetic`,
 	"collector recalculate-popularity": `  collector recalculate-popularity`,
 	"collector touch":                  `  collector touch 2ba6d4c8b04cbc5d5b9d6bba23fae3a5 --source web`,

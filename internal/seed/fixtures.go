@@ -26,7 +26,19 @@ type SyntheticOptions struct {
 	Until time.Time
 	// Policy scores the generated history into a plausible tier; zero = the defaults.
 	Policy Policy
+	// Progress, when set, hears after each committed batch how many items are written.
+	Progress func(done, total int)
 }
+
+// Synthetic limits: ids run from seed-0001 to seed-1000000.
+const (
+	MaxSyntheticItems = 1_000_000
+	MaxSyntheticDays  = 90
+)
+
+// syntheticBatchRows bounds the snapshots one transaction writes, so no transaction runs for
+// long and other connections see the fixtures appear as they are written.
+const syntheticBatchRows = 10_000
 
 // SyntheticResult counts what seed:synthetic inserted (0 everywhere on a repeat run).
 type SyntheticResult struct {
@@ -46,7 +58,8 @@ var syntheticNames = []string{
 }
 
 // SeedSynthetic writes Items fixture items (ids seed-0001 …) with hourly snapshots and
-// sales over the past Days days. Every value is a function of the item id and the hour, and
+// sales over the past Days days, in batches of items that each commit on their own (an
+// interrupted run keeps what it wrote, and running it again completes it). Every value is a function of the item id and the hour, and
 // the hours sit on a grid anchored to the database clock, so re-running adds nothing but the
 // hours that passed since. Fixtures are never scheduled (next_collect_at NULL): there is no
 // such item at the provider to collect.
@@ -57,28 +70,36 @@ func SeedSynthetic(ctx context.Context, db DB, opt SyntheticOptions) (SyntheticR
 	if opt.Days <= 0 {
 		opt.Days = 7
 	}
-	if opt.Items > 9999 || opt.Days > 90 {
-		return SyntheticResult{}, fmt.Errorf("seed:synthetic: at most 9999 items and 90 days (asked %d items, %d days)", opt.Items, opt.Days)
+	if opt.Items > MaxSyntheticItems || opt.Days > MaxSyntheticDays {
+		return SyntheticResult{}, fmt.Errorf("seed:synthetic: at most %d items and %d days (asked %d items, %d days)",
+			MaxSyntheticItems, MaxSyntheticDays, opt.Items, opt.Days)
 	}
 	if opt.Policy.Window == 0 {
 		opt.Policy = PolicyFromConfig(config.Default().Catalog)
 	}
 	res := SyntheticResult{Items: opt.Items}
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		end := opt.Until.Truncate(time.Hour)
-		if opt.Until.IsZero() {
-			if err := tx.QueryRow(ctx, "SELECT date_trunc('hour', now())").Scan(&end); err != nil {
-				return err
+	end := opt.Until.Truncate(time.Hour)
+	if opt.Until.IsZero() {
+		if err := db.QueryRow(ctx, "SELECT date_trunc('hour', now())").Scan(&end); err != nil {
+			return res, fmt.Errorf("seed:synthetic: read the database clock: %w", err)
+		}
+	}
+	perBatch := max(1, syntheticBatchRows/(24*opt.Days))
+	for lo := 1; lo <= opt.Items; lo += perBatch {
+		hi := min(lo+perBatch-1, opt.Items)
+		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			var fx fixtureRows
+			for i := lo; i <= hi; i++ {
+				fx.addItem(fmt.Sprintf("%s%04d", SyntheticPrefix, i), i, end, opt)
 			}
+			return fx.insert(ctx, tx, &res)
+		})
+		if err != nil {
+			return res, fmt.Errorf("seed:synthetic: items %d to %d: %w", lo, hi, err)
 		}
-		var fx fixtureRows
-		for i := 1; i <= opt.Items; i++ {
-			fx.addItem(fmt.Sprintf("%s%04d", SyntheticPrefix, i), i, end, opt)
+		if opt.Progress != nil {
+			opt.Progress(hi, opt.Items)
 		}
-		return fx.insert(ctx, tx, &res)
-	})
-	if err != nil {
-		return res, fmt.Errorf("seed:synthetic: %w", err)
 	}
 	return res, nil
 }
@@ -234,7 +255,7 @@ func (fx *fixtureRows) insert(ctx context.Context, tx pgx.Tx, res *SyntheticResu
 	if err != nil {
 		return fmt.Errorf("insert synthetic tracked items: %w", err)
 	}
-	res.Inserted = int(tag.RowsAffected())
+	res.Inserted += int(tag.RowsAffected())
 
 	s := fx.snaps
 	for lo := 0; lo < len(s.ids); lo += insertChunk {
@@ -285,7 +306,7 @@ func (fx *fixtureRows) insert(ctx context.Context, tx pgx.Tx, res *SyntheticResu
 	if err != nil {
 		return fmt.Errorf("insert synthetic interest: %w", err)
 	}
-	res.Interest = tag.RowsAffected()
+	res.Interest += tag.RowsAffected()
 	return nil
 }
 

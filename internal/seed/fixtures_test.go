@@ -2,6 +2,9 @@ package seed
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +143,47 @@ func TestSeedSyntheticThenPurge(t *testing.T) {
 	// Nothing left: a second purge deletes nothing.
 	if again, err := PurgeSynthetic(ctx, pool, 0); err != nil || again.Total() != 0 {
 		t.Errorf("second purge = %+v, %v", again, err)
+	}
+}
+
+// seed:synthetic takes a million items and writes them in batches that each commit: other
+// connections see the fixtures as they are written, progress is reported per batch, and an
+// interrupted run keeps what it wrote.
+func TestSeedSyntheticMillionItemsInBatches(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	if _, err := SeedSynthetic(context.Background(), pool, SyntheticOptions{Items: MaxSyntheticItems + 1}); err == nil ||
+		!strings.Contains(err.Error(), "at most 1000000 items") {
+		t.Fatalf("1,000,001 items: %v, want the limit named", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls, seenDone, visible int
+	_, err := SeedSynthetic(ctx, pool, SyntheticOptions{Items: MaxSyntheticItems, Days: 1,
+		Progress: func(done, total int) {
+			calls++
+			seenDone = done
+			if total != MaxSyntheticItems {
+				t.Errorf("progress total %d", total)
+			}
+			// Another connection already sees the batch.
+			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM tracked_items WHERE item_id LIKE 'seed-%'`).Scan(&visible); err != nil {
+				t.Error(err)
+			}
+			cancel() // stop after the first batch
+		}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted run: %v, want context.Canceled", err)
+	}
+	if calls != 1 || seenDone <= 0 || seenDone >= MaxSyntheticItems || visible != seenDone {
+		t.Fatalf("progress calls %d, done %d, visible %d: want one committed batch, visible to others", calls, seenDone, visible)
+	}
+	var last string
+	if err := pool.QueryRow(context.Background(), `SELECT max(item_id) FROM tracked_items WHERE item_id LIKE 'seed-%'`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("seed-%04d", seenDone); last != want {
+		t.Errorf("last fixture %s, want %s", last, want)
 	}
 }
