@@ -162,6 +162,7 @@ func TestCompletionOffersFixedChoices(t *testing.T) {
 		{[]string{"status", "--log-level", ""}, []string{"debug", "error"}},
 		{[]string{"provider", "set", ""}, []string{"HEALTHY", "MAINTENANCE", "auto"}},
 		{[]string{"migrate", ""}, []string{"up", "status"}},
+		{[]string{"sim", "--market", ""}, []string{"default", "realistic"}},
 	} {
 		var out strings.Builder
 		cmd := newRootCmd(&out, &strings.Builder{})

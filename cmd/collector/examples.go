@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -70,6 +71,8 @@ func (a *app) registerCompletions(root *cobra.Command) {
 	_ = root.RegisterFlagCompletionFunc("log-level", fixed("debug", "info", "warn", "error"))
 	walk(root, func(c *cobra.Command) {
 		switch c.CommandPath() {
+		case "collector sim":
+			_ = c.RegisterFlagCompletionFunc("market", fixed(neoplesim.MarketDefault, neoplesim.MarketRealistic))
 		case "collector items":
 			_ = c.RegisterFlagCompletionFunc("tier", fixed(strings.Split(tiers.Names(), ", ")...))
 		case "collector provider set":

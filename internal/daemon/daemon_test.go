@@ -173,8 +173,10 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	if _, err := e.pool.Exec(context.Background(), `UPDATE schema_version SET version = version - 1`); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz with an old schema: %d, want 503", code)
+	// The same one line every command gives on such a database.
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "is at schema version") ||
+		!strings.Contains(body, "run `collector migrate up`") {
+		t.Fatalf("/readyz with an old schema: %d %q, want 503 naming the version and migrate up", code, body)
 	}
 }
 
