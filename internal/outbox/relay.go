@@ -313,7 +313,7 @@ func (r *Relay) step(ctx context.Context, res *Result) (int, error) {
 	if len(lanes) == 0 {
 		return 0, nil
 	}
-	rows, err := readPending(ctx, r.pool, lanes, r.cfg.BatchSize)
+	rows, err := readPending(ctx, r.pool, lanes, callsPerBatch*r.cfg.BatchSize)
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
@@ -371,6 +371,11 @@ func (r *Relay) recorded(res *Result, out outcome, marked map[int64]bool, now ti
 	}
 	return false
 }
+
+// callsPerBatch is how many produce calls' worth of rows one read and one mark cover: the
+// database's cost per statement is spread over more rows, while each produce request keeps
+// the configured size, which is what the broker sees.
+const callsPerBatch = 4
 
 // publishWindow is how much lease a lane needs left to start a produce call on it: the write
 // timeout, plus as much again for a produce request kafka-go may still be finishing after it.
