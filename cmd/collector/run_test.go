@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // collector run collects what import-items tracked, collector status shows it, and a
@@ -30,22 +32,21 @@ func TestRunAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	stopped := false
+	t.Cleanup(func() { // on failure: stop run before the database goes away, then show its log
+		if !stopped {
+			cancel()
+			testkit.Recv(t, done, testkit.Timeout, "run to stop")
+			t.Logf("collector run log:\n%s", errOut.String())
+		}
+	})
+	testkit.Eventually(t, 30*time.Second, "collector run to collect every imported item", func() bool {
 		var left int
 		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NULL`).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			t.Fatalf("%d items not collected by collector run; log:\n%s", left, errOut.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return left == 0
+	})
 
 	status, _, err := runCollector(t, "status", "--database-url", db)
 	if err != nil {
@@ -60,13 +61,9 @@ func TestRunAndStatus(t *testing.T) {
 	}
 
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run after cancellation: %v, want nil (exit 0)", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("run did not stop")
+	stopped = true
+	if err := testkit.Recv(t, done, testkit.Timeout, "run to stop"); err != nil {
+		t.Fatalf("run after cancellation: %v, want nil (exit 0)", err)
 	}
 	if strings.Contains(errOut.String(), "sim-market-key") {
 		t.Fatal("the market key appears in the log")

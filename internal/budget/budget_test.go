@@ -18,6 +18,7 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 const marketKey = "budget-test-market-key"
@@ -89,23 +90,12 @@ func (m *member) leave() {
 	m.wg.Wait()
 }
 
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // untilSecond waits for the start of the wall-clock second after t0 + d, the unit the
 // simulator counts in.
 func untilSecond(t *testing.T, t0 time.Time, d time.Duration) time.Time {
 	t.Helper()
 	at := t0.Add(d).Truncate(time.Second).Add(time.Second)
-	eventually(t, d+5*time.Second, "the measurement second", func() bool { return !time.Now().Before(at) })
+	testkit.Eventually(t, d+5*time.Second, "the measurement second", func() bool { return !time.Now().Before(at) })
 	return at
 }
 
@@ -118,7 +108,7 @@ func TestThreeProcessesShareOneKeyBudget(t *testing.T) {
 	for i := range 3 {
 		ms = append(ms, c.join(t, fmt.Sprintf("p%d", i), budget, 16))
 	}
-	eventually(t, 15*time.Second, "all three live and sending", func() bool {
+	testkit.Eventually(t, 15*time.Second, "all three live and sending", func() bool {
 		for _, m := range ms {
 			if m.share.Stats().Live != 3 {
 				return false
@@ -147,14 +137,14 @@ func TestJoiningAndLeavingStayWithinBudget(t *testing.T) {
 	c := newCluster(t)
 	a := c.join(t, "a", budget, 8)
 	b := c.join(t, "b", budget, 8)
-	eventually(t, 15*time.Second, "two live and sending", func() bool {
+	testkit.Eventually(t, 15*time.Second, "two live and sending", func() bool {
 		return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 && c.sim.KeyStats(marketKey).Total > 0
 	})
 	c.sim.ResetStats()
 	d := c.join(t, "c", budget, 8)
-	eventually(t, 15*time.Second, "the newcomer sending", func() bool { return d.share.Stats().Used > 0 })
+	testkit.Eventually(t, 15*time.Second, "the newcomer sending", func() bool { return d.share.Stats().Used > 0 })
 	b.leave()
-	eventually(t, 15*time.Second, "the others to take over the leaver's share", func() bool {
+	testkit.Eventually(t, 15*time.Second, "the others to take over the leaver's share", func() bool {
 		return a.share.Stats().Live == 2 && d.share.Stats().Live == 2
 	})
 	before := a.share.Stats().Used + d.share.Stats().Used
@@ -173,12 +163,12 @@ func TestCooldownIsShared(t *testing.T) {
 	c := newCluster(t)
 	a := c.join(t, "a", 50, 0)
 	b := c.join(t, "b", 50, 0)
-	eventually(t, 15*time.Second, "both live", func() bool { return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 })
+	testkit.Eventually(t, 15*time.Second, "both live", func() bool { return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 })
 	a.share.RateLimited(context.Background(), 5*time.Second, "test: API002")
 	if a.share.CooldownRemaining() == 0 {
 		t.Fatal("the process that saw the answer is not cooling down")
 	}
-	eventually(t, 5*time.Second, "the other process to cool down", func() bool { return b.share.CooldownRemaining() > 3*time.Second })
+	testkit.Eventually(t, 5*time.Second, "the other process to cool down", func() bool { return b.share.CooldownRemaining() > 3*time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if _, err := b.share.Wait(ctx); err == nil {

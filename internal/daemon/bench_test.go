@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -83,7 +84,7 @@ func steadyState(b *testing.B, budget float64) {
 	}
 	// Warm up past the budget's join delay and the backlog it leaves.
 	warm := time.Now().Add(5 * time.Second)
-	eventually(b, 10*time.Second, "warm-up", func() bool { return time.Now().After(warm) })
+	testkit.Eventually(b, 10*time.Second, "warm-up", func() bool { return time.Now().After(warm) })
 	b.ResetTimer()
 	var dbStart time.Time
 	if err := e.pool.QueryRow(ctx, `SELECT now()`).Scan(&dbStart); err != nil {

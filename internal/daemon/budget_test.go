@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -32,7 +33,7 @@ func TestThreeInstancesShareOneKeyBudget(t *testing.T) {
 		cfg.Dispatch.BatchSize = 100
 		rs = append(rs, e.start(t, cfg, nil))
 	}
-	eventually(t, 20*time.Second, "every instance to count 3 and send", func() bool {
+	testkit.Eventually(t, 20*time.Second, "every instance to count 3 and send", func() bool {
 		for _, r := range rs {
 			if r.d.Share().Stats().Live != instances {
 				return false
@@ -42,7 +43,7 @@ func TestThreeInstancesShareOneKeyBudget(t *testing.T) {
 	})
 	// Measure over whole wall-clock seconds, after one second of steady state.
 	waitUntil := func(t0 time.Time) {
-		eventually(t, 30*time.Second, "the measurement window", func() bool { return !time.Now().Before(t0) })
+		testkit.Eventually(t, 30*time.Second, "the measurement window", func() bool { return !time.Now().Before(t0) })
 	}
 	start := time.Now().Truncate(time.Second).Add(2 * time.Second)
 	waitUntil(start)
@@ -82,8 +83,8 @@ func TestRateLimitAnswerCoolsDownEveryInstance(t *testing.T) {
 		cfg.Market.Rate = 1000 // far above what the simulator allows: it answers 429
 		rs = append(rs, e.start(t, cfg, nil))
 	}
-	eventually(t, 20*time.Second, "a 429 answer", func() bool { return e.sim.KeyStats(marketKey).RateLimited > 0 })
-	eventually(t, 5*time.Second, "both instances cooling down", func() bool {
+	testkit.Eventually(t, 20*time.Second, "a 429 answer", func() bool { return e.sim.KeyStats(marketKey).RateLimited > 0 })
+	testkit.Eventually(t, 5*time.Second, "both instances cooling down", func() bool {
 		for _, r := range rs {
 			if r.d.Share().CooldownRemaining() == 0 {
 				return false
@@ -99,7 +100,7 @@ func TestRateLimitAnswerCoolsDownEveryInstance(t *testing.T) {
 	// still land just after it began).
 	settle := time.Now().Add(300 * time.Millisecond)
 	waitUntilT := func(t0 time.Time) {
-		eventually(t, 10*time.Second, "time to pass", func() bool { return !time.Now().Before(t0) })
+		testkit.Eventually(t, 10*time.Second, "time to pass", func() bool { return !time.Now().Before(t0) })
 	}
 	waitUntilT(settle)
 	before := e.sim.KeyStats(marketKey).Total

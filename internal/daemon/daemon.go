@@ -35,6 +35,7 @@ import (
 	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // Config is everything the daemon runs with.
@@ -53,6 +54,8 @@ type Config struct {
 	KeyLabel string
 	// Version and Commit label collector_build_info.
 	Version, Commit string
+	// HealthChecked, when initialised (tests), hears every provider health check.
+	HealthChecked testkit.Signal[provider.Status]
 }
 
 // Daemon is one `collector run` process.
@@ -103,6 +106,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	f := &fetcher{next: client, share: d.share, m: d.metrics, workload: string(provider.WorkloadMarket)}
 	d.health = health.New(pool, health.Config{HealthConfig: cfg.Daemon.Health, Provider: cfg.Dispatch.Provider, Owner: cfg.Dispatch.Owner},
 		d.probe(f), rate, log)
+	d.health.Checked = cfg.HealthChecked
 	d.health.OnChange = func(from, to provider.Status, _ string) {
 		for _, st := range []provider.Status{provider.Healthy, provider.Degraded, provider.Maintenance, provider.Recovering} {
 			v := 0.0

@@ -15,6 +15,7 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -30,7 +31,7 @@ func TestWakeUpIsTimedByTheDatabase(t *testing.T) {
 	r := e.start(t, cfg, nil)
 
 	id := e.items[0].ItemID
-	eventually(t, 15*time.Second, "the item due in 2 s to be collected", func() bool {
+	testkit.Eventually(t, 15*time.Second, "the item due in 2 s to be collected", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND last_collected_at IS NOT NULL`, id) == 1
 	})
 	var lagMS float64
@@ -61,7 +62,7 @@ func TestShutdownMidBatchReleasesLeasesAndLosesNothing(t *testing.T) {
 	cfg.Daemon.ShutdownGrace = 10 * time.Second
 	r := e.start(t, cfg, nil)
 
-	eventually(t, 20*time.Second, "calls in flight", func() bool { return e.sim.Stats().Requests > 0 })
+	testkit.Eventually(t, 20*time.Second, "calls in flight", func() bool { return e.sim.Stats().Requests > 0 })
 	if err := r.shutdown(t); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestRecoversFromTerminatedConnections(t *testing.T) {
 	cfg.Daemon.Budget.Enabled = true
 	cfg.Daemon.Budget.Heartbeat = 100 * time.Millisecond
 	e.start(t, cfg, nil)
-	eventually(t, 20*time.Second, "the first items collected", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the first items collected", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 5
 	})
 
@@ -112,7 +113,7 @@ func TestRecoversFromTerminatedConnections(t *testing.T) {
 		t.Fatal("no backend terminated")
 	}
 	e.track(t, 5, 10, tiers.Cold, 0)
-	eventually(t, 30*time.Second, "items tracked after the kill to be collected", func() bool {
+	testkit.Eventually(t, 30*time.Second, "items tracked after the kill to be collected", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 10
 	})
 }
@@ -141,7 +142,7 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
-	eventually(t, 20*time.Second, "the items collected", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the items collected", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 5
 	})
 	var body string
@@ -156,7 +157,7 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 		`collector_provider_request_duration_seconds_count{endpoint="/df/auction",outcome="ok",workload="market"} 5`,
 		`collector_build_info{commit="unknown",go_version="go`,
 	}
-	eventually(t, 10*time.Second, "every named series", func() bool {
+	testkit.Eventually(t, 10*time.Second, "every named series", func() bool {
 		_, body = get("/metrics")
 		for _, w := range want {
 			if !strings.Contains(body, w) {
@@ -192,19 +193,19 @@ func TestHandedBackItemsAreTakenAtOnce(t *testing.T) {
 	cfg.Dispatch.Lease = time.Minute
 	cfg.Daemon.ShutdownGrace = 5 * time.Second
 	a := e.start(t, cfg, nil)
-	eventually(t, 20*time.Second, "the first instance to lease everything", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the first instance to lease everything", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`) == n
 	})
 	cfg = testConfig()
 	cfg.Daemon.Notify = true
 	cfg.Daemon.MaxSleep = time.Hour // only the lease expiry (a minute away) or a notification can wake it
 	b := e.start(t, cfg, nil)
-	eventually(t, 10*time.Second, "the second instance asleep and listening", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the second instance asleep and listening", func() bool {
 		return passes(b) > 0 && count(t, e.pool, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query = 'LISTEN tracked_items_due'`) == 1
 	})
 	a.shutdown(t)
-	eventually(t, 30*time.Second, "every item collected", func() bool {
+	testkit.Eventually(t, 30*time.Second, "every item collected", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == n
 	})
 }
@@ -240,7 +241,7 @@ func TestClusterStatus(t *testing.T) {
 	}
 
 	r := e.start(t, testConfig(), nil)
-	eventually(t, 20*time.Second, "the due items claimed and written back", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the due items claimed and written back", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_attempt_at IS NOT NULL`) == 4
 	})
 	r.shutdown(t)
@@ -268,7 +269,7 @@ func TestPrunesCollectedHistory(t *testing.T) {
 	cfg.Retention = config.Default().Retention
 	cfg.Retention.Snapshots, cfg.Retention.Interval, cfg.Retention.Batch = 100*time.Hour+30*time.Minute, 50*time.Millisecond, 40
 	e.start(t, cfg, nil)
-	eventually(t, time.Minute, "snapshots older than 100h pruned", func() bool {
+	testkit.Eventually(t, time.Minute, "snapshots older than 100h pruned", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM auction_snapshots`) == 100
 	})
 	if n := count(t, e.pool, `SELECT count(*) FROM auction_snapshots WHERE collected_at > now() - interval '100 hours 30 minutes'`); n != 100 {

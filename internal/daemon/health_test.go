@@ -9,6 +9,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -46,17 +47,17 @@ func TestMaintenancePausesEveryInstanceAndTheProbeBringsThemBack(t *testing.T) {
 		cfg.Market.Rate = 200 // ramp visible: RECOVERING starts at 40/s per instance
 		rs = append(rs, e.start(t, cfg, nil))
 	}
-	eventually(t, 20*time.Second, "some collections", func() bool {
+	testkit.Eventually(t, 20*time.Second, "some collections", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) >= 20
 	})
 
 	e.sim.SetMaintenance(true)
-	eventually(t, 20*time.Second, "MAINTENANCE recorded", func() bool { return readStatus(t, e).Status == provider.Maintenance })
+	testkit.Eventually(t, 20*time.Second, "MAINTENANCE recorded", func() bool { return readStatus(t, e).Status == provider.Maintenance })
 	// Wait for a couple of failed probes: by then every instance has long stopped dispatching.
 	probeFailures := func() int {
 		return count(t, e.pool, `SELECT coalesce((SELECT failures FROM provider_probe WHERE provider = 'neople'), 0)`)
 	}
-	eventually(t, 20*time.Second, "two failed probes", func() bool { return probeFailures() >= 2 })
+	testkit.Eventually(t, 20*time.Second, "two failed probes", func() bool { return probeFailures() >= 2 })
 	answered := e.sim.Stats().Maintenance
 	failures := probeFailures()
 	t.Logf("maintenance answers %d, failed probes %d", answered, failures)
@@ -73,11 +74,11 @@ func TestMaintenancePausesEveryInstanceAndTheProbeBringsThemBack(t *testing.T) {
 	}
 
 	e.sim.SetMaintenance(false)
-	eventually(t, 30*time.Second, "HEALTHY again", func() bool { return readStatus(t, e).Status == provider.Healthy })
+	testkit.Eventually(t, 30*time.Second, "HEALTHY again", func() bool { return readStatus(t, e).Status == provider.Healthy })
 	if got := changes(rs, provider.Maintenance, provider.Recovering); got < 1 {
 		t.Fatalf("no instance saw MAINTENANCE → RECOVERING (%v)", got)
 	}
-	eventually(t, 10*time.Second, "every instance to see HEALTHY", func() bool {
+	testkit.Eventually(t, 10*time.Second, "every instance to see HEALTHY", func() bool {
 		for _, r := range rs {
 			if r.d.health.Status() != provider.Healthy {
 				return false
@@ -106,11 +107,11 @@ func TestErrorRatioDegradesAndRecovers(t *testing.T) {
 	cfg.Daemon.Health.RecoverSuccess = 5
 	r := e.start(t, cfg, nil)
 	// A lucky probe may already have moved it on; the counted transition is what matters.
-	eventually(t, 20*time.Second, "HEALTHY → DEGRADED", func() bool {
+	testkit.Eventually(t, 20*time.Second, "HEALTHY → DEGRADED", func() bool {
 		return changes([]*running{r}, provider.Healthy, provider.Degraded) >= 1
 	})
 	e.sim.SetFaults(neoplesim.Faults{})
-	eventually(t, 30*time.Second, "HEALTHY again", func() bool { return readStatus(t, e).Status == provider.Healthy })
+	testkit.Eventually(t, 30*time.Second, "HEALTHY again", func() bool { return readStatus(t, e).Status == provider.Healthy })
 	if changes([]*running{r}, provider.Degraded, provider.Recovering) < 1 {
 		t.Fatal("transitions not counted")
 	}
@@ -127,20 +128,26 @@ func TestOverrideWinsOverAutomaticHealth(t *testing.T) {
 	if err := provider.SetOverride(ctx, e.pool, "neople", provider.Maintenance, "operator", 0); err != nil {
 		t.Fatal(err)
 	}
-	r := e.start(t, testConfig(), nil)
-	eventually(t, 10*time.Second, "the daemon to see the override", func() bool { return r.d.health.Status() == provider.Maintenance })
-	// The probe back-off is 100 ms and checks run every 50 ms: give it ample chances.
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		if e.sim.Stats().Requests > 0 {
-			t.Fatal("a request went out while a MAINTENANCE override was active")
+	cfg := testConfig()
+	cfg.HealthChecked.Init(t)
+	e.start(t, cfg, nil)
+	// Count health checks, not seconds: with a 50 ms interval and a 100 ms probe back-off, a
+	// monitor that ignored the override would have probed well before its fifth check under it.
+	for seen := 0; seen < 5; {
+		if cfg.HealthChecked.Wait(t) == provider.Maintenance {
+			seen++
 		}
-		time.Sleep(50 * time.Millisecond)
+	}
+	if n := e.sim.Stats().Requests; n > 0 {
+		t.Fatalf("%d requests went out while a MAINTENANCE override was active", n)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM provider_probe`); n != 0 {
+		t.Fatal("the monitor scheduled a probe while a MAINTENANCE override was active")
 	}
 	if err := provider.ClearOverride(ctx, e.pool, "neople"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "collections after the override ends", func() bool {
+	testkit.Eventually(t, 20*time.Second, "collections after the override ends", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 20
 	})
 }

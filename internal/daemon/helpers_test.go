@@ -152,18 +152,6 @@ func (r *running) shutdown(t testing.TB) error {
 	}
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int

@@ -14,6 +14,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -37,7 +38,7 @@ func TestRelayFollowsAndFlushesOnShutdown(t *testing.T) {
 		PollInterval: 100 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 	}
 	r := e.start(t, cfg, nil)
-	eventually(t, 20*time.Second, "the first events published", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the first events published", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM outbox_events WHERE state = 'published'`) > 0
 	})
 	if err := r.shutdown(t); err != nil {
@@ -70,12 +71,12 @@ func TestNotificationWakesEarly(t *testing.T) {
 	cfg.Daemon.Notify = true
 	cfg.Daemon.MaxSleep = time.Hour
 	r := e.start(t, cfg, nil)
-	eventually(t, 10*time.Second, "the daemon's first pass and its LISTEN", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the daemon's first pass and its LISTEN", func() bool {
 		return passes(r) > 0 && count(t, e.pool, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query = 'LISTEN tracked_items_due'`) == 1
 	})
 	e.track(t, 1, 2, tiers.Cold, 0)
-	eventually(t, 20*time.Second, "the new item collected", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the new item collected", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 1
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/seed"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -28,6 +29,7 @@ func TestShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	})
+	t.Cleanup(func() { closeOnce(proceed) }) // a failed wait must not leave handlers hanging
 	ctx, cancel := context.WithCancel(context.Background())
 	d := e.dispatcher(t, Config{BatchSize: 20, Concurrency: 4, Grace: time.Minute}, nil)
 	done := make(chan Summary, 1)
@@ -39,11 +41,11 @@ func TestShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 		done <- s
 	}()
 	for i := 0; i < 4; i++ {
-		<-inFlight
+		testkit.Recv(t, inFlight, testkit.Timeout, "a call in flight")
 	}
 	cancel() // SIGTERM
-	close(proceed)
-	s := <-done
+	closeOnce(proceed)
+	s := testkit.Recv(t, done, testkit.Timeout, "RunOnce to return")
 	if s.Collected != 4 || s.Released != 16 {
 		t.Fatalf("summary %s: want the 4 in-flight items collected and 16 released", s)
 	}
@@ -68,6 +70,7 @@ func TestLeasesAreRenewedWhileCallsRun(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	})
+	t.Cleanup(func() { closeOnce(release) }) // a failed wait must not leave the handler hanging
 	d := e.dispatcher(t, Config{Lease: 3 * time.Second}, nil)
 	done := make(chan Summary, 1)
 	go func() {
@@ -75,28 +78,22 @@ func TestLeasesAreRenewedWhileCallsRun(t *testing.T) {
 		done <- s
 	}()
 	// Poll the lease: it must be pushed forward while the call hangs.
-	var first, later time.Time
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var first time.Time
+	testkit.Eventually(t, 30*time.Second, "the lease renewed while the provider call is in flight", func() bool {
 		var exp *time.Time
 		if err := e.pool.QueryRow(context.Background(), `SELECT lease_expires_at FROM tracked_items`).Scan(&exp); err != nil {
 			t.Fatal(err)
 		}
-		if exp != nil {
-			if first.IsZero() {
-				first = *exp
-			} else if exp.After(first) {
-				later = *exp
-				break
-			}
+		if exp == nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	close(release)
-	if later.IsZero() {
-		t.Fatal("lease was never renewed while the provider call was in flight")
-	}
-	if s := <-done; s.Collected != 1 || s.Fenced != 0 {
+		if first.IsZero() {
+			first = *exp
+		}
+		return exp.After(first)
+	})
+	closeOnce(release)
+	if s := testkit.Recv(t, done, testkit.Timeout, "RunOnce to return"); s.Collected != 1 || s.Fenced != 0 {
 		t.Fatalf("summary %s", s)
 	}
 }
@@ -171,5 +168,14 @@ func TestStatusIsReadAgainBeforeEveryBatch(t *testing.T) {
 	}
 	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now() AND lease_token IS NULL`); c != 20 {
 		t.Fatalf("%d items still due and unleased, want 20", c)
+	}
+}
+
+// closeOnce closes ch unless it is closed already.
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
 	}
 }

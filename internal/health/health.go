@@ -32,6 +32,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // Prober sends one request that tells whether the provider answers again.
@@ -57,6 +58,9 @@ type Monitor struct {
 
 	// OnChange, when set before Run, hears every status change this instance sees.
 	OnChange func(from, to provider.Status, reason string)
+	// Checked, when initialised before Run (tests), is signalled after every status check
+	// with the effective status it read.
+	Checked testkit.Signal[provider.Status]
 
 	kick    chan struct{}
 	changed chan struct{}
@@ -176,6 +180,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		if err := m.step(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("provider health check failed; retrying", zap.Error(err))
 		}
+		m.Checked.Signal(m.Status())
 		select {
 		case <-ctx.Done():
 			return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 func testConfig(owner string) Config {
@@ -55,18 +56,7 @@ func run(t *testing.T, m *Monitor) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-}
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	t.Cleanup(func() { cancel(); testkit.Recv(t, done, testkit.Timeout, "the monitor to stop") })
 }
 
 func status(t *testing.T, pool *pgxpool.Pool) provider.StatusRow {
@@ -115,13 +105,13 @@ func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
 		rates[i] = &rateRecorder{}
 		run(t, New(pool, testConfig(fmt.Sprintf("m%d", i)), probe, rates[i], log))
 	}
-	eventually(t, 10*time.Second, "four failed probes", func() bool {
+	testkit.Eventually(t, 10*time.Second, "four failed probes", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(probes) >= 4
 	})
 	up.Store(true)
-	eventually(t, 10*time.Second, "RECOVERING", func() bool { return status(t, pool).Status == provider.Recovering })
+	testkit.Eventually(t, 10*time.Second, "RECOVERING", func() bool { return status(t, pool).Status == provider.Recovering })
 	if m := maxInFlight.Load(); m != 1 {
 		t.Fatalf("%d probes in flight at once, want 1", m)
 	}
@@ -136,7 +126,7 @@ func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
 	if gaps[1] < 190*time.Millisecond || gaps[2] < 390*time.Millisecond {
 		t.Fatalf("back-off did not grow: %v", gaps)
 	}
-	eventually(t, 5*time.Second, "the recovering rate factor", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the recovering rate factor", func() bool {
 		for _, r := range rates {
 			if r.last() != 0.1 {
 				return false
@@ -164,25 +154,25 @@ func TestRecoveringRampsUpOrFallsBack(t *testing.T) {
 		seen = append(seen, fmt.Sprintf("%s→%s", from, to))
 	}
 	run(t, m)
-	eventually(t, 5*time.Second, "the monitor to see RECOVERING", func() bool { return m.Status() == provider.Recovering })
+	testkit.Eventually(t, 5*time.Second, "the monitor to see RECOVERING", func() bool { return m.Status() == provider.Recovering })
 	m.Observe(nil)
 	if f := rate.last(); f <= 0.1 || f >= 1 {
 		t.Fatalf("rate factor after one success %v, want between 0.1 and 1", f)
 	}
 	m.Observe(errors.New("connection reset")) // not a *provider.Error: transient
-	eventually(t, 5*time.Second, "DEGRADED after a failure while recovering", func() bool {
+	testkit.Eventually(t, 5*time.Second, "DEGRADED after a failure while recovering", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Contains(seen, "RECOVERING→DEGRADED")
 	})
 
 	// The probe (always succeeding here) brings it back to RECOVERING; three successes → HEALTHY.
-	eventually(t, 5*time.Second, "RECOVERING again", func() bool { return m.Status() == provider.Recovering })
+	testkit.Eventually(t, 5*time.Second, "RECOVERING again", func() bool { return m.Status() == provider.Recovering })
 	for range 3 {
 		m.Observe(nil)
 	}
-	eventually(t, 5*time.Second, "HEALTHY", func() bool { return status(t, pool).Status == provider.Healthy })
-	eventually(t, 5*time.Second, "full rate", func() bool { return rate.last() == 1 })
+	testkit.Eventually(t, 5*time.Second, "HEALTHY", func() bool { return status(t, pool).Status == provider.Healthy })
+	testkit.Eventually(t, 5*time.Second, "full rate", func() bool { return rate.last() == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("transitions seen: %v", seen)
@@ -194,7 +184,7 @@ func TestOnlyTransientFailuresDegrade(t *testing.T) {
 	// The probe keeps failing, so DEGRADED stays put once reached.
 	m := New(pool, testConfig("m"), func(context.Context) error { return errDown }, nil, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	run(t, m)
-	eventually(t, 5*time.Second, "HEALTHY read", func() bool { return m.Status() == provider.Healthy })
+	testkit.Eventually(t, 5*time.Second, "HEALTHY read", func() bool { return m.Status() == provider.Healthy })
 	for range 10 {
 		m.Observe(&provider.Error{Class: provider.ClassItem, Code: "DNF003"})
 		m.Observe(&provider.Error{Class: provider.ClassRateLimited, Code: "API002"})
@@ -208,5 +198,5 @@ func TestOnlyTransientFailuresDegrade(t *testing.T) {
 	for range 5 {
 		m.Observe(&provider.Error{Class: provider.ClassTransient, Status: 500})
 	}
-	eventually(t, 5*time.Second, "DEGRADED", func() bool { return status(t, pool).Status == provider.Degraded })
+	testkit.Eventually(t, 5*time.Second, "DEGRADED", func() bool { return status(t, pool).Status == provider.Degraded })
 }
