@@ -108,7 +108,7 @@ func TestStoppedRelayFailsReadiness(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	var body string
-	eventually(t, 10*time.Second, "/readyz failing", func() bool {
+	testkit.Eventually(t, 10*time.Second, "/readyz failing", func() bool {
 		var code int
 		code, body = get("/readyz")
 		return code == http.StatusServiceUnavailable
@@ -116,7 +116,7 @@ func TestStoppedRelayFailsReadiness(t *testing.T) {
 	if !strings.Contains(body, "outbox relay stopped") || !strings.Contains(body, "not.there") {
 		t.Fatalf("/readyz says %q, want the relay's reason naming the topic", body)
 	}
-	eventually(t, 10*time.Second, "the relay's metrics", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the relay's metrics", func() bool {
 		_, metrics := get("/metrics")
 		return strings.Contains(metrics, "collector_relay_up 0") &&
 			strings.Contains(metrics, `collector_relay_publish_errors_total{reason="topic"} 1`)
