@@ -25,6 +25,15 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 # distroless/static: CA certificates (for https://api.neople.co.kr), tzdata, /etc/passwd with
 # the nonroot user (65532) and nothing else — no shell, no package manager.
 FROM gcr.io/distroless/static-debian12:nonroot
+ARG VERSION=dev
+ARG COMMIT=unknown
+ARG BUILD_DATE=unknown
+LABEL org.opencontainers.image.title="duecollector" \
+      org.opencontainers.image.description="Collects tracked Neople auction items when the database says they are due; outbox relay to Kafka" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.created="${BUILD_DATE}" \
+      org.opencontainers.image.base.name="gcr.io/distroless/static-debian12:nonroot"
 WORKDIR /app
 COPY --from=build /out/collector /usr/local/bin/collector
 # catalog.targets defaults to configs/import-targets.yaml, relative to this WORKDIR.
@@ -32,5 +41,8 @@ COPY configs/ /app/configs/
 USER nonroot:nonroot
 # /metrics, /healthz and /readyz of `collector run` (daemon.http_addr, default :9090).
 EXPOSE 9090
+# No curl in distroless: the binary probes its own /readyz (daemon.http_addr). One-shot
+# commands (migrate, import-items) exit before the first check; the sim overrides it.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["collector", "healthcheck"]
 ENTRYPOINT ["collector"]
 CMD ["run"]

@@ -54,7 +54,11 @@ var examples = map[string]string{
   collector items --limit 0 --include-synthetic`,
 	"collector run": `  collector run
   collector run --http-addr 127.0.0.1:9090 --max-sleep 10s --log-format console`,
-	"collector status": `  collector status`,
+	"collector status": `  collector status
+  collector status -o json | jq .outbox
+  collector status --check --max-overdue 100 --max-outbox-age 10m   # exit 1 names the first problem`,
+	"collector healthcheck": `  collector healthcheck                                   # /readyz on daemon.http_addr
+  collector healthcheck --url http://127.0.0.1:8080/_sim/stats`,
 	"collector sim": `  collector sim --addr 127.0.0.1:8089 --items 500
   NEOPLE_API_BASE_URL=http://127.0.0.1:8089 NEOPLE_MARKET_API_KEY=sim-market-key collector collect-due`,
 	"collector version":      `  collector version`,

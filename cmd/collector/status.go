@@ -16,11 +16,21 @@ import (
 func init() { register(newStatusCmd) }
 
 func newStatusCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var output string
+	var check bool
+	var lim checkLimits
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster at a glance: items per tier, due, overdue, lag, leases, provider, budgets, outbox, instances",
-		Args:  cobra.NoArgs,
+		Long: `Show the cluster at a glance. -o json prints the same as one JSON object with stable field
+names (docs/operations.md). --check exits 1 naming the first problem: the provider paused by a
+manual override, no live instance, more overdue items than --max-overdue, or an unpublished
+outbox event older than --max-outbox-age — for a cron alert or a probe.`,
+		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
+			if output != "text" && output != "json" {
+				return usageError{cmd: "collector status", err: fmt.Errorf("-o %q: allowed text, json", output)}
+			}
 			pool, err := a.db(ctx)
 			if err != nil {
 				return err
@@ -29,10 +39,33 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printStatus(a, st)
+			var problems []string
+			if check {
+				problems = lim.problems(st)
+			}
+			if output == "json" {
+				v := toStatusJSON(st)
+				if check {
+					v.Check = &checkJSON{OK: len(problems) == 0, Problems: append([]string{}, problems...)}
+				}
+				if err := writeStatusJSON(a, v); err != nil {
+					return err
+				}
+			} else {
+				printStatus(a, st)
+			}
+			if len(problems) > 0 {
+				return fmt.Errorf("%w: %s", errCheckFailed, problems[0])
+			}
 			return nil
 		}),
 	}
+	f := cmd.Flags()
+	f.StringVarP(&output, "output", "o", "text", "text or json (stable field names)")
+	f.BoolVar(&check, "check", false, "exit 1 naming the first problem found")
+	f.Int64Var(&lim.maxOverdue, "max-overdue", 0, "--check: items overdue (due > 30s, unclaimed) tolerated")
+	f.DurationVar(&lim.maxOutboxAge, "max-outbox-age", 10*time.Minute, "--check: age of the oldest unpublished outbox event tolerated")
+	return cmd
 }
 
 func printStatus(a *app, st daemon.ClusterStatus) {

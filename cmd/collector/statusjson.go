@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/daemon"
+)
+
+// statusJSON is `collector status -o json`. Its field names are a stable interface
+// (docs/operations.md lists them): add fields, never rename or remove one.
+type statusJSON struct {
+	DatabaseTime time.Time      `json:"database_time"`
+	Provider     providerJSON   `json:"provider"`
+	Tiers        []tierJSON     `json:"tiers"`
+	Totals       tierJSON       `json:"totals"`
+	LeasesHeld   int64          `json:"leases_held"`
+	ClaimLag     claimLagJSON   `json:"claim_lag"`
+	Outbox       outboxJSON     `json:"outbox"`
+	Relay        relayJSON      `json:"relay"`
+	Budgets      []budgetJSON   `json:"budgets"`
+	Instances    []instanceJSON `json:"instances"`
+	Check        *checkJSON     `json:"check,omitempty"`
+}
+
+type providerJSON struct {
+	Name            string     `json:"name"`
+	Status          string     `json:"status"` // effective: what collectors obey
+	Reason          string     `json:"reason"`
+	Since           time.Time  `json:"since"`
+	Override        bool       `json:"override"`
+	OverrideUntil   *time.Time `json:"override_until,omitempty"`
+	AutomaticStatus string     `json:"automatic_status"`
+	ProbeFailures   *int       `json:"probe_failures,omitempty"`
+	NextProbeAt     *time.Time `json:"next_probe_at,omitempty"`
+}
+
+type tierJSON struct {
+	Tier    string `json:"tier,omitempty"`
+	Items   int64  `json:"items"`
+	Due     int64  `json:"due"`
+	Overdue int64  `json:"overdue"`
+}
+
+type claimLagJSON struct {
+	WindowSeconds float64 `json:"window_seconds"`
+	Claims        int64   `json:"claims"`
+	P50Seconds    float64 `json:"p50_seconds"`
+	P99Seconds    float64 `json:"p99_seconds"`
+}
+
+type outboxJSON struct {
+	Unpublished              int64   `json:"unpublished"`
+	OldestUnpublishedSeconds float64 `json:"oldest_unpublished_seconds"`
+	Failed                   int64   `json:"failed"`
+}
+
+type relayJSON struct {
+	LanesHeld int      `json:"lanes_held"`
+	Owners    []string `json:"owners"`
+	Stopped   []string `json:"stopped"`
+}
+
+type budgetJSON struct {
+	Key            string     `json:"key"`
+	Instances      int        `json:"instances"`
+	SharePerSecond float64    `json:"share_per_second"`
+	RequestsSent   int64      `json:"requests_sent"`
+	CooldownUntil  *time.Time `json:"cooldown_until,omitempty"`
+}
+
+type instanceJSON struct {
+	Instance       string    `json:"instance"`
+	Host           string    `json:"host"`
+	PID            int       `json:"pid"`
+	Key            string    `json:"key"`
+	StartedAt      time.Time `json:"started_at"`
+	HeartbeatAt    time.Time `json:"heartbeat_at"`
+	SharePerSecond float64   `json:"share_per_second"`
+	RequestsSent   int64     `json:"requests_sent"`
+}
+
+type checkJSON struct {
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems"`
+}
+
+func toStatusJSON(st daemon.ClusterStatus) statusJSON {
+	eff, reason, since := st.Provider.Effective()
+	out := statusJSON{
+		DatabaseTime: st.DatabaseNow,
+		Provider: providerJSON{Name: st.Provider.Provider, Status: string(eff), Reason: reason, Since: since,
+			Override: st.Provider.OverrideStatus != "", OverrideUntil: st.Provider.OverrideUntil,
+			AutomaticStatus: string(st.Provider.Status)},
+		Tiers:      []tierJSON{},
+		LeasesHeld: st.Leased,
+		ClaimLag: claimLagJSON{WindowSeconds: daemon.LagWindow.Seconds(), Claims: st.LagN,
+			P50Seconds: st.LagP50.Seconds(), P99Seconds: st.LagP99.Seconds()},
+		Outbox:    outboxJSON{Unpublished: st.OutboxBacklog, OldestUnpublishedSeconds: st.OutboxOldest.Seconds(), Failed: st.OutboxFailed},
+		Relay:     relayJSON{LanesHeld: st.Relay.LanesHeld, Owners: append([]string{}, st.Relay.Owners...), Stopped: []string{}},
+		Budgets:   []budgetJSON{},
+		Instances: []instanceJSON{},
+	}
+	if st.Probe != nil {
+		out.Provider.ProbeFailures, out.Provider.NextProbeAt = &st.Probe.Failures, &st.Probe.NextProbeAt
+	}
+	for _, t := range st.Tiers {
+		out.Tiers = append(out.Tiers, tierJSON{Tier: t.Tier, Items: t.Items, Due: t.Due, Overdue: t.Overdue})
+		out.Totals.Items, out.Totals.Due, out.Totals.Overdue = out.Totals.Items+t.Items, out.Totals.Due+t.Due, out.Totals.Overdue+t.Overdue
+	}
+	for _, s := range st.Relay.Stops {
+		out.Relay.Stopped = append(out.Relay.Stopped, s.Owner)
+	}
+	for _, b := range st.Budgets {
+		out.Budgets = append(out.Budgets, budgetJSON{Key: b.KeyLabel, Instances: b.Instances, SharePerSecond: b.SharePerSec,
+			RequestsSent: b.Used, CooldownUntil: b.CooldownUntil})
+	}
+	for _, i := range st.Instances {
+		out.Instances = append(out.Instances, instanceJSON{Instance: i.Instance, Host: i.Host, PID: i.PID, Key: i.KeyLabel,
+			StartedAt: i.Started, HeartbeatAt: i.Heartbeat, SharePerSecond: i.Share, RequestsSent: i.Used})
+	}
+	return out
+}
+
+// checkLimits are `collector status --check`'s thresholds.
+type checkLimits struct {
+	maxOverdue   int64
+	maxOutboxAge time.Duration
+}
+
+// problems lists what --check fails on, the most urgent first.
+func (l checkLimits) problems(st daemon.ClusterStatus) []string {
+	var out []string
+	eff, reason, _ := st.Provider.Effective()
+	if st.Provider.OverrideStatus != "" && !eff.CanDispatch() {
+		out = append(out, fmt.Sprintf("provider %s paused by manual override: %s (%s)", st.Provider.Provider, eff, reason))
+	}
+	if len(st.Instances) == 0 {
+		out = append(out, "no live collector instance (no heartbeat in the last 10s)")
+	}
+	var overdue int64
+	for _, t := range st.Tiers {
+		overdue += t.Overdue
+	}
+	if overdue > l.maxOverdue {
+		out = append(out, fmt.Sprintf("%d items overdue by more than %s (--max-overdue %d)", overdue, daemon.OverdueAfter, l.maxOverdue))
+	}
+	if st.OutboxOldest > l.maxOutboxAge {
+		out = append(out, fmt.Sprintf("oldest unpublished outbox event is %s old (--max-outbox-age %s)",
+			st.OutboxOldest.Round(time.Second), l.maxOutboxAge))
+	}
+	return out
+}
+
+// errCheckFailed marks --check's failure, so the message names the first problem.
+var errCheckFailed = errors.New("status check failed")
+
+func writeStatusJSON(a *app, v statusJSON) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
