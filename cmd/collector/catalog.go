@@ -77,6 +77,16 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	for _, w := range rep.Warnings {
 		fmt.Fprintf(a.stderr, "warning: %s\n", w)
 	}
+	if rep.Inserted > 0 && a.cfg.Catalog.Policy == config.PolicyBudget {
+		// New items add demand: plan again now rather than at the daemon's next recalculation.
+		res, err := seed.RecalculatePopularity(ctx, pool, seed.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market))
+		if err != nil {
+			return err
+		}
+		if res.Plan != nil {
+			a.printf("re-planned: %d tier moves; demand %.1f of %.1f requests/s\n", len(res.Changes), res.Plan.DemandAfter, res.Plan.Limit)
+		}
+	}
 	if err := rep.Err(); err != nil {
 		if allowMissing {
 			fmt.Fprintf(a.stderr, "warning (--allow-missing): %v\n", err)
@@ -168,7 +178,7 @@ scheduled for collection, are hidden from ranking read paths, and purge:syntheti
 			if err != nil {
 				return err
 			}
-			opt.Policy = seed.PolicyFromConfig(a.cfg.Catalog)
+			opt.Policy = seed.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market)
 			// A line every 5 % of a long run; each batch is committed when it is reported.
 			step := max(1, opt.Items/20)
 			next := step
@@ -223,7 +233,7 @@ func (a *app) recalculate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := seed.RecalculatePopularity(ctx, pool, a.cfg.Catalog)
+	res, err := seed.RecalculatePopularity(ctx, pool, seed.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market))
 	if err != nil {
 		return err
 	}
@@ -328,6 +338,7 @@ including what collection has learnt: observed collections and changes, the esti
 	f.StringVar(&tier, "tier", "", "only this tier ("+tiers.Names()+")")
 	f.IntVar(&q.Limit, "limit", 100, "at most this many rows (0 = all)")
 	f.BoolVar(&q.IncludeSynthetic, "include-synthetic", false, "also list synthetic fixtures (seed-, integration-item-)")
+	cmd.AddCommand(newPinCmd(a), newUnpinCmd(a))
 	return cmd
 }
 

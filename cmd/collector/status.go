@@ -9,8 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/seed"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 func init() { register(newStatusCmd) }
@@ -83,14 +86,22 @@ func printStatus(a *app, st daemon.ClusterStatus) {
 
 	a.printf("\n")
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "tier\titems\tdue now\toverdue (>30s)\t")
+	fmt.Fprintln(w, "tier\titems\tdue now\toverdue (>30s)\tdemand req/s\t")
 	var items, due, overdue int64
+	var demand float64
 	for _, t := range st.Tiers {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t\n", t.Tier, t.Items, t.Due, t.Overdue)
-		items, due, overdue = items+t.Items, due+t.Due, overdue+t.Overdue
+		d := budgetplan.TierDemand(tiers.Tier(t.Tier), t.Items, seed.RequestsPerCollection)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%.2f\t\n", t.Tier, t.Items, t.Due, t.Overdue, d)
+		items, due, overdue, demand = items+t.Items, due+t.Due, overdue+t.Overdue, demand+d
 	}
-	fmt.Fprintf(w, "total\t%d\t%d\t%d\t\n", items, due, overdue)
+	fmt.Fprintf(w, "total\t%d\t%d\t%d\t%.2f\t\n", items, due, overdue, demand)
 	_ = w.Flush()
+	m := a.cfg.Provider.Market
+	keyBudget := min(m.Rate, float64(m.PerMinute)/60)
+	a.printf("market key budget: %.1f req/s (%.0f/s, %d/min); demand is %.0f%% of it\n", keyBudget, m.Rate, m.PerMinute, 100*ratio(demand, keyBudget))
+	if demand > keyBudget {
+		a.printf("WARNING: the tiers ask for %.1f req/s, more than the budget's %.1f; COLD items wait first (collector plan shows a fix)\n", demand, keyBudget)
+	}
 
 	a.printf("\nleases held: %d\n", st.Leased)
 	if st.LagN > 0 {

@@ -72,6 +72,16 @@ func (b Budget) Limit() float64 {
 	return math.Min(b.PerSecond, b.PerMinute/60) * (1 - b.Headroom)
 }
 
+// TierDemand is the steady request rate of n items of tier t costing requests per collection
+// (0 for DORMANT).
+func TierDemand(t tiers.Tier, n int64, requests float64) float64 {
+	iv, ok := t.Interval()
+	if !ok {
+		return 0
+	}
+	return float64(n) * requests / iv.Seconds()
+}
+
 // Freshness is the expected fraction of time a copy refreshed every interval seconds is current
 // when the source changes as a Poisson process at rate λ per second: (1 − e^(−λI)) / (λI)
 // (Cho & Garcia-Molina, "Effective page refresh policies", TODS 2003).

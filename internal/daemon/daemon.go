@@ -443,7 +443,7 @@ func (d *Daemon) recalcLoop(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		res, err := seed.RecalculatePopularity(ctx, d.pool, d.cfg.Catalog)
+		res, err := seed.RecalculatePopularity(ctx, d.pool, seed.PolicyFromConfig(d.cfg.Catalog, d.cfg.Market))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			d.metrics.LoopErrors.WithLabelValues("recalc").Inc()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -131,7 +132,7 @@ func (d *Daemon) workload() string { return string(provider.WorkloadMarket) }
 
 func (d *Daemon) refreshGauges(ctx context.Context) error {
 	rows, err := d.pool.Query(ctx, `
-		SELECT collection_tier,
+		SELECT collection_tier, count(*),
 		       count(*) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now())),
 		       count(*) FILTER (WHERE next_collect_at <= now() - $1 * interval '1 millisecond'
 		                          AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
@@ -141,15 +142,15 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		return fmt.Errorf("due items by tier: %w", err)
 	}
 	// Every tier is exported on every refresh, so a tier that emptied reads 0, not its last count.
-	due, overdue := map[string]int64{}, map[string]int64{}
+	all, due, overdue := map[string]int64{}, map[string]int64{}, map[string]int64{}
 	for rows.Next() {
 		var tier string
-		var n, late int64
-		if err := rows.Scan(&tier, &n, &late); err != nil {
+		var items, n, late int64
+		if err := rows.Scan(&tier, &items, &n, &late); err != nil {
 			rows.Close()
 			return err
 		}
-		due[tier], overdue[tier] = n, late
+		all[tier], due[tier], overdue[tier] = items, n, late
 	}
 	if err := rows.Err(); err != nil {
 		return err
@@ -157,7 +158,9 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for _, t := range tiers.All() {
 		d.metrics.ItemsDue.WithLabelValues(string(t)).Set(float64(due[string(t)]))
 		d.metrics.ItemsOverdue.WithLabelValues(string(t)).Set(float64(overdue[string(t)]))
+		d.metrics.TierDemand.WithLabelValues(string(t)).Set(budgetplan.TierDemand(t, all[string(t)], seed.RequestsPerCollection))
 	}
+	d.metrics.BudgetRate.WithLabelValues(d.workload()).Set(min(d.cfg.Market.Rate, float64(d.cfg.Market.PerMinute)/60))
 	var leases, backlog int64
 	var oldest float64
 	err = d.pool.QueryRow(ctx, `

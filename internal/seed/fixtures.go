@@ -75,7 +75,7 @@ func SeedSynthetic(ctx context.Context, db DB, opt SyntheticOptions) (SyntheticR
 			MaxSyntheticItems, MaxSyntheticDays, opt.Items, opt.Days)
 	}
 	if opt.Policy.Window == 0 {
-		opt.Policy = PolicyFromConfig(config.Default().Catalog)
+		opt.Policy = PolicyFromConfig(config.Default().Catalog, config.Default().Provider.Market)
 	}
 	res := SyntheticResult{Items: opt.Items}
 	end := opt.Until.Truncate(time.Hour)

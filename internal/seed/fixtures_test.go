@@ -92,7 +92,7 @@ func TestSeedSyntheticThenPurge(t *testing.T) {
 	if err != nil || len(all) != 8 {
 		t.Errorf("ListItems(IncludeSynthetic) = %d rows, %v; want 8", len(all), err)
 	}
-	res, err := RecalculatePopularity(ctx, pool, testConfig())
+	res, err := RecalculatePopularity(ctx, pool, testPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}

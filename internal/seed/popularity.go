@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -21,10 +22,15 @@ type Policy struct {
 	ReactivateTier   tiers.Tier
 	Thresholds       tiers.Thresholds
 	Weights          config.ScoreWeights
+	// Mode is config.PolicyBudget or config.PolicyThresholds (catalog.policy).
+	Mode string
+	// Budget is the market key's budget the budget policy plans within.
+	Budget budgetplan.Budget
 }
 
-// PolicyFromConfig converts the validated catalog section.
-func PolicyFromConfig(c config.CatalogConfig) Policy {
+// PolicyFromConfig converts the validated catalog section and the market key's limits
+// (provider.market.*), which the budget policy plans within.
+func PolicyFromConfig(c config.CatalogConfig, market config.WorkloadLimits) Policy {
 	rt, err := tiers.Parse(c.ReactivateTier)
 	if err != nil {
 		rt = tiers.Active
@@ -32,7 +38,8 @@ func PolicyFromConfig(c config.CatalogConfig) Policy {
 	return Policy{
 		Window: c.SignalWindow, DormantAfter: c.DormantAfter, DemotionHold: c.DemotionHold,
 		InterestHalfLife: c.InterestHalfLife, ReactivateTier: rt,
-		Thresholds: c.Thresholds.Tiers(), Weights: c.Weights,
+		Thresholds: c.Thresholds.Tiers(), Weights: c.Weights, Mode: c.Policy,
+		Budget: budgetplan.Budget{PerSecond: market.Rate, PerMinute: float64(market.PerMinute), Headroom: c.BudgetHeadroom},
 	}
 }
 
@@ -70,6 +77,9 @@ type itemState struct {
 	LastSale      *time.Time
 	LastInterest  *time.Time
 	LastKind      string
+	Pinned        tiers.Tier // an operator's pin; "" = none
+	Observed      budgetplan.Observations
+	ObservedSales float64 // decayed new sales over Observed's seconds
 	Signals
 }
 
@@ -83,6 +93,9 @@ type decision struct {
 
 // decide is the whole tier policy for one item, pure so it can be tested without a clock.
 func decide(now time.Time, it itemState, score float64, p Policy) decision {
+	if it.Pinned != "" {
+		return decision{Tier: it.Pinned, Reason: "pinned by an operator"}
+	}
 	heldSince := it.CreatedAt
 	if it.TierChangedAt != nil {
 		heldSince = *it.TierChangedAt
@@ -130,6 +143,8 @@ type Result struct {
 	Held         int // demotions postponed by catalog.demotion_hold
 	Conflicts    int // tier changed concurrently (a touch); decided again next run
 	Changes      []TierChange
+	// Plan is what the budget policy planned (nil under the thresholds policy).
+	Plan *PlanSummary
 }
 
 // TierChange is one item that moved tier.
@@ -154,11 +169,17 @@ const updateBatch = 2000
 // phase (tiers.NextDue from the database's now), and a promotion never moves the next
 // collection later than it already was. Leases are never touched. Synthetic items are left
 // as seed:synthetic wrote them, so recalculation can never schedule a fixture.
-func RecalculatePopularity(ctx context.Context, db DB, cfg config.CatalogConfig) (Result, error) {
-	return recalculate(ctx, db, PolicyFromConfig(cfg))
+func RecalculatePopularity(ctx context.Context, db DB, p Policy) (Result, error) {
+	return recalculate(ctx, db, p, true)
 }
 
-func recalculate(ctx context.Context, db DB, p Policy) (Result, error) {
+// PlanTiers decides like RecalculatePopularity and reports the moves and the plan, changing
+// nothing.
+func PlanTiers(ctx context.Context, db DB, p Policy) (Result, error) {
+	return recalculate(ctx, db, p, false)
+}
+
+func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, error) {
 	var res Result
 	// One transaction: now() is then the same instant for the read, the decisions made in
 	// Go from it, and the writes.
@@ -178,10 +199,18 @@ func recalculate(ctx context.Context, db DB, p Policy) (Result, error) {
 		}
 		res.Now = now
 		res.Scored = len(items)
+		scores := make([]float64, len(items))
+		ds := make([]decision, len(items))
+		for i, it := range items {
+			scores[i] = Score(it.Signals, p.Weights, p.Window)
+			ds[i] = decide(now, it, scores[i], p)
+		}
+		if p.Mode == config.PolicyBudget {
+			res.Plan = planBudget(items, scores, ds, p.Budget)
+		}
 		var batch updates
-		for _, it := range items {
-			score := Score(it.Signals, p.Weights, p.Window)
-			d := decide(now, it, score, p)
+		for i, it := range items {
+			score, d := scores[i], ds[i]
 			if d.Held {
 				res.Held++
 			}
@@ -197,6 +226,12 @@ func recalculate(ctx context.Context, db DB, p Policy) (Result, error) {
 				if n, ok := tiers.NextDue(it.ItemID, d.Tier, now); ok {
 					next = &n
 				}
+			}
+			if !apply {
+				if d.Tier != it.Tier {
+					res.Changes = append(res.Changes, TierChange{ItemID: it.ItemID, From: it.Tier, To: d.Tier, Reason: d.Reason, NextCollectAt: next})
+				}
+				continue
 			}
 			batch.add(it, score, d, next)
 			if batch.len() >= updateBatch {
@@ -222,7 +257,8 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 		SELECT t.item_id, t.collection_tier, t.next_collect_at, t.popularity_score, t.created_at, t.tier_changed_at,
 		       (SELECT max(sold_at) FROM auction_sales s WHERE s.item_id = t.item_id),
 		       li.occurred_at, coalesce(li.kind, ''),
-		       sa.n, sa.gold, ch.churn, ia.interest, now()
+		       sa.n, sa.gold, ch.churn, ia.interest, now(), coalesce(t.pinned_tier, ''),
+		       t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.est_sales
 		FROM tracked_items t
 		LEFT JOIN LATERAL (
 			SELECT occurred_at, kind FROM item_interest i WHERE i.item_id = t.item_id
@@ -259,13 +295,15 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 	)
 	for rows.Next() {
 		var it itemState
-		var tier string
+		var tier, pinned string
+		o := &it.Observed
 		if err := rows.Scan(&it.ItemID, &tier, &it.NextCollectAt, &it.Score, &it.CreatedAt, &it.TierChangedAt,
 			&it.LastSale, &it.LastInterest, &it.LastKind,
-			&it.Sales, &it.Gold, &it.Churn, &it.Interest, &now); err != nil {
+			&it.Sales, &it.Gold, &it.Churn, &it.Interest, &now, &pinned,
+			&o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds, &it.ObservedSales); err != nil {
 			return nil, now, fmt.Errorf("read popularity signals: %w", err)
 		}
-		it.Tier = tiers.Tier(tier)
+		it.Tier, it.Pinned = tiers.Tier(tier), tiers.Tier(pinned)
 		out = append(out, it)
 	}
 	if err := rows.Err(); err != nil {

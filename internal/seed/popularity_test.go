@@ -12,7 +12,14 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-func testPolicy() Policy { return PolicyFromConfig(config.Default().Catalog) }
+// testPolicy is the default configuration under the thresholds policy, whose tiers these tests
+// check; the budget policy has its own tests (plan_test.go).
+func testPolicy() Policy {
+	c := config.Default()
+	p := PolicyFromConfig(c.Catalog, c.Provider.Market)
+	p.Mode = config.PolicyThresholds
+	return p
+}
 
 func TestScore(t *testing.T) {
 	w := config.ScoreWeights{Sales: 1, Volume: 0.5, Churn: 0.1}
@@ -118,7 +125,7 @@ func readSchedule(t *testing.T, db DB, id string) schedule {
 
 func recalc(t *testing.T, db DB, p Policy) Result {
 	t.Helper()
-	res, err := recalculate(context.Background(), db, p)
+	res, err := recalculate(context.Background(), db, p, true)
 	if err != nil {
 		t.Fatal(err)
 	}

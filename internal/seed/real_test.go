@@ -10,8 +10,6 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 )
 
-func testConfig() config.CatalogConfig { return config.Default().Catalog }
-
 func TestSeedRealWithoutKeysFailsNamingTheVariables(t *testing.T) {
 	ran := false
 	steps := RealSteps{

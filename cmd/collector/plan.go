@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/seed"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+func init() { register(newPlanCmd) }
+
+func newPlanCmd(a *app) *cobra.Command {
+	var (
+		perSecond float64
+		apply     bool
+		show      int
+	)
+	cmd := &cobra.Command{
+		Use:   "plan [--budget R] [--apply]",
+		Short: "Show what the budget policy would do: today's demand against the budget, the tier moves, predicted freshness before and after",
+		Long: `plan runs the budget policy (catalog.policy: budget) over every tracked item and prints, without
+changing anything, the request demand of today's tiers against the market key's budget (less
+catalog.budget_headroom), the tier moves the policy would make, and the predicted
+popularity-weighted freshness before and after. --budget R plans for R requests per second instead
+of provider.market.rate / per_minute. --apply makes the moves (as recalculate-popularity does
+under the budget policy).`,
+		Example: `  collector plan
+  collector plan --budget 100
+  collector plan --apply`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			p := seed.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market)
+			p.Mode = config.PolicyBudget
+			if perSecond != 0 {
+				if !(perSecond > 0) {
+					return fmt.Errorf("--budget %v: want a positive number of requests per second", perSecond)
+				}
+				p.Budget.PerSecond, p.Budget.PerMinute = perSecond, perSecond*60
+			}
+			var res seed.Result
+			if apply {
+				res, err = seed.RecalculatePopularity(ctx, pool, p)
+			} else {
+				res, err = seed.PlanTiers(ctx, pool, p)
+			}
+			if err != nil {
+				return err
+			}
+			if res.Skipped {
+				return fmt.Errorf("plan: another process is recalculating right now; try again")
+			}
+			printPlan(a, p, res, apply, show)
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.Float64Var(&perSecond, "budget", 0, "plan for this many requests per second (default: provider.market.rate and per_minute)")
+	f.BoolVar(&apply, "apply", false, "make the tier moves")
+	f.IntVar(&show, "show", 20, "list at most this many moves item by item")
+	return cmd
+}
+
+func printPlan(a *app, p seed.Policy, res seed.Result, applied bool, show int) {
+	s := res.Plan
+	b := p.Budget
+	a.printf("budget: %.0f requests/s, %.0f/min, headroom %.0f%% → %.1f requests/s to plan with (%d requests per collection)\n",
+		b.PerSecond, b.PerMinute, b.Headroom*100, s.Limit, seed.RequestsPerCollection)
+	a.printf("demand of today's tiers: %.1f requests/s (%.2f× the budget)\n", s.DemandBefore, ratio(s.DemandBefore, s.Limit))
+	if s.DemandBefore > s.Limit {
+		a.printf("WARNING: today's tiers ask for more than the budget; COLD items wait first\n")
+	}
+	a.printf("planned demand: %.1f requests/s, of which pinned or not yet observed %.1f\n", s.DemandAfter, s.PinnedDemand)
+	if s.PinsExceed {
+		a.printf("WARNING: pinned items alone ask for %.1f requests/s, more than the budget's %.1f; unpin some (collector items unpin ITEM_ID)\n",
+			s.PinnedDemand, s.Limit)
+	}
+	if s.SalesUnsafe > 0 {
+		a.printf("WARNING: %d items sell too fast for the budget to collect them before sales leave the 100-row window\n", s.SalesUnsafe)
+	}
+	a.printf("predicted weighted freshness: %.3f → %.3f over %d items\n", s.FreshnessBefore, s.FreshnessAfter, s.Items)
+
+	moves := map[[2]tiers.Tier]int{}
+	for _, c := range res.Changes {
+		moves[[2]tiers.Tier{c.From, c.To}]++
+	}
+	keys := make([][2]tiers.Tier, 0, len(moves))
+	for k := range moves {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0].Rank() < keys[j][0].Rank()
+		}
+		return keys[i][1].Rank() < keys[j][1].Rank()
+	})
+	a.printf("tier moves: %d\n", len(res.Changes))
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	for _, k := range keys {
+		fmt.Fprintf(tw, "  %s → %s\t%d\n", k[0], k[1], moves[k])
+	}
+	for i, c := range res.Changes {
+		if i == show {
+			fmt.Fprintf(tw, "  …\t%d more\n", len(res.Changes)-show)
+			break
+		}
+		fmt.Fprintf(tw, "  %s\t%s → %s\t%s\n", c.ItemID, c.From, c.To, c.Reason)
+	}
+	_ = tw.Flush()
+	if applied {
+		a.printf("applied: %d promoted, %d demoted, %d conflicts\n", res.Promoted, res.Demoted, res.Conflicts)
+	} else {
+		a.printf("nothing changed; run with --apply to make these moves\n")
+	}
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+func newPinCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pin ITEM_ID TIER",
+		Short: "Fix an item's tier: recalculation leaves it there and the budget policy plans around it",
+		Args:  cobra.ExactArgs(2),
+		RunE: a.runArgs(func(ctx context.Context, args []string) error {
+			t, err := tiers.Parse(args[1])
+			if err != nil {
+				return err
+			}
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			c, err := seed.PinItem(ctx, pool, args[0], t)
+			if err != nil {
+				return err
+			}
+			a.printf("item %s: pinned to %s (was %s), next collection at %s\n", c.ItemID, c.To, c.From, fmtTime(c.NextCollectAt))
+			return nil
+		}),
+	}
+}
+
+func newUnpinCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "unpin ITEM_ID",
+		Short: "Hand an item back to the tier policy (its tier stays until the next recalculation)",
+		Args:  cobra.ExactArgs(1),
+		RunE: a.runArgs(func(ctx context.Context, args []string) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			if err := seed.UnpinItem(ctx, pool, args[0]); err != nil {
+				return err
+			}
+			a.printf("item %s: unpinned\n", args[0])
+			return nil
+		}),
+	}
+}

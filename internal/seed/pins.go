@@ -1,0 +1,61 @@
+package seed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// PinItem fixes an item's tier (`collector items pin`): recalculation never moves it and the
+// budget policy counts its demand against the budget. The item moves to the tier at once, on
+// the tier's phase; a promotion never delays its next collection.
+func PinItem(ctx context.Context, db DB, itemID string, t tiers.Tier) (TierChange, error) {
+	if _, ok := t.Interval(); !ok {
+		return TierChange{}, fmt.Errorf("pin item %s: tier %q cannot be pinned (allowed: HOT_1M, ACTIVE_3M, WARM_5M, COLD_10M)", itemID, t)
+	}
+	c := TierChange{ItemID: itemID, To: t, Reason: "pinned by an operator"}
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var from string
+		var now time.Time
+		err := tx.QueryRow(ctx, `SELECT collection_tier, now() FROM tracked_items WHERE item_id = $1 FOR NO KEY UPDATE`,
+			itemID).Scan(&from, &now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotTracked
+		}
+		if err != nil {
+			return err
+		}
+		c.From = tiers.Tier(from)
+		next, _ := tiers.NextDue(itemID, t, now)
+		return tx.QueryRow(ctx, `
+			UPDATE tracked_items SET pinned_tier = $2, collection_tier = $2,
+			       next_collect_at = CASE WHEN collection_tier = $2 THEN next_collect_at
+			                              WHEN $4 THEN LEAST(next_collect_at, $3) ELSE $3 END,
+			       tier_changed_at = CASE WHEN collection_tier = $2 THEN tier_changed_at ELSE now() END,
+			       tier_reason = CASE WHEN collection_tier = $2 THEN tier_reason ELSE $5 END,
+			       updated_at = now()
+			WHERE item_id = $1
+			RETURNING next_collect_at`, itemID, string(t), next, tiers.IsPromotion(c.From, t), c.Reason).Scan(&c.NextCollectAt)
+	})
+	if err != nil {
+		return TierChange{}, fmt.Errorf("pin item %s to %s: %w", itemID, t, err)
+	}
+	return c, nil
+}
+
+// UnpinItem hands an item back to the policy; its tier stays until the next recalculation.
+func UnpinItem(ctx context.Context, db DB, itemID string) error {
+	tag, err := db.Exec(ctx, `UPDATE tracked_items SET pinned_tier = NULL, updated_at = now() WHERE item_id = $1`, itemID)
+	if err != nil {
+		return fmt.Errorf("unpin item %s: %w", itemID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("unpin item %s: %w", itemID, ErrNotTracked)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package seed
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+func budgetPolicy(perSecond float64) Policy {
+	c := config.Default()
+	p := PolicyFromConfig(c.Catalog, c.Provider.Market)
+	p.Mode = config.PolicyBudget
+	p.Budget.PerSecond, p.Budget.PerMinute, p.Budget.Headroom = perSecond, perSecond*60, 0.1
+	return p
+}
+
+// plannedCatalog tracks n items (plan-00 … ) that have been observed changing about every
+// 5 minutes, item i viewed i times (so heavier with i), all WARM_5M.
+func plannedCatalog(t *testing.T, n int) *pgxpool.Pool {
+	t.Helper()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("plan-%02d", i)
+		if _, err := pool.Exec(ctx, `INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at,
+			est_collections, est_changes, est_changed_seconds, est_unchanged_seconds)
+			VALUES ($1, $1, 'WARM_5M', now() + interval '1 minute', 100, 50, 15000, 15000)`, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO item_interest (item_id, kind, weight)
+			SELECT $1, 'view', 1 FROM generate_series(1, $2)`, id, i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pool
+}
+
+type tierRow struct {
+	tier string
+	next string
+}
+
+func tierRows(t *testing.T, pool *pgxpool.Pool) map[string]tierRow {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT item_id, collection_tier, coalesce(next_collect_at::text, '') FROM tracked_items`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]tierRow{}
+	for rows.Next() {
+		var id string
+		var r tierRow
+		if err := rows.Scan(&id, &r.tier, &r.next); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = r
+	}
+	return out
+}
+
+func TestPlanWithoutApplyChangesNothing(t *testing.T) {
+	pool := plannedCatalog(t, 20)
+	before := tierRows(t, pool)
+	res, err := PlanTiers(context.Background(), pool, budgetPolicy(0.2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Changes) == 0 || res.Plan == nil {
+		t.Fatalf("the plan proposes nothing: %+v", res)
+	}
+	after := tierRows(t, pool)
+	for id, r := range before {
+		if after[id] != r {
+			t.Errorf("item %s changed from %+v to %+v without --apply", id, r, after[id])
+		}
+	}
+}
+
+func TestBudgetPolicyKeepsDemandWithinBudgetAndFavoursHeavyItems(t *testing.T) {
+	const n = 20
+	pool := plannedCatalog(t, n)
+	ctx := context.Background()
+	if _, err := PinItem(ctx, pool, "plan-00", tiers.Hot); err != nil {
+		t.Fatal(err)
+	}
+	// With the HOT pin, all WARM would ask 0.16 requests/s and all COLD 0.097; the plan gets 0.108.
+	p := budgetPolicy(0.12)
+	res, err := RecalculatePopularity(ctx, pool, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Plan == nil || res.Plan.DemandBefore <= res.Plan.Limit {
+		t.Fatalf("plan %+v: today's demand should exceed the budget", res.Plan)
+	}
+	rows := tierRows(t, pool)
+	var demand float64
+	for _, r := range rows {
+		iv, _ := tiers.Tier(r.tier).Interval()
+		demand += RequestsPerCollection / iv.Seconds()
+	}
+	if demand > p.Budget.Limit()+1e-9 {
+		t.Errorf("demand after the plan %.4f requests/s, budget %.4f", demand, p.Budget.Limit())
+	}
+	if rows["plan-00"].tier != string(tiers.Hot) {
+		t.Errorf("pinned item moved to %s", rows["plan-00"].tier)
+	}
+	for i := 2; i < n; i++ {
+		lighter, heavier := tiers.Tier(rows[fmt.Sprintf("plan-%02d", i-1)].tier), tiers.Tier(rows[fmt.Sprintf("plan-%02d", i)].tier)
+		if heavier.Rank() > lighter.Rank() {
+			t.Errorf("plan-%02d (heavier) got %s, plan-%02d got %s", i, heavier, i-1, lighter)
+		}
+	}
+	if err := UnpinItem(ctx, pool, "plan-00"); err != nil {
+		t.Fatal(err)
+	}
+	if err := UnpinItem(ctx, pool, "nope"); err == nil {
+		t.Error("unpinning an untracked item must fail")
+	}
+}
