@@ -112,7 +112,7 @@ func BenchmarkRawKafkaGoWriter(b *testing.B) {
 	cfg := benchConfig(b)
 	cfg.setDefaults()
 	msgs := pendingMessages(b, benchRows(b, b.N), cfg)
-	w := NewWriter(cfg, newTransport(cfg))
+	w := newWriter(cfg, newTransport(cfg))
 	defer w.Close() //nolint:errcheck
 	// One message first, so that connecting and reading metadata stay out of the timing.
 	if err := w.WriteMessages(context.Background(), msgs[0]); err != nil {
@@ -221,7 +221,7 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 	if err := r.checkTopic(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	w := NewWriter(cfg, newTransport(cfg))
+	w := newWriter(cfg, newTransport(cfg))
 	defer w.Close() //nolint:errcheck
 	var relayTime, rawTime time.Duration
 	var relayGo, relayPG, rawGo int64 // CPU clock ticks

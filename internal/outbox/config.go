@@ -27,7 +27,7 @@ type RelayConfig struct {
 	ClientID string // default duecollector
 	Source   string // ce_source header; default duecollector/neople
 
-	BatchSize    int           // rows per batch; default 500
+	BatchSize    int           // messages per produce call (a read covers 4); default 500
 	BatchBytes   int64         // bytes per produce batch; default 1 MiB
 	Compression  string        // none (default), gzip, snappy, lz4, zstd
 	WriteTimeout time.Duration // one produce request; default 10s

@@ -42,7 +42,7 @@ func newTransport(cfg RelayConfig) *kafka.Transport {
 	}
 }
 
-// NewWriter returns the kafka-go writer the relay publishes with: acks from all in-sync
+// newWriter returns the kafka-go writer the relay publishes with: acks from all in-sync
 // replicas, keys hashed like the Java client (murmur2), one attempt per call (the relay does
 // its own retrying, so it knows what was acknowledged), synchronous.
 //
@@ -51,8 +51,7 @@ func newTransport(cfg RelayConfig) *kafka.Transport {
 // or overflows midway, and the tiny BatchTimeout only fires after a partition's messages were
 // all added (kafka-go adds them under one lock). One request per partition means one item's
 // messages in a call are acknowledged or rejected together, which keeps per-item order.
-// Exported for the benchmark's raw-writer baseline.
-func NewWriter(cfg RelayConfig, transport kafka.RoundTripper) *kafka.Writer {
+func newWriter(cfg RelayConfig, transport kafka.RoundTripper) *kafka.Writer {
 	codec, _ := compressionCodec(cfg.Compression) // validated by NewRelay
 	return &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
@@ -96,8 +95,7 @@ func messageSize(m kafka.Message) int64 {
 }
 
 // rejected reports whether the broker refused a message for what it is, so that sending it
-// again cannot succeed. Everything else (broker down, leader moved, timeouts, authorization)
-// is about the broker or the connection and is retried.
+// again cannot succeed. Everything else is about the broker or the connection (brokerError).
 func rejected(err error) bool {
 	var werrs kafka.WriteErrors
 	if errors.As(err, &werrs) {

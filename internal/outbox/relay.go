@@ -66,16 +66,13 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig, log *zap.Logger) (*Relay, err
 		cfg:       cfg,
 		log:       log.With(zap.String("topic", cfg.Topic), zap.String("relay", cfg.Owner)),
 		transport: t,
-		writer:    NewWriter(cfg, t),
+		writer:    newWriter(cfg, t),
 		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: cfg.WriteTimeout, Transport: t},
 		lanes:     newLaneSet(pool, cfg.Owner, cfg.Lease),
 	}, nil
 }
 
-// Config is the validated configuration with defaults filled in.
-func (r *Relay) Config() RelayConfig { return r.cfg }
-
-// Totals adds up every pass and batch so far (for metrics).
+// Totals adds up every pass and batch so far.
 func (r *Relay) Totals() Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
