@@ -29,9 +29,12 @@ type HealthConfig struct {
 	MinSamples      int           `mapstructure:"min_samples"`   // fewer outcomes decide nothing
 	ProbeBackoff    time.Duration `mapstructure:"probe_backoff"` // first probe after this, doubled per failure
 	ProbeBackoffMax time.Duration `mapstructure:"probe_backoff_max"`
-	RecoverFactor   float64       `mapstructure:"recover_factor"`  // rate fraction at the start of RECOVERING
-	RecoverSuccess  int           `mapstructure:"recover_success"` // clean successes RECOVERING → HEALTHY
-	CheckInterval   time.Duration `mapstructure:"check_interval"`  // status re-read / probe check
+	RecoverFactor   float64       `mapstructure:"recover_factor"` // rate fraction at the start of RECOVERING
+	RecoverFor      time.Duration `mapstructure:"recover_for"`    // RECOVERING's ramp-up to the full rate
+	// RecoverSuccessRatio: after RecoverFor, this share of the last Window's outcomes must
+	// have succeeded for RECOVERING → HEALTHY.
+	RecoverSuccessRatio float64       `mapstructure:"recover_success_ratio"`
+	CheckInterval       time.Duration `mapstructure:"check_interval"` // status re-read / probe check
 }
 
 // BudgetConfig is the cluster-wide share of each API key's budget (internal/budget).
@@ -43,23 +46,24 @@ type BudgetConfig struct {
 }
 
 var daemonDefaults = map[string]any{
-	"daemon.http_addr":                ":9090",
-	"daemon.max_sleep":                "30s",
-	"daemon.notify":                   true,
-	"daemon.shutdown_grace":           "20s",
-	"daemon.gauge_interval":           "15s",
-	"daemon.health.window":            "30s",
-	"daemon.health.error_ratio":       0.5,
-	"daemon.health.min_samples":       20,
-	"daemon.health.probe_backoff":     "5s",
-	"daemon.health.probe_backoff_max": "5m",
-	"daemon.health.recover_factor":    0.1,
-	"daemon.health.recover_success":   50,
-	"daemon.health.check_interval":    "1s",
-	"daemon.budget.enabled":           true,
-	"daemon.budget.heartbeat":         "1s",
-	"daemon.budget.headroom":          0.03,
-	"daemon.budget.cooldown":          "1s",
+	"daemon.http_addr":                    ":9090",
+	"daemon.max_sleep":                    "30s",
+	"daemon.notify":                       true,
+	"daemon.shutdown_grace":               "20s",
+	"daemon.gauge_interval":               "15s",
+	"daemon.health.window":                "30s",
+	"daemon.health.error_ratio":           0.5,
+	"daemon.health.min_samples":           20,
+	"daemon.health.probe_backoff":         "5s",
+	"daemon.health.probe_backoff_max":     "5m",
+	"daemon.health.recover_factor":        0.1,
+	"daemon.health.recover_for":           "1m",
+	"daemon.health.recover_success_ratio": 0.95,
+	"daemon.health.check_interval":        "1s",
+	"daemon.budget.enabled":               true,
+	"daemon.budget.heartbeat":             "1s",
+	"daemon.budget.headroom":              0.03,
+	"daemon.budget.cooldown":              "1s",
 }
 
 func (c DaemonConfig) validate() error {
@@ -76,6 +80,7 @@ func (c DaemonConfig) validate() error {
 		{"daemon.health.probe_backoff", c.Health.ProbeBackoff, 10 * time.Millisecond, time.Hour},
 		{"daemon.health.probe_backoff_max", c.Health.ProbeBackoffMax, c.Health.ProbeBackoff, 24 * time.Hour},
 		{"daemon.health.check_interval", c.Health.CheckInterval, 10 * time.Millisecond, time.Minute},
+		{"daemon.health.recover_for", c.Health.RecoverFor, 10 * time.Millisecond, time.Hour},
 		{"daemon.budget.heartbeat", c.Budget.Heartbeat, 50 * time.Millisecond, time.Minute},
 		{"daemon.budget.cooldown", c.Budget.Cooldown, 10 * time.Millisecond, time.Hour},
 	}
@@ -93,8 +98,8 @@ func (c DaemonConfig) validate() error {
 	if c.Health.RecoverFactor < 0.01 || c.Health.RecoverFactor > 1 {
 		errs = append(errs, invalid("daemon.health.recover_factor", c.Health.RecoverFactor, "must be between 0.01 and 1"))
 	}
-	if c.Health.RecoverSuccess < 1 {
-		errs = append(errs, invalid("daemon.health.recover_success", c.Health.RecoverSuccess, "must be >= 1"))
+	if c.Health.RecoverSuccessRatio <= 0 || c.Health.RecoverSuccessRatio > 1 {
+		errs = append(errs, invalid("daemon.health.recover_success_ratio", c.Health.RecoverSuccessRatio, "must be > 0 and <= 1"))
 	}
 	if c.Budget.Headroom < 0 || c.Budget.Headroom >= 0.5 {
 		errs = append(errs, invalid("daemon.budget.headroom", c.Budget.Headroom, "must be >= 0 and < 0.5"))

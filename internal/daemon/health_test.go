@@ -42,7 +42,7 @@ func TestMaintenancePausesEveryInstanceAndTheProbeBringsThemBack(t *testing.T) {
 		cfg := testConfig()
 		cfg.Dispatch.Concurrency = concurrency
 		cfg.Dispatch.BatchSize = 10
-		cfg.Daemon.Health.RecoverSuccess = 10
+		cfg.Daemon.Health.RecoverFor = time.Second
 		cfg.Daemon.Health.RecoverFactor = 0.2
 		cfg.Market.Rate = 200 // ramp visible: RECOVERING starts at 40/s per instance
 		rs = append(rs, e.start(t, cfg, nil))
@@ -104,7 +104,7 @@ func TestErrorRatioDegradesAndRecovers(t *testing.T) {
 	cfg.Dispatch.Concurrency = 2
 	cfg.Dispatch.BatchSize = 10
 	cfg.Daemon.Health.MinSamples = 10
-	cfg.Daemon.Health.RecoverSuccess = 5
+	cfg.Daemon.Health.RecoverFor = 500 * time.Millisecond
 	r := e.start(t, cfg, nil)
 	// A lucky probe may already have moved it on; the counted transition is what matters.
 	testkit.Eventually(t, 20*time.Second, "HEALTHY → DEGRADED", func() bool {

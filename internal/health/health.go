@@ -7,11 +7,15 @@
 //	                          a probe succeeded; one instance at a time probes (the probe is
 //	                          leased in provider_probe), after a back-off that doubles with
 //	                          each failed probe of the same outage
-//	RECOVERING → HEALTHY      RecoverSuccess clean collections by one instance
-//	RECOVERING → DEGRADED     a transient failure while recovering
+//	RECOVERING → HEALTHY      RecoverFor has passed (this instance's clock) and at least
+//	                          RecoverSuccessRatio of the outcomes in the last Window
+//	                          succeeded (or there were none)
+//	RECOVERING → DEGRADED     as from HEALTHY: transient failures above ErrorRatio of the
+//	                          outcomes in the last Window (at least MinSamples of them)
 //
 // While RECOVERING the request rate starts at RecoverFactor of the budget and ramps up
-// linearly with the successes. Transitions are compare-and-set on the previous status, so
+// linearly over RecoverFor, so a short outage on a small catalog ends in RecoverFor, not
+// after a number of collections a small catalog takes long to make. Transitions are compare-and-set on the previous status, so
 // instances racing on the same observation make one transition, not several. An active manual
 // override (collector provider set … --for) wins: the monitor neither probes nor transitions
 // while one is in force. Every status change an instance sees is logged with its reason and
@@ -71,8 +75,7 @@ type Monitor struct {
 	auto      provider.Status
 	since     time.Time
 	override  bool
-	successes int   // clean outcomes since RECOVERING began (this instance)
-	recFail   error // transient failure while RECOVERING, not yet acted on
+	recSince  time.Time // when this instance saw RECOVERING begin
 }
 
 type sample struct {
@@ -115,15 +118,7 @@ func (m *Monitor) Observe(err error) {
 	m.trim(now)
 	act := false
 	switch m.auto {
-	case provider.Recovering:
-		if err != nil {
-			m.recFail, act = err, true
-		} else {
-			m.successes++
-			m.rampLocked()
-			act = m.successes >= m.cfg.RecoverSuccess
-		}
-	case provider.Healthy:
+	case provider.Recovering, provider.Healthy:
 		act = err != nil && m.degradedLocked()
 	}
 	m.mu.Unlock()
@@ -162,11 +157,13 @@ func (m *Monitor) ratioLocked() float64 {
 	return float64(bad) / float64(max(len(m.window), 1))
 }
 
-func (m *Monitor) rampLocked() {
+// rampLocked sets the rate for the time spent RECOVERING: RecoverFactor at the start, the
+// full budget after RecoverFor.
+func (m *Monitor) rampLocked(now time.Time) {
 	if m.rate == nil {
 		return
 	}
-	f := m.cfg.RecoverFactor + (1-m.cfg.RecoverFactor)*float64(m.successes)/float64(m.cfg.RecoverSuccess)
+	f := m.cfg.RecoverFactor + (1-m.cfg.RecoverFactor)*float64(now.Sub(m.recSince))/float64(m.cfg.RecoverFor)
 	m.rate.SetRateFactor(min(f, 1))
 }
 
@@ -203,8 +200,10 @@ func (m *Monitor) step(ctx context.Context) error {
 	now := time.Now()
 	m.trim(now)
 	degraded, ratio, n := m.degradedLocked(), m.ratioLocked(), len(m.window)
-	successes, recFail := m.successes, m.recFail
-	m.recFail = nil
+	recovering := now.Sub(m.recSince)
+	if row.Status == provider.Recovering {
+		m.rampLocked(now)
+	}
 	m.mu.Unlock()
 
 	switch row.Status {
@@ -214,11 +213,13 @@ func (m *Monitor) step(ctx context.Context) error {
 				fmt.Sprintf("transient failures %.0f%% of %d outcomes in the last %s (threshold %.0f%%)", 100*ratio, n, m.cfg.Window, 100*m.cfg.ErrorRatio))
 		}
 	case provider.Recovering:
-		if recFail != nil {
-			return m.transition(ctx, row, provider.Degraded, "failure while recovering: "+recFail.Error())
+		if degraded {
+			return m.transition(ctx, row, provider.Degraded,
+				fmt.Sprintf("transient failures %.0f%% of %d outcomes while recovering (threshold %.0f%%)", 100*ratio, n, 100*m.cfg.ErrorRatio))
 		}
-		if successes >= m.cfg.RecoverSuccess {
-			return m.transition(ctx, row, provider.Healthy, fmt.Sprintf("%d clean collections while recovering", successes))
+		if recovering >= m.cfg.RecoverFor && 1-ratio >= m.cfg.RecoverSuccessRatio {
+			return m.transition(ctx, row, provider.Healthy, fmt.Sprintf("recovering for %s, %.0f%% of %d outcomes in the last %s succeeded",
+				recovering.Round(time.Millisecond), 100*(1-ratio), n, m.cfg.Window))
 		}
 	case provider.Maintenance, provider.Degraded:
 		return m.tryProbe(ctx, row)
@@ -233,7 +234,7 @@ func (m *Monitor) see(row provider.StatusRow) {
 	prevEff, prevAuto := m.effective, m.auto
 	m.effective, m.auto, m.since, m.override = eff, row.Status, row.Since, row.OverrideStatus != ""
 	if row.Status != prevAuto {
-		m.successes = 0
+		m.recSince = time.Now()
 		m.window = m.window[:0]
 		if m.rate != nil {
 			if row.Status == provider.Recovering {

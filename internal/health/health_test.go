@@ -25,7 +25,7 @@ func testConfig(owner string) Config {
 		HealthConfig: config.HealthConfig{
 			Window: 10 * time.Second, ErrorRatio: 0.5, MinSamples: 4,
 			ProbeBackoff: 50 * time.Millisecond, ProbeBackoffMax: 400 * time.Millisecond,
-			RecoverFactor: 0.1, RecoverSuccess: 3, CheckInterval: 10 * time.Millisecond,
+			RecoverFactor: 0.1, RecoverFor: 300 * time.Millisecond, RecoverSuccessRatio: 0.9, CheckInterval: 10 * time.Millisecond,
 		},
 		Provider: "neople", Owner: owner,
 	}
@@ -103,7 +103,9 @@ func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
 	rates := make([]*rateRecorder, 3)
 	for i := range rates {
 		rates[i] = &rateRecorder{}
-		run(t, New(pool, testConfig(fmt.Sprintf("m%d", i)), probe, rates[i], log))
+		cfg := testConfig(fmt.Sprintf("m%d", i))
+		cfg.RecoverFor = time.Hour // the rate stays near recover_factor while the test looks
+		run(t, New(pool, cfg, probe, rates[i], log))
 	}
 	testkit.Eventually(t, 10*time.Second, "four failed probes", func() bool {
 		mu.Lock()
@@ -128,7 +130,7 @@ func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
 	}
 	testkit.Eventually(t, 5*time.Second, "the recovering rate factor", func() bool {
 		for _, r := range rates {
-			if r.last() != 0.1 {
+			if f := r.last(); f < 0.1 || f > 0.101 {
 				return false
 			}
 		}
@@ -136,8 +138,8 @@ func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
 	})
 }
 
-// RECOVERING ramps the rate up with each clean success and becomes HEALTHY after
-// RecoverSuccess of them; a transient failure sends it back to DEGRADED.
+// RECOVERING ramps the rate up over RecoverFor and becomes HEALTHY once that has passed and
+// enough of the recent outcomes succeeded; too many transient failures send it back to DEGRADED.
 func TestRecoveringRampsUpOrFallsBack(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
@@ -145,7 +147,9 @@ func TestRecoveringRampsUpOrFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	rate := &rateRecorder{}
-	m := New(pool, testConfig("m"), func(context.Context) error { return nil }, rate, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	cfg := testConfig("m")
+	cfg.RecoverFor = time.Hour // only the failures below can end this RECOVERING
+	m := New(pool, cfg, func(context.Context) error { return nil }, rate, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	var seen []string
 	var mu sync.Mutex
 	m.OnChange = func(from, to provider.Status, reason string) {
@@ -155,27 +159,88 @@ func TestRecoveringRampsUpOrFallsBack(t *testing.T) {
 	}
 	run(t, m)
 	testkit.Eventually(t, 5*time.Second, "the monitor to see RECOVERING", func() bool { return m.Status() == provider.Recovering })
-	m.Observe(nil)
-	if f := rate.last(); f <= 0.1 || f >= 1 {
-		t.Fatalf("rate factor after one success %v, want between 0.1 and 1", f)
+	if f := rate.last(); f < 0.1 || f >= 0.2 {
+		t.Fatalf("rate factor at the start of RECOVERING %v, want about 0.1", f)
 	}
-	m.Observe(errors.New("connection reset")) // not a *provider.Error: transient
-	testkit.Eventually(t, 5*time.Second, "DEGRADED after a failure while recovering", func() bool {
+	m.Observe(errors.New("connection reset")) // one failure among few outcomes decides nothing
+	m.Observe(nil)
+	m.mu.Lock()
+	if m.degradedLocked() {
+		t.Fatal("degraded on one failure below min_samples")
+	}
+	m.mu.Unlock()
+	for range 4 {
+		m.Observe(errors.New("connection reset")) // not a *provider.Error: transient
+	}
+	testkit.Eventually(t, 5*time.Second, "DEGRADED after failures while recovering", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Contains(seen, "RECOVERING→DEGRADED")
 	})
+	t.Logf("transitions seen: %v", seen)
+}
 
-	// The probe (always succeeding here) brings it back to RECOVERING; three successes → HEALTHY.
-	testkit.Eventually(t, 5*time.Second, "RECOVERING again", func() bool { return m.Status() == provider.Recovering })
-	for range 3 {
+// A short outage on a small catalog ends by time: with no outcomes at all (nothing due) or
+// only successes, RECOVERING becomes HEALTHY once RecoverFor has passed, at the full rate.
+func TestRecoveringEndsByTime(t *testing.T) {
+	for _, outcomes := range []int{0, 3} {
+		t.Run(fmt.Sprintf("%d successes", outcomes), func(t *testing.T) {
+			pool, _ := storetest.NewPool(t)
+			ctx := context.Background()
+			if _, err := provider.SetStatus(ctx, pool, "neople", provider.Recovering, "probe ok"); err != nil {
+				t.Fatal(err)
+			}
+			rate := &rateRecorder{}
+			m := New(pool, testConfig("m"), func(context.Context) error { return nil }, rate, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+			run(t, m)
+			testkit.Eventually(t, 5*time.Second, "the monitor to see RECOVERING", func() bool { return m.Status() == provider.Recovering })
+			start := time.Now()
+			for range outcomes {
+				m.Observe(nil)
+			}
+			testkit.Eventually(t, 10*time.Second, "HEALTHY", func() bool { return status(t, pool).Status == provider.Healthy })
+			if waited := time.Since(start); waited < 200*time.Millisecond {
+				t.Fatalf("HEALTHY after %s, before recover_for (300ms) had passed", waited)
+			}
+			testkit.Eventually(t, 5*time.Second, "full rate", func() bool { return rate.last() == 1 })
+		})
+	}
+}
+
+// Below the success share RECOVERING holds even after RecoverFor.
+func TestRecoveringHoldsBelowTheSuccessShare(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Recovering, "probe ok"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig("m")
+	cfg.MinSamples = 100 // the failures below never reach DEGRADED
+	m := New(pool, cfg, func(context.Context) error { return nil }, nil, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	m.see(status(t, pool))
+	for range 8 {
 		m.Observe(nil)
 	}
-	testkit.Eventually(t, 5*time.Second, "HEALTHY", func() bool { return status(t, pool).Status == provider.Healthy })
-	testkit.Eventually(t, 5*time.Second, "full rate", func() bool { return rate.last() == 1 })
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("transitions seen: %v", seen)
+	m.Observe(errors.New("timeout"))
+	m.Observe(errors.New("timeout")) // 80% succeeded, below 90%
+	m.mu.Lock()
+	m.recSince = m.recSince.Add(-time.Hour)
+	m.mu.Unlock()
+	if err := m.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(t, pool).Status; st != provider.Recovering {
+		t.Fatalf("status %s at 80%% success, want RECOVERING", st)
+	}
+	for range 20 {
+		m.Observe(nil) // 28 of 30
+	}
+	if err := m.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(t, pool).Status; st != provider.Healthy {
+		t.Fatalf("status %s at 93%% success after recover_for, want HEALTHY", st)
+	}
 }
 
 // Item errors and rate limits say nothing about the provider's health.
