@@ -123,6 +123,25 @@ func (s *Server) observeSales(found []*entry, rows []saleRow, now time.Time) {
 	for _, r := range rows {
 		shown[r.ItemID]++
 	}
+	s.observeShown(found, shown, now)
+}
+
+// Observe records a collection of itemID at the simulator's now, as if /df/auction and a full
+// /df/auction-sold page (limit 100) had been served, so a time-compressed replay is measured by
+// the same ground truth as real requests. It reports false for an unknown item or market.
+func (s *Server) Observe(itemID string) bool {
+	e := s.byID[itemID]
+	if e == nil || e.real == nil {
+		return false
+	}
+	now := s.opts.Now()
+	s.observeListings([]*entry{e}, now)
+	// The newest 100 sales: the page holds every new sale unless more than 100 happened.
+	s.observeShown([]*entry{e}, map[string]int64{itemID: 100}, now)
+	return true
+}
+
+func (s *Server) observeShown(found []*entry, shown map[string]int64, now time.Time) {
 	t := now.UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/budgetplan"
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/seed"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// freshSize is the freshness section: the realistic market's catalog size and the simulated
+// horizon of the time-compressed replay (its first half is warm-up: learning, not measured).
+type freshSize struct {
+	items int
+	hours int
+}
+
+// Contenders of the freshness section.
+const (
+	cSeed       = "seed"
+	cThresholds = "thresholds"
+	cBudget     = "budget"
+	cOracle     = "oracle"
+)
+
+// replanEvery is how often the replay's policies recalculate (the daemon's catalog.recalc_interval).
+const replanEvery = 3 * 60
+
+// freshResult is one contender's replay, measured over the second half.
+type freshResult struct {
+	rep               neoplesim.FreshnessReport
+	requests          int64
+	overBudgetSeconds int
+	hotLagP99         float64 // seconds
+	coldLagP99        float64
+	collectorGaps     int64
+	coverable         float64 // sales coverage over the items whose sales HOT can keep in the window
+	truthDemand       float64 // requests/s of its tiers at the end
+}
+
+// benchFreshness replays each contender over the same simulated market, same budget (about half
+// what the thresholds policy asks for) and same horizon, through simulated time: the collector
+// side is the same estimator (budgetplan.Observations) and optimizer (budgetplan.Solve) the
+// daemon uses, driven by the simulator's model (Events) and measured by its own ground truth
+// (Observe, Freshness).
+func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
+	fs := sz.fresh
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	truthSim := neoplesim.New(neoplesim.Options{Items: fs.items, Seed: 16, Market: neoplesim.MarketRealistic})
+	cat := truthSim.Catalog()
+	truths := truthSim.Truths()
+	ids := make([]string, len(cat))
+	for i, it := range cat {
+		ids[i] = it.ItemID
+	}
+	cfg := config.Default()
+	policy := seed.PolicyFromConfig(cfg.Catalog, cfg.Provider.Market)
+
+	// The budget: half the thresholds policy's demand on the true signals.
+	thrTiers := make([]tiers.Tier, len(ids))
+	for i, id := range ids {
+		thrTiers[i], _ = tiers.ForScore(replayScore(truths[id].SalesPerHour, truths[id].Weight, policy), policy.Thresholds)
+	}
+	var thrDemand float64
+	for _, t := range thrTiers {
+		thrDemand += budgetplan.TierDemand(t, 1, seed.RequestsPerCollection)
+	}
+	budget := math.Round(thrDemand / 2)
+	rep.note("freshness: %d items, thresholds demand %.1f req/s, budget %.0f req/s (headroom %.0f%%), %d h simulated (%d h warm-up)",
+		len(ids), thrDemand, budget, cfg.Catalog.BudgetHeadroom*100, fs.hours, fs.hours/2)
+
+	res := map[string]freshResult{}
+	for _, c := range []string{cOracle, cSeed, cThresholds, cBudget} {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		r := replay(c, ids, truths, policy, budget, cfg.Catalog.BudgetHeadroom, cfg.Catalog.EstimateWindow, start, fs.hours)
+		res[c] = r
+		fmt.Fprintf(os.Stderr, "  replay %-10s freshness %.3f, %d requests (%s)\n", c, r.rep.Freshness, r.requests, time.Since(t0).Round(time.Second))
+	}
+	o := res[cOracle]
+	ratio := func(a, b float64) string {
+		if b == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f×", a/b)
+	}
+	how := fmt.Sprintf("time-compressed replay over the realistic market (seed 16, %d items), budget %.0f req/s ≈ half the thresholds policy's demand, %d h simulated, measured over the last %d h by the simulator's ground truth (GET /_sim/freshness semantics); collections limited to the budget each second, HOT claimed first",
+		len(ids), budget, fs.hours, fs.hours/2)
+	for _, c := range []string{cSeed, cThresholds, cBudget, cOracle} {
+		r := res[c]
+		rep.add("Weighted freshness, "+c, fmt.Sprintf("%.3f (%s oracle)", r.rep.Freshness, ratio(r.rep.Freshness, o.rep.Freshness)), how)
+		rep.add("Weighted mean age, "+c, fmt.Sprintf("%.0f s (%s oracle)", r.rep.MeanAge, ratio(r.rep.MeanAge, o.rep.MeanAge)), "same replay; time since the first change the copy missed")
+		rep.add("Sales coverage (all / coverable items), "+c, fmt.Sprintf("%.2f%% / %.2f%%", 100*r.rep.SalesCoverage, 100*r.coverable),
+			"sales seen ÷ (seen + lost); coverable = items whose sale rate HOT can keep inside the 100-row window")
+		rep.add("Lost-sale gaps: simulator / collector, "+c, fmt.Sprintf("%d / %d", r.rep.Gaps, r.collectorGaps),
+			"fetches after which sales had left the window unseen, vs the collector's rule (full page, all newer than stored)")
+		rep.add("Requests used, seconds over budget, "+c, fmt.Sprintf("%d (%s oracle), %d s", r.requests, ratio(float64(r.requests), float64(o.requests)), r.overBudgetSeconds), "requests in the measured half")
+		rep.add("HOT / COLD lag p99, "+c, fmt.Sprintf("%.0f / %.0f s", r.hotLagP99, r.coldLagP99), "due → collection, simulated seconds")
+	}
+	b, th := res[cBudget], res[cThresholds]
+	rep.note("freshness targets: budget/oracle %.2f (target ≥ 0.9), budget/thresholds %.2f (target ≥ 1.3), budget coverage on coverable items %.2f%% (target ≥ 99.5%%), gaps sim/collector %d/%d (target equal)",
+		b.rep.Freshness/o.rep.Freshness, b.rep.Freshness/th.rep.Freshness, 100*b.coverable, b.rep.Gaps, b.collectorGaps)
+	return nil
+}
+
+// replayScore is the popularity score the catalog would compute in steady state: sales per hour,
+// and views at weight per hour decayed with the interest half-life (Σ ≈ rate × half-life / ln 2).
+// Gold volume and churn are left out.
+func replayScore(salesPerHour, weight float64, p seed.Policy) float64 {
+	interest := weight * p.Weights.View * p.InterestHalfLife.Hours() / math.Ln2
+	return seed.Score(seed.Signals{Sales: int64(math.Round(salesPerHour * p.Window.Hours())), Interest: interest}, p.Weights, p.Window)
+}
+
+type replayItem struct {
+	id        string
+	tier      tiers.Tier
+	due, last int64 // unix seconds; last 0 = never collected
+	obsAt     int64
+	obs       budgetplan.Observations
+	sales     float64 // decayed new sales over obs's seconds
+	hadSale   bool
+	idx       int // heap index
+}
+
+// dueHeap orders one tier's items by due time.
+type dueHeap []*replayItem
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].idx = i; h[j].idx = j }
+func (h *dueHeap) Push(x any)        { it := x.(*replayItem); it.idx = len(*h); *h = append(*h, it) }
+func (h *dueHeap) Pop() any          { old := *h; it := old[len(old)-1]; *h = old[:len(old)-1]; return it }
+func (h dueHeap) peek() *replayItem  { return h[0] }
+func tierIndex(t tiers.Tier) int     { return t.Rank() }
+func intervalOf(t tiers.Tier) int64  { iv, _ := t.Interval(); return int64(iv / time.Second) }
+func slot(id string, t tiers.Tier, after int64) int64 {
+	return tiers.NextSlot(id, time.Duration(intervalOf(t))*time.Second, time.Unix(after, 0)).Unix()
+}
+
+func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p seed.Policy, budget, headroom float64,
+	window time.Duration, start time.Time, hours int) freshResult {
+	var now int64 = start.Unix()
+	sim := neoplesim.New(neoplesim.Options{Items: len(ids), Seed: 16, Market: neoplesim.MarketRealistic,
+		Now: func() time.Time { return time.Unix(now, 0) }})
+	b := budgetplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: headroom}
+	items := make([]*replayItem, len(ids))
+	var heaps [4]dueHeap
+	for i, id := range ids {
+		it := &replayItem{id: id, tier: tiers.Warm}
+		it.due = start.Unix() + int64(tiers.Phase(id, 300*time.Second)/time.Second)
+		items[i] = it
+		heap.Push(&heaps[tierIndex(it.tier)], it)
+	}
+	move := func(it *replayItem, to tiers.Tier) {
+		if to == it.tier {
+			return
+		}
+		heap.Remove(&heaps[tierIndex(it.tier)], it.idx)
+		next := slot(it.id, to, now)
+		if tiers.IsPromotion(it.tier, to) {
+			next = min(next, it.due)
+		}
+		it.tier, it.due = to, next
+		heap.Push(&heaps[tierIndex(to)], it)
+	}
+	plan := func() {
+		switch contender {
+		case cSeed:
+			return
+		case cThresholds:
+			for _, it := range items {
+				t, _ := tiers.ForScore(replayScore(observedSales(it), truths[it.id].Weight, p), p.Thresholds)
+				move(it, t)
+			}
+			return
+		}
+		in := make([]budgetplan.Item, len(items))
+		for i, it := range items {
+			tr := truths[it.id]
+			if contender == cOracle {
+				in[i] = budgetplan.Item{Weight: tr.Weight, ChangeRate: tr.ChangesPerHour / 3600, SalesRate: tr.SalesPerHour / 3600, Requests: 2}
+				continue
+			}
+			rate, ok := it.obs.ChangeRate()
+			if !ok {
+				in[i] = budgetplan.Item{Requests: 2, Pinned: it.tier}
+				continue
+			}
+			in[i] = budgetplan.Item{Weight: replayScore(observedSales(it), tr.Weight, p), ChangeRate: rate,
+				SalesRate: observedSales(it) / 3600, Requests: 2}
+		}
+		pl := budgetplan.Solve(in, b)
+		for i, it := range items {
+			move(it, pl.Tiers[i])
+		}
+	}
+
+	end := start.Unix() + int64(hours)*3600
+	measureFrom := start.Unix() + int64(hours)*1800
+	perSecond := budget / seed.RequestsPerCollection
+	var capacity float64
+	var res freshResult
+	var hotLags, coldLags []float64
+	measuring := false
+	plan()
+	for ; now < end; now++ {
+		if !measuring && now >= measureFrom {
+			measuring = true
+			sim.ResetStats()
+		}
+		if (now-start.Unix())%replanEvery == 0 && now > start.Unix() {
+			plan()
+		}
+		capacity = min(capacity+perSecond, math.Max(perSecond, 1))
+		sent := 0
+		for ti := range heaps {
+			h := &heaps[ti]
+			for capacity >= 1 && h.Len() > 0 && h.peek().due <= now {
+				it := heap.Pop(h).(*replayItem)
+				lag := float64(now - it.due)
+				gap := collect(sim, it, now, window)
+				capacity--
+				sent += seed.RequestsPerCollection
+				if measuring {
+					res.requests += seed.RequestsPerCollection
+					if gap {
+						res.collectorGaps++
+					}
+					switch it.tier {
+					case tiers.Hot:
+						hotLags = append(hotLags, lag)
+					case tiers.Cold:
+						coldLags = append(coldLags, lag)
+					}
+				}
+				it.due = slot(it.id, it.tier, now)
+				heap.Push(h, it)
+			}
+		}
+		if measuring && float64(sent) > budget {
+			res.overBudgetSeconds++
+		}
+	}
+	res.rep = sim.Freshness()
+	res.hotLagP99, res.coldLagP99 = p99(hotLags), p99(coldLags)
+	var seen, lost int64
+	for _, it := range items {
+		if budgetplan.SalesSafe(truths[it.id].SalesPerHour/3600, 60) {
+			f := res.rep.Items[it.id]
+			seen, lost = seen+f.SalesSeen, lost+f.SalesLost
+		}
+		res.truthDemand += budgetplan.TierDemand(it.tier, 1, seed.RequestsPerCollection)
+	}
+	res.coverable = 1
+	if seen+lost > 0 {
+		res.coverable = float64(seen) / float64(seen+lost)
+	}
+	return res
+}
+
+// collect is one collection at now: the ground truth records it, and the collector side
+// updates its counts as the write-back does. It reports the collector's sales-gap rule.
+func collect(sim *neoplesim.Server, it *replayItem, now int64, window time.Duration) (gap bool) {
+	sim.Observe(it.id)
+	if it.last == 0 {
+		_, k, _ := sim.Events(it.id, time.Unix(now-24*3600, 0), time.Unix(now, 0))
+		it.hadSale = k > 0
+		it.last, it.obsAt = now, now
+		return false
+	}
+	c, k, _ := sim.Events(it.id, time.Unix(it.last, 0), time.Unix(now, 0))
+	gap = it.hadSale && k >= budgetplan.SalesWindow
+	age := float64(now - it.obsAt)
+	decay := math.Exp(-age / window.Seconds())
+	it.obs = it.obs.Decay(age, window.Seconds()).Observe(float64(now-it.last), c > 0 || k > 0)
+	it.sales = it.sales*decay + float64(k)
+	it.hadSale = it.hadSale || k > 0
+	it.last, it.obsAt = now, now
+	return gap
+}
+
+// observedSales is the item's observed sales per hour (0 before any interval).
+func observedSales(it *replayItem) float64 {
+	secs := it.obs.ChangedSeconds + it.obs.UnchangedSeconds
+	if secs <= 0 {
+		return 0
+	}
+	return it.sales / secs * 3600
+}
+
+func p99(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	return xs[int(0.99*float64(len(xs)-1))]
+}
