@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/duecollector/duecollector/internal/config"
 )
 
@@ -360,5 +364,32 @@ func TestLanesMatchSchema(t *testing.T) {
 	}
 	if lanes != Lanes || minLane != 0 || maxLane != Lanes-1 || distinct != Lanes {
 		t.Fatalf("lanes table %d, rows in lanes %d..%d (%d distinct), want 0..%d", lanes, minLane, maxLane, distinct, Lanes-1)
+	}
+}
+
+// A broker that refuses the relay's authorization stops it for good, as a missing topic
+// does: retrying cannot fix it, so it must show as down instead of backing off for ever.
+func TestRefusedAuthorizationStopsTheRelay(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	enqueue(t, pool, snapshotEvents(3, 1))
+	broker.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: testTopic, Err: kerr.TopicAuthorizationFailed})
+	cfg := testConfig(broker.ListenAddrs(), "relay-a")
+	var reasons []string
+	cfg.OnError = func(reason string) { reasons = append(reasons, reason) }
+	r, _ := newTestRelay(t, pool, cfg)
+	err := r.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "Topic Authorization Failed") {
+		t.Fatalf("Run: %v, want it to stop on the refused authorization", err)
+	}
+	if up, reason := r.Health(); up || !strings.Contains(reason, "Authorization") {
+		t.Fatalf("Health: up=%v %q", up, reason)
+	}
+	if len(reasons) != 1 || reasons[0] != "authorization" {
+		t.Fatalf("error reasons %v, want one authorization", reasons)
+	}
+	// kafka-go sends a request per partition: the refused one's rows stay pending, not failed.
+	if n := countWhere(t, pool, "state = 'pending'"); n == 0 || countWhere(t, pool, "state = 'failed'") != 0 {
+		t.Fatalf("%d rows pending, %d failed; want the refused ones pending", n, countWhere(t, pool, "state = 'failed'"))
 	}
 }
