@@ -35,8 +35,11 @@ is still printed, and the command then fails naming it, as any other command wou
 			}
 			for _, env := range []string{provider.WorkloadMarket.KeyEnv(), provider.WorkloadItem.KeyEnv()} {
 				val, src := "(not set)", "-"
-				if getenv(env) != "" {
+				switch {
+				case getenv(env) != "":
 					val, src = "[redacted]", "env "+env
+				case getenv(env+"_FILE") != "":
+					val, src = "[redacted]", "file "+getenv(env+"_FILE")+" (env "+env+"_FILE)"
 				}
 				fmt.Fprintf(w, "%s\t%s\t%s\n", env, val, src)
 			}

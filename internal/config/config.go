@@ -49,8 +49,18 @@ func Load(opts Options) (*Config, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	cfg.Provider.MarketKey = Secret(strings.TrimSpace(os.Getenv("NEOPLE_MARKET_API_KEY")))
-	cfg.Provider.ItemKey = Secret(strings.TrimSpace(os.Getenv("NEOPLE_ITEM_API_KEY")))
+	var keyErrs []error
+	for _, k := range []struct {
+		env string
+		dst *Secret
+	}{{"NEOPLE_MARKET_API_KEY", &cfg.Provider.MarketKey}, {"NEOPLE_ITEM_API_KEY", &cfg.Provider.ItemKey}} {
+		v, err := secretEnv(k.env)
+		*k.dst = v
+		keyErrs = append(keyErrs, err)
+	}
+	if err := errors.Join(keyErrs...); err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		nameFlags(err, opts.Flags)
 		return nil, err
@@ -194,3 +204,25 @@ func (s Secret) Reveal() string { return string(s) }
 
 // Empty reports whether no key was given.
 func (s Secret) Empty() bool { return s == "" }
+
+// secretEnv reads a secret from the variable env, or from the file named by env_FILE (as
+// container platforms mount secrets, and systemd's LoadCredential= places them). Setting both
+// is an error; the file's surrounding whitespace is trimmed. Errors never include the value.
+func secretEnv(env string) (Secret, error) {
+	val, file := strings.TrimSpace(os.Getenv(env)), os.Getenv(env+"_FILE")
+	if file == "" {
+		return Secret(val), nil
+	}
+	if val != "" {
+		return "", fmt.Errorf("%s and %s_FILE are both set: set one", env, env)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s_FILE: %w", env, err)
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("%s_FILE: %s is empty", env, file)
+	}
+	return Secret(v), nil
+}

@@ -152,3 +152,34 @@ func TestExampleConfigLoads(t *testing.T) {
 		t.Fatalf("example not applied: %+v", cfg.Collect)
 	}
 }
+
+// Keys may come from files (NEOPLE_*_API_KEY_FILE), as container platforms and systemd's
+// LoadCredential= provide secrets; both set is an error that never shows the key.
+func TestAPIKeysFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "market.key")
+	if err := os.WriteFile(file, []byte("file-market-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NEOPLE_MARKET_API_KEY", "")
+	t.Setenv("NEOPLE_MARKET_API_KEY_FILE", file)
+	t.Setenv("NEOPLE_ITEM_API_KEY", "env-item-key")
+	t.Setenv("NEOPLE_ITEM_API_KEY_FILE", "")
+	cfg, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Provider.MarketKey.Reveal() != "file-market-key" || cfg.Provider.ItemKey.Reveal() != "env-item-key" {
+		t.Fatalf("keys %q / %q", cfg.Provider.MarketKey.Reveal(), cfg.Provider.ItemKey.Reveal())
+	}
+	t.Setenv("NEOPLE_MARKET_API_KEY", "env-market-key")
+	if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), "NEOPLE_MARKET_API_KEY and NEOPLE_MARKET_API_KEY_FILE are both set") ||
+		strings.Contains(err.Error(), "market-key") && strings.Contains(err.Error(), "env-market-key") {
+		t.Fatalf("both set: %v", err)
+	}
+	t.Setenv("NEOPLE_MARKET_API_KEY", "")
+	t.Setenv("NEOPLE_MARKET_API_KEY_FILE", filepath.Join(dir, "missing"))
+	if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), "NEOPLE_MARKET_API_KEY_FILE") {
+		t.Fatalf("missing file: %v", err)
+	}
+}
