@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -50,7 +51,7 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		done := make(chan struct{})
 		go func() { defer close(done); _ = share.Run(sctx) }()
 		stop = func() { cancel(); <-done }
-		fetch = budgetedFetcher{next: client, share: share}
+		fetch = budgetedFetcher{next: client, share: share, window: a.cfg.Collect.Lease}
 	}
 	c := a.cfg.Collect
 	d, err = dispatcher.New(pool, fetch, dispatcher.Config{
@@ -75,21 +76,28 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 // budgetedFetcher waits for this process's share of the key before each call and tells every
 // instance when the provider answers that the key is over its budget.
 type budgetedFetcher struct {
-	next  dispatcher.Fetcher
-	share *budget.Share
+	next   dispatcher.Fetcher
+	share  *budget.Share
+	window time.Duration // a cool-down longer than this (the claims' lease) ends the run
 }
 
 func (f budgetedFetcher) Auction(ctx context.Context, itemID string) ([]provider.Listing, error) {
-	return withShare(ctx, f.share, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, error) { return f.next.Auction(ctx, itemID) })
+	return withShare(ctx, f.share, f.window, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, error) { return f.next.Auction(ctx, itemID) })
 }
 
 func (f budgetedFetcher) AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, error) {
-	return withShare(ctx, f.share, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, error) { return f.next.AuctionSold(ctx, itemID) })
+	return withShare(ctx, f.share, f.window, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, error) { return f.next.AuctionSold(ctx, itemID) })
 }
 
-func withShare[T any](ctx context.Context, share *budget.Share, endpoint string, call func(context.Context) (T, error)) (T, error) {
+func withShare[T any](ctx context.Context, share *budget.Share, window time.Duration, endpoint string, call func(context.Context) (T, error)) (T, error) {
 	var zero T
-	done, err := share.Wait(ctx)
+	done, err := share.WaitWithin(ctx, window)
+	var ce *budget.CooldownError
+	if errors.As(err, &ce) {
+		// Ends the pass like a rate-limit answer: unfetched claims are handed back at once.
+		return zero, &provider.Error{Class: provider.ClassRateLimited, Workload: provider.WorkloadMarket, Endpoint: endpoint,
+			RetryAfter: time.Until(ce.Until), Err: fmt.Errorf("%w, past this run's leases (collect.lease %s)", ce, window)}
+	}
 	if err != nil {
 		return zero, &provider.Error{Class: provider.ClassTransient, Workload: provider.WorkloadMarket, Endpoint: endpoint,
 			Err: fmt.Errorf("waiting for the cluster budget: %w", err)}

@@ -5,9 +5,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
@@ -105,4 +107,57 @@ func TestSentinelKeyNeverAppears(t *testing.T) {
 	if !strings.Contains(all.String(), "NEOPLE_MARKET_API_KEY") && !strings.Contains(all.String(), "API00") {
 		t.Fatalf("the refused key was not reported at all:\n%s", all.String())
 	}
+}
+
+// A one-shot that meets a key cool-down longer than its leases exits promptly with 0, saying
+// until when, instead of sleeping through it; both status commands show the cool-down.
+func TestCollectDueStopsAtALongCooldown(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `INSERT INTO budget_cooldowns (key_label, until, reason)
+		VALUES ($1, now() + interval '1 hour', 'API002 APIKEY_USAGE_EXCEEDED')`, budget.KeyLabel("market", neoplesim.DefaultMarketKey)); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		out string
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		out, _, err := runCollector(t, "collect-due", "--database-url", db, "--lease", "10s")
+		done <- res{out, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || !strings.Contains(r.out, "the key cools down until") || !strings.Contains(r.out, "claimed=12 collected=0") {
+			t.Fatalf("collect-due: %q %v; want exit 0 with the cool-down's end", r.out, r.err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("collect-due sat out an hour-long cool-down instead of exiting")
+	}
+	for _, cmd := range [][]string{{"status"}, {"provider", "status"}} {
+		out, _, err := runCollector(t, append(cmd, "--database-url", db)...)
+		if err != nil || !strings.Contains(out, "cooling down until") || !strings.Contains(out, "APIKEY_USAGE_EXCEEDED") {
+			t.Fatalf("%v: %q %v; want the cool-down with its end and reason", cmd, out, err)
+		}
+	}
+	if n := countRows(t, conn, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); n != 0 {
+		t.Fatalf("%d items left leased; the run must hand them back", n)
+	}
+}
+
+func countRows(t *testing.T, conn *pgx.Conn, sql string) int {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
@@ -41,6 +42,11 @@ func newProviderCmd(a *app) *cobra.Command {
 			} else {
 				a.printf("  collection: paused\n")
 			}
+			cds, err := budget.ActiveCooldowns(ctx, pool)
+			if err != nil {
+				return err
+			}
+			printCooldowns(a, cds, time.Now())
 			return nil
 		}),
 	}

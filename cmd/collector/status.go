@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/outbox"
@@ -83,6 +84,7 @@ func printStatus(a *app, st daemon.ClusterStatus) {
 	if st.Probe != nil && !eff.CanDispatch() {
 		a.printf("  probe: %d failed, next in %s\n", st.Probe.Failures, max(st.Probe.NextProbeAt.Sub(now), 0).Round(time.Second))
 	}
+	printCooldowns(a, st.Cooldowns, now)
 
 	a.printf("\n")
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -136,5 +138,13 @@ func printStatus(a *app, st daemon.ClusterStatus) {
 				now.Sub(i.Started).Round(time.Second), ago(i.Heartbeat), i.Share, i.Used)
 		}
 		_ = w.Flush()
+	}
+}
+
+// printCooldowns says which keys are cooling down, until when and why.
+func printCooldowns(a *app, cds []budget.Cooldown, now time.Time) {
+	for _, c := range cds {
+		a.printf("  key %s cooling down until %s (%s left): %s\n", c.KeyLabel, c.Until.UTC().Format(time.RFC3339),
+			max(c.Until.Sub(now), 0).Round(time.Second), c.Reason)
 	}
 }

@@ -55,6 +55,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -223,7 +224,19 @@ func (s *Share) CooldownRemaining() time.Duration {
 
 // Wait blocks until this process may send one request on the key; call done once its answer
 // (or error) is in.
-func (s *Share) Wait(ctx context.Context) (done func(), err error) {
+func (s *Share) Wait(ctx context.Context) (done func(), err error) { return s.WaitWithin(ctx, 0) }
+
+// CooldownError: the key's cool-down lasts past the caller's window.
+type CooldownError struct{ Until time.Time }
+
+func (e *CooldownError) Error() string {
+	return "the key cools down until " + e.Until.UTC().Format(time.RFC3339)
+}
+
+// WaitWithin is Wait for a caller whose work is only worth doing for window more (a one-shot
+// whose leases end): a cool-down that outlasts it returns a *CooldownError at once instead of
+// sleeping through it. window 0 means no limit.
+func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func(), err error) {
 	start := time.Now()
 	defer func() { s.waited.Add(int64(time.Since(start))) }()
 	select {
@@ -238,6 +251,9 @@ func (s *Share) Wait(ctx context.Context) (done func(), err error) {
 			d = max(d, s.cfg.Heartbeat/4) // our heartbeat is failing: others may count us dead
 		}
 		s.mu.Unlock()
+		if window > 0 && d > window {
+			return nil, &CooldownError{Until: time.Now().Add(d)}
+		}
 		if d <= 0 {
 			if err := s.lim.Wait(ctx); err != nil {
 				return nil, err
@@ -267,15 +283,44 @@ func (s *Share) RateLimited(ctx context.Context, retryAfter time.Duration, reaso
 		s.coolTill = until
 	}
 	s.mu.Unlock()
-	_, err := s.pool.Exec(context.WithoutCancel(ctx), `
-		INSERT INTO budget_cooldowns (key_label, until, reason) VALUES ($1, now() + $2 * interval '1 millisecond', $3)
-		ON CONFLICT (key_label) DO UPDATE SET until = greatest(budget_cooldowns.until, EXCLUDED.until), reason = EXCLUDED.reason`,
-		s.cfg.KeyLabel, retryAfter.Milliseconds(), reason)
-	if err != nil {
+	if err := RecordCooldown(context.WithoutCancel(ctx), s.pool, s.cfg.KeyLabel, retryAfter, reason); err != nil {
 		s.log.Warn("could not share the rate-limit cool-down; other instances learn it from their own answers",
 			zap.String("key", s.cfg.KeyLabel), zap.Error(err))
 	}
 	s.log.Warn("provider rate limit: key cooling down", zap.String("key", s.cfg.KeyLabel), zap.Duration("for_seconds", retryAfter))
+}
+
+// RecordCooldown writes a key's cool-down (extending, never shortening, one in force) where
+// every process and `collector status` see it, also when no budget share is running.
+func RecordCooldown(ctx context.Context, pool *pgxpool.Pool, keyLabel string, d time.Duration, reason string) error {
+	_, err := pool.Exec(ctx, `
+		INSERT INTO budget_cooldowns (key_label, until, reason) VALUES ($1, now() + $2 * interval '1 millisecond', $3)
+		ON CONFLICT (key_label) DO UPDATE SET until = greatest(budget_cooldowns.until, EXCLUDED.until), reason = EXCLUDED.reason`,
+		keyLabel, d.Milliseconds(), provider.Clean(reason, provider.MaxErrorRunes))
+	if err != nil {
+		return fmt.Errorf("record the cool-down of key %s: %w", keyLabel, err)
+	}
+	return nil
+}
+
+// Cooldown is a key's cool-down in force.
+type Cooldown struct {
+	KeyLabel string
+	Until    time.Time
+	Reason   string
+}
+
+// ActiveCooldowns lists the cool-downs in force, by the database clock.
+func ActiveCooldowns(ctx context.Context, pool *pgxpool.Pool) ([]Cooldown, error) {
+	rows, err := pool.Query(ctx, `SELECT key_label, until, coalesce(reason, '') FROM budget_cooldowns WHERE until > now() ORDER BY key_label`)
+	if err != nil {
+		return nil, fmt.Errorf("read cool-downs: %w", err)
+	}
+	cds, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Cooldown])
+	if err != nil {
+		return nil, fmt.Errorf("read cool-downs: %w", err)
+	}
+	return cds, nil
 }
 
 // Run registers the process, heartbeats until ctx ends, then deregisters so the others take

@@ -17,6 +17,9 @@ type DaemonConfig struct {
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
 	// GaugeInterval: how often the SQL gauges (due/overdue by tier, outbox backlog) refresh.
 	GaugeInterval time.Duration `mapstructure:"gauge_interval"`
+	// KeyRecheck: while the provider refuses the market key, one call this often tells
+	// whether it works again.
+	KeyRecheck time.Duration `mapstructure:"key_recheck"`
 
 	Health HealthConfig `mapstructure:"health"`
 	Budget BudgetConfig `mapstructure:"budget"`
@@ -51,6 +54,7 @@ var daemonDefaults = map[string]any{
 	"daemon.notify":                       true,
 	"daemon.shutdown_grace":               "20s",
 	"daemon.gauge_interval":               "15s",
+	"daemon.key_recheck":                  "5m",
 	"daemon.health.window":                "30s",
 	"daemon.health.error_ratio":           0.5,
 	"daemon.health.min_samples":           20,
@@ -76,6 +80,7 @@ func (c DaemonConfig) validate() error {
 		{"daemon.max_sleep", c.MaxSleep, 10 * time.Millisecond, time.Hour},
 		{"daemon.shutdown_grace", c.ShutdownGrace, 0, 10 * time.Minute},
 		{"daemon.gauge_interval", c.GaugeInterval, 100 * time.Millisecond, time.Hour},
+		{"daemon.key_recheck", c.KeyRecheck, 100 * time.Millisecond, 24 * time.Hour},
 		{"daemon.health.window", c.Health.Window, time.Second, time.Hour},
 		{"daemon.health.probe_backoff", c.Health.ProbeBackoff, 10 * time.Millisecond, time.Hour},
 		{"daemon.health.probe_backoff_max", c.Health.ProbeBackoffMax, c.Health.ProbeBackoff, 24 * time.Hour},

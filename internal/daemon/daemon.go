@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -71,6 +72,13 @@ type Daemon struct {
 	relay   *outbox.Relay
 	ln      net.Listener
 	wake    chan struct{}
+	refused atomic.Pointer[refusal] // set while the provider refuses the market key
+}
+
+// refusal is why collection stopped on a refused key, for /readyz.
+type refusal struct {
+	since  time.Time
+	reason string
 }
 
 // New builds the daemon and binds its HTTP address (so a busy port fails at start).
@@ -248,7 +256,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return nil
 }
 
-// collectLoop: pass, ask the database when the next item is claimable, sleep until then.
+// collectLoop: pass, ask the database when the next item is claimable, sleep until then. The
+// sleeps after a failure or a rate limit are not cut short by notifications (the pass's own
+// lease releases send some): they are what keeps a failing loop from hammering the provider.
 func (d *Daemon) collectLoop(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
@@ -258,12 +268,17 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			failures++
 			d.metrics.Passes.WithLabelValues("error").Inc()
 			d.metrics.LoopErrors.WithLabelValues("collect").Inc()
+			var pe *provider.Error
+			if errors.As(err, &pe) && pe.Class == provider.ClassConfig {
+				d.keyRefused(ctx, pe)
+				continue
+			}
+			failures++
 			b := backoff(failures)
 			d.log.Warn("collection pass failed; backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff_seconds", b))
-			d.sleep(ctx, b)
+			d.pause(ctx, b)
 			continue
 		}
 		failures = 0
@@ -274,9 +289,19 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 			continue
 		}
 		d.metrics.Passes.WithLabelValues("ok").Inc()
+		if sum.Stop == provider.ClassRateLimited.String() {
+			cd := max(time.Until(sum.CooldownUntil), d.cfg.Daemon.Budget.Cooldown)
+			if d.share == nil { // with a share, the fetcher has recorded it already
+				if err := budget.RecordCooldown(ctx, d.pool, d.cfg.KeyLabel, cd, "provider rate limit: "+sum.StopReason); err != nil {
+					d.log.Warn("could not record the cool-down", zap.Error(err))
+				}
+			}
+			d.pause(ctx, cd)
+			continue
+		}
 		if d.share != nil {
 			if cd := d.share.CooldownRemaining(); cd > 0 {
-				d.sleep(ctx, cd)
+				d.pause(ctx, cd)
 				continue
 			}
 		}
@@ -288,13 +313,55 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 			failures++
 			d.metrics.LoopErrors.WithLabelValues("wake").Inc()
 			d.log.Warn("could not ask the database for the next due item; backing off", zap.Error(err))
-			d.sleep(ctx, backoff(failures))
+			d.pause(ctx, backoff(failures))
 			continue
 		}
 		if wait > 0 {
 			d.sleep(ctx, min(wait, d.cfg.Daemon.MaxSleep))
 		}
 	}
+}
+
+// keyRefused holds collection while the provider refuses the market key (a configuration
+// error, not an outage): /readyz says why, the key's cool-down in the database shows it to
+// `collector status` and pauses the other instances, the error is logged at most once a
+// minute, and one call every daemon.key_recheck tells when the key works again.
+func (d *Daemon) keyRefused(ctx context.Context, pe *provider.Error) {
+	since := time.Now()
+	var logged time.Time
+	for {
+		d.refused.Store(&refusal{since: since, reason: pe.Error()})
+		if time.Since(logged) >= time.Minute {
+			logged = time.Now()
+			d.log.Error("the provider refuses the market key: collection stopped until it works again",
+				zap.String("key_env", provider.WorkloadMarket.KeyEnv()), zap.Duration("recheck_every_seconds", d.cfg.Daemon.KeyRecheck), zap.Error(pe))
+		}
+		if err := budget.RecordCooldown(ctx, d.pool, d.cfg.KeyLabel, d.cfg.Daemon.KeyRecheck, "key refused: "+pe.Error()); err != nil && ctx.Err() == nil {
+			d.log.Warn("could not record the refused key's cool-down", zap.Error(err))
+		}
+		if !d.pause(ctx, d.cfg.Daemon.KeyRecheck) {
+			return
+		}
+		err := d.probeKey(ctx)
+		if !errors.As(err, &pe) || pe.Class != provider.ClassConfig {
+			d.refused.Store(nil)
+			d.log.Info("the provider accepts the market key again; collection resumes", zap.Duration("refused_for_seconds", time.Since(since).Round(time.Second)))
+			return
+		}
+	}
+}
+
+// probeKey makes one call with the market key, past the budget (whose cool-down the refusal
+// itself set).
+func (d *Daemon) probeKey(ctx context.Context) error {
+	var id string
+	err := d.pool.QueryRow(ctx, `SELECT item_id FROM tracked_items
+		ORDER BY `+seed.SyntheticSQL("item_id")+`, next_collect_at NULLS LAST LIMIT 1`).Scan(&id)
+	if err != nil {
+		return fmt.Errorf("key re-check: pick a tracked item: %w", err)
+	}
+	_, err = d.client.Auction(ctx, id)
+	return err
 }
 
 func (d *Daemon) logPass(sum dispatcher.Summary) {
@@ -307,6 +374,18 @@ func (d *Daemon) logPass(sum dispatcher.Summary) {
 		zap.Duration("claim_p50_seconds", sum.Claim.P50), zap.Duration("claim_p95_seconds", sum.Claim.P95),
 		zap.Duration("fetch_p50_seconds", sum.Fetch.P50), zap.Duration("fetch_p95_seconds", sum.Fetch.P95),
 		zap.Duration("persist_p50_seconds", sum.Persist.P50), zap.Duration("persist_p95_seconds", sum.Persist.P95))
+}
+
+// pause waits dur whatever arrives meanwhile; false when ctx ended first.
+func (d *Daemon) pause(ctx context.Context, dur time.Duration) bool {
+	t := time.NewTimer(dur)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // sleep waits d, or until ctx ends, a notification arrives, or the provider status changes.
@@ -481,6 +560,11 @@ func (d *Daemon) handler() http.Handler {
 				http.Error(w, "outbox relay stopped: "+reason, http.StatusServiceUnavailable)
 				return
 			}
+		}
+		if r := d.refused.Load(); r != nil {
+			http.Error(w, fmt.Sprintf("collection stopped: the provider refuses the market key (%s) since %s, re-checked every %s: %s",
+				provider.WorkloadMarket.KeyEnv(), r.since.UTC().Format(time.RFC3339), d.cfg.Daemon.KeyRecheck, r.reason), http.StatusServiceUnavailable)
+			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})

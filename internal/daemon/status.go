@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/seed"
@@ -30,6 +31,7 @@ type ClusterStatus struct {
 	Relay          outbox.RelayState
 	Instances      []Instance
 	Budgets        []BudgetUse
+	Cooldowns      []budget.Cooldown // keys cooling down (rate limit or refused key), with reason and end
 	DatabaseNow    time.Time
 }
 
@@ -172,6 +174,9 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	})
 	if err != nil {
 		return st, fmt.Errorf("budget use: %w", err)
+	}
+	if st.Cooldowns, err = budget.ActiveCooldowns(ctx, pool); err != nil {
+		return st, err
 	}
 	return st, nil
 }

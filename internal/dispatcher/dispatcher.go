@@ -193,7 +193,12 @@ type Summary struct {
 	Fenced    int
 	Released  int
 	Stop      string // why the pass ended
-	Duration  time.Duration
+	// CooldownUntil is when the key may be used again, when a rate limit with a known end
+	// stopped the pass.
+	CooldownUntil time.Time
+	// StopReason is the provider answer that ended the pass, if one did.
+	StopReason string
+	Duration   time.Duration
 
 	Claim, Fetch, Persist Timing
 }
@@ -213,9 +218,13 @@ func (s Summary) String() string {
 		}
 		paused = " | " + paused
 	}
+	cooling := ""
+	if !s.CooldownUntil.IsZero() {
+		cooling = fmt.Sprintf(" | rate limited: the key cools down until %s", s.CooldownUntil.UTC().Format(time.RFC3339))
+	}
 	return fmt.Sprintf("claimed=%d collected=%d failed=%d fenced_out=%d released=%d batches=%d duration=%s stop=%q | claim p50=%s p95=%s | fetch p50=%s p95=%s | persist p50=%s p95=%s",
 		s.Claimed, s.Collected, s.Failed, s.Fenced, s.Released, s.Batches, s.Duration.Round(time.Millisecond), s.Stop,
-		s.Claim.P50, s.Claim.P95, s.Fetch.P50, s.Fetch.P95, s.Persist.P50, s.Persist.P95) + paused
+		s.Claim.P50, s.Claim.P95, s.Fetch.P50, s.Fetch.P95, s.Persist.P50, s.Persist.P95) + cooling + paused
 }
 
 type timings struct {
@@ -304,7 +313,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 
 	var retErr error
 	if stop != nil {
-		sum.Stop = stop.class.String()
+		sum.Stop, sum.StopReason = stop.class.String(), stop.err.Error()
 		retErr = d.handleStop(ctx, stop, &sum)
 	}
 	if ws.err != nil {
@@ -392,6 +401,10 @@ func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary
 		sum.Paused, sum.Status, sum.StatusReason = true, provider.Maintenance, st.err.Error()
 		return nil
 	case provider.ClassRateLimited:
+		var pe *provider.Error
+		if errors.As(st.err, &pe) && pe.RetryAfter > 0 {
+			sum.CooldownUntil = time.Now().Add(pe.RetryAfter)
+		}
 		d.log.Warn("rate limited: pass stopped, unprocessed items handed back", zap.Error(st.err))
 		return nil
 	default:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -60,7 +61,7 @@ func TestWriteBackRetriesAKilledConnection(t *testing.T) {
 	var e *env
 	var lockTx pgx.Tx
 	var lockOnce sync.Once
-	locked := make(chan struct{})
+	locked := make(chan struct{}, 1)
 	e = setup(t, 4, tiers.Active, func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/df/auction" && r.URL.Query().Get("itemId") == e.items[0].ItemID {
@@ -74,25 +75,22 @@ func TestWriteBackRetriesAKilledConnection(t *testing.T) {
 						t.Error(err)
 					}
 					lockTx = tx
-					close(locked)
+					locked <- struct{}{}
 				})
 			}
 			next.ServeHTTP(w, r)
 		})
 	})
-	done := make(chan struct{})
+	done := make(chan struct{}, 1)
 	var s Summary
 	var runErr error
 	go func() {
-		defer close(done)
+		defer func() { done <- struct{}{} }()
 		s, runErr = e.dispatcher(t, Config{Concurrency: 1, FlushSize: 50}, nil).RunOnce(ctx)
 	}()
-	<-locked
-	killed := false
-	for deadline := time.Now().Add(20 * time.Second); !killed; {
-		if time.Now().After(deadline) {
-			t.Fatal("the write-back never blocked on the held row")
-		}
+	testkit.Recv(t, locked, 20*time.Second, "the item's row to be held")
+	testkit.Eventually(t, 20*time.Second, "the write-back to block on the held row, then its connection killed", func() bool {
+		var killed bool
 		err := e.pool.QueryRow(ctx, `
 			SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE tracked_items t%'
@@ -100,14 +98,12 @@ func TestWriteBackRetriesAKilledConnection(t *testing.T) {
 		if err != nil && err != pgx.ErrNoRows {
 			t.Fatal(err)
 		}
-		if !killed {
-			time.Sleep(10 * time.Millisecond) // polling for the blocked statement, not synchronising on time
-		}
-	}
+		return killed
+	})
 	if err := lockTx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	<-done
+	testkit.Recv(t, done, time.Minute, "the pass to end")
 	if runErr != nil || s.Collected != 4 {
 		t.Fatalf("summary %s, %v: want all 4 collected after the retry", s, runErr)
 	}

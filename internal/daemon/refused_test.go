@@ -1,0 +1,148 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	zapobserver "go.uber.org/zap/zaptest/observer"
+
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// hostileFront puts answer in front of the simulator while it returns true, counting every
+// request that reaches the provider.
+func (e *env) hostileFront(t *testing.T, answer func(w http.ResponseWriter, r *http.Request) bool) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		if !answer(w, r) {
+			e.sim.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	e.srv = srv
+	return &n
+}
+
+func readyz(t *testing.T, r *running) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + r.d.Addr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// A refused key stops the workload loudly: /readyz and status say why, the error is logged
+// once (not per request), the provider sees one call per re-check instead of a storm, and
+// collection resumes by itself when the key works again.
+func TestRefusedKeyStopsCollectionLoudlyAndResumes(t *testing.T) {
+	e := newEnv(t, 20, neoplesim.Options{})
+	e.track(t, 0, 20, tiers.Hot, 0)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	requests := e.hostileFront(t, func(w http.ResponseWriter, _ *http.Request) bool {
+		if !refuse.Load() {
+			return false
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error":{"status":401,"code":"API003","message":"INVALID_APIKEY"}}`))
+		return true
+	})
+	cfg := testConfig()
+	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
+	cfg.Daemon.Notify = true
+	cfg.Daemon.KeyRecheck = 300 * time.Millisecond
+	core, logs := zapobserver.New(zapcore.WarnLevel)
+	r := e.start(t, cfg, zap.New(core))
+
+	testkit.Eventually(t, 20*time.Second, "/readyz to report the refused key", func() bool {
+		code, body := readyz(t, r)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "refuses the market key")
+	})
+	st, err := Status(context.Background(), e.pool, "neople")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Cooldowns) != 1 || !strings.Contains(st.Cooldowns[0].Reason, "key refused") {
+		t.Fatalf("status cool-downs %+v: want the refused key with its reason", st.Cooldowns)
+	}
+	t0, n0 := time.Now(), requests.Load()
+	testkit.Eventually(t, 20*time.Second, "three key re-checks", func() bool { return requests.Load() >= n0+3 })
+	sent, took := requests.Load()-n0, time.Since(t0)
+	// One call per re-check (plus one in flight at each end); a loop woken by its own lease
+	// releases sent hundreds.
+	if limit := int64(took/cfg.Daemon.KeyRecheck) + 2; sent > limit {
+		t.Fatalf("%d requests in %s with a refused key; at most %d re-checks", sent, took, limit)
+	}
+	if n := logs.FilterMessage("the provider refuses the market key: collection stopped until it works again").Len(); n != 1 {
+		t.Fatalf("refused key logged %d times in under a minute, want once", n)
+	}
+
+	refuse.Store(false)
+	testkit.Eventually(t, 20*time.Second, "collection to resume", func() bool {
+		code, _ := readyz(t, r)
+		return code == http.StatusOK && count(t, e.pool, `SELECT count(*) FROM auction_snapshots`) == 20
+	})
+}
+
+// A pass that ends in an error sleeps its back-off for real: notifications (its own lease
+// releases send some) do not wake it into the next failing pass.
+func TestFailedPassBackOffIsNotCutShortByNotifications(t *testing.T) {
+	e := newEnv(t, 5, neoplesim.Options{})
+	e.track(t, 0, 5, tiers.Hot, 0)
+	ctx := context.Background()
+	// Every claim fails, so every pass ends in an error.
+	_, err := e.pool.Exec(ctx, `
+		CREATE FUNCTION refuse_claims() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'claims refused by the test'; END $$;
+		CREATE TRIGGER refuse_claims BEFORE UPDATE OF lease_token ON tracked_items
+			FOR EACH ROW WHEN (NEW.lease_token IS NOT NULL) EXECUTE FUNCTION refuse_claims();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Daemon.Notify = true
+	stop := make(chan struct{})
+	notified := make(chan struct{})
+	go func() {
+		defer close(notified)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = e.pool.Exec(ctx, `NOTIFY tracked_items_due`)
+		}
+	}()
+	t0 := time.Now()
+	r := e.start(t, cfg, zap.NewNop())
+	failedPasses := func() int { return int(testutil.ToFloat64(r.d.metrics.LoopErrors.WithLabelValues("collect"))) }
+	testkit.Eventually(t, 20*time.Second, "four failed passes", func() bool { return failedPasses() >= 4 })
+	close(stop)
+	<-notified
+	took, n := time.Since(t0), failedPasses()
+	// The passes that fit in took when each sleeps its back-off (100 ms doubling), plus one.
+	fit, slept := 1, time.Duration(0)
+	for ; slept <= took; fit++ {
+		slept += backoff(fit)
+	}
+	if n > fit {
+		t.Fatalf("%d failed passes in %s; sleeping the back-offs allows %d", n, took, fit)
+	}
+}
