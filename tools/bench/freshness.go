@@ -3,10 +3,13 @@ package main
 import (
 	"container/heap"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"regexp"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/budgetplan"
@@ -21,6 +24,9 @@ import (
 type freshSize struct {
 	items int
 	hours int
+	// The real daemon run: items and how long it runs (0 = skip).
+	runItems int
+	runFor   time.Duration
 }
 
 // Contenders of the freshness section.
@@ -83,7 +89,8 @@ func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 			return err
 		}
 		t0 := time.Now()
-		r := replay(c, ids, truths, policy, budget, cfg.Catalog.BudgetHeadroom, cfg.Catalog.EstimateWindow, start, fs.hours)
+		r := replay(c, ids, truths, policy, replayRun{seed: 16, start: start, seconds: int64(fs.hours) * 3600, warmup: int64(fs.hours) * 1800,
+			window: cfg.Catalog.EstimateWindow, budget: budget, headroom: cfg.Catalog.BudgetHeadroom, replanSeconds: replanEvery})
 		res[c] = r
 		fmt.Fprintf(os.Stderr, "  replay %-10s freshness %.3f, %d requests (%s)\n", c, r.rep.Freshness, r.requests, time.Since(t0).Round(time.Second))
 	}
@@ -106,6 +113,11 @@ func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 			"fetches after which sales had left the window unseen, vs the collector's rule (full page, all newer than stored)")
 		rep.add("Requests used, seconds over budget, "+c, fmt.Sprintf("%d (%s oracle), %d s", r.requests, ratio(float64(r.requests), float64(o.requests)), r.overBudgetSeconds), "requests in the measured half")
 		rep.add("HOT / COLD lag p99, "+c, fmt.Sprintf("%.0f / %.0f s", r.hotLagP99, r.coldLagP99), "due → collection, simulated seconds")
+	}
+	if fs.runFor > 0 {
+		if err := freshnessRealRun(ctx, fs, policy, cfg, rep); err != nil {
+			return err
+		}
 	}
 	b, th := res[cBudget], res[cThresholds]
 	rep.note("freshness targets: budget/oracle %.2f (target ≥ 0.9), budget/thresholds %.2f (target ≥ 1.3), budget coverage on coverable items %.2f%% (target ≥ 99.5%%), gaps sim/collector %d/%d (target equal)",
@@ -147,17 +159,36 @@ func slot(id string, t tiers.Tier, after int64) int64 {
 	return tiers.NextSlot(id, time.Duration(intervalOf(t))*time.Second, time.Unix(after, 0)).Unix()
 }
 
-func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p seed.Policy, budget, headroom float64,
-	window time.Duration, start time.Time, hours int) freshResult {
-	var now int64 = start.Unix()
-	sim := neoplesim.New(neoplesim.Options{Items: len(ids), Seed: 16, Market: neoplesim.MarketRealistic,
+// replayRun is one replay's setting.
+type replayRun struct {
+	seed          int64
+	start         time.Time
+	seconds       int64        // simulated length
+	warmup        int64        // seconds before measuring starts
+	fixed         []tiers.Tier // contender cFixed: these tiers throughout, every item due at start
+	window        time.Duration
+	budget        float64
+	headroom      float64
+	replanSeconds int64
+}
+
+// cFixed keeps given tiers (the setting of the real daemon run it predicts).
+const cFixed = "fixed"
+
+func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p seed.Policy, run replayRun) freshResult {
+	start, budget, window := run.start, run.budget, run.window
+	now := start.Unix()
+	sim := neoplesim.New(neoplesim.Options{Items: len(ids), Seed: run.seed, Market: neoplesim.MarketRealistic,
 		Now: func() time.Time { return time.Unix(now, 0) }})
-	b := budgetplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: headroom}
+	b := budgetplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: run.headroom}
 	items := make([]*replayItem, len(ids))
 	var heaps [4]dueHeap
 	for i, id := range ids {
 		it := &replayItem{id: id, tier: tiers.Warm}
 		it.due = start.Unix() + int64(tiers.Phase(id, 300*time.Second)/time.Second)
+		if run.fixed != nil {
+			it.tier, it.due = run.fixed[i], start.Unix()
+		}
 		items[i] = it
 		heap.Push(&heaps[tierIndex(it.tier)], it)
 	}
@@ -175,7 +206,7 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 	}
 	plan := func() {
 		switch contender {
-		case cSeed:
+		case cSeed, cFixed:
 			return
 		case cThresholds:
 			for _, it := range items {
@@ -205,8 +236,8 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 		}
 	}
 
-	end := start.Unix() + int64(hours)*3600
-	measureFrom := start.Unix() + int64(hours)*1800
+	end := start.Unix() + run.seconds
+	measureFrom := start.Unix() + run.warmup
 	perSecond := budget / seed.RequestsPerCollection
 	var capacity float64
 	var res freshResult
@@ -216,9 +247,11 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 	for ; now < end; now++ {
 		if !measuring && now >= measureFrom {
 			measuring = true
-			sim.ResetStats()
+			if run.warmup > 0 {
+				sim.ResetStats()
+			}
 		}
-		if (now-start.Unix())%replanEvery == 0 && now > start.Unix() {
+		if (now-start.Unix())%run.replanSeconds == 0 && now > start.Unix() {
 			plan()
 		}
 		capacity = min(capacity+perSecond, math.Max(perSecond, 1))
@@ -304,4 +337,62 @@ func p99(xs []float64) float64 {
 	}
 	sort.Float64s(xs)
 	return xs[int(0.99*float64(len(xs)-1))]
+}
+
+var freshStartRE = regexp.MustCompile(`fresh-start-ms (\d+)`)
+
+// freshnessRealRun runs the real daemon (internal/daemon BenchmarkFreshnessRun) over the
+// realistic market with the oracle's tiers at half the thresholds demand, then replays the same
+// setting from the same start time and compares the two.
+func freshnessRealRun(ctx context.Context, fs freshSize, p seed.Policy, cfg *config.Config, rep *report) error {
+	sim := neoplesim.New(neoplesim.Options{Items: fs.runItems, Seed: 7, Market: neoplesim.MarketRealistic})
+	truths := sim.Truths()
+	var ids []string
+	var in []budgetplan.Item
+	var thrDemand float64
+	for _, it := range sim.Catalog() {
+		tr := truths[it.ItemID]
+		ids = append(ids, it.ItemID)
+		in = append(in, budgetplan.Item{Weight: tr.Weight, ChangeRate: tr.ChangesPerHour / 3600, SalesRate: tr.SalesPerHour / 3600, Requests: 2})
+		t, _ := tiers.ForScore(replayScore(tr.SalesPerHour, tr.Weight, p), p.Thresholds)
+		thrDemand += budgetplan.TierDemand(t, 1, seed.RequestsPerCollection)
+	}
+	budget := math.Round(thrDemand / 2)
+	plan := budgetplan.Solve(in, budgetplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: cfg.Catalog.BudgetHeadroom})
+	assigned := map[string]string{}
+	for i, id := range ids {
+		assigned[id] = string(plan.Tiers[i])
+	}
+	f, err := os.CreateTemp("", "fresh-tiers-*.json")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := json.NewEncoder(f).Encode(assigned); err != nil {
+		return err
+	}
+	f.Close()
+	res, out, err := goBenchOutput(ctx, "./internal/daemon/", "^BenchmarkFreshnessRun$", "1x",
+		"DUECOLLECTOR_FRESH_TIERS="+f.Name(), fmt.Sprintf("DUECOLLECTOR_FRESH_BUDGET=%g", budget),
+		"DUECOLLECTOR_FRESH_DURATION="+fs.runFor.String())
+	if err != nil {
+		return err
+	}
+	m := res["BenchmarkFreshnessRun"]
+	sm := freshStartRE.FindStringSubmatch(out)
+	if m == nil || sm == nil {
+		return fmt.Errorf("BenchmarkFreshnessRun reported nothing:\n%s", out)
+	}
+	startMs, _ := strconv.ParseInt(sm[1], 10, 64)
+	start := time.UnixMilli(startMs).Truncate(time.Second)
+	pred := replay(cFixed, ids, truths, p, replayRun{seed: 7, start: start, seconds: int64(math.Round(m["seconds"])),
+		fixed: plan.Tiers, window: cfg.Catalog.EstimateWindow, budget: budget, headroom: cfg.Catalog.BudgetHeadroom, replanSeconds: replanEvery})
+	diff := (m["freshness"] - pred.rep.Freshness) / pred.rep.Freshness
+	how := fmt.Sprintf("one `collector run` daemon (in process, internal/daemon BenchmarkFreshnessRun) for %s against the realistic market over HTTP (seed 7, %d items, the oracle's tiers at %.0f req/s, every item due at the start), measured by GET /_sim/freshness; the replay runs the same setting from the same start time",
+		fs.runFor, fs.runItems, budget)
+	rep.add("Real daemon vs replay: weighted freshness", fmt.Sprintf("%.3f vs %.3f (%+.1f%%)", m["freshness"], pred.rep.Freshness, 100*diff), how)
+	rep.add("Real daemon vs replay: weighted mean age", fmt.Sprintf("%.1f vs %.1f s", m["mean-age-s"], pred.rep.MeanAge), "same runs")
+	rep.add("Real daemon: requests/s, busiest second, budget", fmt.Sprintf("%.1f, %.0f, %.0f req/s", m["req/s"], m["max-req/s"], budget), "the simulator's per-key counts")
+	rep.add("Real daemon: HOT / COLD lag p99", fmt.Sprintf("%.2f / %.2f s", m["hot-lag-p99-s"], m["cold-lag-p99-s"]), "each item's latest claim: last_claimed_at − last_due_at")
+	return nil
 }

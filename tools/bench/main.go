@@ -47,13 +47,13 @@ func sizesFor(quick bool) sizes {
 	if quick {
 		// The second cycle size is a partial one so CI exercises the bounded path too.
 		return sizes{cycle: []cycleSize{{10_000, 10_000}, {50_000, 10_000}}, slowLatency: 2 * time.Second, pgbenchSecs: 5,
-			relayN: 2_000, latencyN: 500, rss: rssSize{20_000, 2_000}, fresh: freshSize{2_000, 4}}
+			relayN: 2_000, latencyN: 500, rss: rssSize{20_000, 2_000}, fresh: freshSize{2_000, 4, 300, 30 * time.Second}}
 	}
 	large := envInt("BENCH_ITEMS_LARGE", 1_000_000)
 	return sizes{cycle: []cycleSize{{100_000, 100_000}, {large, timedClaims(large, envInt("BENCH_CYCLE_TIMED", 200_000))}},
 		slowLatency: 7 * time.Second, pgbenchSecs: 15, relayN: 20_000, latencyN: 5_000,
 		rss: rssSize{envInt("BENCH_RSS_ITEMS", 1_000_000), rssBatch * rssMaxBatches}, daemonWindow: 2 * time.Minute,
-		fresh: freshSize{envInt("BENCH_FRESH_ITEMS", 20_000), envInt("BENCH_FRESH_HOURS", 12)}}
+		fresh: freshSize{envInt("BENCH_FRESH_ITEMS", 20_000), envInt("BENCH_FRESH_HOURS", 12), 2_000, 5 * time.Minute}}
 }
 
 // timedClaims rounds up to whole claim batches, so the collector's MaxBatches pass and the

@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+)
+
+// BenchmarkFreshnessRun is the real-daemon half of `make bench`'s freshness section: one daemon
+// over the realistic market (seed 7) with the tiers and budget the bench tool chose, every item
+// due at the start, measured by the simulator's ground truth. The tool replays the same setting
+// from the logged start time and compares.
+//
+//	DUECOLLECTOR_FRESH_TIERS=tiers.json DUECOLLECTOR_FRESH_BUDGET=40 DUECOLLECTOR_FRESH_DURATION=5m \
+//	  go test -run '^$' -bench FreshnessRun -benchtime 1x ./internal/daemon/
+//
+// tiers.json maps item id → tier for the first N items of the catalog (N = its size).
+func BenchmarkFreshnessRun(b *testing.B) {
+	raw, err := os.ReadFile(os.Getenv("DUECOLLECTOR_FRESH_TIERS"))
+	if err != nil {
+		b.Skipf("DUECOLLECTOR_FRESH_TIERS: %v (run through make bench)", err)
+	}
+	var assigned map[string]string
+	if err := json.Unmarshal(raw, &assigned); err != nil {
+		b.Fatal(err)
+	}
+	budget, err := strconv.ParseFloat(os.Getenv("DUECOLLECTOR_FRESH_BUDGET"), 64)
+	if err != nil || budget <= 0 {
+		b.Fatalf("DUECOLLECTOR_FRESH_BUDGET: %v", err)
+	}
+	dur, err := time.ParseDuration(os.Getenv("DUECOLLECTOR_FRESH_DURATION"))
+	if err != nil {
+		b.Fatalf("DUECOLLECTOR_FRESH_DURATION: %v", err)
+	}
+	for range b.N {
+		freshnessRun(b, assigned, budget, dur)
+	}
+}
+
+func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur time.Duration) {
+	ctx := context.Background()
+	e := newEnv(b, len(assigned), neoplesim.Options{Market: neoplesim.MarketRealistic})
+	var ids, names, tierNames []string
+	for _, it := range e.items {
+		ids, names, tierNames = append(ids, it.ItemID), append(names, it.ItemName), append(tierNames, assigned[it.ItemID])
+	}
+	if _, err := e.pool.Exec(ctx, `
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+		SELECT id, name, tier, now() FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, name, tier)`, ids, names, tierNames); err != nil {
+		b.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Daemon.Notify = true
+	cfg.Market.Rate, cfg.Market.Burst, cfg.Market.PerMinute = budget, max(1, int(budget)), int(budget*60)
+	cfg.Dispatch.Concurrency = 32
+	cfg.Dispatch.BatchSize = 100
+	e.sim.ResetStats()
+	start := time.Now()
+	b.Logf("fresh-start-ms %d", start.UnixMilli())
+	r := e.start(b, cfg, zaptest.NewLogger(b, zaptest.Level(zap.WarnLevel)))
+	b.ResetTimer()
+	tick := time.NewTicker(time.Second) // a benchmark's clock, not synchronisation
+	for time.Since(start) < dur {
+		<-tick.C
+	}
+	tick.Stop()
+	rep := e.sim.Freshness()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	r.stop()
+
+	lags := map[string][]float64{}
+	rows, err := e.pool.Query(ctx, `SELECT collection_tier, extract(epoch FROM last_claimed_at - last_due_at) FROM tracked_items
+		WHERE last_claimed_at IS NOT NULL AND last_due_at <= last_claimed_at`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for rows.Next() {
+		var tier string
+		var lag float64
+		if err := rows.Scan(&tier, &lag); err != nil {
+			b.Fatal(err)
+		}
+		lags[tier] = append(lags[tier], lag)
+	}
+	p99 := func(xs []float64) float64 {
+		if len(xs) == 0 {
+			return 0
+		}
+		slices.Sort(xs)
+		return xs[int(0.99*float64(len(xs)-1))]
+	}
+	ks := e.sim.KeyStats(marketKey)
+	b.ReportMetric(rep.Freshness, "freshness")
+	b.ReportMetric(rep.MeanAge, "mean-age-s")
+	b.ReportMetric(float64(ks.Total)/elapsed.Seconds(), "req/s")
+	b.ReportMetric(float64(ks.MaxPerSecond), "max-req/s")
+	b.ReportMetric(p99(lags["HOT_1M"]), "hot-lag-p99-s")
+	b.ReportMetric(p99(lags["COLD_10M"]), "cold-lag-p99-s")
+	b.ReportMetric(elapsed.Seconds(), "seconds")
+	b.Logf("realistic market, %d items, budget %.0f/s, %s: freshness %.3f, mean age %.1f s, %d requests (busiest second %d), latest-claim lag p99 HOT %.2f s COLD %.2f s",
+		len(ids), budget, elapsed.Round(time.Second), rep.Freshness, rep.MeanAge, ks.Total, ks.MaxPerSecond, p99(lags["HOT_1M"]), p99(lags["COLD_10M"]))
+}
