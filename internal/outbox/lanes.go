@@ -152,15 +152,8 @@ func (s *laneSet) tokens() []string {
 	return out
 }
 
-// busyLanes reports lanes leased by other relays and how many pending rows wait in them.
-type busyLanes struct {
-	Lanes   int
-	Pending int64
-	Owners  []string
-}
-
-func (s *laneSet) busy(ctx context.Context) (busyLanes, error) {
-	var b busyLanes
+// busy fills in res the lanes other relays lease, the rows pending in them and who holds them.
+func (s *laneSet) busy(ctx context.Context, res *Result) error {
 	err := s.pool.QueryRow(ctx, `
 		WITH b AS (
 		    SELECT lane, owner FROM outbox_relay_lanes
@@ -168,9 +161,9 @@ func (s *laneSet) busy(ctx context.Context) (busyLanes, error) {
 		SELECT (SELECT count(*) FROM b),
 		       (SELECT count(*) FROM outbox_pending WHERE lane IN (SELECT lane FROM b)),
 		       (SELECT coalesce(array_agg(DISTINCT owner), '{}') FROM b)`, s.tokens()).
-		Scan(&b.Lanes, &b.Pending, &b.Owners)
+		Scan(&res.LanesBusy, &res.PendingBusy, &res.BusyOwners)
 	if err != nil {
-		return busyLanes{}, fmt.Errorf("read outbox lanes held by other relays: %w", err)
+		return fmt.Errorf("read outbox lanes held by other relays: %w", err)
 	}
-	return b, nil
+	return nil
 }

@@ -131,11 +131,9 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 			return res, err
 		}
 	}
-	busy, err := r.lanes.busy(ctx)
-	if err != nil {
+	if err := r.lanes.busy(ctx, &res); err != nil {
 		return res, err
 	}
-	res.LanesBusy, res.PendingBusy, res.BusyOwners = busy.Lanes, busy.Pending, busy.Owners
 	r.log.Info("outbox relay pass done",
 		zap.Int64("published", res.Published), zap.Int64("failed", res.Failed), zap.Int("batches", res.Batches),
 		zap.Int("lanes_held", res.LanesHeld), zap.Int("lanes_busy", res.LanesBusy), zap.Int64("pending_busy", res.PendingBusy))
@@ -361,7 +359,6 @@ func (r *Relay) recorded(res *Result, out outcome, marked map[int64]bool, now ti
 	res.Batches++
 	r.add(batch)
 	r.cfg.Test.published(published)
-	r.cfg.Test.failed(failed)
 	if n := len(out.published) + len(out.failed) - len(published) - len(failed); n > 0 {
 		r.log.Warn("outbox rows not marked: their lanes went to another relay", zap.Int("rows", n))
 		return true

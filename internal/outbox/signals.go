@@ -4,7 +4,6 @@ package outbox
 // RelayConfig.Test nil; sends never block, and a full buffer drops the signal.
 type TestSignals struct {
 	Published    Signal[[]int64]  // ids marked published by one batch, after the broker acknowledged them
-	Failed       Signal[[]int64]  // ids marked failed by one batch
 	PublishError Signal[error]    // an attempt failed; the relay backs off next
 	Idle         Signal[struct{}] // follow mode found nothing to publish in its lanes
 }
@@ -12,7 +11,6 @@ type TestSignals struct {
 // Init makes every signal ready to receive.
 func (s *TestSignals) Init() {
 	s.Published.init()
-	s.Failed.init()
 	s.PublishError.init()
 	s.Idle.init()
 }
@@ -38,12 +36,6 @@ func (s *Signal[T]) send(v T) {
 func (s *TestSignals) published(ids []int64) {
 	if s != nil && len(ids) > 0 {
 		s.Published.send(ids)
-	}
-}
-
-func (s *TestSignals) failed(ids []int64) {
-	if s != nil && len(ids) > 0 {
-		s.Failed.send(ids)
 	}
 }
 
