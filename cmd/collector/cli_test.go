@@ -276,9 +276,19 @@ func TestEveryFlagIsDocumented(t *testing.T) {
 			if c == root {
 				cmd = "(all commands)"
 			}
-			row := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(cmd) + "` \\| `--" + regexp.QuoteMeta(f.Name) + "[ `]")
-			if !row.MatchString(doc) {
+			row := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(cmd) + "` \\| `--" + regexp.QuoteMeta(f.Name) + "[ `][^|]*\\| *([^|]*?) *\\|")
+			m := row.FindStringSubmatch(doc)
+			if m == nil {
 				t.Errorf("docs/configuration.md has no row | `%s` | `--%s` … | in its command-flags table", cmd, f.Name)
+				return
+			}
+			want := "`" + f.DefValue + "`"
+			switch f.DefValue {
+			case "", "false", "0", "0s", "[]":
+				want = ""
+			}
+			if m[1] != want {
+				t.Errorf("docs/configuration.md: %s --%s: default cell %q, the flag's default is %q", cmd, f.Name, m[1], want)
 			}
 		})
 	})
