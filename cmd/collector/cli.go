@@ -70,7 +70,7 @@ var groupOf = map[string]string{
 	"collect-due": "collect", "collect": "collect", "run": "collect", "provider": "collect", "status": "collect",
 	"relay-outbox": "outbox", "outbox": "outbox",
 	"import-items": "catalog", "items": "catalog", "touch": "catalog", "recalculate-popularity": "catalog",
-	"seed:real": "catalog", "seed:synthetic": "catalog", "purge:synthetic": "catalog",
+	"seed:real": "catalog", "seed:synthetic": "catalog", "purge:synthetic": "catalog", "plan": "catalog",
 	"prune": "ops", "healthcheck": "ops",
 }
 

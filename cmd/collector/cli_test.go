@@ -213,6 +213,9 @@ func TestHelpRendering(t *testing.T) {
 	if !strings.Contains(root, "collector demo") {
 		t.Error("root help does not point to demo")
 	}
+	if strings.Contains(root, "Additional Commands:") {
+		t.Errorf("a command has no group in root help (add it to groupOf in cli.go):\n%s", root)
+	}
 	if !regexp.MustCompile(`\n  outbox .*\n  relay-outbox `).MatchString(root) {
 		t.Errorf("relay-outbox is not listed next to outbox:\n%s", root)
 	}
