@@ -308,3 +308,28 @@ func TestExitCodesDocumented(t *testing.T) {
 		}
 	}
 }
+
+// Nonsense values are refused before anything is done; an unknown COLLECTOR_* variable is named.
+func TestBadValuesAreRefusedAndUnknownEnvIsNamed(t *testing.T) {
+	db := catalogEnv(t, true)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"provider", "set", "maintenance", "--reason", "x", "--for", "-5m"}, "--for -5m0s: must be a positive duration"},
+		{[]string{"provider", "set", "maintenance", "--reason", "x", "--for", "0s"}, "--for 0s: must be a positive duration"},
+		{[]string{"outbox", "retry", "--id", "-3"}, "--id -3: outbox ids are positive"},
+		{[]string{"outbox", "retry", "--id", "0"}, "--id 0: outbox ids are positive"},
+		{[]string{"collect-due", "--batch-size", "99999999999999999999"}, "out of range"},
+	} {
+		_, _, err := runCollector(t, append(c.args, "--database-url", db)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) || exitCode(err) != exitUsage {
+			t.Errorf("%v: %v (exit %d), want a usage error saying %q", c.args, err, exitCode(err), c.want)
+		}
+	}
+	t.Setenv("COLLECTOR_COLECT_BATCH_SIZE", "5")
+	_, stderr, err := runCollector(t, "provider", "status", "--database-url", db)
+	if err != nil || !strings.Contains(stderr, "COLLECTOR_COLECT_BATCH_SIZE") || !strings.Contains(stderr, "unknown environment variable") {
+		t.Fatalf("stderr %q (%v): want a warning naming COLLECTOR_COLECT_BATCH_SIZE", stderr, err)
+	}
+}

@@ -62,6 +62,7 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		Concurrency: c.Concurrency,
 		MaxBatches:  c.MaxBatches,
 		FlushSize:   c.FlushSize,
+		Grace:       c.ShutdownGrace,
 		SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
 
 		EstimateWindow: a.cfg.Catalog.EstimateWindow,

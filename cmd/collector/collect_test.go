@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 func TestCollectDueEndToEnd(t *testing.T) {
@@ -160,4 +163,65 @@ func countRows(t *testing.T, conn *pgx.Conn, sql string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// collect-due on SIGTERM stops claiming, lets the calls in flight finish within
+// collect.shutdown_grace, writes what they brought and hands every other item back.
+func TestCollectDueShutdownHonoursTheGracePeriod(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	sim := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1})
+	inFlight := make(chan struct{}, 16)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/df/auction" {
+			inFlight <- struct{}{}
+			<-release
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	t.Setenv("NEOPLE_API_BASE_URL", srv.URL)
+
+	ctx, sigterm := context.WithCancel(context.Background())
+	type res struct {
+		out string
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		var out, errOut bytes.Buffer
+		cmd := newRootCmd(&out, &errOut)
+		cmd.SetArgs([]string{"collect-due", "--database-url", db, "--concurrency", "2", "--log-format", "console"})
+		err := cmd.ExecuteContext(ctx)
+		done <- res{out.String(), err}
+	}()
+	testkit.Recv(t, inFlight, 30*time.Second, "the first call in flight")
+	testkit.Recv(t, inFlight, 30*time.Second, "the second call in flight")
+	sigterm()
+	close(release) // the calls in flight answer within the grace period
+	r := testkit.Recv(t, done, time.Minute, "collect-due to exit")
+	if r.err != nil || !strings.Contains(r.out, "claimed=12 collected=2 ") || !strings.Contains(r.out, "released=10") {
+		t.Fatalf("collect-due after SIGTERM: %q %v; want the 2 calls in flight written and 10 items handed back", r.out, r.err)
+	}
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if n := countRows(t, conn, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); n != 0 {
+		t.Fatalf("%d items left leased", n)
+	}
+	if n := countRows(t, conn, `SELECT count(*) FROM auction_snapshots`); n != 2 {
+		t.Fatalf("%d snapshots, want the 2 in flight at SIGTERM", n)
+	}
 }

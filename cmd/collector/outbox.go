@@ -87,6 +87,11 @@ outbox id, so they are published after newer events of the same item that went o
 			if all == (len(ids) > 0) {
 				return errors.New("give either --id (one or more) or --all")
 			}
+			for _, id := range ids {
+				if id <= 0 {
+					return usageError{cmd: "collector outbox retry", err: fmt.Errorf("--id %d: outbox ids are positive (collector outbox list shows them)", id)}
+				}
+			}
 			pool, err := a.db(ctx)
 			if err != nil {
 				return err

@@ -55,9 +55,12 @@ func newProviderCmd(a *app) *cobra.Command {
 	set := &cobra.Command{
 		Use:   "set STATUS|auto",
 		Short: "Override the provider status (HEALTHY, DEGRADED, MAINTENANCE, RECOVERING), or auto to clear the override",
-		Args: func(_ *cobra.Command, args []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return fmt.Errorf("give one STATUS (HEALTHY, DEGRADED, MAINTENANCE, RECOVERING) or auto, got %d arguments", len(args))
+			}
+			if cmd.Flags().Changed("for") && forDur <= 0 {
+				return fmt.Errorf("--for %s: must be a positive duration such as 4h (leave --for out to hold the override until `provider set auto`)", forDur)
 			}
 			return nil
 		},

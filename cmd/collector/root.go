@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -89,6 +90,10 @@ func (a *app) load() error {
 		return err
 	}
 	a.cfg, a.log = cfg, logger
+	for _, name := range config.UnknownEnv(os.Environ()) {
+		a.log.Warn("unknown environment variable ignored: no configuration key reads it (docs/configuration.md lists them)",
+			zap.String("variable", name))
+	}
 	return nil
 }
 

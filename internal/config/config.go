@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -149,6 +150,29 @@ func Keys() map[string]any {
 		out[k] = v.Get(k)
 	}
 	return out
+}
+
+// UnknownEnv returns the COLLECTOR_* variables in environ ("NAME=value" entries) that no key
+// reads: a typo there would otherwise be silently ignored.
+func UnknownEnv(environ []string) []string {
+	known := map[string]bool{EnvPrefix + "_CONFIG": true}
+	for k := range Keys() {
+		known[EnvName(k)] = true
+	}
+	for _, names := range extraEnv {
+		for _, n := range names {
+			known[n] = true
+		}
+	}
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, EnvPrefix+"_") && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	sort.Strings(unknown)
+	return unknown
 }
 
 // EnvName is the environment variable for a key.

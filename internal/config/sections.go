@@ -171,14 +171,17 @@ type CollectConfig struct {
 	Concurrency int           `mapstructure:"concurrency"`
 	MaxBatches  int           `mapstructure:"max_batches"` // 0 = until nothing is due
 	FlushSize   int           `mapstructure:"flush_size"`  // results written per transaction
+	// ShutdownGrace: after SIGTERM/SIGINT a one-shot's calls in flight get this long to finish.
+	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
 }
 
 var collectDefaults = map[string]any{
-	"collect.batch_size":  100,
-	"collect.lease":       "2m",
-	"collect.concurrency": 16,
-	"collect.max_batches": 0,
-	"collect.flush_size":  50,
+	"collect.batch_size":     100,
+	"collect.lease":          "2m",
+	"collect.concurrency":    16,
+	"collect.max_batches":    0,
+	"collect.flush_size":     50,
+	"collect.shutdown_grace": "20s",
 }
 
 func (c CollectConfig) validate() error {
@@ -197,6 +200,9 @@ func (c CollectConfig) validate() error {
 	}
 	if c.FlushSize < 1 || c.FlushSize > 5000 {
 		errs = append(errs, invalid("collect.flush_size", c.FlushSize, "must be between 1 and 5000"))
+	}
+	if c.ShutdownGrace < 0 || c.ShutdownGrace > 10*time.Minute {
+		errs = append(errs, invalid("collect.shutdown_grace", c.ShutdownGrace, "must be between 0 and 10m"))
 	}
 	return errors.Join(errs...)
 }
