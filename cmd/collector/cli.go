@@ -92,6 +92,15 @@ func (a *app) finishTree(root *cobra.Command) {
 		if c.Example == "" {
 			c.Example = examples[c.CommandPath()]
 		}
+		if c.HasSubCommands() && c.Args == nil && (c.Run != nil || c.RunE != nil) {
+			// cobra would hand an unknown subcommand word to the group's own run as an argument.
+			c.Args = func(c *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return fmt.Errorf("unknown command %q for %q", args[0], c.CommandPath())
+				}
+				return nil
+			}
+		}
 		if c.Args != nil {
 			check := c.Args
 			c.Args = func(c *cobra.Command, args []string) error {

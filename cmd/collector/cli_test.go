@@ -120,6 +120,7 @@ func TestExitCodes(t *testing.T) {
 	for _, args := range [][]string{
 		{"no-such-command"}, {"status", "--no-such-flag"}, {"status", "extra"}, {"collect"},
 		{"touch", "a", "b"}, {"outbox", "nope"}, {"provider", "set"}, {"collect-due", "--batch-size", "many"},
+		{"migrate", "nope"}, {"items", "a", "b"},
 	} {
 		_, _, err := runCollector(t, args...)
 		if code := exitCode(err); code != exitUsage {
