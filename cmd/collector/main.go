@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
@@ -31,6 +32,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	err = store.ExplainPooler(err)
 	code := exitCode(err)
 	hint := ""
 	if code == exitUsage {

@@ -78,12 +78,13 @@ through a transaction-pooling PgBouncer.`,
 	return cmd
 }
 
-// migrateURL: migrations need a session (advisory lock), so they prefer the direct URL.
+// migrateURL: migrations need a session (advisory lock), so they prefer the direct URL; on
+// database.url they use database.query_exec_mode like every other connection.
 func migrateURL(a *app) string {
 	if a.cfg.Database.DirectURL != "" {
 		return a.cfg.Database.DirectURL
 	}
-	return a.cfg.Database.URL
+	return store.WithExecMode(a.cfg.Database.URL, a.cfg.Database.QueryExecMode)
 }
 
 func runMigrate(ctx context.Context, a *app, f migrateFlags, direction string) error {

@@ -88,6 +88,7 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 		KeyLabel:  marketKeyLabel(a),
 		Version:   ver,
 		Commit:    rev,
+		ListenURL: a.cfg.Database.DirectURL,
 	}, a.log)
 }
 

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
@@ -55,6 +56,9 @@ type Config struct {
 	KeyLabel string
 	// Version and Commit label collector_build_info.
 	Version, Commit string
+	// ListenURL reaches PostgreSQL directly for LISTEN (database.direct_url); "" = a pooled
+	// connection, unless the pool runs in the simple protocol (PgBouncer), which has no session.
+	ListenURL string
 	// HealthChecked, when initialised (tests), hears every provider health check.
 	HealthChecked testkit.Signal[provider.Status]
 }
@@ -277,7 +281,7 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 			}
 			failures++
 			b := backoff(failures)
-			d.log.Warn("collection pass failed; backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff_seconds", b))
+			d.log.Warn("collection pass failed; backing off", zap.Error(store.ExplainPooler(err)), zap.Int("failures", failures), zap.Duration("backoff_seconds", b))
 			d.pause(ctx, b)
 			continue
 		}
@@ -441,15 +445,32 @@ func nextWake(ctx context.Context, pool *pgxpool.Pool) (time.Duration, error) {
 	return time.Duration(*ms * float64(time.Millisecond)), nil
 }
 
-// listen turns tracked_items notifications into wake-ups, reconnecting after errors.
+// listen turns tracked_items notifications into wake-ups, reconnecting after errors. Without
+// a session for LISTEN (behind PgBouncer in transaction mode and no database.direct_url) it
+// logs that once and leaves the wake-ups to the database-timed sleep.
 func (d *Daemon) listen(ctx context.Context) error {
-	for failures := 1; ctx.Err() == nil; failures++ {
-		err := d.listenOnce(ctx)
+	if d.cfg.ListenURL == "" && d.pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
+		d.log.Warn("no session for LISTEN; falling back to timed wake-ups",
+			zap.String("reason", "the pool uses the simple protocol (a transaction-pooling PgBouncer) and database.direct_url is not set"),
+			zap.Duration("max_sleep_seconds", d.cfg.Daemon.MaxSleep))
+		return nil
+	}
+	failures := 0
+	for ctx.Err() == nil {
+		listening, err := d.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
+		if listening {
+			failures = 0 // a new outage: say so again
+		}
+		failures++
 		d.metrics.LoopErrors.WithLabelValues("listen").Inc()
-		d.log.Warn("tracked_items notifications interrupted; relying on database-timed wake-ups", zap.Error(err))
+		if failures == 1 {
+			d.log.Warn("tracked_items notifications interrupted; falling back to timed wake-ups until LISTEN works again", zap.Error(err))
+		} else {
+			d.log.Debug("LISTEN retry failed", zap.Int("failures", failures), zap.Error(err))
+		}
 		t := time.NewTimer(backoff(failures))
 		select {
 		case <-ctx.Done():
@@ -460,20 +481,28 @@ func (d *Daemon) listen(ctx context.Context) error {
 	return nil
 }
 
-func (d *Daemon) listenOnce(ctx context.Context) error {
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquire connection for LISTEN: %w", err)
+// listenOnce LISTENs until an error; listening says whether it got that far.
+func (d *Daemon) listenOnce(ctx context.Context) (listening bool, err error) {
+	var pc *pgx.Conn
+	if d.cfg.ListenURL != "" {
+		if pc, err = pgx.Connect(ctx, d.cfg.ListenURL); err != nil {
+			return false, fmt.Errorf("connect to database.direct_url for LISTEN: %w", err)
+		}
+	} else {
+		conn, err := d.pool.Acquire(ctx)
+		if err != nil {
+			return false, fmt.Errorf("acquire connection for LISTEN: %w", err)
+		}
+		// A LISTENing connection must not return to the pool.
+		pc = conn.Hijack()
 	}
-	// A LISTENing connection must not return to the pool.
-	pc := conn.Hijack()
 	defer pc.Close(context.WithoutCancel(ctx))
 	if _, err := pc.Exec(ctx, "LISTEN tracked_items_due"); err != nil {
-		return fmt.Errorf("LISTEN tracked_items_due: %w", err)
+		return false, fmt.Errorf("LISTEN tracked_items_due: %w", err)
 	}
 	for {
 		if _, err := pc.WaitForNotification(ctx); err != nil {
-			return fmt.Errorf("wait for tracked_items notification: %w", err)
+			return true, fmt.Errorf("wait for tracked_items notification: %w", err)
 		}
 		select {
 		case d.wake <- struct{}{}:

@@ -104,7 +104,9 @@ func scanClaim(row pgx.CollectableRow) (Claim, error) {
 }
 
 // releaseLeases hands unfinished items back at once (instead of after lease expiry), leaving
-// their schedule untouched so the next claim takes them. Fenced like every write-back.
+// their schedule untouched so the next claim takes them. Fenced like every write-back. It runs
+// in the simple protocol, so it works even where the pool's prepared statements fail (behind
+// PgBouncer in transaction mode with the default query mode) and a pass fails for that.
 func releaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int64, error) {
 	if len(claims) == 0 {
 		return 0, nil
@@ -118,7 +120,7 @@ func releaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int
 		UPDATE tracked_items t
 		SET lease_expires_at = NULL, lease_token = NULL, leased_by = NULL
 		FROM unnest($1::text[], $2::uuid[]) AS u(item_id, token)
-		WHERE t.item_id = u.item_id AND t.lease_token = u.token`, ids, tokens)
+		WHERE t.item_id = u.item_id AND t.lease_token = u.token`, pgx.QueryExecModeSimpleProtocol, ids, tokens)
 	if err != nil {
 		return 0, fmt.Errorf("release %d leases: %w", len(claims), err)
 	}

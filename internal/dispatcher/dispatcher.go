@@ -581,9 +581,12 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 	t0 := time.Now()
 	fencedIDs, unwritten, err := w.store(ctx, buf)
 	if err != nil {
-		// Their leases expire and the items are collected again then. Nothing is lost.
-		w.d.log.Error("write-back failed; these items are collected again when their leases expire",
-			zap.Strings("item_ids", unwritten), zap.Error(err))
+		err = store.ExplainPooler(err)
+		// Hand them back at once so another pass (or worker) retries them now; if even that
+		// fails their leases expire. Nothing is lost either way.
+		released, rerr := w.release(ctx, buf, unwritten)
+		w.d.log.Error("write-back failed; items handed back for another attempt",
+			zap.Strings("item_ids", unwritten), zap.Int64("released", released), zap.Error(err), zap.NamedError("release_error", rerr))
 		w.stats.err = errors.Join(w.stats.err, err)
 	}
 	skip := map[string]bool{}
@@ -630,7 +633,7 @@ func (w *writer) store(ctx context.Context, buf []result) (fenced, unwritten []s
 	switch {
 	case err == nil:
 		return ws.fenced, nil, nil
-	case store.Transient(err):
+	case store.Transient(err), store.PoolerMismatch(err): // not the data: splitting cannot help
 		return nil, itemIDs(buf), err
 	case len(buf) > 1:
 		h := len(buf) / 2
@@ -679,6 +682,23 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 			return ws, fmt.Errorf("%w (and every lease of the group has passed to another worker)", err)
 		}
 	}
+}
+
+// release hands back the leases of the items named in ids.
+func (w *writer) release(ctx context.Context, buf []result, ids []string) (int64, error) {
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	var cs []Claim
+	for _, r := range buf {
+		if want[r.claim.ItemID] {
+			cs = append(cs, r.claim)
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return releaseLeases(rctx, w.d.pool, cs)
 }
 
 func itemIDs(rs []result) []string {

@@ -4,6 +4,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sync"
 	"time"
 
@@ -270,4 +271,19 @@ func whereOf(q any) string {
 		return fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
 	}
 	return "database.url"
+}
+
+// WithExecMode sets pgx's default_query_exec_mode on a connection string (URL or key=value
+// form); mode "" leaves it as it is.
+func WithExecMode(conn, mode string) string {
+	if mode == "" {
+		return conn
+	}
+	if u, err := url.Parse(conn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set("default_query_exec_mode", mode)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return conn + " default_query_exec_mode=" + mode
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,4 +29,23 @@ func Transient(err error) bool {
 		return true
 	}
 	return strings.HasPrefix(pgErr.Code, "08")
+}
+
+// PoolerMismatch tells whether err is a prepared statement that vanished or already existed
+// (SQLSTATE 26000, 42P05): what pgx's statement cache meets behind a transaction-pooling
+// PgBouncer, where consecutive statements may run on different server connections.
+func PoolerMismatch(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05")
+}
+
+// ExplainPooler names the setting to change when err is a PoolerMismatch; other errors are
+// returned as they are.
+func ExplainPooler(err error) error {
+	if !PoolerMismatch(err) {
+		return err
+	}
+	return fmt.Errorf("%w: is the database behind PgBouncer in transaction mode? Set database.query_exec_mode: simple_protocol "+
+		"(or default_query_exec_mode=simple_protocol in database.url), and database.direct_url to PostgreSQL itself for "+
+		"migrations and LISTEN (docs/operations.md, \"Behind PgBouncer\")", err)
 }
