@@ -2,6 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
 
 	"github.com/spf13/cobra"
 
@@ -63,7 +71,7 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 		}
 		relay = &rc
 	}
-	pool, err := a.db(ctx) // after the configuration checks, so all of them show in one round
+	pool, err := a.waitForDB(ctx) // after the configuration checks, so all of them show in one round
 	if err != nil {
 		return nil, err
 	}
@@ -94,4 +102,64 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 
 func marketKeyLabel(a *app) string {
 	return budget.KeyLabel(string(provider.WorkloadMarket), a.cfg.Provider.MarketKey.Reveal())
+}
+
+// waitForDB opens the pool like every command, but a daemon may start before its database:
+// it retries with back-off (1s doubling to 30s), logging each attempt, while /healthz answers
+// and /readyz says why it is not ready. One-shots keep failing fast through a.db.
+func (a *app) waitForDB(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := a.db(ctx)
+	if err == nil || ctx.Err() != nil {
+		return pool, err
+	}
+	var why atomic.Pointer[string]
+	setWhy := func(err error) { msg := "database not ready: " + err.Error(); why.Store(&msg) }
+	setWhy(err)
+	stop := a.serveNotReady(&why)
+	defer stop()
+	backoff := time.Second
+	for attempt := 1; ; attempt++ {
+		setWhy(err)
+		a.log.Warn("database not reachable yet; retrying", zap.Int("attempt", attempt),
+			zap.Duration("retry_in_seconds", backoff), zap.Error(err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("stopped while waiting for the database: %w", err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 30*time.Second)
+		if pool, err = a.db(ctx); err == nil {
+			a.log.Info("database reachable; starting", zap.Int("attempts", attempt+1))
+			return pool, nil
+		}
+	}
+}
+
+// serveNotReady answers /healthz (up) and /readyz (503 with why) on daemon.http_addr until the
+// daemon takes the address over; stop frees it.
+func (a *app) serveNotReady(why *atomic.Pointer[string]) (stop func()) {
+	if a.cfg.Daemon.HTTPAddr == "" {
+		return func() {}
+	}
+	ln, err := net.Listen("tcp", a.cfg.Daemon.HTTPAddr)
+	if err != nil {
+		a.log.Warn("cannot serve /healthz while waiting for the database", zap.Error(err))
+		return func() {}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, *why.Load(), http.StatusServiceUnavailable)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}
 }

@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +71,86 @@ func TestRunAndStatus(t *testing.T) {
 	}
 	if strings.Contains(errOut.String(), "sim-market-key") {
 		t.Fatal("the market key appears in the log")
+	}
+}
+
+// `collector run` started before its database is reachable waits for it, with /healthz up and
+// /readyz saying why it is not ready, and starts once PostgreSQL answers.
+func TestRunWaitsForItsDatabase(t *testing.T) {
+	db := catalogEnv(t, true)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbAddr := u.Host
+	// A port where nothing listens yet; the test opens it later as a proxy to the server.
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = free.Addr().String()
+	_ = free.Close()
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := httpLn.Addr().String()
+	_ = httpLn.Close()
+
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var stderr lockedBuffer
+	go func() {
+		var out bytes.Buffer
+		cmd := newRootCmd(&out, &stderr)
+		cmd.SetArgs([]string{"run", "--database-url", u.String(), "--http-addr", httpAddr, "--log-format", "console"})
+		done <- cmd.ExecuteContext(ctx)
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + httpAddr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testkit.Eventually(t, 30*time.Second, "two logged attempts with /healthz up and /readyz not ready", func() bool {
+		hc, _ := get("/healthz")
+		rc, body := get("/readyz")
+		return strings.Count(stderr.String(), "database not reachable yet") >= 2 && hc == 200 && rc == 503 &&
+			strings.Contains(body, "database not ready")
+	})
+
+	proxy, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	go func() {
+		for {
+			c, err := proxy.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				s, err := net.Dial("tcp", dbAddr)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() { _, _ = io.Copy(s, c) }()
+				_, _ = io.Copy(c, s)
+			}()
+		}
+	}()
+	testkit.Eventually(t, 60*time.Second, "the daemon to start and be ready", func() bool {
+		rc, _ := get("/readyz")
+		return rc == 200
+	})
+	stop()
+	if err := testkit.Recv(t, done, time.Minute, "run to stop"); err != nil {
+		t.Fatalf("run: %v", err)
 	}
 }
