@@ -114,3 +114,30 @@ func TestWriteBackRetriesAKilledConnection(t *testing.T) {
 		t.Fatalf("%d snapshots, want 4", n)
 	}
 }
+
+// A pass whose write-back fails as it does behind a mismatched PgBouncer (prepared statement
+// errors) hands its claims back at once, instead of leaving them leased until expiry, and
+// its error names the setting to change.
+func TestPoolerMismatchReleasesClaimsAtOnce(t *testing.T) {
+	e := setup(t, 4, tiers.Active, nil)
+	ctx := context.Background()
+	_, err := e.pool.Exec(ctx, `
+		CREATE FUNCTION fail_like_pgbouncer() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			RAISE EXCEPTION 'prepared statement "stmtcache_1" does not exist' USING ERRCODE = '26000';
+		END $$;
+		CREATE TRIGGER fail_like_pgbouncer BEFORE INSERT ON auction_snapshots FOR EACH ROW EXECUTE FUNCTION fail_like_pgbouncer();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.dispatcher(t, Config{FlushSize: 50, Concurrency: 1, Lease: time.Hour}, nil).RunOnce(ctx)
+	if err == nil || !strings.Contains(err.Error(), "database.query_exec_mode") {
+		t.Fatalf("pass error %v: want one naming database.query_exec_mode", err)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); n != 0 {
+		t.Fatalf("%d items still leased (for an hour) after the failed pass", n)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now() AND last_collected_at IS NULL`); n != 4 {
+		t.Fatalf("%d items due again, want all 4 with their schedule untouched", n)
+	}
+}
