@@ -19,24 +19,6 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// envelopeWith is a Neople error body whose message holds text byte for byte: only what JSON
-// cannot carry raw (controls, quote, backslash) is escaped, so NUL arrives as \u0000.
-func envelopeWith(status int, code, text string) string {
-	var b strings.Builder
-	for i := 0; i < len(text); i++ {
-		switch c := text[i]; {
-		case c < 0x20:
-			fmt.Fprintf(&b, `\u%04x`, c)
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return fmt.Sprintf(`{"error":{"status":%d,"code":%q,"message":"%s"}}`, status, code, b.String())
-}
-
 func checkCleanText(t *testing.T, what, s string) {
 	t.Helper()
 	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
@@ -61,10 +43,10 @@ func TestHostileProviderTextIsCleanInEveryStoreAndLog(t *testing.T) {
 					switch {
 					case maintenance.Load():
 						w.WriteHeader(http.StatusServiceUnavailable)
-						_, _ = w.Write([]byte(envelopeWith(503, "DNF980", h.Text)))
+						_, _ = w.Write(neoplesim.HostileEnvelope(503, "DNF980", h.Text))
 					case id == e.items[0].ItemID:
 						w.WriteHeader(http.StatusNotFound)
-						_, _ = w.Write([]byte(envelopeWith(404, "DNF003", h.Text)))
+						_, _ = w.Write(neoplesim.HostileEnvelope(404, "DNF003", h.Text))
 					case id == e.items[1].ItemID:
 						w.WriteHeader(http.StatusInternalServerError)
 						_, _ = w.Write([]byte(h.Text))

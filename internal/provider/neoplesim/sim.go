@@ -101,22 +101,39 @@ type Faults struct {
 	MalformedRate float64 // 200 with a truncated JSON body
 	TimeoutRate   float64 // no answer until the client gives up (at most 30 s)
 	OversizeRate  float64 // 200 with a valid body of OversizeBytes
+	// HostileRate: an error whose text is one of HostileTexts (NUL, EUC-KR, gzip bytes, long
+	// Korean), as a 404 DNF003 envelope or a raw 502 body by turns.
+	HostileRate float64
+	FutureRate  float64 // 200 with an extra row dated 2099 (a sale, or a listing's regDate)
+	AncientRate float64 // 200 with an extra row dated 2001, before the game existed
+	ForeignRate float64 // 200 whose rows all carry another item's id
+	// RetryAfterRate: 429 API002 with Retry-After: 999999999 (about 31 years).
+	RetryAfterRate float64
+	// HostileMaintenance: maintenance answers carry NUL and EUC-KR bytes in their message.
+	HostileMaintenance bool
 }
 
 // OversizeBytes is the size of an oversized body: above the client's default 8 MiB cap.
 const OversizeBytes = 9 << 20
 
 type faultsJSON struct {
-	Latency       string  `json:"latency"`
-	ErrorRate     float64 `json:"error_rate"`
-	MalformedRate float64 `json:"malformed_rate"`
-	TimeoutRate   float64 `json:"timeout_rate"`
-	OversizeRate  float64 `json:"oversize_rate"`
+	Latency            string  `json:"latency"`
+	ErrorRate          float64 `json:"error_rate"`
+	MalformedRate      float64 `json:"malformed_rate"`
+	TimeoutRate        float64 `json:"timeout_rate"`
+	OversizeRate       float64 `json:"oversize_rate"`
+	HostileRate        float64 `json:"hostile_rate"`
+	FutureRate         float64 `json:"future_rate"`
+	AncientRate        float64 `json:"ancient_rate"`
+	ForeignRate        float64 `json:"foreign_rate"`
+	RetryAfterRate     float64 `json:"retry_after_rate"`
+	HostileMaintenance bool    `json:"hostile_maintenance"`
 }
 
 // MarshalJSON writes latency as a duration string ("50ms").
 func (f Faults) MarshalJSON() ([]byte, error) {
-	return json.Marshal(faultsJSON{f.Latency.String(), f.ErrorRate, f.MalformedRate, f.TimeoutRate, f.OversizeRate})
+	return json.Marshal(faultsJSON{f.Latency.String(), f.ErrorRate, f.MalformedRate, f.TimeoutRate, f.OversizeRate,
+		f.HostileRate, f.FutureRate, f.AncientRate, f.ForeignRate, f.RetryAfterRate, f.HostileMaintenance})
 }
 
 // UnmarshalJSON reads {"latency":"50ms","error_rate":0.1,...}; omitted fields are zero.
@@ -133,12 +150,15 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 		}
 	}
 	for name, r := range map[string]float64{"error_rate": j.ErrorRate, "malformed_rate": j.MalformedRate,
-		"timeout_rate": j.TimeoutRate, "oversize_rate": j.OversizeRate} {
+		"timeout_rate": j.TimeoutRate, "oversize_rate": j.OversizeRate, "hostile_rate": j.HostileRate,
+		"future_rate": j.FutureRate, "ancient_rate": j.AncientRate, "foreign_rate": j.ForeignRate,
+		"retry_after_rate": j.RetryAfterRate} {
 		if r < 0 || r > 1 {
 			return fmt.Errorf("%s %v: want a probability in [0, 1]", name, r)
 		}
 	}
-	*f = Faults{lat, j.ErrorRate, j.MalformedRate, j.TimeoutRate, j.OversizeRate}
+	*f = Faults{lat, j.ErrorRate, j.MalformedRate, j.TimeoutRate, j.OversizeRate,
+		j.HostileRate, j.FutureRate, j.AncientRate, j.ForeignRate, j.RetryAfterRate, j.HostileMaintenance}
 	return nil
 }
 
@@ -424,6 +444,9 @@ func (s *Server) df(route string, wl provider.Workload, h handler) http.HandlerF
 		case h == nil:
 			s.writeAPIError(w, notFound)
 			return
+		case maint && faults.HostileMaintenance:
+			writeRaw(w, http.StatusServiceUnavailable, HostileEnvelope(http.StatusServiceUnavailable, "DNF980", "SYSTEM\x00INSPECT "+HostileTexts()[1].Text))
+			return
 		case maint:
 			s.writeAPIError(w, maintenance)
 			return
@@ -451,8 +474,16 @@ func (s *Server) df(route string, wl provider.Workload, h handler) http.HandlerF
 			sleep(r, 30*time.Second)
 			return
 		}
-		if fault == "error" {
+		switch fault {
+		case "error":
 			s.writeAPIError(w, systemError)
+			return
+		case "hostile":
+			s.writeHostile(w)
+			return
+		case "retry_after":
+			w.Header().Set("Retry-After", "999999999")
+			s.writeAPIError(w, &apiError{http.StatusTooManyRequests, "API002", "APIKEY_LIMIT_EXCEEDED", "API KEY 사용량을 초과했습니다."})
 			return
 		}
 		body, apiErr := h(r)
@@ -461,6 +492,8 @@ func (s *Server) df(route string, wl provider.Workload, h handler) http.HandlerF
 			return
 		}
 		switch fault {
+		case "future", "ancient", "foreign":
+			writeRaw(w, http.StatusOK, impossibleRows(body, fault))
 		case "malformed":
 			b, _ := json.Marshal(body)
 			w.Header().Set("Content-Type", "application/json;charset=UTF-8")
@@ -501,7 +534,8 @@ func (s *Server) countItem(id string, f func(*ItemStats)) {
 }
 
 func (s *Server) pickFault(f Faults) string {
-	if f.ErrorRate+f.MalformedRate+f.TimeoutRate+f.OversizeRate == 0 {
+	if f.ErrorRate+f.MalformedRate+f.TimeoutRate+f.OversizeRate+f.HostileRate+f.FutureRate+f.AncientRate+
+		f.ForeignRate+f.RetryAfterRate == 0 {
 		return ""
 	}
 	s.mu.Lock()
@@ -510,7 +544,9 @@ func (s *Server) pickFault(f Faults) string {
 	for _, c := range []struct {
 		name string
 		p    float64
-	}{{"timeout", f.TimeoutRate}, {"error", f.ErrorRate}, {"malformed", f.MalformedRate}, {"oversize", f.OversizeRate}} {
+	}{{"timeout", f.TimeoutRate}, {"error", f.ErrorRate}, {"malformed", f.MalformedRate}, {"oversize", f.OversizeRate},
+		{"hostile", f.HostileRate}, {"future", f.FutureRate}, {"ancient", f.AncientRate}, {"foreign", f.ForeignRate},
+		{"retry_after", f.RetryAfterRate}} {
 		if roll < c.p {
 			s.stats.Faults++
 			return c.name

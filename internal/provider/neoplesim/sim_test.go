@@ -431,3 +431,41 @@ func TestSameSeedSameMarket(t *testing.T) {
 		}
 	}
 }
+
+// The hostile fault modes: text a client must clean, impossible dates, foreign rows, an
+// absurd Retry-After, a maintenance message with NUL and EUC-KR bytes.
+func TestHostileFaultModes(t *testing.T) {
+	f := newFixture(t, neoplesim.Options{})
+	item := f.sim.Catalog()[0].ItemID
+	id := url.Values{"itemId": {item}}
+	admin(t, f, http.MethodPost, "/_sim/faults", `{"hostile_rate":1}`)
+	for i := 0; i < 8; i++ {
+		if r := f.market(t, "/df/auction", id); r.status != 404 && r.status != 502 {
+			t.Fatalf("hostile fault: HTTP %d", r.status)
+		}
+	}
+	f.sim.SetFaults(neoplesim.Faults{FutureRate: 1})
+	if r := f.market(t, "/df/auction-sold", id); r.status != 200 || len(r.Rows) == 0 || r.Rows[0]["soldDate"] != "2099-01-01 00:00:00" {
+		t.Fatalf("future fault: HTTP %d, rows %.300s", r.status, r.body)
+	}
+	f.sim.SetFaults(neoplesim.Faults{AncientRate: 1})
+	if r := f.market(t, "/df/auction", id); r.status != 200 || len(r.Rows) == 0 || r.Rows[0]["regDate"] != "2001-01-01 00:00:00" {
+		t.Fatalf("ancient fault: HTTP %d, rows %.300s", r.status, r.body)
+	}
+	f.sim.SetFaults(neoplesim.Faults{ForeignRate: 1})
+	if r := f.market(t, "/df/auction", id); r.status != 200 || len(r.Rows) == 0 || r.Rows[0]["itemId"] == item {
+		t.Fatalf("foreign fault: HTTP %d, rows %.300s", r.status, r.body)
+	}
+	f.sim.SetFaults(neoplesim.Faults{RetryAfterRate: 1})
+	wantError(t, f.market(t, "/df/auction", id), 429, "API002")
+	f.sim.SetFaults(neoplesim.Faults{HostileMaintenance: true})
+	f.sim.SetMaintenance(true)
+	if r := f.market(t, "/df/auction", id); r.status != 503 || !strings.Contains(string(r.body), `\u0000`) {
+		t.Fatalf("hostile maintenance: HTTP %d %q", r.status, r.body)
+	}
+	var got neoplesim.Faults
+	admin(t, f, http.MethodPost, "/_sim/faults", `{"foreign_rate":0.5,"hostile_maintenance":true}`)
+	if got = f.sim.Faults(); got.ForeignRate != 0.5 || !got.HostileMaintenance {
+		t.Fatalf("faults from JSON: %+v", got)
+	}
+}
