@@ -17,15 +17,11 @@ func (a *app) newRelay(ctx context.Context) (*outbox.Relay, error) {
 	if len(a.cfg.Kafka.Brokers) == 0 {
 		return nil, errors.New("kafka.brokers is empty: set --brokers or COLLECTOR_KAFKA_BROKERS (host:port,host:port)")
 	}
-	rc, err := outbox.RelayConfigFrom(a.cfg.Kafka)
-	if err != nil {
-		return nil, err
-	}
 	pool, err := a.db(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return outbox.NewRelay(pool, rc, a.log)
+	return outbox.NewRelay(pool, outbox.RelayConfig{KafkaConfig: a.cfg.Kafka}, a.log)
 }
 
 func newRelayOutboxCmd(a *app) *cobra.Command {

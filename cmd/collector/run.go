@@ -65,11 +65,7 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 	}
 	var relay *outbox.RelayConfig
 	if len(a.cfg.Kafka.Brokers) > 0 {
-		rc, err := outbox.RelayConfigFrom(a.cfg.Kafka)
-		if err != nil {
-			return nil, err
-		}
-		relay = &rc
+		relay = &outbox.RelayConfig{KafkaConfig: a.cfg.Kafka}
 	}
 	pool, err := a.waitForDB(ctx) // after the configuration checks, so all of them show in one round
 	if err != nil {

@@ -134,7 +134,7 @@ func (c *Config) Validate() error {
 		c.Log.validate(),
 		c.Provider.validate(),
 		c.Collect.validate(),
-		c.Kafka.validate(),
+		c.Kafka.Validate(),
 		c.Catalog.validate(),
 		c.Daemon.validate(),
 		c.Retention.validate(c.Catalog),

@@ -85,6 +85,7 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"provider:\n  base_url: ftp://x\n", "provider.base_url"},
 		{"provider:\n  market:\n    rate: -1\n", "provider.market.rate"},
 		{"catalog:\n  default_tier: LUKEWARM\n", "catalog.default_tier"},
+		{"kafka:\n  lease: 20s\n", "kafka.lease"},      // under 3 × kafka.write_timeout (10s)
 		{"collect:\n  batchsize: 5\n", "batchsize"},    // unknown key (typo)
 		{"collect:\n  batch_size: [\n", "line"},        // YAML syntax error names the line
 		{"collect:\n  lease: soon\n", "collect.lease"}, // wrong type

@@ -112,7 +112,9 @@ var kafkaDefaults = map[string]any{
 	"kafka.sasl.password":            "",
 }
 
-func (c KafkaConfig) validate() error {
+// Validate checks every kafka.* value, including how they bound each other; the relay needs
+// nothing else checked.
+func (c KafkaConfig) Validate() error {
 	var errs []error
 	for _, b := range c.Brokers {
 		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
@@ -144,6 +146,9 @@ func (c KafkaConfig) validate() error {
 		kafkaDuration("kafka.retry.backoff_min", c.Retry.BackoffMin, time.Millisecond, time.Hour),
 		kafkaDuration("kafka.retry.backoff_max", c.Retry.BackoffMax, c.Retry.BackoffMin, time.Hour),
 	)
+	if c.Lease < 3*c.WriteTimeout {
+		errs = append(errs, invalid("kafka.lease", c.Lease, fmt.Sprintf("must be at least 3 × kafka.write_timeout (%s), so a produce call always ends within its lease", c.WriteTimeout)))
+	}
 	if c.Partitions < 1 || c.Partitions > 10000 {
 		errs = append(errs, invalid("kafka.partitions", c.Partitions, "must be between 1 and 10000"))
 	}

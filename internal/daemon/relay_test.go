@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -33,10 +34,7 @@ func TestRelayFollowsAndFlushesOnShutdown(t *testing.T) {
 	cfg.Dispatch.Concurrency = 4
 	cfg.Dispatch.BatchSize = n
 	cfg.Daemon.ShutdownGrace = 10 * time.Second
-	cfg.Relay = &outbox.RelayConfig{
-		Brokers: broker.ListenAddrs(), Topic: "test.snapshots", WriteTimeout: 3 * time.Second, Lease: 9 * time.Second,
-		PollInterval: 100 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-	}
+	cfg.Relay = relayConfig(broker.ListenAddrs(), "test.snapshots")
 	r := e.start(t, cfg, nil)
 	testkit.Eventually(t, 20*time.Second, "the first events published", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM outbox_events WHERE state = 'published'`) > 0
@@ -93,10 +91,7 @@ func TestStoppedRelayFailsReadiness(t *testing.T) {
 	e := newEnv(t, 1, neoplesim.Options{})
 	cfg := testConfig()
 	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
-	cfg.Relay = &outbox.RelayConfig{
-		Brokers: broker.ListenAddrs(), Topic: "not.there", WriteTimeout: 3 * time.Second, Lease: 9 * time.Second,
-		PollInterval: 100 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-	}
+	cfg.Relay = relayConfig(broker.ListenAddrs(), "not.there")
 	r := e.start(t, cfg, nil)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + r.d.Addr() + path)
@@ -125,4 +120,13 @@ func TestStoppedRelayFailsReadiness(t *testing.T) {
 	if err != nil || len(st.Relay.Stops) != 1 || !strings.Contains(st.Relay.Stops[0].Reason, "not.there") {
 		t.Fatalf("status relay %+v %v, want the stop with its reason", st.Relay, err)
 	}
+}
+
+// relayConfig is a relay sized for tests: fast polls and retries, a lease that leaves room for a
+// loaded machine.
+func relayConfig(brokers []string, topic string) *outbox.RelayConfig {
+	k := config.Default().Kafka
+	k.Brokers, k.Topic, k.WriteTimeout, k.Lease, k.PollInterval = brokers, topic, 3*time.Second, 9*time.Second, 100*time.Millisecond
+	k.Retry.BackoffMin, k.Retry.BackoffMax = 10*time.Millisecond, 200*time.Millisecond
+	return &outbox.RelayConfig{KafkaConfig: k}
 }

@@ -110,10 +110,8 @@ func BenchmarkRelay(b *testing.B) {
 // written straight from memory: the ceiling the relay is measured against.
 func BenchmarkRawKafkaGoWriter(b *testing.B) {
 	cfg := benchConfig(b)
-	cfg.setDefaults()
 	msgs := pendingMessages(b, benchRows(b, b.N), cfg)
-	w := newWriter(cfg, newTransport(cfg))
-	defer w.Close() //nolint:errcheck
+	w := rawWriter(b, cfg)
 	// One message first, so that connecting and reading metadata stay out of the timing.
 	if err := w.WriteMessages(context.Background(), msgs[0]); err != nil {
 		b.Fatal(err)
@@ -125,6 +123,17 @@ func BenchmarkRawKafkaGoWriter(b *testing.B) {
 	b.StopTimer()
 	cpu.report(b)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// rawWriter is a writer with the relay's settings, for writing messages straight from memory.
+func rawWriter(b *testing.B, cfg RelayConfig) *kafka.Writer {
+	t, err := newTransport(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := newWriter(cfg, t)
+	b.Cleanup(func() { _ = w.Close() })
+	return w
 }
 
 // cpuTimes reads the machine's busy and total CPU time from /proc/stat (Linux), so that the
@@ -212,7 +221,6 @@ func (m cpuMeter) report(b *testing.B) {
 func BenchmarkRelayVsRaw(b *testing.B) {
 	const perRound = 20000
 	cfg := benchConfig(b)
-	cfg.setDefaults()
 	if rtt := benchRTT(b); rtt > 0 {
 		cfg.Dial = delayedDial(rtt)
 	}
@@ -221,8 +229,7 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 	if err := r.checkTopic(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	w := newWriter(cfg, newTransport(cfg))
-	defer w.Close() //nolint:errcheck
+	w := rawWriter(b, cfg)
 	var relayTime, rawTime time.Duration
 	var relayGo, relayPG, rawGo int64 // CPU clock ticks
 	var relayGC, rawGC float64

@@ -28,7 +28,7 @@
 //
 // Leases: each acquisition gets a fresh lease_token. The relay renews its leases between
 // batches and while it backs off, starts a produce call only on lanes with more than two write
-// timeouts of lease left (RelayConfig.Lease must be at least three write timeouts), and marks
+// timeouts of lease left (kafka.lease must be at least three write timeouts), and marks
 // rows with a statement fenced by its tokens. So a relay never publishes a lane after it could
 // have lost it, and one paused past its lease marks nothing. A relay that stops cleanly marks
 // its last batch and releases its lanes at once; one that dies frees them when the lease
@@ -39,7 +39,7 @@
 // # Failures
 //
 // A broker that is down or unreachable fails the batch from the failing produce call on;
-// nothing after it is marked. RunOnce retries with backoff up to RelayConfig.Attempts times,
+// nothing after it is marked. RunOnce retries with backoff up to kafka.retry.attempts times,
 // then returns an error; Run backs off and retries until its context ends. What retrying
 // cannot fix (a missing topic it may not create, refused authorization, a panic) stops the
 // relay: Health reports it down with the reason, and outbox_relay_stops records it for
@@ -54,6 +54,6 @@
 //
 // # Growth
 //
-// Published rows created more than RelayConfig.Retention ago are deleted by Prune, a bounded
+// Published rows created more than kafka.outbox_retention ago are deleted by Prune, a bounded
 // number per statement so no statement holds locks for long. Run prunes every PruneInterval.
 package outbox

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/config"
 )
 
 type jsonSchema struct {
@@ -162,7 +164,8 @@ func TestEventsDocMatchesRelay(t *testing.T) {
 			t.Errorf("docs/events.md does not describe header %q", h.Key)
 		}
 	}
-	for _, want := range []string{DefaultTopic, EventTypeSnapshot, "kcat -C -b localhost:9092 -t " + DefaultTopic} {
+	topic := config.Default().Kafka.Topic
+	for _, want := range []string{topic, EventTypeSnapshot, "kcat -C -b localhost:9092 -t " + topic} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("docs/events.md does not mention %q", want)
 		}

@@ -298,8 +298,8 @@ func TestRunFollowsAndPrunes(t *testing.T) {
 	}
 }
 
-// The relay's configuration comes from the kafka.* keys; bad values name their key, and
-// SASL errors never repeat the password.
+// The relay takes the kafka.* keys as loaded; what config rejects, NewRelay rejects too, and
+// the files and credentials it loads name their key without repeating the password.
 func TestRelayConfigFromKafkaKeys(t *testing.T) {
 	t.Setenv("COLLECTOR_KAFKA_BROKERS", "k1:9092,k2:9093")
 	t.Setenv("COLLECTOR_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
@@ -309,46 +309,41 @@ func TestRelayConfigFromKafkaKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Kafka.Brokers; len(got) != 2 || got[1] != "k2:9093" {
-		t.Fatalf("brokers %v", got)
-	}
-	rc, err := RelayConfigFrom(cfg.Kafka)
-	if err != nil || rc.SASL == nil || rc.SASL.Name() != "SCRAM-SHA-512" || rc.TLS != nil {
-		t.Fatalf("RelayConfigFrom: %+v %v", rc, err)
-	}
-	if _, err := NewRelay(newDB(t), rc, nil); err != nil {
+	pool := newDB(t)
+	r, err := NewRelay(pool, RelayConfig{KafkaConfig: cfg.Kafka}, nil)
+	if err != nil {
 		t.Fatalf("defaults must be valid: %v", err)
 	}
+	if m := r.transport.SASL; m == nil || m.Name() != "SCRAM-SHA-512" || r.transport.TLS != nil {
+		t.Fatalf("transport SASL %v TLS %v, want SCRAM-SHA-512 over plaintext", m, r.transport.TLS)
+	}
+	_ = r.Close()
 
 	k := cfg.Kafka
 	k.SASL.Password = config.Secret("bad\u0007pw")
-	if _, err := RelayConfigFrom(k); err == nil || strings.Contains(err.Error(), "bad\u0007pw") || !strings.Contains(err.Error(), "kafka.sasl") {
+	if _, err := NewRelay(pool, RelayConfig{KafkaConfig: k}, nil); err == nil || strings.Contains(err.Error(), "bad\u0007pw") || !strings.Contains(err.Error(), "kafka.sasl") {
 		t.Fatalf("err = %v, want a kafka.sasl error without the password", err)
 	}
 	k = cfg.Kafka
 	k.TLS.Enabled, k.TLS.CAFile = true, "/nonexistent/ca.pem"
-	if _, err := RelayConfigFrom(k); err == nil || !strings.Contains(err.Error(), "kafka.tls.ca_file") {
+	if _, err := NewRelay(pool, RelayConfig{KafkaConfig: k}, nil); err == nil || !strings.Contains(err.Error(), "kafka.tls.ca_file") {
 		t.Fatalf("err = %v, want kafka.tls.ca_file named", err)
 	}
 
-	rc.Lease, rc.WriteTimeout = 10*time.Second, 5*time.Second
-	rc.Brokers = nil
-	_, err = NewRelay(newDB(t), rc, nil)
-	for _, key := range []string{"kafka.lease", "kafka.brokers"} {
-		if err == nil || !strings.Contains(err.Error(), key) {
-			t.Fatalf("err = %v, want %s named", err, key)
-		}
-	}
-
 	bad := config.Default()
-	bad.Kafka.Brokers = []string{"no-port"}
+	bad.Kafka.Brokers = []string{"k1:9092"}
+	bad.Kafka.Lease, bad.Kafka.WriteTimeout = 10*time.Second, 5*time.Second
 	bad.Kafka.Compression = "brotli"
 	bad.Kafka.Retry.BackoffMax = time.Millisecond
-	err = bad.Validate()
-	for _, key := range []string{"kafka.brokers", "kafka.compression", "kafka.retry.backoff_max"} {
-		if err == nil || !strings.Contains(err.Error(), key) {
-			t.Fatalf("Validate: %v, want %s named", err, key)
+	verr := bad.Validate()
+	_, rerr := NewRelay(pool, RelayConfig{KafkaConfig: bad.Kafka}, nil)
+	for _, key := range []string{"kafka.lease", "kafka.compression", "kafka.retry.backoff_max"} {
+		if verr == nil || !strings.Contains(verr.Error(), key) || rerr == nil || !strings.Contains(rerr.Error(), key) {
+			t.Fatalf("Validate: %v, NewRelay: %v, want %s named by both", verr, rerr, key)
 		}
+	}
+	if _, err := NewRelay(pool, RelayConfig{KafkaConfig: config.Default().Kafka}, nil); err == nil || !strings.Contains(err.Error(), "kafka.brokers") {
+		t.Fatalf("err = %v, want kafka.brokers named", err)
 	}
 }
 

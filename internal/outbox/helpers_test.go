@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
@@ -34,18 +35,11 @@ func newBroker(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 // testConfig is a relay configuration sized for tests: small batches, fast retries, and a
 // lease that leaves room for a slow, loaded machine.
 func testConfig(brokers []string, owner string) RelayConfig {
-	return RelayConfig{
-		Brokers:      brokers,
-		Topic:        testTopic,
-		BatchSize:    100,
-		WriteTimeout: 3 * time.Second,
-		Lease:        9 * time.Second,
-		PollInterval: 100 * time.Millisecond,
-		BackoffMin:   10 * time.Millisecond,
-		BackoffMax:   200 * time.Millisecond,
-		Attempts:     3,
-		Owner:        owner,
-	}
+	k := config.Default().Kafka
+	k.Brokers, k.Topic, k.BatchSize = brokers, testTopic, 100
+	k.WriteTimeout, k.Lease, k.PollInterval = 3*time.Second, 9*time.Second, 100*time.Millisecond
+	k.Retry.Attempts, k.Retry.BackoffMin, k.Retry.BackoffMax = 3, 10*time.Millisecond, 200*time.Millisecond
+	return RelayConfig{KafkaConfig: k, Owner: owner}
 }
 
 func newTestRelay(tb testing.TB, pool *pgxpool.Pool, cfg RelayConfig) (*Relay, *TestSignals) {

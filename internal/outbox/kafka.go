@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -27,21 +26,6 @@ const (
 	contentType = "application/json"
 )
 
-// newTransport is shared by the writer and the admin client, so both reuse connections.
-func newTransport(cfg RelayConfig) *kafka.Transport {
-	dial := cfg.Dial
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: cfg.DialTimeout}).DialContext
-	}
-	return &kafka.Transport{
-		Dial:        dial,
-		DialTimeout: cfg.DialTimeout,
-		ClientID:    cfg.ClientID,
-		TLS:         cfg.TLS,
-		SASL:        cfg.SASL,
-	}
-}
-
 // newWriter returns the kafka-go writer the relay publishes with: acks from all in-sync
 // replicas, keys hashed like the Java client (murmur2), one attempt per call (the relay does
 // its own retrying, so it knows what was acknowledged), synchronous.
@@ -52,7 +36,6 @@ func newTransport(cfg RelayConfig) *kafka.Transport {
 // all added (kafka-go adds them under one lock). One request per partition means one item's
 // messages in a call are acknowledged or rejected together, which keeps per-item order.
 func newWriter(cfg RelayConfig, transport kafka.RoundTripper) *kafka.Writer {
-	codec, _ := compressionCodec(cfg.Compression) // validated by NewRelay
 	return &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
 		Topic:                  cfg.Topic,
@@ -64,7 +47,7 @@ func newWriter(cfg RelayConfig, transport kafka.RoundTripper) *kafka.Writer {
 		ReadTimeout:            cfg.WriteTimeout,
 		WriteTimeout:           cfg.WriteTimeout,
 		RequiredAcks:           kafka.RequireAll,
-		Compression:            codec,
+		Compression:            codecs[cfg.Compression],
 		Transport:              transport,
 		AllowAutoTopicCreation: false,
 	}

@@ -47,20 +47,22 @@ type Result struct {
 	BusyOwners  []string // who holds them
 }
 
-// NewRelay validates cfg (filling defaults) and prepares the Kafka writer; it connects to
+// NewRelay validates cfg and prepares the Kafka writer; it connects to
 // nothing until RunOnce or Run.
 func NewRelay(pool *pgxpool.Pool, cfg RelayConfig, log *zap.Logger) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("outbox relay: nil database pool")
 	}
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	t := newTransport(cfg)
+	t, err := newTransport(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &Relay{
 		pool:      pool,
 		cfg:       cfg,
@@ -100,7 +102,7 @@ func (r *Relay) Close() error {
 
 // RunOnce publishes everything pending in the lanes it can lease, then releases them. Lanes
 // leased by another relay are left to it and reported in Result (not an error). A failing
-// broker is retried RelayConfig.Attempts times with backoff, then RunOnce returns an error;
+// broker is retried kafka.retry.attempts times with backoff, then RunOnce returns an error;
 // rows that were not acknowledged stay pending.
 func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 	if !r.running.CompareAndSwap(false, true) {
@@ -124,7 +126,7 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 		if err := r.failed(ctx, err); err != nil {
 			return res, err
 		}
-		if failures >= r.cfg.Attempts {
+		if failures >= r.cfg.Retry.Attempts {
 			return res, fmt.Errorf("relay-outbox gave up after %d attempts (kafka.retry.attempts); unpublished rows stay in the outbox: %w", failures, err)
 		}
 		if err := r.backOff(ctx, failures, err); err != nil {
@@ -222,14 +224,14 @@ func (r *Relay) followStep(ctx context.Context, f *follower) (idle bool, err err
 	case now.After(f.nextPrune):
 		// A bounded number of statements per turn, so a large backlog of old rows does not
 		// hold up publishing or lease renewal.
-		n, more, err := prune(ctx, r.pool, r.cfg.Retention, r.cfg.PruneBatch, 10)
+		n, more, err := prune(ctx, r.pool, r.cfg.OutboxRetention, r.cfg.PruneBatch, 10)
 		r.add(Result{Pruned: n})
 		f.nextPrune = now.Add(r.cfg.PruneInterval)
 		if more {
 			f.nextPrune = now
 		}
 		if n > 0 {
-			r.log.Info("pruned published outbox rows", zap.Int64("deleted", n), zap.Duration("older_than_seconds", r.cfg.Retention))
+			r.log.Info("pruned published outbox rows", zap.Int64("deleted", n), zap.Duration("older_than_seconds", r.cfg.OutboxRetention))
 		}
 		return false, err
 	}
@@ -563,9 +565,9 @@ func (r *Relay) wait(ctx context.Context, d time.Duration, wake <-chan struct{})
 // backoff doubles from BackoffMin up to BackoffMax, with jitter so that relays restarted
 // together do not retry in lockstep.
 func (r *Relay) backoff(failures int) time.Duration {
-	d := r.cfg.BackoffMax
+	d := r.cfg.Retry.BackoffMax
 	if failures < 32 {
-		if b := r.cfg.BackoffMin << (failures - 1); b > 0 && b < d {
+		if b := r.cfg.Retry.BackoffMin << (failures - 1); b > 0 && b < d {
 			d = b
 		}
 	}
