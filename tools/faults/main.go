@@ -17,10 +17,18 @@
 //	   rescheduled, no lease left, no panic
 //	6  pg_terminate_backend on collect-due's connections → nothing stuck or lost
 //	6b the same against `collector run`: it carries on without a restart
+//	8  hostile answers (NUL, EUC-KR, gzip bytes, 20,000 Korean characters, rows dated 2099 or
+//	   2001, another item's rows) → exit 0, every item stored or rescheduled with a clean
+//	   last_error, no impossible date stored; a DNF980 with NUL/EUC-KR bytes → MAINTENANCE
+//	8b Retry-After: 999999999 → cool-down capped at 5m, collect-due exits 0 at once saying until
+//	   when; a second run in the cool-down sends nothing and exits 0
+//	8c the daemon with a refused key for 30 s → a handful of requests, /readyz says why, one
+//	   error line, SIGTERM exits 0
+//	8d write-back connections terminated mid-transaction → retried: one run stores every item
 //	7  a sentinel in both API keys for the whole run, plus runs with the key in the query
 //	   string failing every way → not in any output, /_sim/stats, daemon HTTP or DB row
 //
-// 4b and 6b are skipped when the binary has no `run` command. Every scenario prints PASS or
+// 4b, 6b and 8c are skipped when the binary has no `run` command. Every scenario prints PASS or
 // FAIL with the numbers it checked; the exit code is non-zero if any failed. Databases,
 // processes and the broker are cleaned up on every exit path (logs are kept on failure).
 package main
@@ -91,6 +99,10 @@ var scenarios = []scenario{
 	{"5", "bad provider bodies", scenarioBadBodies},
 	{"6", "postgres connections killed", scenarioPGTerminate},
 	{"6b", "daemon: postgres conns killed", scenarioDaemonPG},
+	{"8", "hostile provider answers", scenarioHostileAnswers},
+	{"8b", "absurd Retry-After", scenarioRetryAfter},
+	{"8c", "daemon: refused key for 30 s", scenarioRefusedKey},
+	{"8d", "write-back conns killed", scenarioWriteBackKilled},
 	{"7", "sentinel API key never leaks", scenarioSentinel},
 }
 

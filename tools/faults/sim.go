@@ -34,6 +34,13 @@ type simFaults struct {
 	MalformedRate float64 `json:"malformed_rate"`
 	TimeoutRate   float64 `json:"timeout_rate"`
 	OversizeRate  float64 `json:"oversize_rate"`
+
+	HostileRate        float64 `json:"hostile_rate,omitempty"`
+	FutureRate         float64 `json:"future_rate,omitempty"`
+	AncientRate        float64 `json:"ancient_rate,omitempty"`
+	ForeignRate        float64 `json:"foreign_rate,omitempty"`
+	RetryAfterRate     float64 `json:"retry_after_rate,omitempty"`
+	HostileMaintenance bool    `json:"hostile_maintenance,omitempty"`
 }
 
 type simStats struct {
