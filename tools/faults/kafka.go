@@ -1,11 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -224,15 +225,21 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-var errorLineRE = regexp.MustCompile(`(?m)^error: .*$`)
-
-// lastErrorLine is the "error: ..." line main prints before a non-zero exit.
+// lastErrorLine is the error main reports before a non-zero exit: under log.format=json (what
+// the harness sets) a "command failed" line with an error field, otherwise an "error: ..." line.
 func lastErrorLine(out []byte) string {
-	all := errorLineRE.FindAll(out, -1)
-	if len(all) == 0 {
-		return ""
+	lines := bytes.Split(out, []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := bytes.TrimSpace(lines[i])
+		var rec struct{ Msg, Error string }
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == "command failed" {
+			return "error: " + rec.Error
+		}
+		if bytes.HasPrefix(line, []byte("error: ")) {
+			return string(line)
+		}
 	}
-	return string(all[len(all)-1])
+	return ""
 }
 
 func truncate(s string, n int) string {
