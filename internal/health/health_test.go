@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -264,4 +265,28 @@ func TestOnlyTransientFailuresDegrade(t *testing.T) {
 		m.Observe(&provider.Error{Class: provider.ClassTransient, Status: 500})
 	}
 	testkit.Eventually(t, 5*time.Second, "DEGRADED", func() bool { return status(t, pool).Status == provider.Degraded })
+}
+
+// Each status change is logged once by the instance that makes it: one line for
+// MAINTENANCE → RECOVERING and one for RECOVERING → HEALTHY, however many checks run.
+func TestEachStatusChangeIsLoggedOnce(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Maintenance, "DNF980"); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	m := New(pool, testConfig("m"), func(context.Context) error { return nil }, nil, zap.New(core))
+	run(t, m)
+	testkit.Eventually(t, 10*time.Second, "HEALTHY", func() bool { return status(t, pool).Status == provider.Healthy })
+	testkit.Eventually(t, 5*time.Second, "the monitor to see HEALTHY", func() bool { return m.Status() == provider.Healthy })
+	var seen []string // every line that reports a change, whatever its message
+	for _, e := range logs.All() {
+		if to, ok := e.ContextMap()["to"]; ok {
+			seen = append(seen, fmt.Sprint(e.ContextMap()["from"], "→", to))
+		}
+	}
+	if !slices.Equal(seen, []string{"MAINTENANCE→RECOVERING", "RECOVERING→HEALTHY"}) {
+		t.Fatalf("status change lines %v, want each change once; all lines: %v", seen, logs.All())
+	}
 }
