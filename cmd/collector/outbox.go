@@ -96,12 +96,7 @@ outbox id, so they are published after newer events of the same item that went o
 			if err != nil {
 				return err
 			}
-			var n int64
-			if all {
-				n, err = outbox.RetryAllFailed(ctx, pool)
-			} else {
-				n, err = outbox.RetryFailed(ctx, pool, ids)
-			}
+			n, err := outbox.RetryFailed(ctx, pool, ids) // no ids: --all
 			if err != nil {
 				return err
 			}

@@ -51,6 +51,9 @@ func (c *RelayConfig) check() error {
 	if c.Owner == "" {
 		c.Owner = telemetry.Instance()
 	}
+	if c.Test == nil {
+		c.Test = &TestSignals{} // every signal off
+	}
 	return c.Validate()
 }
 

@@ -82,8 +82,8 @@ func TestRelayMarksRejectedMessagesFailed(t *testing.T) {
 	if pending, err := List(ctx, pool, ListOptions{}); err != nil || len(pending) != 2 || pending[0].ID != rows[9].ID || pending[0].FailedAt != nil {
 		t.Fatalf("List: %+v %v, want the retried row then the failed one", pending, err)
 	}
-	if n, err := RetryAllFailed(ctx, pool); err != nil || n != 1 {
-		t.Fatalf("RetryAllFailed: %d %v", n, err)
+	if n, err := RetryFailed(ctx, pool, nil); err != nil || n != 1 {
+		t.Fatalf("RetryFailed(all): %d %v", n, err)
 	}
 	// Still too large: rejected again, still not blocking anything.
 	if res, err := r.RunOnce(ctx); err != nil || res.Failed != 2 || res.Published != 0 {
@@ -276,14 +276,14 @@ func TestRunFollowsAndPrunes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 
-	<-sig.Idle.C()
+	sig.Idle.Wait(t)
 	if n := countWhere(t, pool, "true"); n != 0 {
 		t.Fatalf("%d old published rows left after the first prune", n)
 	}
 	enqueue(t, pool, snapshotEvents(3, 2))
 	got := 0
 	for got < 6 {
-		got += len(<-sig.Published.C())
+		got += len(sig.Published.Wait(t))
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -45,7 +45,7 @@ func testConfig(brokers []string, owner string) RelayConfig {
 func newTestRelay(tb testing.TB, pool *pgxpool.Pool, cfg RelayConfig) (*Relay, *TestSignals) {
 	tb.Helper()
 	sig := &TestSignals{}
-	sig.Init()
+	sig.Init(tb)
 	cfg.Test = sig
 	var log *zap.Logger
 	if t, ok := tb.(*testing.T); ok && testing.Verbose() {
@@ -232,7 +232,7 @@ func checkDelivery(tb testing.TB, rows []outboxRow, recs []*kgo.Record) int {
 	lastID := map[string]int64{}
 	dups := 0
 	for _, rec := range recs {
-		ceID, _ := header(rec, HeaderID)
+		ceID, _ := header(rec, "ce_id")
 		row, ok := byEvent[ceID]
 		if !ok {
 			tb.Fatalf("record with unknown ce_id %q", ceID)

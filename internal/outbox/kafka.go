@@ -11,21 +11,6 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// CloudEvents Kafka protocol binding, binary content mode: the value is the event data, the
-// attributes travel as ce_-prefixed headers (docs/events.md).
-const (
-	HeaderSpecVersion = "ce_specversion"
-	HeaderID          = "ce_id"
-	HeaderType        = "ce_type"
-	HeaderSource      = "ce_source"
-	HeaderTime        = "ce_time"
-	HeaderSubject     = "ce_subject"
-	HeaderContentType = "content-type"
-
-	specVersion = "1.0"
-	contentType = "application/json"
-)
-
 // newWriter returns the kafka-go writer the relay publishes with: acks from all in-sync
 // replicas, keys hashed like the Java client (murmur2), one attempt per call (the relay does
 // its own retrying, so it knows what was acknowledged), synchronous.
@@ -54,16 +39,13 @@ func newWriter(cfg RelayConfig, transport kafka.RoundTripper) *kafka.Writer {
 }
 
 // message builds the Kafka message of an outbox row: key = item_id, the JSON value, and the
-// CloudEvents attributes as headers.
+// CloudEvents attributes as ce_ headers (Kafka binding, binary mode; docs/events.md).
 func message(r pendingRow, source string) kafka.Message {
+	h := func(k, v string) kafka.Header { return kafka.Header{Key: k, Value: []byte(v)} }
 	return kafka.Message{Key: []byte(r.ItemID), Value: r.Payload, Time: r.CreatedAt, Headers: []kafka.Header{
-		{Key: HeaderSpecVersion, Value: []byte(specVersion)},
-		{Key: HeaderID, Value: []byte(r.EventID)},
-		{Key: HeaderType, Value: []byte(r.EventType)},
-		{Key: HeaderSource, Value: []byte(source)},
-		{Key: HeaderTime, Value: []byte(r.CreatedAt.UTC().Format(time.RFC3339Nano))},
-		{Key: HeaderSubject, Value: []byte(r.ItemID)},
-		{Key: HeaderContentType, Value: []byte(contentType)},
+		h("ce_specversion", "1.0"), h("ce_id", r.EventID), h("ce_type", r.EventType), h("ce_source", source),
+		h("ce_time", r.CreatedAt.UTC().Format(time.RFC3339Nano)), h("ce_subject", r.ItemID),
+		h("content-type", "application/json"),
 	}}
 }
 
@@ -80,32 +62,10 @@ func messageSize(m kafka.Message) int64 {
 // rejected reports whether the broker refused a message for what it is, so that sending it
 // again cannot succeed. Everything else is about the broker or the connection (brokerError).
 func rejected(err error) bool {
-	var werrs kafka.WriteErrors
-	if errors.As(err, &werrs) {
-		// A batch is rejected when every message in it that failed was rejected.
-		found := false
-		for _, e := range werrs {
-			if e != nil {
-				if !rejected(e) {
-					return false
-				}
-				found = true
-			}
-		}
-		return found
-	}
 	var tooLarge kafka.MessageTooLargeError
-	if errors.As(err, &tooLarge) {
-		return true
-	}
 	var kerr kafka.Error
-	if errors.As(err, &kerr) {
-		switch kerr {
-		case kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidRecord, kafka.InvalidTimestamp:
-			return true
-		}
-	}
-	return false
+	return errors.As(err, &tooLarge) || errors.As(err, &kerr) && slices.Contains([]kafka.Error{
+		kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidRecord, kafka.InvalidTimestamp}, kerr)
 }
 
 // ensureTopic checks that the topic exists and creates it when allowed. A missing topic that
@@ -169,25 +129,12 @@ func (e *relayError) Unwrap() error { return e.err }
 
 // brokerError classifies a failure talking to Kafka; refused authorization is permanent.
 func brokerError(err error) error {
-	if denied(err) {
+	var kerr kafka.Error
+	if errors.As(err, &kerr) && slices.Contains([]kafka.Error{
+		kafka.TopicAuthorizationFailed, kafka.ClusterAuthorizationFailed, kafka.SASLAuthenticationFailed}, kerr) {
 		return &relayError{reason: "authorization", permanent: true, err: err}
 	}
 	return &relayError{reason: "broker", err: err}
-}
-
-func denied(err error) bool {
-	var werrs kafka.WriteErrors
-	if errors.As(err, &werrs) {
-		return slices.ContainsFunc(werrs, func(e error) bool { return e != nil && denied(e) })
-	}
-	var kerr kafka.Error
-	if errors.As(err, &kerr) {
-		switch kerr {
-		case kafka.TopicAuthorizationFailed, kafka.ClusterAuthorizationFailed, kafka.SASLAuthenticationFailed:
-			return true
-		}
-	}
-	return false
 }
 
 // reasonOf is the metric label of an error RunOnce or Run met: what relayError says, or

@@ -10,9 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// laneLease is one held lane. validUntil is measured on this process's monotonic clock from
-// the moment before the acquiring or renewing statement was sent, so it never overestimates
-// the lease the database granted.
+// laneLease is one held lane; validUntil counts from before the statement was sent (monotonic
+// clock), so it never overestimates the lease the database granted.
 type laneLease struct {
 	token      string
 	validUntil time.Time
@@ -24,10 +23,6 @@ type laneSet struct {
 	owner string
 	lease time.Duration
 	held  map[int16]laneLease
-}
-
-func newLaneSet(pool *pgxpool.Pool, owner string, lease time.Duration) *laneSet {
-	return &laneSet{pool: pool, owner: owner, lease: lease, held: map[int16]laneLease{}}
 }
 
 // acquire takes every lane whose lease is free or expired. SKIP LOCKED lets relays acquire at
@@ -99,11 +94,9 @@ func (s *laneSet) renew(ctx context.Context) (lost []int16, err error) {
 	return lost, nil
 }
 
-// release gives every held lane back at once, so another relay can take it without waiting
-// for the lease to expire. It does not wait for the WAL flush (it ends every one-shot pass): a
-// release lost in a database crash leaves the lanes to expire, which is what a relay that
-// dies leaves anyway. Acquiring and renewing do wait, since a lost one could let two relays
-// publish one lane.
+// release gives every held lane back at once, without waiting for the WAL flush: a release
+// lost in a crash only leaves the lanes to expire (a lost acquisition or renewal could let two
+// relays publish one lane, so those do wait).
 func (s *laneSet) release(ctx context.Context) error {
 	if len(s.held) == 0 {
 		return nil

@@ -59,19 +59,19 @@ func TestRelayPublishesSnapshotsAsDocumented(t *testing.T) {
 		bySnapshot[ev.SnapshotID] = ev
 	}
 	for _, rec := range recs {
-		ceID, _ := header(rec, HeaderID)
+		ceID, _ := header(rec, "ce_id")
 		row, ok := byEventID[ceID]
 		if !ok {
 			t.Fatalf("record has ce_id %q, which is no outbox event", ceID)
 		}
 		want := map[string]string{
-			HeaderSpecVersion: "1.0",
-			HeaderID:          row.EventID,
-			HeaderType:        EventTypeSnapshot,
-			HeaderSource:      "duecollector/neople",
-			HeaderTime:        row.CreatedAt.UTC().Format(time.RFC3339Nano),
-			HeaderSubject:     row.ItemID,
-			HeaderContentType: "application/json",
+			"ce_specversion": "1.0",
+			"ce_id":          row.EventID,
+			"ce_type":        EventTypeSnapshot,
+			"ce_source":      "duecollector/neople",
+			"ce_time":        row.CreatedAt.UTC().Format(time.RFC3339Nano),
+			"ce_subject":     row.ItemID,
+			"content-type":   "application/json",
 		}
 		if len(rec.Headers) != len(want) {
 			t.Fatalf("record has %d headers, want %d: %v", len(rec.Headers), len(want), rec.Headers)
@@ -81,8 +81,8 @@ func TestRelayPublishesSnapshotsAsDocumented(t *testing.T) {
 				t.Fatalf("header %s = %q, want %q", k, got, v)
 			}
 		}
-		if ts, err := time.Parse(time.RFC3339, want[HeaderTime]); err != nil || !ts.Equal(row.CreatedAt) {
-			t.Fatalf("ce_time %q is not RFC 3339 for %s: %v", want[HeaderTime], row.CreatedAt, err)
+		if ts, err := time.Parse(time.RFC3339, want["ce_time"]); err != nil || !ts.Equal(row.CreatedAt) {
+			t.Fatalf("ce_time %q is not RFC 3339 for %s: %v", want["ce_time"], row.CreatedAt, err)
 		}
 		if string(rec.Key) != row.ItemID || !rec.Timestamp.Equal(row.CreatedAt.Truncate(time.Millisecond)) {
 			t.Fatalf("key %q timestamp %s, want %q %s", rec.Key, rec.Timestamp, row.ItemID, row.CreatedAt)
@@ -308,13 +308,13 @@ func TestRelaySurvivesBrokerRestart(t *testing.T) {
 	go func() { done <- r.Run(ctx) }()
 
 	for range 3 {
-		<-sig.Published.C()
+		sig.Published.Wait(t)
 	}
 	broker.Close()
-	<-sig.PublishError.C()
+	sig.PublishError.Wait(t)
 	marked := countWhere(t, pool, "state = 'published'")
 	for range 3 {
-		<-sig.PublishError.C()
+		sig.PublishError.Wait(t)
 	}
 	if now := countWhere(t, pool, "state = 'published'"); now != marked {
 		t.Fatalf("rows marked published while the broker was down: %d, then %d", marked, now)
@@ -368,7 +368,7 @@ func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 		r.lanes.held[lane] = l
 	}
 	out := r.publish(ctx, rows)
-	if !out.cut || out.err != nil || len(out.published) != 2 || !slices.Equal(out.pending, []int64{rows[2].ID, rows[3].ID}) {
+	if !out.cut || out.err != nil || len(out.settled) != 2 || !slices.Equal(out.pending, []int64{rows[2].ID, rows[3].ID}) {
 		t.Fatalf("outcome %+v, want the first 2 rows published and the last 2 pending", out)
 	}
 	if recs := consumeAll(t, broker, testTopic); len(recs) != 2 {

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -25,18 +24,14 @@ type pendingRow struct {
 	Lane      int16     `db:"lane"`
 }
 
-// readPending returns up to limit pending rows of lanes, in id order: the order an item's
-// events committed in, since an item's next event is written only after its previous one
-// committed. A row whose transaction commits late is simply pending from then on.
+// readPending returns up to limit pending rows of lanes in id order, which is an item's commit
+// order (its next event is written only after the previous one committed).
 func readPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit int) ([]pendingRow, error) {
-	rows, err := pool.Query(ctx, `
+	rows, _ := pool.Query(ctx, `
 		SELECT o.id, o.event_id, o.event_type, o.item_id, o.payload, o.created_at, p.lane
 		FROM outbox_pending p JOIN outbox o ON o.id = p.id
 		WHERE p.lane = ANY ($1::smallint[])
 		ORDER BY p.id LIMIT $2`, lanes, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read pending outbox rows: %w", err)
-	}
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[pendingRow])
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)
@@ -44,17 +39,20 @@ func readPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit i
 	return out, nil
 }
 
-// markSettled takes the published and failed rows of out off the pending list, and records
-// the failed ones' errors, in one statement fenced by the lane lease tokens: rows of a lane no
-// longer held under one of tokens stay pending, for the lane's new holder to publish again.
-// It returns the ids it took off and the database's time. The commit does not wait for the
-// WAL flush: a mark lost in a database crash means a duplicate, never a loss.
+// markSettled takes the settled rows of out off the pending list, and records the rejected
+// ones' errors, in one statement fenced by the lane lease tokens: rows of a lane no longer held
+// under one of tokens stay pending, for the lane's new holder to publish again. It returns the
+// ids it took off and the database's time. The commit does not wait for the WAL flush: a mark
+// lost in a database crash means a duplicate, never a loss.
 func markSettled(ctx context.Context, pool *pgxpool.Pool, tokens []string, out outcome) (map[int64]bool, time.Time, error) {
 	var marked []int64
 	var now time.Time
-	settled := append(append([]int64{}, out.published...), out.failed...)
-	if len(settled) == 0 {
+	if len(out.settled) == 0 {
 		return nil, now, nil
+	}
+	ids := make([]int64, len(out.settled))
+	for i, row := range out.settled {
+		ids[i] = row.ID
 	}
 	err := pool.QueryRow(ctx, `
 		WITH sc AS (SELECT set_config('synchronous_commit', 'off', true)),
@@ -64,13 +62,13 @@ func markSettled(ctx context.Context, pool *pgxpool.Pool, tokens []string, out o
 		         WHERE p.id = ANY ($2::bigint[]) AND p.lane = held.lane
 		         RETURNING p.id),
 		     failed AS (
-		         UPDATE outbox o SET failed_at = now(), attempts = o.attempts + 1, last_error = f.err
-		         FROM unnest($3::bigint[], $4::text[]) AS f(id, err)
-		         WHERE o.id = f.id AND f.id IN (SELECT id FROM done))
+		         UPDATE outbox o SET failed_at = now(), attempts = o.attempts + 1, last_error = s.err
+		         FROM unnest($2::bigint[], $3::text[]) AS s(id, err)
+		         WHERE o.id = s.id AND s.err <> '' AND s.id IN (SELECT id FROM done))
 		SELECT coalesce(array_agg(done.id), '{}'), now() FROM done, sc`,
-		tokens, settled, out.failed, out.failedErrs).Scan(&marked, &now)
+		tokens, ids, out.reasons).Scan(&marked, &now)
 	if err != nil {
-		return nil, now, fmt.Errorf("mark %d outbox rows published, %d failed: %w", len(out.published), len(out.failed), err)
+		return nil, now, fmt.Errorf("mark %d outbox rows settled: %w", len(ids), err)
 	}
 	set := make(map[int64]bool, len(marked))
 	for _, id := range marked {
@@ -114,25 +112,16 @@ func List(ctx context.Context, pool *pgxpool.Pool, opts ListOptions) ([]Row, err
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
-	const cols = `SELECT o.id, o.event_id::text, o.event_type, o.item_id, o.lane, o.created_at, o.attempts, o.failed_at, o.last_error`
-	q := cols + ` FROM outbox_pending p JOIN outbox o ON o.id = p.id ORDER BY p.id LIMIT $1`
-	if opts.FailedOnly {
-		q = cols + ` FROM outbox o WHERE failed_at IS NOT NULL ORDER BY id LIMIT $1`
-	}
-	rows, err := pool.Query(ctx, q, opts.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("list outbox rows: %w", err)
-	}
+	rows, _ := pool.Query(ctx, `
+		SELECT id, event_id::text, event_type, item_id, lane, created_at, attempts, failed_at, last_error FROM (
+		    (SELECT o.*, 0 AS k FROM outbox_pending p JOIN outbox o ON o.id = p.id
+		     WHERE NOT $2 ORDER BY p.id LIMIT $1)
+		    UNION ALL
+		    (SELECT o.*, 1 FROM outbox o WHERE o.failed_at IS NOT NULL ORDER BY o.id LIMIT $1)) u
+		ORDER BY k, id LIMIT $1`, opts.Limit, opts.FailedOnly)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Row])
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows: %w", err)
-	}
-	if !opts.FailedOnly && len(out) < opts.Limit {
-		failed, err := List(ctx, pool, ListOptions{FailedOnly: true, Limit: opts.Limit - len(out)})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, failed...)
 	}
 	return out, nil
 }
@@ -159,31 +148,13 @@ func Count(ctx context.Context, pool *pgxpool.Pool) (Counts, error) {
 	return c, nil
 }
 
-// RetryFailed lists the given failed rows as pending again, after everything pending so far;
-// rows that are not failed are ignored. Returns how many rows were reset.
+// RetryFailed lists the failed rows among ids (every failed row when ids is empty) as pending
+// again, after everything pending so far, and wakes a following relay. Returns how many rows
+// were reset.
 func RetryFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64, error) {
 	if len(ids) == 0 {
-		return 0, errors.New("retry failed outbox rows: no ids given")
+		ids = nil // NULL: every failed row
 	}
-	n, err := requeueFailed(ctx, pool, ids)
-	if err != nil {
-		return 0, fmt.Errorf("retry failed outbox rows %v: %w", ids, err)
-	}
-	return n, nil
-}
-
-// RetryAllFailed lists every failed row as pending again.
-func RetryAllFailed(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	n, err := requeueFailed(ctx, pool, nil)
-	if err != nil {
-		return 0, fmt.Errorf("retry all failed outbox rows: %w", err)
-	}
-	return n, nil
-}
-
-// requeueFailed clears failed_at of the failed rows among ids (every failed row when ids is
-// nil), lists them as pending and wakes a following relay.
-func requeueFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64, error) {
 	var n int64
 	err := pool.QueryRow(ctx, `
 		WITH r AS (
@@ -192,7 +163,10 @@ func requeueFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64,
 		    RETURNING id, lane),
 		     p AS (INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM r)
 		SELECT count(*), pg_notify('outbox_pending', '') FROM r`, ids).Scan(&n, new(any))
-	return n, err
+	if err != nil {
+		return 0, fmt.Errorf("retry failed outbox rows %v: %w", ids, err)
+	}
+	return n, nil
 }
 
 // Prune deletes published rows created more than olderThan ago, batch rows per statement,
