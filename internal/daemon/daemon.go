@@ -135,6 +135,13 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc := cfg.Dispatch
 	dc.Grace = cfg.Daemon.ShutdownGrace
 	dc.PrioritizeTiers = true
+	dc.ClaimLimit = func() int {
+		perSec := cfg.Market.Rate
+		if d.share != nil {
+			perSec = d.share.Stats().PerSecond
+		}
+		return int(perSec / seed.RequestsPerCollection)
+	}
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	disp, err := dispatcher.New(pool, f, dc, log)
 	if err != nil {

@@ -47,6 +47,10 @@ type Config struct {
 	// PrioritizeTiers claims more urgent tiers first (HOT before COLD) when more is due than a
 	// batch holds, at the cost of sorting the due backlog on every claim.
 	PrioritizeTiers bool
+	// ClaimLimit, when set, caps each claim at what it returns (at least 1). The daemon passes
+	// about one second of its budget: a claimed batch then never holds HOT items that fall due
+	// behind a queue of COLD ones waiting for the budget.
+	ClaimLimit func() int
 	// EstimateWindow is how fast the per-item change and sales counts decay: observations this
 	// old count 1/e (catalog.estimate_window). Default 24h.
 	EstimateWindow time.Duration
@@ -157,7 +161,11 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 // is reached, the provider stops being dispatchable, or ctx ends.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context) ([]Claim, error) {
-		return claimDue(ctx, d.pool, d.cfg.BatchSize, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers)
+		n := d.cfg.BatchSize
+		if d.cfg.ClaimLimit != nil {
+			n = min(n, max(1, d.cfg.ClaimLimit()))
+		}
+		return claimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers)
 	})
 }
 

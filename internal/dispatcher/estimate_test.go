@@ -10,6 +10,7 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 func TestSalesGapIsAFullPageOfOnlyNewerSales(t *testing.T) {
@@ -144,5 +145,18 @@ func TestGapsAndChangesMatchTheMarketsGroundTruth(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM outbox WHERE (payload->>'sales_gap')::bool`); int64(n) != rep.Gaps {
 		t.Errorf("%d snapshot events say sales_gap, the simulator saw %d gaps", n, rep.Gaps)
+	}
+}
+
+func TestClaimLimitCapsEachClaim(t *testing.T) {
+	e := setup(t, 20, tiers.Cold, nil)
+	d := e.dispatcher(t, Config{BatchSize: 100, MaxBatches: 1, ClaimLimit: func() int { return 3 }}, nil)
+	s, err := d.RunOnce(context.Background())
+	if err != nil || s.Claimed != 3 {
+		t.Fatalf("one batch under a claim limit of 3: %+v, %v", s, err)
+	}
+	d = e.dispatcher(t, Config{BatchSize: 100, MaxBatches: 1, ClaimLimit: func() int { return 0 }}, nil)
+	if s, err := d.RunOnce(context.Background()); err != nil || s.Claimed != 1 {
+		t.Fatalf("a limit below 1 still claims one: %+v, %v", s, err)
 	}
 }

@@ -261,7 +261,13 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 			for capacity >= 1 && h.Len() > 0 && h.peek().due <= now {
 				it := heap.Pop(h).(*replayItem)
 				lag := float64(now - it.due)
-				gap := collect(sim, it, now, window)
+				prev := it.last
+				gap, k := collect(sim, it, now, window)
+				if gap && prev < measureFrom {
+					// Attribute it as the ground truth does: only sales lost after the window opened count.
+					_, before, _ := sim.Events(it.id, time.Unix(prev, 0), time.Unix(measureFrom, 0))
+					gap = k-budgetplan.SalesWindow > before
+				}
 				capacity--
 				sent += seed.RequestsPerCollection
 				if measuring {
@@ -303,13 +309,13 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 
 // collect is one collection at now: the ground truth records it, and the collector side
 // updates its counts as the write-back does. It reports the collector's sales-gap rule.
-func collect(sim *neoplesim.Server, it *replayItem, now int64, window time.Duration) (gap bool) {
+func collect(sim *neoplesim.Server, it *replayItem, now int64, window time.Duration) (gap bool, k int64) {
 	sim.Observe(it.id)
 	if it.last == 0 {
 		_, k, _ := sim.Events(it.id, time.Unix(now-24*3600, 0), time.Unix(now, 0))
 		it.hadSale = k > 0
 		it.last, it.obsAt = now, now
-		return false
+		return false, 0
 	}
 	c, k, _ := sim.Events(it.id, time.Unix(it.last, 0), time.Unix(now, 0))
 	gap = it.hadSale && k >= budgetplan.SalesWindow
@@ -319,7 +325,7 @@ func collect(sim *neoplesim.Server, it *replayItem, now int64, window time.Durat
 	it.sales = it.sales*decay + float64(k)
 	it.hadSale = it.hadSale || k > 0
 	it.last, it.obsAt = now, now
-	return gap
+	return gap, k
 }
 
 // observedSales is the item's observed sales per hour (0 before any interval).
