@@ -228,29 +228,34 @@ func (c *Client) AuctionSold(ctx context.Context, itemID string) ([]Sale, error)
 const MaxItemIDs = 10
 
 // AuctionMany returns the current listings of up to MaxItemIDs items in one itemIds call,
-// sorted by unit price, at most AuctionLimit rows. Whether the limit counts per call or per
-// item, and how rows of several items are ordered, is unknown: split the rows by ItemID and
-// judge each item's part with the packing rules before trusting it.
-func (c *Client) AuctionMany(ctx context.Context, itemIDs []string) ([]Listing, error) {
+// sorted by unit price, at most AuctionLimit rows, and how many rows the provider sent before
+// the row check (the limit cuts that count, so completeness is judged on it). Whether the
+// limit counts per call or per item, and how rows of several items are ordered, is unknown:
+// split the rows by ItemID and judge each item's part with the packing rules before trusting it.
+func (c *Client) AuctionMany(ctx context.Context, itemIDs []string) (rows []Listing, sent int, err error) {
 	ids, err := c.joinIDs(EndpointAuction, itemIDs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	q := url.Values{"itemIds": {ids}, "sort": {"unitPrice:asc"}, "limit": {strconv.Itoa(c.cfg.AuctionLimit)}}
-	rows, err := call(ctx, c, WorkloadMarket, EndpointAuction, "", ids, q, parseAuction)
-	return checked(c, EndpointAuction, itemIDs, rows, err, RowCheck.Listings)
+	rows, err = call(ctx, c, WorkloadMarket, EndpointAuction, "", ids, q, parseAuction)
+	sent = len(rows)
+	rows, err = checked(c, EndpointAuction, itemIDs, rows, err, RowCheck.Listings)
+	return rows, sent, err
 }
 
-// AuctionSoldMany returns the latest sales of up to MaxItemIDs items in one itemIds call,
-// with the same caveats as AuctionMany.
-func (c *Client) AuctionSoldMany(ctx context.Context, itemIDs []string) ([]Sale, error) {
+// AuctionSoldMany returns the latest sales of up to MaxItemIDs items in one itemIds call and
+// how many rows the provider sent, with the same caveats as AuctionMany.
+func (c *Client) AuctionSoldMany(ctx context.Context, itemIDs []string) (rows []Sale, sent int, err error) {
 	ids, err := c.joinIDs(EndpointAuctionSold, itemIDs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	q := url.Values{"itemIds": {ids}, "limit": {strconv.Itoa(c.cfg.SoldLimit)}}
-	rows, err := call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", ids, q, parseSold)
-	return checked(c, EndpointAuctionSold, itemIDs, rows, err, RowCheck.Sales)
+	rows, err = call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", ids, q, parseSold)
+	sent = len(rows)
+	rows, err = checked(c, EndpointAuctionSold, itemIDs, rows, err, RowCheck.Sales)
+	return rows, sent, err
 }
 
 // AuctionLimit and SoldLimit are the limits this client asks for: an answer with that many

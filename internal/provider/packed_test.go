@@ -17,13 +17,13 @@ func TestPackedCallsNameEveryIDOnce(t *testing.T) {
 		ids = append(ids, it.ItemID)
 	}
 	ctx := context.Background()
-	listings, err := c.AuctionMany(ctx, ids)
-	if err != nil {
-		t.Fatal(err)
+	listings, sent, err := c.AuctionMany(ctx, ids)
+	if err != nil || sent != len(listings) {
+		t.Fatal(sent, err)
 	}
-	sales, err := c.AuctionSoldMany(ctx, ids)
-	if err != nil {
-		t.Fatal(err)
+	sales, sent, err := c.AuctionSoldMany(ctx, ids)
+	if err != nil || sent != len(sales) {
+		t.Fatal(sent, err)
 	}
 	q := e.rec.last().URL.Query()
 	if q.Get("itemIds") != strings.Join(ids, ",") || q.Get("itemId") != "" || q.Get("limit") != "100" {
@@ -49,7 +49,7 @@ func TestPackedCallsNameEveryIDOnce(t *testing.T) {
 	}
 	eleven := append(append(append([]string{}, ids...), ids...), ids...)[:11]
 	for _, bad := range [][]string{nil, eleven, {ids[0], ""}, {ids[0] + "," + ids[1]}} {
-		_, err := c.AuctionMany(ctx, bad)
+		_, _, err := c.AuctionMany(ctx, bad)
 		wantClass(t, err, provider.ClassBug)
 	}
 	if n := e.sim.Stats().Requests; n != 2 {
