@@ -127,6 +127,12 @@ func printStatus(a *app, st daemon.ClusterStatus) {
 		if b.CooldownUntil != nil {
 			cool = fmt.Sprintf(", cooling down for %s", b.CooldownUntil.Sub(now).Round(100*time.Millisecond))
 		}
+		if b.LearnedRate != nil {
+			cool += fmt.Sprintf(", learned provider limit %.1f/s", *b.LearnedRate)
+			if b.LastCut != nil {
+				cool += fmt.Sprintf(" (last cut %s ago)", now.Sub(*b.LastCut).Round(time.Second))
+			}
+		}
 		a.printf("budget %s: %d instances sharing %.1f/s, %d requests sent%s\n", b.KeyLabel, b.Instances, b.SharePerSec, b.Used, cool)
 	}
 	a.printf("\nlive instances: %d\n", len(st.Instances))

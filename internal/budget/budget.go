@@ -43,12 +43,22 @@
 // A rate-limit answer from the provider (HTTP 429, API002, API008) writes a cool-down for the
 // key into budget_cooldowns (Retry-After, or Cooldown when absent); every process learns it
 // on its next heartbeat (the one that got the answer at once) and sends nothing until it ends.
+//
+// Adaptive (AIMD, as TCP congestion control): the configured rate is only a ceiling, since the
+// provider's real limit is unpublished. The cluster rate per key lives in budget_rates. A
+// rate-limit answer cuts it to Decrease × itself, at most once per hold (answers to requests
+// sent before the cut must not cut again); Retry-After, when sent, is still honoured as a
+// cool-down, but without one the cut is the whole back-off. While no cut happened for an
+// interval and a process had to wait for budget, a heartbeat raises the rate by Increase × the
+// rate the last cut started from (a fixed step per cycle), up to the ceiling. Every process
+// reads the rate on its heartbeat, so all converge on the provider's real limit.
 package budget
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -70,11 +80,23 @@ type Config struct {
 	PerMinute int           // requests per rolling minute for the whole cluster; 0 = none
 	Headroom  float64       // fraction left unused as margin
 	Heartbeat time.Duration // default 1s
-	Cooldown  time.Duration // cool-down when Retry-After is absent; default 1s
-	Instance  string        // unique per process (and per daemon in tests)
-	Host      string
-	PID       int
+	Cooldown  time.Duration // cool-down when Retry-After is absent; default 1s (not adaptive)
+	// Adaptive learns the provider's real limit below Rate (AIMD, see the package doc).
+	Adaptive bool
+	Decrease float64 // adaptive: a cut multiplies the rate by this; default DefaultDecrease
+	Increase float64 // adaptive: the step per heartbeat, as a fraction of the rate the last cut started from; default DefaultIncrease
+	MinRate  float64 // adaptive: the rate never goes below this; default DefaultMinRate
+	Instance string  // unique per process (and per daemon in tests)
+	Host     string
+	PID      int
 }
+
+// Adaptive defaults.
+const (
+	DefaultDecrease = 0.7
+	DefaultIncrease = 0.03
+	DefaultMinRate  = 0.5
+)
 
 // KeyLabel names a key in the database and in metrics without revealing it.
 func KeyLabel(workload, key string) string {
@@ -99,8 +121,12 @@ type Share struct {
 	qSec     int64 // the wall-clock second qUsed counts
 	qUsed    int   // granted in qSec, plus those in flight when it began
 	inflight int
-	rank     int   // live processes on the key whose instance name sorts before ours
-	milli    int64 // the cluster's rate in requests per 1000 s
+	rank     int       // live processes on the key whose instance name sorts before ours
+	milli    int64     // the cluster's rate in requests per 1000 s
+	learned  float64   // adaptive: the cluster rate learned from the provider's answers
+	lastCut  time.Time // adaptive: local clock of the last cut this process made or saw
+	cuts     int64     // adaptive: cuts this process made
+	waitedAt int64     // waited (ns) at the last heartbeat: has this process been held back since?
 
 	used   atomic.Int64
 	waited atomic.Int64 // ns
@@ -120,11 +146,26 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Share, error) {
 	if cfg.Cooldown <= 0 {
 		cfg.Cooldown = time.Second
 	}
+	if cfg.Decrease <= 0 || cfg.Decrease >= 1 {
+		cfg.Decrease = DefaultDecrease
+	}
+	if cfg.Increase <= 0 {
+		cfg.Increase = DefaultIncrease
+	}
+	if cfg.MinRate <= 0 {
+		cfg.MinRate = DefaultMinRate
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Share{pool: pool, cfg: cfg, log: log, lim: rate.NewLimiter(0, 1), ready: make(chan struct{}), factor: 1, live: 1}, nil
+	s := &Share{pool: pool, cfg: cfg, log: log, lim: rate.NewLimiter(0, 1), ready: make(chan struct{}), factor: 1, live: 1}
+	s.learned = s.total()
+	return s, nil
 }
+
+// hold is how long after a cut further rate-limit answers do not cut again: they answer
+// requests sent before the cut, which every process learns within a heartbeat.
+func (s *Share) hold() time.Duration { return max(2*s.cfg.Heartbeat, 250*time.Millisecond) }
 
 // total is the cluster's per-second budget after headroom.
 func (s *Share) total() float64 {
@@ -141,8 +182,16 @@ const (
 	cutoff = 900 * time.Millisecond
 )
 
+// rate is the cluster's rate before the recovery factor: the ceiling, or what was learned.
+func (s *Share) rate() float64 {
+	if s.cfg.Adaptive {
+		return min(s.total(), s.learned)
+	}
+	return s.total()
+}
+
 func (s *Share) apply() {
-	s.milli = int64(s.total() * s.factor * 1000)
+	s.milli = int64(s.rate() * s.factor * 1000)
 	perSec := float64(s.milli) / 1000 / float64(max(s.live, 1))
 	if perSec != s.perSec {
 		s.perSec = perSec
@@ -205,6 +254,10 @@ type Stats struct {
 	Used      int64
 	Waited    time.Duration
 	Cooldown  time.Duration // remaining
+	// ClusterRate is the rate the whole cluster may send now (learned when adaptive), Ceiling
+	// the configured one after headroom; Cuts counts this process's rate cuts.
+	ClusterRate, Ceiling float64
+	Cuts                 int64
 }
 
 // Stats reports the current share.
@@ -212,7 +265,7 @@ func (s *Share) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{PerSecond: s.perSec, Live: s.live, Used: s.used.Load(), Waited: time.Duration(s.waited.Load()),
-		Cooldown: max(time.Until(s.coolTill), 0)}
+		Cooldown: max(time.Until(s.coolTill), 0), ClusterRate: s.rate(), Ceiling: s.total(), Cuts: s.cuts}
 }
 
 // CooldownRemaining is how long the key's shared cool-down still lasts (0 = none).
@@ -272,9 +325,16 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 }
 
 // RateLimited records a provider rate-limit answer: the whole key cools down for retryAfter
-// (Cooldown when 0), for every process.
+// (Cooldown when 0; adaptive: only when the provider sent one), for every process, and,
+// adaptive, its rate is cut.
 func (s *Share) RateLimited(ctx context.Context, retryAfter time.Duration, reason string) {
 	reason = provider.Clean(reason, provider.MaxErrorRunes)
+	if s.cfg.Adaptive {
+		s.cut(ctx, reason)
+		if retryAfter <= 0 {
+			return
+		}
+	}
 	if retryAfter <= 0 {
 		retryAfter = s.cfg.Cooldown
 	}
@@ -321,6 +381,43 @@ func ActiveCooldowns(ctx context.Context, pool *pgxpool.Pool) ([]Cooldown, error
 		return nil, fmt.Errorf("read cool-downs: %w", err)
 	}
 	return cds, nil
+}
+
+// cut lowers the key's cluster rate multiplicatively, once per hold across the cluster.
+func (s *Share) cut(ctx context.Context, reason string) {
+	s.mu.Lock()
+	if time.Since(s.lastCut) < s.hold() {
+		s.mu.Unlock()
+		return
+	}
+	s.lastCut = time.Now()
+	s.mu.Unlock()
+	var rate, from float64
+	err := s.pool.QueryRow(context.WithoutCancel(ctx), `
+		INSERT INTO budget_rates AS b (key_label, rate, cut_from, cut_at, changed_at, reason)
+		VALUES ($1, greatest($3::float8, $2::float8 * $4::float8), $2, now(), now(), $5)
+		ON CONFLICT (key_label) DO UPDATE
+		SET rate = greatest($3::float8, least(b.rate, $2::float8) * $4::float8), cut_from = least(b.rate, $2::float8),
+		    cut_at = now(), changed_at = now(), reason = $5
+		WHERE b.cut_at IS NULL OR b.cut_at <= now() - $6 * interval '1 millisecond'
+		RETURNING rate, cut_from`,
+		s.cfg.KeyLabel, s.total(), s.cfg.MinRate, s.cfg.Decrease, reason, s.hold().Milliseconds()).Scan(&rate, &from)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return // another process cut within the hold; our heartbeat brings its rate
+	}
+	if err != nil {
+		s.log.Warn("could not share the rate cut; cutting locally", zap.String("key", s.cfg.KeyLabel), zap.Error(err))
+		s.mu.Lock()
+		rate, from = max(s.cfg.MinRate, s.learned*s.cfg.Decrease), s.learned
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.learned = rate
+	s.cuts++
+	s.apply()
+	s.mu.Unlock()
+	s.log.Warn("provider rate limit: cluster rate cut", zap.String("key", s.cfg.KeyLabel),
+		zap.Float64("from", from), zap.Float64("to", rate))
 }
 
 // Run registers the process, heartbeats until ctx ends, then deregisters so the others take
@@ -404,7 +501,41 @@ func (s *Share) beat(ctx context.Context) error {
 		}
 	}
 	s.apply()
+	if !s.cfg.Adaptive {
+		return nil
+	}
+	waited := s.waited.Load()
+	held := waited > s.waitedAt
+	s.waitedAt = waited
+	s.mu.Unlock()
+	rate, err := s.probe(ctx, held)
+	s.mu.Lock()
+	if err != nil {
+		return err
+	}
+	s.learned = rate
+	s.apply()
 	return nil
+}
+
+// probe reads the key's learned rate and, when this process was held back by the budget and
+// no cut happened for a heartbeat, raises it one step toward the ceiling (once per heartbeat
+// across the cluster, whoever's heartbeat comes first).
+func (s *Share) probe(ctx context.Context, held bool) (float64, error) {
+	var rate float64
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO budget_rates AS b (key_label, rate) VALUES ($1, $2)
+		ON CONFLICT (key_label) DO UPDATE
+		SET rate = CASE WHEN $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond'
+		                THEN least($2::float8, b.rate + $5::float8 * coalesce(b.cut_from, $2::float8)) ELSE least($2::float8, b.rate) END,
+		    changed_at = CASE WHEN $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond'
+		                      THEN now() ELSE b.changed_at END
+		RETURNING rate`,
+		s.cfg.KeyLabel, s.total(), held, s.cfg.Heartbeat.Milliseconds(), s.cfg.Increase).Scan(&rate)
+	if err != nil {
+		return 0, fmt.Errorf("budget rate for %s: %w", s.cfg.KeyLabel, err)
+	}
+	return rate, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

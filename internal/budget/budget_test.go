@@ -2,9 +2,9 @@ package budget
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +17,6 @@ import (
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
-	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
 )
 
@@ -31,21 +30,7 @@ type cluster struct {
 	label  string
 }
 
-func newCluster(t *testing.T) *cluster {
-	t.Helper()
-	pool, _ := storetest.NewPool(t)
-	sim := neoplesim.New(neoplesim.Options{Items: 5, Seed: 3, MarketKey: marketKey})
-	srv := httptest.NewServer(sim)
-	t.Cleanup(srv.Close)
-	client, err := provider.NewClient(provider.ClientConfig{
-		Workload: provider.WorkloadMarket, BaseURL: srv.URL, Key: marketKey,
-		Rate: 100000, Burst: 10000, PerMinute: 100000000, AuctionLimit: 1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &cluster{pool: pool, sim: sim, client: client, item: sim.Catalog()[0].ItemID, label: KeyLabel("market", marketKey)}
-}
+func newCluster(t *testing.T) *cluster { return newLimitedCluster(t, 0, 0) }
 
 type member struct {
 	share *Share
@@ -57,8 +42,14 @@ type member struct {
 // the share lets them, each call a real request to the simulator.
 func (c *cluster) join(t *testing.T, name string, rate float64, workers int) *member {
 	t.Helper()
-	s, err := New(c.pool, Config{KeyLabel: c.label, Rate: rate, Headroom: 0.03, Heartbeat: 500 * time.Millisecond,
-		Instance: name}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	return c.start(t, Config{KeyLabel: c.label, Rate: rate, Headroom: 0.03, Heartbeat: 500 * time.Millisecond, Instance: name}, workers)
+}
+
+// start runs a share with cfg and its callers, which report rate-limit answers to it as the
+// daemon does.
+func (c *cluster) start(t *testing.T, cfg Config, workers int) *member {
+	t.Helper()
+	s, err := New(c.pool, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +65,10 @@ func (c *cluster) join(t *testing.T, name string, rate float64, workers int) *me
 				}
 				_, err = c.client.Auction(ctx, c.item)
 				done()
-				if err != nil && ctx.Err() == nil {
+				var pe *provider.Error
+				if errors.As(err, &pe) && pe.Class == provider.ClassRateLimited {
+					s.RateLimited(ctx, pe.RetryAfter, pe.Error())
+				} else if err != nil && ctx.Err() == nil {
 					t.Errorf("auction: %v", err)
 					return
 				}

@@ -46,6 +46,7 @@ type BudgetConfig struct {
 	Heartbeat time.Duration `mapstructure:"heartbeat"` // instance heartbeat and share refresh
 	Headroom  float64       `mapstructure:"headroom"`  // fraction of the budget left unused as margin
 	Cooldown  time.Duration `mapstructure:"cooldown"`  // shared cool-down when Retry-After is absent
+	Adaptive  bool          `mapstructure:"adaptive"`  // learn the provider's real limit below the configured rate (AIMD)
 }
 
 var daemonDefaults = map[string]any{
@@ -68,6 +69,7 @@ var daemonDefaults = map[string]any{
 	"daemon.budget.heartbeat":             "1s",
 	"daemon.budget.headroom":              0.03,
 	"daemon.budget.cooldown":              "1s",
+	"daemon.budget.adaptive":              true,
 }
 
 func (c DaemonConfig) validate() error {

@@ -108,6 +108,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		s, err := budget.New(pool, budget.Config{
 			KeyLabel: cfg.KeyLabel, Rate: cfg.Market.Rate, PerMinute: cfg.Market.PerMinute,
 			Headroom: cfg.Daemon.Budget.Headroom, Heartbeat: cfg.Daemon.Budget.Heartbeat, Cooldown: cfg.Daemon.Budget.Cooldown,
+			Adaptive: cfg.Daemon.Budget.Adaptive,
 			Instance: cfg.Dispatch.Owner, Host: host, PID: os.Getpid(),
 		}, log)
 		if err != nil {

@@ -119,6 +119,7 @@ func (d *Daemon) gaugeLoop(ctx context.Context) error {
 			st := d.share.Stats()
 			d.metrics.BudgetShare.WithLabelValues(d.workload()).Set(st.PerSecond)
 			d.metrics.BudgetInstances.WithLabelValues(d.workload()).Set(float64(st.Live))
+			d.metrics.BudgetClusterRate.WithLabelValues(d.workload()).Set(st.ClusterRate)
 		}
 		select {
 		case <-ctx.Done():

@@ -64,6 +64,10 @@ type BudgetUse struct {
 	SharePerSec   float64
 	Used          int64
 	CooldownUntil *time.Time
+	// LearnedRate is the cluster rate learned from rate-limit answers (daemon.budget.adaptive),
+	// nil before any; LastCut when it was last cut.
+	LearnedRate *float64
+	LastCut     *time.Time
 }
 
 // LagWindow is the span `collector status` reports lag over.
@@ -162,7 +166,9 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	}
 	rows, err = pool.Query(ctx, `
 		SELECT i.key_label, count(*), sum(i.share), sum(i.used),
-		       (SELECT until FROM budget_cooldowns c WHERE c.key_label = i.key_label AND c.until > now())
+		       (SELECT until FROM budget_cooldowns c WHERE c.key_label = i.key_label AND c.until > now()),
+		       (SELECT rate FROM budget_rates r WHERE r.key_label = i.key_label),
+		       (SELECT cut_at FROM budget_rates r WHERE r.key_label = i.key_label)
 		FROM collector_instances i WHERE i.heartbeat_at > now() - $1 * interval '1 millisecond'
 		GROUP BY i.key_label ORDER BY i.key_label`, liveFor.Milliseconds())
 	if err != nil {
@@ -170,7 +176,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	}
 	st.Budgets, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BudgetUse, error) {
 		var b BudgetUse
-		return b, r.Scan(&b.KeyLabel, &b.Instances, &b.SharePerSec, &b.Used, &b.CooldownUntil)
+		return b, r.Scan(&b.KeyLabel, &b.Instances, &b.SharePerSec, &b.Used, &b.CooldownUntil, &b.LearnedRate, &b.LastCut)
 	})
 	if err != nil {
 		return st, fmt.Errorf("budget use: %w", err)

@@ -469,6 +469,8 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 				d.cfg.Observer.Fetched(c, took, r.err)
 				if r.err != nil {
 					class := provider.ClassOf(r.err)
+					// A refusal reaches here only when a long Retry-After or repeated
+					// refusals outlast untilAnswered: then the key cools down and the pass stops.
 					ends := class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig
 					if ends || fctx.Err() != nil {
 						mu.Lock()
@@ -524,10 +526,11 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 
 func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 	r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}
-	listings, err := d.fetch.Auction(ctx, c.ItemID)
+	listings, err := untilAnswered(ctx, func() ([]provider.Listing, error) { return d.fetch.Auction(ctx, c.ItemID) })
 	var sales []provider.Sale
 	if err == nil {
-		sales, err = d.fetch.AuctionSold(ctx, c.ItemID)
+		// The listings are kept whatever happens to this call.
+		sales, err = untilAnswered(ctx, func() ([]provider.Sale, error) { return d.fetch.AuctionSold(ctx, c.ItemID) })
 	}
 	r.at = d.clock.now()
 	if err != nil {
@@ -539,6 +542,43 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 	r.salesGap = salesGap(sales, d.cfg.SoldLimit, c.LastSaleAt)
 	r.sales = newSales(sequenceSales(sales, d.cfg.SoldLimit), c.LastSaleAt)
 	return r
+}
+
+// Rate-limit retries: a refused call waits (a back-off growing from rateLimitBackoff to
+// rateLimitBackoffMax, or a Retry-After no longer than that) and is sent again,
+// rateLimitAttempts times in all. A longer Retry-After is a cool-down: it ends the pass.
+// Meanwhile the budget has been cut (daemon) and other calls wait for it, so the retry is
+// paced; the item fails (and is rescheduled by its tier) only if the refusals go on.
+const (
+	rateLimitAttempts   = 6
+	rateLimitBackoff    = 100 * time.Millisecond
+	rateLimitBackoffMax = 2 * time.Second
+)
+
+// untilAnswered sends one call again while the provider refuses it for the rate limit, so a
+// refusal costs that call a wait rather than the item its other call or the pass its items.
+func untilAnswered[T any](ctx context.Context, call func() (T, error)) (T, error) {
+	backoff := rateLimitBackoff
+	for attempt := 1; ; attempt++ {
+		v, err := call()
+		var pe *provider.Error
+		if err == nil || attempt == rateLimitAttempts || !errors.As(err, &pe) || pe.Class != provider.ClassRateLimited ||
+			pe.Status == 0 || pe.RetryAfter > rateLimitBackoffMax {
+			return v, err
+		}
+		wait := backoff
+		if pe.RetryAfter > 0 {
+			wait = pe.RetryAfter
+		}
+		backoff = min(2*backoff, rateLimitBackoffMax)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+	}
 }
 
 // writer persists results as they arrive, grouping whatever is waiting (up to FlushSize) into

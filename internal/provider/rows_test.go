@@ -100,9 +100,12 @@ func TestPackedCallKeepsRowsOfEveryRequestedIDOnly(t *testing.T) {
 			{"itemId":"b","regDate":"2026-01-01 00:00:00","count":1,"unitPrice":6},
 			{"itemId":"z","regDate":"2026-01-01 00:00:00","count":1,"unitPrice":7}]}`))
 	}, nil)
-	rows, err := cl.AuctionMany(context.Background(), []string{"a", "b"})
+	rows, sent, err := cl.AuctionMany(context.Background(), []string{"a", "b"})
 	if err != nil || len(rows) != 2 || rows[0].ItemID != "a" || rows[1].ItemID != "b" {
 		t.Fatalf("rows %+v, %v: want a and b, not z", rows, err)
+	}
+	if sent != 3 {
+		t.Fatalf("sent %d, want the 3 rows the provider sent (completeness is judged on them)", sent)
 	}
 	if n := cl.Stats().Rejected[provider.RejectForeignItem]; n != 1 {
 		t.Fatalf("foreign rows counted %d, want 1", n)

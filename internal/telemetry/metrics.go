@@ -15,32 +15,33 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	ClaimLag         *prometheus.HistogramVec // tier: due → claim, seconds, by the database clock
-	Claims           prometheus.Counter       // items claimed
-	Collections      *prometheus.CounterVec   // outcome: collected | failed | fenced
-	WriteSeconds     prometheus.Histogram     // one write-back transaction
-	FetchSeconds     prometheus.Histogram     // one item's provider calls
-	ProviderRequests *prometheus.CounterVec   // endpoint, outcome
-	RequestSeconds   *prometheus.HistogramVec // workload, endpoint, outcome: the HTTP call alone
-	LimiterWait      *prometheus.CounterVec   // workload: seconds spent waiting on the budget
-	BudgetShare      *prometheus.GaugeVec     // workload: requests/s this instance may send
-	BudgetInstances  *prometheus.GaugeVec     // workload: live instances sharing the key
-	BudgetUsed       *prometheus.CounterVec   // workload: requests sent under the budget
-	ItemsDue         *prometheus.GaugeVec     // tier
-	ItemsOverdue     *prometheus.GaugeVec     // tier
-	LeasesHeld       prometheus.Gauge
-	ProviderStatus   *prometheus.GaugeVec // provider, status: 1 for the effective status
-	StatusChanges    *prometheus.CounterVec
-	OutboxBacklog    prometheus.Gauge
-	OutboxOldest     prometheus.Gauge       // seconds
-	PublishLatency   prometheus.Histogram   // seconds from outbox insert to published
-	RelayUp          prometheus.Gauge       // 1 while the outbox relay can publish, 0 once it stopped for good
-	RelayErrors      *prometheus.CounterVec // reason: topic | authorization | broker | database | panic | rejected
-	Passes           *prometheus.CounterVec // result: ok | paused | error
-	LoopErrors       *prometheus.CounterVec // loop
-	SalesGaps        prometheus.Counter     // collections that found sales lost since the previous one
-	TierDemand       *prometheus.GaugeVec   // tier: requests/s the tier's items ask for
-	BudgetRate       *prometheus.GaugeVec   // workload: the key's budget, requests/s
+	ClaimLag          *prometheus.HistogramVec // tier: due → claim, seconds, by the database clock
+	Claims            prometheus.Counter       // items claimed
+	Collections       *prometheus.CounterVec   // outcome: collected | failed | fenced
+	WriteSeconds      prometheus.Histogram     // one write-back transaction
+	FetchSeconds      prometheus.Histogram     // one item's provider calls
+	ProviderRequests  *prometheus.CounterVec   // endpoint, outcome
+	RequestSeconds    *prometheus.HistogramVec // workload, endpoint, outcome: the HTTP call alone
+	LimiterWait       *prometheus.CounterVec   // workload: seconds spent waiting on the budget
+	BudgetShare       *prometheus.GaugeVec     // workload: requests/s this instance may send
+	BudgetInstances   *prometheus.GaugeVec     // workload: live instances sharing the key
+	BudgetClusterRate *prometheus.GaugeVec     // workload: requests/s the whole cluster may send (learned when adaptive)
+	BudgetUsed        *prometheus.CounterVec   // workload: requests sent under the budget
+	ItemsDue          *prometheus.GaugeVec     // tier
+	ItemsOverdue      *prometheus.GaugeVec     // tier
+	LeasesHeld        prometheus.Gauge
+	ProviderStatus    *prometheus.GaugeVec // provider, status: 1 for the effective status
+	StatusChanges     *prometheus.CounterVec
+	OutboxBacklog     prometheus.Gauge
+	OutboxOldest      prometheus.Gauge       // seconds
+	PublishLatency    prometheus.Histogram   // seconds from outbox insert to published
+	RelayUp           prometheus.Gauge       // 1 while the outbox relay can publish, 0 once it stopped for good
+	RelayErrors       *prometheus.CounterVec // reason: topic | authorization | broker | database | panic | rejected
+	Passes            *prometheus.CounterVec // result: ok | paused | error
+	LoopErrors        *prometheus.CounterVec // loop
+	SalesGaps         prometheus.Counter     // collections that found sales lost since the previous one
+	TierDemand        *prometheus.GaugeVec   // tier: requests/s the tier's items ask for
+	BudgetRate        *prometheus.GaugeVec   // workload: the key's budget, requests/s
 }
 
 // NewMetrics builds and registers every series, plus the Go runtime and process collectors.
@@ -59,26 +60,27 @@ func NewMetrics() *Metrics {
 		RequestSeconds: f.histogramVec("collector_provider_request_duration_seconds",
 			"Duration of one provider HTTP request (response read and classified), limiter and budget waits excluded.",
 			prometheus.DefBuckets, "workload", "endpoint", "outcome"),
-		ProviderRequests: f.counterVec("collector_provider_requests_total", "Provider calls by endpoint and outcome.", "endpoint", "outcome"),
-		LimiterWait:      f.counterVec("collector_limiter_wait_seconds_total", "Time spent waiting for the cluster budget or the client rate limiter.", "workload"),
-		BudgetShare:      f.gaugeVec("collector_budget_share_per_second", "Requests per second this instance may send on the workload's key.", "workload"),
-		BudgetInstances:  f.gaugeVec("collector_budget_instances", "Live instances sharing the workload's key.", "workload"),
-		BudgetUsed:       f.counterVec("collector_budget_used_total", "Requests sent under the workload's budget.", "workload"),
-		ItemsDue:         f.gaugeVec("collector_items_due", "Items due now, by tier.", "tier"),
-		ItemsOverdue:     f.gaugeVec("collector_items_overdue", "Items due for more than 30s and not claimed, by tier.", "tier"),
-		LeasesHeld:       f.gauge("collector_leases_held", "Items under a live lease (all instances)."),
-		ProviderStatus:   f.gaugeVec("collector_provider_status", "1 for the provider's effective status.", "provider", "status"),
-		StatusChanges:    f.counterVec("collector_provider_status_changes_total", "Provider status changes seen by this instance.", "provider", "from", "to"),
-		OutboxBacklog:    f.gauge("collector_outbox_backlog", "Outbox events not yet published."),
-		OutboxOldest:     f.gauge("collector_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished outbox event."),
-		PublishLatency:   f.histogram("collector_outbox_publish_latency_seconds", "Time from an outbox event's insert to its acknowledged publish (database clock).", lagBuckets),
-		RelayUp:          f.gauge("collector_relay_up", "1 while this instance's outbox relay can publish; 0 once it stopped on an error retrying cannot fix (see /readyz)."),
-		RelayErrors:      f.counterVec("collector_relay_publish_errors_total", "Failed outbox relay attempts and events the broker rejected, by reason.", "reason"),
-		Passes:           f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
-		LoopErrors:       f.counterVec("collector_loop_errors_total", "Errors in the daemon's loops (each is retried).", "loop"),
-		SalesGaps:        f.counter("collector_sales_gaps_total", "Collections whose sales page was full of sales newer than any stored: sales were lost in between."),
-		TierDemand:       f.gaugeVec("collector_tier_demand_requests_per_second", "Requests per second the tier's scheduled items ask for (requests per collection / interval).", "tier"),
-		BudgetRate:       f.gaugeVec("collector_budget_requests_per_second", "The workload key's request budget per second (the tighter of the per-second and per-minute budgets).", "workload"),
+		ProviderRequests:  f.counterVec("collector_provider_requests_total", "Provider calls by endpoint and outcome.", "endpoint", "outcome"),
+		LimiterWait:       f.counterVec("collector_limiter_wait_seconds_total", "Time spent waiting for the cluster budget or the client rate limiter.", "workload"),
+		BudgetShare:       f.gaugeVec("collector_budget_share_per_second", "Requests per second this instance may send on the workload's key.", "workload"),
+		BudgetInstances:   f.gaugeVec("collector_budget_instances", "Live instances sharing the workload's key.", "workload"),
+		BudgetClusterRate: f.gaugeVec("collector_budget_cluster_rate", "Requests per second the whole cluster may send on the workload's key: the configured ceiling, or the rate learned from the provider's rate-limit answers (daemon.budget.adaptive).", "workload"),
+		BudgetUsed:        f.counterVec("collector_budget_used_total", "Requests sent under the workload's budget.", "workload"),
+		ItemsDue:          f.gaugeVec("collector_items_due", "Items due now, by tier.", "tier"),
+		ItemsOverdue:      f.gaugeVec("collector_items_overdue", "Items due for more than 30s and not claimed, by tier.", "tier"),
+		LeasesHeld:        f.gauge("collector_leases_held", "Items under a live lease (all instances)."),
+		ProviderStatus:    f.gaugeVec("collector_provider_status", "1 for the provider's effective status.", "provider", "status"),
+		StatusChanges:     f.counterVec("collector_provider_status_changes_total", "Provider status changes seen by this instance.", "provider", "from", "to"),
+		OutboxBacklog:     f.gauge("collector_outbox_backlog", "Outbox events not yet published."),
+		OutboxOldest:      f.gauge("collector_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished outbox event."),
+		PublishLatency:    f.histogram("collector_outbox_publish_latency_seconds", "Time from an outbox event's insert to its acknowledged publish (database clock).", lagBuckets),
+		RelayUp:           f.gauge("collector_relay_up", "1 while this instance's outbox relay can publish; 0 once it stopped on an error retrying cannot fix (see /readyz)."),
+		RelayErrors:       f.counterVec("collector_relay_publish_errors_total", "Failed outbox relay attempts and events the broker rejected, by reason.", "reason"),
+		Passes:            f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
+		LoopErrors:        f.counterVec("collector_loop_errors_total", "Errors in the daemon's loops (each is retried).", "loop"),
+		SalesGaps:         f.counter("collector_sales_gaps_total", "Collections whose sales page was full of sales newer than any stored: sales were lost in between."),
+		TierDemand:        f.gaugeVec("collector_tier_demand_requests_per_second", "Requests per second the tier's scheduled items ask for (requests per collection / interval).", "tier"),
+		BudgetRate:        f.gaugeVec("collector_budget_requests_per_second", "The workload key's request budget per second (the tighter of the per-second and per-minute budgets).", "workload"),
 	}
 }
 

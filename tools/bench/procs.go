@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"net/http"
 	"os"
 	"os/exec"
@@ -181,6 +182,33 @@ func benchDaemonProcs(ctx context.Context, e *env, sz sizes, rep *report) error 
 	return nil
 }
 
+// hotCatalog migrates database u, starts a simulator of n items with the process keys (and
+// simArgs) and tracks every item as HOT_1M, due now. The caller stops the simulator.
+func hotCatalog(ctx context.Context, bin, u string, n int, simArgs ...string) (*simProcess, []string, error) {
+	if err := migrateUp(ctx, bin, u); err != nil {
+		return nil, nil, err
+	}
+	sim, err := startSim(ctx, bin, n, append([]string{"--market-key", procMarketKey, "--item-key", procItemKey}, simArgs...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids, err := sim.catalogIDs(ctx)
+	if err == nil {
+		var pool *pgxpool.Pool
+		if pool, err = openPool(ctx, u, 2); err == nil {
+			_, err = pool.Exec(ctx, `
+				INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+				SELECT id, 'item ' || id, 'HOT_1M', now() - interval '1 second' FROM unnest($1::text[]) AS id`, ids)
+			pool.Close()
+		}
+	}
+	if err != nil {
+		sim.stop()
+		return nil, nil, fmt.Errorf("track %d HOT items: %w", n, err)
+	}
+	return sim, ids, nil
+}
+
 func budgetFidelity(ctx context.Context, e *env, bin string, window time.Duration, rep *report) error {
 	const db = "bench_fidelity"
 	u, err := e.freshDB(ctx, db, false)
@@ -188,29 +216,11 @@ func budgetFidelity(ctx context.Context, e *env, bin string, window time.Duratio
 		return err
 	}
 	defer e.dropDB(ctx, db)
-	if err := migrateUp(ctx, bin, u); err != nil {
-		return err
-	}
-	sim, err := startSim(ctx, bin, fidelityItems, "--market-key", procMarketKey, "--item-key", procItemKey)
+	sim, ids, err := hotCatalog(ctx, bin, u, fidelityItems)
 	if err != nil {
 		return err
 	}
 	defer sim.stop()
-	ids, err := sim.catalogIDs(ctx)
-	if err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, u, 2)
-	if err != nil {
-		return err
-	}
-	_, err = pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT id, 'item ' || id, 'HOT_1M', now() - interval '1 second' FROM unnest($1::text[]) AS id`, ids)
-	pool.Close()
-	if err != nil {
-		return fmt.Errorf("track %d HOT items: %w", len(ids), err)
-	}
 
 	procs := make([]*daemonProc, 0, fidelityProcs)
 	defer func() {
