@@ -41,7 +41,7 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		host, _ := os.Hostname()
 		share, err := budget.New(pool, budget.Config{
 			KeyLabel: marketKeyLabel(a), Rate: a.cfg.Provider.Market.Rate, PerMinute: a.cfg.Provider.Market.PerMinute,
-			Headroom: b.Headroom, Heartbeat: b.Heartbeat, Cooldown: b.Cooldown,
+			Headroom: b.Headroom, Heartbeat: b.Heartbeat, Cooldown: b.Cooldown, Adaptive: b.Adaptive,
 			Instance: owner, Host: host, PID: os.Getpid(),
 		}, a.log)
 		if err != nil {
@@ -66,6 +66,8 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
 
 		EstimateWindow: a.cfg.Catalog.EstimateWindow,
+		PackSize:       c.PackSize, PackMaxListings: c.PackMaxListings, PackMaxSales: c.PackMaxSales,
+		ShadowFraction: c.ShadowFraction,
 	}, a.log)
 	if err != nil {
 		stop()
@@ -88,6 +90,30 @@ func (f budgetedFetcher) Auction(ctx context.Context, itemID string) ([]provider
 
 func (f budgetedFetcher) AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, error) {
 	return withShare(ctx, f.share, f.window, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, error) { return f.next.AuctionSold(ctx, itemID) })
+}
+
+func (f budgetedFetcher) AuctionMany(ctx context.Context, ids []string) ([]provider.Listing, int, error) {
+	return packedWithShare(ctx, f.share, f.window, provider.EndpointAuction, func() ([]provider.Listing, int, error) {
+		return f.next.(dispatcher.PackedFetcher).AuctionMany(ctx, ids)
+	})
+}
+
+func (f budgetedFetcher) AuctionSoldMany(ctx context.Context, ids []string) ([]provider.Sale, int, error) {
+	return packedWithShare(ctx, f.share, f.window, provider.EndpointAuctionSold, func() ([]provider.Sale, int, error) {
+		return f.next.(dispatcher.PackedFetcher).AuctionSoldMany(ctx, ids)
+	})
+}
+
+func packedWithShare[T any](ctx context.Context, share *budget.Share, window time.Duration, endpoint string, call func() ([]T, int, error)) ([]T, int, error) {
+	type answer struct {
+		rows []T
+		sent int
+	}
+	a, err := withShare(ctx, share, window, endpoint, func(context.Context) (answer, error) {
+		rows, sent, err := call()
+		return answer{rows, sent}, err
+	})
+	return a.rows, a.sent, err
 }
 
 func withShare[T any](ctx context.Context, share *budget.Share, window time.Duration, endpoint string, call func(context.Context) (T, error)) (T, error) {

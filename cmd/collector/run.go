@@ -84,6 +84,8 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 			SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
 
 			EstimateWindow: a.cfg.Catalog.EstimateWindow,
+			PackSize:       c.PackSize, PackMaxListings: c.PackMaxListings, PackMaxSales: c.PackMaxSales,
+			ShadowFraction: c.ShadowFraction,
 		},
 		Catalog:   a.cfg.Catalog,
 		Retention: a.cfg.Retention,

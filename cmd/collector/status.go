@@ -12,6 +12,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/daemon"
+	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -57,6 +58,11 @@ outbox event older than --max-outbox-age — for a cron alert or a probe.`,
 				}
 			} else {
 				printStatus(a, st)
+				pk, err := dispatcher.ReadPackingStatus(ctx, pool)
+				if err != nil {
+					return err
+				}
+				a.printf("%s", packingLines(pk, a.cfg.Collect.PackSize))
 			}
 			if len(problems) > 0 {
 				return fmt.Errorf("%w: %s", errCheckFailed, problems[0])

@@ -50,7 +50,7 @@
 // sent before the cut must not cut again); Retry-After, when sent, is still honoured as a
 // cool-down, but without one the cut is the whole back-off. While no cut happened for an
 // interval and a process had to wait for budget, a heartbeat raises the rate by Increase × the
-// rate the last cut started from (a fixed step per cycle), up to the ceiling. Every process
+// rate the last cut started from per second (a fixed step per cycle), up to the ceiling. Every process
 // reads the rate on its heartbeat, so all converge on the provider's real limit.
 package budget
 
@@ -84,7 +84,7 @@ type Config struct {
 	// Adaptive learns the provider's real limit below Rate (AIMD, see the package doc).
 	Adaptive bool
 	Decrease float64 // adaptive: a cut multiplies the rate by this; default DefaultDecrease
-	Increase float64 // adaptive: the step per heartbeat, as a fraction of the rate the last cut started from; default DefaultIncrease
+	Increase float64 // adaptive: the step per second, as a fraction of the rate the last cut started from; default DefaultIncrease
 	MinRate  float64 // adaptive: the rate never goes below this; default DefaultMinRate
 	Instance string  // unique per process (and per daemon in tests)
 	Host     string
@@ -531,7 +531,7 @@ func (s *Share) probe(ctx context.Context, held bool) (float64, error) {
 		    changed_at = CASE WHEN $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond'
 		                      THEN now() ELSE b.changed_at END
 		RETURNING rate`,
-		s.cfg.KeyLabel, s.total(), held, s.cfg.Heartbeat.Milliseconds(), s.cfg.Increase).Scan(&rate)
+		s.cfg.KeyLabel, s.total(), held, s.cfg.Heartbeat.Milliseconds(), s.cfg.Increase*s.cfg.Heartbeat.Seconds()).Scan(&rate)
 	if err != nil {
 		return 0, fmt.Errorf("budget rate for %s: %w", s.cfg.KeyLabel, err)
 	}

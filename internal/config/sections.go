@@ -173,15 +173,24 @@ type CollectConfig struct {
 	FlushSize   int           `mapstructure:"flush_size"`  // results written per transaction
 	// ShutdownGrace: after SIGTERM/SIGINT a one-shot's calls in flight get this long to finish.
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+	// Packing (itemIds): small items share calls of up to PackSize ids (1 = off).
+	PackSize        int     `mapstructure:"pack_size"`
+	PackMaxListings int     `mapstructure:"pack_max_listings"` // small: at most this many listings last time
+	PackMaxSales    float64 `mapstructure:"pack_max_sales"`    // small: at most this many new sales per collection
+	ShadowFraction  float64 `mapstructure:"shadow_fraction"`   // packed items also fetched alone and compared
 }
 
 var collectDefaults = map[string]any{
-	"collect.batch_size":     100,
-	"collect.lease":          "2m",
-	"collect.concurrency":    16,
-	"collect.max_batches":    0,
-	"collect.flush_size":     50,
-	"collect.shutdown_grace": "20s",
+	"collect.batch_size":        100,
+	"collect.lease":             "2m",
+	"collect.concurrency":       16,
+	"collect.max_batches":       0,
+	"collect.flush_size":        50,
+	"collect.shutdown_grace":    "20s",
+	"collect.pack_size":         10,
+	"collect.pack_max_listings": 20,
+	"collect.pack_max_sales":    5,
+	"collect.shadow_fraction":   0.01,
 }
 
 func (c CollectConfig) validate() error {
@@ -203,6 +212,18 @@ func (c CollectConfig) validate() error {
 	}
 	if c.ShutdownGrace < 0 || c.ShutdownGrace > 10*time.Minute {
 		errs = append(errs, invalid("collect.shutdown_grace", c.ShutdownGrace, "must be between 0 and 10m"))
+	}
+	if c.PackSize < 1 || c.PackSize > 10 {
+		errs = append(errs, invalid("collect.pack_size", c.PackSize, "must be between 1 (packing off) and 10 (the API's itemIds cap)"))
+	}
+	if c.PackMaxListings < 0 || c.PackMaxListings > 399 {
+		errs = append(errs, invalid("collect.pack_max_listings", c.PackMaxListings, "must be between 0 and 399"))
+	}
+	if c.PackMaxSales < 0 || c.PackMaxSales > 99 {
+		errs = append(errs, invalid("collect.pack_max_sales", c.PackMaxSales, "must be between 0 and 99"))
+	}
+	if c.ShadowFraction < 0 || c.ShadowFraction > 1 {
+		errs = append(errs, invalid("collect.shadow_fraction", c.ShadowFraction, "must be between 0 and 1"))
 	}
 	return errors.Join(errs...)
 }

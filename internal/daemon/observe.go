@@ -75,6 +75,39 @@ func (f *fetcher) AuctionSold(ctx context.Context, itemID string) ([]provider.Sa
 	})
 }
 
+func (f *fetcher) AuctionMany(ctx context.Context, ids []string) ([]provider.Listing, int, error) {
+	return packedCall(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, int, error) {
+		return f.next.(dispatcher.PackedFetcher).AuctionMany(ctx, ids)
+	})
+}
+
+func (f *fetcher) AuctionSoldMany(ctx context.Context, ids []string) ([]provider.Sale, int, error) {
+	return packedCall(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, int, error) {
+		return f.next.(dispatcher.PackedFetcher).AuctionSoldMany(ctx, ids)
+	})
+}
+
+func packedCall[T any](ctx context.Context, f *fetcher, endpoint string, fn func(context.Context) ([]T, int, error)) ([]T, int, error) {
+	type answer struct {
+		rows []T
+		sent int
+	}
+	a, err := call(ctx, f, endpoint, func(ctx context.Context) (answer, error) {
+		rows, sent, err := fn(ctx)
+		return answer{rows, sent}, err
+	})
+	return a.rows, a.sent, err
+}
+
+// Shadowed counts shadow verifications of packed answers.
+func (o *observer) Shadowed(endpoint string, mismatch bool) {
+	outcome := "match"
+	if mismatch {
+		outcome = "mismatch"
+	}
+	o.m.PackingShadow.WithLabelValues(endpoint, outcome).Inc()
+}
+
 func call[T any](ctx context.Context, f *fetcher, endpoint string, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if f.share != nil {

@@ -23,6 +23,11 @@ type Claim struct {
 	DBNow    time.Time // the database's now() at claim time
 	// LastSaleAt is the newest sale already stored: older sales in a response are known.
 	LastSaleAt *time.Time
+	// What the item's answers looked like so far, to decide whether it may share a call:
+	// listings at the last collection (nil: never collected), and decayed counts of new
+	// sales and of collections.
+	SeenListings             *int32
+	EstSales, EstCollections float64
 }
 
 // claimSQL claims up to $1 due, unleased items in one statement. The MATERIALIZED CTE makes
@@ -47,7 +52,8 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
     last_claimed_at = now()
 FROM due
 WHERE t.item_id = due.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at`
+RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
+          t.seen_listing_count, t.est_sales, t.est_collections`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
 // another worker holds a live lease on it.
@@ -59,7 +65,8 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
     last_claimed_at = now()
 WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
-RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at`
+RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at,
+          t.seen_listing_count, t.est_sales, t.est_collections`
 
 var (
 	claimByDueSQL  = fmt.Sprintf(claimSQL, "next_collect_at")
@@ -98,7 +105,8 @@ func claimOne(ctx context.Context, pool *pgxpool.Pool, itemID string, lease time
 func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	var tier string
-	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt)
+	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt,
+		&c.SeenListings, &c.EstSales, &c.EstCollections)
 	c.Tier = tiers.Tier(tier)
 	return c, err
 }

@@ -54,6 +54,15 @@ type Config struct {
 	// EstimateWindow is how fast the per-item change and sales counts decay: observations this
 	// old count 1/e (catalog.estimate_window). Default 24h.
 	EstimateWindow time.Duration
+	// PackSize: items whose recent answers were small (PackMaxListings listings, PackMaxSales
+	// new sales per collection) share itemIds calls of up to PackSize ids, when the fetcher
+	// is a PackedFetcher (collect.pack_*). 0 or 1: every item alone.
+	PackSize        int
+	PackMaxListings int
+	PackMaxSales    float64
+	// ShadowFraction of packed items are fetched alone as well and compared; a mismatch
+	// switches packing off cluster-wide (collect.shadow_fraction).
+	ShadowFraction float64
 	// Observer, when set, hears about claims, provider calls and write-backs (metrics, health).
 	Observer Observer
 }
@@ -447,7 +456,15 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 	}()
 	go d.renewWhileRunning(fctx, done, claims)
 
-	jobs := make(chan Claim)
+	var st packingState
+	if _, ok := d.fetch.(PackedFetcher); ok && d.cfg.PackSize > 1 {
+		var err error
+		if st, err = readPacking(ctx, d.pool); err != nil {
+			d.log.Warn("packing state unreadable; fetching every item alone", zap.Error(err))
+			st = packingState{}
+		}
+	}
+	jobs := make(chan []Claim)
 	var mu sync.Mutex
 	var unprocessed []Claim
 	var wg sync.WaitGroup
@@ -455,40 +472,47 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for c := range jobs {
+			for group := range jobs {
 				if ctx.Err() != nil || fctx.Err() != nil {
 					mu.Lock()
-					unprocessed = append(unprocessed, c)
+					unprocessed = append(unprocessed, group...)
 					mu.Unlock()
 					continue
 				}
 				t0 := time.Now()
-				r := d.fetchOne(fctx, c)
-				took := time.Since(t0)
-				tm.add(&tm.fetch, took)
-				d.cfg.Observer.Fetched(c, took, r.err)
-				if r.err != nil {
-					class := provider.ClassOf(r.err)
-					// A refusal reaches here only when a long Retry-After or repeated
-					// refusals outlast untilAnswered: then the key cools down and the pass stops.
-					ends := class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig
-					if ends || fctx.Err() != nil {
-						mu.Lock()
-						if ends && stop == nil {
-							stop = &stopError{class: class, err: r.err}
-							cancel()
-						}
-						unprocessed = append(unprocessed, c)
-						mu.Unlock()
-						continue
-					}
+				var rs []result
+				if len(group) == 1 {
+					rs = []result{d.fetchOne(fctx, group[0])}
+				} else {
+					rs = d.fetchPacked(fctx, group, st)
 				}
-				w.results <- r
+				took := time.Since(t0)
+				for _, r := range rs {
+					tm.add(&tm.fetch, took)
+					d.cfg.Observer.Fetched(r.claim, took, r.err)
+					if r.err != nil {
+						class := provider.ClassOf(r.err)
+						// A refusal reaches here only when a long Retry-After or repeated
+						// refusals outlast untilAnswered: then the key cools down and the pass stops.
+						ends := class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig
+						if ends || fctx.Err() != nil {
+							mu.Lock()
+							if ends && stop == nil {
+								stop = &stopError{class: class, err: r.err}
+								cancel()
+							}
+							unprocessed = append(unprocessed, r.claim)
+							mu.Unlock()
+							continue
+						}
+					}
+					w.results <- r
+				}
 			}
 		}()
 	}
-	for _, c := range claims {
-		jobs <- c
+	for _, group := range d.jobsFor(claims, st) {
+		jobs <- group
 	}
 	close(jobs)
 	wg.Wait()

@@ -66,11 +66,10 @@ func Sales(answerRows, limit int, part []time.Time, newestStored *time.Time) Sal
 	return SalesVerdict{Complete: true, DropOldestSecond: true}
 }
 
-// Small reports whether an item's recent answers were small enough to share a call:
-// at most maxListings listings and maxSales new sales last time. Items never collected are
-// not small: nothing is known about them.
-func Small(collected bool, listings, newSales, maxListings, maxSales int) bool {
-	return collected && listings <= maxListings && newSales <= maxSales
+// Small reports whether an item's recent answers were small enough to share a call: at most
+// maxListings listings last time and at most maxSales new sales per collection on average.
+func Small(listings int, salesPerCollection float64, maxListings int, maxSales float64) bool {
+	return listings <= maxListings && salesPerCollection <= maxSales
 }
 
 // Groups cuts ids into calls of at most size ids, in order.

@@ -143,7 +143,7 @@ func TestGroupsAndSmall(t *testing.T) {
 	if g := Groups(ids, 2); len(g) != 3 || len(g[2]) != 1 || g[0][1] != "2" {
 		t.Fatalf("groups %v", g)
 	}
-	if !Small(true, 5, 1, 20, 5) || Small(true, 21, 1, 20, 5) || Small(true, 5, 6, 20, 5) || Small(false, 0, 0, 20, 5) {
+	if !Small(5, 1, 20, 5) || Small(21, 1, 20, 5) || Small(5, 5.5, 20, 5) || !Small(20, 5, 20, 5) {
 		t.Fatal("small")
 	}
 }

@@ -25,6 +25,7 @@ type Metrics struct {
 	LimiterWait       *prometheus.CounterVec   // workload: seconds spent waiting on the budget
 	BudgetShare       *prometheus.GaugeVec     // workload: requests/s this instance may send
 	BudgetInstances   *prometheus.GaugeVec     // workload: live instances sharing the key
+	PackingShadow     *prometheus.CounterVec   // endpoint, outcome: shadow verifications of packed answers
 	BudgetClusterRate *prometheus.GaugeVec     // workload: requests/s the whole cluster may send (learned when adaptive)
 	BudgetUsed        *prometheus.CounterVec   // workload: requests sent under the budget
 	ItemsDue          *prometheus.GaugeVec     // tier
@@ -64,6 +65,7 @@ func NewMetrics() *Metrics {
 		LimiterWait:       f.counterVec("collector_limiter_wait_seconds_total", "Time spent waiting for the cluster budget or the client rate limiter.", "workload"),
 		BudgetShare:       f.gaugeVec("collector_budget_share_per_second", "Requests per second this instance may send on the workload's key.", "workload"),
 		BudgetInstances:   f.gaugeVec("collector_budget_instances", "Live instances sharing the workload's key.", "workload"),
+		PackingShadow:     f.counterVec("collector_packing_shadow_total", "Packed items fetched again alone and compared, by endpoint and outcome (match, mismatch); a mismatch switches packing off for the endpoint cluster-wide.", "endpoint", "outcome"),
 		BudgetClusterRate: f.gaugeVec("collector_budget_cluster_rate", "Requests per second the whole cluster may send on the workload's key: the configured ceiling, or the rate learned from the provider's rate-limit answers (daemon.budget.adaptive).", "workload"),
 		BudgetUsed:        f.counterVec("collector_budget_used_total", "Requests sent under the workload's budget.", "workload"),
 		ItemsDue:          f.gaugeVec("collector_items_due", "Items due now, by tier.", "tier"),

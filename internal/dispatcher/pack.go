@@ -1,0 +1,328 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/packing"
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+// PackedFetcher is a Fetcher that can also ask for several items in one call (itemIds); each
+// method returns the rows kept and how many rows the provider sent.
+type PackedFetcher interface {
+	AuctionMany(ctx context.Context, itemIDs []string) ([]provider.Listing, int, error)
+	AuctionSoldMany(ctx context.Context, itemIDs []string) ([]provider.Sale, int, error)
+}
+
+// PackingObserver, when the Observer implements it, hears about shadow verifications.
+type PackingObserver interface {
+	// Shadowed reports one packed item fetched again alone; mismatch when they differed.
+	Shadowed(endpoint string, mismatch bool)
+}
+
+// packingState is which endpoints may be packed now, for the whole cluster.
+type packingState struct{ listings, sales bool }
+
+// readPacking reads packing_state; an endpoint without a row is on.
+func readPacking(ctx context.Context, pool *pgxpool.Pool) (packingState, error) {
+	st := packingState{listings: true, sales: true}
+	rows, err := ReadPackingStatus(ctx, pool)
+	for _, r := range rows {
+		switch r.Endpoint {
+		case provider.EndpointAuction:
+			st.listings = r.Enabled
+		case provider.EndpointAuctionSold:
+			st.sales = r.Enabled
+		}
+	}
+	return st, err
+}
+
+// SetPacking switches packed calls on or off for one endpoint, for every instance.
+func SetPacking(ctx context.Context, pool *pgxpool.Pool, endpoint string, on bool, reason string) error {
+	if endpoint != provider.EndpointAuction && endpoint != provider.EndpointAuctionSold {
+		return fmt.Errorf("packing: endpoint %q: allowed %s, %s", endpoint, provider.EndpointAuction, provider.EndpointAuctionSold)
+	}
+	_, err := pool.Exec(ctx, `
+		INSERT INTO packing_state (endpoint, enabled, reason) VALUES ($1, $2, $3)
+		ON CONFLICT (endpoint) DO UPDATE SET enabled = EXCLUDED.enabled, reason = EXCLUDED.reason, changed_at = now()`,
+		endpoint, on, provider.Clean(reason, provider.MaxErrorRunes))
+	if err != nil {
+		return fmt.Errorf("set packing for %s: %w", endpoint, err)
+	}
+	return nil
+}
+
+// PackingStatus is one endpoint's packing switch as stored.
+type PackingStatus struct {
+	Endpoint  string
+	Enabled   bool
+	ChangedAt time.Time
+	Reason    string
+}
+
+// ReadPackingStatus lists the endpoints whose switch was ever set (the others are on).
+func ReadPackingStatus(ctx context.Context, pool *pgxpool.Pool) ([]PackingStatus, error) {
+	rows, err := pool.Query(ctx, `SELECT endpoint, enabled, changed_at, coalesce(reason, '') FROM packing_state ORDER BY endpoint`)
+	if err != nil {
+		return nil, fmt.Errorf("read packing state: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[PackingStatus])
+}
+
+// small reports whether a claim may share a call: its recent answers were small. An item
+// never collected is not (nothing is known about it); after one collection only its listings
+// are known. Whatever is guessed here, the completeness rule decides what is kept.
+func (d *Dispatcher) small(c Claim) bool {
+	if c.SeenListings == nil {
+		return false
+	}
+	perCollection := 0.0
+	if c.EstCollections > 0 {
+		perCollection = c.EstSales / c.EstCollections
+	}
+	return packing.Small(int(*c.SeenListings), perCollection, d.cfg.PackMaxListings, d.cfg.PackMaxSales)
+}
+
+// jobsFor groups a batch into fetch jobs: small items in groups of up to PackSize, every
+// other item alone.
+func (d *Dispatcher) jobsFor(claims []Claim, st packingState) [][]Claim {
+	pf, _ := d.fetch.(PackedFetcher)
+	var alone, packable []Claim
+	for _, c := range claims {
+		if pf != nil && d.cfg.PackSize > 1 && (st.listings || st.sales) && d.small(c) {
+			packable = append(packable, c)
+		} else {
+			alone = append(alone, c)
+		}
+	}
+	jobs := make([][]Claim, 0, len(alone)+len(packable)/max(d.cfg.PackSize, 1)+1)
+	for len(packable) > 0 {
+		n := min(d.cfg.PackSize, len(packable))
+		jobs = append(jobs, packable[:n:n])
+		packable = packable[n:]
+	}
+	for i := range alone {
+		jobs = append(jobs, alone[i:i+1])
+	}
+	return jobs
+}
+
+// fetchPacked collects a group of small items with one call per endpoint, then fetches alone,
+// in the same pass, every item whose part of an answer may have been cut. A packed call that
+// fails leaves its items to be fetched alone.
+func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingState) []result {
+	pf := d.fetch.(PackedFetcher)
+	ids := make([]string, len(group))
+	for i, c := range group {
+		ids[i] = c.ItemID
+	}
+	var lparts map[string][]provider.Listing
+	lok := false
+	if st.listings {
+		a, err := untilAnswered(ctx, func() (packedAnswer[provider.Listing], error) {
+			rows, sent, err := pf.AuctionMany(ctx, ids)
+			return packedAnswer[provider.Listing]{rows, sent}, err
+		})
+		rows, sent := a.rows, a.sent
+		if err == nil {
+			var foreign int
+			lparts, foreign = packing.Split(rows, func(l provider.Listing) string { return l.ItemID }, ids)
+			d.logForeign(provider.EndpointAuction, ids, foreign)
+			lok = packing.ListingsComplete(sent, d.cfg.AuctionLimit)
+		} else if stops(err) {
+			return failAll(group, err, d.clock.now())
+		}
+	}
+	var sparts map[string][]provider.Sale
+	var ssent int
+	var newest time.Time // the newest sale in the packed answer: the provider's clock was past it
+	sok := false
+	if st.sales {
+		a, err := untilAnswered(ctx, func() (packedAnswer[provider.Sale], error) {
+			rows, sent, err := pf.AuctionSoldMany(ctx, ids)
+			return packedAnswer[provider.Sale]{rows, sent}, err
+		})
+		if err == nil {
+			var foreign int
+			sparts, foreign = packing.Split(a.rows, func(s provider.Sale) string { return s.ItemID }, ids)
+			d.logForeign(provider.EndpointAuctionSold, ids, foreign)
+			ssent, sok = a.sent, true
+			for _, s := range a.rows {
+				if s.SoldAt.After(newest) {
+					newest = s.SoldAt
+				}
+			}
+		} else if stops(err) {
+			return failAll(group, err, d.clock.now())
+		}
+	}
+
+	out := make([]result, len(group))
+	for i, c := range group {
+		r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}
+		listings, lpacked := lparts[c.ItemID], lok
+		var err error
+		if !lpacked {
+			listings, err = untilAnswered(ctx, func() ([]provider.Listing, error) { return d.fetch.Auction(ctx, c.ItemID) })
+		}
+		var sales []saleRow
+		spacked := false
+		if err == nil {
+			var v packing.SalesVerdict
+			if sok {
+				v = packing.Sales(ssent, d.cfg.SoldLimit, saleTimes(sparts[c.ItemID]), c.LastSaleAt)
+			}
+			if v.Complete {
+				part := sparts[c.ItemID]
+				if v.DropOldestSecond {
+					part = dropOldestSecond(part)
+				}
+				sales, spacked = sequenceSales(part, 0), true
+			} else {
+				var rows []provider.Sale
+				rows, err = untilAnswered(ctx, func() ([]provider.Sale, error) { return d.fetch.AuctionSold(ctx, c.ItemID) })
+				sales = sequenceSales(rows, d.cfg.SoldLimit)
+			}
+		}
+		r.at = d.clock.now()
+		if err != nil {
+			r.err, r.outcome = err, provider.ClassOf(err).String()
+			out[i] = r
+			continue
+		}
+		if d.shadow() && (lpacked || spacked) {
+			d.verify(ctx, c, listings, lpacked, sales, spacked, newest)
+		}
+		r.packed = lpacked || spacked
+		r.listings = summarizeListings(listings, d.cfg.AuctionLimit)
+		r.sales = newSales(sales, c.LastSaleAt)
+		out[i] = r
+	}
+	return out
+}
+
+// packedAnswer carries a packed call's rows and sent count through untilAnswered.
+type packedAnswer[T any] struct {
+	rows []T
+	sent int
+}
+
+// stops reports errors that end the pass whatever the item (maintenance, a refused key).
+func stops(err error) bool {
+	c := provider.ClassOf(err)
+	return c == provider.ClassMaintenance || c == provider.ClassConfig
+}
+
+func failAll(group []Claim, err error, at time.Time) []result {
+	out := make([]result, len(group))
+	for i, c := range group {
+		out[i] = result{claim: c, at: at, err: err, outcome: provider.ClassOf(err).String()}
+	}
+	return out
+}
+
+func (d *Dispatcher) logForeign(endpoint string, ids []string, n int) {
+	if n > 0 {
+		d.log.Warn("packed answer held rows of items not asked for; dropped", zap.String("endpoint", endpoint),
+			zap.Strings("item_ids", ids), zap.Int("rows", n))
+	}
+}
+
+func saleTimes(rows []provider.Sale) []time.Time {
+	out := make([]time.Time, len(rows))
+	for i, r := range rows {
+		out[i] = r.SoldAt
+	}
+	return out
+}
+
+// dropOldestSecond removes the rows of the oldest second of a newest-first part: a cut may
+// have taken some of that second's sales, and positions within a second are their keys.
+func dropOldestSecond(rows []provider.Sale) []provider.Sale {
+	if len(rows) == 0 {
+		return rows
+	}
+	oldest := rows[len(rows)-1].SoldAt.Truncate(time.Second)
+	n := len(rows)
+	for n > 0 && rows[n-1].SoldAt.Truncate(time.Second).Equal(oldest) {
+		n--
+	}
+	return rows[:n]
+}
+
+func (d *Dispatcher) shadow() bool {
+	return d.cfg.ShadowFraction > 0 && rand.Float64() < d.cfg.ShadowFraction
+}
+
+// verify fetches a packed item alone and compares; a mismatch switches packing off for that
+// endpoint for the whole cluster, with one error line naming the item.
+func (d *Dispatcher) verify(ctx context.Context, c Claim, listings []provider.Listing, lpacked bool, sales []saleRow, spacked bool, upTo time.Time) {
+	obs, _ := d.cfg.Observer.(PackingObserver)
+	if lpacked {
+		alone, err := d.fetch.Auction(ctx, c.ItemID)
+		if err == nil {
+			bad := !sameListings(listings, alone)
+			if obs != nil {
+				obs.Shadowed(provider.EndpointAuction, bad)
+			}
+			if bad {
+				d.packingMismatch(ctx, provider.EndpointAuction, c.ItemID, fmt.Sprintf("%d listings packed, %d alone", len(listings), len(alone)))
+			}
+		}
+	}
+	if spacked {
+		alone, err := d.fetch.AuctionSold(ctx, c.ItemID)
+		if err == nil {
+			bad := !sameSales(sales, sequenceSales(alone, d.cfg.SoldLimit), c.LastSaleAt, upTo)
+			if obs != nil {
+				obs.Shadowed(provider.EndpointAuctionSold, bad)
+			}
+			if bad {
+				d.packingMismatch(ctx, provider.EndpointAuctionSold, c.ItemID, "new sales differ between the packed and the single-item answer")
+			}
+		}
+	}
+}
+
+func (d *Dispatcher) packingMismatch(ctx context.Context, endpoint, itemID, what string) {
+	reason := fmt.Sprintf("shadow verification of item %s: %s", itemID, what)
+	err := SetPacking(context.WithoutCancel(ctx), d.pool, endpoint, false, reason)
+	d.log.Error("packed answer differs from the single-item answer: packing switched off cluster-wide until `collector packing on`",
+		zap.String("endpoint", endpoint), zap.String("item_id", itemID), zap.String("difference", what), zap.Error(err))
+}
+
+// sameListings compares two answers for one item by auction number.
+func sameListings(a, b []provider.Listing) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	x := make([]int64, len(a))
+	y := make([]int64, len(b))
+	for i := range a {
+		x[i], y[i] = a[i].AuctionNo, b[i].AuctionNo
+	}
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
+}
+
+// sameSales compares the sales of two answers newer than the stored one (its own second may
+// have been trimmed from a packed part) and not newer than the packed answer's newest sale (a
+// sale made between the two calls is not a mismatch).
+func sameSales(packed, alone []saleRow, lastStored *time.Time, upTo time.Time) bool {
+	keep := func(rows []saleRow) []saleRow {
+		return slices.DeleteFunc(slices.Clone(rows), func(s saleRow) bool {
+			return s.SoldAt.After(upTo) || (lastStored != nil && !s.SoldAt.After(*lastStored))
+		})
+	}
+	return slices.Equal(keep(packed), keep(alone))
+}

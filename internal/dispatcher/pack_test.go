@@ -1,0 +1,214 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// Whatever shape a packed answer takes (limit per call or per item, rows merged or grouped),
+// and wherever the limit falls (ample, exactly at the answer's size, one row short), every
+// item collected through a packed call ends with the same listings figures and the same new
+// sales as when fetched alone at the same instant: no incomplete snapshot can be stored.
+func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, provider.KST)
+	for _, lim := range []string{neoplesim.LimitPerCall, neoplesim.LimitPerItem} {
+		for _, ord := range []string{neoplesim.OrderMerged, neoplesim.OrderGrouped} {
+			sim := neoplesim.New(neoplesim.Options{Items: 40, Seed: 9, MarketKey: marketKey,
+				ItemIDsLimit: lim, ItemIDsOrder: ord, Now: func() time.Time { return now }})
+			srv := httptest.NewServer(sim)
+			t.Cleanup(srv.Close)
+			probe := marketClient(t, srv.URL, 400, 100)
+			// Eight items of a thin-ish market: the first ones with fewer listings than the cap.
+			var group []Claim
+			for _, it := range sim.Catalog() {
+				rows, _ := probe.Auction(context.Background(), it.ItemID)
+				if len(rows) > 0 && len(rows) < 60 && len(group) < 8 {
+					group = append(group, Claim{ItemID: it.ItemID, ItemName: it.ItemName})
+				}
+			}
+			// Half the items have sales stored up to their third newest.
+			for i := range group {
+				if i%2 == 0 {
+					sales, _ := probe.AuctionSold(context.Background(), group[i].ItemID)
+					if len(sales) >= 3 {
+						at := sales[2].SoldAt
+						group[i].LastSaleAt = &at
+					}
+				}
+			}
+			ids := make([]string, len(group))
+			for i, c := range group {
+				ids[i] = c.ItemID
+			}
+			fullL, _, _ := probe.AuctionMany(context.Background(), ids)
+			fullS, _, _ := probe.AuctionSoldMany(context.Background(), ids)
+			exactL, exactS := len(fullL), len(fullS)
+			if lim == neoplesim.LimitPerItem {
+				exactL, exactS = maxPart(fullL, func(l provider.Listing) string { return l.ItemID }), maxPart(fullS, func(s provider.Sale) string { return s.ItemID })
+			}
+			for _, limits := range []struct {
+				name       string
+				list, sold int
+			}{{"ample", 400, 100}, {"exactly at the limit", exactL, exactS}, {"one short", exactL - 1, exactS - 1}} {
+				t.Run(fmt.Sprintf("%s/%s/%s", lim, ord, limits.name), func(t *testing.T) {
+					client := marketClient(t, srv.URL, limits.list, limits.sold)
+					d, err := New(pool, client, Config{AuctionLimit: limits.list, SoldLimit: limits.sold, PackSize: 10}, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					d.clock.set(time.Now()) // a claim anchors it in a pass
+					packed := 0
+					for _, r := range d.fetchPacked(context.Background(), group, packingState{listings: true, sales: true}) {
+						if r.err != nil {
+							t.Fatalf("item %s: %v", r.claim.ItemID, r.err)
+						}
+						alone := d.fetchOne(context.Background(), r.claim)
+						if !reflect.DeepEqual(r.listings, alone.listings) {
+							t.Fatalf("item %s: listings %+v packed, %+v alone", r.claim.ItemID, r.listings, alone.listings)
+						}
+						if got, want := after(r.sales, r.claim.LastSaleAt), after(alone.sales, r.claim.LastSaleAt); !reflect.DeepEqual(got, want) {
+							t.Fatalf("item %s: %d new sales packed, %d alone", r.claim.ItemID, len(got), len(want))
+						}
+						if r.packed {
+							packed++
+						}
+					}
+					if limits.name == "ample" && packed != len(group) {
+						t.Fatalf("%d of %d items served by the packed answers with an ample limit", packed, len(group))
+					}
+				})
+			}
+		}
+	}
+}
+
+func marketClient(t *testing.T, url string, auctionLimit, soldLimit int) *provider.Client {
+	t.Helper()
+	c, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: url, Key: marketKey,
+		Rate: 100000, Burst: 10000, PerMinute: 10000000, AuctionLimit: auctionLimit, SoldLimit: soldLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func maxPart[T any](rows []T, id func(T) string) int {
+	n := map[string]int{}
+	m := 0
+	for _, r := range rows {
+		n[id(r)]++
+		m = max(m, n[id(r)])
+	}
+	return m
+}
+
+// after keeps the sales strictly newer than the stored one: the sales a snapshot reports.
+func after(rows []saleRow, last *time.Time) []saleRow {
+	var out []saleRow
+	for _, r := range rows {
+		if last == nil || r.SoldAt.After(*last) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Packing off for an endpoint (a shadow mismatch, or `collector packing off`) sends every
+// item alone on it, cluster-wide.
+func TestPackingSwitchIsReadByEveryPass(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	if st, err := readPacking(ctx, pool); err != nil || !st.listings || !st.sales {
+		t.Fatalf("fresh database: %+v %v, want both on", st, err)
+	}
+	if err := SetPacking(ctx, pool, provider.EndpointAuctionSold, false, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := readPacking(ctx, pool); !st.listings || st.sales {
+		t.Fatalf("after switching sales off: %+v", st)
+	}
+	if err := SetPacking(ctx, pool, "/df/items", false, "x"); err == nil || !strings.Contains(err.Error(), "allowed") {
+		t.Fatalf("unknown endpoint: %v", err)
+	}
+}
+
+// The second collection of small items shares calls: fewer requests than items, snapshots
+// flagged packed, and with every packed item shadow-verified no mismatch.
+func TestSmallItemsShareCallsOnceTheirAnswersAreKnown(t *testing.T) {
+	e := setup(t, 30, tiers.Cold, nil)
+	ctx := context.Background()
+	cfg := Config{BatchSize: 30, Concurrency: 4, PackSize: 10, PackMaxListings: 60, PackMaxSales: 100, ShadowFraction: 1}
+	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	e.sim.ResetStats()
+	s, err := e.dispatcher(t, cfg, nil).RunOnce(ctx)
+	if err != nil || s.Collected != 30 {
+		t.Fatalf("second pass %+v, %v", s, err)
+	}
+	packed := count(t, e.pool, `SELECT count(*) FROM auction_snapshots WHERE packed`)
+	if packed == 0 {
+		t.Fatal("no snapshot came from a packed answer")
+	}
+	if st, _ := readPacking(ctx, e.pool); !st.listings || !st.sales {
+		t.Fatalf("shadow verification switched packing off against a faithful provider: %+v", st)
+	}
+	t.Logf("%d of 30 snapshots packed; %d requests", packed, e.sim.Stats().Requests)
+}
+
+// A packed answer that lacks a row its single-item answer has is caught by shadow
+// verification: packing goes off for that endpoint, for everyone.
+func TestShadowMismatchSwitchesPackingOff(t *testing.T) {
+	e := setup(t, 12, tiers.Cold, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/df/auction" || r.URL.Query().Get("itemIds") == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			// A provider that silently drops the first row of packed listings answers.
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			var body struct {
+				Rows []json.RawMessage `json:"rows"`
+			}
+			_ = json.Unmarshal(rec.Body.Bytes(), &body)
+			if len(body.Rows) > 0 {
+				body.Rows = body.Rows[1:]
+			}
+			b, _ := json.Marshal(body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(b)
+		})
+	})
+	ctx := context.Background()
+	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: 100, ShadowFraction: 1}
+	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ReadPackingStatus(ctx, e.pool)
+	if err != nil || len(st) != 1 || st[0].Endpoint != provider.EndpointAuction || st[0].Enabled || !strings.Contains(st[0].Reason, "shadow verification of item") {
+		t.Fatalf("packing state %+v %v: want /df/auction switched off naming the item", st, err)
+	}
+}
