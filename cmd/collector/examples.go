@@ -38,6 +38,13 @@ var examples = map[string]string{
 	"collector outbox prune": `  collector outbox prune --older-than 72h --batch 500`,
 	"collector prune": `  collector prune --snapshots 720h --sales 2160h
   COLLECTOR_RETENTION_INTEREST=720h collector prune`,
+	"collector api-check": `  NEOPLE_MARKET_API_KEY=... collector api-check --items ID1,ID2,ID3 --write-config api.yaml
+  NEOPLE_API_BASE_URL=http://127.0.0.1:8089 collector api-check --burst 50`,
+	"collector packing":        `  collector packing status`,
+	"collector packing status": `  collector packing status`,
+	"collector packing on": `  collector packing on
+  collector packing on --endpoint /df/auction-sold`,
+	"collector packing off":     `  collector packing off --endpoint /df/auction`,
 	"collector provider":        `  collector provider status`,
 	"collector provider status": `  collector provider status`,
 	"collector provider set": `  collector provider set MAINTENANCE --reason "weekly inspection" --for 2h
