@@ -92,7 +92,7 @@ func main() {
 	quick := os.Getenv("BENCH_QUICK") == "1"
 	out := flag.String("out", cmp.Or(os.Getenv("BENCH_OUT"), map[bool]string{false: "BENCHMARKS.md"}[quick]),
 		"write the report here (empty: print only)")
-	only := flag.String("only", os.Getenv("BENCH_ONLY"), "comma-separated sections to run (cycle,occupancy,relay,rss,daemon,freshness,adaptive); empty = all")
+	only := flag.String("only", os.Getenv("BENCH_ONLY"), "comma-separated sections to run (cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests); empty = all")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
@@ -118,6 +118,7 @@ func main() {
 		{"daemon", benchDaemon},
 		{"freshness", benchFreshness},
 		{"adaptive", benchAdaptive},
+		{"requests", benchRequests},
 	}
 	var failed []string
 	for _, s := range sections {
