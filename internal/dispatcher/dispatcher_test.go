@@ -91,6 +91,8 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 }
 
 func TestConcurrentCollectorsCollectEachItemExactlyOnce(t *testing.T) {
+	// Not parallel: its passes are heavy, and beside the other tests on a loaded 2-core machine
+	// they outlast the leases and schedules it checks.
 	const n, workers = 2000, 8
 	// COLD: the next slot is at least 5 minutes away, so "exactly once" cannot be confused
 	// with a legitimate second collection on a slow machine.
@@ -139,6 +141,7 @@ func TestConcurrentCollectorsCollectEachItemExactlyOnce(t *testing.T) {
 }
 
 func TestStaleWorkerWriteIsFencedOut(t *testing.T) {
+	t.Parallel()
 	e := setup(t, 1, tiers.Hot, nil)
 	ctx := context.Background()
 	a, err := claimDue(ctx, e.pool, 10, time.Minute, "worker-a", false)
@@ -195,6 +198,7 @@ func itemAnswer(itemID string, status int, body string) func(http.Handler) http.
 }
 
 func TestFailingItemIsStillRescheduledByTier(t *testing.T) {
+	t.Parallel()
 	var bad string
 	e := setup(t, 5, tiers.Active, func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -233,6 +237,7 @@ func TestFailingItemIsStillRescheduledByTier(t *testing.T) {
 }
 
 func TestDormantItemGetsNoNextCollection(t *testing.T) {
+	t.Parallel()
 	e := setup(t, 1, tiers.Hot, nil)
 	ctx := context.Background()
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = 'DORMANT', next_collect_at = NULL`); err != nil {
@@ -253,6 +258,7 @@ func TestDormantItemGetsNoNextCollection(t *testing.T) {
 }
 
 func TestPausedProviderClaimsNothing(t *testing.T) {
+	t.Parallel()
 	for _, st := range []provider.Status{provider.Maintenance, provider.Degraded} {
 		t.Run(string(st), func(t *testing.T) {
 			e := setup(t, 3, tiers.Hot, nil)
@@ -281,6 +287,7 @@ func TestPausedProviderClaimsNothing(t *testing.T) {
 }
 
 func TestManualOverrideWinsAndExpires(t *testing.T) {
+	t.Parallel()
 	e := setup(t, 2, tiers.Hot, nil)
 	ctx := context.Background()
 	if err := provider.SetOverride(ctx, e.pool, "neople", provider.Maintenance, "planned", 0); err != nil {
@@ -299,6 +306,7 @@ func TestManualOverrideWinsAndExpires(t *testing.T) {
 }
 
 func TestMaintenanceMidBatchPausesAndReleasesTheRest(t *testing.T) {
+	t.Parallel()
 	var served atomic.Int64
 	var sim *neoplesim.Server
 	e := setup(t, 100, tiers.Hot, func(next http.Handler) http.Handler {
@@ -333,6 +341,7 @@ func TestMaintenanceMidBatchPausesAndReleasesTheRest(t *testing.T) {
 }
 
 func TestMalformedAndOversizedBodiesAreItemFailures(t *testing.T) {
+	t.Parallel()
 	var broken, huge string
 	e := setup(t, 4, tiers.Hot, func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -371,6 +380,7 @@ func TestMalformedAndOversizedBodiesAreItemFailures(t *testing.T) {
 }
 
 func TestRecollectingTheSameSalesAddsNoDuplicates(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	sold := `{"rows":[
 		{"soldDate":"2026-05-01 01:00:09","itemId":"X","itemName":"n","count":1,"price":100,"unitPrice":100},
@@ -421,6 +431,8 @@ func TestRecollectingTheSameSalesAddsNoDuplicates(t *testing.T) {
 // than 1.5x the mean. This exercises the claim and write-back path directly: the provider has
 // nothing to do with where the next slots fall.
 func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
+	// Not parallel: its passes are heavy, and beside the other tests on a loaded 2-core machine
+	// they outlast the leases and schedules it checks.
 	const n = 10000
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
@@ -464,6 +476,7 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 // A long pause logs one line when it starts, at most one summary a minute, and one line when
 // it ends, however often the loop checks.
 func TestPauseLogIsBounded(t *testing.T) {
+	t.Parallel()
 	e := setup(t, 2, tiers.Hot, nil)
 	ctx := context.Background()
 	if _, err := provider.SetStatus(ctx, e.pool, "neople", provider.Maintenance, "weekly"); err != nil {

@@ -44,6 +44,8 @@ func TestSalesGapIsAFullPageOfOnlyNewerSales(t *testing.T) {
 // count per item is the simulator's count of fetches that lost sales, and its change counts
 // are the rounds in which the listings changed or new sales arrived.
 func TestGapsAndChangesMatchTheMarketsGroundTruth(t *testing.T) {
+	// Not parallel: its passes are heavy, and beside the other tests on a loaded 2-core machine
+	// they outlast the leases and schedules it checks.
 	ctx := context.Background()
 	pool, _ := storetest.NewPool(t)
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)

@@ -33,6 +33,7 @@ func checkCleanText(t *testing.T, what, s string) {
 // message, in a raw error body and in a maintenance message reaches last_error, the logs and
 // provider_status clean, and the maintenance answer is recorded like a clean one.
 func TestHostileProviderTextIsCleanInEveryStoreAndLog(t *testing.T) {
+	t.Parallel()
 	for _, h := range neoplesim.HostileTexts() {
 		t.Run(h.Name, func(t *testing.T) {
 			var maintenance atomic.Bool
@@ -104,6 +105,7 @@ func TestHostileProviderTextIsCleanInEveryStoreAndLog(t *testing.T) {
 // sales of the item are still stored. An answer of only another item's rows fails the item
 // with outcome rows_rejected, and the item is rescheduled like any failure.
 func TestImpossibleRowsNeverReachTheDatabase(t *testing.T) {
+	t.Parallel()
 	var e *env
 	var soldAt atomic.Value // the real sale's date
 	soldAt.Store(time.Now().Add(-time.Hour))

@@ -16,6 +16,7 @@ import (
 // On shutdown no new call starts, calls in flight finish within Grace and are written, and
 // every other claim is handed back at once rather than after its lease.
 func TestShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
+	t.Parallel()
 	inFlight := make(chan struct{}, 100)
 	proceed := make(chan struct{})
 	var started atomic.Int64
@@ -61,6 +62,7 @@ func TestShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 }
 
 func TestLeasesAreRenewedWhileCallsRun(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	e := setup(t, 1, tiers.Hot, func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -99,6 +101,7 @@ func TestLeasesAreRenewedWhileCallsRun(t *testing.T) {
 }
 
 func TestPrioritizeTiersClaimsHotFirst(t *testing.T) {
+	t.Parallel()
 	e := setup(t, 6, tiers.Cold, nil)
 	ctx := context.Background()
 	// The HOT items became due last, yet they are claimed first.
@@ -119,6 +122,7 @@ func TestPrioritizeTiersClaimsHotFirst(t *testing.T) {
 
 // A DORMANT item that gets an interest event is due at once and collected by the next pass.
 func TestDormantItemReactivatedByInterestIsCollectedNext(t *testing.T) {
+	t.Parallel()
 	e := setup(t, 1, tiers.Hot, nil)
 	ctx := context.Background()
 	id := e.items[0].ItemID
@@ -147,6 +151,7 @@ func TestDormantItemReactivatedByInterestIsCollectedNext(t *testing.T) {
 // A status change made elsewhere (another instance, an operator) pauses a running pass before
 // its next batch.
 func TestStatusIsReadAgainBeforeEveryBatch(t *testing.T) {
+	t.Parallel()
 	var e *env
 	var flipped atomic.Bool
 	e = setup(t, 30, tiers.Hot, func(next http.Handler) http.Handler {

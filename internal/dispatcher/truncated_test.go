@@ -10,6 +10,7 @@ import (
 // A listings answer that reaches the 400-row cap describes only the cheapest 400: the
 // snapshot and its event say so.
 func TestSnapshotFlagsListingsCutAtTheCap(t *testing.T) {
+	t.Parallel()
 	e := setup(t, 5, tiers.Cold, nil) // the simulator gives item 3 more listings than the cap
 	if _, err := e.dispatcher(t, Config{}, nil).RunOnce(context.Background()); err != nil {
 		t.Fatal(err)

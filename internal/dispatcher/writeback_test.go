@@ -17,6 +17,7 @@ import (
 // A write-back PostgreSQL refuses on one item's data is split: the batch-mates are stored and
 // the refused item is rescheduled as failed with the error, nothing left leased.
 func TestRefusedItemDoesNotStrandItsBatchMates(t *testing.T) {
+	t.Parallel()
 	e := setup(t, 6, tiers.Active, nil)
 	bad := e.items[3].ItemID
 	ctx := context.Background()
@@ -57,6 +58,7 @@ func TestRefusedItemDoesNotStrandItsBatchMates(t *testing.T) {
 // A write-back whose connection is killed mid-transaction is retried while the leases are
 // still ours: every result is stored, nothing is left leased.
 func TestWriteBackRetriesAKilledConnection(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var e *env
 	var lockTx pgx.Tx

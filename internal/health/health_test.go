@@ -74,6 +74,7 @@ var errDown = &provider.Error{Class: provider.ClassMaintenance, Status: 503, Cod
 // Several monitors share one outage: only one probe is ever in flight, the back-off between
 // failed probes grows, and the first successful probe moves the provider to RECOVERING.
 func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
+	t.Parallel()
 	pool, _ := storetest.NewPool(t)
 	if _, err := provider.SetStatus(context.Background(), pool, "neople", provider.Maintenance, "DNF980"); err != nil {
 		t.Fatal(err)
@@ -142,6 +143,7 @@ func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
 // RECOVERING ramps the rate up over RecoverFor and becomes HEALTHY once that has passed and
 // enough of the recent outcomes succeeded; too many transient failures send it back to DEGRADED.
 func TestRecoveringRampsUpOrFallsBack(t *testing.T) {
+	t.Parallel()
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
 	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Recovering, "probe ok"); err != nil {
@@ -246,6 +248,7 @@ func TestRecoveringHoldsBelowTheSuccessShare(t *testing.T) {
 
 // Item errors and rate limits say nothing about the provider's health.
 func TestOnlyTransientFailuresDegrade(t *testing.T) {
+	t.Parallel()
 	pool, _ := storetest.NewPool(t)
 	// The probe keeps failing, so DEGRADED stays put once reached.
 	m := New(pool, testConfig("m"), func(context.Context) error { return errDown }, nil, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))

@@ -13,6 +13,7 @@ import (
 // Old rows go, recent rows stay, in statements of at most retention.batch rows; a table
 // whose age is 0 is not touched; a bounded pass says that more is left.
 func TestPruneDeletesOnlyRowsPastTheirAge(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, _ := storetest.NewPool(t)
 	// 30 rows per table at ages 1..30 days.

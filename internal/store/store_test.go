@@ -16,6 +16,7 @@ import (
 )
 
 func TestConcurrentMigrationsAreSafe(t *testing.T) {
+	t.Parallel()
 	url := storetest.NewEmptyDatabase(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -52,6 +53,7 @@ func TestConcurrentMigrationsAreSafe(t *testing.T) {
 }
 
 func TestStatusShowsPendingOnEmptyDatabase(t *testing.T) {
+	t.Parallel()
 	url := storetest.NewEmptyDatabase(t)
 	st, err := store.Status(context.Background(), url)
 	if err != nil {
