@@ -70,6 +70,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
+	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
@@ -315,8 +316,8 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 				break
 			}
 		}
-		if err := sleep(ctx, d); err != nil {
-			return nil, err
+		if !backoff.Sleep(ctx, d) {
+			return nil, ctx.Err()
 		}
 	}
 	s.used.Add(1)
@@ -536,15 +537,4 @@ func (s *Share) probe(ctx context.Context, held bool) (float64, error) {
 		return 0, fmt.Errorf("budget rate for %s: %w", s.cfg.KeyLabel, err)
 	}
 	return rate, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
@@ -288,9 +289,9 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 				continue
 			}
 			failures++
-			b := backoff(failures)
+			b := retryBackoff.Delay(failures)
 			d.log.Warn("collection pass failed; backing off", zap.Error(store.ExplainPooler(err)), zap.Int("failures", failures), zap.Duration("backoff_seconds", b))
-			d.pause(ctx, b)
+			backoff.Sleep(ctx, b)
 			continue
 		}
 		failures = 0
@@ -308,12 +309,12 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 					d.log.Warn("could not record the cool-down", zap.Error(err))
 				}
 			}
-			d.pause(ctx, cd)
+			backoff.Sleep(ctx, cd)
 			continue
 		}
 		if d.share != nil {
 			if cd := d.share.CooldownRemaining(); cd > 0 {
-				d.pause(ctx, cd)
+				backoff.Sleep(ctx, cd)
 				continue
 			}
 		}
@@ -325,7 +326,7 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 			failures++
 			d.metrics.LoopErrors.WithLabelValues("wake").Inc()
 			d.log.Warn("could not ask the database for the next due item; backing off", zap.Error(err))
-			d.pause(ctx, backoff(failures))
+			backoff.Sleep(ctx, retryBackoff.Delay(failures))
 			continue
 		}
 		if wait > 0 {
@@ -351,7 +352,7 @@ func (d *Daemon) keyRefused(ctx context.Context, pe *provider.Error) {
 		if err := budget.RecordCooldown(ctx, d.pool, d.cfg.KeyLabel, d.cfg.Daemon.KeyRecheck, "key refused: "+pe.Error()); err != nil && ctx.Err() == nil {
 			d.log.Warn("could not record the refused key's cool-down", zap.Error(err))
 		}
-		if !d.pause(ctx, d.cfg.Daemon.KeyRecheck) {
+		if !backoff.Sleep(ctx, d.cfg.Daemon.KeyRecheck) {
 			return
 		}
 		err := d.probeKey(ctx)
@@ -388,18 +389,6 @@ func (d *Daemon) logPass(sum dispatcher.Summary) {
 		zap.Duration("persist_p50_seconds", sum.Persist.P50), zap.Duration("persist_p95_seconds", sum.Persist.P95))
 }
 
-// pause waits dur whatever arrives meanwhile; false when ctx ended first.
-func (d *Daemon) pause(ctx context.Context, dur time.Duration) bool {
-	t := time.NewTimer(dur)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // sleep waits d, or until ctx ends, a notification arrives, or the provider status changes.
 func (d *Daemon) sleep(ctx context.Context, dur time.Duration) {
 	t := time.NewTimer(dur)
@@ -419,10 +408,8 @@ func orUnknown(s string) string {
 	return s
 }
 
-func backoff(failures int) time.Duration {
-	b := 100 * time.Millisecond << min(failures-1, 7)
-	return min(b, 10*time.Second)
-}
+// retryBackoff spaces the daemon's retries after database errors.
+var retryBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second}
 
 // nextWakeSQL: the earliest moment any scheduled item becomes claimable. Walking the due index
 // in order, the first unleased row bounds the answer; only leased rows before it (in flight,
@@ -463,60 +450,16 @@ func (d *Daemon) listen(ctx context.Context) error {
 			zap.Duration("max_sleep_seconds", d.cfg.Daemon.MaxSleep))
 		return nil
 	}
-	failures := 0
-	for ctx.Err() == nil {
-		listening, err := d.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if listening {
-			failures = 0 // a new outage: say so again
-		}
-		failures++
+	cfg := store.ListenConfig{Pool: d.pool, DirectURL: d.cfg.ListenURL, Channel: "tracked_items_due", Retry: retryBackoff}
+	store.Listen(ctx, cfg, d.wake, func(err error, failures int) {
 		d.metrics.LoopErrors.WithLabelValues("listen").Inc()
 		if failures == 1 {
 			d.log.Warn("tracked_items notifications interrupted; falling back to timed wake-ups until LISTEN works again", zap.Error(err))
 		} else {
 			d.log.Debug("LISTEN retry failed", zap.Int("failures", failures), zap.Error(err))
 		}
-		t := time.NewTimer(backoff(failures))
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-	}
+	})
 	return nil
-}
-
-// listenOnce LISTENs until an error; listening says whether it got that far.
-func (d *Daemon) listenOnce(ctx context.Context) (listening bool, err error) {
-	var pc *pgx.Conn
-	if d.cfg.ListenURL != "" {
-		if pc, err = pgx.Connect(ctx, d.cfg.ListenURL); err != nil {
-			return false, fmt.Errorf("connect to database.direct_url for LISTEN: %w", err)
-		}
-	} else {
-		conn, err := d.pool.Acquire(ctx)
-		if err != nil {
-			return false, fmt.Errorf("acquire connection for LISTEN: %w", err)
-		}
-		// A LISTENing connection must not return to the pool.
-		pc = conn.Hijack()
-	}
-	defer pc.Close(context.WithoutCancel(ctx))
-	if _, err := pc.Exec(ctx, "LISTEN tracked_items_due"); err != nil {
-		return false, fmt.Errorf("LISTEN tracked_items_due: %w", err)
-	}
-	for {
-		if _, err := pc.WaitForNotification(ctx); err != nil {
-			return true, fmt.Errorf("wait for tracked_items notification: %w", err)
-		}
-		select {
-		case d.wake <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // retentionStatements bounds one turn of pruning, so a large first backlog (retention turned

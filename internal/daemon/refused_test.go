@@ -135,12 +135,12 @@ func TestFailedPassBackOffIsNotCutShortByNotifications(t *testing.T) {
 	failedPasses := func() int { return int(testutil.ToFloat64(r.d.metrics.LoopErrors.WithLabelValues("collect"))) }
 	testkit.Eventually(t, 20*time.Second, "four failed passes", func() bool { return failedPasses() >= 4 })
 	close(stop)
-	<-notified
+	testkit.Recv(t, notified, testkit.Timeout, "the notifier to stop")
 	took, n := time.Since(t0), failedPasses()
 	// The passes that fit in took when each sleeps its back-off (100 ms doubling), plus one.
 	fit, slept := 1, time.Duration(0)
 	for ; slept <= took; fit++ {
-		slept += backoff(fit)
+		slept += retryBackoff.Delay(fit)
 	}
 	if n > fit {
 		t.Fatalf("%d failed passes in %s; sleeping the back-offs allows %d", n, took, fit)

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
@@ -728,8 +729,10 @@ const writeAttempts = 8
 // writeRetrying runs writeBack, retrying a transient failure (connection lost, serialization
 // failure, deadlock) with back-off. Before each retry it renews the group's leases, so the
 // results still apply; once none of them is ours any more it stops, as nothing could apply.
+// writeBackoff spaces write-back retries after transient database errors.
+var writeBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+
 func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, error) {
-	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		ws, err := writeBack(actx, w.d.pool, buf)
@@ -737,16 +740,12 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 		if err == nil || !store.Transient(err) || attempt == writeAttempts {
 			return ws, err
 		}
+		wait := writeBackoff.Delay(attempt)
 		w.d.log.Warn("write-back failed; retrying", zap.Int("items", len(buf)), zap.Int("attempt", attempt),
-			zap.Duration("backoff_seconds", backoff), zap.Error(err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+			zap.Duration("backoff_seconds", wait), zap.Error(err))
+		if !backoff.Sleep(ctx, wait) {
 			return ws, err
-		case <-t.C:
 		}
-		backoff = min(2*backoff, 5*time.Second)
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		held, rerr := renewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
 		rcancel()

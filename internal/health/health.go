@@ -26,7 +26,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -34,6 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -318,15 +318,14 @@ func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
 	}
 	if !ok {
 		failures++
-		backoff := time.Duration(float64(m.cfg.ProbeBackoff) * math.Pow(2, float64(min(failures, 30))))
-		backoff = min(backoff, m.cfg.ProbeBackoffMax)
+		wait := backoff.Policy{Min: m.cfg.ProbeBackoff, Max: m.cfg.ProbeBackoffMax}.Delay(failures + 1)
 		m.log.Info("provider probe failed", zap.String("provider", m.cfg.Provider), zap.String("status", string(row.Status)),
-			zap.Int("failures", failures), zap.Duration("next_probe_in_seconds", backoff), zap.Error(perr))
+			zap.Int("failures", failures), zap.Duration("next_probe_in_seconds", wait), zap.Error(perr))
 		_, err := m.pool.Exec(context.WithoutCancel(ctx), `
 			UPDATE provider_probe SET failures = $2, next_probe_at = now() + $3 * interval '1 millisecond',
 				leased_by = NULL, lease_expires_at = NULL, last_result = $4, updated_at = now()
 			WHERE provider = $1 AND episode_since = $5`,
-			m.cfg.Provider, failures, backoff.Milliseconds(), perr.Error(), row.Since)
+			m.cfg.Provider, failures, wait.Milliseconds(), perr.Error(), row.Since)
 		if err != nil {
 			return fmt.Errorf("provider %s probe result: %w", m.cfg.Provider, err)
 		}

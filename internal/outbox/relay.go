@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/backoff"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // Relay publishes outbox rows to Kafka. RunOnce drains what is pending and returns; Run
@@ -512,13 +514,7 @@ func (r *Relay) wait(ctx context.Context, d time.Duration, wake <-chan struct{})
 // backoff doubles from kafka.retry.backoff_min up to backoff_max, jittered so that relays
 // restarted together do not retry in lockstep.
 func (r *Relay) backoff(failures int) time.Duration {
-	d := r.cfg.Retry.BackoffMax
-	if failures < 32 {
-		if b := r.cfg.Retry.BackoffMin << (failures - 1); b > 0 && b < d {
-			d = b
-		}
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff.Policy{Min: r.cfg.Retry.BackoffMin, Max: r.cfg.Retry.BackoffMax, Jitter: true}.Delay(failures)
 }
 
 // releaseLanes hands the lanes back even when ctx is already cancelled (the usual way out).
@@ -532,39 +528,8 @@ func (r *Relay) releaseLanes(ctx context.Context) {
 
 // listen turns outbox notifications into wake-ups, reconnecting after errors (polling meanwhile).
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
-	for failures := 1; ctx.Err() == nil; failures++ {
-		err := r.listenOnce(ctx, wake)
-		if ctx.Err() != nil {
-			return
-		}
+	retry := backoff.Policy{Min: r.cfg.Retry.BackoffMin, Max: r.cfg.Retry.BackoffMax, Jitter: true}
+	store.Listen(ctx, store.ListenConfig{Pool: r.pool, Channel: "outbox_pending", Retry: retry}, wake, func(err error, _ int) {
 		r.log.Warn("outbox notifications interrupted; polling until reconnected", zap.Error(err))
-		t := time.NewTimer(r.backoff(failures))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) error {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquire connection for LISTEN: %w", err)
-	}
-	// Taken out of the pool: a LISTENing connection would keep collecting notifications there.
-	pc := conn.Hijack()
-	defer pc.Close(context.WithoutCancel(ctx))
-	if _, err := pc.Exec(ctx, "LISTEN outbox_pending"); err != nil {
-		return fmt.Errorf("LISTEN outbox_pending: %w", err)
-	}
-	for {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-		if _, err := pc.WaitForNotification(ctx); err != nil {
-			return fmt.Errorf("wait for outbox notification: %w", err)
-		}
-	}
+	})
 }
