@@ -513,8 +513,10 @@ func (r *Relay) wait(ctx context.Context, d time.Duration, wake <-chan struct{})
 
 // backoff doubles from kafka.retry.backoff_min up to backoff_max, jittered so that relays
 // restarted together do not retry in lockstep.
-func (r *Relay) backoff(failures int) time.Duration {
-	return backoff.Policy{Min: r.cfg.Retry.BackoffMin, Max: r.cfg.Retry.BackoffMax, Jitter: true}.Delay(failures)
+func (r *Relay) backoff(failures int) time.Duration { return r.retry().Delay(failures) }
+
+func (r *Relay) retry() backoff.Policy {
+	return backoff.Policy{Min: r.cfg.Retry.BackoffMin, Max: r.cfg.Retry.BackoffMax, Jitter: true}
 }
 
 // releaseLanes hands the lanes back even when ctx is already cancelled (the usual way out).
@@ -528,8 +530,7 @@ func (r *Relay) releaseLanes(ctx context.Context) {
 
 // listen turns outbox notifications into wake-ups, reconnecting after errors (polling meanwhile).
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
-	retry := backoff.Policy{Min: r.cfg.Retry.BackoffMin, Max: r.cfg.Retry.BackoffMax, Jitter: true}
-	store.Listen(ctx, store.ListenConfig{Pool: r.pool, Channel: "outbox_pending", Retry: retry}, wake, func(err error, _ int) {
+	store.Listen(ctx, store.ListenConfig{Pool: r.pool, Channel: "outbox_pending", Retry: r.retry()}, wake, func(err error, _ int) {
 		r.log.Warn("outbox notifications interrupted; polling until reconnected", zap.Error(err))
 	})
 }
