@@ -51,8 +51,13 @@ func markSettled(ctx context.Context, pool *pgxpool.Pool, tokens []string, out o
 		return nil, now, nil
 	}
 	ids := make([]int64, len(out.settled))
+	var failed []int64
+	var reasons []string // only the failed rows': a long list here would steer the planner to scan outbox
 	for i, row := range out.settled {
 		ids[i] = row.ID
+		if out.reasons[i] != "" {
+			failed, reasons = append(failed, row.ID), append(reasons, out.reasons[i])
+		}
 	}
 	err := pool.QueryRow(ctx, `
 		WITH sc AS (SELECT set_config('synchronous_commit', 'off', true)),
@@ -62,11 +67,11 @@ func markSettled(ctx context.Context, pool *pgxpool.Pool, tokens []string, out o
 		         WHERE p.id = ANY ($2::bigint[]) AND p.lane = held.lane
 		         RETURNING p.id),
 		     failed AS (
-		         UPDATE outbox o SET failed_at = now(), attempts = o.attempts + 1, last_error = s.err
-		         FROM unnest($2::bigint[], $3::text[]) AS s(id, err)
-		         WHERE o.id = s.id AND s.err <> '' AND s.id IN (SELECT id FROM done))
+		         UPDATE outbox o SET failed_at = now(), attempts = o.attempts + 1, last_error = f.err
+		         FROM unnest($3::bigint[], $4::text[]) AS f(id, err)
+		         WHERE o.id = f.id AND f.id IN (SELECT id FROM done))
 		SELECT coalesce(array_agg(done.id), '{}'), now() FROM done, sc`,
-		tokens, ids, out.reasons).Scan(&marked, &now)
+		tokens, ids, failed, reasons).Scan(&marked, &now)
 	if err != nil {
 		return nil, now, fmt.Errorf("mark %d outbox rows settled: %w", len(ids), err)
 	}
