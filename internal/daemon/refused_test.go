@@ -146,3 +146,35 @@ func TestFailedPassBackOffIsNotCutShortByNotifications(t *testing.T) {
 		t.Fatalf("%d failed passes in %s; sleeping the back-offs allows %d", n, took, fit)
 	}
 }
+
+// Rows the provider sends for an item nobody asked for are counted in
+// collector_provider_rows_rejected_total{reason="foreign_item"} on the daemon's registry.
+func TestRejectedRowsAreCountedInMetrics(t *testing.T) {
+	e := newEnv(t, 5, neoplesim.Options{})
+	e.track(t, 0, 5, tiers.Hot, 0)
+	e.sim.SetFaults(neoplesim.Faults{ForeignRate: 1})
+	r := e.start(t, testConfig(), zap.NewNop())
+	rejected := func(reason string) float64 {
+		mfs, err := r.d.metrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "collector_provider_rows_rejected_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" && l.GetValue() == reason {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return -1
+	}
+	testkit.Eventually(t, 20*time.Second, "foreign rows counted", func() bool { return rejected("foreign_item") > 0 })
+	if v := rejected("future_date"); v != 0 {
+		t.Fatalf("future_date = %v, want a zero series from the start", v)
+	}
+}
