@@ -312,7 +312,8 @@ func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
 	pctx, cancel := context.WithTimeout(ctx, lease/2)
 	perr := m.probe(pctx)
 	cancel()
-	ok := perr == nil || provider.ClassOf(perr) == provider.ClassItem // the provider answered
+	class := provider.ClassOf(perr)
+	ok := perr == nil || class == provider.ClassItem || class == provider.ClassRejected // the provider answered
 	if ctx.Err() != nil {
 		return nil // shutting down: the probe lease expires by itself
 	}
