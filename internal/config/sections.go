@@ -188,7 +188,7 @@ var collectDefaults = map[string]any{
 	"collect.flush_size":        50,
 	"collect.shutdown_grace":    "20s",
 	"collect.pack_size":         10,
-	"collect.pack_max_listings": 20,
+	"collect.pack_max_listings": 100,
 	"collect.pack_max_sales":    5,
 	"collect.shadow_fraction":   0.01,
 }

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -92,8 +93,9 @@ func (d *Dispatcher) small(c Claim) bool {
 	return packing.Small(int(*c.SeenListings), perCollection, d.cfg.PackMaxListings, d.cfg.PackMaxSales)
 }
 
-// jobsFor groups a batch into fetch jobs: small items in groups of up to PackSize, every
-// other item alone.
+// jobsFor groups a batch into fetch jobs: small items in groups of up to PackSize whose
+// listings last time add up to at most 3/4 of the listings limit (room for the market to
+// grow before the answer is cut), every other item alone.
 func (d *Dispatcher) jobsFor(claims []Claim, st packingState) [][]Claim {
 	pf, _ := d.fetch.(PackedFetcher)
 	var alone, packable []Claim
@@ -104,9 +106,23 @@ func (d *Dispatcher) jobsFor(claims []Claim, st packingState) [][]Claim {
 			alone = append(alone, c)
 		}
 	}
+	// Items whose newest stored sales are close in time share calls: a full sales answer then
+	// still reaches back to each one's stored sales. Items with none stored go last.
+	slices.SortStableFunc(packable, func(a, b Claim) int {
+		switch {
+		case a.LastSaleAt == nil || b.LastSaleAt == nil:
+			return cmp.Compare(boolInt(a.LastSaleAt == nil), boolInt(b.LastSaleAt == nil))
+		}
+		return b.LastSaleAt.Compare(*a.LastSaleAt)
+	})
 	jobs := make([][]Claim, 0, len(alone)+len(packable)/max(d.cfg.PackSize, 1)+1)
+	budget := 3 * d.cfg.AuctionLimit / 4
 	for len(packable) > 0 {
-		n := min(d.cfg.PackSize, len(packable))
+		n, rows := 0, 0
+		for n < len(packable) && n < d.cfg.PackSize && (n == 0 || rows+int(*packable[n].SeenListings) <= budget) {
+			rows += int(*packable[n].SeenListings)
+			n++
+		}
 		jobs = append(jobs, packable[:n:n])
 		packable = packable[n:]
 	}
@@ -114,6 +130,13 @@ func (d *Dispatcher) jobsFor(claims []Claim, st packingState) [][]Claim {
 		jobs = append(jobs, alone[i:i+1])
 	}
 	return jobs
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // fetchPacked collects a group of small items with one call per endpoint, then fetches alone,

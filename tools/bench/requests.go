@@ -88,7 +88,7 @@ func requestsRun(ctx context.Context, e *env, items, rounds, packSize int) (requ
 		return res, err
 	}
 	d, err := dispatcher.New(pool, client, dispatcher.Config{BatchSize: 500, Concurrency: 16, PackSize: packSize,
-		PackMaxListings: 20, PackMaxSales: 5, ShadowFraction: 0.01, Owner: db}, nil)
+		PackMaxListings: 100, PackMaxSales: 5, ShadowFraction: 0.01, Owner: db}, nil)
 	if err != nil {
 		return res, err
 	}
