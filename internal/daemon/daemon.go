@@ -411,33 +411,13 @@ func orUnknown(s string) string {
 // retryBackoff spaces the daemon's retries after database errors.
 var retryBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second}
 
-// nextWakeSQL: the earliest moment any scheduled item becomes claimable. Walking the due index
-// in order, the first unleased row bounds the answer; only leased rows before it (in flight,
-// a handful) can become claimable earlier, when their lease expires. Both reads are index
-// range scans over those few rows.
-const nextWakeSQL = `
-WITH first_free AS (
-	SELECT next_collect_at FROM tracked_items
-	WHERE next_collect_at IS NOT NULL AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-	ORDER BY next_collect_at LIMIT 1
-), first_lease AS (
-	SELECT min(lease_expires_at) AS at FROM tracked_items
-	WHERE next_collect_at IS NOT NULL
-	  AND next_collect_at <= coalesce((SELECT next_collect_at FROM first_free), 'infinity')
-	  AND lease_expires_at > now()
-)
-SELECT extract(epoch FROM least((SELECT next_collect_at FROM first_free), (SELECT at FROM first_lease)) - now()) * 1000`
-
 // nextWake is how long until the next item is claimable; an hour when nothing is scheduled.
 func nextWake(ctx context.Context, pool *pgxpool.Pool) (time.Duration, error) {
-	var ms *float64
-	if err := pool.QueryRow(ctx, nextWakeSQL).Scan(&ms); err != nil {
-		return 0, fmt.Errorf("next due item: %w", err)
-	}
-	if ms == nil {
+	wait, ok, err := dispatcher.NextClaimable(ctx, pool)
+	if !ok && err == nil {
 		return time.Hour, nil
 	}
-	return time.Duration(*ms * float64(time.Millisecond)), nil
+	return wait, err
 }
 
 // listen turns tracked_items notifications into wake-ups, reconnecting after errors. Without

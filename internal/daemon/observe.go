@@ -165,29 +165,14 @@ func (d *Daemon) gaugeLoop(ctx context.Context) error {
 func (d *Daemon) workload() string { return string(provider.WorkloadMarket) }
 
 func (d *Daemon) refreshGauges(ctx context.Context) error {
-	rows, err := d.pool.Query(ctx, `
-		SELECT collection_tier, count(*),
-		       count(*) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now())),
-		       count(*) FILTER (WHERE next_collect_at <= now() - $1 * interval '1 millisecond'
-		                          AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
-		FROM tracked_items WHERE NOT `+seed.SyntheticSQL("item_id")+`
-		GROUP BY collection_tier`, OverdueAfter.Milliseconds())
+	counts, err := dispatcher.DueByTier(ctx, d.pool, OverdueAfter, seed.SyntheticPatterns())
 	if err != nil {
-		return fmt.Errorf("due items by tier: %w", err)
+		return err
 	}
 	// Every tier is exported on every refresh, so a tier that emptied reads 0, not its last count.
 	all, due, overdue := map[string]int64{}, map[string]int64{}, map[string]int64{}
-	for rows.Next() {
-		var tier string
-		var items, n, late int64
-		if err := rows.Scan(&tier, &items, &n, &late); err != nil {
-			rows.Close()
-			return err
-		}
-		all[tier], due[tier], overdue[tier] = items, n, late
-	}
-	if err := rows.Err(); err != nil {
-		return err
+	for _, c := range counts {
+		all[string(c.Tier)], due[string(c.Tier)], overdue[string(c.Tier)] = c.Items, c.Due, c.Overdue
 	}
 	for _, t := range tiers.All() {
 		d.metrics.ItemsDue.WithLabelValues(string(t)).Set(float64(due[string(t)]))

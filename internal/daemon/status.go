@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/seed"
@@ -99,24 +100,12 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	}
 
 	notSynthetic := `NOT ` + seed.SyntheticSQL("item_id")
-	rows, err := pool.Query(ctx, `
-		SELECT collection_tier, count(*),
-		       count(*) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now())),
-		       count(*) FILTER (WHERE next_collect_at <= now() - $1 * interval '1 millisecond'
-		                          AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
-		FROM tracked_items WHERE `+notSynthetic+`
-		GROUP BY collection_tier
-		ORDER BY CASE collection_tier WHEN 'HOT_1M' THEN 0 WHEN 'ACTIVE_3M' THEN 1 WHEN 'WARM_5M' THEN 2
-		         WHEN 'COLD_10M' THEN 3 ELSE 4 END`, OverdueAfter.Milliseconds())
+	counts, err := dispatcher.DueByTier(ctx, pool, OverdueAfter, seed.SyntheticPatterns())
 	if err != nil {
-		return st, fmt.Errorf("items by tier: %w", err)
+		return st, err
 	}
-	st.Tiers, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (TierStatus, error) {
-		var t TierStatus
-		return t, r.Scan(&t.Tier, &t.Items, &t.Due, &t.Overdue)
-	})
-	if err != nil {
-		return st, fmt.Errorf("items by tier: %w", err)
+	for _, c := range counts {
+		st.Tiers = append(st.Tiers, TierStatus{Tier: string(c.Tier), Items: c.Items, Due: c.Due, Overdue: c.Overdue})
 	}
 
 	var p50, p99 *float64
@@ -151,7 +140,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, err
 	}
 
-	rows, err = pool.Query(ctx, `
+	rows, err := pool.Query(ctx, `
 		SELECT instance, host, key_label, pid, started_at, heartbeat_at, share, used FROM collector_instances
 		WHERE heartbeat_at > now() - $1 * interval '1 millisecond' ORDER BY key_label, instance`, liveFor.Milliseconds())
 	if err != nil {

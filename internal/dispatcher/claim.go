@@ -30,18 +30,40 @@ type Claim struct {
 	EstSales, EstCollections float64
 }
 
-// claimSQL claims up to $1 due, unleased items in one statement. The MATERIALIZED CTE makes
-// PostgreSQL lock exactly the rows it picked (SKIP LOCKED passes over rows another collector is
-// claiming at this moment), so any number of collectors can run side by side and each item goes
-// to exactly one of them. An expired lease counts as no lease: a crashed worker's items come
-// back by themselves.
-const claimSQL = `
+// ClaimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first.
+// The MATERIALIZED CTE makes PostgreSQL lock exactly the rows it picked (SKIP LOCKED passes over
+// rows another collector is claiming at this moment), so any number of collectors can run side
+// by side and each item goes to exactly one of them. An expired lease counts as no lease: a
+// crashed worker's items come back by themselves. Exported for the benchmark's raw-SQL ceiling.
+const ClaimByDueSQL = `
 WITH due AS MATERIALIZED (
 	SELECT item_id
 	FROM tracked_items
 	WHERE next_collect_at <= now()
 	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-	ORDER BY %s
+	ORDER BY next_collect_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE tracked_items t
+SET lease_expires_at = now() + $2 * interval '1 millisecond',
+    lease_token = gen_random_uuid(),
+    leased_by = $3,
+    last_claimed_at = now()
+FROM due
+WHERE t.item_id = due.item_id
+RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
+          t.seen_listing_count, t.est_sales, t.est_collections`
+
+// claimByTierSQL is ClaimByDueSQL taking the most urgent tier first: $4 lists the tiers in
+// urgency order (tiers.All), so the order lives in one place.
+const claimByTierSQL = `
+WITH due AS MATERIALIZED (
+	SELECT item_id
+	FROM tracked_items
+	WHERE next_collect_at <= now()
+	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+	ORDER BY array_position($4::text[], collection_tier), next_collect_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 )
@@ -68,18 +90,21 @@ WHERE t.item_id = $1
 RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at,
           t.seen_listing_count, t.est_sales, t.est_collections`
 
-var (
-	claimByDueSQL  = fmt.Sprintf(claimSQL, "next_collect_at")
-	claimByTierSQL = fmt.Sprintf(claimSQL, `CASE collection_tier WHEN 'HOT_1M' THEN 0 WHEN 'ACTIVE_3M' THEN 1
-		WHEN 'WARM_5M' THEN 2 WHEN 'COLD_10M' THEN 3 ELSE 4 END, next_collect_at`)
-)
+// tierOrder is tiers.All as text, most urgent first.
+var tierOrder = func() []string {
+	out := []string{}
+	for _, t := range tiers.All() {
+		out = append(out, string(t))
+	}
+	return out
+}()
 
 func claimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, byTier bool) ([]Claim, error) {
-	q := claimByDueSQL
+	q, args := ClaimByDueSQL, []any{n, lease.Milliseconds(), owner}
 	if byTier {
-		q = claimByTierSQL
+		q, args = claimByTierSQL, append(args, tierOrder)
 	}
-	rows, err := pool.Query(ctx, q, n, lease.Milliseconds(), owner)
+	rows, err := pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim due items: %w", err)
 	}

@@ -27,6 +27,15 @@ type DB interface {
 // characters, which never contain '-', so no real id can ever carry one of these prefixes.
 var SyntheticPrefixes = []string{"seed-", "integration-item-"}
 
+// SyntheticPatterns are SyntheticPrefixes as LIKE patterns, for `NOT item_id LIKE ANY($n)`.
+func SyntheticPatterns() []string {
+	out := make([]string, len(SyntheticPrefixes))
+	for i, p := range SyntheticPrefixes {
+		out[i] = p + "%" // the prefixes hold no LIKE wildcards
+	}
+	return out
+}
+
 // SyntheticPrefix is the prefix seed:synthetic gives its items.
 const SyntheticPrefix = "seed-"
 

@@ -1,0 +1,82 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// What "claimable" means — due and not leased by a live lease — is the dispatcher's: ClaimByDueSQL
+// takes such items, and the statements below count them or find the next one for status,
+// metrics and the daemon's wake-up, so they cannot disagree with the claim.
+
+// TierDue is one tier's items: all of them, the claimable ones, and those claimable for longer
+// than the overdue threshold.
+type TierDue struct {
+	Tier                tiers.Tier
+	Items, Due, Overdue int64
+}
+
+// dueByTierSQL: $1 the overdue threshold in ms, $2 LIKE patterns of item ids to leave out.
+const dueByTierSQL = `
+SELECT collection_tier, count(*),
+       count(*) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now())),
+       count(*) FILTER (WHERE next_collect_at <= now() - $1 * interval '1 millisecond'
+                          AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
+FROM tracked_items
+WHERE NOT item_id LIKE ANY($2::text[])
+GROUP BY collection_tier`
+
+// DueByTier counts tracked items per tier, most urgent tier first, leaving out ids that match
+// any LIKE pattern in exclude (fixtures).
+func DueByTier(ctx context.Context, pool *pgxpool.Pool, overdue time.Duration, exclude []string) ([]TierDue, error) {
+	rows, err := pool.Query(ctx, dueByTierSQL, overdue.Milliseconds(), exclude)
+	if err != nil {
+		return nil, fmt.Errorf("items by tier: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TierDue, error) {
+		var t TierDue
+		return t, r.Scan(&t.Tier, &t.Items, &t.Due, &t.Overdue)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("items by tier: %w", err)
+	}
+	slices.SortStableFunc(out, func(a, b TierDue) int { return a.Tier.Rank() - b.Tier.Rank() })
+	return out, nil
+}
+
+// nextClaimableSQL: the earliest moment any scheduled item becomes claimable. Walking the due
+// index in order, the first unleased row bounds the answer; only leased rows before it (in
+// flight, a handful) can become claimable earlier, when their lease expires. Both reads are
+// index range scans over those few rows.
+const nextClaimableSQL = `
+WITH first_free AS (
+	SELECT next_collect_at FROM tracked_items
+	WHERE next_collect_at IS NOT NULL AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+	ORDER BY next_collect_at LIMIT 1
+), first_lease AS (
+	SELECT min(lease_expires_at) AS at FROM tracked_items
+	WHERE next_collect_at IS NOT NULL
+	  AND next_collect_at <= coalesce((SELECT next_collect_at FROM first_free), 'infinity')
+	  AND lease_expires_at > now()
+)
+SELECT extract(epoch FROM least((SELECT next_collect_at FROM first_free), (SELECT at FROM first_lease)) - now()) * 1000`
+
+// NextClaimable is how long until the next item is claimable (<= 0: now); ok is false when
+// nothing is scheduled at all.
+func NextClaimable(ctx context.Context, pool *pgxpool.Pool) (wait time.Duration, ok bool, err error) {
+	var ms *float64
+	if err := pool.QueryRow(ctx, nextClaimableSQL).Scan(&ms); err != nil {
+		return 0, false, fmt.Errorf("next due item: %w", err)
+	}
+	if ms == nil {
+		return 0, false, nil
+	}
+	return time.Duration(*ms * float64(time.Millisecond)), true, nil
+}
