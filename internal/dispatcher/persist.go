@@ -71,23 +71,7 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 		if err := observeChanges(ctx, tx, collectedOf(results)); err != nil {
 			return err
 		}
-		// If the tier changed while the item was leased, whoever changed it also set the new
-		// schedule; keep that rather than the slot computed for the old tier.
-		rows, err := tx.Query(ctx, `
-			UPDATE tracked_items t
-			SET next_collect_at = CASE WHEN t.collection_tier = u.tier THEN u.next_at ELSE t.next_collect_at END,
-			    lease_expires_at = NULL, lease_token = NULL, leased_by = NULL,
-			    last_attempt_at = u.attempt_at,
-			    last_collected_at = CASE WHEN u.ok THEN u.attempt_at ELSE t.last_collected_at END,
-			    last_outcome = u.outcome,
-			    failure_streak = CASE WHEN u.ok THEN 0 ELSE t.failure_streak + 1 END,
-			    last_error = u.err,
-			    last_sale_at = greatest(t.last_sale_at, u.last_sale),
-			    updated_at = now()
-			FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[], $9::timestamptz[])
-			     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err, last_sale)
-			WHERE t.item_id = u.item_id AND t.lease_token = u.token
-			RETURNING t.item_id`,
+		rows, err := tx.Query(ctx, RescheduleSQL,
 			ids, tokens, tierNames, nextAt, attemptAt, oks, outcomes, errTexts, lastSale)
 		if err != nil {
 			return fmt.Errorf("reschedule: %w", err)
@@ -238,15 +222,7 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, ok []result, agg map[string
 		events[i] = ev
 		byID[r.claim.ItemID] = i
 	}
-	rows, err := tx.Query(ctx, `
-		INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity,
-			lowest_unit_price, median_unit_price, weighted_unit_price, api_average_price,
-			sales_count, sales_quantity, sales_vwap, listings_truncated, packed)
-		SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::int[], $6::bigint[],
-			$7::bigint[], $8::bigint[], $9::float8[], $10::bigint[], $11::int[], $12::bigint[], $13::float8[],
-			$14::bool[], $15::bool[])
-		ON CONFLICT (claim_token) DO NOTHING
-		RETURNING snapshot_id, item_id`,
+	rows, err := tx.Query(ctx, SnapshotSQL,
 		ids, tokens, at, tierNames, counts, quantities, lowest, median, weighted, apiAvg, salesCount, salesQty, vwap,
 		truncated, packed)
 	if err != nil {
@@ -267,3 +243,36 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, ok []result, agg map[string
 	}
 	return inserted, nil
 }
+
+// RescheduleSQL is the fenced write-back of a batch: each item whose lease token still matches
+// gets its next slot and outcome, and its lease is cleared; it returns the items it matched.
+// If the tier changed while the item was leased, whoever changed it also set the new schedule;
+// that is kept rather than the slot computed for the old tier. Exported for the benchmark's
+// raw-SQL ceiling.
+const RescheduleSQL = `
+UPDATE tracked_items t
+SET next_collect_at = CASE WHEN t.collection_tier = u.tier THEN u.next_at ELSE t.next_collect_at END,
+    lease_expires_at = NULL, lease_token = NULL, leased_by = NULL,
+    last_attempt_at = u.attempt_at,
+    last_collected_at = CASE WHEN u.ok THEN u.attempt_at ELSE t.last_collected_at END,
+    last_outcome = u.outcome,
+    failure_streak = CASE WHEN u.ok THEN 0 ELSE t.failure_streak + 1 END,
+    last_error = u.err,
+    last_sale_at = greatest(t.last_sale_at, u.last_sale),
+    updated_at = now()
+FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[], $9::timestamptz[])
+     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err, last_sale)
+WHERE t.item_id = u.item_id AND t.lease_token = u.token
+RETURNING t.item_id`
+
+// SnapshotSQL stores a batch's snapshots, once per claim; it returns the new snapshot ids.
+// Exported for the benchmark's raw-SQL ceiling.
+const SnapshotSQL = `
+INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity,
+	lowest_unit_price, median_unit_price, weighted_unit_price, api_average_price,
+	sales_count, sales_quantity, sales_vwap, listings_truncated, packed)
+SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::int[], $6::bigint[],
+	$7::bigint[], $8::bigint[], $9::float8[], $10::bigint[], $11::int[], $12::bigint[], $13::float8[],
+	$14::bool[], $15::bool[])
+ON CONFLICT (claim_token) DO NOTHING
+RETURNING snapshot_id, item_id`

@@ -60,18 +60,23 @@ func EnqueueSnapshots(ctx context.Context, tx pgx.Tx, events []SnapshotEvent) er
 		}
 		items[i], snaps[i], payloads[i] = ev.ItemID, ev.SnapshotID, string(b)
 	}
-	_, err := tx.Exec(ctx, `
-		WITH o AS (
-		    INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
-		    SELECT $1, u.item_id, u.snapshot_id, u.payload::json
-		    FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u(item_id, snapshot_id, payload)
-		    ON CONFLICT (snapshot_id) DO NOTHING
-		    RETURNING id, lane),
-		     p AS (INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o)
-		SELECT pg_notify('outbox_pending', '')`,
+	_, err := tx.Exec(ctx, EnqueueSQL,
 		EventTypeSnapshot, items, snaps, payloads)
 	if err != nil {
 		return fmt.Errorf("enqueue %d snapshot events: %w", len(events), err)
 	}
 	return nil
 }
+
+// EnqueueSQL adds events ($1 the type; $2 item ids, $3 snapshot ids, $4 JSON payloads) to the
+// outbox and its pending list, once per snapshot, and wakes the relays. Exported for the
+// benchmark's raw-SQL ceiling.
+const EnqueueSQL = `
+WITH o AS (
+    INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
+    SELECT $1, u.item_id, u.snapshot_id, u.payload::json
+    FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u(item_id, snapshot_id, payload)
+    ON CONFLICT (snapshot_id) DO NOTHING
+    RETURNING id, lane),
+     p AS (INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o)
+SELECT pg_notify('outbox_pending', '')`

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
@@ -83,7 +84,7 @@ func cycleAt(ctx context.Context, e *env, c cycleSize, rep *report) error {
 		return fmt.Errorf("raw-SQL ceiling at %d items: %w", n, err)
 	}
 	rep.add("Claim+reschedule cycle, raw-SQL ceiling, "+label, rate(ceil, "items/s"),
-		fmt.Sprintf("the same claim statement (claim.go claimSQL) and write-back statements (persist.go: fenced reschedule, snapshot insert, outbox insert) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size", ceilingLoops, cycleBatch, cycleFlush, items))
+		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (persist.go: fenced reschedule, snapshot insert, outbox insert) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size", ceilingLoops, cycleBatch, cycleFlush, items))
 	rep.add("Ratio collector / ceiling, "+label, fmt.Sprintf("%.2f", ours/ceil), "the two rows above")
 	rep.note("cycle at %s tracked items: seeding took %s (generate_series insert, VACUUM ANALYZE, CHECKPOINT; not timed), each contender's copy %s (CREATE DATABASE … TEMPLATE, CHECKPOINT)", count(n), seeded.Round(100*time.Millisecond), cloned.Round(100*time.Millisecond))
 
@@ -161,57 +162,6 @@ func cycleOurs(ctx context.Context, e *env, c cycleSize) (float64, time.Duration
 	return float64(c.timed) / took.Seconds(), cloned, nil
 }
 
-// The ceiling's statements are copies of the product's (internal/dispatcher claim.go and
-// persist.go, internal/outbox event.go) on purpose: the point is to run them without any of
-// our code. If those change, change these.
-const (
-	ceilClaimSQL = `
-WITH due AS MATERIALIZED (
-	SELECT item_id FROM tracked_items
-	WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-	ORDER BY next_collect_at LIMIT $1
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE tracked_items t
-SET lease_expires_at = now() + $2 * interval '1 millisecond', lease_token = gen_random_uuid(),
-    leased_by = $3, last_claimed_at = now()
-FROM due WHERE t.item_id = due.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now()`
-
-	ceilRescheduleSQL = `
-UPDATE tracked_items t
-SET next_collect_at = CASE WHEN t.collection_tier = u.tier THEN u.next_at ELSE t.next_collect_at END,
-    lease_expires_at = NULL, lease_token = NULL, leased_by = NULL,
-    last_attempt_at = u.attempt_at,
-    last_collected_at = CASE WHEN u.ok THEN u.attempt_at ELSE t.last_collected_at END,
-    last_outcome = u.outcome,
-    failure_streak = CASE WHEN u.ok THEN 0 ELSE t.failure_streak + 1 END,
-    last_error = u.err, updated_at = now()
-FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[])
-     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err)
-WHERE t.item_id = u.item_id AND t.lease_token = u.token
-RETURNING t.item_id`
-
-	ceilSnapshotSQL = `
-INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity,
-	lowest_unit_price, median_unit_price, weighted_unit_price, api_average_price,
-	sales_count, sales_quantity, sales_vwap)
-SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::int[], $6::bigint[],
-	$7::bigint[], $8::bigint[], $9::float8[], $10::bigint[], $11::int[], $12::bigint[], $13::float8[])
-ON CONFLICT (claim_token) DO NOTHING
-RETURNING snapshot_id, item_id`
-
-	ceilOutboxSQL = `
-WITH o AS (
-    INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
-    SELECT $1, u.item_id, u.snapshot_id, u.payload::json
-    FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u(item_id, snapshot_id, payload)
-    ON CONFLICT (snapshot_id) DO NOTHING
-    RETURNING id, lane),
-     p AS (INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o)
-SELECT pg_notify('outbox_pending', '')`
-)
-
 var tierEvery = map[string]time.Duration{"HOT_1M": time.Minute, "ACTIVE_3M": 3 * time.Minute, "WARM_5M": 5 * time.Minute, "COLD_10M": 10 * time.Minute}
 
 type ceilClaim struct {
@@ -262,20 +212,25 @@ func cycleCeiling(ctx context.Context, e *env, c cycleSize) (float64, error) {
 }
 
 func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]ceilClaim, error) {
-	rows, err := pool.Query(ctx, ceilClaimSQL, k, int64(120_000), "ceiling")
+	rows, err := pool.Query(ctx, dispatcher.ClaimByDueSQL, k, int64(120_000), "ceiling")
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ceilClaim, error) {
 		var c ceilClaim
 		var dueAt, dbNow time.Time
-		err := r.Scan(&c.id, &c.name, &c.tier, &dueAt, &c.token, &dbNow)
+		var lastSale *time.Time
+		var seenListings *int32
+		var estSales, estCollections float64
+		err := r.Scan(&c.id, &c.name, &c.tier, &dueAt, &c.token, &dbNow, &lastSale, &seenListings, &estSales, &estCollections)
 		return c, err
 	})
 }
 
 // ceilWriteBack is persist.go's write-back for all-successful results with one listing and
-// no sales: fenced reschedule, snapshots, outbox rows, in one transaction.
+// no sales, through the product's own statements (dispatcher.RescheduleSQL, SnapshotSQL,
+// outbox.EnqueueSQL) in one transaction, driven by plain pgx. It leaves out the per-item change
+// estimates (observeChanges), which the ceiling does not model.
 func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) error {
 	n := len(claims)
 	now := time.Now()
@@ -283,13 +238,14 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 	nextAt, at, oks, outcomes, errs := make([]time.Time, n), make([]time.Time, n), make([]bool, n), make([]string, n), make([]*string, n)
 	counts, qty, lowest, median, apiAvg := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	weighted, salesCount, salesQty, vwap := make([]float64, n), make([]int32, n), make([]int64, n), make([]*float64, n)
+	lastSale, truncated, packed := make([]*time.Time, n), make([]bool, n), make([]bool, n)
 	for i, c := range claims {
 		ids[i], tokens[i], tierNames[i] = c.id, c.token, c.tier
 		nextAt[i], at[i], oks[i], outcomes[i] = now.Add(tierEvery[c.tier]), now, true, "ok"
 		counts[i], qty[i], lowest[i], median[i], apiAvg[i], weighted[i] = 1, 3, 100, 100, 90, 100
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, ceilRescheduleSQL, ids, tokens, tierNames, nextAt, at, oks, outcomes, errs)
+		rows, err := tx.Query(ctx, dispatcher.RescheduleSQL, ids, tokens, tierNames, nextAt, at, oks, outcomes, errs, lastSale)
 		if err != nil {
 			return err
 		}
@@ -300,7 +256,8 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 		if len(live) != n {
 			return fmt.Errorf("fenced reschedule matched %d of %d", len(live), n)
 		}
-		rows, err = tx.Query(ctx, ceilSnapshotSQL, ids, tokens, at, tierNames, counts, qty, lowest, median, weighted, apiAvg, salesCount, salesQty, vwap)
+		rows, err = tx.Query(ctx, dispatcher.SnapshotSQL, ids, tokens, at, tierNames, counts, qty, lowest, median, weighted, apiAvg, salesCount, salesQty, vwap,
+			truncated, packed)
 		if err != nil {
 			return err
 		}
@@ -324,7 +281,7 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, ceilOutboxSQL, "com.duecollector.auction.snapshot.v1", evItems, snaps, payloads)
+		_, err = tx.Exec(ctx, outbox.EnqueueSQL, outbox.EventTypeSnapshot, evItems, snaps, payloads)
 		return err
 	})
 }
