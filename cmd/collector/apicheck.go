@@ -14,8 +14,6 @@ import (
 	"github.com/duecollector/duecollector/internal/seed"
 )
 
-func init() { register(newAPICheckCmd) }
-
 func newAPICheckCmd(a *app) *cobra.Command {
 	var (
 		items, writeConfig string

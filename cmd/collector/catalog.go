@@ -18,23 +18,6 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-func init() {
-	register(newImportItemsCmd)
-	register(newSeedRealCmd)
-	register(newSeedSyntheticCmd)
-	register(newPurgeSyntheticCmd)
-	register(newRecalculatePopularityCmd)
-	register(newTouchCmd)
-	register(newItemsCmd)
-}
-
-// seed:real's collect and relay steps. nil skips the step with a log line; they are set where
-// collect-due and relay-outbox are built, so this file does not depend on those packages.
-var (
-	seedRealCollect func(ctx context.Context, a *app) error
-	seedRealRelay   func(ctx context.Context, a *app) error
-)
-
 // exitTargetsFailed is the exit code when some import targets imported nothing.
 const exitTargetsFailed = 2
 
@@ -135,11 +118,9 @@ it never falls back to synthetic data (that is seed:synthetic).`,
 				Recalculate: func(ctx context.Context) error { return a.recalculate(ctx) },
 				Log:         func(msg string) { a.log.Info(msg) },
 			}
-			if seedRealCollect != nil {
-				steps.Collect = func(ctx context.Context) error { return seedRealCollect(ctx, a) }
-			}
-			if seedRealRelay != nil && len(a.cfg.Kafka.Brokers) > 0 {
-				steps.Relay = func(ctx context.Context) error { return seedRealRelay(ctx, a) }
+			steps.Collect = a.collectOncePass
+			if len(a.cfg.Kafka.Brokers) > 0 {
+				steps.Relay = a.relayOncePass
 			}
 			err := seed.SeedReal(ctx, a.cfg.Provider, steps)
 			// An import that lost some targets keeps its exit code through the later steps.

@@ -15,11 +15,6 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
-func init() {
-	register(newCollectDueCmd)
-	register(newCollectCmd)
-}
-
 // newDispatcher builds the dispatcher from the validated config with the market workload's
 // own client (its key, its limiter). With daemon.budget.enabled a one-shot takes its share of
 // the key's cluster-wide budget like a daemon does, so cron runs beside daemons never push
@@ -219,16 +214,14 @@ func summaryFields(s dispatcher.Summary) []zap.Field {
 	}
 }
 
-func init() {
-	// seed:real's collect step is a plain collect-due pass.
-	seedRealCollect = func(ctx context.Context, a *app) error {
-		d, stop, err := a.newDispatcher(ctx)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		sum, err := d.RunOnce(ctx)
-		a.printf("collect-due: %s\n", sum)
+// collectOncePass is seed:real's collect step: a plain collect-due pass.
+func (a *app) collectOncePass(ctx context.Context) error {
+	d, stop, err := a.newDispatcher(ctx)
+	if err != nil {
 		return err
 	}
+	defer stop()
+	sum, err := d.RunOnce(ctx)
+	a.printf("collect-due: %s\n", sum)
+	return err
 }

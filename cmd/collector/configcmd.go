@@ -10,8 +10,6 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
-func init() { register(newConfigCmd) }
-
 func newConfigCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Show the effective configuration"}
 	printCmd := &cobra.Command{

@@ -28,8 +28,6 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-func init() { register(newDemoCmd) }
-
 // demo runs the main job on an embedded default: the configured (or a private) PostgreSQL, the
 // built-in simulator and an in-process Kafka broker, so a fresh machine sees the whole flow
 // with one command and nothing else to set up.

@@ -11,8 +11,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { register(newHealthcheckCmd) }
-
 // newHealthcheckCmd is a probe for images without curl (distroless): it needs no database.
 func newHealthcheckCmd(a *app) *cobra.Command {
 	var url string

@@ -11,8 +11,6 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 )
 
-func init() { register(newMigrateCmd) }
-
 // migrateFlags are shared by up and down.
 type migrateFlags struct {
 	to      int32

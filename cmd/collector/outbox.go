@@ -13,8 +13,6 @@ import (
 	"github.com/duecollector/duecollector/internal/outbox"
 )
 
-func init() { register(newOutboxCmd) }
-
 func newOutboxCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "outbox",

@@ -11,8 +11,6 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
-func init() { register(newPackingCmd) }
-
 func newPackingCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "packing", Short: "Show or switch packed (itemIds) calls, per endpoint, for every instance"}
 	cmd.AddCommand(&cobra.Command{

@@ -13,8 +13,6 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-func init() { register(newPlanCmd) }
-
 func newPlanCmd(a *app) *cobra.Command {
 	var (
 		perSecond float64

@@ -11,8 +11,6 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
-func init() { register(newProviderCmd) }
-
 func newProviderCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "provider", Short: "Show or override the provider's health status"}
 	status := &cobra.Command{

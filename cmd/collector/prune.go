@@ -9,8 +9,6 @@ import (
 	"github.com/duecollector/duecollector/internal/retention"
 )
 
-func init() { register(newPruneCmd) }
-
 func newPruneCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "prune",

@@ -10,8 +10,6 @@ import (
 	"github.com/duecollector/duecollector/internal/outbox"
 )
 
-func init() { register(newRelayOutboxCmd) }
-
 // newRelay builds the outbox relay from the validated kafka.* configuration.
 func (a *app) newRelay(ctx context.Context) (*outbox.Relay, error) {
 	if len(a.cfg.Kafka.Brokers) == 0 {
@@ -73,16 +71,14 @@ kafka.retry.attempts tries; unpublished rows stay in the outbox for the next run
 	return cmd
 }
 
-func init() {
-	// seed:real's relay step drains the outbox once, like `relay-outbox --once`.
-	seedRealRelay = func(ctx context.Context, a *app) error {
-		r, err := a.newRelay(ctx)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		res, err := r.RunOnce(ctx)
-		a.printf("relay-outbox: published %d, failed %d\n", res.Published, res.Failed)
+// relayOncePass is seed:real's relay step: it drains the outbox once, like `relay-outbox --once`.
+func (a *app) relayOncePass(ctx context.Context) error {
+	r, err := a.newRelay(ctx)
+	if err != nil {
 		return err
 	}
+	defer r.Close()
+	res, err := r.RunOnce(ctx)
+	a.printf("relay-outbox: published %d, failed %d\n", res.Published, res.Failed)
+	return err
 }

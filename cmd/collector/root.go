@@ -27,10 +27,16 @@ type app struct {
 	pool *pgxpool.Pool
 }
 
-// subcommands is filled by each command file's init, so adding a command touches one file.
-var subcommands []func(a *app) *cobra.Command
-
-func register(f func(a *app) *cobra.Command) { subcommands = append(subcommands, f) }
+// subcommands is every command under the root, in one explicit list.
+var subcommands = []func(a *app) *cobra.Command{
+	newAPICheckCmd,
+	newImportItemsCmd, newSeedRealCmd, newSeedSyntheticCmd, newPurgeSyntheticCmd,
+	newRecalculatePopularityCmd, newTouchCmd, newItemsCmd,
+	newCollectDueCmd, newCollectCmd,
+	newConfigCmd, newDemoCmd, newHealthcheckCmd, newMigrateCmd, newOutboxCmd, newPackingCmd,
+	newPlanCmd, newProviderCmd, newPruneCmd, newRelayOutboxCmd, newRunCmd, newSimCmd,
+	newStatusCmd, newVersionCmd,
+}
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root, _ := newRoot(stdout, stderr)

@@ -20,8 +20,6 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
-func init() { register(newRunCmd) }
-
 func newRunCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",

@@ -14,8 +14,6 @@ import (
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 )
 
-func init() { register(newSimCmd) }
-
 func newSimCmd(a *app) *cobra.Command {
 	var (
 		addr            string

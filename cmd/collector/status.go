@@ -18,8 +18,6 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-func init() { register(newStatusCmd) }
-
 func newStatusCmd(a *app) *cobra.Command {
 	var output string
 	var check bool

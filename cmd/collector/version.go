@@ -12,8 +12,6 @@ import (
 // when the module and VCS information Go embeds is used instead.
 var version, commit, buildDate string
 
-func init() { register(newVersionCmd) }
-
 func newVersionCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
