@@ -179,7 +179,7 @@ func (r *Relay) loop(ctx context.Context, s *schedule, wake <-chan struct{}) (er
 				return err
 			}
 			if wake == nil && failures >= r.cfg.Retry.Attempts {
-				return fmt.Errorf("relay-outbox gave up after %d attempts (kafka.retry.attempts); unpublished rows stay in the outbox: %w", failures, err)
+				return fmt.Errorf("outbox relay gave up after %d attempts (kafka.retry.attempts); unpublished rows stay in the outbox: %w", failures, err)
 			}
 			d := r.backoff(failures)
 			r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff_seconds", d))
@@ -258,7 +258,7 @@ func (r *Relay) failed(ctx context.Context, err error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := recordStop(ctx, r.pool, r.cfg.Owner, err.Error()); err != nil {
-		r.log.Warn("could not note the relay's stop for collector status", zap.Error(err))
+		r.log.Warn("could not note the relay's stop in outbox_relay_stops", zap.Error(err))
 	}
 	return err
 }
@@ -322,7 +322,7 @@ func (r *Relay) recorded(out outcome, marked map[int64]bool, now time.Time) (los
 			ages = append(ages, now.Sub(row.CreatedAt).Seconds())
 		default:
 			batch.Failed++
-			r.log.Error("kafka rejected outbox event; marked failed (collector outbox retry to resend)",
+			r.log.Error("kafka rejected outbox event; marked failed until retried",
 				zap.Int64("outbox_id", row.ID), zap.String("error", out.reasons[i]))
 			r.onError("rejected")
 		}

@@ -212,7 +212,7 @@ type RelayStop struct {
 	Reason    string
 }
 
-// RelayState is what `collector status` says about the relays.
+// RelayState is who holds the lanes and which relays stopped for good.
 type RelayState struct {
 	LanesHeld int      // lanes under an unexpired lease
 	Owners    []string // who holds them
