@@ -77,6 +77,10 @@ type Daemon struct {
 	relay   *outbox.Relay
 	ln      net.Listener
 	wake    chan struct{}
+	// replan asks the recalculation loop to plan now: the gauge refresh saw new items.
+	replan chan struct{}
+	// tracked is the item count the last gauge refresh saw (-1 before the first); gauge loop only.
+	tracked int64
 	refused atomic.Pointer[refusal] // set while the provider refuses the market key
 }
 
@@ -97,7 +101,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	if cfg.Dispatch.Provider == "" {
 		cfg.Dispatch.Provider = "neople"
 	}
-	d := &Daemon{pool: pool, client: client, cfg: cfg, log: log, metrics: telemetry.NewMetrics(), wake: make(chan struct{}, 1)}
+	d := &Daemon{pool: pool, client: client, cfg: cfg, log: log, metrics: telemetry.NewMetrics(), wake: make(chan struct{}, 1), replan: make(chan struct{}, 1), tracked: -1}
 	d.metrics.RegisterPool(pool)
 	d.metrics.SetBuildInfo(orUnknown(cfg.Version), orUnknown(cfg.Commit))
 	client.SetObserver(requestMetrics{d.metrics})
@@ -481,6 +485,7 @@ func (d *Daemon) recalcLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-d.replan:
 		}
 		res, err := seed.RecalculatePopularity(ctx, d.pool, seed.PolicyFromConfig(d.cfg.Catalog, d.cfg.Market))
 		switch {

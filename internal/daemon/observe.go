@@ -180,6 +180,18 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		d.metrics.TierDemand.WithLabelValues(string(t)).Set(budgetplan.TierDemand(t, all[string(t)], seed.RequestsPerCollection))
 	}
 	d.metrics.BudgetRate.WithLabelValues(d.workload()).Set(min(d.cfg.Market.Rate, float64(d.cfg.Market.PerMinute)/60))
+	var total int64
+	for _, n := range all {
+		total += n
+	}
+	if d.tracked >= 0 && total > d.tracked {
+		// New items (an import) add demand: plan now rather than at the next recalc_interval.
+		select {
+		case d.replan <- struct{}{}:
+		default:
+		}
+	}
+	d.tracked = total
 	var leases, backlog int64
 	var oldest float64
 	err = d.pool.QueryRow(ctx, `
