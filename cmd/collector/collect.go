@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -33,12 +31,7 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 	stop = func() {}
 	owner := dispatcher.OwnerString()
 	if b := a.cfg.Daemon.Budget; b.Enabled {
-		host, _ := os.Hostname()
-		share, err := budget.New(pool, budget.Config{
-			KeyLabel: marketKeyLabel(a), Rate: a.cfg.Provider.Market.Rate, PerMinute: a.cfg.Provider.Market.PerMinute,
-			Headroom: b.Headroom, Heartbeat: b.Heartbeat, Cooldown: b.Cooldown, Adaptive: b.Adaptive,
-			Instance: owner, Host: host, PID: os.Getpid(),
-		}, a.log)
+		share, err := budget.New(pool, budget.ConfigFor(b, a.cfg.Provider.Market, marketKeyLabel(a), owner), a.log)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -46,24 +39,11 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		done := make(chan struct{})
 		go func() { defer close(done); _ = share.Run(sctx) }()
 		stop = func() { cancel(); <-done }
-		fetch = budgetedFetcher{next: client, share: share, window: a.cfg.Collect.Lease}
+		fetch = &budget.Fetcher{Next: client, Share: share, Within: a.cfg.Collect.Lease}
 	}
-	c := a.cfg.Collect
-	d, err = dispatcher.New(pool, fetch, dispatcher.Config{
-		Owner:       owner,
-		Provider:    a.cfg.Provider.Name,
-		BatchSize:   c.BatchSize,
-		Lease:       c.Lease,
-		Concurrency: c.Concurrency,
-		MaxBatches:  c.MaxBatches,
-		FlushSize:   c.FlushSize,
-		Grace:       c.ShutdownGrace,
-		SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
-
-		EstimateWindow: a.cfg.Catalog.EstimateWindow,
-		PackSize:       c.PackSize, PackMaxListings: c.PackMaxListings, PackMaxSales: c.PackMaxSales,
-		ShadowFraction: c.ShadowFraction,
-	}, a.log)
+	dc := dispatchConfig(a)
+	dc.Owner, dc.MaxBatches, dc.Grace = owner, a.cfg.Collect.MaxBatches, a.cfg.Collect.ShutdownGrace
+	d, err = dispatcher.New(pool, fetch, dc, a.log)
 	if err != nil {
 		stop()
 		return nil, nil, err
@@ -71,66 +51,22 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 	return d, stop, nil
 }
 
-// budgetedFetcher waits for this process's share of the key before each call and tells every
-// instance when the provider answers that the key is over its budget.
-type budgetedFetcher struct {
-	next   dispatcher.Fetcher
-	share  *budget.Share
-	window time.Duration // a cool-down longer than this (the claims' lease) ends the run
-}
+// dispatchConfig is the dispatcher's configuration from collect.*, provider.* and catalog.*,
+// shared by the daemon (run) and the one-shots (collect-due, collect, seed:real).
+func dispatchConfig(a *app) dispatcher.Config {
+	c := a.cfg.Collect
+	return dispatcher.Config{
+		Provider:    a.cfg.Provider.Name,
+		BatchSize:   c.BatchSize,
+		Lease:       c.Lease,
+		Concurrency: c.Concurrency,
+		FlushSize:   c.FlushSize,
+		SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
 
-func (f budgetedFetcher) Auction(ctx context.Context, itemID string) ([]provider.Listing, error) {
-	return withShare(ctx, f.share, f.window, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, error) { return f.next.Auction(ctx, itemID) })
-}
-
-func (f budgetedFetcher) AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, error) {
-	return withShare(ctx, f.share, f.window, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, error) { return f.next.AuctionSold(ctx, itemID) })
-}
-
-func (f budgetedFetcher) AuctionMany(ctx context.Context, ids []string) ([]provider.Listing, int, error) {
-	return packedWithShare(ctx, f.share, f.window, provider.EndpointAuction, func() ([]provider.Listing, int, error) {
-		return f.next.(dispatcher.PackedFetcher).AuctionMany(ctx, ids)
-	})
-}
-
-func (f budgetedFetcher) AuctionSoldMany(ctx context.Context, ids []string) ([]provider.Sale, int, error) {
-	return packedWithShare(ctx, f.share, f.window, provider.EndpointAuctionSold, func() ([]provider.Sale, int, error) {
-		return f.next.(dispatcher.PackedFetcher).AuctionSoldMany(ctx, ids)
-	})
-}
-
-func packedWithShare[T any](ctx context.Context, share *budget.Share, window time.Duration, endpoint string, call func() ([]T, int, error)) ([]T, int, error) {
-	type answer struct {
-		rows []T
-		sent int
+		EstimateWindow: a.cfg.Catalog.EstimateWindow,
+		PackSize:       c.PackSize, PackMaxListings: c.PackMaxListings, PackMaxSales: c.PackMaxSales,
+		ShadowFraction: c.ShadowFraction,
 	}
-	a, err := withShare(ctx, share, window, endpoint, func(context.Context) (answer, error) {
-		rows, sent, err := call()
-		return answer{rows, sent}, err
-	})
-	return a.rows, a.sent, err
-}
-
-func withShare[T any](ctx context.Context, share *budget.Share, window time.Duration, endpoint string, call func(context.Context) (T, error)) (T, error) {
-	var zero T
-	done, err := share.WaitWithin(ctx, window)
-	var ce *budget.CooldownError
-	if errors.As(err, &ce) {
-		// Ends the pass like a rate-limit answer: unfetched claims are handed back at once.
-		return zero, &provider.Error{Class: provider.ClassRateLimited, Workload: provider.WorkloadMarket, Endpoint: endpoint,
-			RetryAfter: time.Until(ce.Until), Err: fmt.Errorf("%w, past this run's leases (collect.lease %s)", ce, window)}
-	}
-	if err != nil {
-		return zero, &provider.Error{Class: provider.ClassTransient, Workload: provider.WorkloadMarket, Endpoint: endpoint,
-			Err: fmt.Errorf("waiting for the cluster budget: %w", err)}
-	}
-	defer done()
-	v, err := call(ctx)
-	var pe *provider.Error
-	if errors.As(err, &pe) && pe.Class == provider.ClassRateLimited && pe.Status != 0 {
-		share.RateLimited(ctx, pe.RetryAfter, pe.Error())
-	}
-	return v, err
 }
 
 func newCollectDueCmd(a *app) *cobra.Command {

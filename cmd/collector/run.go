@@ -15,7 +15,6 @@ import (
 
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/daemon"
-	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 )
@@ -69,22 +68,10 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := a.cfg.Collect
 	ver, rev, _ := buildInfo()
 	return daemon.New(pool, client, daemon.Config{
-		Daemon: a.cfg.Daemon,
-		Dispatch: dispatcher.Config{
-			Provider:    a.cfg.Provider.Name,
-			BatchSize:   c.BatchSize,
-			Lease:       c.Lease,
-			Concurrency: c.Concurrency,
-			FlushSize:   c.FlushSize,
-			SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
-
-			EstimateWindow: a.cfg.Catalog.EstimateWindow,
-			PackSize:       c.PackSize, PackMaxListings: c.PackMaxListings, PackMaxSales: c.PackMaxSales,
-			ShadowFraction: c.ShadowFraction,
-		},
+		Daemon:    a.cfg.Daemon,
+		Dispatch:  dispatchConfig(a),
 		Catalog:   a.cfg.Catalog,
 		Retention: a.cfg.Retention,
 		Relay:     relay,

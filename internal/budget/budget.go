@@ -61,6 +61,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/duecollector/duecollector/internal/backoff"
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
@@ -90,6 +92,17 @@ type Config struct {
 	Instance string  // unique per process (and per daemon in tests)
 	Host     string
 	PID      int
+}
+
+// ConfigFor is the share's configuration from daemon.budget.* and the market key's limits,
+// for this process as instance. The daemon and the one-shots build it here, so they agree.
+func ConfigFor(b config.BudgetConfig, market config.WorkloadLimits, keyLabel, instance string) Config {
+	host, _ := os.Hostname()
+	return Config{
+		KeyLabel: keyLabel, Rate: market.Rate, PerMinute: market.PerMinute,
+		Headroom: b.Headroom, Heartbeat: b.Heartbeat, Cooldown: b.Cooldown, Adaptive: b.Adaptive,
+		Instance: instance, Host: host, PID: os.Getpid(),
+	}
 }
 
 // Adaptive defaults.

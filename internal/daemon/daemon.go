@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,19 +108,13 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 
 	var rate health.RateSetter = client
 	if cfg.Daemon.Budget.Enabled {
-		host, _ := os.Hostname()
-		s, err := budget.New(pool, budget.Config{
-			KeyLabel: cfg.KeyLabel, Rate: cfg.Market.Rate, PerMinute: cfg.Market.PerMinute,
-			Headroom: cfg.Daemon.Budget.Headroom, Heartbeat: cfg.Daemon.Budget.Heartbeat, Cooldown: cfg.Daemon.Budget.Cooldown,
-			Adaptive: cfg.Daemon.Budget.Adaptive,
-			Instance: cfg.Dispatch.Owner, Host: host, PID: os.Getpid(),
-		}, log)
+		s, err := budget.New(pool, budget.ConfigFor(cfg.Daemon.Budget, cfg.Market, cfg.KeyLabel, cfg.Dispatch.Owner), log)
 		if err != nil {
 			return nil, err
 		}
 		d.share, rate = s, s
 	}
-	f := &fetcher{next: client, share: d.share, m: d.metrics, workload: string(provider.WorkloadMarket)}
+	f := &budget.Fetcher{Next: client, Share: d.share, Observer: fetchMetrics{d.metrics}}
 	d.health = health.New(pool, health.Config{HealthConfig: cfg.Daemon.Health, Provider: cfg.Dispatch.Provider, Owner: cfg.Dispatch.Owner},
 		d.probe(f), rate, log)
 	d.health.Checked = cfg.HealthChecked
@@ -537,7 +530,7 @@ func (d *Daemon) handler() http.Handler {
 }
 
 // probe asks the provider for one tracked item's listings, through the budget.
-func (d *Daemon) probe(f *fetcher) health.Prober {
+func (d *Daemon) probe(f *budget.Fetcher) health.Prober {
 	return func(ctx context.Context) error {
 		var id string
 		err := d.pool.QueryRow(ctx, `SELECT item_id FROM tracked_items

@@ -2,11 +2,9 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
@@ -54,49 +52,26 @@ func (r requestMetrics) Waited(w provider.Workload, took time.Duration) {
 	r.m.LimiterWait.WithLabelValues(string(w)).Add(took.Seconds())
 }
 
-// fetcher puts the cluster budget in front of the client and counts every call by endpoint
-// and outcome. A rate-limit answer from the provider starts the key's shared cool-down.
-type fetcher struct {
-	next     dispatcher.Fetcher
-	share    *budget.Share
-	m        *telemetry.Metrics
-	workload string
-}
+// fetchMetrics counts every call of the daemon's budget.Fetcher by endpoint and outcome, and
+// the time spent waiting for the cluster budget.
+type fetchMetrics struct{ m *telemetry.Metrics }
 
-func (f *fetcher) Auction(ctx context.Context, itemID string) ([]provider.Listing, error) {
-	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, error) {
-		return f.next.Auction(ctx, itemID)
-	})
-}
-
-func (f *fetcher) AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, error) {
-	return call(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, error) {
-		return f.next.AuctionSold(ctx, itemID)
-	})
-}
-
-func (f *fetcher) AuctionMany(ctx context.Context, ids []string) ([]provider.Listing, int, error) {
-	return packedCall(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, int, error) {
-		return f.next.(dispatcher.PackedFetcher).AuctionMany(ctx, ids)
-	})
-}
-
-func (f *fetcher) AuctionSoldMany(ctx context.Context, ids []string) ([]provider.Sale, int, error) {
-	return packedCall(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, int, error) {
-		return f.next.(dispatcher.PackedFetcher).AuctionSoldMany(ctx, ids)
-	})
-}
-
-func packedCall[T any](ctx context.Context, f *fetcher, endpoint string, fn func(context.Context) ([]T, int, error)) ([]T, int, error) {
-	type answer struct {
-		rows []T
-		sent int
+func (f fetchMetrics) Waited(endpoint string, d time.Duration, err error) {
+	w := string(provider.WorkloadMarket)
+	f.m.LimiterWait.WithLabelValues(w).Add(d.Seconds())
+	if err != nil {
+		f.m.ProviderRequests.WithLabelValues(endpoint, "cancelled").Inc()
+		return
 	}
-	a, err := call(ctx, f, endpoint, func(ctx context.Context) (answer, error) {
-		rows, sent, err := fn(ctx)
-		return answer{rows, sent}, err
-	})
-	return a.rows, a.sent, err
+	f.m.BudgetUsed.WithLabelValues(w).Inc()
+}
+
+func (f fetchMetrics) Called(endpoint string, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = provider.ClassOf(err).String()
+	}
+	f.m.ProviderRequests.WithLabelValues(endpoint, outcome).Inc()
 }
 
 // Shadowed counts shadow verifications of packed answers.
@@ -106,35 +81,6 @@ func (o *observer) Shadowed(endpoint string, mismatch bool) {
 		outcome = "mismatch"
 	}
 	o.m.PackingShadow.WithLabelValues(endpoint, outcome).Inc()
-}
-
-func call[T any](ctx context.Context, f *fetcher, endpoint string, fn func(context.Context) (T, error)) (T, error) {
-	var zero T
-	if f.share != nil {
-		t0 := time.Now()
-		done, err := f.share.Wait(ctx)
-		f.m.LimiterWait.WithLabelValues(f.workload).Add(time.Since(t0).Seconds())
-		if err != nil {
-			f.m.ProviderRequests.WithLabelValues(endpoint, "cancelled").Inc()
-			return zero, &provider.Error{Class: provider.ClassTransient, Endpoint: endpoint,
-				Err: fmt.Errorf("waiting for the cluster budget: %w", err)}
-		}
-		f.m.BudgetUsed.WithLabelValues(f.workload).Inc()
-		defer done()
-	}
-	v, err := fn(ctx)
-	outcome := "ok"
-	if err != nil {
-		outcome = provider.ClassOf(err).String()
-		var pe *provider.Error
-		// Only the provider's own answer (Status set) means the key is over its budget; the
-		// client's local limiter running out before a deadline does not.
-		if f.share != nil && errors.As(err, &pe) && pe.Class == provider.ClassRateLimited && pe.Status != 0 {
-			f.share.RateLimited(ctx, pe.RetryAfter, pe.Error())
-		}
-	}
-	f.m.ProviderRequests.WithLabelValues(endpoint, outcome).Inc()
-	return v, err
 }
 
 // OverdueAfter: an item due for longer than this and still unclaimed counts as overdue.
