@@ -108,7 +108,7 @@ func ConfigFor(b config.BudgetConfig, market config.WorkloadLimits, keyLabel, in
 // Adaptive defaults.
 const (
 	DefaultDecrease = 0.7
-	DefaultIncrease = 0.03
+	DefaultIncrease = 0.01
 	DefaultMinRate  = 0.5
 )
 

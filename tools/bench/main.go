@@ -159,7 +159,7 @@ func render(e *env, rep *report, quick bool, took time.Duration) string {
 	b.WriteString("Reproduce: `make bench` (≤ 15 min on 2 cores; fresh `bench_*` databases on the local server, dropped afterwards). " +
 		"`BENCH_QUICK=1 make bench` runs small sizes in ~2 min and only prints. Knobs: `BENCH_ITEMS_LARGE` (second cycle table, default 1000000), " +
 		"`BENCH_CYCLE_TIMED` (claims timed on it, default 200000), `BENCH_RSS_ITEMS` (collect-due RSS table, default 1000000), " +
-		"`BENCH_DAEMON_RSS_ITEMS` (daemon RSS table, default 1000000), `BENCH_FRESH_ITEMS` / `BENCH_FRESH_HOURS` (freshness replay, default 20000 items, 12 h simulated), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon,freshness`, `BENCH_OUT`. " +
+		"`BENCH_DAEMON_RSS_ITEMS` (daemon RSS table, default 1000000), `BENCH_FRESH_ITEMS` / `BENCH_FRESH_HOURS` (freshness replay, default 20000 items, 12 h simulated), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests`, `BENCH_OUT`. " +
 		"Every figure is one run, not a best-of: on a shared 2-core machine expect ±30 % between runs (the load average is recorded).\n\n")
 	b.WriteString("| Machine | |\n|---|---|\n")
 	for _, kv := range e.facts {
