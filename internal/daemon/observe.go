@@ -2,12 +2,12 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
+	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/telemetry"
@@ -138,19 +138,16 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		}
 	}
 	d.tracked = total
-	var leases, backlog int64
-	var oldest float64
-	err = d.pool.QueryRow(ctx, `
-		WITH pending AS (SELECT count(*) AS n, min(id) AS oldest FROM outbox_pending)
-		SELECT (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now()),
-		       pending.n,
-		       coalesce(extract(epoch FROM now() - (SELECT o.created_at FROM outbox o WHERE o.id = pending.oldest)), 0)
-		FROM pending`).Scan(&leases, &backlog, &oldest)
+	leases, err := dispatcher.LeasesHeld(ctx, d.pool)
 	if err != nil {
-		return fmt.Errorf("leases and outbox backlog: %w", err)
+		return err
+	}
+	backlog, err := outbox.ReadBacklog(ctx, d.pool)
+	if err != nil {
+		return err
 	}
 	d.metrics.LeasesHeld.Set(float64(leases))
-	d.metrics.OutboxBacklog.Set(float64(backlog))
-	d.metrics.OutboxOldest.Set(oldest)
+	d.metrics.OutboxBacklog.Set(float64(backlog.Pending))
+	d.metrics.OutboxOldest.Set(backlog.Oldest.Seconds())
 	return nil
 }

@@ -125,17 +125,11 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		st.LagP50, st.LagP99 = seconds(*p50), seconds(*p99)
 	}
 
-	var oldest float64
-	err = pool.QueryRow(ctx, `
-		WITH pending AS (SELECT count(*) AS n, min(id) AS oldest FROM outbox_pending)
-		SELECT pending.n,
-		       coalesce(extract(epoch FROM now() - (SELECT o.created_at FROM outbox o WHERE o.id = pending.oldest)), 0),
-		       (SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL)
-		FROM pending`).Scan(&st.OutboxBacklog, &oldest, &st.OutboxFailed)
+	backlog, err := outbox.ReadBacklog(ctx, pool)
 	if err != nil {
-		return st, fmt.Errorf("outbox backlog: %w", err)
+		return st, err
 	}
-	st.OutboxOldest = seconds(oldest)
+	st.OutboxBacklog, st.OutboxOldest, st.OutboxFailed = backlog.Pending, backlog.Oldest, backlog.Failed
 	if st.Relay, err = outbox.ReadRelayState(ctx, pool); err != nil {
 		return st, err
 	}

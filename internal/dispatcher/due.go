@@ -80,3 +80,12 @@ func NextClaimable(ctx context.Context, pool *pgxpool.Pool) (wait time.Duration,
 	}
 	return time.Duration(*ms * float64(time.Millisecond)), true, nil
 }
+
+// LeasesHeld counts the items leased by a live lease (in flight somewhere in the cluster).
+func LeasesHeld(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE lease_expires_at > now()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("leases held: %w", err)
+	}
+	return n, nil
+}
