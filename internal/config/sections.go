@@ -136,8 +136,8 @@ func (c ProviderConfig) validate() error {
 	if c.Name == "" {
 		errs = append(errs, invalid("provider.name", `""`, "required"))
 	}
-	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, invalid("provider.base_url", c.BaseURL, "must be an http(s) URL such as https://api.neople.co.kr (env NEOPLE_API_BASE_URL)"))
+	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
+		errs = append(errs, invalid("provider.base_url", c.BaseURL, "must be an http(s) URL without a query, such as https://api.neople.co.kr (env NEOPLE_API_BASE_URL)"))
 	}
 	if c.Timeout <= 0 || c.Timeout > 5*time.Minute {
 		errs = append(errs, invalid("provider.timeout", c.Timeout, "must be > 0 and <= 5m"))

@@ -9,6 +9,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/backoff"
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
@@ -89,30 +91,16 @@ func (nopObserver) SalesGap(Claim)                       {}
 
 func (c *Config) withDefaults() Config {
 	out := *c
-	if out.Provider == "" {
-		out.Provider = "neople"
-	}
-	if out.BatchSize == 0 {
-		out.BatchSize = 100
-	}
-	if out.Lease == 0 {
-		out.Lease = 2 * time.Minute
-	}
-	if out.Concurrency == 0 {
-		out.Concurrency = 16
-	}
-	if out.FlushSize == 0 {
-		out.FlushSize = 50
-	}
-	if out.SoldLimit == 0 {
-		out.SoldLimit = 100
-	}
-	if out.AuctionLimit == 0 {
-		out.AuctionLimit = provider.MaxAuctionLimit
-	}
-	if out.EstimateWindow == 0 {
-		out.EstimateWindow = 24 * time.Hour
-	}
+	// Zero fields take the collect.*, provider.* and catalog.* defaults, which config owns.
+	def := config.Default()
+	out.Provider = cmp.Or(out.Provider, def.Provider.Name)
+	out.BatchSize = cmp.Or(out.BatchSize, def.Collect.BatchSize)
+	out.Lease = cmp.Or(out.Lease, def.Collect.Lease)
+	out.Concurrency = cmp.Or(out.Concurrency, def.Collect.Concurrency)
+	out.FlushSize = cmp.Or(out.FlushSize, def.Collect.FlushSize)
+	out.SoldLimit = cmp.Or(out.SoldLimit, def.Provider.SoldLimit)
+	out.AuctionLimit = cmp.Or(out.AuctionLimit, def.Provider.AuctionLimit)
+	out.EstimateWindow = cmp.Or(out.EstimateWindow, def.Catalog.EstimateWindow)
 	if out.Observer == nil {
 		out.Observer = nopObserver{}
 	}

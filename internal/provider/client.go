@@ -33,16 +33,13 @@ type ClientConfig struct {
 	SoldLimit    int           // rows per /df/auction-sold call; default and cap 100
 	HTTPClient   *http.Client  // optional; its Timeout and redirect policy then apply
 	// FutureTolerance is how far past our clock a sale or listing may be dated before the
-	// row is dropped; default DefaultFutureTolerance.
+	// row is dropped; default provider.future_tolerance.
 	FutureTolerance time.Duration
-	// MaxRetryAfter caps a Retry-After the provider asks for; default DefaultMaxRetryAfter.
+	// MaxRetryAfter caps a Retry-After the provider asks for; default provider.max_retry_after.
 	MaxRetryAfter time.Duration
 	// Log hears about rows dropped at the boundary (one line per answer); default none.
 	Log *zap.Logger
 }
-
-// DefaultMaxRetryAfter bounds a provider's Retry-After: an absurd one must not park a key for days.
-const DefaultMaxRetryAfter = 5 * time.Minute
 
 // Client calls the endpoints of one workload with that workload's key and budget. It is safe
 // for concurrent use.
@@ -103,20 +100,22 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	base.Path = strings.TrimRight(base.Path, "/")
 	switch cfg.KeyIn {
 	case "":
-		cfg.KeyIn = "header"
+		cfg.KeyIn = config.Default().Provider.KeyIn
 	case "header", "query":
 	default:
 		return nil, fmt.Errorf("neople %s client: key_in %q: allowed header, query", cfg.Workload, cfg.KeyIn)
 	}
-	cfg.Timeout = orDefault(cfg.Timeout, 10*time.Second)
-	cfg.MaxBodyBytes = orDefault(cfg.MaxBodyBytes, 8<<20)
-	cfg.Rate = orDefault(cfg.Rate, 500)
-	cfg.Burst = orDefault(cfg.Burst, 50)
-	cfg.PerMinute = orDefault(cfg.PerMinute, 30000)
-	cfg.AuctionLimit = min(orDefault(cfg.AuctionLimit, MaxAuctionLimit), MaxAuctionLimit)
-	cfg.SoldLimit = min(orDefault(cfg.SoldLimit, MaxSoldLimit), MaxSoldLimit)
-	cfg.FutureTolerance = orDefault(cfg.FutureTolerance, DefaultFutureTolerance)
-	cfg.MaxRetryAfter = orDefault(cfg.MaxRetryAfter, DefaultMaxRetryAfter)
+	// Zero fields take the provider.* defaults, which config owns.
+	def := config.Default().Provider
+	cfg.Timeout = orDefault(cfg.Timeout, def.Timeout)
+	cfg.MaxBodyBytes = orDefault(cfg.MaxBodyBytes, def.MaxBodyBytes)
+	cfg.Rate = orDefault(cfg.Rate, def.Market.Rate)
+	cfg.Burst = orDefault(cfg.Burst, def.Market.Burst)
+	cfg.PerMinute = orDefault(cfg.PerMinute, def.Market.PerMinute)
+	cfg.AuctionLimit = min(orDefault(cfg.AuctionLimit, def.AuctionLimit), MaxAuctionLimit)
+	cfg.SoldLimit = min(orDefault(cfg.SoldLimit, def.SoldLimit), MaxSoldLimit)
+	cfg.FutureTolerance = orDefault(cfg.FutureTolerance, def.FutureTolerance)
+	cfg.MaxRetryAfter = orDefault(cfg.MaxRetryAfter, def.MaxRetryAfter)
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}

@@ -21,9 +21,6 @@ var RejectReasons = []string{RejectFutureDate, RejectAncientDate, RejectForeignI
 // Launch is when the game opened: no sale or listing can be older.
 var Launch = time.Date(2005, 1, 1, 0, 0, 0, 0, KST)
 
-// DefaultFutureTolerance is how far ahead of our clock a provider date may be.
-const DefaultFutureTolerance = 24 * time.Hour
-
 // IDSet is the item ids one call asked for.
 type IDSet map[string]struct{}
 
