@@ -69,6 +69,8 @@ type budgetJSON struct {
 	SharePerSecond float64    `json:"share_per_second"`
 	RequestsSent   int64      `json:"requests_sent"`
 	CooldownUntil  *time.Time `json:"cooldown_until,omitempty"`
+	LearnedRate    *float64   `json:"learned_rate,omitempty"` // requests/s learned from rate-limit answers
+	LastCut        *time.Time `json:"last_cut,omitempty"`
 }
 
 type instanceJSON struct {
@@ -115,7 +117,7 @@ func toStatusJSON(st daemon.ClusterStatus) statusJSON {
 	}
 	for _, b := range st.Budgets {
 		out.Budgets = append(out.Budgets, budgetJSON{Key: b.KeyLabel, Instances: b.Instances, SharePerSecond: b.SharePerSec,
-			RequestsSent: b.Used, CooldownUntil: b.CooldownUntil})
+			RequestsSent: b.Used, CooldownUntil: b.CooldownUntil, LearnedRate: b.LearnedRate, LastCut: b.LastCut})
 	}
 	for _, i := range st.Instances {
 		out.Instances = append(out.Instances, instanceJSON{Instance: i.Instance, Host: i.Host, PID: i.PID, Key: i.KeyLabel,
