@@ -11,6 +11,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // Through a real PgBouncer in transaction mode: migrations over database.direct_url,
@@ -75,13 +76,13 @@ func TestThroughPgBouncerTransactionMode(t *testing.T) {
 	for count(`SELECT count(*) FROM tracked_items WHERE last_collected_at IS NULL`) > 0 {
 		if time.Now().After(deadline) {
 			cancel()
-			<-done
+			testkit.Recv(t, done, testkit.Timeout, "run to stop")
 			t.Fatalf("the daemon through PgBouncer did not collect everything; log:\n%s", errOut.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	cancel()
-	if code := <-done; code != 0 {
+	if code := testkit.Recv(t, done, testkit.Timeout, "run to stop"); code != 0 {
 		t.Fatalf("run exited %d; log:\n%s", code, errOut.String())
 	}
 	if n := strings.Count(errOut.String(), `"msg":"no session for LISTEN; falling back to timed wake-ups"`); n != 1 {

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // Messages the broker refuses (one over the topic's max.message.bytes, one over the relay's
@@ -286,7 +287,7 @@ func TestRunFollowsAndPrunes(t *testing.T) {
 		got += len(sig.Published.Wait(t))
 	}
 	cancel()
-	if err := <-done; err != nil {
+	if err := testkit.Recv(t, done, testkit.Timeout, "the relay to return"); err != nil {
 		t.Fatal(err)
 	}
 	if tot := r.Totals(); tot.Published != 6 || tot.Pruned != 2 {

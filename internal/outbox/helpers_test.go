@@ -158,18 +158,6 @@ func countWhere(tb testing.TB, pool *pgxpool.Pool, cond string) int {
 	return n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // topicSize is how many records the broker holds for the topic.
 func topicSize(c *kfake.Cluster, topic string) int64 {
 	var n int64

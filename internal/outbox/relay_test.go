@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // N snapshots become N messages, keyed by item, with the CloudEvents headers and the JSON
@@ -158,14 +160,14 @@ func TestRelaysAtOnceKeepPerItemOrder(t *testing.T) {
 	})
 
 	// Stop whichever relay holds lanes once a good part is out; the others take its lanes.
-	waitFor(t, time.Minute, "2,000 rows published", func() bool { return countWhere(t, pool, "state = 'published'") >= 2000 })
+	testkit.Eventually(t, time.Minute, "2,000 rows published", func() bool { return countWhere(t, pool, "state = 'published'") >= 2000 })
 	var owner string
 	if err := pool.QueryRow(ctx, `SELECT owner FROM outbox_relay_lanes WHERE owner LIKE 'relay-%' GROUP BY owner ORDER BY count(*) DESC LIMIT 1`).Scan(&owner); err != nil {
 		t.Fatal(err)
 	}
 	stopped := &relays[owner[len(owner)-1]-'a']
 	stopped.cancel()
-	if err := <-stopped.done; err != nil {
+	if err := testkit.Recv(t, stopped.done, testkit.Timeout, "the stopped relay to return"); err != nil {
 		t.Fatalf("stopped relay: %v", err)
 	}
 	stopped.done = nil
@@ -178,13 +180,13 @@ func TestRelaysAtOnceKeepPerItemOrder(t *testing.T) {
 	}
 
 	writers.Wait()
-	waitFor(t, 2*time.Minute, "all 5,000 rows published", func() bool { return countWhere(t, pool, "state = 'published'") == len(all) })
+	testkit.Eventually(t, 2*time.Minute, "all 5,000 rows published", func() bool { return countWhere(t, pool, "state = 'published'") == len(all) })
 	cancel()
 	for _, r := range relays {
 		if r.done == nil {
 			continue
 		}
-		if err := <-r.done; err != nil {
+		if err := testkit.Recv(t, r.done, testkit.Timeout, "the relay to return"); err != nil {
 			t.Fatalf("relay: %v", err)
 		}
 	}
@@ -330,9 +332,9 @@ func TestRelaySurvivesBrokerRestart(t *testing.T) {
 	}
 	defer restarted.Close()
 
-	waitFor(t, time.Minute, "all rows published after the restart", func() bool { return countWhere(t, pool, "state = 'published'") == 1500 })
+	testkit.Eventually(t, time.Minute, "all rows published after the restart", func() bool { return countWhere(t, pool, "state = 'published'") == 1500 })
 	cancel()
-	if err := <-done; err != nil {
+	if err := testkit.Recv(t, done, testkit.Timeout, "the relay to return"); err != nil {
 		t.Fatal(err)
 	}
 	checkDelivery(t, outboxRows(t, pool), consumeAll(t, restarted, testTopic))
@@ -429,12 +431,12 @@ func TestTwoRelaysDeliverLateCommitsInOrder(t *testing.T) {
 	}
 	a, sigA, stopA, doneA := run("relay-a")
 	for got := 0; got < 10; {
-		got += len(<-sigA.Published.C())
+		got += len(sigA.Published.Wait(t))
 	}
 	b, _, stopB, doneB := run("relay-b")
 	defer stopB()
 	stopA()
-	if err := <-doneA; err != nil {
+	if err := testkit.Recv(t, doneA, testkit.Timeout, "relay A to return"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -442,9 +444,9 @@ func TestTwoRelaysDeliverLateCommitsInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	enqueue(t, pool, round1) // every item's next event, after the late ones committed
-	waitFor(t, time.Minute, "all 40 rows published", func() bool { return countWhere(t, pool, "state = 'published'") == 40 })
+	testkit.Eventually(t, time.Minute, "all 40 rows published", func() bool { return countWhere(t, pool, "state = 'published'") == 40 })
 	stopB()
-	if err := <-doneB; err != nil {
+	if err := testkit.Recv(t, doneB, testkit.Timeout, "relay B to return"); err != nil {
 		t.Fatal(err)
 	}
 	if a.Totals().Published != 10 || b.Totals().Published != 30 {
