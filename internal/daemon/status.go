@@ -2,15 +2,14 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/seed"
@@ -42,34 +41,12 @@ type TierStatus struct {
 	Items, Due, Overdue int64
 }
 
-// ProbeState is the provider probe's back-off.
-type ProbeState struct {
-	Failures    int
-	NextProbeAt time.Time
-	LastResult  string
-}
-
-// Instance is one live collector process (heartbeat within 3 × daemon.budget.heartbeat).
-type Instance struct {
-	Instance, Host, KeyLabel string
-	PID                      int
-	Started, Heartbeat       time.Time
-	Share                    float64
-	Used                     int64
-}
-
-// BudgetUse is one key's budget as the live instances share it.
-type BudgetUse struct {
-	KeyLabel      string
-	Instances     int
-	SharePerSec   float64
-	Used          int64
-	CooldownUntil *time.Time
-	// LearnedRate is the cluster rate learned from rate-limit answers (daemon.budget.adaptive),
-	// nil before any; LastCut when it was last cut.
-	LearnedRate *float64
-	LastCut     *time.Time
-}
+// The parts other packages own, under the names status has always used.
+type (
+	ProbeState = health.ProbeState
+	Instance   = budget.Instance
+	BudgetUse  = budget.Use
+)
 
 // LagWindow is the span `collector status` reports lag over.
 const LagWindow = 10 * time.Minute
@@ -85,18 +62,8 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	if st.Provider, err = provider.ReadStatus(ctx, pool, providerName); err != nil {
 		return st, err
 	}
-	var p ProbeState
-	var last *string
-	err = pool.QueryRow(ctx, `SELECT failures, next_probe_at, last_result FROM provider_probe WHERE provider = $1 AND episode_since = $2`,
-		providerName, st.Provider.Since).Scan(&p.Failures, &p.NextProbeAt, &last)
-	switch {
-	case err == nil:
-		if last != nil {
-			p.LastResult = *last
-		}
-		st.Probe = &p
-	case !errors.Is(err, pgx.ErrNoRows):
-		return st, fmt.Errorf("read provider probe: %w", err)
+	if st.Probe, err = health.ReadProbe(ctx, pool, providerName, st.Provider.Since); err != nil {
+		return st, err
 	}
 
 	notSynthetic := `NOT ` + seed.SyntheticSQL("item_id")
@@ -134,35 +101,11 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, err
 	}
 
-	rows, err := pool.Query(ctx, `
-		SELECT instance, host, key_label, pid, started_at, heartbeat_at, share, used FROM collector_instances
-		WHERE heartbeat_at > now() - $1 * interval '1 millisecond' ORDER BY key_label, instance`, liveFor.Milliseconds())
-	if err != nil {
-		return st, fmt.Errorf("live instances: %w", err)
+	if st.Instances, err = budget.LiveInstances(ctx, pool, liveFor); err != nil {
+		return st, err
 	}
-	st.Instances, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Instance, error) {
-		var i Instance
-		return i, r.Scan(&i.Instance, &i.Host, &i.KeyLabel, &i.PID, &i.Started, &i.Heartbeat, &i.Share, &i.Used)
-	})
-	if err != nil {
-		return st, fmt.Errorf("live instances: %w", err)
-	}
-	rows, err = pool.Query(ctx, `
-		SELECT i.key_label, count(*), sum(i.share), sum(i.used),
-		       (SELECT until FROM budget_cooldowns c WHERE c.key_label = i.key_label AND c.until > now()),
-		       (SELECT rate FROM budget_rates r WHERE r.key_label = i.key_label),
-		       (SELECT cut_at FROM budget_rates r WHERE r.key_label = i.key_label)
-		FROM collector_instances i WHERE i.heartbeat_at > now() - $1 * interval '1 millisecond'
-		GROUP BY i.key_label ORDER BY i.key_label`, liveFor.Milliseconds())
-	if err != nil {
-		return st, fmt.Errorf("budget use: %w", err)
-	}
-	st.Budgets, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BudgetUse, error) {
-		var b BudgetUse
-		return b, r.Scan(&b.KeyLabel, &b.Instances, &b.SharePerSec, &b.Used, &b.CooldownUntil, &b.LearnedRate, &b.LastCut)
-	})
-	if err != nil {
-		return st, fmt.Errorf("budget use: %w", err)
+	if st.Budgets, err = budget.LiveUse(ctx, pool, liveFor); err != nil {
+		return st, err
 	}
 	if st.Cooldowns, err = budget.ActiveCooldowns(ctx, pool); err != nil {
 		return st, err
