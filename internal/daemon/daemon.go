@@ -361,12 +361,16 @@ func (d *Daemon) keyRefused(ctx context.Context, pe *provider.Error) {
 	}
 }
 
+// probeItemSQL picks the item a probe asks for: a real one when there is any ($1: fixture
+// id patterns), the soonest due first.
+const probeItemSQL = `SELECT item_id FROM tracked_items
+ORDER BY item_id LIKE ANY($1::text[]), next_collect_at NULLS LAST LIMIT 1`
+
 // probeKey makes one call with the market key, past the budget (whose cool-down the refusal
 // itself set).
 func (d *Daemon) probeKey(ctx context.Context) error {
 	var id string
-	err := d.pool.QueryRow(ctx, `SELECT item_id FROM tracked_items
-		ORDER BY `+seed.SyntheticSQL("item_id")+`, next_collect_at NULLS LAST LIMIT 1`).Scan(&id)
+	err := d.pool.QueryRow(ctx, probeItemSQL, seed.SyntheticPatterns()).Scan(&id)
 	if err != nil {
 		return fmt.Errorf("key re-check: pick a tracked item: %w", err)
 	}
@@ -533,8 +537,7 @@ func (d *Daemon) handler() http.Handler {
 func (d *Daemon) probe(f *budget.Fetcher) health.Prober {
 	return func(ctx context.Context) error {
 		var id string
-		err := d.pool.QueryRow(ctx, `SELECT item_id FROM tracked_items
-			ORDER BY `+seed.SyntheticSQL("item_id")+`, next_collect_at NULLS LAST LIMIT 1`).Scan(&id)
+		err := d.pool.QueryRow(ctx, probeItemSQL, seed.SyntheticPatterns()).Scan(&id)
 		if err != nil {
 			return fmt.Errorf("probe: pick a tracked item: %w", err)
 		}

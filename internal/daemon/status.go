@@ -66,7 +66,6 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, err
 	}
 
-	notSynthetic := `NOT ` + seed.SyntheticSQL("item_id")
 	counts, err := dispatcher.DueByTier(ctx, pool, OverdueAfter, seed.SyntheticPatterns())
 	if err != nil {
 		return st, err
@@ -78,13 +77,13 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	var p50, p99 *float64
 	err = pool.QueryRow(ctx, `
 		SELECT now(),
-		       (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now() AND `+notSynthetic+`),
+		       (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now() AND NOT item_id LIKE ANY($2::text[])),
 		       count(*),
 		       percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag)
 		FROM (SELECT extract(epoch FROM last_claimed_at - last_due_at) AS lag FROM tracked_items
 		      WHERE last_claimed_at > now() - $1 * interval '1 millisecond'
-		        AND last_due_at <= last_claimed_at AND `+notSynthetic+`) s`,
-		LagWindow.Milliseconds()).Scan(&st.DatabaseNow, &st.Leased, &st.LagN, &p50, &p99)
+		        AND last_due_at <= last_claimed_at AND NOT item_id LIKE ANY($2::text[])) s`,
+		LagWindow.Milliseconds(), seed.SyntheticPatterns()).Scan(&st.DatabaseNow, &st.Leased, &st.LagN, &p50, &p99)
 	if err != nil {
 		return st, fmt.Errorf("claim lag: %w", err)
 	}
