@@ -179,6 +179,9 @@ func (d *Daemon) Addr() string {
 // Metrics exposes the registry (tests, benchmarks).
 func (d *Daemon) Metrics() *telemetry.Metrics { return d.metrics }
 
+// ProviderStatus is the provider's effective status as this daemon last read it.
+func (d *Daemon) ProviderStatus() provider.Status { return d.health.Status() }
+
 // Share is the budget share (nil when disabled).
 func (d *Daemon) Share() *budget.Share { return d.share }
 

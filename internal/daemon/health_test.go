@@ -68,7 +68,7 @@ func TestMaintenancePausesEveryInstanceAndTheProbeBringsThemBack(t *testing.T) {
 			answered, limit, instances, concurrency, failures+1)
 	}
 	for _, r := range rs {
-		if st := r.d.health.Status(); st != provider.Maintenance {
+		if st := r.d.ProviderStatus(); st != provider.Maintenance {
 			t.Fatalf("instance sees %s, want MAINTENANCE", st)
 		}
 	}
@@ -80,7 +80,7 @@ func TestMaintenancePausesEveryInstanceAndTheProbeBringsThemBack(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, "every instance to see HEALTHY", func() bool {
 		for _, r := range rs {
-			if r.d.health.Status() != provider.Healthy {
+			if r.d.ProviderStatus() != provider.Healthy {
 				return false
 			}
 		}

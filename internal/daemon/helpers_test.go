@@ -162,5 +162,5 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 }
 
 func passes(r *running) float64 {
-	return testutil.ToFloat64(r.d.metrics.Passes.WithLabelValues("ok"))
+	return testutil.ToFloat64(r.d.Metrics().Passes.WithLabelValues("ok"))
 }

@@ -132,7 +132,7 @@ func TestFailedPassBackOffIsNotCutShortByNotifications(t *testing.T) {
 	}()
 	t0 := time.Now()
 	r := e.start(t, cfg, zap.NewNop())
-	failedPasses := func() int { return int(testutil.ToFloat64(r.d.metrics.LoopErrors.WithLabelValues("collect"))) }
+	failedPasses := func() int { return int(testutil.ToFloat64(r.d.Metrics().LoopErrors.WithLabelValues("collect"))) }
 	testkit.Eventually(t, 20*time.Second, "four failed passes", func() bool { return failedPasses() >= 4 })
 	close(stop)
 	testkit.Recv(t, notified, testkit.Timeout, "the notifier to stop")
@@ -155,7 +155,7 @@ func TestRejectedRowsAreCountedInMetrics(t *testing.T) {
 	e.sim.SetFaults(neoplesim.Faults{ForeignRate: 1})
 	r := e.start(t, testConfig(), zap.NewNop())
 	rejected := func(reason string) float64 {
-		mfs, err := r.d.metrics.Registry.Gather()
+		mfs, err := r.d.Metrics().Registry.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}

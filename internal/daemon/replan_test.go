@@ -24,7 +24,7 @@ func TestNewItemsAreReplannedWithoutWaitingForTheInterval(t *testing.T) {
 	// A budget far below even all-COLD: the plan moves every item to COLD_10M.
 	cfg.Market.Rate, cfg.Market.PerMinute = 0.01, 1
 	r := e.start(t, cfg, nil)
-	budgetGauge := r.d.metrics.BudgetRate.WithLabelValues(string(provider.WorkloadMarket))
+	budgetGauge := r.d.Metrics().BudgetRate.WithLabelValues(string(provider.WorkloadMarket))
 	testkit.Eventually(t, 10*time.Second, "first gauge refresh", func() bool { return testutil.ToFloat64(budgetGauge) > 0 })
 
 	ctx := context.Background()
@@ -45,7 +45,7 @@ func TestNewItemsAreReplannedWithoutWaitingForTheInterval(t *testing.T) {
 		return n == len(ids)
 	})
 	testkit.Eventually(t, 10*time.Second, "demand gauge", func() bool {
-		return testutil.ToFloat64(r.d.metrics.TierDemand.WithLabelValues(string(tiers.Cold))) > 0
+		return testutil.ToFloat64(r.d.Metrics().TierDemand.WithLabelValues(string(tiers.Cold))) > 0
 	})
 	if got := testutil.ToFloat64(budgetGauge); got != 0.01 {
 		t.Errorf("budget gauge %v, want the tighter of 0.01/s and 1/min", got)
