@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/apicheck"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/provider"
-	"github.com/duecollector/duecollector/internal/seed"
 )
 
 func newAPICheckCmd(a *app) *cobra.Command {
@@ -36,7 +36,7 @@ with --burst N, which status and code a rate-limit answer uses. It never prints 
 				if err != nil {
 					return fmt.Errorf("--items not given and no database to take tracked items from: %w", err)
 				}
-				rows, err := seed.ListItems(ctx, pool, seed.ItemsQuery{Limit: 5})
+				rows, err := catalog.ListItems(ctx, pool, catalog.ItemsQuery{Limit: 5})
 				if err != nil {
 					return err
 				}

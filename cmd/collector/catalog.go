@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
-	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -28,7 +28,7 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	if targetsFlag != "" {
 		path = targetsFlag
 	}
-	targets, err := seed.LoadTargets(path)
+	targets, err := catalog.LoadTargets(path)
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	def, _ := tiers.Parse(a.cfg.Catalog.DefaultTier)
 	// A line every 5 % of a long import; short ones just print the result.
 	step := max(1, (len(targets)+19)/20)
-	rep, err := seed.Import(ctx, pool, client, targets, seed.ImportOptions{
+	rep, err := catalog.Import(ctx, pool, client, targets, catalog.ImportOptions{
 		DefaultTier: def,
 		Concurrency: a.cfg.Catalog.ImportConcurrency,
 		Progress: func(done, total, failed int) {
@@ -62,7 +62,7 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	}
 	if rep.Inserted > 0 && a.cfg.Catalog.Policy == config.PolicyBudget {
 		// New items add demand: plan again now rather than at the daemon's next recalculation.
-		res, err := seed.RecalculatePopularity(ctx, pool, seed.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market))
+		res, err := catalog.RecalculatePopularity(ctx, pool, catalog.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market))
 		if err != nil {
 			return err
 		}
@@ -113,7 +113,7 @@ NEOPLE_ITEM_API_KEY and NEOPLE_MARKET_API_KEY and fails at once, naming what is 
 it never falls back to synthetic data (that is seed:synthetic).`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			steps := seed.RealSteps{
+			steps := catalog.RealSteps{
 				Import:      func(ctx context.Context) error { return a.importItems(ctx, targets, allowMissing) },
 				Recalculate: func(ctx context.Context) error { return a.recalculate(ctx) },
 				Log:         func(msg string) { a.log.Info(msg) },
@@ -122,10 +122,10 @@ it never falls back to synthetic data (that is seed:synthetic).`,
 			if len(a.cfg.Kafka.Brokers) > 0 {
 				steps.Relay = a.relayOncePass
 			}
-			err := seed.SeedReal(ctx, a.cfg.Provider, steps)
+			err := catalog.SeedReal(ctx, a.cfg.Provider, steps)
 			// An import that lost some targets keeps its exit code through the later steps.
 			var ee exitError
-			if errors.Is(err, seed.ErrTargetsFailed) && !errors.As(err, &ee) {
+			if errors.Is(err, catalog.ErrTargetsFailed) && !errors.As(err, &ee) {
 				return exitError{exitTargetsFailed, err}
 			}
 			return err
@@ -138,7 +138,7 @@ it never falls back to synthetic data (that is seed:synthetic).`,
 }
 
 func newSeedSyntheticCmd(a *app) *cobra.Command {
-	var opt seed.SyntheticOptions
+	var opt catalog.SyntheticOptions
 	cmd := &cobra.Command{
 		Use:   "seed:synthetic",
 		Short: "Write synthetic items (ids seed-NNNN) with a plausible price history, for offline screens and tests",
@@ -149,17 +149,17 @@ interrupted run. Fixtures are never
 scheduled for collection, are hidden from ranking read paths, and purge:synthetic removes them.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			if opt.Items < 1 || opt.Items > seed.MaxSyntheticItems {
-				return fmt.Errorf("--items %d: must be between 1 and %d", opt.Items, seed.MaxSyntheticItems)
+			if opt.Items < 1 || opt.Items > catalog.MaxSyntheticItems {
+				return fmt.Errorf("--items %d: must be between 1 and %d", opt.Items, catalog.MaxSyntheticItems)
 			}
-			if opt.Days < 1 || opt.Days > seed.MaxSyntheticDays {
-				return fmt.Errorf("--days %d: must be between 1 and %d", opt.Days, seed.MaxSyntheticDays)
+			if opt.Days < 1 || opt.Days > catalog.MaxSyntheticDays {
+				return fmt.Errorf("--days %d: must be between 1 and %d", opt.Days, catalog.MaxSyntheticDays)
 			}
 			pool, err := a.db(ctx)
 			if err != nil {
 				return err
 			}
-			opt.Policy = seed.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market)
+			opt.Policy = catalog.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market)
 			// A line every 5 % of a long run; each batch is committed when it is reported.
 			step := max(1, opt.Items/20)
 			next := step
@@ -169,7 +169,7 @@ scheduled for collection, are hidden from ranking read paths, and purge:syntheti
 					next = done + step
 				}
 			}
-			res, err := seed.SeedSynthetic(ctx, pool, opt)
+			res, err := catalog.SeedSynthetic(ctx, pool, opt)
 			if err != nil {
 				return err
 			}
@@ -178,8 +178,8 @@ scheduled for collection, are hidden from ranking read paths, and purge:syntheti
 			return nil
 		}),
 	}
-	cmd.Flags().IntVar(&opt.Items, "items", 20, fmt.Sprintf("number of synthetic items (at most %d)", seed.MaxSyntheticItems))
-	cmd.Flags().IntVar(&opt.Days, "days", 7, fmt.Sprintf("days of hourly history per item (1 to %d)", seed.MaxSyntheticDays))
+	cmd.Flags().IntVar(&opt.Items, "items", 20, fmt.Sprintf("number of synthetic items (at most %d)", catalog.MaxSyntheticItems))
+	cmd.Flags().IntVar(&opt.Days, "days", 7, fmt.Sprintf("days of hourly history per item (1 to %d)", catalog.MaxSyntheticDays))
 	return cmd
 }
 
@@ -194,7 +194,7 @@ func newPurgeSyntheticCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := seed.PurgeSynthetic(ctx, pool, batch)
+			res, err := catalog.PurgeSynthetic(ctx, pool, batch)
 			for _, c := range res {
 				a.printf("purge:synthetic: %-18s %d rows deleted\n", c.Table, c.Deleted)
 			}
@@ -214,7 +214,7 @@ func (a *app) recalculate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := seed.RecalculatePopularity(ctx, pool, seed.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market))
+	res, err := catalog.RecalculatePopularity(ctx, pool, catalog.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market))
 	if err != nil {
 		return err
 	}
@@ -252,7 +252,7 @@ func newTouchCmd(a *app) *cobra.Command {
 				return err
 			}
 			to, _ := tiers.Parse(a.cfg.Catalog.ReactivateTier)
-			r, err := seed.RecordInterest(ctx, pool, seed.InterestEvent{ItemID: args[0], Kind: seed.KindTouch, Source: source}, to)
+			r, err := catalog.RecordInterest(ctx, pool, catalog.InterestEvent{ItemID: args[0], Kind: catalog.KindTouch, Source: source}, to)
 			if err != nil {
 				return err
 			}
@@ -269,7 +269,7 @@ func newTouchCmd(a *app) *cobra.Command {
 }
 
 func newItemsCmd(a *app) *cobra.Command {
-	var q seed.ItemsQuery
+	var q catalog.ItemsQuery
 	var tier string
 	cmd := &cobra.Command{
 		Use:   "items [ITEM_ID]",
@@ -291,9 +291,9 @@ including what collection has learnt: observed collections and changes, the esti
 				return err
 			}
 			if len(args) == 1 {
-				q = seed.ItemsQuery{ItemID: args[0], IncludeSynthetic: true}
+				q = catalog.ItemsQuery{ItemID: args[0], IncludeSynthetic: true}
 			}
-			rows, err := seed.ListItems(ctx, pool, q)
+			rows, err := catalog.ListItems(ctx, pool, q)
 			if err != nil {
 				return err
 			}
@@ -324,7 +324,7 @@ including what collection has learnt: observed collections and changes, the esti
 }
 
 // printItem shows one item in full, one field a line.
-func printItem(a *app, r seed.ItemRow) error {
+func printItem(a *app, r catalog.ItemRow) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	o := r.Observed
 	for _, kv := range [][2]string{

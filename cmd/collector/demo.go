@@ -16,13 +16,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/duecollector/duecollector/configs"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/devpg"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
-	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -89,12 +89,12 @@ func (a *app) demoLogs(cmd *cobra.Command) error {
 
 // demoTargets reads the targets file, or the built-in copy when the default file is absent
 // (demo run outside the repository).
-func demoTargets(o demoOptions) ([]seed.Target, string, error) {
+func demoTargets(o demoOptions) ([]catalog.Target, string, error) {
 	if _, err := os.Stat(o.targets); err != nil && errors.Is(err, fs.ErrNotExist) && !o.targetsGiven {
-		t, err := seed.ParseTargets(o.targets+" (built in)", configs.ImportTargets)
+		t, err := catalog.ParseTargets(o.targets+" (built in)", configs.ImportTargets)
 		return t, o.targets + " (built in)", err
 	}
-	t, err := seed.LoadTargets(o.targets)
+	t, err := catalog.LoadTargets(o.targets)
 	return t, o.targets, err
 }
 
@@ -153,7 +153,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 		return err
 	}
 	defTier, _ := tiers.Parse(a.cfg.Catalog.DefaultTier)
-	rep, err := seed.Import(ctx, pool, itemClient, tgts, seed.ImportOptions{DefaultTier: defTier})
+	rep, err := catalog.Import(ctx, pool, itemClient, tgts, catalog.ImportOptions{DefaultTier: defTier})
 	if err != nil {
 		return err
 	}

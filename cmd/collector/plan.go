@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
-	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -37,7 +37,7 @@ under the budget policy).`,
 			if err != nil {
 				return err
 			}
-			p := seed.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market)
+			p := catalog.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market)
 			p.Mode = config.PolicyBudget
 			if perSecond != 0 {
 				if !(perSecond > 0) {
@@ -45,11 +45,11 @@ under the budget policy).`,
 				}
 				p.Budget.PerSecond, p.Budget.PerMinute = perSecond, perSecond*60
 			}
-			var res seed.Result
+			var res catalog.Result
 			if apply {
-				res, err = seed.RecalculatePopularity(ctx, pool, p)
+				res, err = catalog.RecalculatePopularity(ctx, pool, p)
 			} else {
-				res, err = seed.PlanTiers(ctx, pool, p)
+				res, err = catalog.PlanTiers(ctx, pool, p)
 			}
 			if err != nil {
 				return err
@@ -68,11 +68,11 @@ under the budget policy).`,
 	return cmd
 }
 
-func printPlan(a *app, p seed.Policy, res seed.Result, applied bool, show int) {
+func printPlan(a *app, p catalog.Policy, res catalog.Result, applied bool, show int) {
 	s := res.Plan
 	b := p.Budget
 	a.printf("budget: %.0f requests/s, %.0f/min, headroom %.0f%% → %.1f requests/s to plan with (%d requests per collection)\n",
-		b.PerSecond, b.PerMinute, b.Headroom*100, s.Limit, seed.RequestsPerCollection)
+		b.PerSecond, b.PerMinute, b.Headroom*100, s.Limit, catalog.RequestsPerCollection)
 	a.printf("demand of today's tiers: %.1f requests/s (%.2f× the budget)\n", s.DemandBefore, ratio(s.DemandBefore, s.Limit))
 	if s.DemandBefore > s.Limit {
 		a.printf("WARNING: today's tiers ask for more than the budget; COLD items wait first\n")
@@ -142,7 +142,7 @@ func newPinCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := seed.PinItem(ctx, pool, args[0], t)
+			c, err := catalog.PinItem(ctx, pool, args[0], t)
 			if err != nil {
 				return err
 			}
@@ -162,7 +162,7 @@ func newUnpinCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := seed.UnpinItem(ctx, pool, args[0]); err != nil {
+			if err := catalog.UnpinItem(ctx, pool, args[0]); err != nil {
 				return err
 			}
 			a.printf("item %s: unpinned\n", args[0])

@@ -28,13 +28,13 @@ import (
 
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/retention"
-	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -139,7 +139,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		if d.share != nil {
 			perSec = d.share.Stats().PerSecond
 		}
-		return int(perSec / seed.RequestsPerCollection)
+		return int(perSec / catalog.RequestsPerCollection)
 	}
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	disp, err := dispatcher.New(pool, f, dc, log)
@@ -373,7 +373,7 @@ ORDER BY item_id LIKE ANY($1::text[]), next_collect_at NULLS LAST LIMIT 1`
 // itself set).
 func (d *Daemon) probeKey(ctx context.Context) error {
 	var id string
-	err := d.pool.QueryRow(ctx, probeItemSQL, seed.SyntheticPatterns()).Scan(&id)
+	err := d.pool.QueryRow(ctx, probeItemSQL, catalog.SyntheticPatterns()).Scan(&id)
 	if err != nil {
 		return fmt.Errorf("key re-check: pick a tracked item: %w", err)
 	}
@@ -487,7 +487,7 @@ func (d *Daemon) recalcLoop(ctx context.Context) error {
 		case <-t.C:
 		case <-d.replan:
 		}
-		res, err := seed.RecalculatePopularity(ctx, d.pool, seed.PolicyFromConfig(d.cfg.Catalog, d.cfg.Market))
+		res, err := catalog.RecalculatePopularity(ctx, d.pool, catalog.PolicyFromConfig(d.cfg.Catalog, d.cfg.Market))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			d.metrics.LoopErrors.WithLabelValues("recalc").Inc()
@@ -540,7 +540,7 @@ func (d *Daemon) handler() http.Handler {
 func (d *Daemon) probe(f *budget.Fetcher) health.Prober {
 	return func(ctx context.Context) error {
 		var id string
-		err := d.pool.QueryRow(ctx, probeItemSQL, seed.SyntheticPatterns()).Scan(&id)
+		err := d.pool.QueryRow(ctx, probeItemSQL, catalog.SyntheticPatterns()).Scan(&id)
 		if err != nil {
 			return fmt.Errorf("probe: pick a tracked item: %w", err)
 		}

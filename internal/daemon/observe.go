@@ -5,11 +5,11 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/budgetplan"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
-	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -111,7 +111,7 @@ func (d *Daemon) gaugeLoop(ctx context.Context) error {
 func (d *Daemon) workload() string { return string(provider.WorkloadMarket) }
 
 func (d *Daemon) refreshGauges(ctx context.Context) error {
-	counts, err := dispatcher.DueByTier(ctx, d.pool, OverdueAfter, seed.SyntheticPatterns())
+	counts, err := dispatcher.DueByTier(ctx, d.pool, OverdueAfter, catalog.SyntheticPatterns())
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for _, t := range tiers.All() {
 		d.metrics.ItemsDue.WithLabelValues(string(t)).Set(float64(due[string(t)]))
 		d.metrics.ItemsOverdue.WithLabelValues(string(t)).Set(float64(overdue[string(t)]))
-		d.metrics.TierDemand.WithLabelValues(string(t)).Set(budgetplan.TierDemand(t, all[string(t)], seed.RequestsPerCollection))
+		d.metrics.TierDemand.WithLabelValues(string(t)).Set(budgetplan.TierDemand(t, all[string(t)], catalog.RequestsPerCollection))
 	}
 	d.metrics.BudgetRate.WithLabelValues(d.workload()).Set(min(d.cfg.Market.Rate, float64(d.cfg.Market.PerMinute)/60))
 	var total int64

@@ -8,11 +8,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
-	"github.com/duecollector/duecollector/internal/seed"
 )
 
 // ClusterStatus is what `collector status` prints: the whole cluster as the database sees it.
@@ -66,7 +66,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, err
 	}
 
-	counts, err := dispatcher.DueByTier(ctx, pool, OverdueAfter, seed.SyntheticPatterns())
+	counts, err := dispatcher.DueByTier(ctx, pool, OverdueAfter, catalog.SyntheticPatterns())
 	if err != nil {
 		return st, err
 	}
@@ -83,7 +83,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		FROM (SELECT extract(epoch FROM last_claimed_at - last_due_at) AS lag FROM tracked_items
 		      WHERE last_claimed_at > now() - $1 * interval '1 millisecond'
 		        AND last_due_at <= last_claimed_at AND NOT item_id LIKE ANY($2::text[])) s`,
-		LagWindow.Milliseconds(), seed.SyntheticPatterns()).Scan(&st.DatabaseNow, &st.Leased, &st.LagN, &p50, &p99)
+		LagWindow.Milliseconds(), catalog.SyntheticPatterns()).Scan(&st.DatabaseNow, &st.Leased, &st.LagN, &p50, &p99)
 	if err != nil {
 		return st, fmt.Errorf("claim lag: %w", err)
 	}

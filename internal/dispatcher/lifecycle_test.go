@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/provider"
-	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -132,7 +132,7 @@ func TestDormantItemReactivatedByInterestIsCollectedNext(t *testing.T) {
 	if s, _ := e.dispatcher(t, Config{}, nil).RunOnce(ctx); s.Claimed != 0 {
 		t.Fatal("a DORMANT item was claimed")
 	}
-	if _, err := seed.RecordInterest(ctx, e.pool, seed.InterestEvent{ItemID: id, Kind: "watch", Weight: 1, Source: "test"}, tiers.Active); err != nil {
+	if _, err := catalog.RecordInterest(ctx, e.pool, catalog.InterestEvent{ItemID: id, Kind: "watch", Weight: 1, Source: "test"}, tiers.Active); err != nil {
 		t.Fatal(err)
 	}
 	s, err := e.dispatcher(t, Config{}, nil).RunOnce(ctx)

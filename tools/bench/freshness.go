@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/budgetplan"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
-	"github.com/duecollector/duecollector/internal/seed"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -68,7 +68,7 @@ func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 		ids[i] = it.ItemID
 	}
 	cfg := config.Default()
-	policy := seed.PolicyFromConfig(cfg.Catalog, cfg.Provider.Market)
+	policy := catalog.PolicyFromConfig(cfg.Catalog, cfg.Provider.Market)
 
 	// The budget: half the thresholds policy's demand on the true signals.
 	thrTiers := make([]tiers.Tier, len(ids))
@@ -77,7 +77,7 @@ func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 	}
 	var thrDemand float64
 	for _, t := range thrTiers {
-		thrDemand += budgetplan.TierDemand(t, 1, seed.RequestsPerCollection)
+		thrDemand += budgetplan.TierDemand(t, 1, catalog.RequestsPerCollection)
 	}
 	budget := math.Round(thrDemand / 2)
 	rep.note("freshness: %d items, thresholds demand %.1f req/s, budget %.0f req/s (headroom %.0f%%), %d h simulated (%d h warm-up)",
@@ -128,9 +128,9 @@ func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 // replayScore is the popularity score the catalog would compute in steady state: sales per hour,
 // and views at weight per hour decayed with the interest half-life (Σ ≈ rate × half-life / ln 2).
 // Gold volume and churn are left out.
-func replayScore(salesPerHour, weight float64, p seed.Policy) float64 {
+func replayScore(salesPerHour, weight float64, p catalog.Policy) float64 {
 	interest := weight * p.Weights.View * p.InterestHalfLife.Hours() / math.Ln2
-	return seed.Score(seed.Signals{Sales: int64(math.Round(salesPerHour * p.Window.Hours())), Interest: interest}, p.Weights, p.Window)
+	return catalog.Score(catalog.Signals{Sales: int64(math.Round(salesPerHour * p.Window.Hours())), Interest: interest}, p.Weights, p.Window)
 }
 
 type replayItem struct {
@@ -175,7 +175,7 @@ type replayRun struct {
 // cFixed keeps given tiers (the setting of the real daemon run it predicts).
 const cFixed = "fixed"
 
-func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p seed.Policy, run replayRun) freshResult {
+func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p catalog.Policy, run replayRun) freshResult {
 	start, budget, window := run.start, run.budget, run.window
 	now := start.Unix()
 	sim := neoplesim.New(neoplesim.Options{Items: len(ids), Seed: run.seed, Market: neoplesim.MarketRealistic,
@@ -238,7 +238,7 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 
 	end := start.Unix() + run.seconds
 	measureFrom := start.Unix() + run.warmup
-	perSecond := budget / seed.RequestsPerCollection
+	perSecond := budget / catalog.RequestsPerCollection
 	var capacity float64
 	var res freshResult
 	var hotLags, coldLags []float64
@@ -269,9 +269,9 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 					gap = k-budgetplan.SalesWindow > before
 				}
 				capacity--
-				sent += seed.RequestsPerCollection
+				sent += catalog.RequestsPerCollection
 				if measuring {
-					res.requests += seed.RequestsPerCollection
+					res.requests += catalog.RequestsPerCollection
 					if gap {
 						res.collectorGaps++
 					}
@@ -298,7 +298,7 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 			f := res.rep.Items[it.id]
 			seen, lost = seen+f.SalesSeen, lost+f.SalesLost
 		}
-		res.truthDemand += budgetplan.TierDemand(it.tier, 1, seed.RequestsPerCollection)
+		res.truthDemand += budgetplan.TierDemand(it.tier, 1, catalog.RequestsPerCollection)
 	}
 	res.coverable = 1
 	if seen+lost > 0 {
@@ -350,7 +350,7 @@ var freshStartRE = regexp.MustCompile(`fresh-start-ms (\d+)`)
 // freshnessRealRun runs the real daemon (internal/daemon BenchmarkFreshnessRun) over the
 // realistic market with the oracle's tiers at half the thresholds demand, then replays the same
 // setting from the same start time and compares the two.
-func freshnessRealRun(ctx context.Context, fs freshSize, p seed.Policy, cfg *config.Config, rep *report) error {
+func freshnessRealRun(ctx context.Context, fs freshSize, p catalog.Policy, cfg *config.Config, rep *report) error {
 	sim := neoplesim.New(neoplesim.Options{Items: fs.runItems, Seed: 7, Market: neoplesim.MarketRealistic})
 	truths := sim.Truths()
 	var ids []string
@@ -361,7 +361,7 @@ func freshnessRealRun(ctx context.Context, fs freshSize, p seed.Policy, cfg *con
 		ids = append(ids, it.ItemID)
 		in = append(in, budgetplan.Item{Weight: tr.Weight, ChangeRate: tr.ChangesPerHour / 3600, SalesRate: tr.SalesPerHour / 3600, Requests: 2})
 		t, _ := tiers.ForScore(replayScore(tr.SalesPerHour, tr.Weight, p), p.Thresholds)
-		thrDemand += budgetplan.TierDemand(t, 1, seed.RequestsPerCollection)
+		thrDemand += budgetplan.TierDemand(t, 1, catalog.RequestsPerCollection)
 	}
 	budget := math.Round(thrDemand / 2)
 	plan := budgetplan.Solve(in, budgetplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: cfg.Catalog.BudgetHeadroom})

@@ -1,8 +1,8 @@
-// Package seed owns the catalog's life cycle: importing tracked items from a targets file,
+// Package catalog owns the catalog's life cycle: importing tracked items from a targets file,
 // seeding and purging synthetic fixtures, scoring popularity into collection tiers, and
 // reactivating items when someone shows interest in them. It also owns the one definition of
 // a synthetic item id that every ranking or summarising read path filters through.
-package seed
+package catalog
 
 import (
 	"context"
@@ -57,7 +57,7 @@ var sqlColumn = regexp.MustCompile(`^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$`)
 // column reference written in code; anything else panics.
 func SyntheticSQL(col string) string {
 	if !sqlColumn.MatchString(col) {
-		panic(fmt.Sprintf("seed.SyntheticSQL: %q is not a column reference", col))
+		panic(fmt.Sprintf("catalog.SyntheticSQL: %q is not a column reference", col))
 	}
 	parts := make([]string, len(SyntheticPrefixes))
 	for i, p := range SyntheticPrefixes {
