@@ -48,6 +48,8 @@ func setup(t *testing.T, n int, tier tiers.Tier, wrap func(next http.Handler) ht
 	t.Cleanup(srv.Close)
 	client, err := provider.NewClient(provider.ClientConfig{
 		Workload: provider.WorkloadMarket, BaseURL: srv.URL, Key: marketKey, Rate: 100000, Burst: 10000, PerMinute: 10000000,
+		// Generous: on a loaded machine a 10 s timeout fails items these tests expect collected.
+		Timeout: 2 * time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)

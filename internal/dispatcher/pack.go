@@ -148,6 +148,16 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 	for i, c := range group {
 		ids[i] = c.ItemID
 	}
+	// Shadowed items are fetched alone before the packed call too, so a listing change made
+	// between the calls is told apart from a packing fault (verify compares both sides).
+	before := map[string][]provider.Listing{}
+	for _, c := range group {
+		if st.listings && d.shadow() {
+			if rows, err := d.fetch.Auction(ctx, c.ItemID); err == nil {
+				before[c.ItemID] = rows
+			}
+		}
+	}
 	var lparts map[string][]provider.Listing
 	lok := false
 	if st.listings {
@@ -222,8 +232,9 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 			out[i] = r
 			continue
 		}
-		if d.shadow() && (lpacked || spacked) {
-			d.verify(ctx, c, listings, lpacked, sales, spacked, newest)
+		prior, shadowed := before[c.ItemID]
+		if (lpacked && shadowed) || (spacked && d.shadow()) {
+			d.verify(ctx, c, listings, prior, lpacked && shadowed, sales, spacked, newest)
 		}
 		r.packed = lpacked || spacked
 		r.listings = summarizeListings(listings, d.cfg.AuctionLimit)
@@ -287,12 +298,14 @@ func (d *Dispatcher) shadow() bool {
 }
 
 // verify fetches a packed item alone and compares; a mismatch switches packing off for that
-// endpoint for the whole cluster, with one error line naming the item.
-func (d *Dispatcher) verify(ctx context.Context, c Claim, listings []provider.Listing, lpacked bool, sales []saleRow, spacked bool, upTo time.Time) {
+// endpoint for the whole cluster, with one error line naming the item. Listings count as a
+// mismatch only when the single-item answers before and after the packed call agree: a
+// market that moved in between proves nothing either way.
+func (d *Dispatcher) verify(ctx context.Context, c Claim, listings, prior []provider.Listing, lpacked bool, sales []saleRow, spacked bool, upTo time.Time) {
 	obs, _ := d.cfg.Observer.(PackingObserver)
 	if lpacked {
 		alone, err := d.fetch.Auction(ctx, c.ItemID)
-		if err == nil {
+		if err == nil && sameListings(prior, alone) {
 			bad := !sameListings(listings, alone)
 			if obs != nil {
 				obs.Shadowed(provider.EndpointAuction, bad)
@@ -339,12 +352,13 @@ func sameListings(a, b []provider.Listing) bool {
 }
 
 // sameSales compares the sales of two answers newer than the stored one (its own second may
-// have been trimmed from a packed part) and not newer than the packed answer's newest sale (a
-// sale made between the two calls is not a mismatch).
+// have been trimmed from a packed part) and older than the second of the packed answer's
+// newest sale: a sale made between the two calls can still fall in that second.
 func sameSales(packed, alone []saleRow, lastStored *time.Time, upTo time.Time) bool {
+	cut := upTo.Truncate(time.Second)
 	keep := func(rows []saleRow) []saleRow {
 		return slices.DeleteFunc(slices.Clone(rows), func(s saleRow) bool {
-			return s.SoldAt.After(upTo) || (lastStored != nil && !s.SoldAt.After(*lastStored))
+			return !s.SoldAt.Before(cut) || (lastStored != nil && !s.SoldAt.After(*lastStored))
 		})
 	}
 	return slices.Equal(keep(packed), keep(alone))

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,5 +212,71 @@ func TestShadowMismatchSwitchesPackingOff(t *testing.T) {
 	st, err := ReadPackingStatus(ctx, e.pool)
 	if err != nil || len(st) != 1 || st[0].Endpoint != provider.EndpointAuction || st[0].Enabled || !strings.Contains(st[0].Reason, "shadow verification of item") {
 		t.Fatalf("packing state %+v %v: want /df/auction switched off naming the item", st, err)
+	}
+}
+
+// A market that moves between the packed call and the single-item check is not a packing
+// fault: the item's single-item answers before and after the packed call disagree, so the
+// check proves nothing and packing stays on.
+func TestShadowCheckIgnoresAMarketThatMovedMeanwhile(t *testing.T) {
+	var mu sync.Mutex
+	calls := map[string]int{}
+	e := setup(t, 12, tiers.Cold, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id := r.URL.Query().Get("itemId")
+			if r.URL.Path != "/df/auction" || id == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			mu.Lock()
+			calls[id]++
+			moved := calls[id]%2 == 0 // every second single-item answer has lost a listing
+			mu.Unlock()
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			var body struct {
+				Rows []json.RawMessage `json:"rows"`
+			}
+			_ = json.Unmarshal(rec.Body.Bytes(), &body)
+			if moved && len(body.Rows) > 0 {
+				body.Rows = body.Rows[1:]
+			}
+			b, _ := json.Marshal(body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(b)
+		})
+	})
+	ctx := context.Background()
+	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: 100, ShadowFraction: 1}
+	for pass := 0; pass < 2; pass++ {
+		if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := ReadPackingStatus(ctx, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if !s.Enabled {
+			t.Fatalf("packing switched off by a market that moved between calls: %+v", s)
+		}
+	}
+}
+
+// A sale made between the packed call and the check can share a second with the packed
+// answer's newest sale; it is not a difference between the two answers.
+func TestSameSalesIgnoresTheNewestSecond(t *testing.T) {
+	s := time.Date(2026, 5, 1, 1, 0, 0, 0, time.UTC)
+	packed := []saleRow{{SoldAt: s.Add(-time.Minute), Quantity: 1}, {SoldAt: s, Quantity: 1}}
+	alone := append(slices.Clone(packed), saleRow{SoldAt: s, Seq: 1, Quantity: 1})
+	if !sameSales(packed, alone, nil, s) {
+		t.Fatal("a sale in the newest second, made after the packed call, counted as a mismatch")
+	}
+	if sameSales(packed[1:], alone, nil, s) {
+		t.Fatal("a sale missing from an older second was not noticed")
 	}
 }
