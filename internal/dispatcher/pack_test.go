@@ -184,18 +184,7 @@ func TestShadowMismatchSwitchesPackingOff(t *testing.T) {
 				return
 			}
 			// A provider that silently drops the first row of packed listings answers.
-			rec := httptest.NewRecorder()
-			next.ServeHTTP(rec, r)
-			var body struct {
-				Rows []json.RawMessage `json:"rows"`
-			}
-			_ = json.Unmarshal(rec.Body.Bytes(), &body)
-			if len(body.Rows) > 0 {
-				body.Rows = body.Rows[1:]
-			}
-			b, _ := json.Marshal(body)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(b)
+			serveDroppingFirstRow(w, r, next, true)
 		})
 	})
 	ctx := context.Background()
@@ -232,18 +221,7 @@ func TestShadowCheckIgnoresAMarketThatMovedMeanwhile(t *testing.T) {
 			calls[id]++
 			moved := calls[id]%2 == 0 // every second single-item answer has lost a listing
 			mu.Unlock()
-			rec := httptest.NewRecorder()
-			next.ServeHTTP(rec, r)
-			var body struct {
-				Rows []json.RawMessage `json:"rows"`
-			}
-			_ = json.Unmarshal(rec.Body.Bytes(), &body)
-			if moved && len(body.Rows) > 0 {
-				body.Rows = body.Rows[1:]
-			}
-			b, _ := json.Marshal(body)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(b)
+			serveDroppingFirstRow(w, r, next, moved)
 		})
 	})
 	ctx := context.Background()
@@ -279,4 +257,20 @@ func TestSameSalesIgnoresTheNewestSecond(t *testing.T) {
 	if sameSales(packed[1:], alone, nil, s) {
 		t.Fatal("a sale missing from an older second was not noticed")
 	}
+}
+
+// serveDroppingFirstRow serves next's answer, without its first row when drop is set.
+func serveDroppingFirstRow(w http.ResponseWriter, r *http.Request, next http.Handler, drop bool) {
+	rec := httptest.NewRecorder()
+	next.ServeHTTP(rec, r)
+	var body struct {
+		Rows []json.RawMessage `json:"rows"`
+	}
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	if drop && len(body.Rows) > 0 {
+		body.Rows = body.Rows[1:]
+	}
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
 }
