@@ -46,8 +46,13 @@ outbox event older than --max-outbox-age — for a cron alert or a probe.`,
 			if check {
 				problems = lim.problems(st)
 			}
+			pk, err := dispatcher.ReadPackingStatus(ctx, pool)
+			if err != nil {
+				return err
+			}
 			if output == "json" {
 				v := toStatusJSON(st)
+				v.Packing = toPackingJSON(pk)
 				if check {
 					v.Check = &checkJSON{OK: len(problems) == 0, Problems: append([]string{}, problems...)}
 				}
@@ -56,10 +61,6 @@ outbox event older than --max-outbox-age — for a cron alert or a probe.`,
 				}
 			} else {
 				printStatus(a, st)
-				pk, err := dispatcher.ReadPackingStatus(ctx, pool)
-				if err != nil {
-					return err
-				}
 				a.printf("%s", packingLines(pk, a.cfg.Collect.PackSize))
 			}
 			if len(problems) > 0 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/daemon"
+	"github.com/duecollector/duecollector/internal/dispatcher"
 )
 
 // statusJSON is `collector status -o json`. Its field names are a stable interface
@@ -22,7 +23,16 @@ type statusJSON struct {
 	Relay        relayJSON      `json:"relay"`
 	Budgets      []budgetJSON   `json:"budgets"`
 	Instances    []instanceJSON `json:"instances"`
+	Packing      []packingJSON  `json:"packing"`
 	Check        *checkJSON     `json:"check,omitempty"`
+}
+
+// packingJSON is an endpoint whose itemIds packing switch was ever set (the others are on).
+type packingJSON struct {
+	Endpoint  string    `json:"endpoint"`
+	Enabled   bool      `json:"enabled"`
+	ChangedAt time.Time `json:"changed_at"`
+	Reason    string    `json:"reason"`
 }
 
 type providerJSON struct {
@@ -163,4 +173,12 @@ func writeStatusJSON(a *app, v statusJSON) error {
 	enc := json.NewEncoder(a.stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+func toPackingJSON(pk []dispatcher.PackingStatus) []packingJSON {
+	out := []packingJSON{}
+	for _, p := range pk {
+		out = append(out, packingJSON{Endpoint: p.Endpoint, Enabled: p.Enabled, ChangedAt: p.ChangedAt, Reason: p.Reason})
+	}
+	return out
 }

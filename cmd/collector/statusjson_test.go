@@ -37,7 +37,7 @@ func TestStatusJSONAndCheck(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("status -o json is not JSON: %v\n%s", err, out)
 	}
-	for _, k := range []string{"database_time", "provider", "tiers", "totals", "leases_held", "claim_lag", "outbox", "relay", "budgets", "instances"} {
+	for _, k := range []string{"database_time", "provider", "tiers", "totals", "leases_held", "claim_lag", "outbox", "relay", "budgets", "instances", "packing"} {
 		if _, ok := v[k]; !ok {
 			t.Errorf("status -o json lacks %q:\n%s", k, out)
 		}
