@@ -61,6 +61,9 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	cfg := testConfig()
 	cfg.Daemon.Notify = true
 	cfg.Market.Rate, cfg.Market.Burst, cfg.Market.PerMinute = budget, max(1, int(budget)), int(budget*60)
+	// The product default: the cluster budget's per-second quota, not a bare token bucket,
+	// whose full bucket would let one second carry the burst on top of the rate.
+	cfg.Daemon.Budget.Enabled = true
 	cfg.Dispatch.Concurrency = 32
 	cfg.Dispatch.BatchSize = 100
 	e.sim.ResetStats()
