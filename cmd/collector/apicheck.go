@@ -56,6 +56,9 @@ with --burst N, which status and code a rate-limit answer uses. It never prints 
 				return err
 			}
 			a.printf("%s", rep)
+			if burst == 0 {
+				a.printf("(run with --burst N to send N requests at once and describe the rate-limit answer)\n")
+			}
 			if writeConfig != "" {
 				if err := os.WriteFile(writeConfig, []byte(rep.ConfigYAML()), 0o644); err != nil {
 					return fmt.Errorf("--write-config: %w", err)

@@ -75,7 +75,7 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 			fmt.Fprintf(a.stderr, "warning (--allow-missing): %v\n", err)
 			return nil
 		}
-		return exitError{exitTargetsFailed, err}
+		return exitError{exitTargetsFailed, fmt.Errorf("%w\n(--allow-missing makes this a warning)", err)}
 	}
 	return nil
 }

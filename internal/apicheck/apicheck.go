@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.Sold = judge(err1, errf, len(s1), provider.MaxSoldLimit, idsOf(sf, func(s provider.Sale) string { return s.ItemID }),
 		slices.IsSortedFunc(sf, func(a, b provider.Sale) int { return b.SoldAt.Compare(a.SoldAt) }), ids)
 
-	rep.RateLimit = "not provoked (run with --burst N to send N requests at once)"
+	rep.RateLimit = "not provoked (no burst of requests was asked for)"
 	if cfg.Burst > 0 {
 		rep.RateLimit = provoke(ctx, full, id, cfg.Burst, &rep.Requests)
 	}

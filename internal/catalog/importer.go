@@ -63,7 +63,7 @@ func (r ImportReport) Err() error {
 	for i, f := range r.Failures {
 		lines[i] = "  " + f.String()
 	}
-	return fmt.Errorf("%w: %d of %d (the rest were imported; --allow-missing makes this a warning):\n%s",
+	return fmt.Errorf("%w: %d of %d (the rest were imported):\n%s",
 		ErrTargetsFailed, len(r.Failures), r.Targets, strings.Join(lines, "\n"))
 }
 

@@ -272,7 +272,7 @@ func postgresUser(dir string) (*syscall.Credential, error) {
 	}
 	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
 		if !searchable(d, uint32(uid), uint32(gid)) {
-			return nil, fmt.Errorf("running as root, so the private PostgreSQL runs as the postgres user, who cannot enter %s to reach %s; chmod o+x %s, pick another --data-dir, or set COLLECTOR_DATABASE_URL", d, dir, d)
+			return nil, fmt.Errorf("running as root, so the private PostgreSQL runs as the postgres user, who cannot enter %s to reach %s; chmod o+x %s, pick another data directory, or set COLLECTOR_DATABASE_URL", d, dir, d)
 		}
 		if d == filepath.Dir(d) {
 			break

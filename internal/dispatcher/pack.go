@@ -332,7 +332,7 @@ func (d *Dispatcher) verify(ctx context.Context, c Claim, listings, prior []prov
 func (d *Dispatcher) packingMismatch(ctx context.Context, endpoint, itemID, what string) {
 	reason := fmt.Sprintf("shadow verification of item %s: %s", itemID, what)
 	err := SetPacking(context.WithoutCancel(ctx), d.pool, endpoint, false, reason)
-	d.log.Error("packed answer differs from the single-item answer: packing switched off cluster-wide until `collector packing on`",
+	d.log.Error("packed answer differs from the single-item answer: packing switched off cluster-wide until an operator turns it back on",
 		zap.String("endpoint", endpoint), zap.String("item_id", itemID), zap.String("difference", what), zap.Error(err))
 }
 

@@ -64,7 +64,7 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot connect to the database at %s:%d/%s (user %s; database.url, --database-url): %w",
+		return nil, fmt.Errorf("cannot connect to the database at %s:%d/%s (user %s; database.url): %w",
 			pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, pc.ConnConfig.User, err)
 	}
 	return pool, nil
