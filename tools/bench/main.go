@@ -156,7 +156,7 @@ func render(e *env, rep *report, quick bool, took time.Duration) string {
 		b.WriteString("**BENCH_QUICK=1: small sizes, for keeping the harness alive, not for quoting.** ")
 	}
 	fmt.Fprintf(&b, "Run %s, took %s; load average at the end %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second), loadAvg())
-	b.WriteString("Reproduce: `make bench` (≤ 15 min on 2 cores; fresh `bench_*` databases on the local server, dropped afterwards). " +
+	b.WriteString("Reproduce: `make bench` (about 25 min on 2 cores; fresh `bench_*` databases on the local server, dropped afterwards). " +
 		"`BENCH_QUICK=1 make bench` runs small sizes in ~2 min and only prints. Knobs: `BENCH_ITEMS_LARGE` (second cycle table, default 1000000), " +
 		"`BENCH_CYCLE_TIMED` (claims timed on it, default 200000), `BENCH_RSS_ITEMS` (collect-due RSS table, default 1000000), " +
 		"`BENCH_DAEMON_RSS_ITEMS` (daemon RSS table, default 1000000), `BENCH_FRESH_ITEMS` / `BENCH_FRESH_HOURS` (freshness replay, default 20000 items, 12 h simulated), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests`, `BENCH_OUT`. " +
