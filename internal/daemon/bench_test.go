@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -99,20 +100,9 @@ func steadyState(b *testing.B, budget float64) {
 	sample := func() {
 		var to time.Time
 		_ = e.pool.QueryRow(ctx, `SELECT now()`).Scan(&to)
-		rows, err := e.pool.Query(ctx, `
-			SELECT collection_tier, extract(epoch FROM last_claimed_at - last_due_at) FROM tracked_items
-			WHERE last_claimed_at > $1 AND last_claimed_at <= $2 AND last_due_at <= last_claimed_at`, from, to)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for rows.Next() {
-			var tier string
-			var lag float64
-			if err := rows.Scan(&tier, &lag); err != nil {
-				b.Fatal(err)
-			}
-			lags[tier] = append(lags[tier], lag)
-			lags["all"] = append(lags["all"], lag)
+		for tier, xs := range claimLags(b, e.pool, from, to) {
+			lags[tier] = append(lags[tier], xs...)
+			lags["all"] = append(lags["all"], xs...)
 		}
 		from = to
 	}
@@ -126,14 +116,7 @@ func steadyState(b *testing.B, budget float64) {
 	b.StopTimer()
 	elapsed := time.Since(wallStart)
 	served := float64(e.sim.KeyStats(marketKey).Total) / elapsed.Seconds()
-	pct := func(xs []float64, q float64) float64 {
-		if len(xs) == 0 {
-			return 0
-		}
-		s := slices.Clone(xs)
-		slices.Sort(s)
-		return s[int(q*float64(len(s)-1))] * 1000
-	}
+	pct := func(xs []float64, q float64) float64 { return quantile(xs, q) * 1000 }
 	all := lags["all"]
 	b.ReportMetric(pct(all, 0.5), "lag-p50-ms")
 	b.ReportMetric(pct(all, 0.99), "lag-p99-ms")
@@ -148,4 +131,39 @@ func steadyState(b *testing.B, budget float64) {
 	for _, r := range rs {
 		r.stop()
 	}
+}
+
+// claimLags reads, per tier, the due → claim lag in seconds of each item's latest claim made in
+// (from, to].
+func claimLags(b *testing.B, pool *pgxpool.Pool, from, to time.Time) map[string][]float64 {
+	b.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT collection_tier, extract(epoch FROM last_claimed_at - last_due_at) FROM tracked_items
+		WHERE last_claimed_at > $1 AND last_claimed_at <= $2 AND last_due_at <= last_claimed_at`, from, to)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lags := map[string][]float64{}
+	for rows.Next() {
+		var tier string
+		var lag float64
+		if err := rows.Scan(&tier, &lag); err != nil {
+			b.Fatal(err)
+		}
+		lags[tier] = append(lags[tier], lag)
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return lags
+}
+
+// quantile is the q-quantile of xs (nearest rank), 0 when empty.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
 }

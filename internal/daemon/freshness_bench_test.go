@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -81,27 +80,8 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	b.StopTimer()
 	r.stop()
 
-	lags := map[string][]float64{}
-	rows, err := e.pool.Query(ctx, `SELECT collection_tier, extract(epoch FROM last_claimed_at - last_due_at) FROM tracked_items
-		WHERE last_claimed_at IS NOT NULL AND last_due_at <= last_claimed_at`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for rows.Next() {
-		var tier string
-		var lag float64
-		if err := rows.Scan(&tier, &lag); err != nil {
-			b.Fatal(err)
-		}
-		lags[tier] = append(lags[tier], lag)
-	}
-	p99 := func(xs []float64) float64 {
-		if len(xs) == 0 {
-			return 0
-		}
-		slices.Sort(xs)
-		return xs[int(0.99*float64(len(xs)-1))]
-	}
+	lags := claimLags(b, e.pool, time.Time{}, time.Now().AddDate(1, 0, 0)) // every claim
+	p99 := func(xs []float64) float64 { return quantile(xs, 0.99) }
 	ks := e.sim.KeyStats(marketKey)
 	b.ReportMetric(rep.Freshness, "freshness")
 	b.ReportMetric(rep.MeanAge, "mean-age-s")
