@@ -38,8 +38,11 @@ func NewLogger(level, format string, w io.Writer) (*zap.Logger, error) {
 	default:
 		return nil, fmt.Errorf("log.format %q: allowed json, console, auto", format)
 	}
-	core := zapcore.NewCore(enc, zapcore.AddSync(w), lvl)
-	return zap.New(core, zap.AddCaller(), zap.ErrorOutput(zapcore.AddSync(w))), nil
+	// The daemon logs from many goroutines and w may be any writer (a buffer, a pipe), so
+	// writes are serialised here rather than trusting w to be safe for concurrent use.
+	ws := zapcore.Lock(zapcore.AddSync(w))
+	core := zapcore.NewCore(enc, ws, lvl)
+	return zap.New(core, zap.AddCaller(), zap.ErrorOutput(ws)), nil
 }
 
 // ResolveFormat turns "auto" (or "") into console on a terminal and json elsewhere.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,5 +50,36 @@ func TestDurationFieldsCarryTheirUnit(t *testing.T) {
 	}
 	if line["duration_seconds"] != 1.5 || line["caller"] == nil {
 		t.Fatalf("line %v: want duration_seconds 1.5 and a caller", line)
+	}
+}
+
+// The daemon logs from many goroutines into whatever writer it was given; a plain buffer must
+// come out whole, one JSON line per entry (go test -race fails here without the lock).
+func TestLoggerSerialisesWritesToAnyWriter(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := NewLogger("info", "json", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, lines = 8, 50
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range lines {
+				log.Info("line", zap.Int("writer", i), zap.Int("n", j))
+			}
+		}()
+	}
+	wg.Wait()
+	got := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(got) != writers*lines {
+		t.Fatalf("%d lines, want %d", len(got), writers*lines)
+	}
+	for _, l := range got {
+		if !json.Valid([]byte(l)) {
+			t.Fatalf("torn line %q", l)
+		}
 	}
 }
