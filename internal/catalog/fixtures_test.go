@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
@@ -17,12 +19,12 @@ func tableCounts(t *testing.T, db DB) (synthetic, real map[string]int64) {
 	synthetic, real = map[string]int64{}, map[string]int64{}
 	for _, table := range purgeTables {
 		var s, r int64
-		err := db.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE `+SyntheticSQL("item_id")+`),
-			count(*) FILTER (WHERE NOT `+SyntheticSQL("item_id")+`) FROM `+table).Scan(&s, &r)
+		err := db.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE item_id LIKE ANY ($1)),
+			count(*) FILTER (WHERE NOT item_id LIKE ANY ($1)) FROM `+pgx.Identifier{table.name}.Sanitize(), SyntheticPatterns()).Scan(&s, &r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		synthetic[table], real[table] = s, r
+		synthetic[table.name], real[table.name] = s, r
 	}
 	return synthetic, real
 }
@@ -185,5 +187,32 @@ func TestSeedSyntheticMillionItemsInBatches(t *testing.T) {
 	}
 	if want := fmt.Sprintf("seed-%04d", seenDone); last != want {
 		t.Errorf("last fixture %s, want %s", last, want)
+	}
+}
+
+// A table that gains an item_id column must be purged too, or fixtures would linger in it.
+func TestPurgeCoversEveryItemKeyedTable(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	rows, _ := pool.Query(context.Background(), `
+		SELECT c.table_name::text FROM information_schema.columns c
+		JOIN information_schema.tables t USING (table_schema, table_name)
+		WHERE c.column_name = 'item_id' AND c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+		ORDER BY 1`)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	purged := map[string]bool{}
+	for _, p := range purgeTables {
+		purged[p.name] = true
+	}
+	for _, table := range tables {
+		if !purged[table] {
+			t.Errorf("table %s has an item_id column but purge:synthetic leaves it alone", table)
+		}
+	}
+	if len(tables) != len(purgeTables) {
+		t.Errorf("item-keyed tables %v, purged %d", tables, len(purgeTables))
 	}
 }

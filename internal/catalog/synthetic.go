@@ -6,8 +6,6 @@ package catalog
 
 import (
 	"context"
-	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -47,22 +45,4 @@ func IsSynthetic(itemID string) bool {
 		}
 	}
 	return false
-}
-
-var sqlColumn = regexp.MustCompile(`^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$`)
-
-// SyntheticSQL is the SQL twin of IsSynthetic for column col (e.g. "t.item_id"): a boolean
-// expression in parentheses. Read paths that rank or summarise add `AND NOT <this>`, so a
-// half-purged database never leaks fixtures. col is spliced into the SQL, so it must be a
-// column reference written in code; anything else panics.
-func SyntheticSQL(col string) string {
-	if !sqlColumn.MatchString(col) {
-		panic(fmt.Sprintf("catalog.SyntheticSQL: %q is not a column reference", col))
-	}
-	parts := make([]string, len(SyntheticPrefixes))
-	for i, p := range SyntheticPrefixes {
-		// The prefixes hold no LIKE wildcards (% _) and no quotes, so they go in verbatim.
-		parts[i] = fmt.Sprintf("%s LIKE '%s%%'", col, p)
-	}
-	return "(" + strings.Join(parts, " OR ") + ")"
 }

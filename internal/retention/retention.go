@@ -30,30 +30,31 @@ type Result struct {
 // Total is the number of rows deleted.
 func (r Result) Total() int64 { return r.Snapshots + r.Sales + r.Interest }
 
-// table is one pruned table: its rows are found oldest first through the index on column
-// at, and deleted by key (auction_sales has a three-column primary key; its rows are never
-// updated, so their ctid is as good).
+// table is one pruned table and its statement, which deletes up to $2 rows older than $1
+// seconds, oldest first, through the index on the time column. auction_sales has a
+// three-column primary key; its rows are never updated, so their ctid is as good a key.
 type table struct {
-	name, key, at string
-	age           func(config.RetentionConfig) time.Duration
-	into          func(*Result) *int64
+	name, deleteOldest string
+	age                func(config.RetentionConfig) time.Duration
+	into               func(*Result) *int64
 }
 
 var tables = []table{
-	{"auction_snapshots", "snapshot_id", "collected_at",
+	{"auction_snapshots", `
+		DELETE FROM auction_snapshots WHERE snapshot_id = ANY (ARRAY(
+		    SELECT snapshot_id FROM auction_snapshots WHERE collected_at < now() - $1::float8 * interval '1 second'
+		    ORDER BY collected_at LIMIT $2))`,
 		func(c config.RetentionConfig) time.Duration { return c.Snapshots }, func(r *Result) *int64 { return &r.Snapshots }},
-	{"auction_sales", "ctid", "sold_at",
+	{"auction_sales", `
+		DELETE FROM auction_sales WHERE ctid = ANY (ARRAY(
+		    SELECT ctid FROM auction_sales WHERE sold_at < now() - $1::float8 * interval '1 second'
+		    ORDER BY sold_at LIMIT $2))`,
 		func(c config.RetentionConfig) time.Duration { return c.Sales }, func(r *Result) *int64 { return &r.Sales }},
-	{"item_interest", "id", "occurred_at",
+	{"item_interest", `
+		DELETE FROM item_interest WHERE id = ANY (ARRAY(
+		    SELECT id FROM item_interest WHERE occurred_at < now() - $1::float8 * interval '1 second'
+		    ORDER BY occurred_at LIMIT $2))`,
 		func(c config.RetentionConfig) time.Duration { return c.Interest }, func(r *Result) *int64 { return &r.Interest }},
-}
-
-// deleteOldest deletes up to $2 rows older than $1 seconds, oldest first.
-func (t table) deleteOldest() string {
-	return fmt.Sprintf(`
-		DELETE FROM %[1]s WHERE %[2]s = ANY (ARRAY(
-		    SELECT %[2]s FROM %[1]s WHERE %[3]s < now() - $1::float8 * interval '1 second'
-		    ORDER BY %[3]s LIMIT $2))`, t.name, t.key, t.at)
 }
 
 // Prune deletes, per table with a non-zero age, rows older than the age by the database's
@@ -73,7 +74,7 @@ func Prune(ctx context.Context, db DB, cfg config.RetentionConfig, maxStatements
 				res.More = true
 				return res, nil
 			}
-			tag, err := db.Exec(ctx, t.deleteOldest(), age.Seconds(), cfg.Batch)
+			tag, err := db.Exec(ctx, t.deleteOldest, age.Seconds(), cfg.Batch)
 			statements++
 			if err != nil {
 				return res, fmt.Errorf("prune %s older than %s: %w", t.name, age, err)
