@@ -337,12 +337,12 @@ func (d *Dispatcher) gate(ctx context.Context, sum *Summary) (paused bool, err e
 	}
 	st, reason, since := row.Effective()
 	if st.CanDispatch() {
-		d.pause.resumed(d.log, d.cfg.Provider)
+		d.pause.resumed(d.log, d.cfg.Provider, time.Now())
 		return false, nil
 	}
 	sum.Paused, sum.Status, sum.StatusReason, sum.StatusSince = true, st, reason, since
 	sum.Stop = "paused"
-	d.pause.paused(d.log, d.cfg.Provider, st, reason, since)
+	d.pause.paused(d.log, d.cfg.Provider, st, reason, since, time.Now())
 	return true, nil
 }
 
@@ -361,10 +361,11 @@ type pauseLog struct {
 	lastSinceAt time.Time
 }
 
-func (p *pauseLog) paused(log *zap.Logger, prov string, st provider.Status, reason string, since time.Time) {
+// paused and resumed take the time from the caller, so that the minute between summaries can
+// be tested without waiting for it.
+func (p *pauseLog) paused(log *zap.Logger, prov string, st provider.Status, reason string, since, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
 	fields := []zap.Field{zap.String("provider", prov), zap.String("status", string(st)),
 		zap.Time("since", since), zap.String("reason", reason)}
 	switch {
@@ -383,14 +384,14 @@ func (p *pauseLog) paused(log *zap.Logger, prov string, st provider.Status, reas
 	}
 }
 
-func (p *pauseLog) resumed(log *zap.Logger, prov string) {
+func (p *pauseLog) resumed(log *zap.Logger, prov string, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.on {
 		return
 	}
 	p.on = false
-	log.Info("collection resumed", zap.String("provider", prov), zap.Float64("paused_seconds", time.Since(p.started).Seconds()))
+	log.Info("collection resumed", zap.String("provider", prov), zap.Float64("paused_seconds", now.Sub(p.started).Seconds()))
 }
 
 // handleStop records what a pass-ending provider answer means for everyone.

@@ -498,21 +498,37 @@ func TestPauseLogIsBounded(t *testing.T) {
 	if n := logs.Len(); n != 1 || logs.All()[0].Message != "collection paused" {
 		t.Fatalf("30 paused passes logged %d lines, want the one that starts the pause: %v", n, logs.All())
 	}
-	d.pause.mu.Lock()
-	d.pause.lastLine = d.pause.lastLine.Add(-pauseSummaryEvery) // a minute has passed
-	d.pause.mu.Unlock()
-	for range 30 {
-		pass()
-	}
-	if s := logs.FilterMessage("collection still paused"); s.Len() != 1 || s.All()[0].ContextMap()["paused_passes"] != int64(30) {
-		t.Fatalf("want one summary a minute into the pause: %v", logs.All())
-	}
 	if _, err := provider.SetStatus(ctx, e.pool, "neople", provider.Healthy, "back"); err != nil {
 		t.Fatal(err)
 	}
 	pass()
 	pass()
-	if logs.FilterMessage("collection resumed").Len() != 1 || logs.Len() != 3 {
-		t.Fatalf("want exactly paused, one summary, resumed: %v", logs.All())
+	if logs.FilterMessage("collection resumed").Len() != 1 || logs.Len() != 2 {
+		t.Fatalf("want exactly paused, resumed: %v", logs.All())
+	}
+}
+
+// A long pause writes one summary a minute however often it is checked, and a new status or
+// a new since starts a new pause line.
+func TestPauseLogSummarisesEveryMinute(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	log := zap.New(core)
+	var p pauseLog
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for s := range 150 { // a check a second for two and a half minutes
+		p.paused(log, "neople", provider.Maintenance, "weekly", t0, t0.Add(time.Duration(s)*time.Second))
+	}
+	sums := logs.FilterMessage("collection still paused").All()
+	if logs.FilterMessage("collection paused").Len() != 1 || len(sums) != 2 || sums[0].ContextMap()["paused_passes"] != int64(60) {
+		t.Fatalf("150 one-second checks: want the start and two summaries of 60 passes: %v", logs.All())
+	}
+	p.paused(log, "neople", provider.Degraded, "errors", t0, t0.Add(151*time.Second))
+	p.resumed(log, "neople", t0.Add(152*time.Second))
+	p.resumed(log, "neople", t0.Add(153*time.Second))
+	if logs.FilterMessage("collection paused").Len() != 2 || logs.FilterMessage("collection resumed").Len() != 1 {
+		t.Fatalf("a new status starts a new pause line, and resuming logs once: %v", logs.All())
+	}
+	if got := logs.FilterMessage("collection resumed").All()[0].ContextMap()["paused_seconds"]; got != 152.0 {
+		t.Fatalf("resumed after %v s, want 152 (from the first paused check)", got)
 	}
 }

@@ -174,6 +174,7 @@ type ClientStats struct {
 	Errors   int64            // calls that returned an error
 	Waited   time.Duration    // total time callers spent waiting on the budgets
 	Rejected map[string]int64 // rows dropped at the boundary, by reason (every reason present)
+	Rate     float64          // per-second rate in force: the configured rate × SetRateFactor's factor
 }
 
 // Stats reports the counters.
@@ -182,7 +183,8 @@ func (c *Client) Stats() ClientStats {
 	for i, r := range RejectReasons {
 		rej[r] = c.rejected[i].Load()
 	}
-	return ClientStats{Requests: c.requests.Load(), Errors: c.failures.Load(), Waited: time.Duration(c.lim.waited.Load()), Rejected: rej}
+	return ClientStats{Requests: c.requests.Load(), Errors: c.failures.Load(), Waited: time.Duration(c.lim.waited.Load()), Rejected: rej,
+		Rate: float64(c.lim.bucket.Limit())}
 }
 
 // checked drops the rows of an answer that fail the row check, counts and logs them once for

@@ -81,7 +81,7 @@ func TestSetRateFactor(t *testing.T) {
 	}
 	for f, want := range map[float64]float64{0.5: 50, 2: 100, 0: 1, 1: 100} {
 		c.SetRateFactor(f)
-		if got := float64(c.lim.bucket.Limit()); got != want {
+		if got := c.Stats().Rate; got != want {
 			t.Errorf("SetRateFactor(%v): rate %v, want %v", f, got, want)
 		}
 	}
