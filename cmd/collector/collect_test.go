@@ -172,39 +172,9 @@ func TestCollectDueShutdownHonoursTheGracePeriod(t *testing.T) {
 	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
 		t.Fatal(err)
 	}
-	sim := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1})
-	inFlight := make(chan struct{}, 16)
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/df/auction" {
-			inFlight <- struct{}{}
-			<-release
-		}
-		sim.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
-	t.Setenv("NEOPLE_API_BASE_URL", srv.URL)
-
+	inFlight, release := holdingProvider(t)
 	ctx, sigterm := context.WithCancel(context.Background())
-	type res struct {
-		out string
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		var out, errOut bytes.Buffer
-		cmd := newRootCmd(&out, &errOut)
-		cmd.SetArgs([]string{"collect-due", "--database-url", db, "--concurrency", "2", "--log-format", "console"})
-		err := cmd.ExecuteContext(ctx)
-		done <- res{out.String(), err}
-	}()
+	done := startCollector(ctx, "collect-due", "--database-url", db, "--concurrency", "2")
 	testkit.Recv(t, inFlight, 30*time.Second, "the first call in flight")
 	testkit.Recv(t, inFlight, 30*time.Second, "the second call in flight")
 	sigterm()
@@ -224,4 +194,108 @@ func TestCollectDueShutdownHonoursTheGracePeriod(t *testing.T) {
 	if n := countRows(t, conn, `SELECT count(*) FROM auction_snapshots`); n != 2 {
 		t.Fatalf("%d snapshots, want the 2 in flight at SIGTERM", n)
 	}
+}
+
+// holdingProvider serves the simulator, holding every /df/auction call until release is
+// closed and reporting each on inFlight.
+func holdingProvider(t *testing.T) (inFlight chan struct{}, release chan struct{}) {
+	t.Helper()
+	sim := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1})
+	inFlight, release = make(chan struct{}, 16), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/df/auction" {
+			inFlight <- struct{}{}
+			<-release
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	t.Setenv("NEOPLE_API_BASE_URL", srv.URL)
+	return inFlight, release
+}
+
+type cmdResult struct {
+	out string
+	err error
+}
+
+// startCollector runs the collector with args until ctx ends (ctx's cancellation is SIGTERM).
+func startCollector(ctx context.Context, args ...string) <-chan cmdResult {
+	done := make(chan cmdResult, 1)
+	go func() {
+		var out, errOut bytes.Buffer
+		cmd := newRootCmd(&out, &errOut)
+		cmd.SetArgs(append(args, "--log-format", "console"))
+		err := cmd.ExecuteContext(ctx)
+		done <- cmdResult{out.String(), err}
+	}()
+	return done
+}
+
+// collect ITEM_ID on SIGTERM gives its call in flight collect.shutdown_grace: an answer within
+// it is written, and without one the item is handed back, never left leased.
+func TestCollectOneShutdownHonoursTheGracePeriod(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var ids []string
+	rows, _ := conn.Query(context.Background(), `SELECT item_id FROM tracked_items ORDER BY item_id LIMIT 2`)
+	if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(ids) != 2 {
+		t.Fatalf("two tracked items: %v %v", ids, err)
+	}
+	collected := func(id string) (snapshots, leased int) {
+		t.Helper()
+		err := conn.QueryRow(context.Background(), `SELECT
+			(SELECT count(*) FROM auction_snapshots WHERE item_id = $1),
+			(SELECT count(*) FROM tracked_items WHERE item_id = $1 AND lease_token IS NOT NULL)`, id).Scan(&snapshots, &leased)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snapshots, leased
+	}
+
+	t.Run("answer within the grace", func(t *testing.T) {
+		inFlight, release := holdingProvider(t)
+		ctx, sigterm := context.WithCancel(context.Background())
+		defer sigterm()
+		done := startCollector(ctx, "collect", ids[0], "--database-url", db)
+		testkit.Recv(t, inFlight, 30*time.Second, "the call in flight")
+		sigterm()
+		close(release)
+		if r := testkit.Recv(t, done, time.Minute, "collect to exit"); r.err != nil || !strings.Contains(r.out, "collected=1 ") {
+			t.Fatalf("collect after SIGTERM: %q %v; want the answer written", r.out, r.err)
+		}
+		if s, l := collected(ids[0]); s != 1 || l != 0 {
+			t.Fatalf("%d snapshots, %d leased; want 1 and 0", s, l)
+		}
+	})
+	t.Run("no answer within the grace", func(t *testing.T) {
+		t.Setenv("COLLECTOR_COLLECT_SHUTDOWN_GRACE", "200ms")
+		inFlight, _ := holdingProvider(t)
+		ctx, sigterm := context.WithCancel(context.Background())
+		defer sigterm()
+		done := startCollector(ctx, "collect", ids[1], "--database-url", db)
+		testkit.Recv(t, inFlight, 30*time.Second, "the call in flight")
+		sigterm()
+		r := testkit.Recv(t, done, time.Minute, "collect to exit after the grace")
+		if s, l := collected(ids[1]); s != 0 || l != 0 {
+			t.Fatalf("collect abandoned after the grace (%q %v): %d snapshots, %d leased; want 0 and 0", r.out, r.err, s, l)
+		}
+		if !strings.Contains(r.out, "released=1") {
+			t.Fatalf("collect abandoned after the grace: %q %v; want the item handed back", r.out, r.err)
+		}
+	})
 }

@@ -187,27 +187,38 @@ func (c *Client) Stats() ClientStats {
 		Rate: float64(c.lim.bucket.Limit())}
 }
 
-// checked drops the rows of an answer that fail the row check, counts and logs them once for
-// the answer, and turns an answer with rows but none left into a ClassRejected error.
+// checked drops the rows of an answer that fail the row check, counts them, logs them once
+// for the answer naming the items whose rows were dropped, and turns an answer with rows but
+// none left into a ClassRejected error.
 func checked[T any](c *Client, endpoint string, ids []string, rows []T, err error,
 	check func(RowCheck, []T, IDSet) ([]T, Rejected)) ([]T, error) {
 	if err != nil || len(rows) == 0 {
 		return rows, err
 	}
 	kept, rej := check(RowCheck{Now: time.Now(), FutureTolerance: c.cfg.FutureTolerance}, rows, NewIDSet(ids...))
-	if rej == nil {
+	if rej.Total() == 0 {
 		return rows, nil
 	}
 	for i, r := range RejectReasons {
-		c.rejected[i].Add(int64(rej[r]))
+		c.rejected[i].Add(int64(rej.Reasons[r]))
 	}
-	c.cfg.Log.Warn("provider rows rejected", zap.Strings("item_ids", ids), zap.String("endpoint", endpoint),
+	c.cfg.Log.Warn("provider rows rejected", zap.Strings("item_ids", cleanIDs(rej.ItemIDs, 10)),
+		zap.Strings("asked_item_ids", ids), zap.String("endpoint", endpoint),
 		zap.Int("rows", len(rows)), zap.Int("rejected", rej.Total()), zap.Stringer("reasons", rej))
 	if len(kept) == 0 {
 		return nil, c.fail(&Error{Class: ClassRejected, Endpoint: endpoint, Status: http.StatusOK,
 			Err: fmt.Errorf("all %d rows rejected (%s)", len(rows), rej)})
 	}
 	return kept, nil
+}
+
+// cleanIDs is at most n ids as they may appear in a log line (a foreign row's id is provider text).
+func cleanIDs(ids []string, n int) []string {
+	out := make([]string, 0, min(len(ids), n))
+	for _, id := range ids[:min(len(ids), n)] {
+		out = append(out, Clean(id, 64))
+	}
+	return out
 }
 
 // Auction returns the current listings of one item, cheapest first, at most AuctionLimit rows.

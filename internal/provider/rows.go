@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -36,25 +37,38 @@ func NewIDSet(ids ...string) IDSet {
 // Has reports whether id was asked for.
 func (s IDSet) Has(id string) bool { _, ok := s[id]; return ok }
 
-// Rejected counts the rows dropped from one answer, by reason.
-type Rejected map[string]int
+// Rejected is what one answer's row check dropped.
+type Rejected struct {
+	Reasons map[string]int // rows dropped, by reason
+	ItemIDs []string       // the dropped rows' item ids, each once, in answer order
+}
 
 // Total is the number of rows dropped.
 func (r Rejected) Total() int {
 	n := 0
-	for _, v := range r {
+	for _, v := range r.Reasons {
 		n += v
 	}
 	return n
 }
 
 func (r Rejected) String() string {
-	parts := make([]string, 0, len(r))
-	for k, v := range r {
+	parts := make([]string, 0, len(r.Reasons))
+	for k, v := range r.Reasons {
 		parts = append(parts, fmt.Sprintf("%d %s", v, k))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
+}
+
+func (r *Rejected) add(reason, itemID string) {
+	if r.Reasons == nil {
+		r.Reasons = map[string]int{}
+	}
+	r.Reasons[reason]++
+	if !slices.Contains(r.ItemIDs, itemID) {
+		r.ItemIDs = append(r.ItemIDs, itemID)
+	}
 }
 
 // RowCheck drops rows that cannot be true for the ids asked for: rows of another item, and
@@ -83,33 +97,32 @@ func (c RowCheck) reason(want IDSet, id string, at time.Time) string {
 
 // Listings keeps the listings of the requested items registered at a possible date.
 func (c RowCheck) Listings(rows []Listing, want IDSet) ([]Listing, Rejected) {
-	return keep(rows, func(l Listing) string { return c.reason(want, l.ItemID, l.RegDate) })
+	return keep(rows, func(l Listing) (string, string) { return c.reason(want, l.ItemID, l.RegDate), l.ItemID })
 }
 
 // Sales keeps the sales of the requested items sold at a possible date.
 func (c RowCheck) Sales(rows []Sale, want IDSet) ([]Sale, Rejected) {
-	return keep(rows, func(s Sale) string { return c.reason(want, s.ItemID, s.SoldAt) })
+	return keep(rows, func(s Sale) (string, string) { return c.reason(want, s.ItemID, s.SoldAt), s.ItemID })
 }
 
-func keep[T any](rows []T, reject func(T) string) ([]T, Rejected) {
+func keep[T any](rows []T, reject func(T) (reason, itemID string)) ([]T, Rejected) {
 	var rej Rejected
 	var out []T // allocated at the first rejection: most answers keep every row
 	for i, r := range rows {
-		why := reject(r)
+		why, id := reject(r)
 		if why == "" {
-			if rej != nil {
+			if rej.Reasons != nil {
 				out = append(out, r)
 			}
 			continue
 		}
-		if rej == nil {
-			rej = Rejected{}
+		if rej.Reasons == nil {
 			out = append(make([]T, 0, len(rows)-1), rows[:i]...)
 		}
-		rej[why]++
+		rej.add(why, id)
 	}
-	if rej == nil {
-		return rows, nil
+	if rej.Reasons == nil {
+		return rows, rej
 	}
 	return out, rej
 }

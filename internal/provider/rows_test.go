@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/duecollector/duecollector/internal/provider"
 )
@@ -24,18 +29,21 @@ func TestRowCheckDropsImpossibleDatesAndForeignRows(t *testing.T) {
 		{ItemID: "someone-else", SoldAt: now.Add(-time.Hour)},                        // foreign
 	}
 	kept, rej := c.Sales(sales, provider.NewIDSet(askedID))
-	if len(kept) != 2 || rej[provider.RejectFutureDate] != 1 || rej[provider.RejectAncientDate] != 1 ||
-		rej[provider.RejectForeignItem] != 1 {
+	if len(kept) != 2 || rej.Reasons[provider.RejectFutureDate] != 1 || rej.Reasons[provider.RejectAncientDate] != 1 ||
+		rej.Reasons[provider.RejectForeignItem] != 1 {
 		t.Fatalf("kept %d, rejected %v; want 2 kept, one of each reason", len(kept), rej)
+	}
+	if !slices.Equal(rej.ItemIDs, []string{askedID, "someone-else"}) {
+		t.Fatalf("rejected rows' items %v, want each once in answer order", rej.ItemIDs)
 	}
 	// The set holds every id a packed call asked for.
 	kept, rej = c.Sales(sales[4:], provider.NewIDSet(askedID, "someone-else"))
-	if len(kept) != 1 || rej != nil {
+	if len(kept) != 1 || rej.Total() != 0 {
 		t.Fatalf("a row of another requested id was dropped: kept %d, rejected %v", len(kept), rej)
 	}
 	listings := []provider.Listing{{ItemID: askedID, RegDate: now.Add(48 * time.Hour)}, {ItemID: askedID}}
 	kept2, rej := c.Listings(listings, provider.NewIDSet(askedID))
-	if len(kept2) != 1 || rej[provider.RejectFutureDate] != 1 {
+	if len(kept2) != 1 || rej.Reasons[provider.RejectFutureDate] != 1 {
 		t.Fatalf("listings kept %d, rejected %v", len(kept2), rej)
 	}
 }
@@ -109,5 +117,27 @@ func TestPackedCallKeepsRowsOfEveryRequestedIDOnly(t *testing.T) {
 	}
 	if n := cl.Stats().Rejected[provider.RejectForeignItem]; n != 1 {
 		t.Fatalf("foreign rows counted %d, want 1", n)
+	}
+}
+
+// The warning names the items whose rows were dropped, not every id a packed call asked for.
+func TestRejectedRowsAreLoggedWithTheirItem(t *testing.T) {
+	soon := time.Now().In(provider.KST).Add(-time.Minute).Format(provider.DateLayout)
+	core, logs := observer.New(zap.WarnLevel)
+	cl := stubClient(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"rows":[{"soldDate":%[1]q,"itemId":"item-a","count":1,"price":5,"unitPrice":5},
+			{"soldDate":"2099-01-01 00:00:00","itemId":"item-b","count":1,"price":5,"unitPrice":5},
+			{"soldDate":"2099-01-01 00:00:00","itemId":"item-b","count":1,"price":5,"unitPrice":5}]}`, soon)
+	}, func(c *provider.ClientConfig) { c.Log = zap.New(core) })
+	rows, _, err := cl.AuctionSoldMany(context.Background(), []string{"item-a", "item-b", "item-c"})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("rows %v, %v: want item-a's sale", rows, err)
+	}
+	lines := logs.FilterMessage("provider rows rejected").All()
+	if len(lines) != 1 {
+		t.Fatalf("%d warnings for one answer, want 1", len(lines))
+	}
+	if got := lines[0].ContextMap()["item_ids"]; !reflect.DeepEqual(got, []any{"item-b"}) {
+		t.Fatalf("item_ids %v, want [item-b]", got)
 	}
 }
