@@ -24,7 +24,7 @@ func TestUnmigratedDatabaseSaysMigrateUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("the database at %s is at schema version 0 of %d: run `collector migrate up`", store.Where(db), latest)
+	want := fmt.Sprintf("the database at %s is at schema version 0 of %d: migrations are pending; run `collector migrate up`", store.Where(db), latest)
 	for _, args := range [][]string{{"collect-due"}, {"status"}, {"items"}, {"provider", "status"}, {"collect", "x"}, {"outbox", "list"}} {
 		out, _, err := runCollector(t, append(args, "--database-url", db)...)
 		if err == nil || err.Error() != want {
@@ -91,7 +91,7 @@ func TestBadLogFormatNamesWhereItCameFrom(t *testing.T) {
 	cmd = newRootCmd(&out, &errOut)
 	cmd.SetArgs([]string{"status"})
 	err = cmd.Execute()
-	if err == nil || !strings.Contains(err.Error(), "config log.format (env COLLECTOR_LOG_FORMAT) = yaml") {
+	if err == nil || !strings.Contains(err.Error(), "config log.format (env COLLECTOR_LOG_FORMAT, flag --log-format) = yaml") {
 		t.Fatalf("from the environment: %v", err)
 	}
 }

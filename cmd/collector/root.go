@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -127,7 +128,7 @@ func (a *app) db(ctx context.Context) (*pgxpool.Pool, error) {
 	// The check /readyz makes: one line naming the database and `migrate up`, not a missing relation.
 	if err := store.CheckCurrent(ctx, pool); err != nil {
 		pool.Close()
-		return nil, err
+		return nil, withMigrateHint(err)
 	}
 	a.pool = pool
 	return pool, nil
@@ -162,3 +163,13 @@ func (a *app) runArgs(fn func(ctx context.Context, args []string) error) func(cm
 }
 
 func (a *app) printf(format string, args ...any) { fmt.Fprintf(a.stdout, format, args...) }
+
+// migrateHint is what to run when the schema is behind; packages below cmd do not name commands.
+const migrateHint = "run `collector migrate up`"
+
+func withMigrateHint(err error) error {
+	if _, ok := errors.AsType[*store.SchemaBehindError](err); ok {
+		return fmt.Errorf("%w; %s", err, migrateHint)
+	}
+	return err
+}

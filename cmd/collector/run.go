@@ -70,16 +70,17 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 	}
 	ver, rev, _ := buildInfo()
 	return daemon.New(pool, client, daemon.Config{
-		Daemon:    a.cfg.Daemon,
-		Dispatch:  dispatchConfig(a),
-		Catalog:   a.cfg.Catalog,
-		Retention: a.cfg.Retention,
-		Relay:     relay,
-		Market:    a.cfg.Provider.Market,
-		KeyLabel:  marketKeyLabel(a),
-		Version:   ver,
-		Commit:    rev,
-		ListenURL: a.cfg.Database.DirectURL,
+		Daemon:     a.cfg.Daemon,
+		Dispatch:   dispatchConfig(a),
+		Catalog:    a.cfg.Catalog,
+		Retention:  a.cfg.Retention,
+		Relay:      relay,
+		Market:     a.cfg.Provider.Market,
+		KeyLabel:   marketKeyLabel(a),
+		Version:    ver,
+		Commit:     rev,
+		ListenURL:  a.cfg.Database.DirectURL,
+		SchemaHint: migrateHint,
 	}, a.log)
 }
 

@@ -186,25 +186,31 @@ func invalid(key string, value any, allowed string) error {
 }
 
 // KeyError is a bad value of one key. Flag is set when the value came from that flag, so the
-// message names what the user typed.
+// message names what the user typed; OtherFlag names the command's flag for the key otherwise.
 type KeyError struct {
 	Key, Value, Allowed string
-	Flag                string
+	Flag, OtherFlag     string
 }
 
 func (e *KeyError) Error() string {
-	if e.Flag != "" {
+	switch {
+	case e.Flag != "":
 		return fmt.Sprintf("--%s %s: %s (config %s)", e.Flag, e.Value, e.Allowed, e.Key)
+	case e.OtherFlag != "":
+		return fmt.Sprintf("config %s (env %s, flag --%s) = %s: %s", e.Key, EnvName(e.Key), e.OtherFlag, e.Value, e.Allowed)
 	}
 	return fmt.Sprintf("config %s (env %s) = %s: %s", e.Key, EnvName(e.Key), e.Value, e.Allowed)
 }
 
-// nameFlags marks the key errors whose value came from a flag the user set.
+// nameFlags names in the key errors the command's flags for their keys: the flag the value
+// came from, or the one that could set it.
 func nameFlags(err error, flags map[string]*pflag.Flag) {
 	switch e := err.(type) {
 	case *KeyError:
 		if f := flags[e.Key]; f != nil && f.Changed {
 			e.Flag = f.Name
+		} else if f != nil {
+			e.OtherFlag = f.Name
 		}
 	case interface{ Unwrap() []error }:
 		for _, inner := range e.Unwrap() {

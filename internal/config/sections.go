@@ -37,7 +37,7 @@ var databaseDefaults = map[string]any{
 func (c DatabaseConfig) validate() error {
 	var errs []error
 	if c.URL == "" {
-		errs = append(errs, invalid("database.url", `""`, "required (flag --database-url, COLLECTOR_DATABASE_URL or DATABASE_URL)"))
+		errs = append(errs, invalid("database.url", `""`, "required (DATABASE_URL also sets it)"))
 	}
 	if c.MaxConns < 2 || c.MaxConns > 200 {
 		errs = append(errs, invalid("database.max_conns", c.MaxConns, "must be between 2 and 200"))

@@ -59,6 +59,8 @@ type Config struct {
 	// ListenURL reaches PostgreSQL directly for LISTEN (database.direct_url); "" = a pooled
 	// connection, unless the pool runs in the simple protocol (PgBouncer), which has no session.
 	ListenURL string
+	// SchemaHint is added to /readyz's answer when migrations are pending: what to run.
+	SchemaHint string
 	// HealthChecked, when initialised (tests), hears every provider health check.
 	HealthChecked testkit.Signal[provider.Status]
 }
@@ -517,7 +519,11 @@ func (d *Daemon) handler() http.Handler {
 			return
 		}
 		if err := store.CheckCurrent(ctx, d.pool); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			msg := err.Error()
+			if _, ok := errors.AsType[*store.SchemaBehindError](err); ok && d.cfg.SchemaHint != "" {
+				msg += "; " + d.cfg.SchemaHint
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		if d.relay != nil {

@@ -253,7 +253,7 @@ type SchemaBehindError struct {
 }
 
 func (e *SchemaBehindError) Error() string {
-	return fmt.Sprintf("the database at %s is at schema version %d of %d: run `collector migrate up`", e.Where, e.Current, e.Latest)
+	return fmt.Sprintf("the database at %s is at schema version %d of %d: migrations are pending", e.Where, e.Current, e.Latest)
 }
 
 // Where names a database as host:port/dbname, never with its user or password, for messages.

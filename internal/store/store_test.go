@@ -71,7 +71,7 @@ func TestStatusShowsPendingOnEmptyDatabase(t *testing.T) {
 	if err == nil {
 		t.Fatal("CheckCurrent must fail on an unmigrated database")
 	}
-	want := fmt.Sprintf("the database at %s is at schema version 0 of %d: run `collector migrate up`", store.Where(url), st.Latest)
+	want := fmt.Sprintf("the database at %s is at schema version 0 of %d: migrations are pending", store.Where(url), st.Latest)
 	var behind *store.SchemaBehindError
 	if !errors.As(err, &behind) || err.Error() != want {
 		t.Fatalf("CheckCurrent on an unmigrated database: %v; want %q", err, want)

@@ -231,7 +231,7 @@ func (s *Server) Truths() map[string]Truth {
 
 func (s *Server) adminFreshness(w http.ResponseWriter, _ *http.Request) {
 	if s.opts.Market != MarketRealistic {
-		http.Error(w, "freshness needs the realistic market (collector sim --market realistic)", http.StatusNotFound)
+		http.Error(w, "freshness needs the realistic market (Options.Market realistic)", http.StatusNotFound)
 		return
 	}
 	writeJSON(w, http.StatusOK, s.Freshness())
