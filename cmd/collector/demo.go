@@ -158,7 +158,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 		return err
 	}
 	a.printf("import     %d targets from %s: %d new, %d unchanged, %d failed\n", len(tgts), from, rep.Inserted, rep.Unchanged, len(rep.Failures))
-	before, err := outbox.Count(ctx, pool)
+	before, err := outbox.ReadBacklog(ctx, pool, true)
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	after, err := outbox.Count(ctx, pool)
+	after, err := outbox.ReadBacklog(ctx, pool, true)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func newOutboxListCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			counts, err := outbox.Count(ctx, pool)
+			b, err := outbox.ReadBacklog(ctx, pool, true)
 			if err != nil {
 				return err
 			}
@@ -42,11 +42,11 @@ func newOutboxListCmd(a *app) *cobra.Command {
 				return err
 			}
 			lag := "-"
-			if counts.OldestPending != nil {
-				lag = time.Since(*counts.OldestPending).Round(time.Second).String()
+			if b.Pending > 0 {
+				lag = b.Oldest.Round(time.Second).String()
 			}
 			a.printf("pending %d (oldest %s ago), failed %d, published (not yet pruned) %d\n",
-				counts.Pending, lag, counts.Failed, counts.Published)
+				b.Pending, lag, b.Failed, b.Published)
 			if len(rows) == 0 {
 				return nil
 			}

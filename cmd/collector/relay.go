@@ -50,9 +50,8 @@ kafka.retry.attempts tries; unpublished rows stay in the outbox for the next run
 			if err == nil || res.Batches > 0 {
 				a.printf("published %d, failed %d, in %d batches\n", res.Published, res.Failed, res.Batches)
 			}
-			if res.LanesBusy > 0 {
-				a.printf("%d of %d lanes are held by another relay (%s) with %d pending events; left to it\n",
-					res.LanesBusy, outbox.Lanes, strings.Join(res.BusyOwners, ", "), res.PendingBusy)
+			if err == nil {
+				err = a.printLanesLeft(ctx)
 			}
 			if res.Failed > 0 {
 				a.printf("see `collector outbox list --failed`\n")
@@ -69,6 +68,21 @@ kafka.retry.attempts tries; unpublished rows stay in the outbox for the next run
 	a.bindFlag("kafka.brokers", f.Lookup("brokers"))
 	a.bindFlag("kafka.topic", f.Lookup("topic"))
 	return cmd
+}
+
+// printLanesLeft names the lanes --once left to other relays: its own are released by now.
+func (a *app) printLanesLeft(ctx context.Context) error {
+	pool, err := a.db(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := outbox.ReadRelayState(ctx, pool)
+	if err != nil || st.LanesHeld == 0 {
+		return err
+	}
+	a.printf("%d of %d lanes are held by another relay (%s) with %d pending events; left to it\n",
+		st.LanesHeld, outbox.Lanes, strings.Join(st.Owners, ", "), st.Pending)
+	return nil
 }
 
 // relayOncePass is seed:real's relay step: it drains the outbox once, like `relay-outbox --once`.

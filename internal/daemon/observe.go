@@ -142,7 +142,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	backlog, err := outbox.ReadBacklog(ctx, d.pool)
+	backlog, err := outbox.ReadBacklog(ctx, d.pool, false)
 	if err != nil {
 		return err
 	}

@@ -91,7 +91,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		st.LagP50, st.LagP99 = seconds(*p50), seconds(*p99)
 	}
 
-	backlog, err := outbox.ReadBacklog(ctx, pool)
+	backlog, err := outbox.ReadBacklog(ctx, pool, false)
 	if err != nil {
 		return st, err
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/duecollector/duecollector/internal/kafkaconn"
 )
 
 // The benchmarks share one broker, so the relay and the raw writer it is compared with talk
@@ -127,7 +129,7 @@ func BenchmarkRawKafkaGoWriter(b *testing.B) {
 
 // rawWriter is a writer with the relay's settings, for writing messages straight from memory.
 func rawWriter(b *testing.B, cfg RelayConfig) *kafka.Writer {
-	t, err := newTransport(cfg)
+	t, err := kafkaconn.Transport(cfg.KafkaConfig, cfg.Dial)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -313,13 +315,13 @@ func benchRTT(b *testing.B) time.Duration {
 func pendingMessages(b *testing.B, pool *pgxpool.Pool, cfg RelayConfig) []kafka.Message {
 	b.Helper()
 	rows, err := pool.Query(context.Background(), `
-		SELECT id, event_id, event_type, item_id, payload::text, created_at, lane FROM outbox ORDER BY id`)
+		SELECT id, event_id, event_type, item_id, payload::text, created_at FROM outbox ORDER BY id`)
 	if err != nil {
 		b.Fatal(err)
 	}
 	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kafka.Message, error) {
 		var row pendingRow
-		err := r.Scan(&row.ID, &row.EventID, &row.EventType, &row.ItemID, &row.Payload, &row.CreatedAt, &row.Lane)
+		err := r.Scan(&row.ID, &row.EventID, &row.EventType, &row.ItemID, &row.Payload, &row.CreatedAt)
 		return message(row, cfg.Source), err
 	})
 	if err != nil {

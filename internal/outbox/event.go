@@ -15,10 +15,7 @@ const SchemaVersion = 1
 // EventTypeSnapshot is the CloudEvents type of a snapshot event.
 const EventTypeSnapshot = "com.duecollector.auction.snapshot.v1"
 
-// SnapshotEvent is the JSON value published for each stored snapshot (docs/events.md, with the
-// JSON Schema in docs/snapshot-event.schema.json; a test keeps both in step with this struct).
-// Prices are in gold; nullable prices are null when there were no listings / no sales. Sales
-// fields cover the sales first seen since the item's previous snapshot.
+// SnapshotEvent is each stored snapshot's JSON value; a test keeps docs/events.md and its schema in step.
 type SnapshotEvent struct {
 	SchemaVersion     int       `json:"schema_version"`
 	SnapshotID        int64     `json:"snapshot_id"`
@@ -41,10 +38,7 @@ type SnapshotEvent struct {
 	SalesGap bool `json:"sales_gap"`
 }
 
-// EnqueueSnapshots inserts one outbox row per event inside the caller's transaction, so an
-// event exists if and only if its snapshot does, and lists it as pending for the relay, which
-// a notification wakes at commit. snapshot_id is unique: a retried write-back cannot enqueue
-// twice.
+// EnqueueSnapshots runs in the snapshots' transaction, so an event exists if and only if its snapshot does.
 func EnqueueSnapshots(ctx context.Context, tx pgx.Tx, events []SnapshotEvent) error {
 	if len(events) == 0 {
 		return nil
@@ -60,17 +54,13 @@ func EnqueueSnapshots(ctx context.Context, tx pgx.Tx, events []SnapshotEvent) er
 		}
 		items[i], snaps[i], payloads[i] = ev.ItemID, ev.SnapshotID, string(b)
 	}
-	_, err := tx.Exec(ctx, EnqueueSQL,
-		EventTypeSnapshot, items, snaps, payloads)
-	if err != nil {
+	if _, err := tx.Exec(ctx, EnqueueSQL, EventTypeSnapshot, items, snaps, payloads); err != nil {
 		return fmt.Errorf("enqueue %d snapshot events: %w", len(events), err)
 	}
 	return nil
 }
 
-// EnqueueSQL adds events ($1 the type; $2 item ids, $3 snapshot ids, $4 JSON payloads) to the
-// outbox and its pending list, once per snapshot, and wakes the relays. Exported for the
-// benchmark's raw-SQL ceiling.
+// EnqueueSQL ($1 type, $2 item ids, $3 snapshot ids, $4 payloads) is exported for the benchmarks.
 const EnqueueSQL = `
 WITH o AS (
     INSERT INTO outbox (event_type, item_id, snapshot_id, payload)

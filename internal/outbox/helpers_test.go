@@ -59,6 +59,18 @@ func newTestRelay(tb testing.TB, pool *pgxpool.Pool, cfg RelayConfig) (*Relay, *
 	return r, sig
 }
 
+// publishedSince counts the rows sig reported published that the test has not taken yet.
+func publishedSince(sig *TestSignals) int {
+	for n := 0; ; {
+		select {
+		case ids := <-sig.Published.C():
+			n += len(ids)
+		default:
+			return n
+		}
+	}
+}
+
 var snapshotSeq atomic.Int64
 
 // snapshotEvents makes perItem events for each of items, interleaved round by round the way

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -10,99 +11,67 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// laneLease is one held lane; validUntil counts from before the statement was sent (monotonic
-// clock), so it never overestimates the lease the database granted.
-type laneLease struct {
-	token      string
-	validUntil time.Time
-}
-
-// laneSet is the lanes one relay holds. Only the relay's own loop touches it.
+// laneSet is the lanes a relay's loop holds, each under its token, all until at least validUntil.
 type laneSet struct {
-	pool  *pgxpool.Pool
-	owner string
-	lease time.Duration
-	held  map[int16]laneLease
+	pool       *pgxpool.Pool
+	owner      string
+	lease      time.Duration
+	held       map[int16]string // lane → lease token
+	validUntil time.Time        // counted from before the statement was sent: never too late
 }
 
-// acquire takes every lane whose lease is free or expired. SKIP LOCKED lets relays acquire at
-// the same time without waiting on each other; each lane goes to exactly one of them.
-func (s *laneSet) acquire(ctx context.Context) ([]int16, error) {
-	if len(s.held) == Lanes {
-		return nil, nil
-	}
+// renew extends each lease still under our token, even an expired one (nobody took it), and with
+// acquire takes free lanes; SKIP LOCKED keeps relays acquiring at once from waiting on each other.
+func (s *laneSet) renew(ctx context.Context, acquire bool) (got, lost []int16, err error) {
 	start := time.Now()
-	rows, err := s.pool.Query(ctx, `
-		WITH free AS (
-			SELECT lane FROM outbox_relay_lanes
-			WHERE lease_expires_at IS NULL OR lease_expires_at <= now()
-			ORDER BY lane
-			FOR UPDATE SKIP LOCKED)
-		UPDATE outbox_relay_lanes l
-		SET owner = $1, lease_token = gen_random_uuid(), lease_expires_at = now() + $2::interval, acquired_at = now()
-		FROM free WHERE l.lane = free.lane
-		RETURNING l.lane, l.lease_token::text`, s.owner, s.lease)
-	if err != nil {
-		return nil, fmt.Errorf("acquire outbox lanes: %w", err)
-	}
-	got, err := s.collect(rows, start)
-	if err != nil {
-		return nil, fmt.Errorf("acquire outbox lanes: %w", err)
-	}
-	return got, nil
-}
-
-func (s *laneSet) collect(rows pgx.Rows, start time.Time) ([]int16, error) {
-	var lanes []int16
+	rows, _ := s.pool.Query(ctx, `
+		WITH mine AS (
+		    UPDATE outbox_relay_lanes SET lease_expires_at = now() + $2::interval
+		    WHERE lease_token = ANY ($1::uuid[])
+		    RETURNING lane, lease_token),
+		     free AS (
+		    SELECT lane FROM outbox_relay_lanes
+		    WHERE $3 AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+		      AND (lease_token IS NULL OR NOT lease_token = ANY ($1::uuid[]))
+		    ORDER BY lane
+		    FOR UPDATE SKIP LOCKED),
+		     taken AS (
+		    UPDATE outbox_relay_lanes l
+		    SET owner = $4, lease_token = gen_random_uuid(), lease_expires_at = now() + $2::interval, acquired_at = now()
+		    FROM free WHERE l.lane = free.lane
+		    RETURNING l.lane, l.lease_token)
+		SELECT lane, lease_token::text FROM mine UNION ALL SELECT lane, lease_token::text FROM taken`,
+		s.tokens(), s.lease, acquire, s.owner)
+	held := map[int16]string{}
 	var lane int16
 	var token string
-	_, err := pgx.ForEachRow(rows, []any{&lane, &token}, func() error {
-		s.held[lane] = laneLease{token: token, validUntil: start.Add(s.lease)}
-		lanes = append(lanes, lane)
-		return nil
-	})
-	return lanes, err
-}
-
-// renew extends every held lease whose token is unchanged, and forgets the others: a changed
-// token means another relay acquired the lane after this one's lease expired. The lease is
-// renewed even if it expired meanwhile, since an unchanged token proves nobody else held it.
-func (s *laneSet) renew(ctx context.Context) (lost []int16, err error) {
-	if len(s.held) == 0 {
-		return nil, nil
+	if _, err := pgx.ForEachRow(rows, []any{&lane, &token}, func() error { held[lane] = token; return nil }); err != nil {
+		// Unknown outcome: keep the old view, whose lease only runs out sooner.
+		return nil, nil, fmt.Errorf("renew outbox lane leases: %w", err)
 	}
-	start := time.Now()
-	rows, err := s.pool.Query(ctx, `
-		UPDATE outbox_relay_lanes SET lease_expires_at = now() + $2::interval
-		WHERE lease_token = ANY($1::uuid[])
-		RETURNING lane, lease_token::text`, s.tokens(), s.lease)
-	if err != nil {
-		return nil, fmt.Errorf("renew outbox lane leases: %w", err)
+	for lane, token := range held {
+		if s.held[lane] != token {
+			got = append(got, lane)
+		}
 	}
-	before := s.held
-	s.held = make(map[int16]laneLease, len(before))
-	if _, err := s.collect(rows, start); err != nil {
-		s.held = before // unknown outcome: keep the old (shorter) view, it only expires sooner
-		return nil, fmt.Errorf("renew outbox lane leases: %w", err)
-	}
-	for lane := range before {
-		if _, ok := s.held[lane]; !ok {
+	for lane := range s.held {
+		if _, ok := held[lane]; !ok {
 			lost = append(lost, lane)
 		}
 	}
+	s.held, s.validUntil = held, start.Add(s.lease)
+	slices.Sort(got)
 	slices.Sort(lost)
-	return lost, nil
+	return got, lost, nil
 }
 
-// release gives every held lane back at once, without waiting for the WAL flush: a release
-// lost in a crash only leaves the lanes to expire (a lost acquisition or renewal could let two
-// relays publish one lane, so those do wait).
+// release need not wait for the WAL flush: a release lost in a crash only leaves lanes to expire.
 func (s *laneSet) release(ctx context.Context) error {
 	if len(s.held) == 0 {
 		return nil
 	}
 	tokens := s.tokens()
-	s.held = map[int16]laneLease{}
+	s.held = map[int16]string{}
 	_, err := s.pool.Exec(ctx, `
 		WITH sc AS (SELECT set_config('synchronous_commit', 'off', true))
 		UPDATE outbox_relay_lanes SET owner = NULL, lease_token = NULL, lease_expires_at = NULL, acquired_at = NULL
@@ -113,50 +82,12 @@ func (s *laneSet) release(ctx context.Context) error {
 	return nil
 }
 
-// usable lists the held lanes with more than margin of lease left, in lane order.
+// usable lists the held lanes if they have more than margin of lease left.
 func (s *laneSet) usable(margin time.Duration) []int16 {
-	deadline := time.Now().Add(margin)
-	var lanes []int16
-	for lane, l := range s.held {
-		if l.validUntil.After(deadline) {
-			lanes = append(lanes, lane)
-		}
+	if time.Until(s.validUntil) <= margin {
+		return nil
 	}
-	slices.Sort(lanes)
-	return lanes
+	return slices.Sorted(maps.Keys(s.held))
 }
 
-// minValid is when the first held lease runs out (zero when none are held).
-func (s *laneSet) minValid() time.Time {
-	var first time.Time
-	for _, l := range s.held {
-		if first.IsZero() || l.validUntil.Before(first) {
-			first = l.validUntil
-		}
-	}
-	return first
-}
-
-func (s *laneSet) tokens() []string {
-	out := make([]string, 0, len(s.held))
-	for _, l := range s.held {
-		out = append(out, l.token)
-	}
-	return out
-}
-
-// busy fills in res the lanes other relays lease, the rows pending in them and who holds them.
-func (s *laneSet) busy(ctx context.Context, res *Result) error {
-	err := s.pool.QueryRow(ctx, `
-		WITH b AS (
-		    SELECT lane, owner FROM outbox_relay_lanes
-		    WHERE lease_expires_at > now() AND NOT (lease_token = ANY ($1::uuid[])))
-		SELECT (SELECT count(*) FROM b),
-		       (SELECT count(*) FROM outbox_pending WHERE lane IN (SELECT lane FROM b)),
-		       (SELECT coalesce(array_agg(DISTINCT owner), '{}') FROM b)`, s.tokens()).
-		Scan(&res.LanesBusy, &res.PendingBusy, &res.BusyOwners)
-	if err != nil {
-		return fmt.Errorf("read outbox lanes held by other relays: %w", err)
-	}
-	return nil
-}
+func (s *laneSet) tokens() []string { return slices.Collect(maps.Values(s.held)) }

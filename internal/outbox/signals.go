@@ -2,8 +2,7 @@ package outbox
 
 import "github.com/duecollector/duecollector/internal/testkit"
 
-// TestSignals lets tests wait for what a relay did instead of sleeping; production code leaves
-// RelayConfig.Test nil.
+// TestSignals tell tests what a relay did, so that they wait instead of sleeping; nil in production.
 type TestSignals struct {
 	Published    testkit.Signal[[]int64]  // ids marked published by one batch
 	PublishError testkit.Signal[error]    // an attempt failed; the relay backs off next
