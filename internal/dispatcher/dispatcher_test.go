@@ -18,6 +18,7 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -142,45 +143,60 @@ func TestConcurrentCollectorsCollectEachItemExactlyOnce(t *testing.T) {
 	}
 }
 
+// A worker that stalls past its lease while its call is in flight writes nothing when it comes
+// back: the item went to another worker, whose collection is the one stored.
 func TestStaleWorkerWriteIsFencedOut(t *testing.T) {
 	t.Parallel()
-	e := setup(t, 1, tiers.Hot, nil)
+	inFlight, release := make(chan struct{}, 1), make(chan struct{})
+	var calls atomic.Int64
+	e := setup(t, 1, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" && calls.Add(1) == 1 { // worker A's call stalls
+				inFlight <- struct{}{}
+				<-release
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
 	ctx := context.Background()
-	a, err := claimDue(ctx, e.pool, 10, time.Minute, "worker-a", false)
-	if err != nil || len(a) != 1 {
-		t.Fatalf("claim a: %v %d", err, len(a))
+	a := e.dispatcher(t, Config{Owner: "worker-a", Concurrency: 1}, nil)
+	b := e.dispatcher(t, Config{Owner: "worker-b", Concurrency: 1}, nil)
+	type outcome struct {
+		s   Summary
+		err error
 	}
-	// Worker A stalls past its lease; worker B re-claims the item.
+	done := make(chan outcome, 1)
+	go func() {
+		s, err := a.RunOnce(ctx)
+		done <- outcome{s, err}
+	}()
+	testkit.Recv(t, inFlight, testkit.Timeout, "worker A's call in flight")
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	b, err := claimDue(ctx, e.pool, 10, time.Minute, "worker-b", false)
-	if err != nil || len(b) != 1 {
-		t.Fatalf("claim b: %v %d", err, len(b))
+	if s, err := b.RunOnce(ctx); err != nil || s.Collected != 1 {
+		t.Fatalf("worker B after A's lease expired: %+v %v, want the item collected", s, err)
 	}
-	price := int64(123)
-	stale := result{claim: a[0], at: a[0].DBNow, outcome: "ok", listings: listingSummary{Count: 1, Quantity: 1, Lowest: &price, Median: &price}}
-	ws, err := writeBack(ctx, e.pool, []result{stale})
-	if err != nil {
-		t.Fatal(err)
+	close(release)
+	o := testkit.Recv(t, done, testkit.Timeout, "worker A's pass to end")
+	if o.err != nil || o.s.Fenced != 1 || o.s.Collected != 0 {
+		t.Fatalf("worker A after stalling: %+v %v, want its write fenced out", o.s, o.err)
 	}
-	if len(ws.fenced) != 1 || ws.applied != 0 {
-		t.Fatalf("stale write: fenced=%v applied=%d, want fenced out", ws.fenced, ws.applied)
+	if n := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`); n != 1 {
+		t.Fatalf("%d snapshots, want worker B's only", n)
 	}
-	if c := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`); c != 0 {
-		t.Fatalf("stale write stored %d snapshots", c)
+	if n := count(t, e.pool, `SELECT count(*) FROM outbox`); n != 1 {
+		t.Fatalf("%d outbox rows, want worker B's only", n)
 	}
-	var leasedBy string
-	if err := e.pool.QueryRow(ctx, `SELECT leased_by FROM tracked_items`).Scan(&leasedBy); err != nil || leasedBy != "worker-b" {
-		t.Fatalf("lease after stale write: %q %v, want worker-b's lease untouched", leasedBy, err)
-	}
-	fresh := stale
-	fresh.claim = b[0]
-	if ws, err := writeBack(ctx, e.pool, []result{fresh}); err != nil || ws.applied != 1 || len(ws.fenced) != 0 {
-		t.Fatalf("current lease holder's write: %+v %v", ws, err)
-	}
-	if c := count(t, e.pool, `SELECT count(*) FROM outbox`); c != 1 {
-		t.Fatalf("%d outbox rows, want 1", c)
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NULL AND next_collect_at > now()`); n != 1 {
+		t.Fatal("the item is not rescheduled and released after worker B's collection")
 	}
 }
 
