@@ -298,8 +298,8 @@ func TestTierGaugesResetWhenATierEmpties(t *testing.T) {
 		}
 		g := map[string][2]float64{}
 		for _, tier := range tiers.All() {
-			g[string(tier)] = [2]float64{testutil.ToFloat64(d.metrics.ItemsDue.WithLabelValues(string(tier))),
-				testutil.ToFloat64(d.metrics.ItemsOverdue.WithLabelValues(string(tier)))}
+			g[string(tier)] = [2]float64{testutil.ToFloat64(d.Metrics().ItemsDue.WithLabelValues(string(tier))),
+				testutil.ToFloat64(d.Metrics().ItemsOverdue.WithLabelValues(string(tier)))}
 		}
 		return g
 	}
@@ -312,7 +312,7 @@ func TestTierGaugesResetWhenATierEmpties(t *testing.T) {
 	if g := gauges(); g["HOT_1M"] != [2]float64{0, 0} || g["COLD_10M"] != [2]float64{1, 1} {
 		t.Fatalf("after the last HOT_1M item moved to COLD_10M: %v", g)
 	}
-	n, err := testutil.GatherAndCount(d.metrics.Registry, "collector_items_due", "collector_items_overdue")
+	n, err := testutil.GatherAndCount(d.Metrics().Registry, "collector_items_due", "collector_items_overdue")
 	if err != nil {
 		t.Fatal(err)
 	}
