@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 )
 
@@ -73,5 +79,33 @@ func TestPinAndPlan(t *testing.T) {
 	}
 	if out, _, err := runCollector(t, "items", "unpin", id, "--database-url", db); err != nil || !strings.Contains(out, "unpinned") {
 		t.Fatalf("items unpin: %v\n%s", err, out)
+	}
+}
+
+// plan assumes, as the daemon does, only the share of the configured budget the adaptive
+// budget has learned the provider allows.
+func TestPlanUsesTheLearnedBudget(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	def := config.Default()
+	ceiling := min(def.Provider.Market.Rate, float64(def.Provider.Market.PerMinute)/60) * (1 - def.Daemon.Budget.Headroom)
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `INSERT INTO budget_rates (key_label, rate) VALUES ($1, $2)`,
+		budget.KeyLabel("market", neoplesim.DefaultMarketKey), ceiling/100); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCollector(t, "plan", "--database-url", db)
+	want := fmt.Sprintf("budget: %.0f requests/s, %.0f/min", def.Provider.Market.Rate/100, float64(def.Provider.Market.PerMinute)/100)
+	if err != nil || !strings.Contains(out, "the provider allows 1% of the configured budget") || !strings.Contains(out, want) {
+		t.Fatalf("plan after the budget learned 1%% of the ceiling: %v; want %q in\n%s", err, want, out)
+	}
+	if out, _, err := runCollector(t, "plan", "--budget", "50", "--database-url", db); err != nil || strings.Contains(out, "learned:") {
+		t.Fatalf("plan --budget plans for what it is given: %v\n%s", err, out)
 	}
 }

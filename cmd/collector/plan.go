@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -25,8 +26,9 @@ func newPlanCmd(a *app) *cobra.Command {
 		Long: `plan runs the budget policy (catalog.policy: budget) over every tracked item and prints, without
 changing anything, the request demand of today's tiers against the market key's budget (less
 catalog.budget_headroom), the tier moves the policy would make, and the predicted
-popularity-weighted freshness before and after. --budget R plans for R requests per second instead
-of provider.market.rate / per_minute. --apply makes the moves (as recalculate-popularity does
+popularity-weighted freshness before and after. It plans, as the daemon does, within
+provider.market.rate / per_minute scaled down to what the adaptive budget learned the provider
+allows (budget_rates); --budget R plans for R requests per second instead. --apply makes the moves (as recalculate-popularity does
 under the budget policy).`,
 		Example: `  collector plan
   collector plan --budget 100
@@ -37,13 +39,25 @@ under the budget policy).`,
 			if err != nil {
 				return err
 			}
-			p := catalog.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market)
+			market, learned := a.cfg.Provider.Market, 1.0
+			if perSecond == 0 && a.cfg.Daemon.Budget.Enabled {
+				// Plan as the daemon does: within what the provider was found to allow.
+				bc := budget.ConfigFor(a.cfg.Daemon.Budget, market, marketKeyLabel(a), "")
+				if learned, err = budget.ReadLearnedShare(ctx, pool, bc); err != nil {
+					return err
+				}
+				market = budget.Scale(market, learned)
+			}
+			p := catalog.PolicyFromConfig(a.cfg.Catalog, market)
 			p.Mode = config.PolicyBudget
 			if perSecond != 0 {
 				if !(perSecond > 0) {
 					return fmt.Errorf("--budget %v: want a positive number of requests per second", perSecond)
 				}
 				p.Budget.PerSecond, p.Budget.PerMinute = perSecond, perSecond*60
+			}
+			if learned < 1 {
+				a.printf("learned: the provider allows %.0f%% of the configured budget (daemon.budget.adaptive); planning for that\n", 100*learned)
 			}
 			var res catalog.Result
 			if apply {

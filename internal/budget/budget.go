@@ -182,12 +182,52 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Share, error) {
 func (s *Share) hold() time.Duration { return max(2*s.cfg.Heartbeat, 250*time.Millisecond) }
 
 // total is the cluster's per-second budget after headroom.
-func (s *Share) total() float64 {
-	r := s.cfg.Rate
-	if s.cfg.PerMinute > 0 {
-		r = math.Min(r, float64(s.cfg.PerMinute)/60)
+func (s *Share) total() float64 { return s.cfg.ceiling() }
+
+func (c Config) ceiling() float64 {
+	r := c.Rate
+	if c.PerMinute > 0 {
+		r = math.Min(r, float64(c.PerMinute)/60)
 	}
-	return r * (1 - s.cfg.Headroom)
+	return r * (1 - c.Headroom)
+}
+
+// LearnedShare is the share of the configured budget the provider has been found to allow:
+// the learned rate over the ceiling, 1 when nothing was learned or learning is off.
+func (s *Share) LearnedShare() float64 {
+	st := s.Stats()
+	return learnedShare(st.ClusterRate, st.Ceiling)
+}
+
+// ReadLearnedShare is LearnedShare as the database has it, for processes without a Share.
+func ReadLearnedShare(ctx context.Context, pool *pgxpool.Pool, cfg Config) (float64, error) {
+	if !cfg.Adaptive {
+		return 1, nil
+	}
+	var learned float64
+	err := pool.QueryRow(ctx, `SELECT rate FROM budget_rates WHERE key_label = $1`, cfg.KeyLabel).Scan(&learned)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 1, nil
+	case err != nil:
+		return 0, fmt.Errorf("read the learned budget of %s: %w", cfg.KeyLabel, err)
+	}
+	return learnedShare(learned, cfg.ceiling()), nil
+}
+
+func learnedShare(rate, ceiling float64) float64 {
+	if !(ceiling > 0) {
+		return 1
+	}
+	return math.Min(rate/ceiling, 1)
+}
+
+// Scale is limits shrunk to share f of themselves: what planning should assume once the
+// provider turned out to allow only that share (per_minute at least 1).
+func Scale(limits config.WorkloadLimits, f float64) config.WorkloadLimits {
+	limits.Rate *= f
+	limits.PerMinute = max(int(math.Round(float64(limits.PerMinute)*f)), 1)
+	return limits
 }
 
 // Pacing spreads a second's quota over its first 80 %; nothing is granted in its last 10 %.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -47,5 +48,49 @@ func TestDefaultBudgetAgainstASlowProviderKeepsCollecting(t *testing.T) {
 	if err != nil || len(st.Budgets) != 1 || st.Budgets[0].LearnedRate == nil || *st.Budgets[0].LearnedRate > 3*limit ||
 		st.Budgets[0].LastCut == nil {
 		t.Fatalf("status budgets %+v, %v: want the learned rate near %d and its last cut", st.Budgets, err, limit)
+	}
+}
+
+// A provider whose real limit is far below the configured budget gets a tier plan it can serve:
+// once the adaptive budget has learned the limit, the daemon plans within it (not at the next
+// catalog.recalc_interval), so HOT no longer asks for more than the provider gives.
+func TestPlanFollowsTheLearnedBudget(t *testing.T) {
+	const n, learned = 600, 5.0
+	e := newEnv(t, n, neoplesim.Options{})
+	ctx := context.Background()
+	// Every item HOT, viewed, with a known change rate: 600 × 2 requests a minute = 20 req/s,
+	// which the configured 500/s allows; not due, so no traffic moves the learned rate.
+	ids := e.trackObserved(t)
+	if _, err := e.pool.Exec(ctx, `INSERT INTO item_interest (item_id, kind) SELECT id, 'view' FROM unnest($1::text[]) AS u(id)`, ids); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Catalog = config.Default().Catalog
+	cfg.Catalog.RecalcInterval = time.Hour
+	cfg.Daemon.Budget.Enabled = true
+	cfg.Daemon.Budget.Heartbeat = 100 * time.Millisecond
+	cfg.Market.Rate, cfg.Market.PerMinute = 500, 30000
+	// What earlier rate-limit answers taught the cluster about this key.
+	if _, err := e.pool.Exec(ctx, `INSERT INTO budget_rates (key_label, rate) VALUES ($1, $2)`, cfg.KeyLabel, learned); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, cfg, nil)
+	demand := func() float64 {
+		var d float64
+		err := e.pool.QueryRow(ctx, `
+			SELECT coalesce(sum(CASE collection_tier WHEN 'HOT_1M' THEN 2.0/60 WHEN 'ACTIVE_3M' THEN 2.0/180
+			                    WHEN 'WARM_5M' THEN 2.0/300 WHEN 'COLD_10M' THEN 2.0/600 ELSE 0 END), 0)
+			FROM tracked_items WHERE tier_reason LIKE 'budget plan%'`).Scan(&d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	testkit.Eventually(t, 30*time.Second, "the items planned", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE tier_reason LIKE 'budget plan%'`) == n
+	})
+	// All COLD would ask for 2 req/s: the plan spends the learned budget, and no more.
+	if d := demand(); d > learned || d <= 2.01 {
+		t.Fatalf("planned demand %.2f req/s, want within the learned %.0f req/s (and above all-COLD's 2)", d, learned)
 	}
 }

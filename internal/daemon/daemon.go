@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -82,6 +83,8 @@ type Daemon struct {
 	replan chan struct{}
 	// tracked is the item count the last gauge refresh saw (-1 before the first); gauge loop only.
 	tracked int64
+	// planned is the learned share of the market budget the last plan assumed (budgetFraction).
+	planned atomic.Uint64           // float64 bits
 	refused atomic.Pointer[refusal] // set while the provider refuses the market key
 }
 
@@ -103,6 +106,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		cfg.Dispatch.Provider = "neople"
 	}
 	d := &Daemon{pool: pool, client: client, cfg: cfg, log: log, metrics: telemetry.NewMetrics(), wake: make(chan struct{}, 1), replan: make(chan struct{}, 1), tracked: -1}
+	d.planned.Store(math.Float64bits(1)) // the tiers as found were planned (if at all) for the configured budget
 	d.metrics.RegisterPool(pool)
 	d.metrics.SetBuildInfo(orUnknown(cfg.Version), orUnknown(cfg.Commit))
 	client.SetObserver(requestMetrics{d.metrics})
@@ -479,17 +483,45 @@ func (d *Daemon) retentionLoop(ctx context.Context) error {
 	}
 }
 
+// minReplanGap spaces the plans that new items or a falling learned budget ask for.
+const minReplanGap = 15 * time.Second
+
+// planBudget is the market budget the tier plan assumes: the configured one scaled by
+// budgetFraction, so that a provider whose real limit is lower gets a plan it can serve (HOT
+// first) instead of a standing backlog.
+func (d *Daemon) planBudget() (config.WorkloadLimits, float64) {
+	f := d.budgetFraction()
+	return budget.Scale(d.cfg.Market, f), f
+}
+
+// budgetFraction is the share of the configured budget the adaptive budget has learned the
+// provider allows (1 without a cluster budget).
+func (d *Daemon) budgetFraction() float64 {
+	if d.share == nil {
+		return 1
+	}
+	return d.share.LearnedShare()
+}
+
 func (d *Daemon) recalcLoop(ctx context.Context) error {
 	t := time.NewTicker(d.cfg.Catalog.RecalcInterval)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		case <-d.replan:
+			// A budget that keeps falling (cut after cut) asks again and again: one plan per gap.
+			if wait := time.Until(last.Add(minReplanGap)); wait > 0 && !backoff.Sleep(ctx, wait) {
+				return nil
+			}
 		}
-		res, err := catalog.RecalculatePopularity(ctx, d.pool, catalog.PolicyFromConfig(d.cfg.Catalog, d.cfg.Market))
+		last = time.Now()
+		market, f := d.planBudget()
+		d.planned.Store(math.Float64bits(f))
+		res, err := catalog.RecalculatePopularity(ctx, d.pool, catalog.PolicyFromConfig(d.cfg.Catalog, market))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			d.metrics.LoopErrors.WithLabelValues("recalc").Inc()

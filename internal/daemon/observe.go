@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/budgetplan"
@@ -130,8 +131,9 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for _, n := range all {
 		total += n
 	}
-	if d.tracked >= 0 && total > d.tracked {
-		// New items (an import) add demand: plan now rather than at the next recalc_interval.
+	// New items (an import) add demand, and a learned budget well below the one planned for
+	// (the provider's real limit) leaves demand unserved: plan now, not at the next recalc_interval.
+	if (d.tracked >= 0 && total > d.tracked) || d.budgetFraction() < replanBelow*math.Float64frombits(d.planned.Load()) {
 		select {
 		case d.replan <- struct{}{}:
 		default:
@@ -151,3 +153,6 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	d.metrics.OutboxOldest.Set(backlog.Oldest.Seconds())
 	return nil
 }
+
+// replanBelow: a learned budget under this share of the one the plan assumed triggers a new plan.
+const replanBelow = 0.8

@@ -28,17 +28,7 @@ func TestNewItemsAreReplannedWithoutWaitingForTheInterval(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "first gauge refresh", func() bool { return testutil.ToFloat64(budgetGauge) > 0 })
 
 	ctx := context.Background()
-	var ids, names []string
-	for _, it := range e.items {
-		ids, names = append(ids, it.ItemID), append(names, it.ItemName)
-	}
-	if _, err := e.pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at,
-			est_collections, est_changes, est_changed_seconds, est_unchanged_seconds)
-		SELECT id, name, 'HOT_1M', now() + interval '1 hour', 100, 50, 3000, 3000 FROM unnest($1::text[], $2::text[]) AS u(id, name)`,
-		ids, names); err != nil {
-		t.Fatal(err)
-	}
+	ids := e.trackObserved(t)
 	testkit.Eventually(t, 20*time.Second, "the new items planned", func() bool {
 		var n int
 		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE collection_tier = 'COLD_10M' AND tier_reason LIKE 'budget plan%'`).Scan(&n)
