@@ -191,8 +191,12 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 	if err != nil {
 		return err
 	}
+	_, learned, err := a.learnedMarket(ctx, pool)
+	if err != nil {
+		return err
+	}
 	a.printf("\n== collector status\n")
-	printStatus(a, st)
+	printStatus(a, st, learned)
 	a.printf("(the lag counts from when each item became due, so after a pause, such as between two\n" +
 		" demo runs on the same database, it includes the time no collector was running)\n\n")
 	if err := a.printEvents(ctx, 3); err != nil {

@@ -108,4 +108,9 @@ func TestPlanUsesTheLearnedBudget(t *testing.T) {
 	if out, _, err := runCollector(t, "plan", "--budget", "50", "--database-url", db); err != nil || strings.Contains(out, "learned:") {
 		t.Fatalf("plan --budget plans for what it is given: %v\n%s", err, out)
 	}
+	// status measures the tiers' demand against the same budget.
+	if out, _, err := runCollector(t, "status", "--database-url", db); err != nil ||
+		!strings.Contains(out, fmt.Sprintf("market key budget: %.1f req/s, the 1%% of the configured", def.Provider.Market.Rate/100)) {
+		t.Fatalf("status after the budget learned 1%%: %v\n%s", err, out)
+	}
 }

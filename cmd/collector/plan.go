@@ -6,6 +6,7 @@ import (
 	"sort"
 	"text/tabwriter"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/budget"
@@ -40,13 +41,11 @@ under the budget policy).`,
 				return err
 			}
 			market, learned := a.cfg.Provider.Market, 1.0
-			if perSecond == 0 && a.cfg.Daemon.Budget.Enabled {
+			if perSecond == 0 {
 				// Plan as the daemon does: within what the provider was found to allow.
-				bc := budget.ConfigFor(a.cfg.Daemon.Budget, market, marketKeyLabel(a), "")
-				if learned, err = budget.ReadLearnedShare(ctx, pool, bc); err != nil {
+				if market, learned, err = a.learnedMarket(ctx, pool); err != nil {
 					return err
 				}
-				market = budget.Scale(market, learned)
 			}
 			p := catalog.PolicyFromConfig(a.cfg.Catalog, market)
 			p.Mode = config.PolicyBudget
@@ -183,4 +182,18 @@ func newUnpinCmd(a *app) *cobra.Command {
 			return nil
 		}),
 	}
+}
+
+// learnedMarket is the market key's budget scaled to the share of it the adaptive budget
+// learned the provider allows (budget_rates), and that share: what the daemon plans within.
+func (a *app) learnedMarket(ctx context.Context, pool *pgxpool.Pool) (config.WorkloadLimits, float64, error) {
+	m := a.cfg.Provider.Market
+	if !a.cfg.Daemon.Budget.Enabled {
+		return m, 1, nil
+	}
+	f, err := budget.ReadLearnedShare(ctx, pool, budget.ConfigFor(a.cfg.Daemon.Budget, m, marketKeyLabel(a), ""))
+	if err != nil {
+		return m, 1, err
+	}
+	return budget.Scale(m, f), f, nil
 }

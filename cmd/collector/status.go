@@ -60,7 +60,11 @@ outbox event older than --max-outbox-age — for a cron alert or a probe.`,
 					return err
 				}
 			} else {
-				printStatus(a, st)
+				_, learned, err := a.learnedMarket(ctx, pool)
+				if err != nil {
+					return err
+				}
+				printStatus(a, st, learned)
 				a.printf("%s", packingLines(pk, a.cfg.Collect.PackSize))
 			}
 			if len(problems) > 0 {
@@ -77,7 +81,7 @@ outbox event older than --max-outbox-age — for a cron alert or a probe.`,
 	return cmd
 }
 
-func printStatus(a *app, st daemon.ClusterStatus) {
+func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 	now := st.DatabaseNow
 	ago := func(t time.Time) string { return now.Sub(t).Round(time.Second).String() + " ago" }
 
@@ -104,8 +108,13 @@ func printStatus(a *app, st daemon.ClusterStatus) {
 	fmt.Fprintf(w, "total\t%d\t%d\t%d\t%.2f\t\n", items, due, overdue, demand)
 	_ = w.Flush()
 	m := a.cfg.Provider.Market
-	keyBudget := min(m.Rate, float64(m.PerMinute)/60)
-	a.printf("market key budget: %.1f req/s (%.0f/s, %d/min); demand is %.0f%% of it\n", keyBudget, m.Rate, m.PerMinute, 100*ratio(demand, keyBudget))
+	keyBudget := min(m.Rate, float64(m.PerMinute)/60) * learned
+	if learned < 1 {
+		a.printf("market key budget: %.1f req/s, the %.0f%% of the configured %.0f/s, %d/min the provider was found to allow; demand is %.0f%% of it\n",
+			keyBudget, 100*learned, m.Rate, m.PerMinute, 100*ratio(demand, keyBudget))
+	} else {
+		a.printf("market key budget: %.1f req/s (%.0f/s, %d/min); demand is %.0f%% of it\n", keyBudget, m.Rate, m.PerMinute, 100*ratio(demand, keyBudget))
+	}
 	if demand > keyBudget {
 		a.printf("WARNING: the tiers ask for %.1f req/s, more than the budget's %.1f; COLD items wait first (collector plan shows a fix)\n", demand, keyBudget)
 	}
