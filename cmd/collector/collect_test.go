@@ -128,15 +128,7 @@ func TestCollectDueStopsAtALongCooldown(t *testing.T) {
 		VALUES ($1, now() + interval '1 hour', 'API002 APIKEY_USAGE_EXCEEDED')`, budget.KeyLabel("market", neoplesim.DefaultMarketKey)); err != nil {
 		t.Fatal(err)
 	}
-	type res struct {
-		out string
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		out, _, err := runCollector(t, "collect-due", "--database-url", db, "--lease", "10s")
-		done <- res{out, err}
-	}()
+	done := startCollector(context.Background(), "collect-due", "--database-url", db, "--lease", "10s")
 	select {
 	case r := <-done:
 		if r.err != nil || !strings.Contains(r.out, "the key cools down until") || !strings.Contains(r.out, "claimed=12 collected=0") {
