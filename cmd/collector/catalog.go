@@ -9,11 +9,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -62,7 +65,11 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	}
 	if rep.Inserted > 0 && a.cfg.Catalog.Policy == config.PolicyBudget {
 		// New items add demand: plan again now rather than at the daemon's next recalculation.
-		res, err := catalog.RecalculatePopularity(ctx, pool, catalog.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market))
+		p, err := a.policy(ctx, pool, a.cfg.Provider.Market)
+		if err != nil {
+			return err
+		}
+		res, err := catalog.RecalculatePopularity(ctx, pool, p)
 		if err != nil {
 			return err
 		}
@@ -159,7 +166,9 @@ scheduled for collection, are hidden from ranking read paths, and purge:syntheti
 			if err != nil {
 				return err
 			}
-			opt.Policy = catalog.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market)
+			if opt.Policy, err = a.policy(ctx, pool, a.cfg.Provider.Market); err != nil {
+				return err
+			}
 			// A line every 5 % of a long run; each batch is committed when it is reported.
 			step := max(1, opt.Items/20)
 			next := step
@@ -209,12 +218,23 @@ func newPurgeSyntheticCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// policy is the tier policy as configured, planning within market and counting what
+// collections cost with the cluster's packing as it is now.
+func (a *app) policy(ctx context.Context, pool *pgxpool.Pool, market config.WorkloadLimits) (catalog.Policy, error) {
+	m, err := dispatcher.PackingModelNow(ctx, pool, dispatchConfig(a))
+	return catalog.PolicyFromConfig(a.cfg.Catalog, market, m), err
+}
+
 func (a *app) recalculate(ctx context.Context) error {
 	pool, err := a.db(ctx)
 	if err != nil {
 		return err
 	}
-	res, err := catalog.RecalculatePopularity(ctx, pool, catalog.PolicyFromConfig(a.cfg.Catalog, a.cfg.Provider.Market))
+	p, err := a.policy(ctx, pool, a.cfg.Provider.Market)
+	if err != nil {
+		return err
+	}
+	res, err := catalog.RecalculatePopularity(ctx, pool, p)
 	if err != nil {
 		return err
 	}
@@ -337,10 +357,18 @@ func printItem(a *app, r catalog.ItemRow) error {
 		{"changes_per_hour", fmtRate(r.ChangesPerHour) + " (estimated)"},
 		{"sales_per_hour", fmtRate(r.SalesPerHour) + " (observed)"},
 		{"sales_gaps", strconv.FormatInt(r.SalesGaps, 10)},
+		{"collection_cost", fmtRequests(r.Requests)},
 	} {
 		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], strings.ReplaceAll(kv[1], "\t", " "))
 	}
 	return tw.Flush()
+}
+
+func fmtRequests(r float64) string {
+	if r < packing.Alone {
+		return strconv.FormatFloat(r, 'f', 2, 64) + " requests (shares packed calls)"
+	}
+	return strconv.FormatFloat(r, 'f', 2, 64) + " requests (its own calls)"
 }
 
 func fmtRate(v *float64) string {

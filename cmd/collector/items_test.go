@@ -36,7 +36,8 @@ func TestItemsShowsWhatCollectionLearnt(t *testing.T) {
 		}
 	}
 	out, _, err = runCollector(t, "items", id, "--database-url", db)
-	if err != nil || !strings.Contains(out, "observed_collections:  1.0") || strings.Contains(out, "changes_per_hour:      - ") {
+	if err != nil || !strings.Contains(out, "observed_collections:  1.0") || strings.Contains(out, "changes_per_hour:      - ") ||
+		!strings.Contains(out, "collection_cost:       2.00 requests (its own calls)") {
 		t.Fatalf("items %s after two collections: %v\n%s", id, err, out)
 	}
 	out, _, err = runCollector(t, "items", "--database-url", db)

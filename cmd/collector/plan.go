@@ -47,7 +47,10 @@ under the budget policy).`,
 					return err
 				}
 			}
-			p := catalog.PolicyFromConfig(a.cfg.Catalog, market)
+			p, err := a.policy(ctx, pool, market)
+			if err != nil {
+				return err
+			}
 			p.Mode = config.PolicyBudget
 			if perSecond != 0 {
 				if !(perSecond > 0) {
@@ -84,8 +87,10 @@ under the budget policy).`,
 func printPlan(a *app, p catalog.Policy, res catalog.Result, applied bool, show int) {
 	s := res.Plan
 	b := p.Budget
-	a.printf("budget: %.0f requests/s, %.0f/min, headroom %.0f%% → %.1f requests/s to plan with (%d requests per collection)\n",
-		b.PerSecond, b.PerMinute, b.Headroom*100, s.Limit, catalog.RequestsPerCollection)
+	a.printf("budget: %.0f requests/s, %.0f/min, headroom %.0f%% → %.1f requests/s to plan with\n",
+		b.PerSecond, b.PerMinute, b.Headroom*100, s.Limit)
+	a.printf("cost: %.2f requests per collection on average; %d of %d items share packed calls at their planned tier, the others cost 2\n",
+		s.Requests, s.Packed, s.Items)
 	a.printf("demand of today's tiers: %.1f requests/s (%.2f× the budget)\n", s.DemandBefore, ratio(s.DemandBefore, s.Limit))
 	if s.DemandBefore > s.Limit {
 		a.printf("WARNING: today's tiers ask for more than the budget; COLD items wait first\n")

@@ -36,6 +36,22 @@ type Fetcher struct {
 	Observer Observer // nil: nobody listens
 }
 
+// AuctionLimit and SoldLimit are the wrapped client's (dispatcher.Limits); 0 when it has none.
+func (f *Fetcher) AuctionLimit() int {
+	if l, ok := f.Next.(dispatcher.Limits); ok {
+		return l.AuctionLimit()
+	}
+	return 0
+}
+
+// SoldLimit: see AuctionLimit.
+func (f *Fetcher) SoldLimit() int {
+	if l, ok := f.Next.(dispatcher.Limits); ok {
+		return l.SoldLimit()
+	}
+	return 0
+}
+
 func (f *Fetcher) Auction(ctx context.Context, itemID string) ([]provider.Listing, error) {
 	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, error) {
 		return f.Next.Auction(ctx, itemID)

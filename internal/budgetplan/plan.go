@@ -36,10 +36,24 @@ type Item struct {
 	ChangeRate float64
 	// SalesRate is the observed sales per second.
 	SalesRate float64
-	// Requests is the provider calls one collection costs (2: listings and sales).
+	// Requests is the provider calls one collection costs when the item has its own calls
+	// (2: listings and sales).
 	Requests float64
+	// Packed, when above 0, is what one collection costs when the item shares packed calls
+	// (packing.Model), which it does at intervals up to PackedUpTo seconds; at longer ones
+	// too many sales pile up between collections and it costs Requests.
+	Packed     float64
+	PackedUpTo float64
 	// Pinned, when set, is the tier an operator fixed; the plan keeps it and counts its demand.
 	Pinned tiers.Tier
+}
+
+// RequestsAt is what one collection costs at an interval of the given seconds.
+func (it Item) RequestsAt(interval float64) float64 {
+	if it.Packed > 0 && interval <= it.PackedUpTo {
+		return it.Packed
+	}
+	return it.Requests
 }
 
 // Budget is one key's request budget.
@@ -72,14 +86,14 @@ func (b Budget) Limit() float64 {
 	return math.Min(b.PerSecond, b.PerMinute/60) * (1 - b.Headroom)
 }
 
-// TierDemand is the steady request rate of n items of tier t costing requests per collection
-// (0 for DORMANT).
-func TierDemand(t tiers.Tier, n int64, requests float64) float64 {
+// TierDemand is the steady request rate of tier t when collecting each of its items once costs
+// requests in all (0 for DORMANT).
+func TierDemand(t tiers.Tier, requests float64) float64 {
 	iv, ok := t.Interval()
 	if !ok {
 		return 0
 	}
-	return float64(n) * requests / iv.Seconds()
+	return requests / iv.Seconds()
 }
 
 // Freshness is the expected fraction of time a copy refreshed every interval seconds is current
@@ -132,7 +146,7 @@ func Predict(items []Item, assigned []tiers.Tier) (demand, freshness float64) {
 			fSum += w
 			continue
 		}
-		demand += it.Requests / iv.Seconds()
+		demand += it.RequestsAt(iv.Seconds()) / iv.Seconds()
 		fSum += w * Freshness(it.ChangeRate, iv.Seconds())
 	}
 	if wSum == 0 {
@@ -141,9 +155,9 @@ func Predict(items []Item, assigned []tiers.Tier) (demand, freshness float64) {
 	return demand, fSum / wSum
 }
 
-// Solve assigns tiers. Pinned items keep their tier. Then every other item gets, as its floor,
-// the slowest tier that keeps its sales inside the window, heaviest items first while the budget
-// allows; the rest of the budget goes where it buys the most weighted freshness, by a Lagrange
+// Solve assigns tiers. Pinned items keep their tier. Every other item starts at its cheapest
+// tier, and gets as its floor the slowest tier that keeps its sales inside the window, heaviest
+// items first while the budget allows; the rest of the budget goes where it buys the most weighted freshness, by a Lagrange
 // multiplier found by bisection over each item's four choices, and the slack that bisection
 // leaves is filled greedily by the best gain per request.
 func Solve(items []Item, b Budget) Plan {
@@ -159,13 +173,12 @@ func Solve(items []Item, b Budget) Plan {
 			floor[i] = -1
 			p.Tiers[i] = it.Pinned
 			if iv, ok := it.Pinned.Interval(); ok {
-				d := it.Requests / iv.Seconds()
-				p.PinnedDemand += d
+				p.PinnedDemand += it.RequestsAt(iv.Seconds()) / iv.Seconds()
 			}
 			continue
 		}
-		floor[i] = int8(len(Choices) - 1)
-		used += cost(it, len(Choices)-1)
+		floor[i] = int8(cheapest(it))
+		used += cost(it, int(floor[i]))
 		free = append(free, int32(i))
 	}
 	used += p.PinnedDemand
@@ -174,7 +187,7 @@ func Solve(items []Item, b Budget) Plan {
 	// Sales floors, heaviest items first (then busiest sellers), first fit.
 	var needFloor []int32
 	for _, i := range free {
-		if safeChoice(items[i]) < len(Choices)-1 {
+		if safeChoice(items[i]) < int(floor[i]) {
 			needFloor = append(needFloor, i)
 		}
 	}
@@ -191,7 +204,7 @@ func Solve(items []Item, b Budget) Plan {
 		if s < 0 {
 			s = 0 // even HOT overflows: collect as often as allowed
 		}
-		extra := cost(it, s) - cost(it, len(Choices)-1)
+		extra := cost(it, s) - cost(it, int(floor[i]))
 		if used+extra <= limit {
 			used += extra
 			floor[i] = int8(s)
@@ -199,27 +212,29 @@ func Solve(items []Item, b Budget) Plan {
 	}
 
 	// Lagrangian: each item takes argmax_k w·F_k − μ·c_k over choices no slower than its floor.
-	// Gains are computed once; each bisection step is then multiply-adds only.
+	// Gains and costs are computed once; each bisection step is then multiply-adds only. A
+	// faster tier may cost less (packed, where the slower one is not), so nothing here assumes
+	// costs grow with the rate.
 	gains := make([][len(Choices)]float64, len(free))
+	costs := make([][len(Choices)]float64, len(free))
 	for j, i := range free {
 		for k := range Choices {
-			gains[j][k] = gainAt(items[i], k)
+			gains[j][k], costs[j][k] = gainAt(items[i], k), cost(items[i], k)
 		}
 	}
 	remaining := limit - used
 	choice := make([]int8, n)
 	pick := func(mu float64, out []int8) (extra float64) {
 		for j, i := range free {
-			r := items[i].Requests
 			f := int(floor[i])
-			best, bestV := f, gains[j][f]-mu*r*perSecond[f]
+			best, bestV := f, gains[j][f]-mu*costs[j][f]
 			for k := f - 1; k >= 0; k-- {
-				if v := gains[j][k] - mu*r*perSecond[k]; v > bestV {
+				if v := gains[j][k] - mu*costs[j][k]; v > bestV {
 					best, bestV = k, v
 				}
 			}
 			out[i] = int8(best)
-			extra += r * (perSecond[best] - perSecond[f])
+			extra += costs[j][best] - costs[j][f]
 		}
 		return extra
 	}
@@ -275,7 +290,12 @@ func fillSlack(items []Item, free []int32, gains [][len(Choices)]float64, floor,
 			continue
 		}
 		extra := cost(it, k-1) - cost(it, k)
-		if gain := gains[j][k-1] - gains[j][k]; gain > 0 && extra > 0 {
+		gain := gains[j][k-1] - gains[j][k]
+		switch {
+		case gain > 0 && extra <= 0: // fresher and no dearer (packed at the faster tier)
+			choice[i]--
+			left -= extra
+		case gain > 0:
 			ups = append(ups, up{i, gain / extra, extra})
 		}
 	}
@@ -288,10 +308,23 @@ func fillSlack(items []Item, free []int32, gains [][len(Choices)]float64, floor,
 	}
 }
 
-func cost(it Item, k int) float64 { return it.Requests * perSecond[k] }
+// cost is the item's steady requests per second at choice k.
+func cost(it Item, k int) float64 { return it.RequestsAt(choiceSeconds[k]) * perSecond[k] }
 
 func gainAt(it Item, k int) float64 {
 	return math.Max(it.Weight, 0) * Freshness(it.ChangeRate, choiceSeconds[k])
+}
+
+// cheapest is the choice index with the fewest requests per second, the slowest among equals:
+// COLD, unless the item shares packed calls only at a faster tier.
+func cheapest(it Item) int {
+	best := len(Choices) - 1
+	for k := best - 1; k >= 0; k-- {
+		if cost(it, k) < cost(it, best) {
+			best = k
+		}
+	}
+	return best
 }
 
 // safeChoice is the slowest choice index whose interval keeps the item's sales in the window,

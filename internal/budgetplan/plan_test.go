@@ -18,6 +18,10 @@ func randomCatalog(r *rand.Rand, n int) []Item {
 			SalesRate:  math.Exp(r.NormFloat64()*2) / 20000,
 			Requests:   2,
 		}
+		if r.IntN(2) == 0 { // shares packed calls while its sales per collection are few
+			items[i].Packed = 0.2 + r.Float64()*0.5
+			items[i].PackedUpTo = 5 / max(items[i].SalesRate, 1e-9)
+		}
 		if r.IntN(50) == 0 {
 			items[i].Pinned = Choices[r.IntN(len(Choices))]
 		}
@@ -35,15 +39,20 @@ func TestPlanRespectsBudgetOnRandomCatalogs(t *testing.T) {
 		if math.Abs(demand-p.Demand) > 1e-9*(1+demand) || math.Abs(fresh-p.Freshness) > 1e-9 {
 			t.Fatalf("trial %d: plan reports demand %v freshness %v, its tiers give %v %v", trial, p.Demand, p.Freshness, demand, fresh)
 		}
-		// The cheapest possible plan (every free item COLD) is the only excuse for going over.
+		// The cheapest possible plan (every free item at its cheapest tier, COLD unless it packs
+		// only at a faster one) is the only excuse for going over.
 		floorDemand := p.PinnedDemand
 		for _, it := range items {
 			if it.Pinned == "" {
-				floorDemand += cost(it, len(Choices)-1)
+				c := math.Inf(1)
+				for k := range Choices {
+					c = min(c, it.RequestsAt(choiceSeconds[k])/choiceSeconds[k])
+				}
+				floorDemand += c
 			}
 		}
 		if p.Demand > b.Limit()*(1+1e-9) && p.Demand > floorDemand*(1+1e-9) {
-			t.Fatalf("trial %d: demand %v over limit %v although all-COLD costs %v", trial, p.Demand, b.Limit(), floorDemand)
+			t.Fatalf("trial %d: demand %v over limit %v although the cheapest tiers cost %v", trial, p.Demand, b.Limit(), floorDemand)
 		}
 		if p.PinsExceed != (p.PinnedDemand > b.Limit()) {
 			t.Fatalf("trial %d: PinsExceed=%v with pinned demand %v, limit %v", trial, p.PinsExceed, p.PinnedDemand, b.Limit())
@@ -95,9 +104,9 @@ func TestPlanPrefersHeavierItems(t *testing.T) {
 			items[i].Pinned = ""
 			items[i].SalesRate = 0
 		}
-		// Pairs with the same change rate and different weights.
+		// Pairs with the same change rate and costs, and different weights.
 		for i := 0; i+1 < len(items); i += 2 {
-			items[i+1].ChangeRate = items[i].ChangeRate
+			items[i+1].ChangeRate, items[i+1].Packed, items[i+1].PackedUpTo = items[i].ChangeRate, items[i].Packed, items[i].PackedUpTo
 		}
 		p := Solve(items, Budget{PerSecond: 1 + r.Float64()*5, PerMinute: 1e9, Headroom: 0})
 		for i := 0; i+1 < len(items); i += 2 {
@@ -182,5 +191,47 @@ func BenchmarkSolveMillionItems(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		Solve(items, budget)
+	}
+}
+
+func TestPlanCountsPackedCosts(t *testing.T) {
+	// 600 alike items; at 2 requests a collection 10 req/s buys 300 HOT, at a packed 0.4 it buys
+	// them all.
+	items := make([]Item, 600)
+	for i := range items {
+		items[i] = Item{Weight: 1, ChangeRate: 1.0 / 600, Requests: 2}
+	}
+	b := Budget{PerSecond: 10, PerMinute: 1e9}
+	alone := Solve(items, b)
+	for i := range items {
+		items[i].Packed, items[i].PackedUpTo = 0.4, math.Inf(1)
+	}
+	packed := Solve(items, b)
+	count := func(p Plan) (hot int) {
+		for _, t := range p.Tiers {
+			if t == tiers.Hot {
+				hot++
+			}
+		}
+		return hot
+	}
+	if got := count(alone); got > 300 {
+		t.Errorf("alone: %d HOT items at 2 requests each exceed 10 req/s", got)
+	}
+	if got := count(packed); got != 600 {
+		t.Errorf("packed: %d of 600 items HOT, want all (600 × 0.4 / 60 s = 4 req/s)", got)
+	}
+	if packed.Freshness <= alone.Freshness || packed.Demand > b.Limit() {
+		t.Errorf("packed plan: freshness %v (alone %v), demand %v of %v", packed.Freshness, alone.Freshness, packed.Demand, b.Limit())
+	}
+}
+
+func TestPlanTakesAFasterTierThatPacksWhenItIsCheaper(t *testing.T) {
+	// Sells 1 a minute: packs up to 5 sales a collection, i.e. at intervals up to 300 s. COLD
+	// alone costs 2/600 req/s, WARM packed 0.2/300: WARM is fresher and cheaper.
+	it := Item{Weight: 1, ChangeRate: 1.0 / 3600, SalesRate: 1.0 / 60, Requests: 2, Packed: 0.2, PackedUpTo: 300}
+	p := Solve([]Item{it}, Budget{PerSecond: 0.004, PerMinute: 1e9})
+	if p.Tiers[0].Rank() > tiers.Warm.Rank() || p.Demand > p.Limit {
+		t.Errorf("got %s at %v req/s (limit %v); want WARM_5M or faster within the limit", p.Tiers[0], p.Demand, p.Limit)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -75,7 +76,7 @@ func SeedSynthetic(ctx context.Context, db DB, opt SyntheticOptions) (SyntheticR
 			MaxSyntheticItems, MaxSyntheticDays, opt.Items, opt.Days)
 	}
 	if opt.Policy.Window == 0 {
-		opt.Policy = PolicyFromConfig(config.Default().Catalog, config.Default().Provider.Market)
+		opt.Policy = PolicyFromConfig(config.Default().Catalog, config.Default().Provider.Market, packing.Model{})
 	}
 	res := SyntheticResult{Items: opt.Items}
 	end := opt.Until.Truncate(time.Hour)

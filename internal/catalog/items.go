@@ -33,6 +33,9 @@ type ItemRow struct {
 	SalesPerHour   *float64 // nil before any observed interval
 	ChangesPerHour *float64 // Cho & Garcia-Molina estimate; nil before any observed interval
 	SalesGaps      int64    // collections that found sales lost since the previous one
+	// Requests is what one collection costs at its tier as last planned (below 2: it shares
+	// packed calls).
+	Requests float64
 }
 
 // ListItems returns tracked items, most popular first. Synthetic items are excluded unless
@@ -45,7 +48,8 @@ func ListItems(ctx context.Context, db DB, q ItemsQuery) ([]ItemRow, error) {
 	rows, err := db.Query(ctx, `
 		SELECT item_id, item_name, collection_tier, popularity_score, next_collect_at, last_collected_at,
 		       tier_changed_at, coalesce(tier_reason, ''), coalesce(pinned_tier, ''),
-		       est_collections, est_changes, est_changed_seconds, est_unchanged_seconds, est_sales, sales_gaps
+		       est_collections, est_changes, est_changed_seconds, est_unchanged_seconds, est_sales, sales_gaps,
+		       requests_per_collection
 		FROM tracked_items
 		WHERE ($1 = '' OR collection_tier = $1)
 		  AND ($2 OR NOT item_id LIKE ANY($5::text[]) OR item_id = $4)
@@ -64,7 +68,7 @@ func ListItems(ctx context.Context, db DB, q ItemsQuery) ([]ItemRow, error) {
 		o := &r.Observed
 		if err := rows.Scan(&r.ItemID, &r.Name, &tier, &r.Score, &r.NextCollectAt, &r.LastCollectedAt,
 			&r.TierChangedAt, &r.TierReason, &pinned, &o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds,
-			&sales, &r.SalesGaps); err != nil {
+			&sales, &r.SalesGaps, &r.Requests); err != nil {
 			return nil, fmt.Errorf("list tracked items: %w", err)
 		}
 		r.Tier, r.PinnedTier = tiers.Tier(tier), tiers.Tier(pinned)

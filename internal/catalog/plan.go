@@ -3,12 +3,42 @@ package catalog
 import (
 	"fmt"
 
+	"github.com/duecollector/duecollector/internal/packing"
+
 	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// RequestsPerCollection is what collecting one item costs: /df/auction and /df/auction-sold.
-const RequestsPerCollection = 2
+// costItem is the item's collection cost for the planner: alone (its first collection, or too
+// many listings to share a call), or packed at intervals short enough that few sales pile up.
+func costItem(it itemState, m packing.Model) budgetplan.Item {
+	pi := budgetplan.Item{Requests: packing.Alone}
+	if it.SeenListings == nil {
+		return pi
+	}
+	if c, ok := m.Packed(*it.SeenListings); ok {
+		pi.Packed, pi.PackedUpTo = c, m.PackedUpTo(observedSalesRate(it))
+	}
+	return pi
+}
+
+// requestsAt is what one collection costs at tier t (2 for DORMANT, which is never collected
+// on schedule: a reactivation's first collection may be alone).
+func requestsAt(pi budgetplan.Item, t tiers.Tier) float64 {
+	iv, ok := t.Interval()
+	if !ok {
+		return pi.Requests
+	}
+	return pi.RequestsAt(iv.Seconds())
+}
+
+// observedSalesRate is the item's decayed sales per second (0 before an interval was observed).
+func observedSalesRate(it itemState) float64 {
+	if secs := it.Observed.ChangedSeconds + it.Observed.UnchangedSeconds; secs > 0 {
+		return it.ObservedSales / secs
+	}
+	return 0
+}
 
 // priorChangeRate stands in for an item not observed yet when predicting freshness: a few
 // changes an hour, the typical item.
@@ -25,13 +55,17 @@ type PlanSummary struct {
 	FreshnessBefore float64 // predicted popularity-weighted freshness of the tiers as they were
 	FreshnessAfter  float64 // … and of the planned tiers
 	SalesUnsafe     int     // planned items whose interval may overflow the 100-sale window (budget too small)
+	// Requests is the mean cost of one collection at the planned tiers, and Packed how many
+	// planned items share packed calls there (the others cost packing.Alone).
+	Requests float64
+	Packed   int
 }
 
 // planBudget replaces the threshold decisions of plannable items by the budget planner's.
 // Pinned, reactivated and DORMANT items keep their decision; so do items whose change rate is
 // not known yet (they take the threshold decision until two collections have been observed),
 // but their demand counts against the budget.
-func planBudget(items []itemState, scores []float64, ds []decision, b budgetplan.Budget) *PlanSummary {
+func planBudget(items []itemState, scores []float64, ds []decision, b budgetplan.Budget, m packing.Model) *PlanSummary {
 	var in []budgetplan.Item
 	var idx []int
 	var before []tiers.Tier
@@ -40,13 +74,11 @@ func planBudget(items []itemState, scores []float64, ds []decision, b budgetplan
 		if d.Tier == tiers.Dormant && it.Tier == tiers.Dormant {
 			continue
 		}
-		pi := budgetplan.Item{Weight: scores[i], Requests: RequestsPerCollection, ChangeRate: priorChangeRate}
+		pi := costItem(it, m)
+		pi.Weight, pi.ChangeRate = scores[i], priorChangeRate
 		rate, known := it.Observed.ChangeRate()
 		if known {
-			pi.ChangeRate = rate
-			if secs := it.Observed.ChangedSeconds + it.Observed.UnchangedSeconds; secs > 0 {
-				pi.SalesRate = it.ObservedSales / secs
-			}
+			pi.ChangeRate, pi.SalesRate = rate, observedSalesRate(it)
 		}
 		switch {
 		case d.Tier == tiers.Dormant:
@@ -62,6 +94,13 @@ func planBudget(items []itemState, scores []float64, ds []decision, b budgetplan
 	s := &PlanSummary{Items: len(in), Limit: plan.Limit, DemandAfter: plan.Demand, PinnedDemand: plan.PinnedDemand,
 		PinsExceed: plan.PinsExceed, FreshnessAfter: plan.Freshness, SalesUnsafe: plan.SalesUnsafe}
 	s.DemandBefore, s.FreshnessBefore = budgetplan.Predict(in, before)
+	for j, t := range plan.Tiers {
+		c := requestsAt(in[j], t)
+		s.Requests += c / float64(len(in))
+		if c < packing.Alone {
+			s.Packed++
+		}
+	}
 	for j, i := range idx {
 		if in[j].Pinned != "" {
 			continue

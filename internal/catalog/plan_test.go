@@ -3,18 +3,20 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 func budgetPolicy(perSecond float64) Policy {
 	c := config.Default()
-	p := PolicyFromConfig(c.Catalog, c.Provider.Market)
+	p := PolicyFromConfig(c.Catalog, c.Provider.Market, packing.Model{})
 	p.Mode = config.PolicyBudget
 	p.Budget.PerSecond, p.Budget.PerMinute, p.Budget.Headroom = perSecond, perSecond*60, 0.1
 	return p
@@ -103,7 +105,7 @@ func TestBudgetPolicyKeepsDemandWithinBudgetAndFavoursHeavyItems(t *testing.T) {
 	var demand float64
 	for _, r := range rows {
 		iv, _ := tiers.Tier(r.tier).Interval()
-		demand += RequestsPerCollection / iv.Seconds()
+		demand += packing.Alone / iv.Seconds()
 	}
 	if demand > p.Budget.Limit()+1e-9 {
 		t.Errorf("demand after the plan %.4f requests/s, budget %.4f", demand, p.Budget.Limit())
@@ -122,5 +124,71 @@ func TestBudgetPolicyKeepsDemandWithinBudgetAndFavoursHeavyItems(t *testing.T) {
 	}
 	if err := UnpinItem(ctx, pool, "nope"); err == nil {
 		t.Error("unpinning an untracked item must fail")
+	}
+}
+
+// Items known to be small share packed calls: the plan counts them at their packed cost, so the
+// same budget keeps more of them on fast tiers, and what each costs is stored for status and
+// the demand gauges.
+func TestBudgetPolicyCountsPackedCosts(t *testing.T) {
+	const n = 20
+	ctx := context.Background()
+	hot := func(pool *pgxpool.Pool) (n int) {
+		for _, r := range tierRows(t, pool) {
+			if r.tier == string(tiers.Hot) {
+				n++
+			}
+		}
+		return n
+	}
+	alone := plannedCatalog(t, n)
+	if _, err := RecalculatePopularity(ctx, alone, budgetPolicy(0.3)); err != nil {
+		t.Fatal(err)
+	}
+	packedPool := plannedCatalog(t, n)
+	// Ten listings last time, no sales: a tenth of a packed call each, 0.2 requests a collection.
+	if _, err := packedPool.Exec(ctx, `UPDATE tracked_items SET seen_listing_count = 10 WHERE item_id <> 'plan-00'`); err != nil {
+		t.Fatal(err)
+	}
+	p := budgetPolicy(0.3)
+	p.Packing = packing.Model{PackSize: 10, AuctionLimit: 400, MaxListings: 100, MaxSales: 5, Listings: true, Sales: true}
+	res, err := RecalculatePopularity(ctx, packedPool, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := hot(alone), hot(packedPool); b <= a {
+		t.Errorf("HOT items: %d counting packed costs, %d counting 2 per collection; packing should buy more", b, a)
+	}
+	if res.Plan.Packed != n-1 || res.Plan.DemandAfter > res.Plan.Limit+1e-9 {
+		t.Errorf("plan: %d items packed (want %d), demand %v of %v", res.Plan.Packed, n-1, res.Plan.DemandAfter, res.Plan.Limit)
+	}
+	var stored, unseen float64
+	var demand float64
+	rows, err := packedPool.Query(ctx, `SELECT item_id, collection_tier, requests_per_collection FROM tracked_items`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id, tier string
+		var r float64
+		if err := rows.Scan(&id, &tier, &r); err != nil {
+			t.Fatal(err)
+		}
+		if id == "plan-00" {
+			unseen = r
+		} else {
+			stored = r
+		}
+		iv, _ := tiers.Tier(tier).Interval()
+		demand += r / iv.Seconds()
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if math.Abs(stored-0.2) > 1e-6 || unseen != packing.Alone {
+		t.Errorf("requests_per_collection: %v for a small item (want 0.2), %v for one never seen (want 2)", stored, unseen)
+	}
+	if math.Abs(demand-res.Plan.DemandAfter) > 1e-6 {
+		t.Errorf("stored costs give %v requests/s, the plan %v", demand, res.Plan.DemandAfter)
 	}
 }

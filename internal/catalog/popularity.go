@@ -10,6 +10,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -26,11 +27,15 @@ type Policy struct {
 	Mode string
 	// Budget is the market key's budget the budget policy plans within.
 	Budget budgetplan.Budget
+	// Packing is how the dispatcher shares calls now (dispatcher.PackingModelNow): what a
+	// collection costs, for the plan and the demand.
+	Packing packing.Model
 }
 
-// PolicyFromConfig converts the validated catalog section and the market key's limits
-// (provider.market.*), which the budget policy plans within.
-func PolicyFromConfig(c config.CatalogConfig, market config.WorkloadLimits) Policy {
+// PolicyFromConfig converts the validated catalog section, the market key's limits
+// (provider.market.* or what was learned of them), which the budget policy plans within, and
+// how the dispatcher packs calls now (dispatcher.PackingModelNow).
+func PolicyFromConfig(c config.CatalogConfig, market config.WorkloadLimits, pack packing.Model) Policy {
 	rt, err := tiers.Parse(c.ReactivateTier)
 	if err != nil {
 		rt = tiers.Active
@@ -39,7 +44,8 @@ func PolicyFromConfig(c config.CatalogConfig, market config.WorkloadLimits) Poli
 		Window: c.SignalWindow, DormantAfter: c.DormantAfter, DemotionHold: c.DemotionHold,
 		InterestHalfLife: c.InterestHalfLife, ReactivateTier: rt,
 		Thresholds: c.Thresholds.Tiers(), Weights: c.Weights, Mode: c.Policy,
-		Budget: budgetplan.Budget{PerSecond: market.Rate, PerMinute: float64(market.PerMinute), Headroom: c.BudgetHeadroom},
+		Budget:  budgetplan.Budget{PerSecond: market.Rate, PerMinute: float64(market.PerMinute), Headroom: c.BudgetHeadroom},
+		Packing: pack,
 	}
 }
 
@@ -80,6 +86,8 @@ type itemState struct {
 	Pinned        tiers.Tier // an operator's pin; "" = none
 	Observed      budgetplan.Observations
 	ObservedSales float64 // decayed new sales over Observed's seconds
+	SeenListings  *int    // listings at the last collection; nil before the first
+	Requests      float64 // requests_per_collection as stored
 	Signals
 }
 
@@ -206,7 +214,7 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 			ds[i] = decide(now, it, scores[i], p)
 		}
 		if p.Mode == config.PolicyBudget {
-			res.Plan = planBudget(items, scores, ds, p.Budget)
+			res.Plan = planBudget(items, scores, ds, p.Budget, p.Packing)
 		}
 		var batch updates
 		for i, it := range items {
@@ -218,7 +226,8 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 			if scoreChanged {
 				res.ScoreChanged++
 			}
-			if d.Tier == it.Tier && !scoreChanged {
+			requests := requestsAt(costItem(it, p.Packing), d.Tier)
+			if d.Tier == it.Tier && !scoreChanged && math.Abs(requests-it.Requests) < 1e-3 {
 				continue
 			}
 			var next *time.Time
@@ -233,7 +242,7 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 				}
 				continue
 			}
-			batch.add(it, score, d, next)
+			batch.add(it, score, d, next, requests)
 			if batch.len() >= updateBatch {
 				if err := batch.flush(ctx, tx, &res); err != nil {
 					return err
@@ -258,7 +267,8 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 		       (SELECT max(sold_at) FROM auction_sales s WHERE s.item_id = t.item_id),
 		       li.occurred_at, coalesce(li.kind, ''),
 		       sa.n, sa.gold, ch.churn, ia.interest, now(), coalesce(t.pinned_tier, ''),
-		       t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.est_sales
+		       t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.est_sales,
+		       t.seen_listing_count, t.requests_per_collection
 		FROM tracked_items t
 		LEFT JOIN LATERAL (
 			SELECT occurred_at, kind FROM item_interest i WHERE i.item_id = t.item_id
@@ -300,7 +310,8 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 		if err := rows.Scan(&it.ItemID, &tier, &it.NextCollectAt, &it.Score, &it.CreatedAt, &it.TierChangedAt,
 			&it.LastSale, &it.LastInterest, &it.LastKind,
 			&it.Sales, &it.Gold, &it.Churn, &it.Interest, &now, &pinned,
-			&o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds, &it.ObservedSales); err != nil {
+			&o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds, &it.ObservedSales,
+			&it.SeenListings, &it.Requests); err != nil {
 			return nil, now, fmt.Errorf("read popularity signals: %w", err)
 		}
 		it.Tier, it.Pinned = tiers.Tier(tier), tiers.Tier(pinned)
@@ -320,15 +331,16 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 // updates accumulates one batched UPDATE ... FROM unnest.
 type updates struct {
 	ids, oldTiers, newTiers, reasons []string
-	scores                           []float64
+	scores, requests                 []float64
 	nexts                            []*time.Time
 	dueNow, promote                  []bool
 }
 
 func (u *updates) len() int { return len(u.ids) }
 
-func (u *updates) add(it itemState, score float64, d decision, next *time.Time) {
+func (u *updates) add(it itemState, score float64, d decision, next *time.Time, requests float64) {
 	u.ids = append(u.ids, it.ItemID)
+	u.requests = append(u.requests, requests)
 	u.oldTiers = append(u.oldTiers, string(it.Tier))
 	u.newTiers = append(u.newTiers, string(d.Tier))
 	u.reasons = append(u.reasons, d.Reason)
@@ -358,12 +370,13 @@ func (u *updates) flush(ctx context.Context, tx pgx.Tx, res *Result) error {
 				ELSE u.next END,
 			tier_changed_at  = CASE WHEN u.new_tier = u.old_tier THEN t.tier_changed_at ELSE now() END,
 			tier_reason      = CASE WHEN u.new_tier = u.old_tier THEN t.tier_reason ELSE u.reason END,
+			requests_per_collection = u.requests,
 			updated_at       = now()
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::timestamptz[], $7::bool[], $8::bool[])
-		     AS u(item_id, old_tier, new_tier, reason, score, next, due_now, promote)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::timestamptz[], $7::bool[], $8::bool[], $9::float8[])
+		     AS u(item_id, old_tier, new_tier, reason, score, next, due_now, promote, requests)
 		WHERE t.item_id = u.item_id AND t.collection_tier = u.old_tier
 		RETURNING t.item_id, u.old_tier, u.new_tier, u.reason, u.due_now, t.next_collect_at`,
-		u.ids, u.oldTiers, u.newTiers, u.reasons, u.scores, u.nexts, u.dueNow, u.promote)
+		u.ids, u.oldTiers, u.newTiers, u.reasons, u.scores, u.nexts, u.dueNow, u.promote, u.requests)
 	if err != nil {
 		return fmt.Errorf("update %d tracked items: %w", u.len(), err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -16,7 +17,7 @@ import (
 // check; the budget policy has its own tests (plan_test.go).
 func testPolicy() Policy {
 	c := config.Default()
-	p := PolicyFromConfig(c.Catalog, c.Provider.Market)
+	p := PolicyFromConfig(c.Catalog, c.Provider.Market, packing.Model{})
 	p.Mode = config.PolicyThresholds
 	return p
 }

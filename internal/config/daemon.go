@@ -20,6 +20,11 @@ type DaemonConfig struct {
 	// KeyRecheck: while the provider refuses the market key, one call this often tells
 	// whether it works again.
 	KeyRecheck time.Duration `mapstructure:"key_recheck"`
+	// PackWait: with packing on (collect.pack_size > 1), the least time between the starts of
+	// two collection passes. Items falling due meanwhile gather and share packed calls; without
+	// it a steady daemon claims one or two items at a time and packs almost nothing. An item
+	// waits at most this long past its due time. 0 = claim each item as soon as it is due.
+	PackWait time.Duration `mapstructure:"pack_wait"`
 
 	Health HealthConfig `mapstructure:"health"`
 	Budget BudgetConfig `mapstructure:"budget"`
@@ -56,6 +61,7 @@ var daemonDefaults = map[string]any{
 	"daemon.shutdown_grace":               "20s",
 	"daemon.gauge_interval":               "15s",
 	"daemon.key_recheck":                  "5m",
+	"daemon.pack_wait":                    "500ms",
 	"daemon.health.window":                "30s",
 	"daemon.health.error_ratio":           0.5,
 	"daemon.health.min_samples":           20,
@@ -83,6 +89,7 @@ func (c DaemonConfig) validate() error {
 		{"daemon.shutdown_grace", c.ShutdownGrace, 0, 10 * time.Minute},
 		{"daemon.gauge_interval", c.GaugeInterval, 100 * time.Millisecond, time.Hour},
 		{"daemon.key_recheck", c.KeyRecheck, 100 * time.Millisecond, 24 * time.Hour},
+		{"daemon.pack_wait", c.PackWait, 0, 10 * time.Second},
 		{"daemon.health.window", c.Health.Window, time.Second, time.Hour},
 		{"daemon.health.probe_backoff", c.Health.ProbeBackoff, 10 * time.Millisecond, time.Hour},
 		{"daemon.health.probe_backoff_max", c.Health.ProbeBackoffMax, c.Health.ProbeBackoff, 24 * time.Hour},

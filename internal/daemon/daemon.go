@@ -34,6 +34,7 @@ import (
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/retention"
 	"github.com/duecollector/duecollector/internal/store"
@@ -86,6 +87,10 @@ type Daemon struct {
 	// planned is the learned share of the market budget the last plan assumed (budgetFraction).
 	planned atomic.Uint64           // float64 bits
 	refused atomic.Pointer[refusal] // set while the provider refuses the market key
+	// calls counts provider calls made; perItem is what a collection has cost lately (float64
+	// bits): packed collections share calls, so a second of budget buys more than rate/2 items.
+	calls   atomic.Int64
+	perItem atomic.Uint64
 }
 
 // refusal is why collection stopped on a refused key, for /readyz.
@@ -107,6 +112,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	}
 	d := &Daemon{pool: pool, client: client, cfg: cfg, log: log, metrics: telemetry.NewMetrics(), wake: make(chan struct{}, 1), replan: make(chan struct{}, 1), tracked: -1}
 	d.planned.Store(math.Float64bits(1)) // the tiers as found were planned (if at all) for the configured budget
+	d.perItem.Store(math.Float64bits(packing.Alone))
 	d.metrics.RegisterPool(pool)
 	d.metrics.SetBuildInfo(orUnknown(cfg.Version), orUnknown(cfg.Commit))
 	client.SetObserver(requestMetrics{d.metrics})
@@ -120,7 +126,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		}
 		d.share, rate = s, s
 	}
-	f := &budget.Fetcher{Next: client, Share: d.share, Observer: fetchMetrics{d.metrics}}
+	f := &budget.Fetcher{Next: client, Share: d.share, Observer: fetchMetrics{d.metrics, &d.calls}}
 	d.health = health.New(pool, health.Config{HealthConfig: cfg.Daemon.Health, Provider: cfg.Dispatch.Provider, Owner: cfg.Dispatch.Owner},
 		d.probe(f), rate, log)
 	d.health.Checked = cfg.HealthChecked
@@ -140,12 +146,14 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc := cfg.Dispatch
 	dc.Grace = cfg.Daemon.ShutdownGrace
 	dc.PrioritizeTiers = true
+	dc.Gather = d.gathers()
 	dc.ClaimLimit = func() int {
 		perSec := cfg.Market.Rate
 		if d.share != nil {
 			perSec = d.share.Stats().PerSecond
 		}
-		return int(perSec / catalog.RequestsPerCollection)
+		// At least a full packed call's worth: a smaller claim could never fill one.
+		return max(int(perSec/math.Float64frombits(d.perItem.Load())), cfg.Dispatch.PackSize)
 	}
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	disp, err := dispatcher.New(pool, f, dc, log)
@@ -281,7 +289,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 func (d *Daemon) collectLoop(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
+		passStart, calls := time.Now(), d.calls.Load()
 		sum, err := d.disp.RunOnce(ctx)
+		d.learnCost(sum, d.calls.Load()-calls)
 		if ctx.Err() != nil {
 			d.logPass(sum)
 			return
@@ -324,6 +334,10 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 				continue
 			}
 		}
+		if g := d.cfg.Daemon.PackWait - time.Since(passStart); d.gathers() && g > 0 {
+			// What falls due meanwhile gathers for the next pass and shares its packed calls.
+			backoff.Sleep(ctx, g)
+		}
 		wait, err := nextWake(ctx, d.pool)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -340,6 +354,21 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 		}
 	}
 }
+
+// learnCost follows what a collection costs (calls per collected item, retries and shadow
+// checks included), smoothed over passes; passes with too few items to tell are skipped.
+func (d *Daemon) learnCost(sum dispatcher.Summary, calls int64) {
+	n := sum.Collected + sum.Failed
+	if n < 10 {
+		return
+	}
+	r := min(max(float64(calls)/float64(n), 0.1), 2*packing.Alone)
+	old := math.Float64frombits(d.perItem.Load())
+	d.perItem.Store(math.Float64bits(0.7*old + 0.3*r))
+}
+
+// gathers reports whether passes are spaced by daemon.pack_wait: only when items can share calls.
+func (d *Daemon) gathers() bool { return d.cfg.Daemon.PackWait > 0 && d.cfg.Dispatch.PackSize > 1 }
 
 // keyRefused holds collection while the provider refuses the market key (a configuration
 // error, not an outage): /readyz says why, the key's cool-down in the database shows it to
@@ -521,7 +550,11 @@ func (d *Daemon) recalcLoop(ctx context.Context) error {
 		last = time.Now()
 		market, f := d.planBudget()
 		d.planned.Store(math.Float64bits(f))
-		res, err := catalog.RecalculatePopularity(ctx, d.pool, catalog.PolicyFromConfig(d.cfg.Catalog, market))
+		pm, err := dispatcher.PackingModelNow(ctx, d.pool, d.cfg.Dispatch)
+		var res catalog.Result
+		if err == nil {
+			res, err = catalog.RecalculatePopularity(ctx, d.pool, catalog.PolicyFromConfig(d.cfg.Catalog, market, pm))
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			d.metrics.LoopErrors.WithLabelValues("recalc").Inc()

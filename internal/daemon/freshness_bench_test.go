@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 )
 
@@ -48,13 +49,22 @@ func BenchmarkFreshnessRun(b *testing.B) {
 func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur time.Duration) {
 	ctx := context.Background()
 	e := newEnv(b, len(assigned), neoplesim.Options{Market: neoplesim.MarketRealistic})
+	e.fullPages = true
 	var ids, names, tierNames []string
 	for _, it := range e.items {
 		ids, names, tierNames = append(ids, it.ItemID), append(names, it.ItemName), append(tierNames, assigned[it.ItemID])
 	}
+	// Every item due, its size known from an earlier collection (so it may share calls at once),
+	// as the bench tool's replay of this run starts.
+	truths := e.sim.Truths()
+	var listings []int32
+	for _, id := range ids {
+		listings = append(listings, int32(truths[id].Listings))
+	}
 	if _, err := e.pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT id, name, tier, now() FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, name, tier)`, ids, names, tierNames); err != nil {
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, seen_listing_count)
+		SELECT id, name, tier, now(), n FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS u(id, name, tier, n)`,
+		ids, names, tierNames, listings); err != nil {
 		b.Fatal(err)
 	}
 	cfg := testConfig()
@@ -65,6 +75,11 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	cfg.Daemon.Budget.Enabled = true
 	cfg.Dispatch.Concurrency = 32
 	cfg.Dispatch.BatchSize = 100
+	// Collections share packed calls as the product's defaults make them (collect.pack_*,
+	// provider.*_limit, daemon.pack_wait).
+	def := config.Default()
+	cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = def.Collect.PackSize, def.Collect.PackMaxListings, def.Collect.PackMaxSales
+	cfg.Dispatch.ShadowFraction = def.Collect.ShadowFraction
 	e.sim.ResetStats()
 	start := time.Now()
 	b.Logf("fresh-start-ms %d", start.UnixMilli())
@@ -83,6 +98,8 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	lags := claimLags(b, e.pool, time.Time{}, time.Now().AddDate(1, 0, 0)) // every claim
 	p99 := func(xs []float64) float64 { return quantile(xs, 0.99) }
 	ks := e.sim.KeyStats(marketKey)
+	collections := count(b, e.pool, `SELECT count(*) FROM auction_snapshots`)
+	b.ReportMetric(float64(ks.Total)/float64(max(collections, 1)), "req/collection")
 	b.ReportMetric(rep.Freshness, "freshness")
 	b.ReportMetric(rep.MeanAge, "mean-age-s")
 	b.ReportMetric(float64(ks.Total)/elapsed.Seconds(), "req/s")

@@ -36,6 +36,9 @@ type env struct {
 	items []provider.Item
 	// ownPools: each daemon gets a pool of its own (application_name daemonApp).
 	ownPools bool
+	// fullPages: the client asks for the product's page sizes (provider.auction_limit,
+	// sold_limit) instead of 5 rows, as packing needs.
+	fullPages bool
 }
 
 const daemonApp = "duecollector-daemon-test"
@@ -121,12 +124,17 @@ func (e *env) start(t testing.TB, cfg Config, log *zap.Logger) *running {
 	if log == nil {
 		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
+	// Small pages keep each call cheap, so a loaded machine running -race still keeps up
+	// with the budgets the tests measure.
+	auctionLimit, soldLimit := 5, 5
+	if e.fullPages {
+		def := config.Default().Provider
+		auctionLimit, soldLimit = def.AuctionLimit, def.SoldLimit
+	}
 	client, err := provider.NewClient(provider.ClientConfig{
 		Workload: provider.WorkloadMarket, BaseURL: e.srv.URL, Key: marketKey,
 		Rate: cfg.Market.Rate, Burst: max(cfg.Market.Burst, 1), PerMinute: cfg.Market.PerMinute,
-		// Small pages keep each call cheap, so a loaded machine running -race still keeps up
-		// with the budgets the tests measure.
-		AuctionLimit: 5, SoldLimit: 5,
+		AuctionLimit: auctionLimit, SoldLimit: soldLimit,
 	})
 	if err != nil {
 		t.Fatal(err)

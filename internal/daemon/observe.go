@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/budgetplan"
@@ -55,7 +56,10 @@ func (r requestMetrics) Waited(w provider.Workload, took time.Duration) {
 
 // fetchMetrics counts every call of the daemon's budget.Fetcher by endpoint and outcome, and
 // the time spent waiting for the cluster budget.
-type fetchMetrics struct{ m *telemetry.Metrics }
+type fetchMetrics struct {
+	m     *telemetry.Metrics
+	calls *atomic.Int64
+}
 
 func (f fetchMetrics) Waited(endpoint string, d time.Duration, err error) {
 	w := string(provider.WorkloadMarket)
@@ -73,6 +77,7 @@ func (f fetchMetrics) Called(endpoint string, err error) {
 		outcome = provider.ClassOf(err).String()
 	}
 	f.m.ProviderRequests.WithLabelValues(endpoint, outcome).Inc()
+	f.calls.Add(1)
 }
 
 // Shadowed counts shadow verifications of packed answers.
@@ -118,13 +123,15 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	}
 	// Every tier is exported on every refresh, so a tier that emptied reads 0, not its last count.
 	all, due, overdue := map[string]int64{}, map[string]int64{}, map[string]int64{}
+	requests := map[string]float64{}
 	for _, c := range counts {
 		all[string(c.Tier)], due[string(c.Tier)], overdue[string(c.Tier)] = c.Items, c.Due, c.Overdue
+		requests[string(c.Tier)] = c.Requests
 	}
 	for _, t := range tiers.All() {
 		d.metrics.ItemsDue.WithLabelValues(string(t)).Set(float64(due[string(t)]))
 		d.metrics.ItemsOverdue.WithLabelValues(string(t)).Set(float64(overdue[string(t)]))
-		d.metrics.TierDemand.WithLabelValues(string(t)).Set(budgetplan.TierDemand(t, all[string(t)], catalog.RequestsPerCollection))
+		d.metrics.TierDemand.WithLabelValues(string(t)).Set(budgetplan.TierDemand(t, requests[string(t)]))
 	}
 	d.metrics.BudgetRate.WithLabelValues(d.workload()).Set(min(d.cfg.Market.Rate, float64(d.cfg.Market.PerMinute)/60))
 	var total int64

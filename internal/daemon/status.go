@@ -39,6 +39,8 @@ type ClusterStatus struct {
 type TierStatus struct {
 	Tier                string
 	Items, Due, Overdue int64
+	// Requests is what collecting each item once costs, summed (packed items cost less than 2).
+	Requests float64
 }
 
 // The parts other packages own, under the names status has always used.
@@ -71,7 +73,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, err
 	}
 	for _, c := range counts {
-		st.Tiers = append(st.Tiers, TierStatus{Tier: string(c.Tier), Items: c.Items, Due: c.Due, Overdue: c.Overdue})
+		st.Tiers = append(st.Tiers, TierStatus{Tier: string(c.Tier), Items: c.Items, Due: c.Due, Overdue: c.Overdue, Requests: c.Requests})
 	}
 
 	var p50, p99 *float64

@@ -24,10 +24,12 @@ type Claim struct {
 	// LastSaleAt is the newest sale already stored: older sales in a response are known.
 	LastSaleAt *time.Time
 	// What the item's answers looked like so far, to decide whether it may share a call:
-	// listings at the last collection (nil: never collected), and decayed counts of new
-	// sales and of collections.
-	SeenListings             *int32
-	EstSales, EstCollections float64
+	// listings at the last collection (nil: never collected), and the decayed new sales over
+	// the decayed seconds they were observed in (their rate).
+	SeenListings         *int32
+	EstSales, EstSeconds float64
+	// LastCollectedAt is the last successful collection (nil: never).
+	LastCollectedAt *time.Time
 }
 
 // ClaimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first.
@@ -53,7 +55,7 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
 FROM due
 WHERE t.item_id = due.item_id
 RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
-          t.seen_listing_count, t.est_sales, t.est_collections`
+          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at`
 
 // claimByTierSQL is ClaimByDueSQL taking the most urgent tier first: $4 lists the tiers in
 // urgency order (tiers.All), so the order lives in one place.
@@ -75,7 +77,7 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
 FROM due
 WHERE t.item_id = due.item_id
 RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
-          t.seen_listing_count, t.est_sales, t.est_collections`
+          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
 // another worker holds a live lease on it.
@@ -88,7 +90,7 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
 WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
 RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at,
-          t.seen_listing_count, t.est_sales, t.est_collections`
+          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at`
 
 // tierOrder is tiers.All as text, most urgent first.
 var tierOrder = func() []string {
@@ -131,7 +133,7 @@ func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	var tier string
 	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt,
-		&c.SeenListings, &c.EstSales, &c.EstCollections)
+		&c.SeenListings, &c.EstSales, &c.EstSeconds, &c.LastCollectedAt)
 	c.Tier = tiers.Tier(tier)
 	return c, err
 }

@@ -54,6 +54,11 @@ type Config struct {
 	// about one second of its budget: a claimed batch then never holds HOT items that fall due
 	// behind a queue of COLD ones waiting for the budget.
 	ClaimLimit func() int
+	// Gather ends a pass after a batch smaller than it asked for, instead of claiming again
+	// what fell due while that batch was collected: those items wait for the next pass, where
+	// they can share packed calls (the daemon spaces its passes by daemon.pack_wait). Off, a
+	// pass claims until nothing is due, which one-shots want.
+	Gather bool
 	// EstimateWindow is how fast the per-item change and sales counts decay: observations this
 	// old count 1/e (catalog.estimate_window). Default 24h.
 	EstimateWindow time.Duration
@@ -143,8 +148,18 @@ type Dispatcher struct {
 	pause pauseLog
 }
 
-// New validates the config and builds a dispatcher.
+// Limits is a Fetcher that knows the row limits it asks the provider for (provider.Client).
+type Limits interface {
+	AuctionLimit() int
+	SoldLimit() int
+}
+
+// New validates the config and builds a dispatcher. A fetcher's own limits (Limits) win over
+// Config's: they are what cut answers, so the completeness rules must judge by them.
 func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispatcher, error) {
+	if l, ok := fetch.(Limits); ok {
+		cfg.AuctionLimit, cfg.SoldLimit = cmp.Or(l.AuctionLimit(), cfg.AuctionLimit), cmp.Or(l.SoldLimit(), cfg.SoldLimit)
+	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("dispatcher config: %w", err)
@@ -158,12 +173,13 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 // RunOnce is one collect-due pass: claim and collect batches until nothing is due, MaxBatches
 // is reached, the provider stops being dispatchable, or ctx ends.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
-	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context) ([]Claim, error) {
+	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context) ([]Claim, bool, error) {
 		n := d.cfg.BatchSize
 		if d.cfg.ClaimLimit != nil {
 			n = min(n, max(1, d.cfg.ClaimLimit()))
 		}
-		return claimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers)
+		c, err := claimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers)
+		return c, len(c) < n, err
 	})
 }
 
@@ -174,10 +190,10 @@ var ErrNotClaimable = errors.New("item not found or leased by another worker")
 // budget and write path as collect-due.
 func (d *Dispatcher) CollectOne(ctx context.Context, itemID string) (Summary, error) {
 	claimed := false
-	s, err := d.pass(ctx, 1, func(ctx context.Context) ([]Claim, error) {
+	s, err := d.pass(ctx, 1, func(ctx context.Context) ([]Claim, bool, error) {
 		c, err := claimOne(ctx, d.pool, itemID, d.cfg.Lease, d.cfg.Owner)
 		claimed = len(c) > 0
-		return c, err
+		return c, true, err
 	})
 	if err == nil && !claimed && !s.Paused {
 		return s, fmt.Errorf("collect %s: %w", itemID, ErrNotClaimable)
@@ -260,7 +276,8 @@ type stopError struct {
 	err   error
 }
 
-func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(context.Context) ([]Claim, error)) (Summary, error) {
+// claim returns a batch and whether it drained what was due (it held fewer than asked for).
+func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(context.Context) ([]Claim, bool, error)) (Summary, error) {
 	start := time.Now()
 	var sum Summary
 	if paused, err := d.gate(ctx, &sum); err != nil || paused {
@@ -288,7 +305,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 			}
 		}
 		t0 := time.Now()
-		claims, err := claim(ctx)
+		claims, drained, err := claim(ctx)
 		tm.add(&tm.claim, time.Since(t0))
 		if err != nil {
 			w.finish()
@@ -306,6 +323,10 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		sum.Released += released
 		if st != nil {
 			stop = st
+			break
+		}
+		if drained && d.cfg.Gather {
+			sum.Stop = "nothing due"
 			break
 		}
 	}
@@ -553,7 +574,7 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 		return r
 	}
 	r.listings = summarizeListings(listings, d.cfg.AuctionLimit)
-	r.salesGap = salesGap(sales, d.cfg.SoldLimit, c.LastSaleAt)
+	r.salesGap = salesGap(sales, d.cfg.SoldLimit, c.LastSaleAt, c.LastCollectedAt)
 	r.sales = newSales(sequenceSales(sales, d.cfg.SoldLimit), c.LastSaleAt)
 	return r
 }

@@ -21,6 +21,9 @@ import (
 type TierDue struct {
 	Tier                tiers.Tier
 	Items, Due, Overdue int64
+	// Requests is what one collection of every item of the tier costs, summed
+	// (requests_per_collection: packed items cost less than 2).
+	Requests float64
 }
 
 // dueByTierSQL: $1 the overdue threshold in ms, $2 LIKE patterns of item ids to leave out.
@@ -28,7 +31,8 @@ const dueByTierSQL = `
 SELECT collection_tier, count(*),
        count(*) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now())),
        count(*) FILTER (WHERE next_collect_at <= now() - $1 * interval '1 millisecond'
-                          AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
+                          AND (lease_expires_at IS NULL OR lease_expires_at <= now())),
+       sum(requests_per_collection)::float8
 FROM tracked_items
 WHERE NOT item_id LIKE ANY($2::text[])
 GROUP BY collection_tier`
@@ -42,7 +46,7 @@ func DueByTier(ctx context.Context, pool *pgxpool.Pool, overdue time.Duration, e
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TierDue, error) {
 		var t TierDue
-		return t, r.Scan(&t.Tier, &t.Items, &t.Due, &t.Overdue)
+		return t, r.Scan(&t.Tier, &t.Items, &t.Due, &t.Overdue, &t.Requests)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("items by tier: %w", err)

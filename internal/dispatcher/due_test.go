@@ -29,7 +29,7 @@ func TestDueByTierCountsWhatAClaimTakes(t *testing.T) {
 		}
 		return got
 	}
-	if got := due(); len(got) != 2 || got[0] != (TierDue{tiers.Hot, 1, 1, 0}) || got[1] != (TierDue{tiers.Cold, 4, 4, 0}) {
+	if got := due(); len(got) != 2 || got[0] != (TierDue{tiers.Hot, 1, 1, 0, 2}) || got[1] != (TierDue{tiers.Cold, 4, 4, 0, 8}) {
 		t.Fatalf("before the claim: %+v", got)
 	}
 	claims, err := claimDue(ctx, e.pool, 2, time.Minute, "w", true)

@@ -12,9 +12,13 @@ import (
 )
 
 // salesGap reports whether sales were lost between two fetches: a full /df/auction-sold page
-// whose oldest sale is newer than the newest sale already stored. With nothing stored yet
-// there is nothing to compare with.
-func salesGap(rows []provider.Sale, limit int, lastStored *time.Time) bool {
+// whose oldest sale is newer than the newest sale already stored. With no sale stored, the
+// item's last collection bounds what was seen (its page was empty); before the first
+// collection there is nothing to compare with.
+func salesGap(rows []provider.Sale, limit int, lastStored, lastCollected *time.Time) bool {
+	if lastStored == nil {
+		lastStored = lastCollected
+	}
 	if lastStored == nil || limit <= 0 || len(rows) < limit {
 		return false
 	}

@@ -22,19 +22,24 @@ func TestSalesGapIsAFullPageOfOnlyNewerSales(t *testing.T) {
 		}
 		return rows
 	}
+	collected := stored.Add(time.Minute)
 	for _, tc := range []struct {
-		name   string
-		rows   []provider.Sale
-		stored *time.Time
-		want   bool
+		name              string
+		rows              []provider.Sale
+		stored, collected *time.Time
+		want              bool
 	}{
-		{"full page, all newer", page(100, stored.Add(time.Second)), &stored, true},
-		{"full page reaching the stored second", page(100, stored), &stored, false},
-		{"full page reaching older sales", page(100, stored.Add(-time.Minute)), &stored, false},
-		{"short page", page(99, stored.Add(time.Hour)), &stored, false},
-		{"nothing stored yet", page(100, stored.Add(time.Hour)), nil, false},
+		{"full page, all newer", page(100, stored.Add(time.Second)), &stored, &collected, true},
+		{"full page reaching the stored second", page(100, stored), &stored, &collected, false},
+		{"full page reaching older sales", page(100, stored.Add(-time.Minute)), &stored, &collected, false},
+		{"short page", page(99, stored.Add(time.Hour)), &stored, &collected, false},
+		{"never collected", page(100, stored.Add(time.Hour)), nil, nil, false},
+		// The last page was empty: every sale since that collection is new, so a full page
+		// that does not reach back to it lost some.
+		{"no sale stored, full page all after the last collection", page(100, collected.Add(time.Second)), nil, &collected, true},
+		{"no sale stored, full page reaching the last collection", page(100, collected.Add(-time.Second)), nil, &collected, false},
 	} {
-		if got := salesGap(tc.rows, 100, tc.stored); got != tc.want {
+		if got := salesGap(tc.rows, 100, tc.stored, tc.collected); got != tc.want {
 			t.Errorf("%s: gap %v, want %v", tc.name, got, tc.want)
 		}
 	}

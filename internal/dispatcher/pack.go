@@ -32,10 +32,21 @@ type PackingObserver interface {
 // packingState is which endpoints may be packed now, for the whole cluster.
 type packingState struct{ listings, sales bool }
 
+// PackingModelNow is how a dispatcher configured with c packs calls now: its settings and the
+// cluster's endpoint switches (packing_state), for predicting what a collection costs.
+func PackingModelNow(ctx context.Context, q Querier, c Config) (packing.Model, error) {
+	c = c.withDefaults()
+	m := packing.Model{PackSize: c.PackSize, AuctionLimit: c.AuctionLimit, MaxListings: c.PackMaxListings,
+		MaxSales: c.PackMaxSales, Shadow: c.ShadowFraction}
+	st, err := readPacking(ctx, q)
+	m.Listings, m.Sales = st.listings, st.sales
+	return m, err
+}
+
 // readPacking reads packing_state; an endpoint without a row is on.
-func readPacking(ctx context.Context, pool *pgxpool.Pool) (packingState, error) {
+func readPacking(ctx context.Context, q Querier) (packingState, error) {
 	st := packingState{listings: true, sales: true}
-	rows, err := ReadPackingStatus(ctx, pool)
+	rows, err := ReadPackingStatus(ctx, q)
 	for _, r := range rows {
 		switch r.Endpoint {
 		case provider.EndpointAuction:
@@ -70,9 +81,14 @@ type PackingStatus struct {
 	Reason    string
 }
 
+// Querier is a pool or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // ReadPackingStatus lists the endpoints whose switch was ever set (the others are on).
-func ReadPackingStatus(ctx context.Context, pool *pgxpool.Pool) ([]PackingStatus, error) {
-	rows, err := pool.Query(ctx, `SELECT endpoint, enabled, changed_at, coalesce(reason, '') FROM packing_state ORDER BY endpoint`)
+func ReadPackingStatus(ctx context.Context, q Querier) ([]PackingStatus, error) {
+	rows, err := q.Query(ctx, `SELECT endpoint, enabled, changed_at, coalesce(reason, '') FROM packing_state ORDER BY endpoint`)
 	if err != nil {
 		return nil, fmt.Errorf("read packing state: %w", err)
 	}
@@ -81,14 +97,17 @@ func ReadPackingStatus(ctx context.Context, pool *pgxpool.Pool) ([]PackingStatus
 
 // small reports whether a claim may share a call: its recent answers were small. An item
 // never collected is not (nothing is known about it); after one collection only its listings
-// are known. Whatever is guessed here, the completeness rule decides what is kept.
+// are known. Sales per collection are its sales rate times its tier's interval, not an average
+// of past collections, so an item the plan moved to a faster tier shares calls at once, as the
+// plan counted it (packing.Model.PackedUpTo). Whatever is guessed here, the completeness rule
+// decides what is kept.
 func (d *Dispatcher) small(c Claim) bool {
 	if c.SeenListings == nil {
 		return false
 	}
 	perCollection := 0.0
-	if c.EstCollections > 0 {
-		perCollection = c.EstSales / c.EstCollections
+	if iv, ok := c.Tier.Interval(); ok && c.EstSeconds > 0 {
+		perCollection = c.EstSales / c.EstSeconds * iv.Seconds()
 	}
 	return packing.Small(int(*c.SeenListings), perCollection, d.cfg.PackMaxListings, d.cfg.PackMaxSales)
 }
@@ -116,7 +135,7 @@ func (d *Dispatcher) jobsFor(claims []Claim, st packingState) [][]Claim {
 		return b.LastSaleAt.Compare(*a.LastSaleAt)
 	})
 	jobs := make([][]Claim, 0, len(alone)+len(packable)/max(d.cfg.PackSize, 1)+1)
-	budget := 3 * d.cfg.AuctionLimit / 4
+	budget := packing.GroupListings(d.cfg.AuctionLimit)
 	for len(packable) > 0 {
 		n, rows := 0, 0
 		for n < len(packable) && n < d.cfg.PackSize && (n == 0 || rows+int(*packable[n].SeenListings) <= budget) {

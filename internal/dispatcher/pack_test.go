@@ -274,3 +274,22 @@ func serveDroppingFirstRow(w http.ResponseWriter, r *http.Request, next http.Han
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
 }
+
+// Sales per collection follow the item's tier: an item selling once a minute shares calls at
+// HOT_1M (1 sale a collection) but not at COLD_10M (10), however it was collected before, as
+// the budget plan counts it.
+func TestSmallJudgesSalesAtTheItemsTier(t *testing.T) {
+	d := &Dispatcher{cfg: Config{PackMaxListings: 100, PackMaxSales: 5}}
+	listings := int32(5)
+	c := Claim{SeenListings: &listings, EstSales: 60, EstSeconds: 3600}
+	for tier, want := range map[tiers.Tier]bool{tiers.Hot: true, tiers.Active: true, tiers.Warm: true, tiers.Cold: false} {
+		c.Tier = tier
+		if got := d.small(c); got != want {
+			t.Errorf("%s: small %v, want %v", tier, got, want)
+		}
+	}
+	c.SeenListings = nil
+	if d.small(c) {
+		t.Error("an item never collected shares a call")
+	}
+}

@@ -6,7 +6,10 @@
 // No database, no clock, no HTTP.
 package packing
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Split groups rows by item id, each item's rows in answer order. Rows of ids not asked for
 // are dropped and counted: a packed answer must never put one item's rows under another.
@@ -82,4 +85,57 @@ func Groups(ids []string, size int) [][]string {
 		ids = ids[n:]
 	}
 	return out
+}
+
+// Model is how the dispatcher shares calls, for predicting what one collection costs: the
+// budget planner and the demand figures count requests with it, not a flat two per item.
+type Model struct {
+	PackSize     int     // ids per call (collect.pack_size); 1 = packing off
+	AuctionLimit int     // rows a /df/auction answer holds (provider.auction_limit)
+	MaxListings  int     // collect.pack_max_listings
+	MaxSales     float64 // collect.pack_max_sales: new sales per collection
+	Shadow       float64 // collect.shadow_fraction: packed items also fetched alone
+	// Listings and Sales are the endpoints' cluster-wide switches (packing_state).
+	Listings, Sales bool
+}
+
+// Alone is what one collection costs when the item has its own calls: /df/auction and
+// /df/auction-sold.
+const Alone = 2.0
+
+// GroupListings is how many listings (as last seen) one packed call's items may add up to: 3/4
+// of the answer's limit, room for the market to grow before the answer is cut.
+func GroupListings(auctionLimit int) int { return 3 * auctionLimit / 4 }
+
+// Packed is the expected requests one collection of an item with listings listings last time
+// costs when it shares calls, and false when it cannot share them (packing off, or too many
+// listings). The item takes its share of each packed call: 1/PackSize of it, or its part of
+// the call's listings room when that is larger; the shadow check adds its own calls.
+// Whether its sales are few enough at a given interval is the caller's (PackedUpTo).
+func (m Model) Packed(listings int) (float64, bool) {
+	if m.PackSize <= 1 || !(m.Listings || m.Sales) || listings < 0 || listings > m.MaxListings {
+		return Alone, false
+	}
+	share := 1 / float64(m.PackSize)
+	if room := GroupListings(m.AuctionLimit); room > 0 {
+		share = max(share, float64(listings)/float64(room))
+	}
+	c := 2 * share
+	if !m.Listings {
+		c = 1 + share
+	}
+	if !m.Sales {
+		c = 1 + share
+	}
+	return min(c+m.Shadow*Alone, Alone), true
+}
+
+// PackedUpTo is the longest collection interval, in seconds, at which an item selling
+// salesPerSecond still shares calls (at most MaxSales new sales per collection); +Inf when it
+// sells nothing.
+func (m Model) PackedUpTo(salesPerSecond float64) float64 {
+	if !(salesPerSecond > 0) {
+		return math.Inf(1)
+	}
+	return m.MaxSales / salesPerSecond
 }

@@ -2,6 +2,7 @@ package packing
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -145,5 +146,36 @@ func TestGroupsAndSmall(t *testing.T) {
 	}
 	if !Small(5, 1, 20, 5) || Small(21, 1, 20, 5) || Small(5, 5.5, 20, 5) || !Small(20, 5, 20, 5) {
 		t.Fatal("small")
+	}
+}
+
+func TestModelPackedCost(t *testing.T) {
+	m := Model{PackSize: 10, AuctionLimit: 400, MaxListings: 100, MaxSales: 5, Listings: true, Sales: true}
+	for _, tc := range []struct {
+		name     string
+		m        Model
+		listings int
+		want     float64
+		packs    bool
+	}{
+		{"a tenth of each call", m, 5, 0.2, true},
+		{"its part of the listings room when that is larger", m, 60, 2 * 60.0 / 300, true},
+		{"too many listings to share", m, 101, Alone, false},
+		{"packing off", Model{PackSize: 1, AuctionLimit: 400, MaxListings: 100, Listings: true, Sales: true}, 5, Alone, false},
+		{"both endpoints switched off", Model{PackSize: 10, AuctionLimit: 400, MaxListings: 100}, 5, Alone, false},
+		{"sales switched off: sales alone", Model{PackSize: 10, AuctionLimit: 400, MaxListings: 100, Listings: true}, 5, 1.1, true},
+		{"listings switched off: listings alone", Model{PackSize: 10, AuctionLimit: 400, MaxListings: 100, Sales: true}, 5, 1.1, true},
+		{"the shadow check's calls", Model{PackSize: 10, AuctionLimit: 400, MaxListings: 100, Listings: true, Sales: true, Shadow: 0.01}, 5, 0.22, true},
+	} {
+		got, packs := tc.m.Packed(tc.listings)
+		if math.Abs(got-tc.want) > 1e-9 || packs != tc.packs {
+			t.Errorf("%s: Packed(%d) = %v, %v; want %v, %v", tc.name, tc.listings, got, packs, tc.want, tc.packs)
+		}
+	}
+	if got := m.PackedUpTo(1.0 / 60); math.Abs(got-300) > 1e-9 {
+		t.Errorf("PackedUpTo(1 sale/min) = %v s, want 300 (5 sales a collection)", got)
+	}
+	if got := m.PackedUpTo(0); !math.IsInf(got, 1) {
+		t.Errorf("PackedUpTo(0) = %v, want +Inf", got)
 	}
 }

@@ -81,7 +81,7 @@ func NewMetrics() *Metrics {
 		Passes:            f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
 		LoopErrors:        f.counterVec("collector_loop_errors_total", "Errors in the daemon's loops (each is retried).", "loop"),
 		SalesGaps:         f.counter("collector_sales_gaps_total", "Collections whose sales page was full of sales newer than any stored: sales were lost in between."),
-		TierDemand:        f.gaugeVec("collector_tier_demand_requests_per_second", "Requests per second the tier's scheduled items ask for (requests per collection / interval).", "tier"),
+		TierDemand:        f.gaugeVec("collector_tier_demand_requests_per_second", "Requests per second the tier's scheduled items ask for (planned requests per collection / interval).", "tier"),
 		BudgetRate:        f.gaugeVec("collector_budget_requests_per_second", "The workload key's request budget per second (the tighter of the per-second and per-minute budgets).", "workload"),
 	}
 }

@@ -224,7 +224,9 @@ func (s *Server) Truths() map[string]Truth {
 	}
 	out := make(map[string]Truth, len(s.catalog))
 	for _, e := range s.catalog {
-		out[e.ItemID] = e.real.Truth
+		tr := e.real.Truth
+		tr.Listings = e.listings
+		out[e.ItemID] = tr
 	}
 	return out
 }

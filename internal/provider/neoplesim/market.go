@@ -33,6 +33,8 @@ type Truth struct {
 	SalesPerHour   float64 `json:"sales_per_hour"`
 	// Weight is how much users look at the item (views per hour in the benchmark).
 	Weight float64 `json:"weight"`
+	// Listings is the order book's size (each change redraws it within ± 2).
+	Listings int `json:"listings"`
 }
 
 // Log-normal medians and spreads. The busiest 1 % (z ≈ 2.33) change several times a minute
