@@ -61,7 +61,7 @@ var daemonDefaults = map[string]any{
 	"daemon.shutdown_grace":               "20s",
 	"daemon.gauge_interval":               "15s",
 	"daemon.key_recheck":                  "5m",
-	"daemon.pack_wait":                    "500ms",
+	"daemon.pack_wait":                    "1s",
 	"daemon.health.window":                "30s",
 	"daemon.health.error_ratio":           0.5,
 	"daemon.health.min_samples":           20,

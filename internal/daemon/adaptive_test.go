@@ -94,3 +94,41 @@ func TestPlanFollowsTheLearnedBudget(t *testing.T) {
 		t.Fatalf("planned demand %.2f req/s, want within the learned %.0f req/s (and above all-COLD's 2)", d, learned)
 	}
 }
+
+// Collections that cost more than the plan counted (here: counted as packed at 0.5 requests,
+// collected alone at 2 with packing off) leave demand the budget cannot serve: the daemon
+// measures the difference and plans again within what the budget really buys.
+func TestPlanCountsWhatCollectionsReallyCost(t *testing.T) {
+	const n = 300
+	e := newEnv(t, n, neoplesim.Options{})
+	ctx := context.Background()
+	ids := e.trackObserved(t)
+	if _, err := e.pool.Exec(ctx, `INSERT INTO item_interest (item_id, kind) SELECT id, 'view' FROM unnest($1::text[]) AS u(id)`, ids); err != nil {
+		t.Fatal(err)
+	}
+	// 300 HOT items: 2.5 req/s as counted, 10 req/s as collected.
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now(), requests_per_collection = 0.5`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Catalog = config.Default().Catalog
+	cfg.Catalog.RecalcInterval = time.Hour
+	cfg.Daemon.GaugeInterval = 100 * time.Millisecond
+	cfg.Dispatch.PackSize = 1
+	const budget = 12.0 // 10.8 req/s to plan with
+	cfg.Market.Rate, cfg.Market.PerMinute = budget, budget*60
+	e.start(t, cfg, nil)
+	testkit.Eventually(t, 60*time.Second, "a plan made after collections cost 4× what was counted", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE tier_reason LIKE 'budget plan%'`) > 0
+	})
+	var demand float64 // at the 2 requests a collection really costs
+	if err := e.pool.QueryRow(ctx, `
+		SELECT sum(2.0 / CASE collection_tier WHEN 'HOT_1M' THEN 60 WHEN 'ACTIVE_3M' THEN 180
+		                    WHEN 'WARM_5M' THEN 300 WHEN 'COLD_10M' THEN 600 END)
+		FROM tracked_items`).Scan(&demand); err != nil {
+		t.Fatal(err)
+	}
+	if demand > budget*0.9 {
+		t.Fatalf("real demand after the new plan %.2f req/s, over the %.1f req/s the budget allows", demand, budget*0.9)
+	}
+}

@@ -84,13 +84,16 @@ type Daemon struct {
 	replan chan struct{}
 	// tracked is the item count the last gauge refresh saw (-1 before the first); gauge loop only.
 	tracked int64
-	// planned is the learned share of the market budget the last plan assumed (budgetFraction).
+	// planned is the share of the market budget the last plan assumed (budgetFraction).
 	planned atomic.Uint64           // float64 bits
 	refused atomic.Pointer[refusal] // set while the provider refuses the market key
 	// calls counts provider calls made; perItem is what a collection has cost lately (float64
 	// bits): packed collections share calls, so a second of budget buys more than rate/2 items.
 	calls   atomic.Int64
 	perItem atomic.Uint64
+	// costRatio is calls made ÷ what the plan counted them as (float64 bits): packed calls
+	// share less well in practice (partial groups, answers cut) than the plan's model says.
+	costRatio atomic.Uint64
 }
 
 // refusal is why collection stopped on a refused key, for /readyz.
@@ -113,6 +116,8 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	d := &Daemon{pool: pool, client: client, cfg: cfg, log: log, metrics: telemetry.NewMetrics(), wake: make(chan struct{}, 1), replan: make(chan struct{}, 1), tracked: -1}
 	d.planned.Store(math.Float64bits(1)) // the tiers as found were planned (if at all) for the configured budget
 	d.perItem.Store(math.Float64bits(packing.Alone))
+	d.costRatio.Store(math.Float64bits(1))
+	d.metrics.CostRatio.Set(1)
 	d.metrics.RegisterPool(pool)
 	d.metrics.SetBuildInfo(orUnknown(cfg.Version), orUnknown(cfg.Commit))
 	client.SetObserver(requestMetrics{d.metrics})
@@ -363,9 +368,18 @@ func (d *Daemon) learnCost(sum dispatcher.Summary, calls int64) {
 		return
 	}
 	r := min(max(float64(calls)/float64(n), 0.1), 2*packing.Alone)
-	old := math.Float64frombits(d.perItem.Load())
-	d.perItem.Store(math.Float64bits(0.7*old + 0.3*r))
+	d.perItem.Store(math.Float64bits(ewma(d.perItem.Load(), r)))
+	if sum.PlannedRequests >= 5 {
+		// Never below 1: a plan may under-use the budget when its costs were too high, but
+		// must not over-commit it.
+		r := ewma(d.costRatio.Load(), min(max(float64(calls)/sum.PlannedRequests, 1), 10))
+		d.costRatio.Store(math.Float64bits(r))
+		d.metrics.CostRatio.Set(r)
+	}
 }
+
+// ewma moves a smoothed value (float64 bits) 30 % of the way towards x.
+func ewma(bits uint64, x float64) float64 { return 0.7*math.Float64frombits(bits) + 0.3*x }
 
 // gathers reports whether passes are spaced by daemon.pack_wait: only when items can share calls.
 func (d *Daemon) gathers() bool { return d.cfg.Daemon.PackWait > 0 && d.cfg.Dispatch.PackSize > 1 }
@@ -516,20 +530,22 @@ func (d *Daemon) retentionLoop(ctx context.Context) error {
 const minReplanGap = 15 * time.Second
 
 // planBudget is the market budget the tier plan assumes: the configured one scaled by
-// budgetFraction, so that a provider whose real limit is lower gets a plan it can serve (HOT
-// first) instead of a standing backlog.
+// budgetFraction, so that a provider whose real limit is lower, or collections dearer than the
+// plan's cost model, get a plan the budget can serve (HOT first) instead of a standing backlog.
 func (d *Daemon) planBudget() (config.WorkloadLimits, float64) {
 	f := d.budgetFraction()
 	return budget.Scale(d.cfg.Market, f), f
 }
 
-// budgetFraction is the share of the configured budget the adaptive budget has learned the
-// provider allows (1 without a cluster budget).
+// budgetFraction is the share of the configured budget the plan may count on: what the
+// adaptive budget learned the provider allows (1 without a cluster budget), divided by how
+// much more collections have really cost than the plan counted (costRatio).
 func (d *Daemon) budgetFraction() float64 {
+	f := 1 / math.Float64frombits(d.costRatio.Load())
 	if d.share == nil {
-		return 1
+		return f
 	}
-	return d.share.LearnedShare()
+	return d.share.LearnedShare() * f
 }
 
 func (d *Daemon) recalcLoop(ctx context.Context) error {
@@ -561,7 +577,8 @@ func (d *Daemon) recalcLoop(ctx context.Context) error {
 			d.log.Warn("popularity recalculation failed; next run in catalog.recalc_interval", zap.Error(err))
 		case err == nil && !res.Skipped:
 			d.log.Info("popularity recalculated", zap.Int("scored", res.Scored), zap.Int("promoted", res.Promoted),
-				zap.Int("demoted", res.Demoted), zap.Int("dormant", res.Dormant), zap.Int("reactivated", res.Reactivated))
+				zap.Int("demoted", res.Demoted), zap.Int("dormant", res.Dormant), zap.Int("reactivated", res.Reactivated),
+				zap.Float64("budget_share", f), zap.Float64("cost_ratio", math.Float64frombits(d.costRatio.Load())))
 			select { // promotions may have made items due sooner
 			case d.wake <- struct{}{}:
 			default:

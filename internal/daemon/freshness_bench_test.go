@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 )
 
@@ -54,17 +55,32 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	for _, it := range e.items {
 		ids, names, tierNames = append(ids, it.ItemID), append(names, it.ItemName), append(tierNames, assigned[it.ItemID])
 	}
-	// Every item due, its size known from an earlier collection (so it may share calls at once),
-	// as the bench tool's replay of this run starts.
+	// Every item due, as if collected before (so it may share calls at once, as the bench
+	// tool's replay of this run assumes): its size and its newest sale known.
 	truths := e.sim.Truths()
+	client, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: e.srv.URL, Key: marketKey,
+		Rate: 1e6, Burst: 1e6, PerMinute: 1e9, SoldLimit: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
 	var listings []int32
+	var lastSale []*time.Time
 	for _, id := range ids {
 		listings = append(listings, int32(truths[id].Listings))
+		sales, err := client.AuctionSold(ctx, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var last *time.Time
+		if len(sales) > 0 {
+			last = &sales[0].SoldAt
+		}
+		lastSale = append(lastSale, last)
 	}
 	if _, err := e.pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, seen_listing_count)
-		SELECT id, name, tier, now(), n FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS u(id, name, tier, n)`,
-		ids, names, tierNames, listings); err != nil {
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, seen_listing_count, last_sale_at)
+		SELECT id, name, tier, now(), n, s FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::timestamptz[]) AS u(id, name, tier, n, s)`,
+		ids, names, tierNames, listings, lastSale); err != nil {
 		b.Fatal(err)
 	}
 	cfg := testConfig()

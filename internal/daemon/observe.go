@@ -138,8 +138,9 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for _, n := range all {
 		total += n
 	}
-	// New items (an import) add demand, and a learned budget well below the one planned for
-	// (the provider's real limit) leaves demand unserved: plan now, not at the next recalc_interval.
+	// New items (an import) add demand, and a budget well below the one planned for (the
+	// provider's real limit, or collections dearer than planned) leaves demand unserved: plan
+	// now, not at the next recalc_interval.
 	if (d.tracked >= 0 && total > d.tracked) || d.budgetFraction() < replanBelow*math.Float64frombits(d.planned.Load()) {
 		select {
 		case d.replan <- struct{}{}:

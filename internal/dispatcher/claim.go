@@ -30,6 +30,8 @@ type Claim struct {
 	EstSales, EstSeconds float64
 	// LastCollectedAt is the last successful collection (nil: never).
 	LastCollectedAt *time.Time
+	// Requests is what the plan counted one collection of the item as costing.
+	Requests float64
 }
 
 // ClaimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first.
@@ -55,7 +57,8 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
 FROM due
 WHERE t.item_id = due.item_id
 RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
-          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at`
+          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
+          t.requests_per_collection`
 
 // claimByTierSQL is ClaimByDueSQL taking the most urgent tier first: $4 lists the tiers in
 // urgency order (tiers.All), so the order lives in one place.
@@ -77,7 +80,8 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
 FROM due
 WHERE t.item_id = due.item_id
 RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
-          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at`
+          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
+          t.requests_per_collection`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
 // another worker holds a live lease on it.
@@ -90,7 +94,8 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
 WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
 RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at,
-          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at`
+          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
+          t.requests_per_collection`
 
 // tierOrder is tiers.All as text, most urgent first.
 var tierOrder = func() []string {
@@ -133,7 +138,7 @@ func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	var tier string
 	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt,
-		&c.SeenListings, &c.EstSales, &c.EstSeconds, &c.LastCollectedAt)
+		&c.SeenListings, &c.EstSales, &c.EstSeconds, &c.LastCollectedAt, &c.Requests)
 	c.Tier = tiers.Tier(tier)
 	return c, err
 }

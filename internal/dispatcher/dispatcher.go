@@ -208,13 +208,16 @@ type Summary struct {
 	StatusReason string
 	StatusSince  time.Time
 
-	Batches   int
-	Claimed   int
-	Collected int
-	Failed    int
-	Fenced    int
-	Released  int
-	Stop      string // why the pass ended
+	Batches int
+	Claimed int
+	// PlannedRequests is what the plan counted the claimed collections as costing
+	// (requests_per_collection): beside the calls made, how far off the plan's costs are.
+	PlannedRequests float64
+	Collected       int
+	Failed          int
+	Fenced          int
+	Released        int
+	Stop            string // why the pass ended
 	// CooldownUntil is when the key may be used again, when a rate limit with a known end
 	// stopped the pass.
 	CooldownUntil time.Time
@@ -319,6 +322,9 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		d.cfg.Observer.Claimed(claims)
 		sum.Batches++
 		sum.Claimed += len(claims)
+		for _, c := range claims {
+			sum.PlannedRequests += c.Requests
+		}
 		released, st := d.collectBatch(ctx, claims, w, &tm)
 		sum.Released += released
 		if st != nil {

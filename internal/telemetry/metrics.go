@@ -43,6 +43,7 @@ type Metrics struct {
 	SalesGaps         prometheus.Counter     // collections that found sales lost since the previous one
 	TierDemand        *prometheus.GaugeVec   // tier: requests/s the tier's items ask for
 	BudgetRate        *prometheus.GaugeVec   // workload: the key's budget, requests/s
+	CostRatio         prometheus.Gauge       // provider calls made ÷ what the plan counted them as
 }
 
 // NewMetrics builds and registers every series, plus the Go runtime and process collectors.
@@ -83,6 +84,7 @@ func NewMetrics() *Metrics {
 		SalesGaps:         f.counter("collector_sales_gaps_total", "Collections whose sales page was full of sales newer than any stored: sales were lost in between."),
 		TierDemand:        f.gaugeVec("collector_tier_demand_requests_per_second", "Requests per second the tier's scheduled items ask for (planned requests per collection / interval).", "tier"),
 		BudgetRate:        f.gaugeVec("collector_budget_requests_per_second", "The workload key's request budget per second (the tighter of the per-second and per-minute budgets).", "workload"),
+		CostRatio:         f.gauge("collector_collection_cost_ratio", "Provider calls this instance made ÷ what the tier plan counted its collections as costing (smoothed, at least 1); the daemon plans within the budget divided by it."),
 	}
 }
 
