@@ -221,8 +221,10 @@ func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]ceilClaim, er
 		var dueAt, dbNow time.Time
 		var lastSale *time.Time
 		var seenListings *int32
-		var estSales, estCollections float64
-		err := r.Scan(&c.id, &c.name, &c.tier, &dueAt, &c.token, &dbNow, &lastSale, &seenListings, &estSales, &estCollections)
+		var estSales, estSeconds, requests float64
+		var lastCollected *time.Time
+		err := r.Scan(&c.id, &c.name, &c.tier, &dueAt, &c.token, &dbNow, &lastSale, &seenListings, &estSales, &estSeconds,
+			&lastCollected, &requests)
 		return c, err
 	})
 }
