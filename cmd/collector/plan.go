@@ -89,7 +89,8 @@ func printPlan(a *app, p catalog.Policy, res catalog.Result, applied bool, show 
 	b := p.Budget
 	a.printf("budget: %.0f requests/s, %.0f/min, headroom %.0f%% → %.1f requests/s to plan with\n",
 		b.PerSecond, b.PerMinute, b.Headroom*100, s.Limit)
-	a.printf("cost: %.2f requests per collection on average; %d of %d items share packed calls at their planned tier, the others cost 2\n",
+	a.printf("cost: %.2f requests per collection on average; %d of %d items share packed calls at their planned tier, the others cost 2"+
+		" (a running daemon also divides the budget by what its calls really cost against this: collector_collection_cost_ratio)\n",
 		s.Requests, s.Packed, s.Items)
 	a.printf("demand of today's tiers: %.1f requests/s (%.2f× the budget)\n", s.DemandBefore, ratio(s.DemandBefore, s.Limit))
 	if s.DemandBefore > s.Limit {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // statusJSON is `collector status -o json`. Its field names are a stable interface
@@ -52,6 +54,8 @@ type tierJSON struct {
 	Items   int64  `json:"items"`
 	Due     int64  `json:"due"`
 	Overdue int64  `json:"overdue"`
+	// Demand is the tier's steady requests/s at the costs its items were planned at.
+	Demand float64 `json:"demand_requests_per_second"`
 }
 
 type claimLagJSON struct {
@@ -119,8 +123,10 @@ func toStatusJSON(st daemon.ClusterStatus) statusJSON {
 		out.Provider.ProbeFailures, out.Provider.NextProbeAt = &st.Probe.Failures, &st.Probe.NextProbeAt
 	}
 	for _, t := range st.Tiers {
-		out.Tiers = append(out.Tiers, tierJSON{Tier: t.Tier, Items: t.Items, Due: t.Due, Overdue: t.Overdue})
+		tj := tierJSON{Tier: t.Tier, Items: t.Items, Due: t.Due, Overdue: t.Overdue, Demand: budgetplan.TierDemand(tiers.Tier(t.Tier), t.Requests)}
+		out.Tiers = append(out.Tiers, tj)
 		out.Totals.Items, out.Totals.Due, out.Totals.Overdue = out.Totals.Items+t.Items, out.Totals.Due+t.Due, out.Totals.Overdue+t.Overdue
+		out.Totals.Demand += tj.Demand
 	}
 	for _, s := range st.Relay.Stops {
 		out.Relay.Stopped = append(out.Relay.Stopped, s.Owner)

@@ -47,6 +47,10 @@ func TestStatusJSONAndCheck(t *testing.T) {
 			t.Errorf("provider lacks %q", k)
 		}
 	}
+	// One HOT item never planned: its own two calls a minute.
+	if d := v["tiers"].([]any)[0].(map[string]any)["demand_requests_per_second"]; d != 2.0/60 {
+		t.Errorf("HOT demand %v req/s, want %v", d, 2.0/60)
+	}
 	for _, k := range []string{"unpublished", "oldest_unpublished_seconds", "failed"} {
 		if _, ok := v["outbox"].(map[string]any)[k]; !ok {
 			t.Errorf("outbox lacks %q", k)
