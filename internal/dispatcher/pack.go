@@ -34,7 +34,7 @@ type packingState struct{ listings, sales bool }
 
 // PackingModelNow is how a dispatcher configured with c packs calls now: its settings and the
 // cluster's endpoint switches (packing_state), for predicting what a collection costs.
-func PackingModelNow(ctx context.Context, q Querier, c Config) (packing.Model, error) {
+func PackingModelNow(ctx context.Context, q *pgxpool.Pool, c Config) (packing.Model, error) {
 	c = c.withDefaults()
 	m := packing.Model{PackSize: c.PackSize, AuctionLimit: c.AuctionLimit, MaxListings: c.PackMaxListings,
 		MaxSales: c.PackMaxSales, Shadow: c.ShadowFraction}
@@ -44,7 +44,7 @@ func PackingModelNow(ctx context.Context, q Querier, c Config) (packing.Model, e
 }
 
 // readPacking reads packing_state; an endpoint without a row is on.
-func readPacking(ctx context.Context, q Querier) (packingState, error) {
+func readPacking(ctx context.Context, q *pgxpool.Pool) (packingState, error) {
 	st := packingState{listings: true, sales: true}
 	rows, err := ReadPackingStatus(ctx, q)
 	for _, r := range rows {
@@ -81,13 +81,8 @@ type PackingStatus struct {
 	Reason    string
 }
 
-// Querier is a pool or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // ReadPackingStatus lists the endpoints whose switch was ever set (the others are on).
-func ReadPackingStatus(ctx context.Context, q Querier) ([]PackingStatus, error) {
+func ReadPackingStatus(ctx context.Context, q *pgxpool.Pool) ([]PackingStatus, error) {
 	rows, err := q.Query(ctx, `SELECT endpoint, enabled, changed_at, coalesce(reason, '') FROM packing_state ORDER BY endpoint`)
 	if err != nil {
 		return nil, fmt.Errorf("read packing state: %w", err)
