@@ -152,13 +152,16 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc.Grace = cfg.Daemon.ShutdownGrace
 	dc.PrioritizeTiers = true
 	dc.Gather = d.gathers()
+	dc.Ahead = d.ahead()
 	dc.ClaimLimit = func() int {
 		perSec := cfg.Market.Rate
 		if d.share != nil {
 			perSec = d.share.Stats().PerSecond
 		}
-		// At least a full packed call's worth: a smaller claim could never fill one.
-		return max(int(perSec/math.Float64frombits(d.perItem.Load())), cfg.Dispatch.PackSize)
+		// Half a second of budget: when more is due than the budget allows, a HOT item that
+		// falls due just after a claim waits for the next one, which comes when this batch
+		// has drained. At least a full packed call's worth: a smaller claim could never fill one.
+		return max(int(perSec/2/math.Float64frombits(d.perItem.Load())), cfg.Dispatch.PackSize)
 	}
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	disp, err := dispatcher.New(pool, f, dc, log)
@@ -343,7 +346,7 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 			// What falls due meanwhile gathers for the next pass and shares its packed calls.
 			backoff.Sleep(ctx, g)
 		}
-		wait, err := nextWake(ctx, d.pool)
+		wait, err := nextWake(ctx, d.pool, d.ahead())
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -382,7 +385,21 @@ func (d *Daemon) learnCost(sum dispatcher.Summary, calls int64) {
 func ewma(bits uint64, x float64) float64 { return 0.7*math.Float64frombits(bits) + 0.3*x }
 
 // gathers reports whether passes are spaced by daemon.pack_wait: only when items can share calls.
-func (d *Daemon) gathers() bool { return d.cfg.Daemon.PackWait > 0 && d.cfg.Dispatch.PackSize > 1 }
+func (d *Daemon) gathers() bool { return d.ahead() > 0 }
+
+func (d *Daemon) ahead() time.Duration {
+	return ClaimAhead(d.cfg.Daemon.PackWait, d.cfg.Dispatch.PackSize)
+}
+
+// ClaimAhead is how long before their due time the daemon claims items. With packing on it is
+// daemon.pack_wait: passes start that far apart so items gather and share calls, and claiming
+// that far ahead keeps each item collected at its due time instead of up to a pack_wait late.
+func ClaimAhead(packWait time.Duration, packSize int) time.Duration {
+	if packSize <= 1 {
+		return 0
+	}
+	return max(packWait, 0)
+}
 
 // keyRefused holds collection while the provider refuses the market key (a configuration
 // error, not an outage): /readyz says why, the key's cool-down in the database shows it to
@@ -464,9 +481,10 @@ func orUnknown(s string) string {
 // retryBackoff spaces the daemon's retries after database errors.
 var retryBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second}
 
-// nextWake is how long until the next item is claimable; an hour when nothing is scheduled.
-func nextWake(ctx context.Context, pool *pgxpool.Pool) (time.Duration, error) {
-	wait, ok, err := dispatcher.NextClaimable(ctx, pool)
+// nextWake is how long until the next item is claimable, claiming ahead by ahead; an hour when
+// nothing is scheduled.
+func nextWake(ctx context.Context, pool *pgxpool.Pool, ahead time.Duration) (time.Duration, error) {
+	wait, ok, err := dispatcher.NextClaimable(ctx, pool, ahead)
 	if !ok && err == nil {
 		return time.Hour, nil
 	}

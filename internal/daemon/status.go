@@ -22,7 +22,8 @@ type ClusterStatus struct {
 	Probe    *ProbeState // nil when no probe has run
 	Tiers    []TierStatus
 	Leased   int64
-	// Lag is due → claim over the claims of the last LagWindow (each item's latest claim).
+	// Lag is due → claim over the claims of the last LagWindow (each item's latest claim); a
+	// claim made ahead of its due time (daemon.pack_wait) counts as 0.
 	LagN           int64
 	LagP50, LagP99 time.Duration
 	OutboxBacklog  int64
@@ -82,10 +83,10 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		       (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now() AND NOT item_id LIKE ANY($2::text[])),
 		       count(*),
 		       percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag)
-		FROM (SELECT extract(epoch FROM last_claimed_at - last_due_at) AS lag FROM tracked_items
+		FROM (SELECT greatest(extract(epoch FROM last_claimed_at - last_due_at), 0) AS lag FROM tracked_items
 		      WHERE last_claimed_at > now() - $1 * interval '1 millisecond'
-		        AND last_due_at <= last_claimed_at AND NOT item_id LIKE ANY($2::text[])) s`,
-		LagWindow.Milliseconds(), catalog.SyntheticPatterns()).Scan(&st.DatabaseNow, &st.Leased, &st.LagN, &p50, &p99)
+		        AND last_due_at <= last_claimed_at + $3 * interval '1 millisecond' AND NOT item_id LIKE ANY($2::text[])) s`,
+		LagWindow.Milliseconds(), catalog.SyntheticPatterns(), dispatcher.MaxAhead.Milliseconds()).Scan(&st.DatabaseNow, &st.Leased, &st.LagN, &p50, &p99)
 	if err != nil {
 		return st, fmt.Errorf("claim lag: %w", err)
 	}

@@ -34,7 +34,8 @@ type Claim struct {
 	Requests float64
 }
 
-// ClaimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first.
+// ClaimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
+// "due" includes what falls due within the next $4 milliseconds (Config.Ahead).
 // The MATERIALIZED CTE makes PostgreSQL lock exactly the rows it picked (SKIP LOCKED passes over
 // rows another collector is claiming at this moment), so any number of collectors can run side
 // by side and each item goes to exactly one of them. An expired lease counts as no lease: a
@@ -43,7 +44,7 @@ const ClaimByDueSQL = `
 WITH due AS MATERIALIZED (
 	SELECT item_id
 	FROM tracked_items
-	WHERE next_collect_at <= now()
+	WHERE next_collect_at <= now() + $4 * interval '1 millisecond'
 	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
 	ORDER BY next_collect_at
 	LIMIT $1
@@ -60,15 +61,15 @@ RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_
           t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection`
 
-// claimByTierSQL is ClaimByDueSQL taking the most urgent tier first: $4 lists the tiers in
+// claimByTierSQL is ClaimByDueSQL taking the most urgent tier first: $5 lists the tiers in
 // urgency order (tiers.All), so the order lives in one place.
 const claimByTierSQL = `
 WITH due AS MATERIALIZED (
 	SELECT item_id
 	FROM tracked_items
-	WHERE next_collect_at <= now()
+	WHERE next_collect_at <= now() + $4 * interval '1 millisecond'
 	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-	ORDER BY array_position($4::text[], collection_tier), next_collect_at
+	ORDER BY array_position($5::text[], collection_tier), next_collect_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 )
@@ -97,6 +98,17 @@ RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at,
           t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection`
 
+// MaxAhead bounds Config.Ahead: half the shortest tier interval (Ahead says why).
+var MaxAhead = func() time.Duration {
+	shortest := time.Duration(1<<63 - 1)
+	for _, t := range tiers.All() {
+		if iv, ok := t.Interval(); ok {
+			shortest = min(shortest, iv)
+		}
+	}
+	return shortest / 2
+}()
+
 // tierOrder is tiers.All as text, most urgent first.
 var tierOrder = func() []string {
 	out := []string{}
@@ -106,8 +118,8 @@ var tierOrder = func() []string {
 	return out
 }()
 
-func claimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, byTier bool) ([]Claim, error) {
-	q, args := ClaimByDueSQL, []any{n, lease.Milliseconds(), owner}
+func claimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, byTier bool, ahead time.Duration) ([]Claim, error) {
+	q, args := ClaimByDueSQL, []any{n, lease.Milliseconds(), owner, ahead.Milliseconds()}
 	if byTier {
 		q, args = claimByTierSQL, append(args, tierOrder)
 	}

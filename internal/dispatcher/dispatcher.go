@@ -51,7 +51,7 @@ type Config struct {
 	// batch holds, at the cost of sorting the due backlog on every claim.
 	PrioritizeTiers bool
 	// ClaimLimit, when set, caps each claim at what it returns (at least 1). The daemon passes
-	// about one second of its budget: a claimed batch then never holds HOT items that fall due
+	// about half a second of its budget: a claimed batch then never holds HOT items that fall due
 	// behind a queue of COLD ones waiting for the budget.
 	ClaimLimit func() int
 	// Gather ends a pass after a batch smaller than it asked for, instead of claiming again
@@ -59,6 +59,12 @@ type Config struct {
 	// they can share packed calls (the daemon spaces its passes by daemon.pack_wait). Off, a
 	// pass claims until nothing is due, which one-shots want.
 	Gather bool
+	// Ahead claims items that fall due within this long, so a gathering pass collects them
+	// on time rather than up to a pack_wait late (the daemon sets it to daemon.pack_wait).
+	// It must stay under half the shortest tier interval: the reschedule's next slot is at
+	// least half an interval after the collection, which is what moves an item claimed early
+	// to its next slot rather than back to the one it was claimed for.
+	Ahead time.Duration
 	// EstimateWindow is how fast the per-item change and sales counts decay: observations this
 	// old count 1/e (catalog.estimate_window). Default 24h.
 	EstimateWindow time.Duration
@@ -135,6 +141,9 @@ func (c Config) validate() error {
 	if c.FlushSize < 1 {
 		errs = append(errs, fmt.Errorf("flush size %d: must be >= 1", c.FlushSize))
 	}
+	if c.Ahead < 0 || c.Ahead >= MaxAhead {
+		errs = append(errs, fmt.Errorf("claim ahead %v: must be >= 0 and < %v", c.Ahead, MaxAhead))
+	}
 	return errors.Join(errs...)
 }
 
@@ -178,7 +187,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		if d.cfg.ClaimLimit != nil {
 			n = min(n, max(1, d.cfg.ClaimLimit()))
 		}
-		c, err := claimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers)
+		c, err := claimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers, d.cfg.Ahead)
 		return c, len(c) < n, err
 	})
 }

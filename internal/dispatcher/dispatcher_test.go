@@ -461,7 +461,7 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		claims, err := claimDue(ctx, pool, 2000, time.Minute, "t", false)
+		claims, err := claimDue(ctx, pool, 2000, time.Minute, "t", false, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

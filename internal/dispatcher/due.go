@@ -70,13 +70,13 @@ WITH first_free AS (
 	  AND next_collect_at <= coalesce((SELECT next_collect_at FROM first_free), 'infinity')
 	  AND lease_expires_at > now()
 )
-SELECT extract(epoch FROM least((SELECT next_collect_at FROM first_free), (SELECT at FROM first_lease)) - now()) * 1000`
+SELECT extract(epoch FROM least((SELECT next_collect_at FROM first_free) - $1 * interval '1 millisecond', (SELECT at FROM first_lease)) - now()) * 1000`
 
-// NextClaimable is how long until the next item is claimable (<= 0: now); ok is false when
-// nothing is scheduled at all.
-func NextClaimable(ctx context.Context, pool *pgxpool.Pool) (wait time.Duration, ok bool, err error) {
+// NextClaimable is how long until the next item is claimable by a dispatcher that claims ahead
+// (Config.Ahead) (<= 0: now); ok is false when nothing is scheduled at all.
+func NextClaimable(ctx context.Context, pool *pgxpool.Pool, ahead time.Duration) (wait time.Duration, ok bool, err error) {
 	var ms *float64
-	if err := pool.QueryRow(ctx, nextClaimableSQL).Scan(&ms); err != nil {
+	if err := pool.QueryRow(ctx, nextClaimableSQL, ahead.Milliseconds()).Scan(&ms); err != nil {
 		return 0, false, fmt.Errorf("next due item: %w", err)
 	}
 	if ms == nil {

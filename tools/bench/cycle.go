@@ -212,7 +212,7 @@ func cycleCeiling(ctx context.Context, e *env, c cycleSize) (float64, error) {
 }
 
 func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]ceilClaim, error) {
-	rows, err := pool.Query(ctx, dispatcher.ClaimByDueSQL, k, int64(120_000), "ceiling")
+	rows, err := pool.Query(ctx, dispatcher.ClaimByDueSQL, k, int64(120_000), "ceiling", 0)
 	if err != nil {
 		return nil, err
 	}
