@@ -254,6 +254,19 @@ func TestClusterStatus(t *testing.T) {
 	if st.LagN != 3 || st.LagP99 < 50*time.Second || st.Leased != 0 || st.OutboxBacklog < 3 {
 		t.Fatalf("after collecting: lag n %d p99 %s, leased %d, backlog %d", st.LagN, st.LagP99, st.Leased, st.OutboxBacklog)
 	}
+	// A claim made ahead of its due time (daemon.pack_wait) is on time: counted, at lag 0.
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() + interval '2 seconds' WHERE item_id = $1`, e.items[3].ItemID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET last_claimed_at = now() WHERE item_id = $1`, e.items[3].ItemID); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = Status(ctx, e.pool, "neople"); err != nil {
+		t.Fatal(err)
+	}
+	if st.LagN != 4 || st.LagP50 < 0 {
+		t.Fatalf("after a claim 2 s ahead: lag n %d p50 %s, want it counted (4) and no negative lag", st.LagN, st.LagP50)
+	}
 }
 
 // With a retention age set, the daemon deletes older history every retention.interval and

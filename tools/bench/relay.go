@@ -114,7 +114,13 @@ func goBenchOutput(ctx context.Context, pkg, pattern, benchtime string, env ...s
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
-		name, _, _ := strings.Cut(f[0], "-")
+		// Strip the -GOMAXPROCS suffix; sub-benchmark names may hold dashes of their own.
+		name := f[0]
+		if i := strings.LastIndex(name, "-"); i > 0 {
+			if _, err := strconv.Atoi(name[i+1:]); err == nil {
+				name = name[:i]
+			}
+		}
 		m := map[string]float64{}
 		for i := 2; i+1 < len(f); i += 2 {
 			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
