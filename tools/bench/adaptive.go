@@ -3,17 +3,19 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 )
 
 // benchAdaptive measures the adaptive budget against providers whose real limit is far below
 // the configured one: one `collector run` with the default budget (500/s, 30,000/min) against
-// `collector sim --rate N`, for N = 5, 50 and 400. After a warm-up in which the daemon learns
-// the limit, it reports the share of N the provider served and the share of answers refused.
+// `collector sim --rate N`, for N = 5, 50 and 400. Once the daemon has learned the limit (its
+// rate came down to N) and settled, it reports the share of N the provider served and the share
+// of answers refused over a minute, and how long learning took.
 func benchAdaptive(ctx context.Context, e *env, sz sizes, rep *report) error {
-	warmup, window := 30*time.Second, time.Minute
+	warmup, window := 10*time.Second, time.Minute
 	if sz.daemonWindow == 0 {
-		warmup, window = 20*time.Second, 20*time.Second
+		warmup, window = 5*time.Second, 20*time.Second
 	}
 	bin, err := buildCollector(ctx)
 	if err != nil {
@@ -60,6 +62,22 @@ func adaptiveRun(ctx context.Context, e *env, bin string, limit int, warmup, win
 			return nil
 		}
 	}
+	// Converged: the learned rate has come down to the real limit (from the configured 500/s
+	// that takes about a dozen cuts a couple of seconds apart); then a short settling time.
+	started := time.Now()
+	var learned float64
+	for learned = math.Inf(1); learned > float64(limit); {
+		if time.Since(started) > 3*time.Minute {
+			return fmt.Errorf("the learned rate is still %.1f/s after 3 minutes", learned)
+		}
+		if err := wait(500 * time.Millisecond); err != nil {
+			return err
+		}
+		if err := pool.QueryRow(ctx, `SELECT coalesce(max(rate), 'Infinity') FROM budget_rates`).Scan(&learned); err != nil {
+			return fmt.Errorf("learned rate: %w", err)
+		}
+	}
+	converged := time.Since(started)
 	if err := wait(warmup); err != nil {
 		return err
 	}
@@ -76,16 +94,15 @@ func adaptiveRun(ctx context.Context, e *env, bin string, limit int, warmup, win
 		return err
 	}
 	took := time.Since(t0).Seconds()
-	var learned float64
 	if err := pool.QueryRow(ctx, `SELECT rate FROM budget_rates`).Scan(&learned); err != nil {
 		return fmt.Errorf("learned rate: %w", err)
 	}
 	sent, refused := b.Total-a.Total, b.RateLimited-a.RateLimited
 	served := float64(sent-refused) / took
 	rep.add(fmt.Sprintf("Adaptive budget against a provider limited to %d req/s (configured 500/s): served / refused", limit),
-		fmt.Sprintf("%.0f%% of %d req/s / %.2f%% of answers (learned %.1f/s)", 100*served/float64(limit), limit,
-			100*float64(refused)/float64(max(sent, 1)), learned),
-		fmt.Sprintf("one `collector run` of the built binary with the default budget (daemon.budget.adaptive on, 500/s, 30,000/min, 3%% headroom, concurrency 16), `collector sim --rate %d` as a separate process (token bucket, burst one second), %s HOT_1M items all due (twice the limit's worth of work); after %s of warm-up, the simulator's served and refused (API002) counts for the key over %s; learned = budget_rates at the end",
+		fmt.Sprintf("%.0f%% of %d req/s / %.2f%% of answers (learned %.1f/s; converged in %.0f s)", 100*served/float64(limit), limit,
+			100*float64(refused)/float64(max(sent, 1)), learned, converged.Seconds()),
+		fmt.Sprintf("one `collector run` of the built binary with the default budget (daemon.budget.adaptive on, 500/s, 30,000/min, 3%% headroom, concurrency 16), `collector sim --rate %d` as a separate process (token bucket, burst one second), %s HOT_1M items all due (twice the limit's worth of work); converged = from the daemon's start until the learned rate (budget_rates) first came down to the limit; then %s to settle, and the simulator's served and refused (API002) counts for the key over %s; learned = budget_rates at the end",
 			limit, count(len(ids)), warmup, window))
 	return nil
 }
