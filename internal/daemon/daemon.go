@@ -387,18 +387,14 @@ func ewma(bits uint64, x float64) float64 { return 0.7*math.Float64frombits(bits
 // gathers reports whether passes are spaced by daemon.pack_wait: only when items can share calls.
 func (d *Daemon) gathers() bool { return d.ahead() > 0 }
 
-func (d *Daemon) ahead() time.Duration {
-	return ClaimAhead(d.cfg.Daemon.PackWait, d.cfg.Dispatch.PackSize)
-}
-
-// ClaimAhead is how long before their due time the daemon claims items. With packing on it is
+// ahead is how long before their due time the daemon claims items. With packing on it is
 // daemon.pack_wait: passes start that far apart so items gather and share calls, and claiming
 // that far ahead keeps each item collected at its due time instead of up to a pack_wait late.
-func ClaimAhead(packWait time.Duration, packSize int) time.Duration {
-	if packSize <= 1 {
+func (d *Daemon) ahead() time.Duration {
+	if d.cfg.Dispatch.PackSize <= 1 {
 		return 0
 	}
-	return max(packWait, 0)
+	return d.cfg.Daemon.PackWait
 }
 
 // keyRefused holds collection while the provider refuses the market key (a configuration
