@@ -153,16 +153,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc.PrioritizeTiers = true
 	dc.Gather = d.gathers()
 	dc.Ahead = d.ahead()
-	dc.ClaimLimit = func() int {
-		perSec := cfg.Market.Rate
-		if d.share != nil {
-			perSec = d.share.Stats().PerSecond
-		}
-		// Half a second of budget: when more is due than the budget allows, a HOT item that
-		// falls due just after a claim waits for the next one, which comes when this batch
-		// has drained. At least a full packed call's worth: a smaller claim could never fill one.
-		return max(int(perSec/2/math.Float64frombits(d.perItem.Load())), cfg.Dispatch.PackSize)
-	}
+	dc.ClaimLimit = d.claimLimit
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	disp, err := dispatcher.New(pool, f, dc, log)
 	if err != nil {
@@ -361,6 +352,17 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 			d.sleep(ctx, min(wait, d.cfg.Daemon.MaxSleep))
 		}
 	}
+}
+
+// claimLimit caps a claim at half a second of budget: when more is due than the budget allows,
+// a HOT item that falls due just after a claim waits for the next one, which comes when this
+// batch has drained. At least a full packed call's worth: a smaller claim could never fill one.
+func (d *Daemon) claimLimit() int {
+	perSec := d.cfg.Market.Rate
+	if d.share != nil {
+		perSec = d.share.Stats().PerSecond
+	}
+	return max(int(perSec/2/math.Float64frombits(d.perItem.Load())), d.cfg.Dispatch.PackSize)
 }
 
 // learnCost follows what a collection costs (calls per collected item, retries and shadow
