@@ -322,6 +322,12 @@ func TestBadValuesAreRefusedAndUnknownEnvIsNamed(t *testing.T) {
 		{[]string{"outbox", "retry", "--id", "-3"}, "--id -3: outbox ids are positive"},
 		{[]string{"outbox", "retry", "--id", "0"}, "--id 0: outbox ids are positive"},
 		{[]string{"collect-due", "--batch-size", "99999999999999999999"}, "out of range"},
+		{[]string{"plan", "--budget", "0"}, "--budget 0: want a positive, finite number"},
+		{[]string{"plan", "--budget", "-2"}, "--budget -2: want a positive, finite number"},
+		{[]string{"plan", "--budget", "Inf"}, "--budget +Inf: want a positive, finite number"},
+		{[]string{"plan", "--budget", "NaN"}, "--budget NaN: want a positive, finite number"},
+		{[]string{"items", "pin", "x", "BOGUS"}, `pin item x: tier "BOGUS" cannot be pinned`},
+		{[]string{"items", "pin", "x", "DORMANT"}, `pin item x: tier "DORMANT" cannot be pinned`},
 	} {
 		_, _, err := runCollector(t, append(c.args, "--database-url", db)...)
 		if err == nil || !strings.Contains(err.Error(), c.want) || exitCode(err) != exitUsage {

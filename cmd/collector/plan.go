@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"text/tabwriter"
 
@@ -34,7 +35,15 @@ under the budget policy).`,
 		Example: `  collector plan
   collector plan --budget 100
   collector plan --apply`,
-		Args: cobra.NoArgs,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.NoArgs(cmd, args); err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("budget") && !(perSecond > 0 && !math.IsInf(perSecond, 1)) {
+				return fmt.Errorf("--budget %v: want a positive, finite number of requests per second (leave --budget out to plan for provider.market.rate)", perSecond)
+			}
+			return nil
+		},
 		RunE: a.run(func(ctx context.Context) error {
 			pool, err := a.db(ctx)
 			if err != nil {
@@ -53,9 +62,6 @@ under the budget policy).`,
 			}
 			p.Mode = config.PolicyBudget
 			if perSecond != 0 {
-				if !(perSecond > 0) {
-					return fmt.Errorf("--budget %v: want a positive number of requests per second", perSecond)
-				}
 				p.Budget.PerSecond, p.Budget.PerMinute = perSecond, perSecond*60
 			}
 			if learned < 1 {
@@ -151,12 +157,18 @@ func newPinCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "pin ITEM_ID TIER",
 		Short: "Fix an item's tier: recalculation leaves it there and the budget policy plans around it",
-		Args:  cobra.ExactArgs(2),
-		RunE: a.runArgs(func(ctx context.Context, args []string) error {
-			t, err := tiers.Parse(args[1])
-			if err != nil {
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.ExactArgs(2)(cmd, args); err != nil {
 				return err
 			}
+			t, err := tiers.Parse(args[1])
+			if _, scheduled := t.Interval(); err != nil || !scheduled {
+				return fmt.Errorf("pin item %s: tier %q cannot be pinned (allowed: HOT_1M, ACTIVE_3M, WARM_5M, COLD_10M; DORMANT follows sales and interest)", args[0], args[1])
+			}
+			return nil
+		},
+		RunE: a.runArgs(func(ctx context.Context, args []string) error {
+			t, _ := tiers.Parse(args[1])
 			pool, err := a.db(ctx)
 			if err != nil {
 				return err
