@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		if err != nil {
 			return rep, err
 		}
-		_, err = c.Auction(ctx, id)
+		_, _, err = c.Auction(ctx, id)
 		if err := pace(); err != nil {
 			return rep, err
 		}
@@ -200,7 +200,7 @@ func provoke(ctx context.Context, c *provider.Client, id string, n int, requests
 	errs := make(chan error, n)
 	for range n {
 		go func() {
-			_, err := c.Auction(ctx, id)
+			_, _, err := c.Auction(ctx, id)
 			errs <- err
 		}()
 	}

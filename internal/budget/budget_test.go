@@ -63,7 +63,7 @@ func (c *cluster) start(t *testing.T, cfg Config, workers int) *member {
 				if err != nil {
 					return
 				}
-				_, err = c.client.Auction(ctx, c.item)
+				_, _, err = c.client.Auction(ctx, c.item)
 				done()
 				var pe *provider.Error
 				if errors.As(err, &pe) && pe.Class == provider.ClassRateLimited {

@@ -52,44 +52,32 @@ func (f *Fetcher) SoldLimit() int {
 	return 0
 }
 
-func (f *Fetcher) Auction(ctx context.Context, itemID string) ([]provider.Listing, error) {
-	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, error) {
+func (f *Fetcher) Auction(ctx context.Context, itemID string) ([]provider.Listing, int, error) {
+	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, int, error) {
 		return f.Next.Auction(ctx, itemID)
 	})
 }
 
-func (f *Fetcher) AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, error) {
-	return call(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, error) {
+func (f *Fetcher) AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, int, error) {
+	return call(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, int, error) {
 		return f.Next.AuctionSold(ctx, itemID)
 	})
 }
 
 func (f *Fetcher) AuctionMany(ctx context.Context, ids []string) ([]provider.Listing, int, error) {
-	return packed(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, int, error) {
+	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, int, error) {
 		return f.Next.AuctionMany(ctx, ids)
 	})
 }
 
 func (f *Fetcher) AuctionSoldMany(ctx context.Context, ids []string) ([]provider.Sale, int, error) {
-	return packed(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, int, error) {
+	return call(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, int, error) {
 		return f.Next.AuctionSoldMany(ctx, ids)
 	})
 }
 
-func packed[T any](ctx context.Context, f *Fetcher, endpoint string, fn func(context.Context) ([]T, int, error)) ([]T, int, error) {
-	type answer struct {
-		rows []T
-		sent int
-	}
-	a, err := call(ctx, f, endpoint, func(ctx context.Context) (answer, error) {
-		rows, sent, err := fn(ctx)
-		return answer{rows, sent}, err
-	})
-	return a.rows, a.sent, err
-}
-
-func call[T any](ctx context.Context, f *Fetcher, endpoint string, fn func(context.Context) (T, error)) (T, error) {
-	var zero T
+// call makes one provider call (rows kept, rows sent) within this process's share.
+func call[T any](ctx context.Context, f *Fetcher, endpoint string, fn func(context.Context) ([]T, int, error)) ([]T, int, error) {
 	if f.Share != nil {
 		t0 := time.Now()
 		done, err := f.Share.WaitWithin(ctx, f.Within)
@@ -98,11 +86,11 @@ func call[T any](ctx context.Context, f *Fetcher, endpoint string, fn func(conte
 			f.Observer.Waited(endpoint, time.Since(t0), err)
 		}
 		if err != nil {
-			return zero, err
+			return nil, 0, err
 		}
 		defer done()
 	}
-	v, err := fn(ctx)
+	rows, sent, err := fn(ctx)
 	var pe *provider.Error
 	// Only the provider's own answer (Status set) means the key is over its budget; the
 	// client's local limiter running out before a deadline does not.
@@ -112,7 +100,7 @@ func call[T any](ctx context.Context, f *Fetcher, endpoint string, fn func(conte
 	if f.Observer != nil {
 		f.Observer.Called(endpoint, err)
 	}
-	return v, err
+	return rows, sent, err
 }
 
 // waitError is the provider error a failed wait for the share becomes.

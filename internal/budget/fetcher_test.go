@@ -21,7 +21,7 @@ func TestFetcherEndsOnACooldownPastItsWindow(t *testing.T) {
 	before := c.sim.KeyStats(marketKey).Total
 
 	oneShot := &Fetcher{Next: c.client, Share: a.share, Within: time.Second}
-	_, err := oneShot.Auction(ctx, c.item)
+	_, _, err := oneShot.Auction(ctx, c.item)
 	var pe *provider.Error
 	if !errors.As(err, &pe) || pe.Class != provider.ClassRateLimited || pe.RetryAfter < 30*time.Second {
 		t.Fatalf("one-shot during a 1 min cool-down: %v, want a rate-limit error with the cool-down's Retry-After", err)
@@ -30,7 +30,7 @@ func TestFetcherEndsOnACooldownPastItsWindow(t *testing.T) {
 	daemon := &Fetcher{Next: c.client, Share: a.share}
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := daemon.Auction(wctx, c.item); provider.ClassOf(err) != provider.ClassTransient || !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := daemon.Auction(wctx, c.item); provider.ClassOf(err) != provider.ClassTransient || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("daemon during the cool-down: %v, want it to wait until its context ends", err)
 	}
 	if n := c.sim.KeyStats(marketKey).Total - before; n != 0 {

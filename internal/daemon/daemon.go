@@ -441,7 +441,7 @@ func (d *Daemon) probeKey(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("key re-check: pick a tracked item: %w", err)
 	}
-	_, err = d.client.Auction(ctx, id)
+	_, _, err = d.client.Auction(ctx, id)
 	return err
 }
 
@@ -648,7 +648,7 @@ func (d *Daemon) probe(f *budget.Fetcher) health.Prober {
 		if err != nil {
 			return fmt.Errorf("probe: pick a tracked item: %w", err)
 		}
-		_, err = f.Auction(ctx, id)
+		_, _, err = f.Auction(ctx, id)
 		return err
 	}
 }

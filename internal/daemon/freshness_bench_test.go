@@ -67,7 +67,7 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	var lastSale []*time.Time
 	for _, id := range ids {
 		listings = append(listings, int32(truths[id].Listings))
-		sales, err := client.AuctionSold(ctx, id)
+		sales, _, err := client.AuctionSold(ctx, id)
 		if err != nil {
 			b.Fatal(err)
 		}

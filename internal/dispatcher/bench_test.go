@@ -15,10 +15,12 @@ import (
 // benchmark measures our claim, write-back and reschedule path and nothing else.
 type zeroFetcher struct{}
 
-func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, error) {
-	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, nil
+func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, error) {
+	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, 1, nil
 }
-func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, error) { return nil, nil }
+func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, int, error) {
+	return nil, 0, nil
+}
 
 // BenchmarkClaimRescheduleCycle: N tracked items all due, one collect-due pass with a
 // zero-latency provider claims, snapshots, enqueues and reschedules every one of them.

@@ -27,10 +27,12 @@ import (
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
-// Fetcher is the market workload of the provider client.
+// Fetcher is the market workload of the provider client. Each method returns the rows kept and
+// how many rows the provider sent: an answer is full, and may have been cut, when it sent as
+// many as its limit, whatever the row check dropped.
 type Fetcher interface {
-	Auction(ctx context.Context, itemID string) ([]provider.Listing, error)
-	AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, error)
+	Auction(ctx context.Context, itemID string) ([]provider.Listing, int, error)
+	AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, int, error)
 }
 
 // Config sizes a pass. Zero values take the defaults.
@@ -576,11 +578,11 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 
 func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 	r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}
-	listings, err := untilAnswered(ctx, func() ([]provider.Listing, error) { return d.fetch.Auction(ctx, c.ItemID) })
-	var sales []provider.Sale
+	listings, err := d.listingsAlone(ctx, c)
+	var sales []saleRow
 	if err == nil {
 		// The listings are kept whatever happens to this call.
-		sales, err = untilAnswered(ctx, func() ([]provider.Sale, error) { return d.fetch.AuctionSold(ctx, c.ItemID) })
+		sales, r.salesGap, err = d.salesAlone(ctx, c)
 	}
 	r.at = d.clock.now()
 	if err != nil {
@@ -588,11 +590,43 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 		r.outcome = provider.ClassOf(err).String()
 		return r
 	}
-	r.listings = summarizeListings(listings, d.cfg.AuctionLimit)
-	r.salesGap = salesGap(sales, d.cfg.SoldLimit, c.LastSaleAt, c.LastCollectedAt)
-	r.sales = newSales(sequenceSales(sales, d.cfg.SoldLimit), c.LastSaleAt)
+	r.listings = listings
+	r.sales = newSales(sales, c.LastSaleAt)
 	return r
 }
+
+// listingsAlone asks for one item's listings in a call of its own.
+func (d *Dispatcher) listingsAlone(ctx context.Context, c Claim) (listingSummary, error) {
+	a, err := untilAnswered(ctx, func() (answer[provider.Listing], error) {
+		rows, sent, err := d.fetch.Auction(ctx, c.ItemID)
+		return answer[provider.Listing]{rows, sent}, err
+	})
+	return summarizeListings(a.rows, full(a.sent, d.cfg.AuctionLimit)), err
+}
+
+// salesAlone asks for one item's sales in a call of its own and reports whether sales were lost
+// since the previous collection. Every collection that reads a sales page alone comes here, so
+// none can miss a gap.
+func (d *Dispatcher) salesAlone(ctx context.Context, c Claim) (sales []saleRow, gap bool, err error) {
+	a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
+		rows, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
+		return answer[provider.Sale]{rows, sent}, err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	f := full(a.sent, d.cfg.SoldLimit)
+	return sequenceSales(a.rows, f), salesGap(a.rows, f, c.LastSaleAt, c.LastCollectedAt), nil
+}
+
+// answer carries a call's rows and how many the provider sent through untilAnswered.
+type answer[T any] struct {
+	rows []T
+	sent int
+}
+
+// full reports an answer that reached its limit: rows past it, if any, were cut off.
+func full(sent, limit int) bool { return limit > 0 && sent >= limit }
 
 // Rate-limit retries: a refused call waits (a back-off growing from rateLimitBackoff to
 // rateLimitBackoffMax, or a Retry-After no longer than that) and is sent again,

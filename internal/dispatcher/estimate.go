@@ -12,14 +12,15 @@ import (
 )
 
 // salesGap reports whether sales were lost between two fetches: a full /df/auction-sold page
-// whose oldest sale is newer than the newest sale already stored. With no sale stored, the
+// (as sent: rows the row check dropped still filled it) whose oldest kept sale is newer than
+// the newest sale already stored. With no sale stored, the
 // item's last collection bounds what was seen (its page was empty); before the first
 // collection there is nothing to compare with.
-func salesGap(rows []provider.Sale, limit int, lastStored, lastCollected *time.Time) bool {
+func salesGap(rows []provider.Sale, full bool, lastStored, lastCollected *time.Time) bool {
 	if lastStored == nil {
 		lastStored = lastCollected
 	}
-	if lastStored == nil || limit <= 0 || len(rows) < limit {
+	if lastStored == nil || !full || len(rows) == 0 {
 		return false
 	}
 	oldest := rows[0].SoldAt

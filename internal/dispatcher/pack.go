@@ -167,7 +167,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 	before := map[string][]provider.Listing{}
 	for _, c := range group {
 		if st.listings && d.shadow() {
-			if rows, err := d.fetch.Auction(ctx, c.ItemID); err == nil {
+			if rows, _, err := d.fetch.Auction(ctx, c.ItemID); err == nil {
 				before[c.ItemID] = rows
 			}
 		}
@@ -175,9 +175,9 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 	var lparts map[string][]provider.Listing
 	lok := false
 	if st.listings {
-		a, err := untilAnswered(ctx, func() (packedAnswer[provider.Listing], error) {
+		a, err := untilAnswered(ctx, func() (answer[provider.Listing], error) {
 			rows, sent, err := pf.AuctionMany(ctx, ids)
-			return packedAnswer[provider.Listing]{rows, sent}, err
+			return answer[provider.Listing]{rows, sent}, err
 		})
 		rows, sent := a.rows, a.sent
 		if err == nil {
@@ -194,9 +194,9 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 	var newest time.Time // the newest sale in the packed answer: the provider's clock was past it
 	sok := false
 	if st.sales {
-		a, err := untilAnswered(ctx, func() (packedAnswer[provider.Sale], error) {
+		a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
 			rows, sent, err := pf.AuctionSoldMany(ctx, ids)
-			return packedAnswer[provider.Sale]{rows, sent}, err
+			return answer[provider.Sale]{rows, sent}, err
 		})
 		if err == nil {
 			var foreign int
@@ -218,8 +218,10 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 		r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}
 		listings, lpacked := lparts[c.ItemID], lok
 		var err error
-		if !lpacked {
-			listings, err = untilAnswered(ctx, func() ([]provider.Listing, error) { return d.fetch.Auction(ctx, c.ItemID) })
+		if lpacked {
+			r.listings = summarizeListings(listings, false) // complete: the answer was not cut
+		} else {
+			r.listings, err = d.listingsAlone(ctx, c)
 		}
 		var sales []saleRow
 		spacked := false
@@ -233,11 +235,9 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 				if v.DropOldestSecond {
 					part = dropOldestSecond(part)
 				}
-				sales, spacked = sequenceSales(part, 0), true
+				sales, spacked = sequenceSales(part, false), true
 			} else {
-				var rows []provider.Sale
-				rows, err = untilAnswered(ctx, func() ([]provider.Sale, error) { return d.fetch.AuctionSold(ctx, c.ItemID) })
-				sales = sequenceSales(rows, d.cfg.SoldLimit)
+				sales, r.salesGap, err = d.salesAlone(ctx, c)
 			}
 		}
 		r.at = d.clock.now()
@@ -251,17 +251,10 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 			d.verify(ctx, c, listings, prior, lpacked && shadowed, sales, spacked, newest)
 		}
 		r.packed = lpacked || spacked
-		r.listings = summarizeListings(listings, d.cfg.AuctionLimit)
 		r.sales = newSales(sales, c.LastSaleAt)
 		out[i] = r
 	}
 	return out
-}
-
-// packedAnswer carries a packed call's rows and sent count through untilAnswered.
-type packedAnswer[T any] struct {
-	rows []T
-	sent int
 }
 
 // stops reports errors that end the pass whatever the item (maintenance, a refused key).
@@ -318,7 +311,7 @@ func (d *Dispatcher) shadow() bool {
 func (d *Dispatcher) verify(ctx context.Context, c Claim, listings, prior []provider.Listing, lpacked bool, sales []saleRow, spacked bool, upTo time.Time) {
 	obs, _ := d.cfg.Observer.(PackingObserver)
 	if lpacked {
-		alone, err := d.fetch.Auction(ctx, c.ItemID)
+		alone, _, err := d.fetch.Auction(ctx, c.ItemID)
 		if err == nil && sameListings(prior, alone) {
 			bad := !sameListings(listings, alone)
 			if obs != nil {
@@ -330,9 +323,9 @@ func (d *Dispatcher) verify(ctx context.Context, c Claim, listings, prior []prov
 		}
 	}
 	if spacked {
-		alone, err := d.fetch.AuctionSold(ctx, c.ItemID)
+		alone, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
 		if err == nil {
-			bad := !sameSales(sales, sequenceSales(alone, d.cfg.SoldLimit), c.LastSaleAt, upTo)
+			bad := !sameSales(sales, sequenceSales(alone, full(sent, d.cfg.SoldLimit)), c.LastSaleAt, upTo)
 			if obs != nil {
 				obs.Shadowed(provider.EndpointAuctionSold, bad)
 			}

@@ -36,7 +36,7 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 			// Eight items of a thin-ish market: the first ones with fewer listings than the cap.
 			var group []Claim
 			for _, it := range sim.Catalog() {
-				rows, _ := probe.Auction(context.Background(), it.ItemID)
+				rows, _, _ := probe.Auction(context.Background(), it.ItemID)
 				if len(rows) > 0 && len(rows) < 60 && len(group) < 8 {
 					group = append(group, Claim{ItemID: it.ItemID, ItemName: it.ItemName})
 				}
@@ -44,7 +44,7 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 			// Half the items have sales stored up to their third newest.
 			for i := range group {
 				if i%2 == 0 {
-					sales, _ := probe.AuctionSold(context.Background(), group[i].ItemID)
+					sales, _, _ := probe.AuctionSold(context.Background(), group[i].ItemID)
 					if len(sales) >= 3 {
 						at := sales[2].SoldAt
 						group[i].LastSaleAt = &at

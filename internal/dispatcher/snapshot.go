@@ -21,11 +21,11 @@ type listingSummary struct {
 	hasListings bool
 }
 
-// summarizeListings reduces /df/auction rows to the snapshot's price figures; limit is the
-// row cap the answer was asked with. Rows with a non-positive unit price or quantity are
+// summarizeListings reduces /df/auction rows to the snapshot's price figures; full says the
+// answer reached its row cap, so listings past it were cut off. Rows with a non-positive unit price or quantity are
 // ignored: the API reports price -1 on some rows and such a row says nothing about the market.
-func summarizeListings(rows []provider.Listing, limit int) listingSummary {
-	s := listingSummary{Truncated: limit > 0 && len(rows) >= limit}
+func summarizeListings(rows []provider.Listing, full bool) listingSummary {
+	s := listingSummary{Truncated: full}
 	prices := make([]int64, 0, len(rows))
 	var weightedSum float64
 	for _, r := range rows {
@@ -65,10 +65,10 @@ type saleRow struct {
 // id and identical rows are real separate sales, so position is the only identity there is:
 // a re-fetch that sees the same sales yields the same keys and the insert ignores them.
 //
-// Rows come newest first. When the response is full (limit reached) the oldest second in it may
-// be cut off part-way, which would shift positions, so that second is left out; it was fully
+// Rows come newest first. When the response is full (its limit reached) the oldest second in it
+// may be cut off part-way, which would shift positions, so that second is left out; it was fully
 // visible in an earlier fetch. A response that is one single second is kept whole.
-func sequenceSales(rows []provider.Sale, limit int) []saleRow {
+func sequenceSales(rows []provider.Sale, full bool) []saleRow {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -78,7 +78,7 @@ func sequenceSales(rows []provider.Sale, limit int) []saleRow {
 	}
 	sort.SliceStable(chrono, func(i, j int) bool { return chrono[i].SoldAt.Before(chrono[j].SoldAt) })
 	start := 0
-	if limit > 0 && len(rows) >= limit {
+	if full {
 		oldest := chrono[0].SoldAt.Truncate(time.Second)
 		for start < len(chrono) && chrono[start].SoldAt.Truncate(time.Second).Equal(oldest) {
 			start++

@@ -14,7 +14,7 @@ func TestSummarizeListings(t *testing.T) {
 		{UnitPrice: 70, Count: 10},
 		{UnitPrice: -1, Count: 3}, // price -1 rows say nothing
 	}
-	s := summarizeListings(rows, 400)
+	s := summarizeListings(rows, false)
 	if s.Count != 3 || s.Quantity != 20010 || s.Truncated {
 		t.Fatalf("count/quantity = %d/%d, want 3/20010", s.Count, s.Quantity)
 	}
@@ -25,10 +25,10 @@ func TestSummarizeListings(t *testing.T) {
 	if d := *s.Weighted - want; d > 1e-9 || d < -1e-9 {
 		t.Fatalf("weighted = %v, want %v", *s.Weighted, want)
 	}
-	if s := summarizeListings(rows, 4); !s.Truncated {
+	if s := summarizeListings(rows, true); !s.Truncated {
 		t.Fatal("an answer that reached the limit must be flagged truncated")
 	}
-	if e := summarizeListings(nil, 400); e.Lowest != nil || e.Median != nil || e.Weighted != nil || e.Count != 0 {
+	if e := summarizeListings(nil, false); e.Lowest != nil || e.Median != nil || e.Weighted != nil || e.Count != 0 {
 		t.Fatalf("empty listings must give null prices: %+v", e)
 	}
 }
@@ -40,7 +40,7 @@ func TestSequenceSalesKeysDuplicatesByPosition(t *testing.T) {
 	}
 	// Newest first, as the API returns them; three identical sales in second 5.
 	rows := []provider.Sale{sale(9, 1, 100), sale(5, 2, 50), sale(5, 2, 50), sale(5, 2, 50), sale(1, 1, 10)}
-	got := sequenceSales(rows, 100)
+	got := sequenceSales(rows, false)
 	if len(got) != 5 {
 		t.Fatalf("got %d sales, want 5", len(got))
 	}
@@ -52,7 +52,7 @@ func TestSequenceSalesKeysDuplicatesByPosition(t *testing.T) {
 	}
 	// A later fetch with one more sale in second 5 keeps the old keys and adds seq 3.
 	rows2 := append([]provider.Sale{sale(9, 1, 100), sale(5, 2, 50)}, rows[1:]...)
-	got2 := sequenceSales(rows2, 100)
+	got2 := sequenceSales(rows2, false)
 	keys := map[[2]int64]bool{}
 	for _, s := range got {
 		keys[[2]int64{s.SoldAt.Unix(), int64(s.Seq)}] = true
@@ -76,10 +76,10 @@ func TestSequenceSalesDropsCutOffOldestSecondWhenFull(t *testing.T) {
 		{SoldAt: t0, Count: 1, UnitPrice: 1, Price: 1},
 		{SoldAt: t0, Count: 1, UnitPrice: 1, Price: 1},
 	}
-	if got := sequenceSales(rows, 3); len(got) != 1 {
+	if got := sequenceSales(rows, true); len(got) != 1 {
 		t.Fatalf("full response: got %d sales, want only the uncut newest second", len(got))
 	}
-	if got := sequenceSales(rows, 100); len(got) != 3 {
+	if got := sequenceSales(rows, false); len(got) != 3 {
 		t.Fatalf("response under the limit: got %d sales, want 3", len(got))
 	}
 }

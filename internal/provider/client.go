@@ -221,19 +221,26 @@ func cleanIDs(ids []string, n int) []string {
 	return out
 }
 
-// Auction returns the current listings of one item, cheapest first, at most AuctionLimit rows.
-func (c *Client) Auction(ctx context.Context, itemID string) ([]Listing, error) {
+// Auction returns the current listings of one item, cheapest first, at most AuctionLimit rows,
+// and how many rows the provider sent before the row check: an answer is cut at the limit by
+// what was sent, so a full answer with a dropped row is still full.
+func (c *Client) Auction(ctx context.Context, itemID string) (rows []Listing, sent int, err error) {
 	q := url.Values{"itemId": {itemID}, "sort": {"unitPrice:asc"}, "limit": {strconv.Itoa(c.cfg.AuctionLimit)}}
-	rows, err := call(ctx, c, WorkloadMarket, EndpointAuction, "", itemID, q, parseAuction)
-	return checked(c, EndpointAuction, []string{itemID}, rows, err, RowCheck.Listings)
+	rows, err = call(ctx, c, WorkloadMarket, EndpointAuction, "", itemID, q, parseAuction)
+	sent = len(rows)
+	rows, err = checked(c, EndpointAuction, []string{itemID}, rows, err, RowCheck.Listings)
+	return rows, sent, err
 }
 
 // AuctionSold returns the latest sales of one item, newest first as the API orders them, at
-// most SoldLimit rows. Identical rows are distinct sales.
-func (c *Client) AuctionSold(ctx context.Context, itemID string) ([]Sale, error) {
+// most SoldLimit rows, and how many rows the provider sent (see Auction). Identical rows are
+// distinct sales.
+func (c *Client) AuctionSold(ctx context.Context, itemID string) (rows []Sale, sent int, err error) {
 	q := url.Values{"itemId": {itemID}, "limit": {strconv.Itoa(c.cfg.SoldLimit)}}
-	rows, err := call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", itemID, q, parseSold)
-	return checked(c, EndpointAuctionSold, []string{itemID}, rows, err, RowCheck.Sales)
+	rows, err = call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", itemID, q, parseSold)
+	sent = len(rows)
+	rows, err = checked(c, EndpointAuctionSold, []string{itemID}, rows, err, RowCheck.Sales)
+	return rows, sent, err
 }
 
 // MaxItemIDs is how many ids one itemIds call may name (more is DNF008).
@@ -241,7 +248,7 @@ const MaxItemIDs = 10
 
 // AuctionMany returns the current listings of up to MaxItemIDs items in one itemIds call,
 // sorted by unit price, at most AuctionLimit rows, and how many rows the provider sent before
-// the row check (the limit cuts that count, so completeness is judged on it). Whether the
+// the row check, as Auction does. Whether the
 // limit counts per call or per item, and how rows of several items are ordered, is unknown:
 // split the rows by ItemID and judge each item's part with the packing rules before trusting it.
 func (c *Client) AuctionMany(ctx context.Context, itemIDs []string) (rows []Listing, sent int, err error) {

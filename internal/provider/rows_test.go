@@ -74,11 +74,11 @@ func TestClientDropsRowsItCannotTrustAndCountsThem(t *testing.T) {
 		}
 		fmt.Fprintf(w, `{"rows":[{"itemId":"not-asked","regDate":%q,"count":1,"unitPrice":5}]}`, soon)
 	}, nil)
-	sales, err := cl.AuctionSold(context.Background(), askedID)
+	sales, _, err := cl.AuctionSold(context.Background(), askedID)
 	if err != nil || len(sales) != 1 || sales[0].SoldAt.Year() == 2099 {
 		t.Fatalf("sales %v, %v: want only the real sale", sales, err)
 	}
-	_, err = cl.Auction(context.Background(), askedID)
+	_, _, err = cl.Auction(context.Background(), askedID)
 	if pe := wantClass(t, err, provider.ClassRejected); pe.Status != http.StatusOK {
 		t.Fatalf("an answer of only foreign rows: %+v", pe)
 	}
@@ -95,7 +95,7 @@ func TestRetryAfterIsCapped(t *testing.T) {
 			w.WriteHeader(http.StatusTooManyRequests)
 			_, _ = w.Write([]byte(`{"error":{"status":429,"code":"API002","message":"APIKEY_USAGE_EXCEEDED"}}`))
 		}, func(c *provider.ClientConfig) { c.MaxRetryAfter = 90 * time.Second })
-		_, err := cl.Auction(context.Background(), askedID)
+		_, _, err := cl.Auction(context.Background(), askedID)
 		if pe := wantClass(t, err, provider.ClassRateLimited); pe.RetryAfter != 90*time.Second {
 			t.Fatalf("Retry-After %q gave %s, want the 90s cap", v, pe.RetryAfter)
 		}

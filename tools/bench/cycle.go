@@ -39,10 +39,12 @@ const (
 // and reschedule path is measured.
 type zeroFetcher struct{}
 
-func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, error) {
-	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, nil
+func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, error) {
+	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, 1, nil
 }
-func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, error) { return nil, nil }
+func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, int, error) {
+	return nil, 0, nil
+}
 
 // cycleSeedDB holds one size's seeded table; each contender of ours runs on a copy of it.
 const cycleSeedDB = "bench_cycle_seed"
