@@ -36,7 +36,7 @@ var subcommands = []func(a *app) *cobra.Command{
 	newCollectDueCmd, newCollectCmd,
 	newConfigCmd, newDemoCmd, newHealthcheckCmd, newMigrateCmd, newOutboxCmd, newPackingCmd,
 	newPlanCmd, newProviderCmd, newPruneCmd, newRelayOutboxCmd, newRunCmd, newSimCmd,
-	newStatusCmd, newVersionCmd,
+	newStatusCmd, newVersionCmd, newHistoryCmd, newPartitionsCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {

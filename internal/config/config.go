@@ -24,6 +24,7 @@ type Config struct {
 	Catalog   CatalogConfig   `mapstructure:"catalog"`
 	Daemon    DaemonConfig    `mapstructure:"daemon"`
 	Retention RetentionConfig `mapstructure:"retention"`
+	History   HistoryConfig   `mapstructure:"history"`
 }
 
 // Options says where to read from. Flags maps a config key to the flag that sets it; only
@@ -119,7 +120,7 @@ func Default() *Config {
 func setDefaults(v *viper.Viper) {
 	for _, d := range []map[string]any{
 		databaseDefaults, logDefaults, providerDefaults, collectDefaults,
-		kafkaDefaults, catalogDefaults, daemonDefaults, retentionDefaults,
+		kafkaDefaults, catalogDefaults, daemonDefaults, retentionDefaults, historyDefaults,
 	} {
 		for k, val := range d {
 			v.SetDefault(k, val)
@@ -137,7 +138,8 @@ func (c *Config) Validate() error {
 		c.Kafka.Validate(),
 		c.Catalog.validate(),
 		c.Daemon.validate(),
-		c.Retention.validate(c.Catalog),
+		c.Retention.validate(c.Catalog, c.History),
+		c.History.validate(),
 	)
 }
 

@@ -5,34 +5,43 @@ import (
 	"time"
 )
 
-// RetentionConfig bounds the collected history (internal/retention). A zero age keeps that
-// table's rows for ever, the default: the history is the product's data, and how much of it
-// to keep is the operator's call.
+// RetentionConfig bounds the collected history. A zero age keeps that table's rows for ever,
+// the default: the history is the product's data, and how much of it to keep is the
+// operator's call.
 type RetentionConfig struct {
-	// Snapshots, Sales, Interest: rows older than this are deleted (0 = kept).
+	// Snapshots, Sales: partitions whose whole range is older than this are dropped (0 = kept;
+	// internal/history).
 	Snapshots time.Duration `mapstructure:"snapshots"`
 	Sales     time.Duration `mapstructure:"sales"`
-	Interest  time.Duration `mapstructure:"interest"`
+	// Interest, CandlesHourly, CandlesDaily: rows older than this are deleted in batches
+	// (0 = kept; internal/retention). Candles are small: one row per item and hour or day.
+	Interest      time.Duration `mapstructure:"interest"`
+	CandlesHourly time.Duration `mapstructure:"candles_hourly"`
+	CandlesDaily  time.Duration `mapstructure:"candles_daily"`
 	// Interval is how often the daemon prunes; Batch how many rows one statement deletes.
 	Interval time.Duration `mapstructure:"interval"`
 	Batch    int           `mapstructure:"batch"`
 }
 
 var retentionDefaults = map[string]any{
-	"retention.snapshots": "0s",
-	"retention.sales":     "0s",
-	"retention.interest":  "0s",
-	"retention.interval":  "10m",
-	"retention.batch":     5000,
+	"retention.snapshots":      "0s",
+	"retention.sales":          "0s",
+	"retention.interest":       "0s",
+	"retention.candles_hourly": "0s",
+	"retention.candles_daily":  "0s",
+	"retention.interval":       "10m",
+	"retention.batch":          5000,
 }
 
-// Enabled reports whether any table is pruned.
-func (c RetentionConfig) Enabled() bool { return c.Snapshots > 0 || c.Sales > 0 || c.Interest > 0 }
+// Enabled reports whether any table is pruned row by row (partitions are history's).
+func (c RetentionConfig) Enabled() bool {
+	return c.Interest > 0 || c.CandlesHourly > 0 || c.CandlesDaily > 0
+}
 
 // validate checks the ages against what popularity reads: recent snapshots and sales
 // (catalog.signal_window), and the last sale and interest event of an item, which decide when
 // it goes dormant (catalog.dormant_after).
-func (c RetentionConfig) validate(cat CatalogConfig) error {
+func (c RetentionConfig) validate(cat CatalogConfig, h HistoryConfig) error {
 	var errs []error
 	const most = 10 * 365 * 24 * time.Hour
 	for _, d := range []struct {
@@ -41,12 +50,14 @@ func (c RetentionConfig) validate(cat CatalogConfig) error {
 		least time.Duration
 		why   string
 	}{
-		{"retention.snapshots", c.Snapshots, cat.SignalWindow, "catalog.signal_window"},
-		{"retention.sales", c.Sales, max(cat.SignalWindow, cat.DormantAfter), "catalog.signal_window and catalog.dormant_after"},
-		{"retention.interest", c.Interest, cat.DormantAfter, "catalog.dormant_after"},
+		{"retention.snapshots", c.Snapshots, max(cat.SignalWindow, h.PartitionInterval), "catalog.signal_window, which popularity reads, and history.partition_interval"},
+		{"retention.sales", c.Sales, max(cat.SignalWindow, cat.DormantAfter, h.PartitionInterval), "catalog.signal_window and catalog.dormant_after, which popularity reads, and history.partition_interval"},
+		{"retention.interest", c.Interest, cat.DormantAfter, "catalog.dormant_after, which popularity reads"},
+		{"retention.candles_hourly", c.CandlesHourly, time.Hour, "one hour"},
+		{"retention.candles_daily", c.CandlesDaily, 24 * time.Hour, "one day"},
 	} {
 		if d.v != 0 && (d.v < d.least || d.v > most) {
-			errs = append(errs, invalid(d.key, d.v, "must be 0 (keep) or between "+d.least.String()+" ("+d.why+", which popularity reads) and 87600h"))
+			errs = append(errs, invalid(d.key, d.v, "must be 0 (keep) or between "+d.least.String()+" ("+d.why+") and 87600h"))
 		}
 	}
 	if c.Interval < time.Minute || c.Interval > 24*time.Hour {

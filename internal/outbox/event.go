@@ -17,23 +17,31 @@ const EventTypeSnapshot = "com.duecollector.auction.snapshot.v1"
 
 // SnapshotEvent is each stored snapshot's JSON value; a test keeps docs/events.md and its schema in step.
 type SnapshotEvent struct {
-	SchemaVersion     int       `json:"schema_version"`
-	SnapshotID        int64     `json:"snapshot_id"`
-	ItemID            string    `json:"item_id"`
-	ItemName          string    `json:"item_name"`
-	Tier              string    `json:"tier"`
-	CollectedAt       time.Time `json:"collected_at"`
-	ListingCount      int       `json:"listing_count"`
-	ListingQuantity   int64     `json:"listing_quantity"`
-	LowestUnitPrice   *int64    `json:"lowest_unit_price"`
-	MedianUnitPrice   *int64    `json:"median_unit_price"`
-	WeightedUnitPrice *float64  `json:"weighted_unit_price"`
-	APIAveragePrice   *int64    `json:"api_average_price"`
-	SalesCount        int       `json:"sales_count"`
-	SalesQuantity     int64     `json:"sales_quantity"`
-	SalesVWAP         *float64  `json:"sales_vwap"`
-	ListingsTruncated bool      `json:"listings_truncated"`
-	Packed            bool      `json:"packed"`
+	SchemaVersion int    `json:"schema_version"`
+	SnapshotID    int64  `json:"snapshot_id"`
+	ItemID        string `json:"item_id"`
+	ItemName      string `json:"item_name"`
+	Tier          string `json:"tier"`
+	// Reason is why the snapshot was written: first, change, heartbeat, or repeat
+	// (history.mode every). The snapshot holds until the item's next one.
+	Reason      string    `json:"reason"`
+	CollectedAt time.Time `json:"collected_at"`
+	// PreviousSnapshotAt is the collected_at of the item's previous snapshot, and
+	// UnchangedUntil the last collection that still saw that snapshot's market (both null
+	// for the first): the change happened after UnchangedUntil.
+	PreviousSnapshotAt *time.Time `json:"previous_snapshot_at"`
+	UnchangedUntil     *time.Time `json:"unchanged_until"`
+	ListingCount       int        `json:"listing_count"`
+	ListingQuantity    int64      `json:"listing_quantity"`
+	LowestUnitPrice    *int64     `json:"lowest_unit_price"`
+	MedianUnitPrice    *int64     `json:"median_unit_price"`
+	WeightedUnitPrice  *float64   `json:"weighted_unit_price"`
+	APIAveragePrice    *int64     `json:"api_average_price"`
+	SalesCount         int        `json:"sales_count"`
+	SalesQuantity      int64      `json:"sales_quantity"`
+	SalesVWAP          *float64   `json:"sales_vwap"`
+	ListingsTruncated  bool       `json:"listings_truncated"`
+	Packed             bool       `json:"packed"`
 	// SalesGap: sales were lost since the previous collection (a full page of only newer sales).
 	SalesGap bool `json:"sales_gap"`
 }

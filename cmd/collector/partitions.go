@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store"
+)
+
+func newPartitionsCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "partitions",
+		Short: "Create history partitions ahead and drop those past retention (for cron deployments)",
+		Long: `Keeps auction_snapshots and auction_sales partitioned: creates the partitions of the next
+history.partition_ahead (history.partition_interval each), and drops the partitions whose whole
+range is older than retention.snapshots / retention.sales (DETACH … CONCURRENTLY, then DROP;
+judged from the bounds in the catalog). The daemon does the same every
+history.maintenance_interval; run this from cron where no daemon runs, at least daily. Safe
+from several processes at once; behind PgBouncer it drops over database.direct_url.`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			parts, closeDirect, err := a.partitions(ctx, pool)
+			if err != nil {
+				return err
+			}
+			defer closeDirect()
+			states, err := parts.RunOnce(ctx)
+			for _, st := range states {
+				oldest := "none"
+				if !st.Oldest.IsZero() {
+					oldest = st.Oldest.UTC().Format(time.RFC3339)
+				}
+				a.printf("%s: %d partitions, ready %s ahead, oldest from %s; created %d, dropped %d\n",
+					st.Table, st.Partitions, st.Ahead.Round(time.Minute), oldest, len(st.Created), len(st.Dropped))
+			}
+			return err
+		}),
+	}
+}
+
+// partitionConfig is the history tables' partitioning as configured.
+func partitionConfig(cfg *config.Config) history.PartitionConfig {
+	return history.PartitionConfig{
+		Interval: cfg.History.PartitionInterval,
+		Ahead:    cfg.History.PartitionAhead,
+		Tables: []history.Table{
+			{Name: history.Snapshots, Retention: cfg.Retention.Snapshots},
+			{Name: history.Sales, Retention: cfg.Retention.Sales},
+		},
+	}
+}
+
+// partitions builds partition upkeep on pool, dropping over database.direct_url when set
+// (DETACH … CONCURRENTLY needs a session of its own).
+func (a *app) partitions(ctx context.Context, pool *pgxpool.Pool) (*history.Partitions, func(), error) {
+	direct, closeDirect := pool, func() {}
+	if a.cfg.Database.DirectURL != "" {
+		d, err := store.Open(ctx, store.PoolConfig{URL: a.cfg.Database.DirectURL, MaxConns: 2, ApplicationName: "duecollector-partitions"})
+		if err != nil {
+			return nil, nil, err
+		}
+		direct, closeDirect = d, d.Close
+	}
+	p, err := history.NewPartitions(pool, direct, partitionConfig(a.cfg))
+	if err != nil {
+		closeDirect()
+		return nil, nil, err
+	}
+	return p, closeDirect, nil
+}

@@ -1,0 +1,132 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Point is one stored snapshot: the item's market from At until the next point.
+type Point struct {
+	At            time.Time `json:"collected_at"`
+	Reason        string    `json:"reason"`
+	ListingCount  int       `json:"listing_count"`
+	Quantity      int64     `json:"listing_quantity"`
+	Lowest        *int64    `json:"lowest_unit_price"`
+	Median        *int64    `json:"median_unit_price"`
+	Weighted      *float64  `json:"weighted_unit_price"`
+	APIAverage    *int64    `json:"api_average_price"`
+	Truncated     bool      `json:"listings_truncated"`
+	SalesCount    int       `json:"sales_count"`
+	SalesQuantity int64     `json:"sales_quantity"`
+	SalesVWAP     *float64  `json:"sales_vwap"`
+}
+
+// Candle summarises the snapshots collected and the sales sold in one hour or day (UTC).
+// Open and close are the lowest unit price of the bucket's first and last snapshot; a bucket
+// with no snapshot has none, and the price held from the previous candle's close.
+type Candle struct {
+	Bucket        time.Time `json:"bucket"`
+	Snapshots     int       `json:"snapshots"`
+	Open          *int64    `json:"open"`
+	High          *int64    `json:"high"`
+	Low           *int64    `json:"low"`
+	Close         *int64    `json:"close"`
+	ListingsMin   *int      `json:"listings_min"`
+	ListingsMax   *int      `json:"listings_max"`
+	SalesCount    int       `json:"sales_count"`
+	SalesQuantity int64     `json:"sales_quantity"`
+	SalesVWAP     *float64  `json:"sales_vwap"`
+}
+
+// Resolutions of price_candles.
+const (
+	Hourly = "1h"
+	Daily  = "1d"
+)
+
+// Series is an item's stored history since a time, oldest first.
+type Series struct {
+	ItemID string
+	Points []Point  // raw snapshots (Interval raw)
+	Candle []Candle // candles (Interval 1h or 1d)
+	// SeenUntil is the item's last successful collection: the last point held at least
+	// until then. Nil when the item was never collected.
+	SeenUntil *time.Time
+}
+
+// ErrUnknownItem: no tracked item has that id.
+var ErrUnknownItem = errors.New("no tracked item has that id")
+
+// Reader is a pool, a connection or a transaction.
+type Reader interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Read returns one item's series since `since` at a resolution: "raw", Hourly or Daily.
+// Each read walks one index range (partitions before `since` are pruned).
+func Read(ctx context.Context, db Reader, itemID, resolution string, since time.Time) (Series, error) {
+	s := Series{ItemID: itemID}
+	if err := db.QueryRow(ctx, `SELECT last_collected_at FROM tracked_items WHERE item_id = $1`, itemID).Scan(&s.SeenUntil); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s, fmt.Errorf("item %q: %w", itemID, ErrUnknownItem)
+		}
+		return s, fmt.Errorf("read item %q: %w", itemID, err)
+	}
+	var err error
+	switch resolution {
+	case "raw":
+		s.Points, err = readPoints(ctx, db, itemID, since)
+	case Hourly, Daily:
+		s.Candle, err = readCandles(ctx, db, itemID, resolution, since)
+	default:
+		return s, fmt.Errorf("resolution %q: allowed raw, 1h, 1d", resolution)
+	}
+	return s, err
+}
+
+func readPoints(ctx context.Context, db Reader, itemID string, since time.Time) ([]Point, error) {
+	rows, err := db.Query(ctx, `
+		SELECT collected_at, reason, listing_count, listing_quantity, lowest_unit_price, median_unit_price,
+		       weighted_unit_price, api_average_price, listings_truncated, sales_count, sales_quantity, sales_vwap
+		FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2
+		ORDER BY collected_at`, itemID, since)
+	if err != nil {
+		return nil, fmt.Errorf("read snapshots of %q: %w", itemID, err)
+	}
+	pts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Point, error) {
+		var p Point
+		err := r.Scan(&p.At, &p.Reason, &p.ListingCount, &p.Quantity, &p.Lowest, &p.Median, &p.Weighted,
+			&p.APIAverage, &p.Truncated, &p.SalesCount, &p.SalesQuantity, &p.SalesVWAP)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read snapshots of %q: %w", itemID, err)
+	}
+	return pts, nil
+}
+
+func readCandles(ctx context.Context, db Reader, itemID, resolution string, since time.Time) ([]Candle, error) {
+	rows, err := db.Query(ctx, `
+		SELECT bucket, snapshots, open_price, high_price, low_price, close_price, listings_min, listings_max,
+		       sales_count, sales_quantity, sales_vwap
+		FROM price_candles WHERE item_id = $1 AND resolution = $2 AND bucket >= $3
+		ORDER BY bucket`, itemID, resolution, since)
+	if err != nil {
+		return nil, fmt.Errorf("read %s candles of %q: %w", resolution, itemID, err)
+	}
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Candle, error) {
+		var c Candle
+		err := r.Scan(&c.Bucket, &c.Snapshots, &c.Open, &c.High, &c.Low, &c.Close, &c.ListingsMin, &c.ListingsMax,
+			&c.SalesCount, &c.SalesQuantity, &c.SalesVWAP)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s candles of %q: %w", resolution, itemID, err)
+	}
+	return cs, nil
+}
