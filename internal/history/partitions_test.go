@@ -1,0 +1,155 @@
+package history_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+func partitions(t *testing.T, pool *pgxpool.Pool, retention time.Duration) *history.Partitions {
+	t.Helper()
+	p, err := history.NewPartitions(pool, pool, history.PartitionConfig{Interval: 24 * time.Hour, Ahead: 7 * 24 * time.Hour,
+		Tables: []history.Table{{Name: history.Snapshots, Retention: retention}, {Name: history.Sales, Retention: retention}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type bound struct {
+	name         string
+	lower, upper *time.Time
+}
+
+func bounds(t *testing.T, pool *pgxpool.Pool, table string) []bound {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT c.relname, (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz,
+		       (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
+		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass
+		ORDER BY 2 NULLS FIRST`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (bound, error) {
+		var b bound
+		return b, r.Scan(&b.name, &b.lower, &b.upper)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestPartitionsCoverThePastAndAWeekAheadAndRunsAgree(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	// Several instances at once: they serialise and the second finds nothing to do.
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := partitions(t, pool, 0).RunOnce(ctx)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	states, err := partitions(t, pool, 0).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range states {
+		if len(st.Created) != 0 || st.Ahead < 7*24*time.Hour {
+			t.Errorf("%s: created %v on a covered table, ahead %v", st.Table, st.Created, st.Ahead)
+		}
+		bs := bounds(t, pool, st.Table)
+		if bs[0].lower != nil {
+			t.Errorf("%s: no archive partition below %v", st.Table, bs[0].lower)
+		}
+		for i := 1; i < len(bs); i++ {
+			if !bs[i].lower.Equal(*bs[i-1].upper) {
+				t.Errorf("%s: gap or overlap between %s and %s", st.Table, bs[i-1].name, bs[i].name)
+			}
+		}
+	}
+	// Rows of any time up to a week ahead have a home: old sales, today's snapshots.
+	if _, err := pool.Exec(ctx, `INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price)
+		VALUES ('a', '2019-03-01', 0, 1, 1, 1), ('a', now() + interval '6 days', 0, 1, 1, 1)`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRetentionDropsWholePartitionsByTheirBounds: a partition is dropped when its upper bound is
+// past the retention, whatever its name says, and rows are never deleted one by one.
+func TestRetentionDropsWholePartitionsByTheirBounds(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	// Start from no partitions, then lay out the last ten days by hand under misleading names.
+	for _, b := range bounds(t, pool, history.Snapshots) {
+		if _, err := pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{b.name}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var today time.Time
+	if err := pool.QueryRow(ctx, `SELECT date_bin('1 day', now(), '2000-01-01 00:00:00+00')`).Scan(&today); err != nil {
+		t.Fatal(err)
+	}
+	for d := -10; d < 1; d++ {
+		lo, hi := today.AddDate(0, 0, d), today.AddDate(0, 0, d+1)
+		name := fmt.Sprintf("auction_snapshots_p2999%04d", d+100) // names say nothing true
+		if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF auction_snapshots FOR VALUES FROM ('%s') TO ('%s')`,
+			name, lo.Format(time.RFC3339), hi.Format(time.RFC3339))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, reason, listing_count, listing_quantity)
+			VALUES ('a', gen_random_uuid(), $1, 'HOT_1M', 'first', 1, 1)`, lo.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE not_a_partition (x int)`); err != nil {
+		t.Fatal(err)
+	}
+	states, err := partitions(t, pool, 3*24*time.Hour+time.Hour).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states[0].Dropped) != 7 {
+		t.Fatalf("dropped %v, want the 7 partitions whose whole day is older than 3 days 1 hour", states[0].Dropped)
+	}
+	var kept int
+	var oldest time.Time
+	if err := pool.QueryRow(ctx, `SELECT count(*), min(collected_at) FROM auction_snapshots`).Scan(&kept, &oldest); err != nil {
+		t.Fatal(err)
+	}
+	if kept != 4 || oldest.Before(today.AddDate(0, 0, -3)) {
+		t.Fatalf("%d rows kept, oldest %v", kept, oldest)
+	}
+	bs := bounds(t, pool, history.Snapshots)
+	if bs[0].lower != nil || !bs[0].upper.Equal(today.AddDate(0, 0, -3)) {
+		t.Fatalf("the archive should be recreated below the oldest kept day: %+v", bs[0])
+	}
+	names := []string{}
+	for _, b := range bs {
+		names = append(names, b.name)
+	}
+	if !slices.Contains(names, "auction_snapshots_p29990097") {
+		t.Fatalf("a kept day's partition is gone: %v", names)
+	}
+}
