@@ -126,12 +126,12 @@ func TestRetentionDropsWholePartitionsByTheirBounds(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE not_a_partition (x int)`); err != nil {
 		t.Fatal(err)
 	}
-	states, err := partitions(t, pool, 3*24*time.Hour+time.Hour).RunOnce(ctx)
+	states, err := partitions(t, pool, 3*24*time.Hour).RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(states[0].Dropped) != 7 {
-		t.Fatalf("dropped %v, want the 7 partitions whose whole day is older than 3 days 1 hour", states[0].Dropped)
+		t.Fatalf("dropped %v, want the 7 partitions whose whole day is older than 3 days", states[0].Dropped)
 	}
 	var kept int
 	var oldest time.Time
