@@ -35,7 +35,7 @@ through a transaction-pooling PgBouncer.`,
 		Short: "Apply pending migrations, all of them or up to version N",
 		Args:  cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			return runMigrate(ctx, a, upF, "up")
+			return withMigrateHint(runMigrate(ctx, a, upF, "up"))
 		}),
 	}
 	down := &cobra.Command{
@@ -43,7 +43,7 @@ through a transaction-pooling PgBouncer.`,
 		Short: "Revert migrations down to version N (default: the latest one only)",
 		Args:  cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			return runMigrate(ctx, a, downF, "down")
+			return withMigrateHint(runMigrate(ctx, a, downF, "down"))
 		}),
 	}
 	for _, c := range []struct {
@@ -62,7 +62,7 @@ through a transaction-pooling PgBouncer.`,
 		RunE: a.run(func(ctx context.Context) error {
 			st, err := store.Status(ctx, migrateURL(a))
 			if err != nil {
-				return err
+				return withMigrateHint(err)
 			}
 			a.printf("schema at version %d of %d\n", st.Current, st.Latest)
 			if len(st.Pending) > 0 {

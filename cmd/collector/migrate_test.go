@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -71,16 +72,16 @@ func TestMigrateDownUpRoundTrip(t *testing.T) {
 	if tableExists(t, url, "tracked_items") {
 		t.Fatal("tracked_items survived down --to 0")
 	}
-	out := migrateCmd(t, url, "up", "--to", "2", "--dry-run", "--show-sql")
-	if !strings.Contains(out, "up 001 001_core.sql") || !strings.Contains(out, "CREATE TABLE") || strings.Contains(out, "003_") {
+	out := migrateCmd(t, url, "up", "--to", "1", "--dry-run", "--show-sql")
+	if !strings.Contains(out, "up 001 001_schema.sql") || !strings.Contains(out, "CREATE TABLE") || strings.Contains(out, "002_") {
 		t.Fatalf("dry run output:\n%s", out)
 	}
 	if v := schemaVersion(t, url); v != 0 {
 		t.Fatalf("--dry-run changed the schema to %d", v)
 	}
-	migrateCmd(t, url, "up", "--to", "2")
-	if v := schemaVersion(t, url); v != 2 {
-		t.Fatalf("up --to 2: version %d", v)
+	migrateCmd(t, url, "up", "--to", "1")
+	if v := schemaVersion(t, url); v != 1 {
+		t.Fatalf("up --to 1: version %d", v)
 	}
 	migrateCmd(t, url, "up")
 	if v := schemaVersion(t, url); v != latest || !tableExists(t, url, "tracked_items") {
@@ -112,11 +113,33 @@ func TestBareMigrateAppliesNothingAndStatusFailsWhilePending(t *testing.T) {
 		t.Fatalf("bare migrate moved the schema to %d", v)
 	}
 	out, _, err := runCollector(t, "migrate", "--database-url", url, "status")
-	if err == nil || !strings.Contains(err.Error(), "migrations pending") || !strings.Contains(out, "pending: 001_core.sql") {
+	if err == nil || !strings.Contains(err.Error(), "migrations pending") || !strings.Contains(out, "pending: 001_schema.sql") {
 		t.Fatalf("status with pending migrations: err %v\n%s", err, out)
 	}
 	migrateCmd(t, url, "up")
 	if out := migrateCmd(t, url, "status"); strings.Contains(out, "pending") {
 		t.Fatalf("status after up:\n%s", out)
+	}
+}
+
+// A database the pre-release chain of migrations made gets one message from every command that
+// migrates or checks the schema: what it is, how to make it again, and what to run then.
+func TestPreReleaseDatabaseSaysRecreate(t *testing.T) {
+	catalogEnv(t, true)
+	db := storetest.NewPreReleaseDatabase(t)
+	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14 of the old migration chain); "+
+		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
+		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it; run `collector migrate up`", store.Where(db))
+	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "up", "--dry-run"}, {"migrate", "down"}, {"migrate", "status"}, {"status"}, {"collect-due"}} {
+		out, _, err := runCollector(t, append(args, "--database-url", db)...)
+		if err == nil || err.Error() != want {
+			t.Errorf("%v: err = %v, want %q", args, err, want)
+		}
+		if out != "" {
+			t.Errorf("%v printed %q before the error", args, out)
+		}
+	}
+	if v := schemaVersion(t, db); v != 14 {
+		t.Fatalf("schema version %d after the refused commands, want 14 untouched", v)
 	}
 }

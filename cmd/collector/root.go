@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -164,11 +163,12 @@ func (a *app) runArgs(fn func(ctx context.Context, args []string) error) func(cm
 
 func (a *app) printf(format string, args ...any) { fmt.Fprintf(a.stdout, format, args...) }
 
-// migrateHint is what to run when the schema is behind; packages below cmd do not name commands.
+// migrateHint is what to run when the schema is behind or must be made again; packages below
+// cmd do not name commands.
 const migrateHint = "run `collector migrate up`"
 
 func withMigrateHint(err error) error {
-	if _, ok := errors.AsType[*store.SchemaBehindError](err); ok {
+	if store.NeedsMigration(err) {
 		return fmt.Errorf("%w; %s", err, migrateHint)
 	}
 	return err

@@ -61,7 +61,7 @@ type Config struct {
 	// ListenURL reaches PostgreSQL directly for LISTEN (database.direct_url); "" = a pooled
 	// connection, unless the pool runs in the simple protocol (PgBouncer), which has no session.
 	ListenURL string
-	// SchemaHint is added to /readyz's answer when migrations are pending: what to run.
+	// SchemaHint is added to /readyz's answer when the schema must be migrated: what to run.
 	SchemaHint string
 	// HealthChecked, when initialised (tests), hears every provider health check.
 	HealthChecked testkit.Signal[provider.Status]
@@ -618,7 +618,7 @@ func (d *Daemon) handler() http.Handler {
 		}
 		if err := store.CheckCurrent(ctx, d.pool); err != nil {
 			msg := err.Error()
-			if _, ok := errors.AsType[*store.SchemaBehindError](err); ok && d.cfg.SchemaHint != "" {
+			if store.NeedsMigration(err) && d.cfg.SchemaHint != "" {
 				msg += "; " + d.cfg.SchemaHint
 			}
 			http.Error(w, msg, http.StatusServiceUnavailable)

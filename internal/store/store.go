@@ -3,6 +3,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync"
@@ -138,6 +139,11 @@ func MigrateTo(ctx context.Context, url string, target int32, onStart func(Step)
 		return fmt.Errorf("connect to the database at %s for migration: %w", Where(url), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if v, preRelease, err := readVersion(ctx, conn); err != nil {
+		return err
+	} else if preRelease {
+		return &PreReleaseSchemaError{Where: Where(url), Version: v}
+	}
 	m, err := newMigrator(ctx, conn)
 	if err != nil {
 		return err
@@ -171,8 +177,12 @@ func Plan(ctx context.Context, url string, target int32) (current int32, steps [
 		return 0, nil, fmt.Errorf("connect to the database at %s for migration status: %w", Where(url), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if current, err = CurrentVersion(ctx, conn); err != nil {
+	current, preRelease, err := readVersion(ctx, conn)
+	if err != nil {
 		return 0, nil, err
+	}
+	if preRelease {
+		return current, nil, &PreReleaseSchemaError{Where: Where(url), Version: current}
 	}
 	if target == Latest {
 		target = int32(len(ms))
@@ -214,27 +224,42 @@ type Querier interface {
 // CurrentVersion reads tern's version row with one plain query (no advisory lock, no DDL, so
 // it works through a transaction-pooling PgBouncer); 0 when no migration ever ran.
 func CurrentVersion(ctx context.Context, q Querier) (int32, error) {
+	v, _, err := readVersion(ctx, q)
+	return v, err
+}
+
+// readVersion is CurrentVersion, and whether the schema was made by the pre-release chain of
+// migrations. That chain's first migration made next_collect_at the fourth column of
+// tracked_items, 001_schema.sql places it later, and a column never moves: so the shape tells
+// the two apart at any version, and a database of a later release, whose version may be
+// anything, is never taken for one of the pre-release chain.
+func readVersion(ctx context.Context, q Querier) (v int32, preRelease bool, err error) {
 	var exists bool
-	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, VersionTable).Scan(&exists); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+		coalesce((SELECT attnum = 4 FROM pg_attribute
+		          WHERE attrelid = to_regclass('public.tracked_items') AND attname = 'next_collect_at'), false)`,
+		VersionTable).Scan(&exists, &preRelease); err != nil {
+		return 0, false, fmt.Errorf("read schema version: %w", err)
 	}
 	if !exists {
-		return 0, nil
+		return 0, false, nil
 	}
-	var v int32
 	if err := q.QueryRow(ctx, "SELECT version FROM "+VersionTable).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+		return 0, false, fmt.Errorf("read schema version: %w", err)
 	}
-	return v, nil
+	return v, preRelease, nil
 }
 
 // CheckCurrent fails when the database schema is behind the binary. Every command that needs
 // the schema and /readyz make this same check, so a never-migrated database gets one line that
 // says what to run instead of a missing-relation error.
 func CheckCurrent(ctx context.Context, q Querier) error {
-	v, err := CurrentVersion(ctx, q)
+	v, preRelease, err := readVersion(ctx, q)
 	if err != nil {
 		return fmt.Errorf("database at %s: %w", whereOf(q), err)
+	}
+	if preRelease {
+		return &PreReleaseSchemaError{Where: whereOf(q), Version: v}
 	}
 	latest, err := LatestVersion()
 	if err != nil {
@@ -254,6 +279,28 @@ type SchemaBehindError struct {
 
 func (e *SchemaBehindError) Error() string {
 	return fmt.Sprintf("the database at %s is at schema version %d of %d: migrations are pending", e.Where, e.Current, e.Latest)
+}
+
+// PreReleaseSchemaError is the error of every migration and schema check on a database that
+// the pre-release chain of migrations made. That chain was folded into one migration before the
+// first release, so such a database is not upgraded: it is made again.
+type PreReleaseSchemaError struct {
+	Where   string // host:port/dbname
+	Version int32  // its version in the pre-release chain
+}
+
+func (e *PreReleaseSchemaError) Error() string {
+	return fmt.Sprintf("the database at %s was created by a pre-release schema (version %d of the old migration chain); "+
+		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
+		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it", e.Where, e.Version)
+}
+
+// NeedsMigration tells whether err says the schema must be migrated (SchemaBehindError) or made
+// again and migrated (PreReleaseSchemaError), for callers that add how to migrate.
+func NeedsMigration(err error) bool {
+	var behind *SchemaBehindError
+	var pre *PreReleaseSchemaError
+	return errors.As(err, &behind) || errors.As(err, &pre)
 }
 
 // Where names a database as host:port/dbname, never with its user or password, for messages.

@@ -78,6 +78,56 @@ func TestStatusShowsPendingOnEmptyDatabase(t *testing.T) {
 	}
 }
 
+// A database the pre-release chain made gets one message from every migration and schema
+// check: what it is and what to do. Nothing is migrated.
+func TestPreReleaseSchemaSaysRecreate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewPreReleaseDatabase(t)
+	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14 of the old migration chain); "+
+		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
+		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it", store.Where(url))
+	check := func(what string, err error) {
+		t.Helper()
+		var pre *store.PreReleaseSchemaError
+		if !errors.As(err, &pre) || err.Error() != want || !store.NeedsMigration(err) {
+			t.Errorf("%s: %v; want %q", what, err, want)
+		}
+	}
+	check("Migrate", store.Migrate(ctx, url, nil))
+	check("MigrateTo 0", store.MigrateTo(ctx, url, 0, nil))
+	_, err := store.Status(ctx, url)
+	check("Status", err)
+	pool, err := store.Open(ctx, store.PoolConfig{URL: url, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	check("CheckCurrent", store.CheckCurrent(ctx, pool))
+	if v, err := store.CurrentVersion(ctx, pool); err != nil || v != 14 {
+		t.Fatalf("version after the refused migrations: %d, %v; want 14 untouched", v, err)
+	}
+}
+
+// A database of a later release, whose version is above this binary's, is not taken for a
+// pre-release one: checks pass (instances of the older release keep running during an upgrade)
+// and migrating says the schema is newer.
+func TestNewerSchemaIsNotPreRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, url := storetest.NewPool(t)
+	if _, err := pool.Exec(ctx, `UPDATE schema_version SET version = 14`); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CheckCurrent(ctx, pool); err != nil {
+		t.Fatalf("CheckCurrent on a newer schema: %v", err)
+	}
+	_, err := store.Status(ctx, url)
+	if err == nil || store.NeedsMigration(err) || !strings.Contains(err.Error(), "newer than this binary") {
+		t.Fatalf("Status on a newer schema: %v", err)
+	}
+}
+
 func TestOpenNamesTheServerOnFailure(t *testing.T) {
 	_, err := store.Open(context.Background(), store.PoolConfig{URL: "postgres://nobody:secretpw@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"})
 	if err == nil {

@@ -124,6 +124,29 @@ func NewEmptyDatabase(tb testing.TB) string {
 	return newDatabase(tb, false)
 }
 
+// NewPreReleaseDatabase creates a database as the pre-release chain of migrations left it
+// (folded into one migration before the first release): its version row at 14, and
+// tracked_items with that chain's first columns in that chain's order, which is how
+// store.CheckCurrent knows it.
+func NewPreReleaseDatabase(tb testing.TB) string {
+	tb.Helper()
+	u := newDatabase(tb, false)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		tb.Fatalf("storetest: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `
+		CREATE TABLE schema_version (version integer NOT NULL);
+		INSERT INTO schema_version VALUES (14);
+		CREATE TABLE tracked_items (item_id text PRIMARY KEY, item_name text NOT NULL,
+			collection_tier text NOT NULL, next_collect_at timestamptz)`); err != nil {
+		tb.Fatalf("storetest: pre-release schema: %v", err)
+	}
+	return u
+}
+
 func newDatabase(tb testing.TB, migrated bool) string {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -1,0 +1,332 @@
+-- The collector's schema. Table names are a contract with other services; columns may grow.
+
+-- Items and their schedule ---------------------------------------------------------------------
+
+-- tracked_items is rewritten on every claim and every reschedule: a lower fillfactor keeps
+-- those updates HOT (heap-only, no index churn) as long as no indexed column changes, which is
+-- why none of the per-collection columns below is indexed.
+CREATE TABLE tracked_items (
+    item_id                 text PRIMARY KEY,
+    item_name               text NOT NULL,
+
+    -- Tier and schedule.
+    collection_tier         text NOT NULL DEFAULT 'WARM_5M'
+        CHECK (collection_tier IN ('HOT_1M', 'ACTIVE_3M', 'WARM_5M', 'COLD_10M', 'DORMANT')),
+    -- An operator's tier for the budget planner, which otherwise chooses one.
+    pinned_tier             text
+        CHECK (pinned_tier IN ('HOT_1M', 'ACTIVE_3M', 'WARM_5M', 'COLD_10M')),
+    tier_changed_at         timestamptz,
+    tier_reason             text,
+    popularity_score        double precision NOT NULL DEFAULT 0,
+    -- What one collection is expected to cost in provider requests at its tier: 2 when the item
+    -- has its own calls, less when it shares packed (itemIds) calls. Popularity recalculation
+    -- writes it with the tier; status, the demand gauges and the budget planner sum it, so the
+    -- demand they show is what the daemon really spends. New items start at 2: their first
+    -- collection is alone.
+    requests_per_collection real NOT NULL DEFAULT 2 CHECK (requests_per_collection > 0),
+    next_collect_at         timestamptz,          -- NULL = not scheduled (DORMANT)
+
+    -- The claim's lease.
+    lease_expires_at        timestamptz,
+    lease_token             uuid,
+    leased_by               text,
+    last_claimed_at         timestamptz,
+    -- The schedule the last claim served, so `collector status` can report due→claim lag
+    -- (last_claimed_at - last_due_at). Kept by a trigger so the claim statement need not know.
+    last_due_at             timestamptz,
+
+    -- Outcome of the last collection.
+    last_collected_at       timestamptz,          -- last successful collection
+    last_attempt_at         timestamptz,
+    last_outcome            text,                 -- ok | item_error | transient | rate_limited | config | ...
+    failure_streak          integer NOT NULL DEFAULT 0,
+    last_error              text,
+    -- The newest sale stored. A re-fetch of /df/auction-sold returns up to 100 sales, nearly all
+    -- stored already; with this watermark only the sales of that second and newer are offered to
+    -- the insert, instead of a page of rows that all conflict.
+    last_sale_at            timestamptz,
+
+    -- What write-backs learn, for the estimators in internal/budgetplan: decayed counts of
+    -- collections, detected changes and the time they spanned (the change rate), new sales over
+    -- that time (the sales rate), the listings last seen (to detect a change), and lost-sale gaps.
+    est_collections         double precision NOT NULL DEFAULT 0,
+    est_changes             double precision NOT NULL DEFAULT 0,
+    est_changed_seconds     double precision NOT NULL DEFAULT 0,
+    est_unchanged_seconds   double precision NOT NULL DEFAULT 0,
+    est_sales               double precision NOT NULL DEFAULT 0,
+    seen_lowest_price       bigint,
+    seen_listing_count      integer,
+    seen_listing_quantity   bigint,
+    sales_gaps              bigint NOT NULL DEFAULT 0,
+
+    created_at              timestamptz NOT NULL DEFAULT now(),
+    updated_at              timestamptz NOT NULL DEFAULT now(),
+    CHECK (collection_tier <> 'DORMANT' OR next_collect_at IS NULL)
+) WITH (fillfactor = 70);
+
+-- Only scheduled rows are ever claimed; DORMANT rows (NULL) stay out of the index entirely.
+CREATE INDEX tracked_items_due_idx ON tracked_items (next_collect_at) WHERE next_collect_at IS NOT NULL;
+
+-- Wakes sleeping daemons when an item becomes due earlier than it was (import, touch, a tier
+-- promotion). Write-backs move next_collect_at later and stay silent, so a busy cluster does
+-- not wake itself on every write. PostgreSQL folds identical notifications of a transaction
+-- into one. Daemons never depend on it (PgBouncer in transaction mode drops LISTEN).
+CREATE FUNCTION tracked_items_due_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('tracked_items_due', '');
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER tracked_items_due_insert AFTER INSERT ON tracked_items
+    FOR EACH ROW WHEN (NEW.next_collect_at IS NOT NULL)
+    EXECUTE FUNCTION tracked_items_due_notify();
+
+CREATE TRIGGER tracked_items_due_update AFTER UPDATE OF next_collect_at ON tracked_items
+    FOR EACH ROW WHEN (NEW.next_collect_at IS NOT NULL
+                       AND (OLD.next_collect_at IS NULL OR NEW.next_collect_at < OLD.next_collect_at))
+    EXECUTE FUNCTION tracked_items_due_notify();
+
+-- Items handed back at shutdown (lease released, schedule untouched, so due) are claimable at
+-- once: tell the sleeping instances instead of leaving them to their lease-expiry wake-up.
+-- Write-backs also clear the lease but move next_collect_at into the future, so stay silent.
+CREATE TRIGGER tracked_items_due_release AFTER UPDATE OF lease_token ON tracked_items
+    FOR EACH ROW WHEN (OLD.lease_token IS NOT NULL AND NEW.lease_token IS NULL
+                       AND NEW.next_collect_at IS NOT NULL AND NEW.next_collect_at <= now())
+    EXECUTE FUNCTION tracked_items_due_notify();
+
+CREATE FUNCTION tracked_items_claim_due() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.last_due_at := OLD.next_collect_at;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER tracked_items_claim_due BEFORE UPDATE OF last_claimed_at ON tracked_items
+    FOR EACH ROW WHEN (NEW.last_claimed_at IS DISTINCT FROM OLD.last_claimed_at)
+    EXECUTE FUNCTION tracked_items_claim_due();
+
+-- Interest signals written by other services (views, watches); read by popularity scoring.
+CREATE TABLE item_interest (
+    id          bigserial PRIMARY KEY,
+    item_id     text NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('view', 'watch', 'touch')),
+    weight      double precision NOT NULL DEFAULT 1,
+    occurred_at timestamptz NOT NULL DEFAULT now(),
+    source      text NOT NULL DEFAULT ''
+);
+
+CREATE INDEX item_interest_item_idx ON item_interest (item_id, occurred_at DESC);
+
+-- Provider health -------------------------------------------------------------------------------
+
+CREATE TABLE provider_status (
+    provider        text PRIMARY KEY,
+    status          text NOT NULL CHECK (status IN ('HEALTHY', 'DEGRADED', 'MAINTENANCE', 'RECOVERING')),
+    reason          text NOT NULL DEFAULT '',
+    since           timestamptz NOT NULL DEFAULT now(),
+    -- A manual override wins over the automatic status while it is active.
+    override_status text CHECK (override_status IN ('HEALTHY', 'DEGRADED', 'MAINTENANCE', 'RECOVERING')),
+    override_reason text,
+    override_since  timestamptz,
+    override_until  timestamptz,            -- NULL with an override_status = until cleared
+    updated_at      timestamptz NOT NULL DEFAULT now()
+);
+
+INSERT INTO provider_status (provider, status, reason) VALUES ('neople', 'HEALTHY', 'initial');
+
+-- One probe at a time per provider, across every instance: the probe is leased like an item,
+-- and its back-off grows with failures within one outage (episode = provider_status.since).
+CREATE TABLE provider_probe (
+    provider         text PRIMARY KEY,
+    episode_since    timestamptz NOT NULL,
+    failures         integer NOT NULL DEFAULT 0,
+    next_probe_at    timestamptz NOT NULL,
+    leased_by        text,
+    lease_expires_at timestamptz,
+    last_result      text,
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- Whether packed (itemIds) calls are used, per endpoint, for the whole cluster. A shadow
+-- verification mismatch switches an endpoint off until an operator turns it back on.
+CREATE TABLE packing_state (
+    endpoint   text PRIMARY KEY CHECK (endpoint IN ('/df/auction', '/df/auction-sold')),
+    enabled    boolean NOT NULL,
+    changed_at timestamptz NOT NULL DEFAULT now(),
+    reason     text
+);
+
+-- Budgets of the API keys -----------------------------------------------------------------------
+
+-- Live collector processes. Each heartbeats one row per API key it spends (key_label is a
+-- hash, never the key); the live rows of a key divide its budget (internal/budget).
+CREATE TABLE collector_instances (
+    key_label    text NOT NULL,
+    instance     text NOT NULL,
+    host         text NOT NULL DEFAULT '',
+    pid          integer NOT NULL DEFAULT 0,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now(),
+    used         bigint NOT NULL DEFAULT 0,    -- requests sent, cumulative (for status)
+    share        double precision NOT NULL DEFAULT 0, -- requests/s this instance may send
+    PRIMARY KEY (key_label, instance)
+);
+
+-- A rate-limit answer puts the whole key into a cool-down that every instance honours.
+CREATE TABLE budget_cooldowns (
+    key_label text PRIMARY KEY,
+    until     timestamptz NOT NULL,
+    reason    text NOT NULL DEFAULT ''
+);
+
+-- The cluster rate each API key may use, learned from the provider's answers (AIMD): cut on a
+-- rate-limit answer, raised step by step toward the configured ceiling while no cut happens.
+CREATE TABLE budget_rates (
+    key_label  text PRIMARY KEY,
+    rate       double precision NOT NULL,          -- requests per second, the whole cluster
+    cut_from   double precision,                   -- the rate the last cut started from
+    cut_at     timestamptz,                        -- the last cut (held for a while after it)
+    changed_at timestamptz NOT NULL DEFAULT now(), -- the last cut or step up
+    reason     text                                -- the answer that caused the last cut
+);
+
+-- Collected data --------------------------------------------------------------------------------
+
+CREATE TABLE auction_snapshots (
+    snapshot_id         bigserial PRIMARY KEY,
+    item_id             text NOT NULL,
+    -- One snapshot per claim: a retried write-back of the same claim cannot insert twice.
+    claim_token         uuid NOT NULL UNIQUE,
+    collected_at        timestamptz NOT NULL,
+    tier                text NOT NULL,
+    listing_count       integer NOT NULL,
+    listing_quantity    bigint NOT NULL,
+    lowest_unit_price   bigint,
+    median_unit_price   bigint,
+    weighted_unit_price double precision,
+    api_average_price   bigint,
+    sales_count         integer NOT NULL DEFAULT 0,
+    sales_quantity      bigint NOT NULL DEFAULT 0,
+    sales_vwap          double precision,
+    -- How the snapshot was fetched. listings_truncated: the listings answer reached the API's
+    -- 400-row cap, so its median and quantity describe only the cheapest 400. packed: the item
+    -- shared an itemIds call with other items (and its part was proven complete).
+    listings_truncated  boolean NOT NULL DEFAULT false,
+    packed              boolean NOT NULL DEFAULT false
+);
+
+CREATE INDEX auction_snapshots_item_idx ON auction_snapshots (item_id, collected_at DESC);
+
+-- The API has no sale id and identical rows are distinct sales, so a sale is keyed by its
+-- second and its position among the sales of that second.
+CREATE TABLE auction_sales (
+    item_id       text NOT NULL,
+    sold_at       timestamptz NOT NULL,
+    seq           integer NOT NULL,
+    quantity      bigint NOT NULL,
+    unit_price    bigint NOT NULL,
+    total_price   bigint NOT NULL,
+    first_seen_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (item_id, sold_at, seq)
+);
+
+-- Time-ordered indexes so retention jobs can delete old snapshots, sales and interest events
+-- in small batches without scanning whole tables.
+CREATE INDEX auction_sales_sold_at_idx ON auction_sales (sold_at);
+CREATE INDEX auction_snapshots_collected_at_idx ON auction_snapshots (collected_at);
+CREATE INDEX item_interest_occurred_at_idx ON item_interest (occurred_at);
+
+-- Outbox (internal/outbox) ----------------------------------------------------------------------
+
+-- An outbox row is
+--   pending    while outbox_pending lists it (EnqueueSnapshots adds it in the row's own
+--              transaction; the relay deletes it, fenced by its lane leases, once Kafka acked),
+--   failed     when failed_at is set (the broker rejected it; `collector outbox retry` lists
+--              it as pending again),
+--   published  otherwise.
+-- Publishing never updates the outbox row, so its pages are filled completely.
+CREATE TABLE outbox (
+    id           bigserial PRIMARY KEY,
+    event_id     uuid NOT NULL UNIQUE DEFAULT gen_random_uuid(),
+    event_type   text NOT NULL,
+    item_id      text NOT NULL,
+    snapshot_id  bigint UNIQUE,
+    payload      json NOT NULL,      -- json, not jsonb: the exact bytes we publish
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    attempts     integer NOT NULL DEFAULT 0,
+    failed_at    timestamptz,
+    last_error   text,
+    -- Every row belongs to one of 16 lanes by a stable hash of its item_id, so all events of
+    -- one item share a lane. A relay publishes a lane only while it holds that lane's lease, in
+    -- id order, which keeps per-item order with any number of relays running.
+    -- hashtextextended is immutable (it backs hash partitioning), so a row's lane never changes.
+    lane         smallint NOT NULL
+        GENERATED ALWAYS AS ((hashtextextended(item_id, 0) & 15)::smallint) STORED
+) WITH (fillfactor = 100);
+
+CREATE INDEX outbox_item_idx ON outbox (item_id);
+-- Failed rows for `collector outbox list --failed`.
+CREATE INDEX outbox_failed_idx ON outbox (id) WHERE failed_at IS NOT NULL;
+-- Pruning finds old rows by creation time; rows are appended in that order, which is what a
+-- tiny BRIN index needs.
+CREATE INDEX outbox_created_brin ON outbox USING brin (created_at) WITH (pages_per_range = 32);
+
+-- Deleting an outbox row (pruning, purge:synthetic) takes its pending entry with it.
+CREATE TABLE outbox_pending (
+    id   bigint PRIMARY KEY REFERENCES outbox (id) ON DELETE CASCADE,
+    lane smallint NOT NULL CHECK (lane BETWEEN 0 AND 15)
+) WITH (
+    -- A queue: rows come and go all the time, so vacuum it by a fixed number of dead rows
+    -- whatever its size, and the relay's reads do not step over dead rows for long.
+    autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000
+);
+
+-- One row per lane. lease_token is new for every acquisition, and marking rows is fenced by
+-- it: a relay that lost its lane (paused past its lease) cannot mark anything there.
+CREATE TABLE outbox_relay_lanes (
+    lane             smallint PRIMARY KEY CHECK (lane BETWEEN 0 AND 15),
+    owner            text,
+    lease_token      uuid,
+    lease_expires_at timestamptz,
+    acquired_at      timestamptz
+);
+
+INSERT INTO outbox_relay_lanes (lane) SELECT generate_series(0, 15);
+
+-- A relay that stopped for good (missing topic, authorization, a bug) says why here, for
+-- `collector status`; a relay that starts working clears the records.
+CREATE TABLE outbox_relay_stops (
+    owner      text PRIMARY KEY,
+    stopped_at timestamptz NOT NULL DEFAULT now(),
+    reason     text NOT NULL
+);
+
+-- Every outbox row with its state, for operators (`psql`, docs/events.md) and tests.
+CREATE VIEW outbox_events AS
+SELECT o.id, o.event_id, o.event_type, o.item_id, o.snapshot_id, o.payload, o.created_at, o.lane,
+       o.attempts, o.failed_at, o.last_error,
+       CASE WHEN p.id IS NOT NULL THEN 'pending'
+            WHEN o.failed_at IS NOT NULL THEN 'failed'
+            ELSE 'published' END AS state
+FROM outbox o LEFT JOIN outbox_pending p ON p.id = o.id;
+
+---- create above / drop below ----
+
+DROP VIEW outbox_events;
+DROP TABLE outbox_relay_stops;
+DROP TABLE outbox_relay_lanes;
+DROP TABLE outbox_pending;
+DROP TABLE outbox;
+DROP TABLE auction_sales;
+DROP TABLE auction_snapshots;
+DROP TABLE budget_rates;
+DROP TABLE budget_cooldowns;
+DROP TABLE collector_instances;
+DROP TABLE packing_state;
+DROP TABLE provider_probe;
+DROP TABLE provider_status;
+DROP TABLE item_interest;
+DROP TABLE tracked_items;
+DROP FUNCTION tracked_items_claim_due();
+DROP FUNCTION tracked_items_due_notify();
