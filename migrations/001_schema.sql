@@ -48,16 +48,26 @@ CREATE TABLE tracked_items (
 
     -- What write-backs learn, for the estimators in internal/budgetplan: decayed counts of
     -- collections, detected changes and the time they spanned (the change rate), new sales over
-    -- that time (the sales rate), the listings last seen (to detect a change), and lost-sale gaps.
+    -- that time (the sales rate), and lost-sale gaps.
     est_collections         double precision NOT NULL DEFAULT 0,
     est_changes             double precision NOT NULL DEFAULT 0,
     est_changed_seconds     double precision NOT NULL DEFAULT 0,
     est_unchanged_seconds   double precision NOT NULL DEFAULT 0,
     est_sales               double precision NOT NULL DEFAULT 0,
+    sales_gaps              bigint NOT NULL DEFAULT 0,
+
+    -- The market of the item's last snapshot (internal/history): a collection that sees the
+    -- same, and no new sale, writes no snapshot, only last_collected_at, so the last snapshot
+    -- held at least until then. last_snapshot_at is that snapshot's collected_at, for the
+    -- heartbeat.
     seen_lowest_price       bigint,
+    seen_median_price       bigint,
+    seen_weighted_price     double precision,
+    seen_api_average_price  bigint,
     seen_listing_count      integer,
     seen_listing_quantity   bigint,
-    sales_gaps              bigint NOT NULL DEFAULT 0,
+    seen_truncated          boolean,
+    last_snapshot_at        timestamptz,
 
     created_at              timestamptz NOT NULL DEFAULT now(),
     updated_at              timestamptz NOT NULL DEFAULT now(),
@@ -193,13 +203,21 @@ CREATE TABLE budget_rates (
 
 -- Collected data --------------------------------------------------------------------------------
 
+-- auction_snapshots and auction_sales are partitioned by time (internal/history keeps them:
+-- partitions created ahead, those past retention detached and dropped whole, never deleted row
+-- by row). An archive partition from MINVALUE holds what is older than the regular ones (a
+-- first collection's old sales), so no time is without a home. Keys include the partition
+-- column, as PostgreSQL requires.
+
+-- A snapshot holds from its collected_at until the item's next one: history.mode changes
+-- writes one only when the market changed, at the first collection, or on the heartbeat.
 CREATE TABLE auction_snapshots (
-    snapshot_id         bigserial PRIMARY KEY,
+    snapshot_id         bigint GENERATED ALWAYS AS IDENTITY,
     item_id             text NOT NULL,
-    -- One snapshot per claim: a retried write-back of the same claim cannot insert twice.
-    claim_token         uuid NOT NULL UNIQUE,
+    claim_token         uuid NOT NULL,
     collected_at        timestamptz NOT NULL,
     tier                text NOT NULL,
+    reason              text NOT NULL DEFAULT 'change' CHECK (reason IN ('first', 'change', 'heartbeat', 'repeat')),
     listing_count       integer NOT NULL,
     listing_quantity    bigint NOT NULL,
     lowest_unit_price   bigint,
@@ -213,10 +231,13 @@ CREATE TABLE auction_snapshots (
     -- 400-row cap, so its median and quantity describe only the cheapest 400. packed: the item
     -- shared an itemIds call with other items (and its part was proven complete).
     listings_truncated  boolean NOT NULL DEFAULT false,
-    packed              boolean NOT NULL DEFAULT false
-);
-
-CREATE INDEX auction_snapshots_item_idx ON auction_snapshots (item_id, collected_at DESC);
+    packed              boolean NOT NULL DEFAULT false,
+    -- Reads go by item and time; the key is also that index.
+    PRIMARY KEY (item_id, collected_at, snapshot_id),
+    -- One snapshot per claim: a retried write-back of the same claim (same collected_at)
+    -- cannot insert twice.
+    UNIQUE (claim_token, collected_at)
+) PARTITION BY RANGE (collected_at);
 
 -- The API has no sale id and identical rows are distinct sales, so a sale is keyed by its
 -- second and its position among the sales of that second.
@@ -229,12 +250,41 @@ CREATE TABLE auction_sales (
     total_price   bigint NOT NULL,
     first_seen_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (item_id, sold_at, seq)
-);
+) PARTITION BY RANGE (sold_at);
 
--- Time-ordered indexes so retention jobs can delete old snapshots, sales and interest events
--- in small batches without scanning whole tables.
-CREATE INDEX auction_sales_sold_at_idx ON auction_sales (sold_at);
-CREATE INDEX auction_snapshots_collected_at_idx ON auction_snapshots (collected_at);
+-- Price candles per item, hour and day (UTC), kept when raw partitions are dropped
+-- (retention.candles_*). Write-backs fold each stored snapshot and each new sale into its
+-- buckets in the same transaction, so a candle is exactly what its rows say: open / close are
+-- the lowest unit price of the bucket's first / last snapshot (by collected_at), high / low
+-- its extremes, listings_min / _max the listing count range; sales_* the sales sold in it.
+CREATE TABLE price_candles (
+    item_id        text NOT NULL,
+    resolution     text NOT NULL CHECK (resolution IN ('1h', '1d')),
+    bucket         timestamptz NOT NULL,
+    snapshots      integer NOT NULL DEFAULT 0,
+    open_at        timestamptz,
+    open_price     bigint,
+    high_price     bigint,
+    low_price      bigint,
+    close_at       timestamptz,
+    close_price    bigint,
+    listings_min   integer,
+    listings_max   integer,
+    sales_count    integer NOT NULL DEFAULT 0,
+    sales_quantity bigint NOT NULL DEFAULT 0,
+    sales_value    numeric NOT NULL DEFAULT 0, -- sum of quantity × unit price, exact
+    sales_vwap     double precision GENERATED ALWAYS AS
+        (CASE WHEN sales_quantity > 0 THEN (sales_value / sales_quantity)::double precision END) STORED,
+    PRIMARY KEY (item_id, resolution, bucket)
+) WITH (
+    -- A candle is rewritten by every snapshot of its hour or day: room on the page keeps those
+    -- updates HOT; a finished bucket is never written again.
+    fillfactor = 80
+);
+-- Retention deletes old candles by bucket; rows are appended in bucket order.
+CREATE INDEX price_candles_bucket_brin ON price_candles USING brin (bucket);
+
+-- Retention deletes interest events in small batches, oldest first, through this index.
 CREATE INDEX item_interest_occurred_at_idx ON item_interest (occurred_at);
 
 -- Outbox (internal/outbox) ----------------------------------------------------------------------
@@ -318,6 +368,7 @@ DROP TABLE outbox_relay_stops;
 DROP TABLE outbox_relay_lanes;
 DROP TABLE outbox_pending;
 DROP TABLE outbox;
+DROP TABLE price_candles;
 DROP TABLE auction_sales;
 DROP TABLE auction_snapshots;
 DROP TABLE budget_rates;

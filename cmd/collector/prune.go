@@ -12,29 +12,44 @@ import (
 func newPruneCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "prune",
-		Short: "Delete collected history past its retention (snapshots, sales, interest events), in small batches",
-		Long: `Deletes auction snapshots, sales and interest events older than retention.snapshots,
-retention.sales and retention.interest (0 keeps a table's rows), oldest first, retention.batch
-rows per statement, until none are left. The daemon does the same every retention.interval;
-this one-shot is for cron-only setups. The outbox has its own: collector outbox prune.`,
+		Short: "Drop history past its retention: whole snapshot and sales partitions, old interest events and candles",
+		Long: `Drops the auction_snapshots and auction_sales partitions whose whole range is older than
+retention.snapshots / retention.sales (what collector partitions does, creating the partitions
+ahead as well), then deletes interest events and price candles older than retention.interest,
+retention.candles_hourly and retention.candles_daily, oldest first, retention.batch rows per
+statement. 0 keeps a table's rows. The daemon does the same (partitions every
+history.maintenance_interval, rows every retention.interval); this one-shot is for cron-only
+setups. The outbox has its own: collector outbox prune.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			cfg := a.cfg.Retention
-			if !cfg.Enabled() {
-				return errors.New("nothing to prune: retention.snapshots, retention.sales and retention.interest are all 0 (keep); set one (or --snapshots, --sales, --interest)")
+			if !cfg.Enabled() && cfg.Snapshots == 0 && cfg.Sales == 0 {
+				return errors.New("nothing to prune: retention.snapshots, retention.sales, retention.interest and retention.candles_* are all 0 (keep); set one (or --snapshots, --sales, --interest)")
 			}
 			pool, err := a.db(ctx)
 			if err != nil {
 				return err
 			}
+			parts, closeDirect, err := a.partitions(ctx, pool)
+			if err != nil {
+				return err
+			}
+			defer closeDirect()
+			states, err := parts.RunOnce(ctx)
+			for _, st := range states {
+				a.printf("%s: dropped %d partitions\n", st.Table, len(st.Dropped))
+			}
+			if err != nil {
+				return err
+			}
 			res, err := retention.Prune(ctx, pool, cfg, 0)
-			a.printf("deleted %d snapshots, %d sales, %d interest events\n", res.Snapshots, res.Sales, res.Interest)
+			a.printf("deleted %d interest events, %d hourly candles, %d daily candles\n", res.Interest, res.CandlesHourly, res.CandlesDaily)
 			return err
 		}),
 	}
 	f := cmd.Flags()
-	f.Duration("snapshots", 0, "delete snapshots collected longer ago than this (retention.snapshots)")
-	f.Duration("sales", 0, "delete sales older than this (retention.sales)")
+	f.Duration("snapshots", 0, "drop snapshot partitions wholly older than this (retention.snapshots)")
+	f.Duration("sales", 0, "drop sales partitions wholly older than this (retention.sales)")
 	f.Duration("interest", 0, "delete interest events older than this (retention.interest)")
 	f.Int("batch", 0, "rows per DELETE (retention.batch)")
 	a.bindFlag("retention.snapshots", f.Lookup("snapshots"))

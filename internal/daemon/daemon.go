@@ -533,8 +533,8 @@ func (d *Daemon) retentionLoop(ctx context.Context) error {
 			d.metrics.LoopErrors.WithLabelValues("retention").Inc()
 			d.log.Warn("pruning collected history failed; next run in retention.interval", zap.Error(err))
 		case err == nil && res.Total() > 0:
-			d.log.Info("pruned collected history", zap.Int64("snapshots", res.Snapshots), zap.Int64("sales", res.Sales),
-				zap.Int64("interest", res.Interest), zap.Bool("more", res.More))
+			d.log.Info("pruned collected history", zap.Int64("interest", res.Interest),
+				zap.Int64("candles_hourly", res.CandlesHourly), zap.Int64("candles_daily", res.CandlesDaily), zap.Bool("more", res.More))
 			if res.More {
 				wait = time.Second
 			}

@@ -102,8 +102,8 @@ func collect(t *testing.T, pool *pgxpool.Pool, p history.Policy, item string, at
 func TestChangeOnlySeriesEqualsEveryCollection(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
-	every := history.Policy{Every: true, Heartbeat: time.Hour}
-	changes := history.Policy{Heartbeat: time.Hour}
+	every := history.Policy{Every: true, Heartbeat: 10 * time.Minute}
+	changes := history.Policy{Heartbeat: 10 * time.Minute}
 	start := time.Now().UTC().Truncate(time.Minute).Add(-6 * time.Hour)
 	mEvery, mChanges := newMarket(7), newMarket(7)
 	var lastE, lastC *history.Written

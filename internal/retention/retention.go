@@ -1,8 +1,8 @@
-// Package retention deletes collected history past its configured age (retention.*):
-// auction snapshots, sales and interest events. Rows go oldest first, a bounded number per
-// statement and each statement in its own transaction, through the time indexes of
-// migrations/003_retention_indexes.sql, so pruning never holds locks for long or competes
-// with collection for more than a short statement at a time.
+// Package retention deletes rows past their configured age from the tables that are not
+// partitioned by time (retention.*): interest events and price candles. Rows go oldest first, a
+// bounded number per statement and each statement in its own transaction, so pruning never
+// holds locks for long or competes with collection for more than a short statement at a time.
+// Snapshots and sales are partitioned: internal/history drops their old partitions whole.
 package retention
 
 import (
@@ -23,16 +23,15 @@ type DB interface {
 // Result is how many rows a pass deleted per table, and whether rows past their age remain
 // (the pass stopped at its statement budget).
 type Result struct {
-	Snapshots, Sales, Interest int64
-	More                       bool
+	Interest, CandlesHourly, CandlesDaily int64
+	More                                  bool
 }
 
 // Total is the number of rows deleted.
-func (r Result) Total() int64 { return r.Snapshots + r.Sales + r.Interest }
+func (r Result) Total() int64 { return r.Interest + r.CandlesHourly + r.CandlesDaily }
 
 // table is one pruned table and its statement, which deletes up to $2 rows older than $1
-// seconds, oldest first, through the index on the time column. auction_sales has a
-// three-column primary key; its rows are never updated, so their ctid is as good a key.
+// seconds, oldest first, through the index on the time column.
 type table struct {
 	name, deleteOldest string
 	age                func(config.RetentionConfig) time.Duration
@@ -40,21 +39,21 @@ type table struct {
 }
 
 var tables = []table{
-	{"auction_snapshots", `
-		DELETE FROM auction_snapshots WHERE snapshot_id = ANY (ARRAY(
-		    SELECT snapshot_id FROM auction_snapshots WHERE collected_at < now() - $1::float8 * interval '1 second'
-		    ORDER BY collected_at LIMIT $2))`,
-		func(c config.RetentionConfig) time.Duration { return c.Snapshots }, func(r *Result) *int64 { return &r.Snapshots }},
-	{"auction_sales", `
-		DELETE FROM auction_sales WHERE ctid = ANY (ARRAY(
-		    SELECT ctid FROM auction_sales WHERE sold_at < now() - $1::float8 * interval '1 second'
-		    ORDER BY sold_at LIMIT $2))`,
-		func(c config.RetentionConfig) time.Duration { return c.Sales }, func(r *Result) *int64 { return &r.Sales }},
 	{"item_interest", `
 		DELETE FROM item_interest WHERE id = ANY (ARRAY(
 		    SELECT id FROM item_interest WHERE occurred_at < now() - $1::float8 * interval '1 second'
 		    ORDER BY occurred_at LIMIT $2))`,
 		func(c config.RetentionConfig) time.Duration { return c.Interest }, func(r *Result) *int64 { return &r.Interest }},
+	{"hourly price_candles", `
+		DELETE FROM price_candles WHERE ctid = ANY (ARRAY(
+		    SELECT ctid FROM price_candles WHERE resolution = '1h' AND bucket < now() - $1::float8 * interval '1 second'
+		    LIMIT $2))`,
+		func(c config.RetentionConfig) time.Duration { return c.CandlesHourly }, func(r *Result) *int64 { return &r.CandlesHourly }},
+	{"daily price_candles", `
+		DELETE FROM price_candles WHERE ctid = ANY (ARRAY(
+		    SELECT ctid FROM price_candles WHERE resolution = '1d' AND bucket < now() - $1::float8 * interval '1 second'
+		    LIMIT $2))`,
+		func(c config.RetentionConfig) time.Duration { return c.CandlesDaily }, func(r *Result) *int64 { return &r.CandlesDaily }},
 }
 
 // Prune deletes, per table with a non-zero age, rows older than the age by the database's

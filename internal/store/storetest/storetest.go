@@ -22,6 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/migrations"
 )
@@ -104,10 +106,30 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 	if err := store.Migrate(ctx, URLFor(building), nil); err != nil {
 		return "", fmt.Errorf("migrate template database: %w", err)
 	}
+	if err := partition(ctx, URLFor(building)); err != nil {
+		return "", fmt.Errorf("partition template database: %w", err)
+	}
 	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{building}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", fmt.Errorf("rename template database: %w", err)
 	}
 	return name, nil
+}
+
+// partition creates the history partitions the configuration's defaults ask for.
+func partition(ctx context.Context, url string) error {
+	pool, err := store.Open(ctx, store.PoolConfig{URL: url, MaxConns: 2, ApplicationName: "duecollector-test"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	h := config.Default().History
+	p, err := history.NewPartitions(pool, pool, history.PartitionConfig{Interval: h.PartitionInterval, Ahead: h.PartitionAhead,
+		Tables: []history.Table{{Name: history.Snapshots}, {Name: history.Sales}}})
+	if err != nil {
+		return err
+	}
+	_, err = p.RunOnce(ctx)
+	return err
 }
 
 // NewDatabase creates a fresh, migrated database and returns its URL. It is dropped when the
@@ -169,6 +191,12 @@ func newDatabase(tb testing.TB, migrated bool) string {
 	}
 	if _, err := admin.Exec(ctx, create); err != nil {
 		tb.Fatalf("storetest: create database: %v", err)
+	}
+	if migrated {
+		// The template may be days old: partitions up to a week from today, as a daemon keeps.
+		if err := partition(ctx, URLFor(name)); err != nil {
+			tb.Fatalf("storetest: %v", err)
+		}
 	}
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
