@@ -1,7 +1,7 @@
 // Package retention deletes collected history past its configured age (retention.*):
 // auction snapshots, sales and interest events. Rows go oldest first, a bounded number per
-// statement and each statement in its own transaction, through the time indexes of
-// migrations/003_retention_indexes.sql, so pruning never holds locks for long or competes
+// statement and each statement in its own transaction, through the time indexes the schema
+// keeps for it (migrations/001_schema.sql), so pruning never holds locks for long or competes
 // with collection for more than a short statement at a time.
 package retention
 
