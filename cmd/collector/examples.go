@@ -21,8 +21,8 @@ var examples = map[string]string{
 	"collector migrate": `  collector migrate up                 # apply every pending migration
   collector migrate status             # exits 1 while migrations are pending`,
 	"collector migrate up": `  collector migrate up --database-url postgres://postgres@127.0.0.1:5432/duecollector
-  collector migrate up --to 6 --dry-run --show-sql`,
-	"collector migrate down":   `  collector migrate down --to 6        # revert to version 6 (each file's down section)`,
+  collector migrate up --dry-run --show-sql      # print what would run, change nothing`,
+	"collector migrate down":   `  collector migrate down --to 0 --dry-run --show-sql   # print what reverting everything would run`,
 	"collector migrate status": `  collector migrate status`,
 	"collector collect-due": `  collector collect-due
   collector collect-due --batch-size 500 --concurrency 32 --max-batches 10`,

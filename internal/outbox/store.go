@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Lanes is the number of lanes (outbox.lane, outbox_relay_lanes: migrations/002_outbox_relay.sql).
+// Lanes is the number of lanes (outbox.lane, outbox_relay_lanes: migrations/001_schema.sql).
 const Lanes = 16
 
 // pendingRow is one outbox row on its way to Kafka; publish fills in how it was settled.
