@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/config"
-	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store"
 )
 
@@ -48,20 +48,20 @@ from several processes at once; behind PgBouncer it drops over database.direct_u
 }
 
 // partitionConfig is the history tables' partitioning as configured.
-func partitionConfig(cfg *config.Config) history.PartitionConfig {
-	return history.PartitionConfig{
+func partitionConfig(cfg *config.Config) partition.Config {
+	return partition.Config{
 		Interval: cfg.History.PartitionInterval,
 		Ahead:    cfg.History.PartitionAhead,
-		Tables: []history.Table{
-			{Name: history.Snapshots, Retention: cfg.Retention.Snapshots},
-			{Name: history.Sales, Retention: cfg.Retention.Sales},
+		Tables: []partition.Table{
+			{Name: partition.Snapshots, Retention: cfg.Retention.Snapshots},
+			{Name: partition.Sales, Retention: cfg.Retention.Sales},
 		},
 	}
 }
 
 // partitions builds partition upkeep on pool, dropping over database.direct_url when set
 // (DETACH … CONCURRENTLY needs a session of its own).
-func (a *app) partitions(ctx context.Context, pool *pgxpool.Pool) (*history.Partitions, func(), error) {
+func (a *app) partitions(ctx context.Context, pool *pgxpool.Pool) (*partition.Partitions, func(), error) {
 	direct, closeDirect := pool, func() {}
 	if a.cfg.Database.DirectURL != "" {
 		d, err := store.Open(ctx, store.PoolConfig{URL: a.cfg.Database.DirectURL, MaxConns: 2, ApplicationName: "duecollector-partitions"})
@@ -70,7 +70,7 @@ func (a *app) partitions(ctx context.Context, pool *pgxpool.Pool) (*history.Part
 		}
 		direct, closeDirect = d, d.Close
 	}
-	p, err := history.NewPartitions(pool, direct, partitionConfig(a.cfg))
+	p, err := partition.New(pool, direct, partitionConfig(a.cfg))
 	if err != nil {
 		closeDirect()
 		return nil, nil, err

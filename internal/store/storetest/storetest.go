@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/config"
-	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/migrations"
 )
@@ -106,7 +106,7 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 	if err := store.Migrate(ctx, URLFor(building), nil); err != nil {
 		return "", fmt.Errorf("migrate template database: %w", err)
 	}
-	if err := partition(ctx, URLFor(building)); err != nil {
+	if err := partitionHistory(ctx, URLFor(building)); err != nil {
 		return "", fmt.Errorf("partition template database: %w", err)
 	}
 	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{building}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize()); err != nil {
@@ -115,16 +115,16 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 	return name, nil
 }
 
-// partition creates the history partitions the configuration's defaults ask for.
-func partition(ctx context.Context, url string) error {
+// partitionHistory creates the history partitions the configuration's defaults ask for.
+func partitionHistory(ctx context.Context, url string) error {
 	pool, err := store.Open(ctx, store.PoolConfig{URL: url, MaxConns: 2, ApplicationName: "duecollector-test"})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	h := config.Default().History
-	p, err := history.NewPartitions(pool, pool, history.PartitionConfig{Interval: h.PartitionInterval, Ahead: h.PartitionAhead,
-		Tables: []history.Table{{Name: history.Snapshots}, {Name: history.Sales}}})
+	p, err := partition.New(pool, pool, partition.Config{Interval: h.PartitionInterval, Ahead: h.PartitionAhead,
+		Tables: []partition.Table{{Name: partition.Snapshots}, {Name: partition.Sales}}})
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func newDatabase(tb testing.TB, migrated bool) string {
 	}
 	if migrated {
 		// The template may be days old: partitions up to a week from today, as a daemon keeps.
-		if err := partition(ctx, URLFor(name)); err != nil {
+		if err := partitionHistory(ctx, URLFor(name)); err != nil {
 			tb.Fatalf("storetest: %v", err)
 		}
 	}

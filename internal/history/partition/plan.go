@@ -1,4 +1,7 @@
-package history
+// Package partition keeps the time-partitioned history tables (auction_snapshots by
+// collected_at, auction_sales by sold_at) covered from MINVALUE to a configured time ahead, and
+// drops the partitions past retention whole, judging them by the bounds in the catalog.
+package partition
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package history_test
+package partition_test
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
-func partitions(t *testing.T, pool *pgxpool.Pool, retention time.Duration) *history.Partitions {
+func upkeep(t *testing.T, pool *pgxpool.Pool, retention time.Duration) *partition.Partitions {
 	t.Helper()
-	p, err := history.NewPartitions(pool, pool, history.PartitionConfig{Interval: 24 * time.Hour, Ahead: 7 * 24 * time.Hour,
-		Tables: []history.Table{{Name: history.Snapshots, Retention: retention}, {Name: history.Sales, Retention: retention}}})
+	p, err := partition.New(pool, pool, partition.Config{Interval: 24 * time.Hour, Ahead: 7 * 24 * time.Hour,
+		Tables: []partition.Table{{Name: partition.Snapshots, Retention: retention}, {Name: partition.Sales, Retention: retention}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestPartitionsCoverThePastAndAWeekAheadAndRunsAgree(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := partitions(t, pool, 0).RunOnce(ctx)
+			_, err := upkeep(t, pool, 0).RunOnce(ctx)
 			errs <- err
 		}()
 	}
@@ -71,7 +71,7 @@ func TestPartitionsCoverThePastAndAWeekAheadAndRunsAgree(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	states, err := partitions(t, pool, 0).RunOnce(ctx)
+	states, err := upkeep(t, pool, 0).RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestRetentionDropsWholePartitionsByTheirBounds(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
 	// Start from no partitions, then lay out the last ten days by hand under misleading names.
-	for _, b := range bounds(t, pool, history.Snapshots) {
+	for _, b := range bounds(t, pool, partition.Snapshots) {
 		if _, err := pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{b.name}.Sanitize()); err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func TestRetentionDropsWholePartitionsByTheirBounds(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE not_a_partition (x int)`); err != nil {
 		t.Fatal(err)
 	}
-	states, err := partitions(t, pool, 3*24*time.Hour).RunOnce(ctx)
+	states, err := upkeep(t, pool, 3*24*time.Hour).RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestRetentionDropsWholePartitionsByTheirBounds(t *testing.T) {
 	if kept != 4 || oldest.Before(today.AddDate(0, 0, -3)) {
 		t.Fatalf("%d rows kept, oldest %v", kept, oldest)
 	}
-	bs := bounds(t, pool, history.Snapshots)
+	bs := bounds(t, pool, partition.Snapshots)
 	if bs[0].lower != nil || !bs[0].upper.Equal(today.AddDate(0, 0, -3)) {
 		t.Fatalf("the archive should be recreated below the oldest kept day: %+v", bs[0])
 	}

@@ -1,4 +1,4 @@
-package history
+package partition
 
 import (
 	"context"
@@ -33,16 +33,16 @@ const (
 	dropLockKey   = 7_305_118_220_502
 )
 
-// PartitionConfig is history.partition_interval, history.partition_ahead and the tables'
+// Config is history.partition_interval, history.partition_ahead and the tables'
 // retention.
-type PartitionConfig struct {
+type Config struct {
 	Interval time.Duration
 	Ahead    time.Duration
 	Tables   []Table
 }
 
 // Validate refuses what would leave writes without a partition.
-func (c PartitionConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.Interval < time.Hour {
 		errs = append(errs, fmt.Errorf("partition interval %v: must be >= 1h", c.Interval))
@@ -62,11 +62,11 @@ func (c PartitionConfig) Validate() error {
 type Partitions struct {
 	pool   *pgxpool.Pool // creating: a transaction, fine behind PgBouncer
 	direct *pgxpool.Pool // dropping: a session (database.direct_url)
-	cfg    PartitionConfig
+	cfg    Config
 }
 
-// NewPartitions validates cfg. direct may be pool when no pooler stands between.
-func NewPartitions(pool, direct *pgxpool.Pool, cfg PartitionConfig) (*Partitions, error) {
+// New validates cfg. direct may be pool when no pooler stands between.
+func New(pool, direct *pgxpool.Pool, cfg Config) (*Partitions, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("history partitions: %w", err)
 	}
