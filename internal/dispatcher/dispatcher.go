@@ -2,10 +2,12 @@
 // provider with no database connection held, and writes each result back fenced by its lease
 // token together with the item's next schedule.
 //
-// A pass is: read the provider status gate → claim a batch in one statement → fetch with at most
-// Concurrency calls in flight → write results back in short transactions as they arrive →
-// repeat until nothing is due (or MaxBatches). A maintenance answer stops the pass at once and
-// hands the unprocessed items back, so nothing waits for its lease to expire.
+// A pass is: read the provider status gate (gate.go) → claim a batch in one statement
+// (claim.go) → fetch with at most Concurrency calls in flight, each item alone (fetch.go) or
+// small items sharing itemIds calls (pack.go) → write results back in short transactions as
+// they arrive (writeback.go) → repeat until nothing is due (or MaxBatches). A maintenance
+// answer stops the pass at once and hands the unprocessed items back, so nothing waits for its
+// lease to expire.
 package dispatcher
 
 import (
@@ -288,6 +290,7 @@ type stopError struct {
 	err   error
 }
 
+// pass reads the gate, then claims and collects batches until one of the stops RunOnce lists.
 // claim returns a batch and whether it drained what was due (it held fewer than asked for).
 func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(context.Context) ([]Claim, bool, error)) (Summary, error) {
 	start := time.Now()

@@ -20,7 +20,7 @@ type result struct {
 	packed   bool  // fetched in an itemIds call shared with other items
 	err      error // nil = collected
 	outcome  string
-	salesGap bool          // sales were lost since the previous fetch (estimate.go)
+	salesGap bool          // sales were lost since the previous fetch (salesGap)
 	window   time.Duration // Config.EstimateWindow: how fast the change counts decay
 }
 

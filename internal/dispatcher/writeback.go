@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,13 @@ func (d *Dispatcher) startWriter(ctx context.Context, tm *timings) *writer {
 		}
 	}()
 	return w
+}
+
+// finish closes the queue and waits until everything in it is written.
+func (w *writer) finish() writerStats {
+	close(w.results)
+	<-w.done
+	return w.stats
 }
 
 func (w *writer) flush(ctx context.Context, buf []result) {
@@ -138,12 +146,12 @@ func (w *writer) store(ctx context.Context, buf []result) (fenced, unwritten []s
 // writeAttempts bounds the retries of one transiently failing write-back.
 const writeAttempts = 8
 
-// writeRetrying runs writeBack, retrying a transient failure (connection lost, serialization
-// failure, deadlock) with back-off. Before each retry it renews the group's leases, so the
-// results still apply; once none of them is ours any more it stops, as nothing could apply.
 // writeBackoff spaces write-back retries after transient database errors.
 var writeBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 
+// writeRetrying runs writeBack, retrying a transient failure (connection lost, serialization
+// failure, deadlock) with back-off. Before each retry it renews the group's leases, so the
+// results still apply; once none of them is ours any more it stops, as nothing could apply.
 func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, error) {
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -200,22 +208,16 @@ func claimsOf(rs []result) []Claim {
 	return cs
 }
 
-func (w *writer) finish() writerStats {
-	close(w.results)
-	<-w.done
-	return w.stats
-}
-
 type writeStats struct {
-	applied   int      // items whose write-back matched their lease
-	fenced    []string // items whose lease had passed to another worker: nothing written
-	snapshots int
+	fenced []string // items whose lease had passed to another worker: nothing written
 }
 
-// writeBack stores a group of results in one short transaction: the fenced reschedule first
-// (it locks the rows and tells which leases are still ours), then sales, snapshots and outbox
-// rows for those items only. Success or failure, every item that is still ours is rescheduled
-// by its tier, so nothing can stay due forever.
+// writeBack stores a group of results in one short transaction, every statement fenced by the
+// lease token: the change and sales counts of the collected items first (they compare with the
+// item's row as the last collection left it, and need the token the reschedule clears), then
+// the reschedule (it tells which leases are still ours), then sales, snapshots and outbox rows
+// for those items only. Success or failure, every item that is still ours is rescheduled by its
+// tier, so nothing can stay due forever.
 func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (writeStats, error) {
 	var ws writeStats
 	n := len(results)
@@ -247,7 +249,8 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 	}
 
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := observeChanges(ctx, tx, collectedOf(results)); err != nil {
+		collected := slices.DeleteFunc(slices.Clone(results), func(r result) bool { return r.err != nil })
+		if err := observeChanges(ctx, tx, collected); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, RescheduleSQL,
@@ -263,7 +266,6 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 		for _, id := range live {
 			liveSet[id] = true
 		}
-		ws.applied = len(live)
 		ws.fenced = ws.fenced[:0]
 		var ok []result
 		for _, r := range results {
@@ -285,7 +287,6 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 		if err != nil {
 			return err
 		}
-		ws.snapshots = len(events)
 		return outbox.EnqueueSnapshots(ctx, tx, events)
 	})
 	if err != nil {
@@ -294,15 +295,85 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 	return ws, nil
 }
 
-func collectedOf(results []result) []result {
-	var ok []result
-	for _, r := range results {
-		if r.err == nil {
-			ok = append(ok, r)
+// observeChangesSQL adds one interval to each collected item's decayed counts (the same
+// arithmetic as budgetplan.Observations.Decay then Observe): the interval since its last
+// successful collection, whether the listings (lowest unit price, count, quantity) changed or
+// new sales arrived in it, and the new sales. The first collection only records the listings.
+// Fenced by the lease token; it runs before the reschedule clears it.
+const observeChangesSQL = `
+WITH o AS (
+	SELECT u.item_id, u.token, u.lowest, u.cnt, u.qty, u.new_sales, u.gap,
+	       CASE WHEN obs THEN exp(-secs / u.win) ELSE 1 END AS f,
+	       CASE WHEN obs THEN 1 ELSE 0 END AS n,
+	       CASE WHEN obs AND (t.seen_lowest_price IS DISTINCT FROM u.lowest OR t.seen_listing_count IS DISTINCT FROM u.cnt
+	                          OR t.seen_listing_quantity IS DISTINCT FROM u.qty OR u.new_sales > 0) THEN 1 ELSE 0 END AS x,
+	       CASE WHEN obs THEN secs ELSE 0 END AS secs
+	FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::bigint[], $5::int[], $6::bigint[], $7::int[], $8::bool[], $9::float8[])
+	     AS u(item_id, token, at, lowest, cnt, qty, new_sales, gap, win)
+	JOIN tracked_items t ON t.item_id = u.item_id AND t.lease_token = u.token
+	CROSS JOIN LATERAL (SELECT extract(epoch FROM u.at - t.last_collected_at)::float8 AS secs) s
+	CROSS JOIN LATERAL (SELECT t.seen_listing_count IS NOT NULL AND s.secs > 0 AS obs) b
+)
+UPDATE tracked_items t
+SET est_collections = t.est_collections * o.f + o.n,
+    est_changes = t.est_changes * o.f + o.x,
+    est_changed_seconds = t.est_changed_seconds * o.f + o.x * o.secs,
+    est_unchanged_seconds = t.est_unchanged_seconds * o.f + (o.n - o.x) * o.secs,
+    est_sales = t.est_sales * o.f + o.n * o.new_sales,
+    seen_lowest_price = o.lowest, seen_listing_count = o.cnt, seen_listing_quantity = o.qty,
+    sales_gaps = t.sales_gaps + o.gap::int
+FROM o
+WHERE t.item_id = o.item_id AND t.lease_token = o.token`
+
+// observeChanges updates the change and sales counts of the collected items in ok.
+func observeChanges(ctx context.Context, tx pgx.Tx, ok []result) error {
+	n := len(ok)
+	ids := make([]string, n)
+	tokens := make([]pgtype.UUID, n)
+	at := make([]time.Time, n)
+	lowest := make([]*int64, n)
+	counts := make([]int32, n)
+	qty := make([]int64, n)
+	newSales := make([]int32, n)
+	gaps := make([]bool, n)
+	windows := make([]float64, n)
+	for i, r := range ok {
+		ids[i], tokens[i], at[i] = r.claim.ItemID, r.claim.Token, r.at
+		lowest[i], counts[i], qty[i] = r.listings.Lowest, int32(r.listings.Count), r.listings.Quantity
+		for _, s := range r.sales {
+			// Sales of the stored second itself may be known; only later seconds are surely new.
+			if r.claim.LastSaleAt == nil || s.SoldAt.After(*r.claim.LastSaleAt) {
+				newSales[i]++
+			}
 		}
+		gaps[i], windows[i] = r.salesGap, r.window.Seconds()
 	}
-	return ok
+	if _, err := tx.Exec(ctx, observeChangesSQL, ids, tokens, at, lowest, counts, qty, newSales, gaps, windows); err != nil {
+		return fmt.Errorf("observe changes: %w", err)
+	}
+	return nil
 }
+
+// RescheduleSQL is the fenced write-back of a batch: each item whose lease token still matches
+// gets its next slot and outcome, and its lease is cleared; it returns the items it matched.
+// If the tier changed while the item was leased, whoever changed it also set the new schedule;
+// that is kept rather than the slot computed for the old tier. Exported for the benchmark's
+// raw-SQL ceiling.
+const RescheduleSQL = `
+UPDATE tracked_items t
+SET next_collect_at = CASE WHEN t.collection_tier = u.tier THEN u.next_at ELSE t.next_collect_at END,
+    lease_expires_at = NULL, lease_token = NULL, leased_by = NULL,
+    last_attempt_at = u.attempt_at,
+    last_collected_at = CASE WHEN u.ok THEN u.attempt_at ELSE t.last_collected_at END,
+    last_outcome = u.outcome,
+    failure_streak = CASE WHEN u.ok THEN 0 ELSE t.failure_streak + 1 END,
+    last_error = u.err,
+    last_sale_at = greatest(t.last_sale_at, u.last_sale),
+    updated_at = now()
+FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[], $9::timestamptz[])
+     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err, last_sale)
+WHERE t.item_id = u.item_id AND t.lease_token = u.token
+RETURNING t.item_id`
 
 type salesAgg struct {
 	count    int
@@ -423,27 +494,6 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, ok []result, agg map[string
 	return inserted, nil
 }
 
-// RescheduleSQL is the fenced write-back of a batch: each item whose lease token still matches
-// gets its next slot and outcome, and its lease is cleared; it returns the items it matched.
-// If the tier changed while the item was leased, whoever changed it also set the new schedule;
-// that is kept rather than the slot computed for the old tier. Exported for the benchmark's
-// raw-SQL ceiling.
-const RescheduleSQL = `
-UPDATE tracked_items t
-SET next_collect_at = CASE WHEN t.collection_tier = u.tier THEN u.next_at ELSE t.next_collect_at END,
-    lease_expires_at = NULL, lease_token = NULL, leased_by = NULL,
-    last_attempt_at = u.attempt_at,
-    last_collected_at = CASE WHEN u.ok THEN u.attempt_at ELSE t.last_collected_at END,
-    last_outcome = u.outcome,
-    failure_streak = CASE WHEN u.ok THEN 0 ELSE t.failure_streak + 1 END,
-    last_error = u.err,
-    last_sale_at = greatest(t.last_sale_at, u.last_sale),
-    updated_at = now()
-FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[], $9::timestamptz[])
-     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err, last_sale)
-WHERE t.item_id = u.item_id AND t.lease_token = u.token
-RETURNING t.item_id`
-
 // SnapshotSQL stores a batch's snapshots, once per claim; it returns the new snapshot ids.
 // Exported for the benchmark's raw-SQL ceiling.
 const SnapshotSQL = `
@@ -455,62 +505,3 @@ SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::
 	$14::bool[], $15::bool[])
 ON CONFLICT (claim_token) DO NOTHING
 RETURNING snapshot_id, item_id`
-
-// observeChangesSQL adds one interval to each collected item's decayed counts (the same
-// arithmetic as budgetplan.Observations.Decay then Observe): the interval since its last
-// successful collection, whether the listings (lowest unit price, count, quantity) changed or
-// new sales arrived in it, and the new sales. The first collection only records the listings.
-// Fenced by the lease token; it runs before the reschedule clears it.
-const observeChangesSQL = `
-WITH o AS (
-	SELECT u.item_id, u.token, u.lowest, u.cnt, u.qty, u.new_sales, u.gap,
-	       CASE WHEN obs THEN exp(-secs / u.win) ELSE 1 END AS f,
-	       CASE WHEN obs THEN 1 ELSE 0 END AS n,
-	       CASE WHEN obs AND (t.seen_lowest_price IS DISTINCT FROM u.lowest OR t.seen_listing_count IS DISTINCT FROM u.cnt
-	                          OR t.seen_listing_quantity IS DISTINCT FROM u.qty OR u.new_sales > 0) THEN 1 ELSE 0 END AS x,
-	       CASE WHEN obs THEN secs ELSE 0 END AS secs
-	FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::bigint[], $5::int[], $6::bigint[], $7::int[], $8::bool[], $9::float8[])
-	     AS u(item_id, token, at, lowest, cnt, qty, new_sales, gap, win)
-	JOIN tracked_items t ON t.item_id = u.item_id AND t.lease_token = u.token
-	CROSS JOIN LATERAL (SELECT extract(epoch FROM u.at - t.last_collected_at)::float8 AS secs) s
-	CROSS JOIN LATERAL (SELECT t.seen_listing_count IS NOT NULL AND s.secs > 0 AS obs) b
-)
-UPDATE tracked_items t
-SET est_collections = t.est_collections * o.f + o.n,
-    est_changes = t.est_changes * o.f + o.x,
-    est_changed_seconds = t.est_changed_seconds * o.f + o.x * o.secs,
-    est_unchanged_seconds = t.est_unchanged_seconds * o.f + (o.n - o.x) * o.secs,
-    est_sales = t.est_sales * o.f + o.n * o.new_sales,
-    seen_lowest_price = o.lowest, seen_listing_count = o.cnt, seen_listing_quantity = o.qty,
-    sales_gaps = t.sales_gaps + o.gap::int
-FROM o
-WHERE t.item_id = o.item_id AND t.lease_token = o.token`
-
-// observeChanges updates the change and sales counts of the collected items in ok.
-func observeChanges(ctx context.Context, tx pgx.Tx, ok []result) error {
-	n := len(ok)
-	ids := make([]string, n)
-	tokens := make([]pgtype.UUID, n)
-	at := make([]time.Time, n)
-	lowest := make([]*int64, n)
-	counts := make([]int32, n)
-	qty := make([]int64, n)
-	newSales := make([]int32, n)
-	gaps := make([]bool, n)
-	windows := make([]float64, n)
-	for i, r := range ok {
-		ids[i], tokens[i], at[i] = r.claim.ItemID, r.claim.Token, r.at
-		lowest[i], counts[i], qty[i] = r.listings.Lowest, int32(r.listings.Count), r.listings.Quantity
-		for _, s := range r.sales {
-			// Sales of the stored second itself may be known; only later seconds are surely new.
-			if r.claim.LastSaleAt == nil || s.SoldAt.After(*r.claim.LastSaleAt) {
-				newSales[i]++
-			}
-		}
-		gaps[i], windows[i] = r.salesGap, r.window.Seconds()
-	}
-	if _, err := tx.Exec(ctx, observeChangesSQL, ids, tokens, at, lowest, counts, qty, newSales, gaps, windows); err != nil {
-		return fmt.Errorf("observe changes: %w", err)
-	}
-	return nil
-}
