@@ -61,7 +61,6 @@ func dispatchConfig(a *app) dispatcher.Config {
 		Lease:       c.Lease,
 		Concurrency: c.Concurrency,
 		FlushSize:   c.FlushSize,
-		SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
 
 		EstimateWindow: a.cfg.Catalog.EstimateWindow,
 		PackSize:       c.PackSize, PackMaxListings: c.PackMaxListings, PackMaxSales: c.PackMaxSales,

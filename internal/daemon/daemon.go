@@ -582,7 +582,7 @@ func (d *Daemon) recalcLoop(ctx context.Context) error {
 		last = time.Now()
 		market, f := d.planBudget()
 		d.planned.Store(math.Float64bits(f))
-		pm, err := dispatcher.PackingModelNow(ctx, d.pool, d.cfg.Dispatch)
+		pm, err := dispatcher.PackingModelNow(ctx, d.pool, d.cfg.Dispatch, d.client.AuctionLimit())
 		var res catalog.Result
 		if err == nil {
 			res, err = catalog.RecalculatePopularity(ctx, d.pool, catalog.PolicyFromConfig(d.cfg.Catalog, market, pm))

@@ -27,25 +27,49 @@ import (
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
-// Fetcher is the market workload of the provider client. Each method returns the rows kept and
-// how many rows the provider sent: an answer is full, and may have been cut, when it sent as
-// many as its limit, whatever the row check dropped.
+// Fetcher is everything the dispatcher asks of the provider's market workload
+// (provider.Client, or budget.Fetcher in front of it). Each call returns the rows kept and how
+// many rows the provider sent: an answer is full, and may have been cut, when it sent as many
+// as its limit, whatever the row check dropped.
 type Fetcher interface {
 	Auction(ctx context.Context, itemID string) ([]provider.Listing, int, error)
 	AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, int, error)
+	// AuctionMany and AuctionSoldMany ask for several items in one itemIds call. They are
+	// called only with at most PackLimit ids, so never when PackLimit is below 2.
+	AuctionMany(ctx context.Context, itemIDs []string) ([]provider.Listing, int, error)
+	AuctionSoldMany(ctx context.Context, itemIDs []string) ([]provider.Sale, int, error)
+	// AuctionLimit and SoldLimit are the row limits the calls ask for (at least 1): they are
+	// what cuts an answer, so the completeness rules judge by them.
+	AuctionLimit() int
+	SoldLimit() int
+	// PackLimit is how many ids one packed call may name; below 2 the fetcher cannot pack and
+	// every item is fetched alone.
+	PackLimit() int
+}
+
+// NoPacking completes a Fetcher that cannot pack: its PackLimit is 0, so the packed calls are
+// never made (they refuse if they are).
+type NoPacking struct{}
+
+func (NoPacking) PackLimit() int { return 0 }
+
+func (NoPacking) AuctionMany(context.Context, []string) ([]provider.Listing, int, error) {
+	return nil, 0, errors.ErrUnsupported
+}
+
+func (NoPacking) AuctionSoldMany(context.Context, []string) ([]provider.Sale, int, error) {
+	return nil, 0, errors.ErrUnsupported
 }
 
 // Config sizes a pass. Zero values take the defaults.
 type Config struct {
-	Provider     string        // provider_status row to gate on; default "neople"
-	BatchSize    int           // items per claim; default 100
-	Lease        time.Duration // lease per claim; default 2m
-	Concurrency  int           // provider calls in flight; default 16
-	MaxBatches   int           // 0 = until nothing is due
-	FlushSize    int           // results per write-back transaction; default 50
-	SoldLimit    int           // the limit the client asks /df/auction-sold for; default 100
-	AuctionLimit int           // the limit the client asks /df/auction for; default 400
-	Owner        string        // recorded in leased_by; default host:pid
+	Provider    string        // provider_status row to gate on; default "neople"
+	BatchSize   int           // items per claim; default 100
+	Lease       time.Duration // lease per claim; default 2m
+	Concurrency int           // provider calls in flight; default 16
+	MaxBatches  int           // 0 = until nothing is due
+	FlushSize   int           // results per write-back transaction; default 50
+	Owner       string        // recorded in leased_by; default host:pid
 	// Grace is how long in-flight provider calls may finish after ctx is cancelled (shutdown)
 	// before they are abandoned and their leases released. Default 0: abandon at once.
 	Grace time.Duration
@@ -71,15 +95,16 @@ type Config struct {
 	// old count 1/e (catalog.estimate_window). Default 24h.
 	EstimateWindow time.Duration
 	// PackSize: items whose recent answers were small (PackMaxListings listings, PackMaxSales
-	// new sales per collection) share itemIds calls of up to PackSize ids, when the fetcher
-	// is a PackedFetcher (collect.pack_*). 0 or 1: every item alone.
+	// new sales per collection) share itemIds calls of up to PackSize ids, as far as the
+	// fetcher's PackLimit allows (collect.pack_*). 0 or 1: every item alone.
 	PackSize        int
 	PackMaxListings int
 	PackMaxSales    float64
 	// ShadowFraction of packed items are fetched alone as well and compared; a mismatch
 	// switches packing off cluster-wide (collect.shadow_fraction).
 	ShadowFraction float64
-	// Observer, when set, hears about claims, provider calls and write-backs (metrics, health).
+	// Observer, when set, hears about claims, provider calls, shadow checks and write-backs
+	// (metrics, health).
 	Observer Observer
 }
 
@@ -93,6 +118,8 @@ type Observer interface {
 	Written(collected, failed, fenced int, took time.Duration)
 	// SalesGap reports a written collection that found sales lost since the previous one.
 	SalesGap(c Claim)
+	// Shadowed reports one packed item fetched again alone; mismatch when they differed.
+	Shadowed(endpoint string, mismatch bool)
 }
 
 type nopObserver struct{}
@@ -101,6 +128,7 @@ func (nopObserver) Claimed([]Claim)                      {}
 func (nopObserver) Fetched(Claim, time.Duration, error)  {}
 func (nopObserver) Written(int, int, int, time.Duration) {}
 func (nopObserver) SalesGap(Claim)                       {}
+func (nopObserver) Shadowed(string, bool)                {}
 
 func (c *Config) withDefaults() Config {
 	out := *c
@@ -111,8 +139,6 @@ func (c *Config) withDefaults() Config {
 	out.Lease = cmp.Or(out.Lease, def.Collect.Lease)
 	out.Concurrency = cmp.Or(out.Concurrency, def.Collect.Concurrency)
 	out.FlushSize = cmp.Or(out.FlushSize, def.Collect.FlushSize)
-	out.SoldLimit = cmp.Or(out.SoldLimit, def.Provider.SoldLimit)
-	out.AuctionLimit = cmp.Or(out.AuctionLimit, def.Provider.AuctionLimit)
 	out.EstimateWindow = cmp.Or(out.EstimateWindow, def.Catalog.EstimateWindow)
 	if out.Observer == nil {
 		out.Observer = nopObserver{}
@@ -157,28 +183,26 @@ type Dispatcher struct {
 	log   *zap.Logger
 	clock dbClock
 	pause pauseLog
+	// The fetcher's limits, read once; packSize is Config.PackSize within the fetcher's
+	// PackLimit (below 2: every item alone).
+	auctionLimit, soldLimit, packSize int
 }
 
-// Limits is a Fetcher that knows the row limits it asks the provider for (provider.Client).
-type Limits interface {
-	AuctionLimit() int
-	SoldLimit() int
-}
-
-// New validates the config and builds a dispatcher. A fetcher's own limits (Limits) win over
-// Config's: they are what cut answers, so the completeness rules must judge by them.
+// New validates the config and the fetcher's limits and builds a dispatcher.
 func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispatcher, error) {
-	if l, ok := fetch.(Limits); ok {
-		cfg.AuctionLimit, cfg.SoldLimit = cmp.Or(l.AuctionLimit(), cfg.AuctionLimit), cmp.Or(l.SoldLimit(), cfg.SoldLimit)
-	}
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	err := cfg.validate()
+	if a, s := fetch.AuctionLimit(), fetch.SoldLimit(); a < 1 || s < 1 {
+		err = errors.Join(err, fmt.Errorf("fetcher row limits %d (auction), %d (sold): must be >= 1", a, s))
+	}
+	if err != nil {
 		return nil, fmt.Errorf("dispatcher config: %w", err)
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log}, nil
+	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log,
+		auctionLimit: fetch.AuctionLimit(), soldLimit: fetch.SoldLimit(), packSize: min(cfg.PackSize, fetch.PackLimit())}, nil
 }
 
 // RunOnce is one collect-due pass: claim and collect batches until nothing is due, MaxBatches

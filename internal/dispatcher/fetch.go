@@ -52,7 +52,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 	go d.renewWhileRunning(fctx, done, claims)
 
 	var st packingState
-	if _, ok := d.fetch.(PackedFetcher); ok && d.cfg.PackSize > 1 {
+	if d.packSize > 1 {
 		var err error
 		if st, err = readPacking(ctx, d.pool); err != nil {
 			d.log.Warn("packing state unreadable; fetching every item alone", zap.Error(err))
@@ -168,7 +168,7 @@ func (d *Dispatcher) listingsAlone(ctx context.Context, c Claim) (listingSummary
 		rows, sent, err := d.fetch.Auction(ctx, c.ItemID)
 		return answer[provider.Listing]{rows, sent}, err
 	})
-	return summarizeListings(a.rows, full(a.sent, d.cfg.AuctionLimit)), err
+	return summarizeListings(a.rows, full(a.sent, d.auctionLimit)), err
 }
 
 // salesAlone asks for one item's sales in a call of its own and reports whether sales were lost
@@ -182,7 +182,7 @@ func (d *Dispatcher) salesAlone(ctx context.Context, c Claim) (sales []saleRow, 
 	if err != nil {
 		return nil, false, err
 	}
-	f := full(a.sent, d.cfg.SoldLimit)
+	f := full(a.sent, d.soldLimit)
 	return sequenceSales(a.rows, f), salesGap(a.rows, f, c.LastSaleAt, c.LastCollectedAt), nil
 }
 

@@ -67,7 +67,7 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 			}{{"ample", 400, 100}, {"exactly at the limit", exactL, exactS}, {"one short", exactL - 1, exactS - 1}} {
 				t.Run(fmt.Sprintf("%s/%s/%s", lim, ord, limits.name), func(t *testing.T) {
 					client := marketClient(t, srv.URL, limits.list, limits.sold)
-					d, err := New(pool, client, Config{AuctionLimit: limits.list, SoldLimit: limits.sold, PackSize: 10}, nil)
+					d, err := New(pool, client, Config{PackSize: 10}, nil)
 					if err != nil {
 						t.Fatal(err)
 					}

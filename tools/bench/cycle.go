@@ -37,7 +37,7 @@ const (
 
 // zeroFetcher answers at once with one listing and no sales, so only the claim, write-back
 // and reschedule path is measured.
-type zeroFetcher struct{}
+type zeroFetcher struct{ dispatcher.NoPacking }
 
 func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, error) {
 	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, 1, nil
@@ -45,6 +45,8 @@ func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, er
 func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, int, error) {
 	return nil, 0, nil
 }
+func (zeroFetcher) AuctionLimit() int { return provider.MaxAuctionLimit }
+func (zeroFetcher) SoldLimit() int    { return provider.MaxSoldLimit }
 
 // cycleSeedDB holds one size's seeded table; each contender of ours runs on a copy of it.
 const cycleSeedDB = "bench_cycle_seed"
