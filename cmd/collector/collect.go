@@ -142,7 +142,7 @@ func summaryFields(s dispatcher.Summary) []zap.Field {
 	return []zap.Field{
 		zap.Int("claimed", s.Claimed), zap.Int("collected", s.Collected), zap.Int("failed", s.Failed),
 		zap.Int("fenced_out", s.Fenced), zap.Int("released", s.Released), zap.Int("batches", s.Batches),
-		zap.Duration("duration_seconds", s.Duration), zap.String("stop", s.Stop),
+		zap.Duration("duration_seconds", s.Duration), zap.Stringer("stop", s.Stop),
 		zap.Duration("claim_p50_seconds", s.Claim.P50), zap.Duration("claim_p95_seconds", s.Claim.P95),
 		zap.Duration("fetch_p50_seconds", s.Fetch.P50), zap.Duration("fetch_p95_seconds", s.Fetch.P95),
 		zap.Duration("persist_p50_seconds", s.Persist.P50), zap.Duration("persist_p95_seconds", s.Persist.P95),

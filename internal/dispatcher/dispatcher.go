@@ -15,8 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -236,82 +234,21 @@ func (d *Dispatcher) CollectOne(ctx context.Context, itemID string) (Summary, er
 	return s, err
 }
 
-// Summary is what a pass did.
-type Summary struct {
-	Paused       bool
-	Status       provider.Status
-	StatusReason string
-	StatusSince  time.Time
-
-	Batches int
-	Claimed int
-	// PlannedRequests is what the plan counted the claimed collections as costing
-	// (requests_per_collection): beside the calls made, how far off the plan's costs are.
-	PlannedRequests float64
-	Collected       int
-	Failed          int
-	Fenced          int
-	Released        int
-	Stop            string // why the pass ended
-	// CooldownUntil is when the key may be used again, when a rate limit with a known end
-	// stopped the pass.
-	CooldownUntil time.Time
-	// StopReason is the provider answer that ended the pass, if one did.
-	StopReason string
-	Duration   time.Duration
-
-	Claim, Fetch, Persist Timing
-}
-
-// Timing is a stage's latency distribution over the pass.
-type Timing struct {
-	N        int
-	P50, P95 time.Duration
-}
-
-func (s Summary) String() string {
-	paused := ""
-	if s.Paused {
-		paused = fmt.Sprintf("collection paused: provider %s since %s (%s)", s.Status, s.StatusSince.UTC().Format(time.RFC3339), s.StatusReason)
-		if s.Claimed == 0 {
-			return paused
-		}
-		paused = " | " + paused
-	}
-	cooling := ""
-	if !s.CooldownUntil.IsZero() {
-		cooling = fmt.Sprintf(" | rate limited: the key cools down until %s", s.CooldownUntil.UTC().Format(time.RFC3339))
-	}
-	return fmt.Sprintf("claimed=%d collected=%d failed=%d fenced_out=%d released=%d batches=%d duration=%s stop=%q | claim p50=%s p95=%s | fetch p50=%s p95=%s | persist p50=%s p95=%s",
-		s.Claimed, s.Collected, s.Failed, s.Fenced, s.Released, s.Batches, s.Duration.Round(time.Millisecond), s.Stop,
-		s.Claim.P50, s.Claim.P95, s.Fetch.P50, s.Fetch.P95, s.Persist.P50, s.Persist.P95) + cooling + paused
-}
-
-type timings struct {
-	mu                    sync.Mutex
-	claim, fetch, persist []time.Duration
-}
-
-func (t *timings) add(dst *[]time.Duration, d time.Duration) {
-	t.mu.Lock()
-	*dst = append(*dst, d)
-	t.mu.Unlock()
-}
-
-func summarize(ds []time.Duration) Timing {
-	if len(ds) == 0 {
-		return Timing{}
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	at := func(q float64) time.Duration { return s[int(q*float64(len(s)-1))].Round(time.Microsecond) }
-	return Timing{N: len(s), P50: at(0.50), P95: at(0.95)}
-}
-
-// stopError is a provider answer that ends the whole pass rather than one item.
+// stopError is a provider answer that ends the whole pass rather than one item: maintenance,
+// a rate limit that outlasted the retries, or a refused key.
 type stopError struct {
 	class provider.Class
 	err   error
+}
+
+func (s *stopError) reason() StopReason {
+	switch s.class {
+	case provider.ClassMaintenance:
+		return StopMaintenance
+	case provider.ClassRateLimited:
+		return StopRateLimited
+	}
+	return StopKeyRefused
 }
 
 // pass reads the gate, then claims and collects batches until one of the stops RunOnce lists.
@@ -328,7 +265,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 	var stop *stopError
 	for maxBatches == 0 || sum.Batches < maxBatches {
 		if ctx.Err() != nil {
-			sum.Stop = "interrupted"
+			sum.Stop = StopInterrupted
 			break
 		}
 		// Another instance may have paused the provider (DEGRADED, an override) while this
@@ -351,7 +288,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 			return sum, err
 		}
 		if len(claims) == 0 {
-			sum.Stop = "nothing due"
+			sum.Stop = StopNothingDue
 			break
 		}
 		d.clock.set(claims[0].DBNow)
@@ -368,12 +305,12 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 			break
 		}
 		if drained && d.cfg.Gather {
-			sum.Stop = "nothing due"
+			sum.Stop = StopNothingDue
 			break
 		}
 	}
-	if sum.Stop == "" && stop == nil {
-		sum.Stop = "max batches"
+	if sum.Stop == StopNone && stop == nil {
+		sum.Stop = StopMaxBatches
 	}
 	ws := w.finish()
 	sum.Collected, sum.Failed, sum.Fenced = ws.collected, ws.failed, ws.fenced
@@ -382,7 +319,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 
 	var retErr error
 	if stop != nil {
-		sum.Stop, sum.StopReason = stop.class.String(), stop.err.Error()
+		sum.Stop, sum.StopAnswer = stop.reason(), stop.err.Error()
 		retErr = d.handleStop(ctx, stop, &sum)
 	}
 	if ws.err != nil {

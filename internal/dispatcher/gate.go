@@ -23,7 +23,7 @@ func (d *Dispatcher) gate(ctx context.Context, sum *Summary) (paused bool, err e
 		return false, nil
 	}
 	sum.Paused, sum.Status, sum.StatusReason, sum.StatusSince = true, st, reason, since
-	sum.Stop = "paused"
+	sum.Stop = StopPaused
 	d.pause.paused(d.log, d.cfg.Provider, st, reason, since, time.Now())
 	return true, nil
 }
