@@ -41,7 +41,7 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		stop = func() { cancel(); <-done }
 		fetch = &budget.Fetcher{Next: client, Share: share, Within: a.cfg.Collect.Lease}
 	}
-	dc := dispatchConfig(a)
+	dc := dispatcher.FromConfig(a.cfg)
 	dc.Owner, dc.MaxBatches, dc.Grace = owner, a.cfg.Collect.MaxBatches, a.cfg.Collect.ShutdownGrace
 	d, err = dispatcher.New(pool, fetch, dc, a.log)
 	if err != nil {
@@ -49,23 +49,6 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		return nil, nil, err
 	}
 	return d, stop, nil
-}
-
-// dispatchConfig is the dispatcher's configuration from collect.*, provider.* and catalog.*,
-// shared by the daemon (run) and the one-shots (collect-due, collect, seed:real).
-func dispatchConfig(a *app) dispatcher.Config {
-	c := a.cfg.Collect
-	return dispatcher.Config{
-		Provider:    a.cfg.Provider.Name,
-		BatchSize:   c.BatchSize,
-		Lease:       c.Lease,
-		Concurrency: c.Concurrency,
-		FlushSize:   c.FlushSize,
-
-		EstimateWindow: a.cfg.Catalog.EstimateWindow,
-		PackSize:       c.PackSize, PackMaxListings: c.PackMaxListings, PackMaxSales: c.PackMaxSales,
-		ShadowFraction: c.ShadowFraction,
-	}
 }
 
 func newCollectDueCmd(a *app) *cobra.Command {

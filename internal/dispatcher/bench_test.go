@@ -41,7 +41,7 @@ func BenchmarkClaimRescheduleCycle(b *testing.B) {
 		FROM generate_series(1, $1) AS i`, n); err != nil {
 		b.Fatal(err)
 	}
-	d, err := New(pool, zeroFetcher{}, Config{BatchSize: 1000, Concurrency: 8, FlushSize: 500}, nil)
+	d, err := New(pool, zeroFetcher{}, configured(Config{BatchSize: 1000, Concurrency: 8, FlushSize: 500}), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,6 @@
 package dispatcher
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,17 +58,19 @@ func (NoPacking) AuctionSoldMany(context.Context, []string) ([]provider.Sale, in
 	return nil, 0, errors.ErrUnsupported
 }
 
-// Config sizes a pass. Zero values take the defaults.
+// Config sizes a pass. The caller fills it from the validated configuration (FromConfig), which
+// owns every default; New refuses a value outside its key's range (the config.Collect* ranges,
+// the same the configuration is validated with) and names the key, rather than repairing it.
 type Config struct {
-	Provider    string        // provider_status row to gate on; default "neople"
-	BatchSize   int           // items per claim; default 100
-	Lease       time.Duration // lease per claim; default 2m
-	Concurrency int           // provider calls in flight; default 16
-	MaxBatches  int           // 0 = until nothing is due
-	FlushSize   int           // results per write-back transaction; default 50
-	Owner       string        // recorded in leased_by; default host:pid
+	Provider    string        // provider_status row to gate on (provider.name)
+	BatchSize   int           // items per claim (collect.batch_size)
+	Lease       time.Duration // lease per claim (collect.lease)
+	Concurrency int           // provider calls in flight (collect.concurrency)
+	MaxBatches  int           // 0 = until nothing is due (collect.max_batches)
+	FlushSize   int           // results per write-back transaction (collect.flush_size)
+	Owner       string        // recorded in leased_by; "" = this process (host:pid)
 	// Grace is how long in-flight provider calls may finish after ctx is cancelled (shutdown)
-	// before they are abandoned and their leases released. Default 0: abandon at once.
+	// before they are abandoned and their leases released. 0: abandon at once.
 	Grace time.Duration
 	// PrioritizeTiers claims more urgent tiers first (HOT before COLD) when more is due than a
 	// batch holds, at the cost of sorting the due backlog on every claim.
@@ -90,11 +91,11 @@ type Config struct {
 	// to its next slot rather than back to the one it was claimed for.
 	Ahead time.Duration
 	// EstimateWindow is how fast the per-item change and sales counts decay: observations this
-	// old count 1/e (catalog.estimate_window). Default 24h.
+	// old count 1/e (catalog.estimate_window).
 	EstimateWindow time.Duration
 	// PackSize: items whose recent answers were small (PackMaxListings listings, PackMaxSales
 	// new sales per collection) share itemIds calls of up to PackSize ids, as far as the
-	// fetcher's PackLimit allows (collect.pack_*). 0 or 1: every item alone.
+	// fetcher's PackLimit allows (collect.pack_*). 0, like 1: every item alone.
 	PackSize        int
 	PackMaxListings int
 	PackMaxSales    float64
@@ -128,44 +129,37 @@ func (nopObserver) Written(int, int, int, time.Duration) {}
 func (nopObserver) SalesGap(Claim)                       {}
 func (nopObserver) Shadowed(string, bool)                {}
 
-func (c *Config) withDefaults() Config {
-	out := *c
-	// Zero fields take the collect.*, provider.* and catalog.* defaults, which config owns.
-	def := config.Default()
-	out.Provider = cmp.Or(out.Provider, def.Provider.Name)
-	out.BatchSize = cmp.Or(out.BatchSize, def.Collect.BatchSize)
-	out.Lease = cmp.Or(out.Lease, def.Collect.Lease)
-	out.Concurrency = cmp.Or(out.Concurrency, def.Collect.Concurrency)
-	out.FlushSize = cmp.Or(out.FlushSize, def.Collect.FlushSize)
-	out.EstimateWindow = cmp.Or(out.EstimateWindow, def.Catalog.EstimateWindow)
-	if out.Observer == nil {
-		out.Observer = nopObserver{}
+// FromConfig is the dispatcher's configuration from provider.name, collect.* and
+// catalog.estimate_window, shared by the daemon and the one-shots. MaxBatches, Grace, Owner and
+// the daemon's own fields (PrioritizeTiers, ClaimLimit, Gather, Ahead, Observer) are the
+// caller's.
+func FromConfig(c *config.Config) Config {
+	cc := c.Collect
+	return Config{
+		Provider: c.Provider.Name, BatchSize: cc.BatchSize, Lease: cc.Lease, Concurrency: cc.Concurrency,
+		FlushSize: cc.FlushSize, EstimateWindow: c.Catalog.EstimateWindow,
+		PackSize: cc.PackSize, PackMaxListings: cc.PackMaxListings, PackMaxSales: cc.PackMaxSales,
+		ShadowFraction: cc.ShadowFraction,
 	}
-	if out.Owner == "" {
-		out.Owner = telemetry.Instance()
-	}
-	return out
 }
 
 func (c Config) validate() error {
-	var errs []error
-	if c.BatchSize < 1 {
-		errs = append(errs, fmt.Errorf("batch size %d: must be >= 1", c.BatchSize))
+	errs := []error{
+		config.CollectBatchSize.Check(c.BatchSize),
+		config.CollectLease.Check(c.Lease),
+		config.CollectConcurrency.Check(c.Concurrency),
+		config.CollectMaxBatches.Check(c.MaxBatches),
+		config.CollectFlushSize.Check(c.FlushSize),
+		config.CatalogEstimateWindow.Check(c.EstimateWindow),
+		config.CollectPackMaxListings.Check(c.PackMaxListings),
+		config.CollectPackMaxSales.Check(c.PackMaxSales),
+		config.CollectShadowFraction.Check(c.ShadowFraction),
 	}
-	if c.Lease < time.Second {
-		errs = append(errs, fmt.Errorf("lease %v: must be >= 1s", c.Lease))
+	if c.Provider == "" {
+		errs = append(errs, errors.New(`provider.name "": required`))
 	}
-	if c.Concurrency < 1 {
-		errs = append(errs, fmt.Errorf("concurrency %d: must be >= 1", c.Concurrency))
-	}
-	if c.MaxBatches < 0 {
-		errs = append(errs, fmt.Errorf("max batches %d: must be >= 0", c.MaxBatches))
-	}
-	if c.EstimateWindow < time.Minute {
-		errs = append(errs, fmt.Errorf("estimate window %v: must be >= 1m", c.EstimateWindow))
-	}
-	if c.FlushSize < 1 {
-		errs = append(errs, fmt.Errorf("flush size %d: must be >= 1", c.FlushSize))
+	if c.PackSize != 0 { // 0 is packing off, as 1 is
+		errs = append(errs, config.CollectPackSize.Check(c.PackSize))
 	}
 	if c.Ahead < 0 || c.Ahead >= MaxAhead {
 		errs = append(errs, fmt.Errorf("claim ahead %v: must be >= 0 and < %v", c.Ahead, MaxAhead))
@@ -188,7 +182,6 @@ type Dispatcher struct {
 
 // New validates the config and the fetcher's limits and builds a dispatcher.
 func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispatcher, error) {
-	cfg = cfg.withDefaults()
 	err := cfg.validate()
 	if a, s := fetch.AuctionLimit(), fetch.SoldLimit(); a < 1 || s < 1 {
 		err = errors.Join(err, fmt.Errorf("fetcher row limits %d (auction), %d (sold): must be >= 1", a, s))
@@ -198,6 +191,12 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 	}
 	if log == nil {
 		log = zap.NewNop()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = OwnerString()
 	}
 	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log,
 		auctionLimit: fetch.AuctionLimit(), soldLimit: fetch.SoldLimit(), packSize: min(cfg.PackSize, fetch.PackLimit())}, nil
@@ -354,4 +353,4 @@ func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary
 }
 
 // OwnerString is the default lease owner label (host:pid).
-func OwnerString() string { return (&Config{}).withDefaults().Owner }
+func OwnerString() string { return telemetry.Instance() }

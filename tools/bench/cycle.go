@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -149,8 +150,9 @@ func cycleOurs(ctx context.Context, e *env, c cycleSize) (float64, time.Duration
 	defer pool.Close()
 	// Rescheduled items are phase-pinned and may come due again while a long pass runs; the
 	// seeded ones are older, so exactly timed/batch batches take exactly that many seeded items.
-	d, err := dispatcher.New(pool, zeroFetcher{}, dispatcher.Config{BatchSize: cycleBatch, Concurrency: 8, FlushSize: cycleFlush,
-		MaxBatches: (c.timed + cycleBatch - 1) / cycleBatch}, nil)
+	dc := dispatcher.FromConfig(config.Default())
+	dc.BatchSize, dc.Concurrency, dc.FlushSize, dc.MaxBatches = cycleBatch, 8, cycleFlush, (c.timed+cycleBatch-1)/cycleBatch
+	d, err := dispatcher.New(pool, zeroFetcher{}, dc, nil)
 	if err != nil {
 		return 0, 0, err
 	}
