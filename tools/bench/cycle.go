@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -37,7 +38,7 @@ const (
 
 // zeroFetcher answers at once with one listing and no sales, so only the claim, write-back
 // and reschedule path is measured.
-type zeroFetcher struct{}
+type zeroFetcher struct{ dispatcher.NoPacking }
 
 func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, error) {
 	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, 1, nil
@@ -45,6 +46,8 @@ func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, er
 func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, int, error) {
 	return nil, 0, nil
 }
+func (zeroFetcher) AuctionLimit() int { return provider.MaxAuctionLimit }
+func (zeroFetcher) SoldLimit() int    { return provider.MaxSoldLimit }
 
 // cycleSeedDB holds one size's seeded table; each contender of ours runs on a copy of it.
 const cycleSeedDB = "bench_cycle_seed"
@@ -147,8 +150,9 @@ func cycleOurs(ctx context.Context, e *env, c cycleSize) (float64, time.Duration
 	defer pool.Close()
 	// Rescheduled items are phase-pinned and may come due again while a long pass runs; the
 	// seeded ones are older, so exactly timed/batch batches take exactly that many seeded items.
-	d, err := dispatcher.New(pool, zeroFetcher{}, dispatcher.Config{BatchSize: cycleBatch, Concurrency: 8, FlushSize: cycleFlush,
-		MaxBatches: (c.timed + cycleBatch - 1) / cycleBatch}, nil)
+	dc := dispatcher.FromConfig(config.Default())
+	dc.BatchSize, dc.Concurrency, dc.FlushSize, dc.MaxBatches = cycleBatch, 8, cycleFlush, (c.timed+cycleBatch-1)/cycleBatch
+	d, err := dispatcher.New(pool, zeroFetcher{}, dc, nil)
 	if err != nil {
 		return 0, 0, err
 	}
