@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store"
 )
@@ -47,18 +46,6 @@ from several processes at once; behind PgBouncer it drops over database.direct_u
 	}
 }
 
-// partitionConfig is the history tables' partitioning as configured.
-func partitionConfig(cfg *config.Config) partition.Config {
-	return partition.Config{
-		Interval: cfg.History.PartitionInterval,
-		Ahead:    cfg.History.PartitionAhead,
-		Tables: []partition.Table{
-			{Name: partition.Snapshots, Retention: cfg.Retention.Snapshots},
-			{Name: partition.Sales, Retention: cfg.Retention.Sales},
-		},
-	}
-}
-
 // partitions builds partition upkeep on pool, dropping over database.direct_url when set
 // (DETACH … CONCURRENTLY needs a session of its own).
 func (a *app) partitions(ctx context.Context, pool *pgxpool.Pool) (*partition.Partitions, func(), error) {
@@ -70,7 +57,7 @@ func (a *app) partitions(ctx context.Context, pool *pgxpool.Pool) (*partition.Pa
 		}
 		direct, closeDirect = d, d.Close
 	}
-	p, err := partition.New(pool, direct, partitionConfig(a.cfg))
+	p, err := partition.New(pool, direct, partition.FromConfig(a.cfg))
 	if err != nil {
 		closeDirect()
 		return nil, nil, err

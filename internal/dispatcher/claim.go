@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -28,8 +29,12 @@ type Claim struct {
 	// the decayed seconds they were observed in (their rate).
 	SeenListings         *int32
 	EstSales, EstSeconds float64
-	// LastCollectedAt is the last successful collection (nil: never).
+	// LastCollectedAt is the last successful collection (nil: never): the last time the item's
+	// last snapshot was seen unchanged.
 	LastCollectedAt *time.Time
+	// LastSnapshot is the market of the item's last snapshot and when it was collected (nil:
+	// none yet); history compares a collection with it.
+	LastSnapshot *history.Written
 	// Requests is what the plan counted one collection of the item as costing.
 	Requests float64
 }
@@ -59,7 +64,8 @@ FROM due
 WHERE t.item_id = due.item_id
 RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
           t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection`
+          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
+          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
 
 // claimByTierSQL is ClaimByDueSQL taking the most urgent tier first: $5 lists the tiers in
 // urgency order (tiers.All), so the order lives in one place.
@@ -82,7 +88,8 @@ FROM due
 WHERE t.item_id = due.item_id
 RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
           t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection`
+          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
+          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
 // another worker holds a live lease on it.
@@ -96,7 +103,8 @@ WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
 RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at,
           t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection`
+          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
+          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
 
 // MaxAhead bounds Config.Ahead: half the shortest tier interval (Ahead says why).
 var MaxAhead = func() time.Duration {
@@ -149,9 +157,18 @@ func claimOne(ctx context.Context, pool *pgxpool.Pool, itemID string, lease time
 func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	var tier string
+	var snapAt *time.Time
+	var qty *int64
+	var truncated *bool
+	var s history.State
 	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt,
-		&c.SeenListings, &c.EstSales, &c.EstSeconds, &c.LastCollectedAt, &c.Requests)
+		&c.SeenListings, &c.EstSales, &c.EstSeconds, &c.LastCollectedAt, &c.Requests,
+		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated)
 	c.Tier = tiers.Tier(tier)
+	if snapAt != nil && c.SeenListings != nil && qty != nil && truncated != nil {
+		s.Count, s.Quantity, s.Truncated = int(*c.SeenListings), *qty, *truncated
+		c.LastSnapshot = &history.Written{State: s, At: *snapAt}
+	}
 	return c, err
 }
 

@@ -20,6 +20,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
@@ -102,6 +104,12 @@ type Config struct {
 	// ShadowFraction of packed items are fetched alone as well and compared; a mismatch
 	// switches packing off cluster-wide (collect.shadow_fraction).
 	ShadowFraction float64
+	// History decides which collections write a snapshot and an event (history.mode,
+	// history.heartbeat).
+	History history.Policy
+	// Partitions is how the write path creates a history partition its rows found missing
+	// (history.partition_interval, history.partition_ahead).
+	Partitions partition.Config
 	// Observer, when set, hears about claims, provider calls, shadow checks and write-backs
 	// (metrics, health).
 	Observer Observer
@@ -140,6 +148,8 @@ func FromConfig(c *config.Config) Config {
 		FlushSize: cc.FlushSize, EstimateWindow: c.Catalog.EstimateWindow,
 		PackSize: cc.PackSize, PackMaxListings: cc.PackMaxListings, PackMaxSales: cc.PackMaxSales,
 		ShadowFraction: cc.ShadowFraction,
+		History:        history.FromConfig(c),
+		Partitions:     partition.FromConfig(c),
 	}
 }
 
@@ -154,6 +164,8 @@ func (c Config) validate() error {
 		config.CollectPackMaxListings.Check(c.PackMaxListings),
 		config.CollectPackMaxSales.Check(c.PackMaxSales),
 		config.CollectShadowFraction.Check(c.ShadowFraction),
+		c.History.Validate(),
+		c.Partitions.Validate(),
 	}
 	if c.Provider == "" {
 		errs = append(errs, errors.New(`provider.name "": required`))
@@ -178,6 +190,7 @@ type Dispatcher struct {
 	// The fetcher's limits, read once; packSize is Config.PackSize within the fetcher's
 	// PackLimit (below 2: every item alone).
 	auctionLimit, soldLimit, packSize int
+	partitions                        *partition.Partitions
 }
 
 // New validates the config and the fetcher's limits and builds a dispatcher.
@@ -198,7 +211,11 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 	if cfg.Owner == "" {
 		cfg.Owner = OwnerString()
 	}
-	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log,
+	parts, err := partition.New(pool, pool, cfg.Partitions)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher config: %w", err)
+	}
+	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log, partitions: parts,
 		auctionLimit: fetch.AuctionLimit(), soldLimit: fetch.SoldLimit(), packSize: min(cfg.PackSize, fetch.PackLimit())}, nil
 }
 

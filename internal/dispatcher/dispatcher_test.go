@@ -97,6 +97,12 @@ func configured(cfg Config) Config {
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, def.Concurrency)
 	cfg.FlushSize = cmp.Or(cfg.FlushSize, def.FlushSize)
 	cfg.EstimateWindow = cmp.Or(cfg.EstimateWindow, def.EstimateWindow)
+	if cfg.History.Heartbeat == 0 {
+		cfg.History = def.History
+	}
+	if cfg.Partitions.Interval == 0 {
+		cfg.Partitions = def.Partitions
+	}
 	return cfg
 }
 
@@ -488,7 +494,7 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 		for i, c := range claims {
 			results[i] = result{claim: c, at: c.DBNow, outcome: "ok"}
 		}
-		if _, err := writeBack(ctx, pool, results); err != nil {
+		if _, err := writeBack(ctx, pool, configured(Config{}).History, results); err != nil {
 			t.Fatal(err)
 		}
 	}

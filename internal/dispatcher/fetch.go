@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"github.com/duecollector/duecollector/internal/history"
 	"sync"
 	"time"
 
@@ -16,7 +17,7 @@ type result struct {
 	claim    Claim
 	at       time.Time // database time when the fetch finished
 	listings listingSummary
-	sales    []saleRow
+	sales    []history.Sale
 	packed   bool  // fetched in an itemIds call shared with other items
 	err      error // nil = collected
 	outcome  string
@@ -146,7 +147,7 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 	r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}
 	listings, err := d.listingsAlone(ctx, c)
-	var sales []saleRow
+	var sales []history.Sale
 	if err == nil {
 		// The listings are kept whatever happens to this call.
 		sales, r.salesGap, err = d.salesAlone(ctx, c)
@@ -174,7 +175,7 @@ func (d *Dispatcher) listingsAlone(ctx context.Context, c Claim) (listingSummary
 // salesAlone asks for one item's sales in a call of its own and reports whether sales were lost
 // since the previous collection. Every collection that reads a sales page alone comes here, so
 // none can miss a gap.
-func (d *Dispatcher) salesAlone(ctx context.Context, c Claim) (sales []saleRow, gap bool, err error) {
+func (d *Dispatcher) salesAlone(ctx context.Context, c Claim) (sales []history.Sale, gap bool, err error) {
 	a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
 		rows, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
 		return answer[provider.Sale]{rows, sent}, err

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/duecollector/duecollector/internal/history"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -208,7 +209,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 		} else {
 			r.listings, err = d.listingsAlone(ctx, c)
 		}
-		var sales []saleRow
+		var sales []history.Sale
 		spacked := false
 		if err == nil {
 			var v packing.SalesVerdict
@@ -293,7 +294,7 @@ func (d *Dispatcher) shadow() bool {
 // endpoint for the whole cluster, with one error line naming the item. Listings count as a
 // mismatch only when the single-item answers before and after the packed call agree: a
 // market that moved in between proves nothing either way.
-func (d *Dispatcher) verify(ctx context.Context, c Claim, listings, prior []provider.Listing, lpacked bool, sales []saleRow, spacked bool, upTo time.Time) {
+func (d *Dispatcher) verify(ctx context.Context, c Claim, listings, prior []provider.Listing, lpacked bool, sales []history.Sale, spacked bool, upTo time.Time) {
 	if lpacked {
 		alone, _, err := d.fetch.Auction(ctx, c.ItemID)
 		if err == nil && sameListings(prior, alone) {
@@ -341,10 +342,10 @@ func sameListings(a, b []provider.Listing) bool {
 // sameSales compares the sales of two answers newer than the stored one (its own second may
 // have been trimmed from a packed part) and older than the second of the packed answer's
 // newest sale: a sale made between the two calls can still fall in that second.
-func sameSales(packed, alone []saleRow, lastStored *time.Time, upTo time.Time) bool {
+func sameSales(packed, alone []history.Sale, lastStored *time.Time, upTo time.Time) bool {
 	cut := upTo.Truncate(time.Second)
-	keep := func(rows []saleRow) []saleRow {
-		return slices.DeleteFunc(slices.Clone(rows), func(s saleRow) bool {
+	keep := func(rows []history.Sale) []history.Sale {
+		return slices.DeleteFunc(slices.Clone(rows), func(s history.Sale) bool {
 			return !s.SoldAt.Before(cut) || (lastStored != nil && !s.SoldAt.After(*lastStored))
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/duecollector/duecollector/internal/history"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -119,8 +120,8 @@ func maxPart[T any](rows []T, id func(T) string) int {
 }
 
 // after keeps the sales strictly newer than the stored one: the sales a snapshot reports.
-func after(rows []saleRow, last *time.Time) []saleRow {
-	var out []saleRow
+func after(rows []history.Sale, last *time.Time) []history.Sale {
+	var out []history.Sale
 	for _, r := range rows {
 		if last == nil || r.SoldAt.After(*last) {
 			out = append(out, r)
@@ -250,8 +251,8 @@ func TestShadowCheckIgnoresAMarketThatMovedMeanwhile(t *testing.T) {
 // answer's newest sale; it is not a difference between the two answers.
 func TestSameSalesIgnoresTheNewestSecond(t *testing.T) {
 	s := time.Date(2026, 5, 1, 1, 0, 0, 0, time.UTC)
-	packed := []saleRow{{SoldAt: s.Add(-time.Minute), Quantity: 1}, {SoldAt: s, Quantity: 1}}
-	alone := append(slices.Clone(packed), saleRow{SoldAt: s, Seq: 1, Quantity: 1})
+	packed := []history.Sale{{SoldAt: s.Add(-time.Minute), Quantity: 1}, {SoldAt: s, Quantity: 1}}
+	alone := append(slices.Clone(packed), history.Sale{SoldAt: s, Seq: 1, Quantity: 1})
 	if !sameSales(packed, alone, nil, s) {
 		t.Fatal("a sale in the newest second, made after the packed call, counted as a mismatch")
 	}

@@ -1,13 +1,14 @@
 package dispatcher
 
 import (
+	"github.com/duecollector/duecollector/internal/history"
 	"sort"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
-// listingSummary is what a snapshot keeps of the current listings.
+// listingSummary is what a snapshot keeps of the current listings (its history.State).
 type listingSummary struct {
 	Count      int
 	Quantity   int64
@@ -19,6 +20,11 @@ type listingSummary struct {
 	// cheapest rows it returned.
 	Truncated   bool
 	hasListings bool
+}
+
+func (s listingSummary) state() history.State {
+	return history.State{Count: s.Count, Quantity: s.Quantity, Lowest: s.Lowest, Median: s.Median,
+		Weighted: s.Weighted, APIAverage: s.APIAverage, Truncated: s.Truncated}
 }
 
 // summarizeListings reduces /df/auction rows to the snapshot's price figures; full says the
@@ -52,15 +58,6 @@ func summarizeListings(rows []provider.Listing, full bool) listingSummary {
 	return s
 }
 
-// saleRow is a sale with its position among the sales of the same second.
-type saleRow struct {
-	SoldAt    time.Time
-	Seq       int32
-	Quantity  int64
-	UnitPrice int64
-	Total     int64
-}
-
 // sequenceSales keys each sale by (second, position within that second). The API has no sale
 // id and identical rows are real separate sales, so position is the only identity there is:
 // a re-fetch that sees the same sales yields the same keys and the insert ignores them.
@@ -68,7 +65,7 @@ type saleRow struct {
 // Rows come newest first. When the response is full (its limit reached) the oldest second in it
 // may be cut off part-way, which would shift positions, so that second is left out; it was fully
 // visible in an earlier fetch. A response that is one single second is kept whole.
-func sequenceSales(rows []provider.Sale, full bool) []saleRow {
+func sequenceSales(rows []provider.Sale, full bool) []history.Sale {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -87,7 +84,7 @@ func sequenceSales(rows []provider.Sale, full bool) []saleRow {
 			start = 0
 		}
 	}
-	out := make([]saleRow, 0, len(chrono)-start)
+	out := make([]history.Sale, 0, len(chrono)-start)
 	var cur time.Time
 	var seq int32
 	for _, r := range chrono[start:] {
@@ -100,7 +97,7 @@ func sequenceSales(rows []provider.Sale, full bool) []saleRow {
 		if unit <= 0 && qty > 0 {
 			unit = r.Price / qty
 		}
-		out = append(out, saleRow{SoldAt: sec, Seq: seq, Quantity: qty, UnitPrice: unit, Total: r.Price})
+		out = append(out, history.Sale{SoldAt: sec, Seq: seq, Quantity: qty, UnitPrice: unit, Total: r.Price})
 		seq++
 	}
 	return out
@@ -108,7 +105,7 @@ func sequenceSales(rows []provider.Sale, full bool) []saleRow {
 
 // newSales drops sales older than the newest second already stored. Sales of that second stay:
 // positions within a second are the keys, so the insert tells the known ones from a new one.
-func newSales(rows []saleRow, lastStored *time.Time) []saleRow {
+func newSales(rows []history.Sale, lastStored *time.Time) []history.Sale {
 	if lastStored == nil {
 		return rows
 	}

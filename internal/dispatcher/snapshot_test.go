@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"github.com/duecollector/duecollector/internal/history"
 	"testing"
 	"time"
 
@@ -86,12 +87,12 @@ func TestSequenceSalesDropsCutOffOldestSecondWhenFull(t *testing.T) {
 
 func TestNewSalesKeepsTheWatermarkSecond(t *testing.T) {
 	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, time.UTC)
-	rows := []saleRow{{SoldAt: t0}, {SoldAt: t0.Add(time.Second)}, {SoldAt: t0.Add(time.Second), Seq: 1}, {SoldAt: t0.Add(2 * time.Second)}}
+	rows := []history.Sale{{SoldAt: t0}, {SoldAt: t0.Add(time.Second)}, {SoldAt: t0.Add(time.Second), Seq: 1}, {SoldAt: t0.Add(2 * time.Second)}}
 	wm := t0.Add(time.Second)
-	if got := newSales(append([]saleRow(nil), rows...), &wm); len(got) != 3 || !got[0].SoldAt.Equal(wm) {
+	if got := newSales(append([]history.Sale(nil), rows...), &wm); len(got) != 3 || !got[0].SoldAt.Equal(wm) {
 		t.Fatalf("got %+v: want the watermark second and newer", got)
 	}
-	if got := newSales(append([]saleRow(nil), rows...), nil); len(got) != 4 {
+	if got := newSales(append([]history.Sale(nil), rows...), nil); len(got) != 4 {
 		t.Fatal("no watermark: every sale is offered")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,7 +12,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/backoff"
-	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -155,8 +155,17 @@ var writeBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Sec
 func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, error) {
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		ws, err := writeBack(actx, w.d.pool, buf)
+		ws, err := writeBack(actx, w.d.pool, w.d.cfg.History, buf)
 		cancel()
+		if partition.IsMissing(err) && attempt < writeAttempts {
+			// Partition upkeep stopped across a boundary: create what the rows need and write again.
+			if perr := w.d.partitions.EnsureCovering(ctx, collectedTimes(buf)); perr != nil {
+				return ws, errors.Join(err, perr)
+			}
+			w.d.log.Warn("write-back found no history partition for its rows; created it (is partition upkeep running?)",
+				zap.Int("items", len(buf)))
+			continue
+		}
 		if err == nil || !store.Transient(err) || attempt == writeAttempts {
 			return ws, err
 		}
@@ -200,6 +209,19 @@ func itemIDs(rs []result) []string {
 	return ids
 }
 
+// collectedTimes are the times the rows of buf's collections are partitioned by: when each was
+// collected, and when each of its sales was sold.
+func collectedTimes(buf []result) []time.Time {
+	var ts []time.Time
+	for _, r := range buf {
+		ts = append(ts, r.at)
+		for _, s := range r.sales {
+			ts = append(ts, s.SoldAt)
+		}
+	}
+	return ts
+}
+
 func claimsOf(rs []result) []Claim {
 	cs := make([]Claim, len(rs))
 	for i, r := range rs {
@@ -210,15 +232,16 @@ func claimsOf(rs []result) []Claim {
 
 type writeStats struct {
 	fenced []string // items whose lease had passed to another worker: nothing written
+	stored []history.Stored
 }
 
-// writeBack stores a group of results in one short transaction, every statement fenced by the
-// lease token: the change and sales counts of the collected items first (they compare with the
-// item's row as the last collection left it, and need the token the reschedule clears), then
-// the reschedule (it tells which leases are still ours), then sales, snapshots and outbox rows
-// for those items only. Success or failure, every item that is still ours is rescheduled by its
-// tier, so nothing can stay due forever.
-func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (writeStats, error) {
+// writeBack stores a group of results in one short transaction: the fenced reschedule first (it
+// locks the rows and tells which leases are still ours), then, for those items only, what
+// history stores of each collection (new sales, and a snapshot with its candles and event when
+// the market changed, first or on the heartbeat), then what the item learns: its change and
+// sales counts and the market of its last snapshot. Success or failure, every item that is still
+// ours is rescheduled by its tier, so nothing can stay due forever.
+func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, results []result) (writeStats, error) {
 	var ws writeStats
 	n := len(results)
 	ids := make([]string, n)
@@ -249,10 +272,6 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 	}
 
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		collected := slices.DeleteFunc(slices.Clone(results), func(r result) bool { return r.err != nil })
-		if err := observeChanges(ctx, tx, collected); err != nil {
-			return err
-		}
 		rows, err := tx.Query(ctx, RescheduleSQL,
 			ids, tokens, tierNames, nextAt, attemptAt, oks, outcomes, errTexts, lastSale)
 		if err != nil {
@@ -279,15 +298,16 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 		if len(ok) == 0 {
 			return nil
 		}
-		agg, err := insertSales(ctx, tx, ok)
-		if err != nil {
+		cs := make([]history.Collection, len(ok))
+		for i, r := range ok {
+			cs[i] = history.Collection{ItemID: r.claim.ItemID, ItemName: r.claim.ItemName, Tier: string(r.claim.Tier),
+				Token: r.claim.Token, At: r.at, State: r.listings.state(), Sales: r.sales, Packed: r.packed,
+				SalesGap: r.salesGap, Last: r.claim.LastSnapshot, SeenAt: r.claim.LastCollectedAt}
+		}
+		if ws.stored, err = hist.Write(ctx, tx, cs); err != nil {
 			return err
 		}
-		events, err := insertSnapshots(ctx, tx, ok, agg)
-		if err != nil {
-			return err
-		}
-		return outbox.EnqueueSnapshots(ctx, tx, events)
+		return observeChanges(ctx, tx, ok, ws.stored)
 	})
 	if err != nil {
 		return writeStats{}, fmt.Errorf("write back %d items: %w", n, err)
@@ -295,70 +315,11 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 	return ws, nil
 }
 
-// observeChangesSQL adds one interval to each collected item's decayed counts (the same
-// arithmetic as budgetplan.Observations.Decay then Observe): the interval since its last
-// successful collection, whether the listings (lowest unit price, count, quantity) changed or
-// new sales arrived in it, and the new sales. The first collection only records the listings.
-// Fenced by the lease token; it runs before the reschedule clears it.
-const observeChangesSQL = `
-WITH o AS (
-	SELECT u.item_id, u.token, u.lowest, u.cnt, u.qty, u.new_sales, u.gap,
-	       CASE WHEN obs THEN exp(-secs / u.win) ELSE 1 END AS f,
-	       CASE WHEN obs THEN 1 ELSE 0 END AS n,
-	       CASE WHEN obs AND (t.seen_lowest_price IS DISTINCT FROM u.lowest OR t.seen_listing_count IS DISTINCT FROM u.cnt
-	                          OR t.seen_listing_quantity IS DISTINCT FROM u.qty OR u.new_sales > 0) THEN 1 ELSE 0 END AS x,
-	       CASE WHEN obs THEN secs ELSE 0 END AS secs
-	FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::bigint[], $5::int[], $6::bigint[], $7::int[], $8::bool[], $9::float8[])
-	     AS u(item_id, token, at, lowest, cnt, qty, new_sales, gap, win)
-	JOIN tracked_items t ON t.item_id = u.item_id AND t.lease_token = u.token
-	CROSS JOIN LATERAL (SELECT extract(epoch FROM u.at - t.last_collected_at)::float8 AS secs) s
-	CROSS JOIN LATERAL (SELECT t.seen_listing_count IS NOT NULL AND s.secs > 0 AS obs) b
-)
-UPDATE tracked_items t
-SET est_collections = t.est_collections * o.f + o.n,
-    est_changes = t.est_changes * o.f + o.x,
-    est_changed_seconds = t.est_changed_seconds * o.f + o.x * o.secs,
-    est_unchanged_seconds = t.est_unchanged_seconds * o.f + (o.n - o.x) * o.secs,
-    est_sales = t.est_sales * o.f + o.n * o.new_sales,
-    seen_lowest_price = o.lowest, seen_listing_count = o.cnt, seen_listing_quantity = o.qty,
-    sales_gaps = t.sales_gaps + o.gap::int
-FROM o
-WHERE t.item_id = o.item_id AND t.lease_token = o.token`
-
-// observeChanges updates the change and sales counts of the collected items in ok.
-func observeChanges(ctx context.Context, tx pgx.Tx, ok []result) error {
-	n := len(ok)
-	ids := make([]string, n)
-	tokens := make([]pgtype.UUID, n)
-	at := make([]time.Time, n)
-	lowest := make([]*int64, n)
-	counts := make([]int32, n)
-	qty := make([]int64, n)
-	newSales := make([]int32, n)
-	gaps := make([]bool, n)
-	windows := make([]float64, n)
-	for i, r := range ok {
-		ids[i], tokens[i], at[i] = r.claim.ItemID, r.claim.Token, r.at
-		lowest[i], counts[i], qty[i] = r.listings.Lowest, int32(r.listings.Count), r.listings.Quantity
-		for _, s := range r.sales {
-			// Sales of the stored second itself may be known; only later seconds are surely new.
-			if r.claim.LastSaleAt == nil || s.SoldAt.After(*r.claim.LastSaleAt) {
-				newSales[i]++
-			}
-		}
-		gaps[i], windows[i] = r.salesGap, r.window.Seconds()
-	}
-	if _, err := tx.Exec(ctx, observeChangesSQL, ids, tokens, at, lowest, counts, qty, newSales, gaps, windows); err != nil {
-		return fmt.Errorf("observe changes: %w", err)
-	}
-	return nil
-}
-
 // RescheduleSQL is the fenced write-back of a batch: each item whose lease token still matches
 // gets its next slot and outcome, and its lease is cleared; it returns the items it matched.
 // If the tier changed while the item was leased, whoever changed it also set the new schedule;
-// that is kept rather than the slot computed for the old tier. Exported for the benchmark's
-// raw-SQL ceiling.
+// that is kept rather than the slot computed for the old tier. last_collected_at is also when
+// the item's last snapshot was last seen unchanged. Exported for the benchmark's raw-SQL ceiling.
 const RescheduleSQL = `
 UPDATE tracked_items t
 SET next_collect_at = CASE WHEN t.collection_tier = u.tier THEN u.next_at ELSE t.next_collect_at END,
@@ -375,133 +336,70 @@ FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamp
 WHERE t.item_id = u.item_id AND t.lease_token = u.token
 RETURNING t.item_id`
 
-type salesAgg struct {
-	count    int
-	quantity int64
-	value    float64
-}
+// observeChangesSQL adds one interval to each collected item's decayed counts (the same
+// arithmetic as budgetplan.Observations.Decay then Observe): the interval since its previous
+// successful collection ($2, from the claim: the reschedule has moved it on), whether the market
+// changed in it (history's decision: a listing figure differs from the last snapshot, or new
+// sales arrived), and the new sales. It records the market of the item's last snapshot and,
+// when one was written, its time. The first collection only records the market. It runs after
+// the reschedule, on rows that write-back has locked and found still leased.
+const observeChangesSQL = `
+WITH o AS (
+	SELECT u.*,
+	       CASE WHEN obs THEN exp(-secs / u.win) ELSE 1 END AS f,
+	       CASE WHEN obs THEN 1 ELSE 0 END AS n,
+	       CASE WHEN obs AND u.changed THEN 1 ELSE 0 END AS x,
+	       CASE WHEN obs THEN secs ELSE 0 END AS s
+	FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::bigint[], $5::bigint[], $6::float8[], $7::bigint[],
+	            $8::int[], $9::bigint[], $10::bool[], $11::bool[], $12::int[], $13::bool[], $14::float8[], $15::timestamptz[])
+	     AS u(item_id, prev_at, at, lowest, median, weighted, api_avg, cnt, qty, truncated, changed, new_sales, gap, win, written_at)
+	JOIN tracked_items t ON t.item_id = u.item_id
+	CROSS JOIN LATERAL (SELECT extract(epoch FROM u.at - u.prev_at)::float8 AS secs) s
+	CROSS JOIN LATERAL (SELECT t.seen_listing_count IS NOT NULL AND s.secs > 0 AS obs) b
+)
+UPDATE tracked_items t
+SET est_collections = t.est_collections * o.f + o.n,
+    est_changes = t.est_changes * o.f + o.x,
+    est_changed_seconds = t.est_changed_seconds * o.f + o.x * o.s,
+    est_unchanged_seconds = t.est_unchanged_seconds * o.f + (o.n - o.x) * o.s,
+    est_sales = t.est_sales * o.f + o.n * o.new_sales,
+    seen_lowest_price = o.lowest, seen_median_price = o.median, seen_weighted_price = o.weighted,
+    seen_api_average_price = o.api_avg, seen_listing_count = o.cnt, seen_listing_quantity = o.qty,
+    seen_truncated = o.truncated,
+    last_snapshot_at = coalesce(o.written_at, t.last_snapshot_at),
+    sales_gaps = t.sales_gaps + o.gap::int
+FROM o
+WHERE t.item_id = o.item_id`
 
-// insertSales stores sales not seen before; what the insert returns is exactly the new ones,
-// which is what the snapshot reports.
-func insertSales(ctx context.Context, tx pgx.Tx, ok []result) (map[string]*salesAgg, error) {
-	var ids []string
-	var soldAt []time.Time
-	var seqs []int32
-	var qty, unit, total []int64
-	for _, r := range ok {
-		for _, s := range r.sales {
-			ids = append(ids, r.claim.ItemID)
-			soldAt = append(soldAt, s.SoldAt)
-			seqs = append(seqs, s.Seq)
-			qty = append(qty, s.Quantity)
-			unit = append(unit, s.UnitPrice)
-			total = append(total, s.Total)
-		}
-	}
-	agg := map[string]*salesAgg{}
-	if len(ids) == 0 {
-		return agg, nil
-	}
-	rows, err := tx.Query(ctx, `
-		INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price)
-		SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[])
-		ON CONFLICT (item_id, sold_at, seq) DO NOTHING
-		RETURNING item_id, quantity, unit_price`, ids, soldAt, seqs, qty, unit, total)
-	if err != nil {
-		return nil, fmt.Errorf("insert sales: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var q, u int64
-		if err := rows.Scan(&id, &q, &u); err != nil {
-			return nil, fmt.Errorf("insert sales: %w", err)
-		}
-		a := agg[id]
-		if a == nil {
-			a = &salesAgg{}
-			agg[id] = a
-		}
-		a.count++
-		a.quantity += q
-		a.value += float64(q) * float64(u)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("insert sales: %w", err)
-	}
-	return agg, nil
-}
-
-func insertSnapshots(ctx context.Context, tx pgx.Tx, ok []result, agg map[string]*salesAgg) ([]outbox.SnapshotEvent, error) {
+// observeChanges updates what the collected items in ok learned; stored is history's outcome
+// of each.
+func observeChanges(ctx context.Context, tx pgx.Tx, ok []result, stored []history.Stored) error {
 	n := len(ok)
 	ids := make([]string, n)
-	tokens := make([]pgtype.UUID, n)
+	prevAt := make([]*time.Time, n)
 	at := make([]time.Time, n)
-	tierNames := make([]string, n)
-	counts := make([]int32, n)
-	quantities := make([]int64, n)
-	lowest := make([]*int64, n)
-	median := make([]*int64, n)
+	lowest, median, apiAvg := make([]*int64, n), make([]*int64, n), make([]*int64, n)
 	weighted := make([]*float64, n)
-	apiAvg := make([]*int64, n)
-	salesCount := make([]int32, n)
-	salesQty := make([]int64, n)
-	vwap := make([]*float64, n)
-	truncated := make([]bool, n)
-	packed := make([]bool, n)
-	events := make([]outbox.SnapshotEvent, n)
-	byID := make(map[string]int, n)
+	counts := make([]int32, n)
+	qty := make([]int64, n)
+	truncated, changed, gaps := make([]bool, n), make([]bool, n), make([]bool, n)
+	newSales := make([]int32, n)
+	windows := make([]float64, n)
+	writtenAt := make([]*time.Time, n)
 	for i, r := range ok {
 		l := r.listings
-		ids[i], tokens[i], at[i], tierNames[i] = r.claim.ItemID, r.claim.Token, r.at, string(r.claim.Tier)
-		counts[i], quantities[i] = int32(l.Count), l.Quantity
+		ids[i], prevAt[i], at[i] = r.claim.ItemID, r.claim.LastCollectedAt, r.at
 		lowest[i], median[i], weighted[i], apiAvg[i] = l.Lowest, l.Median, l.Weighted, l.APIAverage
-		truncated[i], packed[i] = l.Truncated, r.packed
-		ev := outbox.SnapshotEvent{
-			ItemID: r.claim.ItemID, ItemName: r.claim.ItemName, Tier: string(r.claim.Tier),
-			CollectedAt: r.at.UTC(), ListingCount: l.Count, ListingQuantity: l.Quantity,
-			LowestUnitPrice: l.Lowest, MedianUnitPrice: l.Median, WeightedUnitPrice: l.Weighted,
-			APIAveragePrice: l.APIAverage, ListingsTruncated: l.Truncated, Packed: r.packed,
-			SalesGap: r.salesGap,
+		counts[i], qty[i], truncated[i] = int32(l.Count), l.Quantity, l.Truncated
+		changed[i], newSales[i] = stored[i].Reason == history.Change, int32(stored[i].NewSales)
+		gaps[i], windows[i] = r.salesGap, r.window.Seconds()
+		if stored[i].Reason != history.Skip {
+			writtenAt[i] = &ok[i].at
 		}
-		if a := agg[r.claim.ItemID]; a != nil && a.quantity > 0 {
-			v := a.value / float64(a.quantity)
-			salesCount[i], salesQty[i], vwap[i] = int32(a.count), a.quantity, &v
-			ev.SalesCount, ev.SalesQuantity, ev.SalesVWAP = a.count, a.quantity, &v
-		}
-		events[i] = ev
-		byID[r.claim.ItemID] = i
 	}
-	rows, err := tx.Query(ctx, SnapshotSQL,
-		ids, tokens, at, tierNames, counts, quantities, lowest, median, weighted, apiAvg, salesCount, salesQty, vwap,
-		truncated, packed)
-	if err != nil {
-		return nil, fmt.Errorf("insert snapshots: %w", err)
+	if _, err := tx.Exec(ctx, observeChangesSQL, ids, prevAt, at, lowest, median, weighted, apiAvg, counts, qty,
+		truncated, changed, newSales, gaps, windows, writtenAt); err != nil {
+		return fmt.Errorf("observe changes: %w", err)
 	}
-	inserted, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.SnapshotEvent, error) {
-		var id int64
-		var item string
-		if err := row.Scan(&id, &item); err != nil {
-			return outbox.SnapshotEvent{}, err
-		}
-		ev := events[byID[item]]
-		ev.SnapshotID = id
-		return ev, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("insert snapshots: %w", err)
-	}
-	return inserted, nil
+	return nil
 }
-
-// SnapshotSQL stores a batch's snapshots, once per claim; it returns the new snapshot ids.
-// Exported for the benchmark's raw-SQL ceiling.
-const SnapshotSQL = `
-INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity,
-	lowest_unit_price, median_unit_price, weighted_unit_price, api_average_price,
-	sales_count, sales_quantity, sales_vwap, listings_truncated, packed)
-SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::int[], $6::bigint[],
-	$7::bigint[], $8::bigint[], $9::float8[], $10::bigint[], $11::int[], $12::bigint[], $13::float8[],
-	$14::bool[], $15::bool[])
-ON CONFLICT (claim_token) DO NOTHING
-RETURNING snapshot_id, item_id`

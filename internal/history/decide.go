@@ -12,6 +12,8 @@ package history
 import (
 	"fmt"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/config"
 )
 
 // State is what a snapshot says about an item's listings. Two collections with equal States
@@ -63,6 +65,11 @@ type Policy struct {
 	// Every writes a snapshot for every collection (history.mode every).
 	Every     bool
 	Heartbeat time.Duration
+}
+
+// FromConfig is history.mode and history.heartbeat.
+func FromConfig(c *config.Config) Policy {
+	return Policy{Every: c.History.Mode == config.HistoryEvery, Heartbeat: c.History.Heartbeat}
 }
 
 // Validate refuses a policy that would never write a heartbeat.

@@ -138,10 +138,10 @@ func insertSales(ctx context.Context, tx pgx.Tx, cs []Collection) (map[string]sa
 	return agg, nil
 }
 
-// insertSnapshotsSQL stores a batch's snapshots, once per claim, and folds exactly the stored
+// InsertSnapshotsSQL (exported for the benchmark's raw-SQL ceiling) stores a batch's snapshots, once per claim, and folds exactly the stored
 // ones into their hours' and days' candles (open and close by collected_at, so the order
 // write-backs commit in does not matter); it returns the new snapshot ids.
-const insertSnapshotsSQL = `
+const InsertSnapshotsSQL = `
 WITH s AS (
 	INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, reason, listing_count, listing_quantity,
 		lowest_unit_price, median_unit_price, weighted_unit_price, api_average_price,
@@ -222,7 +222,7 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, cs []Collection, write []in
 		events[k] = ev
 		byID[c.ItemID] = k
 	}
-	rows, err := tx.Query(ctx, insertSnapshotsSQL,
+	rows, err := tx.Query(ctx, InsertSnapshotsSQL,
 		ids, tokens, at, tierNames, reasons, counts, quantities, lowest, median, weighted, apiAvg,
 		salesCount, salesQty, vwap, truncated, packed)
 	if err != nil {

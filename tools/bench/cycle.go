@@ -20,6 +20,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 )
@@ -247,7 +248,9 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 	counts, qty, lowest, median, apiAvg := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	weighted, salesCount, salesQty, vwap := make([]float64, n), make([]int32, n), make([]int64, n), make([]*float64, n)
 	lastSale, truncated, packed := make([]*time.Time, n), make([]bool, n), make([]bool, n)
+	reasons := make([]string, n)
 	for i, c := range claims {
+		reasons[i] = string(history.Change)
 		ids[i], tokens[i], tierNames[i] = c.id, c.token, c.tier
 		nextAt[i], at[i], oks[i], outcomes[i] = now.Add(tierEvery[c.tier]), now, true, "ok"
 		counts[i], qty[i], lowest[i], median[i], apiAvg[i], weighted[i] = 1, 3, 100, 100, 90, 100
@@ -264,7 +267,7 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 		if len(live) != n {
 			return fmt.Errorf("fenced reschedule matched %d of %d", len(live), n)
 		}
-		rows, err = tx.Query(ctx, dispatcher.SnapshotSQL, ids, tokens, at, tierNames, counts, qty, lowest, median, weighted, apiAvg, salesCount, salesQty, vwap,
+		rows, err = tx.Query(ctx, history.InsertSnapshotsSQL, ids, tokens, at, tierNames, reasons, counts, qty, lowest, median, weighted, apiAvg, salesCount, salesQty, vwap,
 			truncated, packed)
 		if err != nil {
 			return err

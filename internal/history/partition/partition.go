@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/config"
 )
 
 // Table is a partitioned history table and its retention (0 = kept).
@@ -39,6 +41,16 @@ type Config struct {
 	Interval time.Duration
 	Ahead    time.Duration
 	Tables   []Table
+}
+
+// FromConfig is the history tables' partitioning as configured (history.partition_*), with
+// their retention (retention.snapshots, retention.sales).
+func FromConfig(c *config.Config) Config {
+	return Config{
+		Interval: c.History.PartitionInterval,
+		Ahead:    c.History.PartitionAhead,
+		Tables:   []Table{{Name: Snapshots, Retention: c.Retention.Snapshots}, {Name: Sales, Retention: c.Retention.Sales}},
+	}
 }
 
 // Validate refuses what would leave writes without a partition.
@@ -114,17 +126,21 @@ func (p *Partitions) RunOnce(ctx context.Context) ([]TableState, error) {
 	return out, nil
 }
 
-// EnsureCovering creates the partitions rows at the given times need: the write path calls it
-// when an insert found no partition (maintenance stopped across a boundary).
-func (p *Partitions) EnsureCovering(ctx context.Context, table string, times []time.Time) error {
+// EnsureCovering creates, in every table, the partitions rows at the given times need: the
+// write path calls it when an insert found no partition (upkeep stopped across a boundary).
+func (p *Partitions) EnsureCovering(ctx context.Context, times []time.Time) error {
 	var latest time.Time
 	for _, t := range times {
 		if t.After(latest) {
 			latest = t
 		}
 	}
-	_, err := p.create(ctx, p.pool, table, p.cfg.Ahead, latest)
-	return err
+	for _, t := range p.cfg.Tables {
+		if _, err := p.create(ctx, p.pool, t.Name, p.cfg.Ahead, latest); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (p *Partitions) create(ctx context.Context, pool *pgxpool.Pool, table string, ahead time.Duration, atLeast time.Time) ([]string, error) {
@@ -301,8 +317,8 @@ func stamp(t time.Time) string {
 	return s
 }
 
-// IsMissingPartition reports whether err is an insert that found no partition for its row.
-func IsMissingPartition(err error) bool {
+// IsMissing reports whether err is an insert that found no partition for its row.
+func IsMissing(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) && pg.Code == "23514" && strings.Contains(pg.Message, "no partition of relation")
 }

@@ -122,9 +122,7 @@ func partitionHistory(ctx context.Context, url string) error {
 		return err
 	}
 	defer pool.Close()
-	h := config.Default().History
-	p, err := partition.New(pool, pool, partition.Config{Interval: h.PartitionInterval, Ahead: h.PartitionAhead,
-		Tables: []partition.Table{{Name: partition.Snapshots}, {Name: partition.Sales}}})
+	p, err := partition.New(pool, pool, partition.FromConfig(config.Default()))
 	if err != nil {
 		return err
 	}
