@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -89,6 +90,9 @@ func (e *env) dispatcher(t *testing.T, cfg Config, log *zap.Logger) *Dispatcher 
 // configured is cfg with what a test leaves zero of provider.name, collect.* and
 // catalog.estimate_window taken from the configuration's defaults, so a test names only what
 // it varies. Packing stays as the test set it (0: off).
+// everyCollection is history.mode every: a snapshot per collection.
+var everyCollection = history.Policy{Every: true, Heartbeat: time.Hour}
+
 func configured(cfg Config) Config {
 	def := FromConfig(config.Default())
 	cfg.Provider = cmp.Or(cfg.Provider, def.Provider)
@@ -443,7 +447,8 @@ func TestRecollectingTheSameSalesAddsNoDuplicates(t *testing.T) {
 	id := e.items[0].ItemID
 	collect := func() {
 		t.Helper()
-		if s, err := e.dispatcher(t, Config{}, nil).CollectOne(ctx, id); err != nil || s.Collected != 1 {
+		// Every collection writes a snapshot, so each says how many sales were new.
+		if s, err := e.dispatcher(t, Config{History: everyCollection}, nil).CollectOne(ctx, id); err != nil || s.Collected != 1 {
 			t.Fatalf("collect: %s %v", s, err)
 		}
 	}

@@ -154,7 +154,8 @@ func TestPackingSwitchIsReadByEveryPass(t *testing.T) {
 func TestSmallItemsShareCallsOnceTheirAnswersAreKnown(t *testing.T) {
 	e := setup(t, 30, tiers.Cold, nil)
 	ctx := context.Background()
-	cfg := Config{BatchSize: 30, Concurrency: 4, PackSize: 10, PackMaxListings: 60, PackMaxSales: config.CollectPackMaxSales.Max, ShadowFraction: 1}
+	cfg := Config{BatchSize: 30, Concurrency: 4, PackSize: 10, PackMaxListings: 60, PackMaxSales: config.CollectPackMaxSales.Max, ShadowFraction: 1,
+		History: everyCollection}
 	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
