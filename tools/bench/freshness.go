@@ -16,6 +16,8 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/score"
 	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -46,7 +48,7 @@ const replanEvery = 3 * 60
 
 // freshResult is one contender's replay, measured over the second half.
 type freshResult struct {
-	rep               neoplesim.FreshnessReport
+	rep               score.FreshnessReport
 	requests          float64
 	collections       int64
 	overBudgetSeconds int
@@ -66,9 +68,9 @@ type freshResult struct {
 func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 	fs := sz.fresh
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	truthSim := neoplesim.New(neoplesim.Options{Items: fs.items, Seed: 16, Market: neoplesim.MarketRealistic})
+	truthSim := neoplesim.New(neoplesim.Options{Items: fs.items, Seed: 16, Market: market.Realistic})
 	cat := truthSim.Catalog()
-	truths := truthSim.Truths()
+	truths := truthSim.Market().Truths()
 	ids := make([]string, len(cat))
 	for i, it := range cat {
 		ids[i] = it.ItemID
@@ -215,10 +217,10 @@ type replayRun struct {
 // cFixed keeps given tiers (the setting of the real daemon run it predicts).
 const cFixed = "fixed"
 
-func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p catalog.Policy, run replayRun) freshResult {
+func replay(contender string, ids []string, truths map[string]market.Truth, p catalog.Policy, run replayRun) freshResult {
 	start, budget, window := run.start, run.budget, run.window
 	now := start.Unix()
-	sim := neoplesim.New(neoplesim.Options{Items: len(ids), Seed: run.seed, Market: neoplesim.MarketRealistic,
+	sim := neoplesim.New(neoplesim.Options{Items: len(ids), Seed: run.seed, Market: market.Realistic,
 		Now: func() time.Time { return time.Unix(now, 0) }})
 	b := tierplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: run.headroom}
 	items := make([]*replayItem, len(ids))
@@ -338,7 +340,7 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 				it.listings = truths[it.id].Listings
 				if gap && prev < measureFrom {
 					// Attribute it as the ground truth does: only sales lost after the window opened count.
-					_, before, _ := sim.Events(it.id, time.Unix(prev, 0), time.Unix(measureFrom, 0))
+					_, before, _ := sim.Market().Events(it.id, time.Unix(prev, 0), time.Unix(measureFrom, 0))
 					gap = k-tierplan.SalesWindow > before
 				}
 				capacity -= cost
@@ -370,7 +372,7 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 			res.overBudgetSeconds++
 		}
 	}
-	res.rep = sim.Freshness()
+	res.rep = sim.Scorer().Report()
 	// Items still waiting at the end count with their wait so far: a tier the budget starves
 	// would otherwise show no lag at all.
 	for _, it := range items {
@@ -404,12 +406,12 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 // page of new sales since the last collection (the stored sales, or the last collection when
 // none were stored, bound what was seen).
 func collect(sim *neoplesim.Server, it *replayItem, now int64, window time.Duration) (gap bool, k int64) {
-	sim.Observe(it.id)
+	sim.Scorer().Observe(it.id)
 	if it.last == 0 {
 		it.last, it.obsAt = now, now
 		return false, 0
 	}
-	c, k, _ := sim.Events(it.id, time.Unix(it.last, 0), time.Unix(now, 0))
+	c, k, _ := sim.Market().Events(it.id, time.Unix(it.last, 0), time.Unix(now, 0))
 	gap = k >= tierplan.SalesWindow
 	age := float64(now - it.obsAt)
 	decay := math.Exp(-age / window.Seconds())
@@ -509,8 +511,8 @@ var freshStartRE = regexp.MustCompile(`fresh-start-ms (\d+)`)
 // realistic market with the oracle's tiers at half the thresholds demand, then replays the same
 // setting from the same start time and compares the two.
 func freshnessRealRun(ctx context.Context, fs freshSize, p catalog.Policy, cfg *config.Config, rep *report) error {
-	sim := neoplesim.New(neoplesim.Options{Items: fs.runItems, Seed: 7, Market: neoplesim.MarketRealistic})
-	truths := sim.Truths()
+	sim := neoplesim.New(neoplesim.Options{Items: fs.runItems, Seed: 7, Market: market.Realistic})
+	truths := sim.Market().Truths()
 	var ids []string
 	var in []tierplan.Item
 	var thrDemand float64
