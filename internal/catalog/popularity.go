@@ -14,7 +14,8 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// Policy is the popularity configuration in the shape scoring uses (from catalog.*).
+// Policy is the popularity configuration (catalog.*): how signals make a score here, and the
+// settings of the tier policy (internal/tierplan) that turns scores into tiers.
 type Policy struct {
 	Window           time.Duration
 	InterestHalfLife time.Duration

@@ -1,4 +1,4 @@
-// Package catalog owns tracked_items and the catalog's life cycle: importing items from a
+// Package catalog owns the tracked items' life cycle in tracked_items: importing items from a
 // targets file, scoring popularity and applying the tier policy (internal/tierplan) to the
 // rows, operators' pins, and reactivating items when someone shows interest in them. It also
 // owns the one definition of a synthetic item id that every ranking or summarising read path
