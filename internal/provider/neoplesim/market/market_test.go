@@ -31,3 +31,13 @@ func TestRealisticMarketIsHeavyTailed(t *testing.T) {
 		t.Errorf("busiest 1%% sell %.0f times an hour, want hundreds", p)
 	}
 }
+
+func TestUnknownMarketIsRefused(t *testing.T) {
+	if _, err := New("busy", 5, 1); err == nil {
+		t.Fatal(`market "busy" accepted`)
+	}
+	m, err := New("", 5, 1)
+	if err != nil || m.Kind() != Default || m.Truths() != nil || m.Items()[0].Truth() != nil {
+		t.Fatalf(`"" must be the default market, without ground truth: %v`, err)
+	}
+}
