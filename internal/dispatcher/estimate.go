@@ -33,7 +33,7 @@ func salesGap(rows []provider.Sale, full bool, lastStored, lastCollected *time.T
 }
 
 // observeChangesSQL adds one interval to each collected item's decayed counts (the same
-// arithmetic as budgetplan.Observations.Decay then Observe): the interval since its last
+// arithmetic as tierplan.Observations.Decay then Observe): the interval since its last
 // successful collection, whether the listings (lowest unit price, count, quantity) changed or
 // new sales arrived in it, and the new sales. The first collection only records the listings.
 // Fenced by the lease token; it runs before the reschedule clears it.
