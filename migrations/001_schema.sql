@@ -46,7 +46,7 @@ CREATE TABLE tracked_items (
     -- the insert, instead of a page of rows that all conflict.
     last_sale_at            timestamptz,
 
-    -- What write-backs learn, for the estimators in internal/budgetplan: decayed counts of
+    -- What write-backs learn, for the estimators in internal/tierplan: decayed counts of
     -- collections, detected changes and the time they spanned (the change rate), new sales over
     -- that time (the sales rate), and lost-sale gaps.
     est_collections         double precision NOT NULL DEFAULT 0,

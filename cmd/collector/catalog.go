@@ -15,6 +15,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/devdata"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -120,7 +121,7 @@ NEOPLE_ITEM_API_KEY and NEOPLE_MARKET_API_KEY and fails at once, naming what is 
 it never falls back to synthetic data (that is seed:synthetic).`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			steps := catalog.RealSteps{
+			steps := devdata.RealSteps{
 				Import:      func(ctx context.Context) error { return a.importItems(ctx, targets, allowMissing) },
 				Recalculate: func(ctx context.Context) error { return a.recalculate(ctx) },
 				Log:         func(msg string) { a.log.Info(msg) },
@@ -129,7 +130,7 @@ it never falls back to synthetic data (that is seed:synthetic).`,
 			if len(a.cfg.Kafka.Brokers) > 0 {
 				steps.Relay = a.relayOncePass
 			}
-			err := catalog.SeedReal(ctx, a.cfg.Provider, steps)
+			err := devdata.SeedReal(ctx, a.cfg.Provider, steps)
 			// An import that lost some targets keeps its exit code through the later steps.
 			var ee exitError
 			if errors.Is(err, catalog.ErrTargetsFailed) && !errors.As(err, &ee) {
@@ -145,7 +146,7 @@ it never falls back to synthetic data (that is seed:synthetic).`,
 }
 
 func newSeedSyntheticCmd(a *app) *cobra.Command {
-	var opt catalog.SyntheticOptions
+	var opt devdata.SyntheticOptions
 	cmd := &cobra.Command{
 		Use:   "seed:synthetic",
 		Short: "Write synthetic items (ids seed-NNNN) with a plausible price history, for offline screens and tests",
@@ -156,11 +157,11 @@ interrupted run. Fixtures are never
 scheduled for collection, are hidden from ranking read paths, and purge:synthetic removes them.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			if opt.Items < 1 || opt.Items > catalog.MaxSyntheticItems {
-				return fmt.Errorf("--items %d: must be between 1 and %d", opt.Items, catalog.MaxSyntheticItems)
+			if opt.Items < 1 || opt.Items > devdata.MaxSyntheticItems {
+				return fmt.Errorf("--items %d: must be between 1 and %d", opt.Items, devdata.MaxSyntheticItems)
 			}
-			if opt.Days < 1 || opt.Days > catalog.MaxSyntheticDays {
-				return fmt.Errorf("--days %d: must be between 1 and %d", opt.Days, catalog.MaxSyntheticDays)
+			if opt.Days < 1 || opt.Days > devdata.MaxSyntheticDays {
+				return fmt.Errorf("--days %d: must be between 1 and %d", opt.Days, devdata.MaxSyntheticDays)
 			}
 			pool, err := a.db(ctx)
 			if err != nil {
@@ -178,7 +179,7 @@ scheduled for collection, are hidden from ranking read paths, and purge:syntheti
 					next = done + step
 				}
 			}
-			res, err := catalog.SeedSynthetic(ctx, pool, opt)
+			res, err := devdata.SeedSynthetic(ctx, pool, opt)
 			if err != nil {
 				return err
 			}
@@ -187,8 +188,8 @@ scheduled for collection, are hidden from ranking read paths, and purge:syntheti
 			return nil
 		}),
 	}
-	cmd.Flags().IntVar(&opt.Items, "items", 20, fmt.Sprintf("number of synthetic items (at most %d)", catalog.MaxSyntheticItems))
-	cmd.Flags().IntVar(&opt.Days, "days", 7, fmt.Sprintf("days of hourly history per item (1 to %d)", catalog.MaxSyntheticDays))
+	cmd.Flags().IntVar(&opt.Items, "items", 20, fmt.Sprintf("number of synthetic items (at most %d)", devdata.MaxSyntheticItems))
+	cmd.Flags().IntVar(&opt.Days, "days", 7, fmt.Sprintf("days of hourly history per item (1 to %d)", devdata.MaxSyntheticDays))
 	return cmd
 }
 
@@ -203,7 +204,7 @@ func newPurgeSyntheticCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := catalog.PurgeSynthetic(ctx, pool, batch)
+			res, err := devdata.PurgeSynthetic(ctx, pool, batch)
 			for _, c := range res {
 				a.printf("purge:synthetic: %-18s %d rows deleted\n", c.Table, c.Deleted)
 			}

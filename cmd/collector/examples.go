@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/provider"
-	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -86,7 +86,7 @@ func (a *app) registerCompletions(root *cobra.Command) {
 	walk(root, func(c *cobra.Command) {
 		switch c.CommandPath() {
 		case "collector sim":
-			_ = c.RegisterFlagCompletionFunc("market", fixed(neoplesim.MarketDefault, neoplesim.MarketRealistic))
+			_ = c.RegisterFlagCompletionFunc("market", fixed(market.Default, market.Realistic))
 		case "collector items":
 			_ = c.RegisterFlagCompletionFunc("tier", fixed(strings.Split(tiers.Names(), ", ")...))
 		case "collector provider set":

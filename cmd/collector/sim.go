@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 )
 
 func newSimCmd(a *app) *cobra.Command {
@@ -19,7 +19,7 @@ func newSimCmd(a *app) *cobra.Command {
 		addr            string
 		opts            neoplesim.Options
 		itemKey, mktKey string
-		market          string
+		marketKind      string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -30,10 +30,7 @@ Admin: POST /_sim/maintenance?on=true|false, GET|POST /_sim/faults, GET|DELETE /
 GET /_sim/freshness (--market realistic: freshness, age and sales coverage of what it served, against its ground truth).`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			var err error
-			if opts.Market, err = neoplesim.ParseMarket(market); err != nil {
-				return fmt.Errorf("--market: %w", err)
-			}
+			opts.Market = marketKind
 			opts.ItemKey = firstNonEmpty(itemKey, getenv(provider.WorkloadItem.KeyEnv()), neoplesim.DefaultItemKey)
 			opts.MarketKey = firstNonEmpty(mktKey, getenv(provider.WorkloadMarket.KeyEnv()), neoplesim.DefaultMarketKey)
 			if err := opts.Validate(); err != nil {
@@ -51,7 +48,7 @@ GET /_sim/freshness (--market realistic: freshness, age and sales coverage of wh
 	f.Float64Var(&opts.Rate, "rate", 0, "requests per second per key before the API002 answer (0 = unlimited)")
 	f.IntVar(&opts.RateLimitStatus, "rate-limit-status", 429, "HTTP status of the API002 rate-limit answer: 429 or 400")
 	f.DurationVar(&opts.Latency, "latency", 0, "latency added to every /df request")
-	f.StringVar(&market, "market", neoplesim.MarketDefault, "market model: default (every item changes every minute) or realistic (heavy-tailed per-item rates, ground truth on /_sim/freshness)")
+	f.StringVar(&marketKind, "market", market.Default, "market model: default (every item changes every minute) or realistic (heavy-tailed per-item rates, ground truth on /_sim/freshness)")
 	f.StringVar(&opts.ItemIDsLimit, "itemids-limit", neoplesim.LimitPerCall, "what limit caps in an itemIds answer: per-call or per-item")
 	f.StringVar(&opts.ItemIDsOrder, "itemids-order", neoplesim.OrderMerged, "row order of an itemIds answer: merged (one order) or grouped (item by item)")
 	f.BoolVar(&opts.NotFoundAPI001, "not-found-api001", false, "an itemName search that finds nothing answers 400 API001 NOT_FOUND_SEARCH_VALUE")

@@ -10,10 +10,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/budget"
-	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -100,7 +100,7 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 	var items, due, overdue int64
 	var demand float64
 	for _, t := range st.Tiers {
-		d := budgetplan.TierDemand(tiers.Tier(t.Tier), t.Requests)
+		d := tierplan.TierDemand(tiers.Tier(t.Tier), t.Requests)
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%.2f\t\n", t.Tier, t.Items, t.Due, t.Overdue, d)
 		items, due, overdue, demand = items+t.Items, due+t.Due, overdue+t.Overdue, demand+d
 	}

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -123,7 +123,7 @@ func toStatusJSON(st daemon.ClusterStatus) statusJSON {
 		out.Provider.ProbeFailures, out.Provider.NextProbeAt = &st.Probe.Failures, &st.Probe.NextProbeAt
 	}
 	for _, t := range st.Tiers {
-		tj := tierJSON{Tier: t.Tier, Items: t.Items, Due: t.Due, Overdue: t.Overdue, Demand: budgetplan.TierDemand(tiers.Tier(t.Tier), t.Requests)}
+		tj := tierJSON{Tier: t.Tier, Items: t.Items, Due: t.Due, Overdue: t.Overdue, Demand: tierplan.TierDemand(tiers.Tier(t.Tier), t.Requests)}
 		out.Tiers = append(out.Tiers, tj)
 		out.Totals.Items, out.Totals.Due, out.Totals.Overdue = out.Totals.Items+t.Items, out.Totals.Due+t.Due, out.Totals.Overdue+t.Overdue
 		out.Totals.Demand += tj.Demand

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/duecollector/duecollector/internal/budgetplan"
+	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -29,7 +29,7 @@ type ItemRow struct {
 	TierReason      string
 	PinnedTier      tiers.Tier // "" = not pinned
 	// What collection has learnt (decayed over catalog.estimate_window).
-	Observed       budgetplan.Observations
+	Observed       tierplan.Observations
 	SalesPerHour   *float64 // nil before any observed interval
 	ChangesPerHour *float64 // Cho & Garcia-Molina estimate; nil before any observed interval
 	SalesGaps      int64    // collections that found sales lost since the previous one

@@ -8,25 +8,24 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
+	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// Policy is the popularity configuration in the shape scoring uses (from catalog.*).
+// Policy is the popularity configuration (catalog.*): how signals make a score here, and the
+// settings of the tier policy (internal/tierplan) that turns scores into tiers.
 type Policy struct {
 	Window           time.Duration
-	DormantAfter     time.Duration
-	DemotionHold     time.Duration
 	InterestHalfLife time.Duration
-	ReactivateTier   tiers.Tier
-	Thresholds       tiers.Thresholds
 	Weights          config.ScoreWeights
+	// Rules are the threshold policy's settings.
+	tierplan.Rules
 	// Mode is config.PolicyBudget or config.PolicyThresholds (catalog.policy).
 	Mode string
 	// Budget is the market key's budget the budget policy plans within.
-	Budget budgetplan.Budget
+	Budget tierplan.Budget
 	// Packing is how the dispatcher shares calls now (dispatcher.PackingModelNow): what a
 	// collection costs, for the plan and the demand.
 	Packing packing.Model
@@ -41,10 +40,10 @@ func PolicyFromConfig(c config.CatalogConfig, market config.WorkloadLimits, pack
 		rt = tiers.Active
 	}
 	return Policy{
-		Window: c.SignalWindow, DormantAfter: c.DormantAfter, DemotionHold: c.DemotionHold,
-		InterestHalfLife: c.InterestHalfLife, ReactivateTier: rt,
-		Thresholds: c.Thresholds.Tiers(), Weights: c.Weights, Mode: c.Policy,
-		Budget:  budgetplan.Budget{PerSecond: market.Rate, PerMinute: float64(market.PerMinute), Headroom: c.BudgetHeadroom},
+		Window: c.SignalWindow, InterestHalfLife: c.InterestHalfLife, Weights: c.Weights, Mode: c.Policy,
+		Rules: tierplan.Rules{DormantAfter: c.DormantAfter, DemotionHold: c.DemotionHold, ReactivateTier: rt,
+			Thresholds: c.Thresholds.Tiers()},
+		Budget:  tierplan.Budget{PerSecond: market.Rate, PerMinute: float64(market.PerMinute), Headroom: c.BudgetHeadroom},
 		Packing: pack,
 	}
 }
@@ -75,66 +74,11 @@ func Score(s Signals, w config.ScoreWeights, window time.Duration) float64 {
 // itemState is one tracked item as the recalculation reads it.
 type itemState struct {
 	ItemID        string
-	Tier          tiers.Tier
 	NextCollectAt *time.Time
 	Score         float64
-	CreatedAt     time.Time
-	TierChangedAt *time.Time
-	LastSale      *time.Time
-	LastInterest  *time.Time
-	LastKind      string
-	Pinned        tiers.Tier // an operator's pin; "" = none
-	Observed      budgetplan.Observations
-	ObservedSales float64 // decayed new sales over Observed's seconds
-	SeenListings  *int    // listings at the last collection; nil before the first
 	Requests      float64 // requests_per_collection as stored
+	tierplan.State
 	Signals
-}
-
-// decision is what to do with one item.
-type decision struct {
-	Tier   tiers.Tier
-	Reason string
-	DueNow bool // reactivation: collect at once
-	Held   bool // a demotion postponed by the demotion hold
-}
-
-// decide is the whole tier policy for one item, pure so it can be tested without a clock.
-func decide(now time.Time, it itemState, score float64, p Policy) decision {
-	if it.Pinned != "" {
-		return decision{Tier: it.Pinned, Reason: "pinned by an operator"}
-	}
-	heldSince := it.CreatedAt
-	if it.TierChangedAt != nil {
-		heldSince = *it.TierChangedAt
-	}
-	quietSince := it.CreatedAt
-	for _, t := range []*time.Time{it.LastSale, it.LastInterest} {
-		if t != nil && t.After(quietSince) {
-			quietSince = *t
-		}
-	}
-
-	var d decision
-	switch {
-	case now.Sub(quietSince) >= p.DormantAfter:
-		d = decision{Tier: tiers.Dormant, Reason: fmt.Sprintf("no sales or interest for %s", p.DormantAfter)}
-	case (it.Tier == tiers.Dormant || it.Tier == tiers.Cold) && it.LastInterest != nil && it.LastInterest.After(heldSince):
-		// An interest event that nobody acted on yet (written straight into item_interest by
-		// another service): reactivate, exactly as RecordInterest would have.
-		scoreTier, _ := tiers.ForScore(score, p.Thresholds)
-		d = decision{
-			Tier:   tiers.MoreUrgent(p.ReactivateTier, scoreTier),
-			Reason: fmt.Sprintf("%s event at %s: reactivated from %s", it.LastKind, it.LastInterest.UTC().Format(time.RFC3339), it.Tier),
-			DueNow: true,
-		}
-	default:
-		d.Tier, d.Reason = tiers.ForScore(score, p.Thresholds)
-	}
-	if d.Tier != it.Tier && !tiers.IsPromotion(it.Tier, d.Tier) && now.Sub(heldSince) < p.DemotionHold {
-		return decision{Tier: it.Tier, Held: true}
-	}
-	return d
 }
 
 // Result is what one recalculation did.
@@ -152,7 +96,7 @@ type Result struct {
 	Conflicts    int // tier changed concurrently (a touch); decided again next run
 	Changes      []TierChange
 	// Plan is what the budget policy planned (nil under the thresholds policy).
-	Plan *PlanSummary
+	Plan *tierplan.PlanSummary
 }
 
 // TierChange is one item that moved tier.
@@ -208,13 +152,15 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 		res.Now = now
 		res.Scored = len(items)
 		scores := make([]float64, len(items))
-		ds := make([]decision, len(items))
+		states := make([]tierplan.State, len(items))
+		ds := make([]tierplan.Decision, len(items))
 		for i, it := range items {
 			scores[i] = Score(it.Signals, p.Weights, p.Window)
-			ds[i] = decide(now, it, scores[i], p)
+			states[i] = it.State
+			ds[i] = tierplan.Decide(now, it.State, scores[i], p.Rules)
 		}
 		if p.Mode == config.PolicyBudget {
-			res.Plan = planBudget(items, scores, ds, p.Budget, p.Packing)
+			res.Plan = tierplan.ApplyBudget(states, scores, ds, p.Budget, p.Packing)
 		}
 		var batch updates
 		for i, it := range items {
@@ -226,7 +172,7 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 			if scoreChanged {
 				res.ScoreChanged++
 			}
-			requests := requestsAt(costItem(it, p.Packing), d.Tier)
+			requests := tierplan.Cost(it.State, p.Packing).RequestsAtTier(d.Tier)
 			if d.Tier == it.Tier && !scoreChanged && math.Abs(requests-it.Requests) < 1e-3 {
 				continue
 			}
@@ -338,7 +284,7 @@ type updates struct {
 
 func (u *updates) len() int { return len(u.ids) }
 
-func (u *updates) add(it itemState, score float64, d decision, next *time.Time, requests float64) {
+func (u *updates) add(it itemState, score float64, d tierplan.Decision, next *time.Time, requests float64) {
 	u.ids = append(u.ids, it.ItemID)
 	u.requests = append(u.requests, requests)
 	u.oldTiers = append(u.oldTiers, string(it.Tier))

@@ -1,7 +1,8 @@
-// Package catalog owns the catalog's life cycle: importing tracked items from a targets file,
-// seeding and purging synthetic fixtures, scoring popularity into collection tiers, and
-// reactivating items when someone shows interest in them. It also owns the one definition of
-// a synthetic item id that every ranking or summarising read path filters through.
+// Package catalog owns the tracked items' life cycle in tracked_items: importing items from a
+// targets file, scoring popularity and applying the tier policy (internal/tierplan) to the
+// rows, operators' pins, and reactivating items when someone shows interest in them. It also
+// owns the one definition of a synthetic item id that every ranking or summarising read path
+// filters through; the fixtures themselves are internal/devdata's.
 package catalog
 
 import (

@@ -34,7 +34,7 @@ type CatalogConfig struct {
 	ReactivateTier string `mapstructure:"reactivate_tier"`
 
 	// Policy decides tiers in the popularity recalculation: "budget" (the most weighted
-	// freshness the market key's budget buys, internal/budgetplan) or "thresholds" (score
+	// freshness the market key's budget buys, internal/tierplan) or "thresholds" (score
 	// thresholds, ignoring the budget).
 	Policy string `mapstructure:"policy"`
 	// BudgetHeadroom is the fraction of the market key's budget the budget policy leaves

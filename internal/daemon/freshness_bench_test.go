@@ -14,6 +14,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 )
 
 // BenchmarkFreshnessRun is the real-daemon half of `make bench`'s freshness section: one daemon
@@ -49,7 +50,7 @@ func BenchmarkFreshnessRun(b *testing.B) {
 
 func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur time.Duration) {
 	ctx := context.Background()
-	e := newEnv(b, len(assigned), neoplesim.Options{Market: neoplesim.MarketRealistic})
+	e := newEnv(b, len(assigned), neoplesim.Options{Market: market.Realistic})
 	e.fullPages = true
 	var ids, names, tierNames []string
 	for _, it := range e.items {
@@ -57,7 +58,7 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	}
 	// Every item due, as if collected before (so it may share calls at once, as the bench
 	// tool's replay of this run assumes): its size and its newest sale known.
-	truths := e.sim.Truths()
+	truths := e.sim.Market().Truths()
 	client, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: e.srv.URL, Key: marketKey,
 		Rate: 1e6, Burst: 1e6, PerMinute: 1e9, SoldLimit: 1})
 	if err != nil {
@@ -106,7 +107,7 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 		<-tick.C
 	}
 	tick.Stop()
-	rep := e.sim.Freshness()
+	rep := e.sim.Scorer().Report()
 	elapsed := time.Since(start)
 	b.StopTimer()
 	r.stop()

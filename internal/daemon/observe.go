@@ -6,13 +6,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/telemetry"
+	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -131,7 +131,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for _, t := range tiers.All() {
 		d.metrics.ItemsDue.WithLabelValues(string(t)).Set(float64(due[string(t)]))
 		d.metrics.ItemsOverdue.WithLabelValues(string(t)).Set(float64(overdue[string(t)]))
-		d.metrics.TierDemand.WithLabelValues(string(t)).Set(budgetplan.TierDemand(t, requests[string(t)]))
+		d.metrics.TierDemand.WithLabelValues(string(t)).Set(tierplan.TierDemand(t, requests[string(t)]))
 	}
 	d.metrics.BudgetRate.WithLabelValues(d.workload()).Set(min(d.cfg.Market.Rate, float64(d.cfg.Market.PerMinute)/60))
 	var total int64

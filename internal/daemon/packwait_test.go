@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -17,7 +18,7 @@ import (
 func TestItemsFallingDueApartShareCalls(t *testing.T) {
 	const n = 200
 	ctx := context.Background()
-	e := newEnv(t, n, neoplesim.Options{Market: neoplesim.MarketRealistic})
+	e := newEnv(t, n, neoplesim.Options{Market: market.Realistic})
 	e.fullPages = true
 	e.track(t, 0, n, tiers.Hot, 0)
 	cfg := testConfig()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -68,7 +69,7 @@ func gapsAndChanges(t *testing.T, cfg Config) {
 	var simNow atomic.Int64
 	simNow.Store(start.UnixMilli())
 	sim := neoplesim.New(neoplesim.Options{Items: 400, Seed: 5, ItemKey: itemKey, MarketKey: marketKey,
-		Market: neoplesim.MarketRealistic, Now: func() time.Time { return time.UnixMilli(simNow.Load()) }})
+		Market: market.Realistic, Now: func() time.Time { return time.UnixMilli(simNow.Load()) }})
 	srv := httptest.NewServer(sim)
 	t.Cleanup(srv.Close)
 	client, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: srv.URL,
@@ -77,7 +78,7 @@ func gapsAndChanges(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	// The busiest sellers (where gaps happen) and a sample of the rest.
-	truths := sim.Truths()
+	truths := sim.Market().Truths()
 	var ids, names []string
 	for i, it := range sim.Catalog() {
 		if truths[it.ItemID].SalesPerHour > 200 || i%10 == 0 {
@@ -110,7 +111,7 @@ func gapsAndChanges(t *testing.T, cfg Config) {
 	wantChanges := map[string]int{}
 	hadSale := map[string]bool{}
 	for _, id := range ids {
-		_, s, _ := sim.Events(id, start.Add(-30*24*time.Hour), start)
+		_, s, _ := sim.Market().Events(id, start.Add(-30*24*time.Hour), start)
 		hadSale[id] = s > 0
 	}
 	for _, step := range steps {
@@ -118,7 +119,7 @@ func gapsAndChanges(t *testing.T, cfg Config) {
 		simNow.Store(now.UnixMilli())
 		collect()
 		for _, id := range ids {
-			c, s, _ := sim.Events(id, prev, now)
+			c, s, _ := sim.Market().Events(id, prev, now)
 			if s == 100 && hadSale[id] {
 				t.Fatalf("item %s had exactly 100 sales in a round: the page cannot tell that from a loss; pick other steps", id)
 			}
@@ -129,7 +130,7 @@ func gapsAndChanges(t *testing.T, cfg Config) {
 		}
 		prev = now
 	}
-	rep := sim.Freshness()
+	rep := sim.Scorer().Report()
 	if rep.Gaps == 0 {
 		t.Fatal("no sales were lost: the test proves nothing")
 	}

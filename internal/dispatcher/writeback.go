@@ -337,7 +337,7 @@ WHERE t.item_id = u.item_id AND t.lease_token = u.token
 RETURNING t.item_id`
 
 // observeChangesSQL adds one interval to each collected item's decayed counts (the same
-// arithmetic as budgetplan.Observations.Decay then Observe): the interval since its previous
+// arithmetic as tierplan.Observations.Decay then Observe): the interval since its previous
 // successful collection ($2, from the claim: the reschedule has moved it on), whether the market
 // changed in it (history's decision: a listing figure differs from the last snapshot, or new
 // sales arrived), and the new sales. It records the market of the item's last snapshot and,

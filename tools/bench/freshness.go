@@ -12,11 +12,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/score"
+	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -46,7 +48,7 @@ const replanEvery = 3 * 60
 
 // freshResult is one contender's replay, measured over the second half.
 type freshResult struct {
-	rep               neoplesim.FreshnessReport
+	rep               score.FreshnessReport
 	requests          float64
 	collections       int64
 	overBudgetSeconds int
@@ -60,15 +62,15 @@ type freshResult struct {
 
 // benchFreshness replays each contender over the same simulated market, same budget (about half
 // what the thresholds policy asks for) and same horizon, through simulated time: the collector
-// side is the same estimator (budgetplan.Observations) and optimizer (budgetplan.Solve) the
+// side is the same estimator (tierplan.Observations) and optimizer (tierplan.Solve) the
 // daemon uses, driven by the simulator's model (Events) and measured by its own ground truth
 // (Observe, Freshness).
 func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 	fs := sz.fresh
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	truthSim := neoplesim.New(neoplesim.Options{Items: fs.items, Seed: 16, Market: neoplesim.MarketRealistic})
+	truthSim := neoplesim.New(neoplesim.Options{Items: fs.items, Seed: 16, Market: market.Realistic})
 	cat := truthSim.Catalog()
-	truths := truthSim.Truths()
+	truths := truthSim.Market().Truths()
 	ids := make([]string, len(cat))
 	for i, it := range cat {
 		ids[i] = it.ItemID
@@ -84,8 +86,8 @@ func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 		tr := truths[id]
 		t, _ := tiers.ForScore(replayScore(tr.SalesPerHour, tr.Weight, policy), policy.Thresholds)
 		iv, _ := t.Interval()
-		c := planCost(budgetplan.Item{SalesRate: tr.SalesPerHour / 3600}, tr.Listings, replayRun{pack: pack})
-		thrDemand += budgetplan.TierDemand(t, c.RequestsAt(iv.Seconds()))
+		c := planCost(tierplan.Item{SalesRate: tr.SalesPerHour / 3600}, tr.Listings, replayRun{pack: pack})
+		thrDemand += tierplan.TierDemand(t, c.RequestsAt(iv.Seconds()))
 	}
 	budget := math.Round(thrDemand/2*10) / 10
 	rep.note("freshness: %d items, thresholds demand %.1f req/s, budget %.1f req/s (headroom %.0f%%), %d h simulated (%d h warm-up); collections share packed calls as collect.pack_* defaults make them",
@@ -133,17 +135,17 @@ func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 	var fresh, weight float64
 	for _, id := range ids {
 		tr := truths[id]
-		fresh += tr.Weight * budgetplan.Freshness(tr.ChangesPerHour/3600, hot.Seconds())
+		fresh += tr.Weight * tierplan.Freshness(tr.ChangesPerHour/3600, hot.Seconds())
 		weight += tr.Weight
 	}
 	ceiling := fresh / weight
 	rep.add("Weighted freshness, every item HOT_1M (no budget)", fmt.Sprintf("%.3f (%s oracle, %s thresholds)", ceiling, ratio(ceiling, o.rep.Freshness), ratio(ceiling, res[cThresholds].rep.Freshness)),
 		"the same market's true rates and weights through the freshness formula (1 − e^(−λI)) / (λI) at I = 60 s: the most any plan over the design card's tiers can reach at any budget")
-	solve, err := goBench(ctx, "./internal/budgetplan/", "^BenchmarkSolveMillionItems$", "3x")
+	solve, err := goBench(ctx, "./internal/tierplan/", "^BenchmarkSolveMillionItems$", "3x")
 	if err != nil {
 		return err
 	}
-	rep.add("Tier plan for 1M items (budgetplan.Solve)", fmt.Sprintf("%.0f ms", solve["BenchmarkSolveMillionItems"]["ns/op"]/1e6),
+	rep.add("Tier plan for 1M items (tierplan.Solve)", fmt.Sprintf("%.0f ms", solve["BenchmarkSolveMillionItems"]["ns/op"]/1e6),
 		"BenchmarkSolveMillionItems: the optimizer alone (bisection on the Lagrange multiplier, then the fill) over 1M random items with packed costs and sales limits, 500 req/s; mean of 3 runs")
 	if fs.runFor > 0 {
 		if err := freshnessRealRun(ctx, fs, policy, cfg, rep); err != nil {
@@ -173,7 +175,7 @@ type replayItem struct {
 	tier      tiers.Tier
 	due, last int64 // unix seconds; last 0 = never collected
 	obsAt     int64
-	obs       budgetplan.Observations
+	obs       tierplan.Observations
 	listings  int     // seen at the last collection; -1 before the first
 	planned   float64 // what the last plan counted one collection as costing (0: not planned)
 	sales     float64 // decayed new sales over obs's seconds
@@ -215,12 +217,12 @@ type replayRun struct {
 // cFixed keeps given tiers (the setting of the real daemon run it predicts).
 const cFixed = "fixed"
 
-func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p catalog.Policy, run replayRun) freshResult {
+func replay(contender string, ids []string, truths map[string]market.Truth, p catalog.Policy, run replayRun) freshResult {
 	start, budget, window := run.start, run.budget, run.window
 	now := start.Unix()
-	sim := neoplesim.New(neoplesim.Options{Items: len(ids), Seed: run.seed, Market: neoplesim.MarketRealistic,
+	sim := neoplesim.New(neoplesim.Options{Items: len(ids), Seed: run.seed, Market: market.Realistic,
 		Now: func() time.Time { return time.Unix(now, 0) }})
-	b := budgetplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: run.headroom}
+	b := tierplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: run.headroom}
 	items := make([]*replayItem, len(ids))
 	var heaps [4]dueHeap
 	for i, id := range ids {
@@ -257,22 +259,22 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 			}
 			return
 		}
-		in := make([]budgetplan.Item, len(items))
+		in := make([]tierplan.Item, len(items))
 		for i, it := range items {
 			tr := truths[it.id]
 			if contender == cOracle {
 				// True rates and weights; an item's size is known, as to any collector, from its
 				// first collection on (the first is alone).
-				in[i] = planCost(budgetplan.Item{Weight: tr.Weight, ChangeRate: tr.ChangesPerHour / 3600, SalesRate: tr.SalesPerHour / 3600},
+				in[i] = planCost(tierplan.Item{Weight: tr.Weight, ChangeRate: tr.ChangesPerHour / 3600, SalesRate: tr.SalesPerHour / 3600},
 					it.listings, run)
 				continue
 			}
 			rate, ok := it.obs.ChangeRate()
 			if !ok {
-				in[i] = planCost(budgetplan.Item{Pinned: it.tier}, it.listings, run)
+				in[i] = planCost(tierplan.Item{Pinned: it.tier}, it.listings, run)
 				continue
 			}
-			in[i] = planCost(budgetplan.Item{Weight: replayScore(observedSales(it), tr.Weight, p), ChangeRate: rate,
+			in[i] = planCost(tierplan.Item{Weight: replayScore(observedSales(it), tr.Weight, p), ChangeRate: rate,
 				SalesRate: observedSales(it) / 3600}, it.listings, run)
 		}
 		// As the daemon does: plan within the budget divided by how much more the last
@@ -282,7 +284,7 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 			costRatio = 0.7*costRatio + 0.3*min(max(spent/planned, 1), 10)
 		}
 		spent, planned = 0, 0
-		pl := budgetplan.Solve(in, budgetplan.Budget{PerSecond: b.PerSecond / costRatio, PerMinute: b.PerMinute / costRatio, Headroom: b.Headroom})
+		pl := tierplan.Solve(in, tierplan.Budget{PerSecond: b.PerSecond / costRatio, PerMinute: b.PerMinute / costRatio, Headroom: b.Headroom})
 		for i, it := range items {
 			move(it, pl.Tiers[i])
 			iv, _ := pl.Tiers[i].Interval()
@@ -338,8 +340,8 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 				it.listings = truths[it.id].Listings
 				if gap && prev < measureFrom {
 					// Attribute it as the ground truth does: only sales lost after the window opened count.
-					_, before, _ := sim.Events(it.id, time.Unix(prev, 0), time.Unix(measureFrom, 0))
-					gap = k-budgetplan.SalesWindow > before
+					_, before, _ := sim.Market().Events(it.id, time.Unix(prev, 0), time.Unix(measureFrom, 0))
+					gap = k-tierplan.SalesWindow > before
 				}
 				capacity -= cost
 				sent += cost
@@ -351,7 +353,7 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 					res.collections++
 					if gap {
 						res.collectorGaps++
-						if k == budgetplan.SalesWindow {
+						if k == tierplan.SalesWindow {
 							res.exactPages++
 						}
 					}
@@ -370,7 +372,7 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 			res.overBudgetSeconds++
 		}
 	}
-	res.rep = sim.Freshness()
+	res.rep = sim.Scorer().Report()
 	// Items still waiting at the end count with their wait so far: a tier the budget starves
 	// would otherwise show no lag at all.
 	for _, it := range items {
@@ -386,11 +388,11 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 	res.hotLagP99, res.coldLagP99 = p99(hotLags), p99(coldLags)
 	var seen, lost int64
 	for _, it := range items {
-		if budgetplan.SalesSafe(truths[it.id].SalesPerHour/3600, 60) {
+		if tierplan.SalesSafe(truths[it.id].SalesPerHour/3600, 60) {
 			f := res.rep.Items[it.id]
 			seen, lost = seen+f.SalesSeen, lost+f.SalesLost
 		}
-		res.truthDemand += budgetplan.TierDemand(it.tier, collectCost(it, run.pack, oracleSales))
+		res.truthDemand += tierplan.TierDemand(it.tier, collectCost(it, run.pack, oracleSales))
 	}
 	res.coverable = 1
 	if seen+lost > 0 {
@@ -404,13 +406,13 @@ func replay(contender string, ids []string, truths map[string]neoplesim.Truth, p
 // page of new sales since the last collection (the stored sales, or the last collection when
 // none were stored, bound what was seen).
 func collect(sim *neoplesim.Server, it *replayItem, now int64, window time.Duration) (gap bool, k int64) {
-	sim.Observe(it.id)
+	sim.Scorer().Observe(it.id)
 	if it.last == 0 {
 		it.last, it.obsAt = now, now
 		return false, 0
 	}
-	c, k, _ := sim.Events(it.id, time.Unix(it.last, 0), time.Unix(now, 0))
-	gap = k >= budgetplan.SalesWindow
+	c, k, _ := sim.Market().Events(it.id, time.Unix(it.last, 0), time.Unix(now, 0))
+	gap = k >= tierplan.SalesWindow
 	age := float64(now - it.obsAt)
 	decay := math.Exp(-age / window.Seconds())
 	it.obs = it.obs.Decay(age, window.Seconds()).Observe(float64(now-it.last), c > 0 || k > 0)
@@ -475,7 +477,7 @@ func collectCost(it *replayItem, m packing.Model, salesPerHour func(*replayItem)
 }
 
 // planCost sets what the planner counts a collection of an item with listings listings as.
-func planCost(in budgetplan.Item, listings int, run replayRun) budgetplan.Item {
+func planCost(in tierplan.Item, listings int, run replayRun) tierplan.Item {
 	in.Requests = packing.Alone
 	if run.planAlone || listings < 0 {
 		return in
@@ -509,24 +511,24 @@ var freshStartRE = regexp.MustCompile(`fresh-start-ms (\d+)`)
 // realistic market with the oracle's tiers at half the thresholds demand, then replays the same
 // setting from the same start time and compares the two.
 func freshnessRealRun(ctx context.Context, fs freshSize, p catalog.Policy, cfg *config.Config, rep *report) error {
-	sim := neoplesim.New(neoplesim.Options{Items: fs.runItems, Seed: 7, Market: neoplesim.MarketRealistic})
-	truths := sim.Truths()
+	sim := neoplesim.New(neoplesim.Options{Items: fs.runItems, Seed: 7, Market: market.Realistic})
+	truths := sim.Market().Truths()
 	var ids []string
-	var in []budgetplan.Item
+	var in []tierplan.Item
 	var thrDemand float64
 	pack := defaultPacking(cfg)
 	for _, it := range sim.Catalog() {
 		tr := truths[it.ItemID]
 		ids = append(ids, it.ItemID)
-		pi := planCost(budgetplan.Item{Weight: tr.Weight, ChangeRate: tr.ChangesPerHour / 3600, SalesRate: tr.SalesPerHour / 3600},
+		pi := planCost(tierplan.Item{Weight: tr.Weight, ChangeRate: tr.ChangesPerHour / 3600, SalesRate: tr.SalesPerHour / 3600},
 			tr.Listings, replayRun{pack: pack})
 		in = append(in, pi)
 		t, _ := tiers.ForScore(replayScore(tr.SalesPerHour, tr.Weight, p), p.Thresholds)
 		iv, _ := t.Interval()
-		thrDemand += budgetplan.TierDemand(t, pi.RequestsAt(iv.Seconds()))
+		thrDemand += tierplan.TierDemand(t, pi.RequestsAt(iv.Seconds()))
 	}
 	budget := math.Round(thrDemand / 2)
-	plan := budgetplan.Solve(in, budgetplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: cfg.Catalog.BudgetHeadroom})
+	plan := tierplan.Solve(in, tierplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: cfg.Catalog.BudgetHeadroom})
 	assigned := map[string]string{}
 	for i, id := range ids {
 		assigned[id] = string(plan.Tiers[i])

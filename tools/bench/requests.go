@@ -11,6 +11,7 @@ import (
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 )
 
 // benchRequests measures requests per collected item with packing on and off, on the
@@ -70,7 +71,7 @@ func requestsRun(ctx context.Context, e *env, items, rounds, packSize int) (requ
 	defer pool.Close()
 	var now atomic.Int64
 	now.Store(time.Date(2026, 5, 1, 12, 0, 0, 0, provider.KST).Unix())
-	sim := neoplesim.New(neoplesim.Options{Items: items, Seed: 17, Market: neoplesim.MarketRealistic,
+	sim := neoplesim.New(neoplesim.Options{Items: items, Seed: 17, Market: market.Realistic,
 		Now: func() time.Time { return time.Unix(now.Load(), 0) }})
 	srv := httptest.NewServer(sim)
 	defer srv.Close()

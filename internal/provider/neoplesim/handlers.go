@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 )
 
 // maxNameMatches is how many items an auction itemName may match before DNF007.
@@ -42,13 +44,13 @@ func (s *Server) items(r *http.Request) (any, *apiError) {
 			return nil, badParam("q %s", kv)
 		}
 	}
-	rows := []itemRow{}
+	rows := []market.ItemRow{}
 	for _, e := range found {
 		if len(rows) == limit {
 			break
 		}
 		if e.ItemAvailableLevel >= minLevel && e.ItemAvailableLevel <= maxLevel && (rarity == "" || e.ItemRarity == rarity) {
-			rows = append(rows, e.row())
+			rows = append(rows, e.Row())
 		}
 	}
 	return map[string]any{"rows": rows}, nil
@@ -58,11 +60,11 @@ func (s *Server) items(r *http.Request) (any, *apiError) {
 func (s *Server) item(r *http.Request) (any, *apiError) {
 	id := r.PathValue("itemId")
 	s.countItem(id, func(st *ItemStats) { st.Item++ })
-	e := s.byID[id]
+	e := s.market.Item(id)
 	if e == nil {
 		return nil, noItem
 	}
-	return e.detail(), nil
+	return e.Detail(), nil
 }
 
 // GET /df/auction?itemId=|itemIds=|itemName=(&wordType=)&limit=&sort=
@@ -81,12 +83,12 @@ func (s *Server) auction(r *http.Request) (any, *apiError) {
 		return nil, e
 	}
 	now := s.opts.Now()
-	groups := make([][]listingRow, len(found))
+	groups := make([][]market.Listing, len(found))
 	for i, it := range found {
-		groups[i] = it.listingsAt(now)
+		groups[i] = it.Listings(now)
 		slices.SortStableFunc(groups[i], less)
 	}
-	s.observeListings(found, now)
+	s.scorer.ServedListings(found, now)
 	perItem, grouped := s.itemIDsShape(packed)
 	return map[string]any{"rows": shape(perItem, grouped, groups, limit, less)}, nil
 }
@@ -103,15 +105,15 @@ func (s *Server) auctionSold(r *http.Request) (any, *apiError) {
 		return nil, e
 	}
 	now := s.opts.Now()
-	groups := make([][]saleRow, len(found))
+	groups := make([][]market.Sale, len(found))
 	for i, it := range found {
-		groups[i] = it.salesAt(now, limit)
+		groups[i] = it.Sales(now, limit)
 	}
 	perItem, grouped := s.itemIDsShape(packed)
 	// Newest first (the date layout sorts like time).
-	newest := func(a, b saleRow) int { return cmp.Compare(b.SoldDate, a.SoldDate) }
+	newest := func(a, b market.Sale) int { return cmp.Compare(b.SoldDate, a.SoldDate) }
 	rows := shape(perItem, grouped, groups, limit, newest)
-	s.observeSales(found, rows, now)
+	s.scorer.ServedSales(found, rows, now)
 	return map[string]any{"rows": rows}, nil
 }
 
@@ -143,7 +145,7 @@ func (s *Server) itemIDsShape(packed bool) (limitPerItem, grouped bool) {
 // resolve reads exactly one of itemId, itemIds, itemName and returns the known items, and
 // whether they were asked for by itemIds; it counts every requested id, known or not, so tests
 // can prove an id was never asked for.
-func (s *Server) resolve(q url.Values, count func(*ItemStats)) (_ []*entry, packed bool, _ *apiError) {
+func (s *Server) resolve(q url.Values, count func(*ItemStats)) (_ []*market.Item, packed bool, _ *apiError) {
 	given := 0
 	for _, k := range []string{"itemId", "itemIds", "itemName"} {
 		if q.Get(k) != "" {
@@ -174,10 +176,10 @@ func (s *Server) resolve(q url.Values, count func(*ItemStats)) (_ []*entry, pack
 			ids = append(ids, it.ItemID)
 		}
 	}
-	var out []*entry
+	var out []*market.Item
 	for _, id := range ids {
 		s.countItem(id, count)
-		if it := s.byID[id]; it != nil {
+		if it := s.market.Item(id); it != nil {
 			out = append(out, it)
 		}
 	}
@@ -185,7 +187,7 @@ func (s *Server) resolve(q url.Values, count func(*ItemStats)) (_ []*entry, pack
 }
 
 // search matches names: match = exact, front = prefix, full = contains.
-func (s *Server) search(name, wordType string) ([]*entry, *apiError) {
+func (s *Server) search(name, wordType string) ([]*market.Item, *apiError) {
 	var ok func(string) bool
 	switch wordType {
 	case "", "match":
@@ -197,8 +199,8 @@ func (s *Server) search(name, wordType string) ([]*entry, *apiError) {
 	default:
 		return nil, badParam("wordType %s", wordType)
 	}
-	var out []*entry
-	for _, e := range s.catalog {
+	var out []*market.Item
+	for _, e := range s.market.Items() {
 		if ok(e.ItemName) {
 			out = append(out, e)
 		}
@@ -223,25 +225,25 @@ func limitParam(q url.Values, def, ceiling int) (int, *apiError) {
 }
 
 // sortParam reads sort=key:asc|desc for unitPrice or auctionNo; the default is auctionNo order.
-func sortParam(v string) (func(a, b listingRow) int, *apiError) {
+func sortParam(v string) (func(a, b market.Listing) int, *apiError) {
 	if v == "" {
 		v = "auctionNo:asc"
 	}
 	key, dir, _ := strings.Cut(v, ":")
-	var by func(listingRow) int64
+	var by func(market.Listing) int64
 	switch key {
 	case "unitPrice":
-		by = func(l listingRow) int64 { return l.UnitPrice }
+		by = func(l market.Listing) int64 { return l.UnitPrice }
 	case "auctionNo":
-		by = func(l listingRow) int64 { return l.AuctionNo }
+		by = func(l market.Listing) int64 { return l.AuctionNo }
 	default:
 		return nil, badParam("sort %s", v)
 	}
 	switch dir {
 	case "", "asc":
-		return func(a, b listingRow) int { return cmp.Compare(by(a), by(b)) }, nil
+		return func(a, b market.Listing) int { return cmp.Compare(by(a), by(b)) }, nil
 	case "desc":
-		return func(a, b listingRow) int { return cmp.Compare(by(b), by(a)) }, nil
+		return func(a, b market.Listing) int { return cmp.Compare(by(b), by(a)) }, nil
 	}
 	return nil, badParam("sort %s", v)
 }

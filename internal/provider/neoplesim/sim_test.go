@@ -14,6 +14,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 )
 
 var t0 = time.Date(2026, 5, 1, 1, 24, 58, 0, provider.KST)
@@ -97,7 +98,7 @@ func TestCatalogIsDeterministic(t *testing.T) {
 		if !hex32.MatchString(it.ItemID) || !hex32.MatchString(it.ItemTypeID) || !hex32.MatchString(it.ItemTypeDetailID) {
 			t.Fatalf("ids not 32 lowercase hex: %+v", it)
 		}
-		if !slices.Contains(neoplesim.Rarities, it.ItemRarity) {
+		if !slices.Contains(market.Rarities, it.ItemRarity) {
 			t.Fatalf("rarity %q", it.ItemRarity)
 		}
 		if ids[it.ItemID] || names[it.ItemName] {

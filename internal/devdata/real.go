@@ -1,4 +1,4 @@
-package catalog
+package devdata
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 )
@@ -41,7 +42,7 @@ type RealSteps struct {
 }
 
 // SeedReal checks both API keys, then runs import → collect → relay → recalculate. An import
-// that only lost some targets (ErrTargetsFailed) does not stop the rest: the items that were
+// that only lost some targets (catalog.ErrTargetsFailed) does not stop the rest: the items that were
 // found still get collected, and that error is returned at the end. Any other error stops
 // at its step and names it.
 func SeedReal(ctx context.Context, pc config.ProviderConfig, s RealSteps) error {
@@ -73,7 +74,7 @@ func SeedReal(ctx context.Context, pc config.ProviderConfig, s RealSteps) error 
 		}
 		logf("seed:real: %s", st.name)
 		err := st.run(ctx)
-		if errors.Is(err, ErrTargetsFailed) {
+		if errors.Is(err, catalog.ErrTargetsFailed) {
 			partial = err
 			continue
 		}

@@ -1,8 +1,11 @@
-// Package budgetplan chooses a collection tier per item so that weighted freshness is as high
-// as possible while the tier mix's request demand stays within the provider budget. It is pure,
-// like internal/tiers: no clock, no database, no HTTP, so it can be property-tested and replayed
-// over simulated days in seconds.
-package budgetplan
+// Package tierplan decides each tracked item's collection tier. It holds the tier policy (a
+// score's threshold tier, dormancy, reactivation, the demotion hold, and the budget policy that
+// replaces threshold tiers by the optimiser's), the optimiser itself (Solve: the tiers whose
+// weighted freshness is highest while their request demand stays within the provider budget)
+// and the change-rate estimator it plans with. It is pure, like internal/tiers: no clock, no
+// database, no HTTP, so it can be property-tested and replayed over simulated days in seconds.
+// internal/catalog reads its inputs from tracked_items and writes its decisions back.
+package tierplan
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package neoplesim
+package market
 
 import (
 	"cmp"
@@ -52,7 +52,8 @@ var baseNames = []struct {
 // Rarities are the API's rarity values, lowest first.
 var Rarities = []string{"커먼", "언커먼", "레어", "유니크", "레전더리", "에픽", "신화", "태초"}
 
-type entry struct {
+// Item is one catalog item, its market and, in the realistic market, its ground truth.
+type Item struct {
 	provider.Item
 	h          uint64 // per-item hash seed
 	stack      bool
@@ -62,19 +63,19 @@ type entry struct {
 	salePeriod int64     // seconds per sale slot
 	avgZero    bool      // averagePrice reported as 0, as the API sometimes does
 
-	real *realistic // set in the realistic market (market.go)
+	real *realistic // set in the realistic market (realistic.go)
 }
 
-func buildCatalog(n int, seed int64) []*entry {
+func buildCatalog(n int, seed int64) []*Item {
 	r := rand.New(rand.NewPCG(uint64(seed), 0x6e656f706c65))
-	out := make([]*entry, n)
+	out := make([]*Item, n)
 	for i := range out {
 		b := baseNames[i%len(baseNames)]
 		name := b.name
 		if i >= len(baseNames) {
 			name = fmt.Sprintf("%s 꾸러미 %d", b.name, i/len(baseNames))
 		}
-		e := &entry{
+		e := &Item{
 			Item: provider.Item{
 				ItemID:     fmt.Sprintf("%016x%016x", r.Uint64(), r.Uint64()),
 				ItemName:   name,
@@ -137,7 +138,7 @@ type job struct {
 // setExtras turns some items beyond the base names into cards and avatars, and gives some
 // stackables an exchange object. It draws nothing from the catalog's random stream, so ids
 // stay what they were.
-func (e *entry) setExtras(i int) {
+func (e *Item) setExtras(i int) {
 	switch {
 	case i >= len(baseNames) && i%25 == 13:
 		e.stack = false
@@ -179,7 +180,7 @@ func mix(xs ...uint64) uint64 {
 func frac(h uint64) float64 { return float64(h>>11) / (1 << 53) }
 
 // priceAt is the item's unit price at unix second t: a slow wave plus per-minute jitter.
-func (e *entry) priceAt(t int64) float64 {
+func (e *Item) priceAt(t int64) float64 {
 	minute := t / 60
 	period := float64(60 + e.h%240)
 	wave := 0.15 * math.Sin(2*math.Pi*float64(minute)/period+float64(e.h%628)/100)
@@ -187,7 +188,7 @@ func (e *entry) priceAt(t int64) float64 {
 	return max(e.base*(1+wave+jitter), 1)
 }
 
-type itemRow struct {
+type ItemRow struct {
 	ItemID             string `json:"itemId"`
 	ItemName           string `json:"itemName"`
 	ItemRarity         string `json:"itemRarity"`
@@ -199,10 +200,10 @@ type itemRow struct {
 	Fame               int    `json:"fame"`
 }
 
-func (e *entry) row() itemRow { return itemRow(e.Item) }
+func (e *Item) Row() ItemRow { return ItemRow(e.Item) }
 
-type itemDetail struct {
-	itemRow
+type ItemDetail struct {
+	ItemRow
 	ItemExplain       string   `json:"itemExplain"`
 	ItemExplainDetail string   `json:"itemExplainDetail"`
 	ItemFlavorText    string   `json:"itemFlavorText"`
@@ -211,16 +212,16 @@ type itemDetail struct {
 	ItemStatus        []string `json:"itemStatus"`
 }
 
-func (e *entry) detail() itemDetail {
-	return itemDetail{itemRow: e.row(), ItemExplain: e.ItemName + " (시뮬레이터)",
+func (e *Item) Detail() ItemDetail {
+	return ItemDetail{ItemRow: e.Row(), ItemExplain: e.ItemName + " (시뮬레이터)",
 		ItemFlavorText: "neoplesim", ItemStatus: []string{}}
 }
 
-type listingRow struct {
+type Listing struct {
 	AuctionNo  int64  `json:"auctionNo"`
 	RegDate    string `json:"regDate"`
 	ExpireDate string `json:"expireDate"`
-	itemRow
+	ItemRow
 	Refine            int     `json:"refine"`
 	Reinforce         int     `json:"reinforce"`
 	AmplificationName *string `json:"amplificationName"`
@@ -234,7 +235,7 @@ type listingRow struct {
 }
 
 // listingsAt is the order book at now, in auctionNo order (the API's default).
-func (e *entry) listingsAt(now time.Time) []listingRow {
+func (e *Item) Listings(now time.Time) []Listing {
 	if e.real != nil {
 		return e.realListings(now)
 	}
@@ -243,7 +244,7 @@ func (e *entry) listingsAt(now time.Time) []listingRow {
 }
 
 // book draws an order book from key, with listings registered before start around price p0.
-func (e *entry) book(key uint64, start int64, p0 float64) []listingRow {
+func (e *Item) book(key uint64, start int64, p0 float64) []Listing {
 	bucket := key
 	n := e.listings
 	if n > 0 {
@@ -253,7 +254,7 @@ func (e *entry) book(key uint64, start int64, p0 float64) []listingRow {
 	if e.avgZero {
 		avg = 0
 	}
-	out := make([]listingRow, n)
+	out := make([]Listing, n)
 	for j := range out {
 		h := mix(e.h, uint64(bucket), uint64(j))
 		unit := int64(max(p0*(1+0.002*float64(j))*(1+frac(h)/20), 1))
@@ -268,19 +269,19 @@ func (e *entry) book(key uint64, start int64, p0 float64) []listingRow {
 			reg = &rc
 		}
 		regDate := time.Unix(start-int64(h>>40%(20*3600)), 0)
-		out[j] = listingRow{
+		out[j] = Listing{
 			AuctionNo: 1_000_000_000 + int64(h>>34), RegDate: kst(regDate), ExpireDate: kst(regDate.Add(24 * time.Hour)),
-			itemRow: e.row(), rowExtras: e.extras, Count: count, RegCount: reg, Price: -1,
+			ItemRow: e.Row(), rowExtras: e.extras, Count: count, RegCount: reg, Price: -1,
 			UnitPrice: unit, CurrentPrice: unit * count, AveragePrice: avg,
 		}
 	}
-	slices.SortFunc(out, func(a, b listingRow) int { return cmp.Compare(a.AuctionNo, b.AuctionNo) })
+	slices.SortFunc(out, func(a, b Listing) int { return cmp.Compare(a.AuctionNo, b.AuctionNo) })
 	return out
 }
 
-type saleRow struct {
+type Sale struct {
 	SoldDate string `json:"soldDate"`
-	itemRow
+	ItemRow
 	Refine            int     `json:"refine"`
 	Reinforce         int     `json:"reinforce"`
 	AmplificationName *string `json:"amplificationName"`
@@ -294,7 +295,7 @@ type saleRow struct {
 // Each slot of salePeriod seconds holds zero, one, two different, or two identical sales, or
 // a sweep: one buyer taking several listings in the same second at different prices, which
 // the API lists highest unit price first.
-func (e *entry) salesAt(now time.Time, limit int) []saleRow {
+func (e *Item) Sales(now time.Time, limit int) []Sale {
 	if e.real != nil {
 		return e.realSales(now, limit)
 	}
@@ -303,9 +304,9 @@ func (e *entry) salesAt(now time.Time, limit int) []saleRow {
 	p := e.salePeriod
 	type timed struct {
 		t   int64
-		row saleRow
+		row Sale
 	}
-	var out []saleRow
+	var out []Sale
 	for s := nowU / p; (s+1)*p > oldest && len(out) < limit; s-- {
 		h := mix(e.h, 0x5a1e, uint64(s))
 		sale := func(hh uint64) timed {
@@ -315,7 +316,7 @@ func (e *entry) salesAt(now time.Time, limit int) []saleRow {
 				count = 1 + int64(hh>>32%200)
 			}
 			unit := int64(max(e.priceAt(t)*(0.97+frac(hh)*0.06), 1))
-			return timed{t, saleRow{SoldDate: kst(time.Unix(t, 0)), itemRow: e.row(), rowExtras: e.extras, Count: count, Price: unit * count, UnitPrice: unit}}
+			return timed{t, Sale{SoldDate: kst(time.Unix(t, 0)), ItemRow: e.Row(), rowExtras: e.extras, Count: count, Price: unit * count, UnitPrice: unit}}
 		}
 		var slot []timed
 		switch h % 4 {

@@ -1,4 +1,4 @@
-package budgetplan
+package tierplan
 
 import (
 	"math"

@@ -1,19 +1,19 @@
-package neoplesim
+// Package score measures what a client collected against the market's ground truth: for each
+// item, the fraction of time its copy (the last /df/auction answer served) was current, its
+// mean age, and the sales that fell out of the 100-row window before any /df/auction-sold
+// answer showed them. Only the realistic market has a ground truth to score against.
+package score
 
 import (
 	"math"
-	"net/http"
+	"sync"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 )
 
-// catalogRow is a GET /_sim/catalog row: the item, and its truth in the realistic market.
-type catalogRow struct {
-	itemRow
-	*Truth `json:",omitempty"`
-}
-
-// track is what the simulator knows of one item's copy at the collector: when the last
-// /df/auction and /df/auction-sold answers were served, and totals since the last stats reset.
+// track is what is known of one item's copy at the collector: when the last /df/auction and
+// /df/auction-sold answers were served, and totals since the last reset.
 type track struct {
 	copyAt, soldAt   int64 // ms, sim time
 	hasCopy, hasSold bool
@@ -24,7 +24,7 @@ type track struct {
 	gaps                     int64 // answers after which sales had fallen out of the window unseen
 }
 
-// ItemFreshness is one item's ground truth since the last stats reset.
+// ItemFreshness is one item's ground truth since the last reset.
 type ItemFreshness struct {
 	Weight         float64 `json:"weight"`
 	Freshness      float64 `json:"freshness"`        // fraction of the time the copy was current
@@ -52,15 +52,32 @@ type FreshnessReport struct {
 	Items         map[string]ItemFreshness `json:"items"`
 }
 
-// resetTracks zeroes the totals but keeps what each copy is. Callers hold s.mu.
-func (s *Server) resetTracks() {
-	s.resetAt = s.opts.Now().UnixMilli()
+// Scorer keeps each item's copy and its totals since the last reset; it is safe for concurrent use.
+type Scorer struct {
+	m   *market.Market
+	now func() time.Time // the market's clock
+
+	mu      sync.Mutex
+	tracks  map[string]*track
+	resetAt int64 // market time of the last reset, ms
+}
+
+// New starts scoring m from now().
+func New(m *market.Market, now func() time.Time) *Scorer {
+	return &Scorer{m: m, now: now, tracks: map[string]*track{}, resetAt: now().UnixMilli()}
+}
+
+// Reset zeroes the totals but keeps what each copy is.
+func (s *Scorer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resetAt = s.now().UnixMilli()
 	for _, tr := range s.tracks {
 		*tr = track{copyAt: tr.copyAt, soldAt: tr.soldAt, hasCopy: tr.hasCopy, hasSold: tr.hasSold}
 	}
 }
 
-func (s *Server) trackOf(id string) *track {
+func (s *Scorer) trackOf(id string) *track {
 	tr := s.tracks[id]
 	if tr == nil {
 		tr = &track{}
@@ -71,7 +88,7 @@ func (s *Server) trackOf(id string) *track {
 
 // copySpan is how the copy fared from the later of its serving and the reset up to `to`.
 // Callers hold s.mu.
-func (s *Server) copySpan(e *entry, tr *track, to int64) (fresh, stale, age2 float64) {
+func (s *Scorer) copySpan(e *market.Item, tr *track, to int64) (fresh, stale, age2 float64) {
 	start := s.resetAt
 	if tr.hasCopy {
 		start = max(start, tr.copyAt)
@@ -82,7 +99,7 @@ func (s *Server) copySpan(e *entry, tr *track, to int64) (fresh, stale, age2 flo
 	missed := float64(start) // no copy at all: stale, aged from the start of the window
 	if tr.hasCopy {
 		missed = math.Inf(1)
-		if c, ok := e.nextChange(tr.copyAt); ok {
+		if c, ok := e.NextChange(tr.copyAt); ok {
 			missed = float64(c)
 		}
 	}
@@ -94,9 +111,9 @@ func (s *Server) copySpan(e *entry, tr *track, to int64) (fresh, stale, age2 flo
 	return fresh, stale, age2
 }
 
-// observeListings records /df/auction answers served at now.
-func (s *Server) observeListings(found []*entry, now time.Time) {
-	if s.opts.Market != MarketRealistic {
+// ServedListings records /df/auction answers served at now.
+func (s *Scorer) ServedListings(found []*market.Item, now time.Time) {
+	if s.m.Kind() != market.Realistic {
 		return
 	}
 	t := now.UnixMilli()
@@ -114,34 +131,34 @@ func (s *Server) observeListings(found []*entry, now time.Time) {
 	}
 }
 
-// observeSales records /df/auction-sold answers served at now: rows is the page sent.
-func (s *Server) observeSales(found []*entry, rows []saleRow, now time.Time) {
-	if s.opts.Market != MarketRealistic {
+// ServedSales records /df/auction-sold answers served at now: rows is the page sent.
+func (s *Scorer) ServedSales(found []*market.Item, rows []market.Sale, now time.Time) {
+	if s.m.Kind() != market.Realistic {
 		return
 	}
 	shown := map[string]int64{}
 	for _, r := range rows {
 		shown[r.ItemID]++
 	}
-	s.observeShown(found, shown, now)
+	s.servedShown(found, shown, now)
 }
 
-// Observe records a collection of itemID at the simulator's now, as if /df/auction and a full
+// Observe records a collection of itemID at the market's now, as if /df/auction and a full
 // /df/auction-sold page (limit 100) had been served, so a time-compressed replay is measured by
 // the same ground truth as real requests. It reports false for an unknown item or market.
-func (s *Server) Observe(itemID string) bool {
-	e := s.byID[itemID]
-	if e == nil || e.real == nil {
+func (s *Scorer) Observe(itemID string) bool {
+	e := s.m.Item(itemID)
+	if e == nil || e.Truth() == nil {
 		return false
 	}
-	now := s.opts.Now()
-	s.observeListings([]*entry{e}, now)
+	now := s.now()
+	s.ServedListings([]*market.Item{e}, now)
 	// The newest 100 sales: the page holds every new sale unless more than 100 happened.
-	s.observeShown([]*entry{e}, map[string]int64{itemID: 100}, now)
+	s.servedShown([]*market.Item{e}, map[string]int64{itemID: 100}, now)
 	return true
 }
 
-func (s *Server) observeShown(found []*entry, shown map[string]int64, now time.Time) {
+func (s *Scorer) servedShown(found []*market.Item, shown map[string]int64, now time.Time) {
 	t := now.UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -153,11 +170,11 @@ func (s *Server) observeShown(found []*entry, shown map[string]int64, now time.T
 		from, before := s.resetAt, int64(0)
 		if tr.hasSold && tr.soldAt < from {
 			from = tr.soldAt
-			before = e.salesBetween(tr.soldAt, s.resetAt) // new to the collector, but before the window
+			before = e.SalesBetween(tr.soldAt, s.resetAt) // new to the collector, but before the window
 		} else if tr.hasSold {
 			from = tr.soldAt
 		}
-		k := e.salesBetween(from, t)
+		k := e.SalesBetween(from, t)
 		lost := max(0, k-shown[e.ItemID]) // the oldest of the new sales are the ones past the window
 		lostIn := max(0, lost-before)
 		tr.salesLost += lostIn
@@ -170,23 +187,25 @@ func (s *Server) observeShown(found []*entry, shown map[string]int64, now time.T
 	}
 }
 
-// Freshness reports the realistic market's ground truth since the last stats reset.
-func (s *Server) Freshness() FreshnessReport {
-	now := s.opts.Now()
+// Report is the realistic market's ground truth since the last reset.
+func (s *Scorer) Report() FreshnessReport {
+	now := s.now()
 	t := now.UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rep := FreshnessReport{Market: s.opts.Market, Since: time.UnixMilli(s.resetAt).UTC(), Now: now.UTC(),
-		Items: make(map[string]ItemFreshness, len(s.catalog))}
+	items := s.m.Items()
+	rep := FreshnessReport{Market: s.m.Kind(), Since: time.UnixMilli(s.resetAt).UTC(), Now: now.UTC(),
+		Items: make(map[string]ItemFreshness, len(items))}
 	var wSum, fSum, aSum float64
-	for _, e := range s.catalog {
-		if e.real == nil {
+	for _, e := range items {
+		truth := e.Truth()
+		if truth == nil {
 			continue
 		}
 		tr := s.trackOf(e.ItemID)
 		f, st, a := s.copySpan(e, tr, t)
 		fresh, stale, age2 := tr.freshMs+f, tr.staleMs+st, tr.ageMs2+a
-		it := ItemFreshness{Weight: e.real.Weight, Freshness: 1, Fetches: tr.fetches, SoldFetches: tr.soldFetches,
+		it := ItemFreshness{Weight: truth.Weight, Freshness: 1, Fetches: tr.fetches, SoldFetches: tr.soldFetches,
 			SalesSeen: tr.salesSeen, SalesLost: tr.salesLost, Gaps: tr.gaps}
 		if span := fresh + stale; span > 0 {
 			it.Freshness = fresh / span
@@ -196,7 +215,7 @@ func (s *Server) Freshness() FreshnessReport {
 		if tr.hasSold {
 			from = max(from, tr.soldAt)
 		}
-		it.SalesPending = e.salesBetween(from, t)
+		it.SalesPending = e.SalesBetween(from, t)
 		rep.Items[e.ItemID] = it
 		wSum += it.Weight
 		fSum += it.Weight * it.Freshness
@@ -214,27 +233,4 @@ func (s *Server) Freshness() FreshnessReport {
 		rep.SalesCoverage = float64(rep.SalesSeen) / float64(n)
 	}
 	return rep
-}
-
-// Truths returns each item's true rates and weight in the realistic market (nil otherwise),
-// in catalog order; the oracle and the benchmark use them, the collector never does.
-func (s *Server) Truths() map[string]Truth {
-	if s.opts.Market != MarketRealistic {
-		return nil
-	}
-	out := make(map[string]Truth, len(s.catalog))
-	for _, e := range s.catalog {
-		tr := e.real.Truth
-		tr.Listings = e.listings
-		out[e.ItemID] = tr
-	}
-	return out
-}
-
-func (s *Server) adminFreshness(w http.ResponseWriter, _ *http.Request) {
-	if s.opts.Market != MarketRealistic {
-		http.Error(w, "freshness needs the realistic market (Options.Market realistic)", http.StatusNotFound)
-		return
-	}
-	writeJSON(w, http.StatusOK, s.Freshness())
 }

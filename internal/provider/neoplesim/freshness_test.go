@@ -7,9 +7,11 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
-	"sort"
 	"testing"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/score"
 )
 
 type marketFixture struct {
@@ -21,7 +23,7 @@ type marketFixture struct {
 func newMarket(t *testing.T, items int) *marketFixture {
 	t.Helper()
 	f := &marketFixture{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
-	f.sim = New(Options{Items: items, Seed: 7, Market: MarketRealistic, Now: func() time.Time { return f.now }})
+	f.sim = New(Options{Items: items, Seed: 7, Market: market.Realistic, Now: func() time.Time { return f.now }})
 	f.srv = httptest.NewServer(f.sim)
 	t.Cleanup(f.srv.Close)
 	return f
@@ -60,36 +62,12 @@ func (f *marketFixture) sales(t *testing.T, id string) []map[string]any {
 	return b.Rows
 }
 
-func TestRealisticMarketIsHeavyTailed(t *testing.T) {
-	s := New(Options{Items: 20000, Seed: 3, Market: MarketRealistic})
-	var ch, sa []float64
-	for _, tr := range s.Truths() {
-		ch = append(ch, tr.ChangesPerHour)
-		sa = append(sa, tr.SalesPerHour)
-	}
-	sort.Float64s(ch)
-	sort.Float64s(sa)
-	q := func(v []float64, p float64) float64 { return v[int(p*float64(len(v)-1))] }
-	if m := q(ch, 0.5); m < 1 || m > 10 {
-		t.Errorf("median item changes %.2f times an hour, want a few", m)
-	}
-	if p := q(ch, 0.99); p < 120 {
-		t.Errorf("busiest 1%% change %.0f times an hour, want several a minute", p)
-	}
-	if m := q(sa, 0.5) * 24; m < 1 || m > 10 {
-		t.Errorf("median item sells %.2f times a day, want a few", m)
-	}
-	if p := q(sa, 0.99); p < 100 {
-		t.Errorf("busiest 1%% sell %.0f times an hour, want hundreds", p)
-	}
-}
-
 func TestRealisticListingsChangeOnlyAtChangeEvents(t *testing.T) {
 	f := newMarket(t, 30)
-	other := New(Options{Items: 30, Seed: 7, Market: MarketRealistic, Now: func() time.Time { return f.now }})
-	e := f.sim.catalog[0]
+	other := New(Options{Items: 30, Seed: 7, Market: market.Realistic, Now: func() time.Time { return f.now }})
+	e := f.sim.market.Items()[0]
 	start := f.now.UnixMilli()
-	c1, ok := e.nextChange(start)
+	c1, ok := e.NextChange(start)
 	if !ok {
 		t.Fatal("no change within the look-back")
 	}
@@ -98,8 +76,8 @@ func TestRealisticListingsChangeOnlyAtChangeEvents(t *testing.T) {
 	if got := f.listings(t, e.ItemID); !slices.EqualFunc(got, before, equalJSON) {
 		t.Fatal("listings changed before the item's next change event")
 	}
-	x, _ := json.Marshal(other.byID[e.ItemID].listingsAt(f.now))
-	y, _ := json.Marshal(e.listingsAt(f.now))
+	x, _ := json.Marshal(other.market.Item(e.ItemID).Listings(f.now))
+	y, _ := json.Marshal(e.Listings(f.now))
 	if string(x) != string(y) {
 		t.Fatal("two simulators with the same seed disagree at the same time")
 	}
@@ -117,13 +95,13 @@ func equalJSON(a, b map[string]any) bool {
 
 func TestFreshnessIsTheTimeTheCopyStayedCurrent(t *testing.T) {
 	f := newMarket(t, 10)
-	e := f.sim.catalog[1]
+	e := f.sim.market.Items()[1]
 	t0 := f.now.UnixMilli()
 	f.listings(t, e.ItemID)
-	c1, _ := e.nextChange(t0)
+	c1, _ := e.NextChange(t0)
 	// Query well after the first missed change: fresh until c1, stale (and ageing) after.
 	f.now = time.UnixMilli(c1 + 60_000)
-	var rep FreshnessReport
+	var rep score.FreshnessReport
 	f.get(t, "/_sim/freshness", nil, &rep)
 	got := rep.Items[e.ItemID]
 	span := float64(c1 + 60_000 - t0)
@@ -133,7 +111,7 @@ func TestFreshnessIsTheTimeTheCopyStayedCurrent(t *testing.T) {
 	if want := 60.0 * 60 / 2 / (span / 1000); math.Abs(got.MeanAgeSeconds-want) > 1e-6 {
 		t.Errorf("mean age %v s, want %v", got.MeanAgeSeconds, want)
 	}
-	if never := rep.Items[f.sim.catalog[2].ItemID]; never.Freshness != 0 {
+	if never := rep.Items[f.sim.market.Items()[2].ItemID]; never.Freshness != 0 {
 		t.Errorf("an item never fetched has freshness %v, want 0", never.Freshness)
 	}
 	// Fetching again at the query time makes the copy current again; totals keep the past.
@@ -154,9 +132,9 @@ func TestFreshnessIsTheTimeTheCopyStayedCurrent(t *testing.T) {
 
 func TestLostSalesAreCountedAsGaps(t *testing.T) {
 	f := newMarket(t, 2000)
-	var e *entry
-	for _, x := range f.sim.catalog {
-		if x.real.SalesPerHour > 600 {
+	var e *market.Item
+	for _, x := range f.sim.market.Items() {
+		if x.Truth().SalesPerHour > 600 {
 			e = x
 			break
 		}
@@ -167,11 +145,11 @@ func TestLostSalesAreCountedAsGaps(t *testing.T) {
 	f.sales(t, e.ItemID)
 	t0 := f.now.UnixMilli()
 	// Long enough for well over 100 sales.
-	gap := int64(3 * 100 / e.real.SalesPerHour * 3.6e6)
+	gap := int64(3 * 100 / e.Truth().SalesPerHour * 3.6e6)
 	f.now = time.UnixMilli(t0 + gap)
 	rows := f.sales(t, e.ItemID)
-	happened := e.salesBetween(t0, t0+gap)
-	var rep FreshnessReport
+	happened := e.SalesBetween(t0, t0+gap)
+	var rep score.FreshnessReport
 	f.get(t, "/_sim/freshness", nil, &rep)
 	got := rep.Items[e.ItemID]
 	if len(rows) != 100 || got.Gaps != 1 || got.SalesLost != happened-100 || got.SalesSeen != 100 {
@@ -191,13 +169,13 @@ func TestLostSalesAreCountedAsGaps(t *testing.T) {
 
 func TestStatsResetStartsANewFreshnessWindow(t *testing.T) {
 	f := newMarket(t, 5)
-	e := f.sim.catalog[0]
+	e := f.sim.market.Items()[0]
 	f.listings(t, e.ItemID)
-	c1, _ := e.nextChange(f.now.UnixMilli())
+	c1, _ := e.NextChange(f.now.UnixMilli())
 	f.now = time.UnixMilli(c1 + 1000)
 	f.sim.ResetStats()
 	f.now = f.now.Add(time.Minute)
-	var rep FreshnessReport
+	var rep score.FreshnessReport
 	f.get(t, "/_sim/freshness", nil, &rep)
 	if g := rep.Items[e.ItemID]; g.Freshness != 0 || g.Fetches != 0 {
 		t.Errorf("after reset, a copy already stale stays stale and fetches restart: %+v", g)
@@ -228,7 +206,7 @@ func TestDefaultMarketHasNoGroundTruth(t *testing.T) {
 	if _, ok := cat.Rows[0]["weight"]; ok {
 		t.Error("default market catalog shows a weight")
 	}
-	real := New(Options{Items: 5, Market: MarketRealistic})
+	real := New(Options{Items: 5, Market: market.Realistic})
 	srv2 := httptest.NewServer(real)
 	defer srv2.Close()
 	r3, err := srv2.Client().Get(srv2.URL + "/_sim/catalog")

@@ -1,4 +1,4 @@
-package catalog
+package devdata
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 )
 
@@ -50,7 +51,7 @@ func TestSeedRealRunsStepsInOrder(t *testing.T) {
 		return func(context.Context) error { order = append(order, name); return err }
 	}
 	var logs []string
-	partial := fmt.Errorf("%w: 1 of 3", ErrTargetsFailed)
+	partial := fmt.Errorf("%w: 1 of 3", catalog.ErrTargetsFailed)
 	err := SeedReal(context.Background(), pc, RealSteps{
 		Import:      step("import", partial),
 		Collect:     step("collect", nil),
@@ -58,7 +59,7 @@ func TestSeedRealRunsStepsInOrder(t *testing.T) {
 		Log:         func(m string) { logs = append(logs, m) },
 	})
 	// Missing targets do not stop the items that were found from being collected.
-	if !errors.Is(err, ErrTargetsFailed) || strings.Join(order, ",") != "import,collect,recalculate" {
+	if !errors.Is(err, catalog.ErrTargetsFailed) || strings.Join(order, ",") != "import,collect,recalculate" {
 		t.Fatalf("err %v, order %v", err, order)
 	}
 	if !strings.Contains(strings.Join(logs, "\n"), "skipping relay-outbox") {

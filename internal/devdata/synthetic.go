@@ -1,4 +1,9 @@
-package catalog
+// Package devdata writes data for development and demos, never for production: synthetic
+// fixtures (items with ids seed-NNNN, their hourly snapshots, sales and interest, from a
+// deterministic market generator), purge:synthetic, which deletes every fixture row, and the
+// seed:real workflow that fills a database from the real provider. What counts as synthetic is
+// decided once, by catalog.IsSynthetic.
+package devdata
 
 import (
 	"context"
@@ -13,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -26,7 +32,7 @@ type SyntheticOptions struct {
 	// truncated to the hour, which is what makes a re-run line up with the first run.
 	Until time.Time
 	// Policy scores the generated history into a plausible tier; zero = the defaults.
-	Policy Policy
+	Policy catalog.Policy
 	// Progress, when set, hears after each committed batch how many items are written.
 	Progress func(done, total int)
 }
@@ -64,7 +70,7 @@ var syntheticNames = []string{
 // the hours sit on a grid anchored to the database clock, so re-running adds nothing but the
 // hours that passed since. Fixtures are never scheduled (next_collect_at NULL): there is no
 // such item at the provider to collect.
-func SeedSynthetic(ctx context.Context, db DB, opt SyntheticOptions) (SyntheticResult, error) {
+func SeedSynthetic(ctx context.Context, db catalog.DB, opt SyntheticOptions) (SyntheticResult, error) {
 	if opt.Items <= 0 {
 		opt.Items = 20
 	}
@@ -76,7 +82,7 @@ func SeedSynthetic(ctx context.Context, db DB, opt SyntheticOptions) (SyntheticR
 			MaxSyntheticItems, MaxSyntheticDays, opt.Items, opt.Days)
 	}
 	if opt.Policy.Window == 0 {
-		opt.Policy = PolicyFromConfig(config.Default().Catalog, config.Default().Provider.Market, packing.Model{})
+		opt.Policy = catalog.PolicyFromConfig(config.Default().Catalog, config.Default().Provider.Market, packing.Model{})
 	}
 	res := SyntheticResult{Items: opt.Items}
 	end := opt.Until.Truncate(time.Hour)
@@ -91,7 +97,7 @@ func SeedSynthetic(ctx context.Context, db DB, opt SyntheticOptions) (SyntheticR
 		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			var fx fixtureRows
 			for i := lo; i <= hi; i++ {
-				fx.addItem(fmt.Sprintf("%s%04d", SyntheticPrefix, i), i, end, opt)
+				fx.addItem(fmt.Sprintf("%s%04d", catalog.SyntheticPrefix, i), i, end, opt)
 			}
 			return fx.insert(ctx, tx, &res)
 		})
@@ -161,7 +167,7 @@ func (fx *fixtureRows) addItem(id string, n int, end time.Time, opt SyntheticOpt
 	m := modelFor(id)
 	hours := 24 * opt.Days
 	start := end.Add(-time.Duration(hours) * time.Hour)
-	var sig Signals
+	var sig catalog.Signals
 	var lastSnap time.Time
 	for h := start; h.Before(end); h = h.Add(time.Hour) {
 		r := rand.New(rand.NewPCG(hash64(id), uint64(h.Unix())))
@@ -226,7 +232,7 @@ func (fx *fixtureRows) addItem(id string, n int, end time.Time, opt SyntheticOpt
 			sig.Interest += opt.Policy.Weights.View * math.Pow(0.5, ago.Seconds()/opt.Policy.InterestHalfLife.Seconds())
 		}
 	}
-	score := Score(sig, opt.Policy.Weights, opt.Policy.Window)
+	score := catalog.Score(sig, opt.Policy.Weights, opt.Policy.Window)
 	tier, reason := tiers.ForScore(score, opt.Policy.Thresholds)
 	for i := len(fx.snaps.tiers) - hours; i < len(fx.snaps.tiers); i++ {
 		fx.snaps.tiers[i] = string(tier)
@@ -338,91 +344,4 @@ func fixtureUUID(id string, at time.Time) string {
 	sum[6] = (sum[6] & 0x0f) | 0x50
 	sum[8] = (sum[8] & 0x3f) | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
-}
-
-// PurgeCount is how many rows purge:synthetic deleted from one table.
-type PurgeCount struct {
-	Table   string
-	Deleted int64
-}
-
-// PurgeResult lists the tables in the order they were purged.
-type PurgeResult []PurgeCount
-
-// Total is the number of rows deleted across tables.
-func (r PurgeResult) Total() int64 {
-	var n int64
-	for _, c := range r {
-		n += c.Deleted
-	}
-	return n
-}
-
-// purgeTable is one item-keyed table: ids finds its synthetic item ids in one scan ($1 the
-// LIKE patterns), del deletes a batch of their rows through the item_id index ($1 ids, $2 the
-// patterns again so a real row can never go, $3 the batch size).
-type purgeTable struct{ name, ids, del string }
-
-// purgeTables are every table keyed by item_id, tracked_items last so that an interrupted
-// purge can simply be run again. outbox_pending rows go with their outbox rows (foreign key).
-var purgeTables = []purgeTable{
-	{"outbox",
-		`SELECT DISTINCT item_id FROM outbox WHERE item_id LIKE ANY ($1)`,
-		`DELETE FROM outbox WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM outbox WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
-	{"auction_snapshots",
-		`SELECT DISTINCT item_id FROM auction_snapshots WHERE item_id LIKE ANY ($1)`,
-		`DELETE FROM auction_snapshots WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM auction_snapshots WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
-	{"auction_sales",
-		`SELECT DISTINCT item_id FROM auction_sales WHERE item_id LIKE ANY ($1)`,
-		`DELETE FROM auction_sales WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM auction_sales WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
-	{"item_interest",
-		`SELECT DISTINCT item_id FROM item_interest WHERE item_id LIKE ANY ($1)`,
-		`DELETE FROM item_interest WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM item_interest WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
-	{"tracked_items",
-		`SELECT DISTINCT item_id FROM tracked_items WHERE item_id LIKE ANY ($1)`,
-		`DELETE FROM tracked_items WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM tracked_items WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
-}
-
-// PurgeSynthetic deletes every row of every synthetic item id (see IsSynthetic) from every
-// table, batchSize rows per statement (default 5000) so locks stay short and a big purge
-// does not stall collection. Each table is scanned once for its synthetic ids; batches then
-// go through the item_id index.
-func PurgeSynthetic(ctx context.Context, db DB, batchSize int) (PurgeResult, error) {
-	if batchSize <= 0 {
-		batchSize = 5000
-	}
-	var res PurgeResult
-	for _, t := range purgeTables {
-		n, err := t.purge(ctx, db, batchSize)
-		res = append(res, PurgeCount{Table: t.name, Deleted: n})
-		if err != nil {
-			return res, fmt.Errorf("purge:synthetic %s: %w", t.name, err)
-		}
-	}
-	return res, nil
-}
-
-func (t purgeTable) purge(ctx context.Context, db DB, batchSize int) (int64, error) {
-	patterns := SyntheticPatterns()
-	rows, _ := db.Query(ctx, t.ids, patterns)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(ids) == 0 {
-		return 0, err
-	}
-	var total int64
-	for {
-		tag, err := db.Exec(ctx, t.del, ids, patterns, batchSize)
-		if err != nil {
-			return total, err
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batchSize) {
-			return total, nil
-		}
-	}
 }

@@ -1,31 +1,9 @@
-package neoplesim
+package market
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
-
-// Markets the simulator can serve.
-const (
-	// MarketDefault redraws every item's listings every minute and sells in fixed slots.
-	MarketDefault = "default"
-	// MarketRealistic gives each item its own listing-change rate, sale rate and user weight,
-	// heavy-tailed (log-normal), with changes and sales at deterministic Poisson event times,
-	// so freshness can be measured against ground truth (GET /_sim/freshness).
-	MarketRealistic = "realistic"
-)
-
-// ParseMarket accepts "" (the default), "default" or "realistic".
-func ParseMarket(s string) (string, error) {
-	switch s {
-	case "", MarketDefault:
-		return MarketDefault, nil
-	case MarketRealistic:
-		return MarketRealistic, nil
-	}
-	return "", fmt.Errorf("unknown market %q (allowed: %s, %s)", s, MarketDefault, MarketRealistic)
-}
 
 // Truth is an item's true behaviour in the realistic market; the collector never reads it.
 type Truth struct {
@@ -108,7 +86,7 @@ const (
 
 // lastChange is the newest change at or before t (ms): its bucket and index, ok false if none
 // within lookBack.
-func (e *entry) lastChange(t int64) (b int64, idx int, at int64, ok bool) {
+func (e *Item) lastChange(t int64) (b int64, idx int, at int64, ok bool) {
 	r := e.real
 	for b = floorDivInt(t, r.changeBucket); b*r.changeBucket > t-lookBack; b-- {
 		ev := events(mix(e.h, changeKey), r.changeRate, r.changeBucket, b)
@@ -122,7 +100,7 @@ func (e *entry) lastChange(t int64) (b int64, idx int, at int64, ok bool) {
 }
 
 // nextChange is the first change strictly after t (ms); ok false if none within lookBack.
-func (e *entry) nextChange(t int64) (int64, bool) {
+func (e *Item) NextChange(t int64) (int64, bool) {
 	r := e.real
 	for b := floorDivInt(t, r.changeBucket); b*r.changeBucket <= t+lookBack; b++ {
 		for _, x := range events(mix(e.h, changeKey), r.changeRate, r.changeBucket, b) {
@@ -135,7 +113,7 @@ func (e *entry) nextChange(t int64) (int64, bool) {
 }
 
 // salesBetween counts the sales in (from, to] (ms).
-func (e *entry) salesBetween(from, to int64) int64 {
+func (e *Item) SalesBetween(from, to int64) int64 {
 	return countEvents(mix(e.h, saleKey), e.real.saleRate, e.real.saleBucket, from, to)
 }
 
@@ -151,19 +129,8 @@ func countEvents(key uint64, ratePerMs float64, size, from, to int64) int64 {
 	return n
 }
 
-// Events counts an item's listing changes and sales in (from, to] in the realistic market; ok
-// is false for an unknown item or the default market. Tests and benchmarks use it as ground truth.
-func (s *Server) Events(itemID string, from, to time.Time) (changes, sales int64, ok bool) {
-	e := s.byID[itemID]
-	if e == nil || e.real == nil {
-		return 0, 0, false
-	}
-	f, t := from.UnixMilli(), to.UnixMilli()
-	return countEvents(mix(e.h, changeKey), e.real.changeRate, e.real.changeBucket, f, t), e.salesBetween(f, t), true
-}
-
 // realListings is the order book as of the item's last change: it stays the same until the next.
-func (e *entry) realListings(now time.Time) []listingRow {
+func (e *Item) realListings(now time.Time) []Listing {
 	b, idx, at, ok := e.lastChange(now.UnixMilli())
 	if !ok {
 		return e.book(0, now.Unix()-lookBack/1000, e.base)
@@ -172,10 +139,10 @@ func (e *entry) realListings(now time.Time) []listingRow {
 }
 
 // realSales are the newest limit sales at or before now within the last 30 days, newest first.
-func (e *entry) realSales(now time.Time, limit int) []saleRow {
+func (e *Item) realSales(now time.Time, limit int) []Sale {
 	r := e.real
 	t := now.UnixMilli()
-	out := []saleRow{}
+	out := []Sale{}
 	for b := floorDivInt(t, r.saleBucket); b*r.saleBucket > t-lookBack && len(out) < limit; b-- {
 		ev := events(mix(e.h, saleKey), r.saleRate, r.saleBucket, b)
 		for i := len(ev) - 1; i >= 0 && len(out) < limit; i-- {
@@ -189,7 +156,7 @@ func (e *entry) realSales(now time.Time, limit int) []saleRow {
 				count = 1 + int64(hh>>32%200)
 			}
 			unit := int64(max(e.priceAt(sec)*(0.97+frac(hh)*0.06), 1))
-			out = append(out, saleRow{SoldDate: kst(time.Unix(sec, 0)), itemRow: e.row(), Count: count, Price: unit * count, UnitPrice: unit})
+			out = append(out, Sale{SoldDate: kst(time.Unix(sec, 0)), ItemRow: e.Row(), Count: count, Price: unit * count, UnitPrice: unit})
 		}
 	}
 	return out

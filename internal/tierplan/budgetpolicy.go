@@ -1,18 +1,16 @@
-package catalog
+package tierplan
 
 import (
 	"fmt"
 
 	"github.com/duecollector/duecollector/internal/packing"
-
-	"github.com/duecollector/duecollector/internal/budgetplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// costItem is the item's collection cost for the planner: alone (its first collection, or too
+// Cost is the item's collection cost for the optimiser: alone (its first collection, or too
 // many listings to share a call), or packed at intervals short enough that few sales pile up.
-func costItem(it itemState, m packing.Model) budgetplan.Item {
-	pi := budgetplan.Item{Requests: packing.Alone}
+func Cost(it State, m packing.Model) Item {
+	pi := Item{Requests: packing.Alone}
 	if it.SeenListings == nil {
 		return pi
 	}
@@ -22,18 +20,18 @@ func costItem(it itemState, m packing.Model) budgetplan.Item {
 	return pi
 }
 
-// requestsAt is what one collection costs at tier t (2 for DORMANT, which is never collected
-// on schedule: a reactivation's first collection may be alone).
-func requestsAt(pi budgetplan.Item, t tiers.Tier) float64 {
+// RequestsAtTier is what one collection costs at tier t (Requests for DORMANT, which is never
+// collected on schedule: a reactivation's first collection may be alone).
+func (it Item) RequestsAtTier(t tiers.Tier) float64 {
 	iv, ok := t.Interval()
 	if !ok {
-		return pi.Requests
+		return it.Requests
 	}
-	return pi.RequestsAt(iv.Seconds())
+	return it.RequestsAt(iv.Seconds())
 }
 
 // observedSalesRate is the item's decayed sales per second (0 before an interval was observed).
-func observedSalesRate(it itemState) float64 {
+func observedSalesRate(it State) float64 {
 	if secs := it.Observed.ChangedSeconds + it.Observed.UnchangedSeconds; secs > 0 {
 		return it.ObservedSales / secs
 	}
@@ -61,12 +59,13 @@ type PlanSummary struct {
 	Packed   int
 }
 
-// planBudget replaces the threshold decisions of plannable items by the budget planner's.
-// Pinned, reactivated and DORMANT items keep their decision; so do items whose change rate is
-// not known yet (they take the threshold decision until two collections have been observed),
-// but their demand counts against the budget.
-func planBudget(items []itemState, scores []float64, ds []decision, b budgetplan.Budget, m packing.Model) *PlanSummary {
-	var in []budgetplan.Item
+// ApplyBudget is the budget policy: it replaces the threshold decisions ds of plannable items
+// by the optimiser's tiers within budget b, in place. Pinned, reactivated and DORMANT items keep
+// their decision; so do items whose change rate is not known yet (they take the threshold
+// decision until two collections have been observed), but their demand counts against the
+// budget. scores are the items' popularity scores, the optimiser's weights.
+func ApplyBudget(items []State, scores []float64, ds []Decision, b Budget, m packing.Model) *PlanSummary {
+	var in []Item
 	var idx []int
 	var before []tiers.Tier
 	for i, it := range items {
@@ -74,7 +73,7 @@ func planBudget(items []itemState, scores []float64, ds []decision, b budgetplan
 		if d.Tier == tiers.Dormant && it.Tier == tiers.Dormant {
 			continue
 		}
-		pi := costItem(it, m)
+		pi := Cost(it, m)
 		pi.Weight, pi.ChangeRate = scores[i], priorChangeRate
 		rate, known := it.Observed.ChangeRate()
 		if known {
@@ -90,12 +89,12 @@ func planBudget(items []itemState, scores []float64, ds []decision, b budgetplan
 		idx = append(idx, i)
 		before = append(before, it.Tier)
 	}
-	plan := budgetplan.Solve(in, b)
+	plan := Solve(in, b)
 	s := &PlanSummary{Items: len(in), Limit: plan.Limit, DemandAfter: plan.Demand, PinnedDemand: plan.PinnedDemand,
 		PinsExceed: plan.PinsExceed, FreshnessAfter: plan.Freshness, SalesUnsafe: plan.SalesUnsafe}
-	s.DemandBefore, s.FreshnessBefore = budgetplan.Predict(in, before)
+	s.DemandBefore, s.FreshnessBefore = Predict(in, before)
 	for j, t := range plan.Tiers {
-		c := requestsAt(in[j], t)
+		c := in[j].RequestsAtTier(t)
 		s.Requests += c / float64(len(in))
 		if c < packing.Alone {
 			s.Packed++
@@ -105,7 +104,7 @@ func planBudget(items []itemState, scores []float64, ds []decision, b budgetplan
 		if in[j].Pinned != "" {
 			continue
 		}
-		ds[i] = decision{Tier: plan.Tiers[j], Reason: fmt.Sprintf("budget plan: %.2f changes/h, %.2f sales/h, weight %s",
+		ds[i] = Decision{Tier: plan.Tiers[j], Reason: fmt.Sprintf("budget plan: %.2f changes/h, %.2f sales/h, weight %s",
 			in[j].ChangeRate*3600, in[j].SalesRate*3600, formatWeight(scores[i]))}
 	}
 	return s

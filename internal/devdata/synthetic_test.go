@@ -1,4 +1,4 @@
-package catalog
+package devdata
 
 import (
 	"context"
@@ -10,17 +10,20 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/catalog"
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
 // tableCounts counts synthetic and real rows per item-keyed table.
-func tableCounts(t *testing.T, db DB) (synthetic, real map[string]int64) {
+func tableCounts(t *testing.T, db catalog.DB) (synthetic, real map[string]int64) {
 	t.Helper()
 	synthetic, real = map[string]int64{}, map[string]int64{}
 	for _, table := range purgeTables {
 		var s, r int64
 		err := db.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE item_id LIKE ANY ($1)),
-			count(*) FILTER (WHERE NOT item_id LIKE ANY ($1)) FROM `+pgx.Identifier{table.name}.Sanitize(), SyntheticPatterns()).Scan(&s, &r)
+			count(*) FILTER (WHERE NOT item_id LIKE ANY ($1)) FROM `+pgx.Identifier{table.name}.Sanitize(), catalog.SyntheticPatterns()).Scan(&s, &r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -30,7 +33,7 @@ func tableCounts(t *testing.T, db DB) (synthetic, real map[string]int64) {
 }
 
 // realItemWithHistory writes one real item with a row in every item-keyed table.
-func realItemWithHistory(t *testing.T, db DB, id string) {
+func realItemWithHistory(t *testing.T, db catalog.DB, id string) {
 	t.Helper()
 	for _, q := range []string{
 		`INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at) VALUES ($1, 'real', 'WARM_5M', now())`,
@@ -47,11 +50,19 @@ func realItemWithHistory(t *testing.T, db DB, id string) {
 	}
 }
 
+// thresholdsPolicy is the default configuration under the thresholds policy.
+func thresholdsPolicy() catalog.Policy {
+	c := config.Default()
+	p := catalog.PolicyFromConfig(c.Catalog, c.Provider.Market, packing.Model{})
+	p.Mode = config.PolicyThresholds
+	return p
+}
+
 func TestSeedSyntheticThenPurge(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _ := storetest.NewPool(t)
-	realID := randomItemID(t)
+	realID := "785e56a0ed4e3efd573da1f56a45217d" // a real (32 hex) id
 	realItemWithHistory(t, pool, realID)
 	// An integration-test fixture is synthetic too, and has an outbox row.
 	realItemWithHistory(t, pool, "integration-item-7")
@@ -83,18 +94,18 @@ func TestSeedSyntheticThenPurge(t *testing.T) {
 	}
 
 	// While fixtures exist, read paths that rank or summarise never return them.
-	items, err := ListItems(ctx, pool, ItemsQuery{})
+	items, err := catalog.ListItems(ctx, pool, catalog.ItemsQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(items) != 1 || items[0].ItemID != realID {
 		t.Errorf("ListItems = %+v, want only the real item", items)
 	}
-	all, err := ListItems(ctx, pool, ItemsQuery{IncludeSynthetic: true})
+	all, err := catalog.ListItems(ctx, pool, catalog.ItemsQuery{IncludeSynthetic: true})
 	if err != nil || len(all) != 8 {
 		t.Errorf("ListItems(IncludeSynthetic) = %d rows, %v; want 8", len(all), err)
 	}
-	res, err := RecalculatePopularity(ctx, pool, testPolicy())
+	res, err := catalog.RecalculatePopularity(ctx, pool, thresholdsPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +113,7 @@ func TestSeedSyntheticThenPurge(t *testing.T) {
 		t.Errorf("recalculation scored %d items, want only the real one", res.Scored)
 	}
 	for _, c := range res.Changes {
-		if IsSynthetic(c.ItemID) {
+		if catalog.IsSynthetic(c.ItemID) {
 			t.Errorf("recalculation changed fixture %s", c.ItemID)
 		}
 	}

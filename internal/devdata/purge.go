@@ -1,0 +1,97 @@
+package devdata
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/catalog"
+)
+
+// PurgeCount is how many rows purge:synthetic deleted from one table.
+type PurgeCount struct {
+	Table   string
+	Deleted int64
+}
+
+// PurgeResult lists the tables in the order they were purged.
+type PurgeResult []PurgeCount
+
+// Total is the number of rows deleted across tables.
+func (r PurgeResult) Total() int64 {
+	var n int64
+	for _, c := range r {
+		n += c.Deleted
+	}
+	return n
+}
+
+// purgeTable is one item-keyed table: ids finds its synthetic item ids in one scan ($1 the
+// LIKE patterns), del deletes a batch of their rows through the item_id index ($1 ids, $2 the
+// patterns again so a real row can never go, $3 the batch size).
+type purgeTable struct{ name, ids, del string }
+
+// purgeTables are every table keyed by item_id, tracked_items last so that an interrupted
+// purge can simply be run again. outbox_pending rows go with their outbox rows (foreign key).
+var purgeTables = []purgeTable{
+	{"outbox",
+		`SELECT DISTINCT item_id FROM outbox WHERE item_id LIKE ANY ($1)`,
+		`DELETE FROM outbox WHERE ctid = ANY (ARRAY(
+		     SELECT ctid FROM outbox WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
+	{"auction_snapshots",
+		`SELECT DISTINCT item_id FROM auction_snapshots WHERE item_id LIKE ANY ($1)`,
+		`DELETE FROM auction_snapshots WHERE ctid = ANY (ARRAY(
+		     SELECT ctid FROM auction_snapshots WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
+	{"auction_sales",
+		`SELECT DISTINCT item_id FROM auction_sales WHERE item_id LIKE ANY ($1)`,
+		`DELETE FROM auction_sales WHERE ctid = ANY (ARRAY(
+		     SELECT ctid FROM auction_sales WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
+	{"item_interest",
+		`SELECT DISTINCT item_id FROM item_interest WHERE item_id LIKE ANY ($1)`,
+		`DELETE FROM item_interest WHERE ctid = ANY (ARRAY(
+		     SELECT ctid FROM item_interest WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
+	{"tracked_items",
+		`SELECT DISTINCT item_id FROM tracked_items WHERE item_id LIKE ANY ($1)`,
+		`DELETE FROM tracked_items WHERE ctid = ANY (ARRAY(
+		     SELECT ctid FROM tracked_items WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
+}
+
+// PurgeSynthetic deletes every row of every synthetic item id (see catalog.IsSynthetic) from every
+// table, batchSize rows per statement (default 5000) so locks stay short and a big purge
+// does not stall collection. Each table is scanned once for its synthetic ids; batches then
+// go through the item_id index.
+func PurgeSynthetic(ctx context.Context, db catalog.DB, batchSize int) (PurgeResult, error) {
+	if batchSize <= 0 {
+		batchSize = 5000
+	}
+	var res PurgeResult
+	for _, t := range purgeTables {
+		n, err := t.purge(ctx, db, batchSize)
+		res = append(res, PurgeCount{Table: t.name, Deleted: n})
+		if err != nil {
+			return res, fmt.Errorf("purge:synthetic %s: %w", t.name, err)
+		}
+	}
+	return res, nil
+}
+
+func (t purgeTable) purge(ctx context.Context, db catalog.DB, batchSize int) (int64, error) {
+	patterns := catalog.SyntheticPatterns()
+	rows, _ := db.Query(ctx, t.ids, patterns)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, t.del, ids, patterns, batchSize)
+		if err != nil {
+			return total, err
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batchSize) {
+			return total, nil
+		}
+	}
+}

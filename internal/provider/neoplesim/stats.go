@@ -1,0 +1,105 @@
+package neoplesim
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// Stats is what the simulator has seen since New or ResetStats.
+type Stats struct {
+	Requests    int64                `json:"requests"`    // every /df request
+	Paths       map[string]int64     `json:"paths"`       // by route, e.g. /df/auction; unknown paths are "other"
+	Keys        map[string]KeyStats  `json:"keys"`        // by KeyLabel, never the key
+	Items       map[string]ItemStats `json:"items"`       // by requested item id, known or not
+	Maintenance int64                `json:"maintenance"` // answered 503 DNF980
+	Faults      int64                `json:"faults"`      // faults injected
+}
+
+// KeyStats counts the requests that carried one key.
+type KeyStats struct {
+	Total        int64 `json:"total"`
+	MaxPerSecond int64 `json:"max_per_second"` // most requests received in one wall-clock second
+	RateLimited  int64 `json:"rate_limited"`   // answered API002 (429 or 400, Options.RateLimitStatus)
+}
+
+// ItemStats counts requests naming one item, per endpoint.
+type ItemStats struct {
+	Auction     int64 `json:"auction"`
+	AuctionSold int64 `json:"auction_sold"`
+	Item        int64 `json:"item"` // /df/items/{itemId}
+}
+
+// KeyLabel is how a key appears in Stats: a short sha256 prefix.
+func KeyLabel(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:4])
+}
+
+// Stats returns a copy of the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.stats
+	out.Paths = clone(s.stats.Paths)
+	out.Keys = clone(s.stats.Keys)
+	out.Items = clone(s.stats.Items)
+	return out
+}
+
+// KeyStats returns the counters of one key.
+func (s *Server) KeyStats(key string) KeyStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.Keys[KeyLabel(key)]
+}
+
+// ItemRequests is how many /df/auction requests named itemID.
+func (s *Server) ItemRequests(itemID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int(s.stats.Items[itemID].Auction)
+}
+
+// ResetStats zeroes every counter.
+func (s *Server) ResetStats() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats = Stats{Paths: map[string]int64{}, Keys: map[string]KeyStats{}, Items: map[string]ItemStats{}}
+	s.seconds = map[string]*secondCount{}
+	s.scorer.Reset()
+}
+
+func clone[M ~map[K]V, K comparable, V any](m M) M {
+	out := make(M, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// countKey records a request for the per-key totals and the busiest wall-clock second.
+// Callers hold s.mu.
+func (s *Server) countKey(key string, sec int64) {
+	label := KeyLabel(key)
+	c := s.seconds[label]
+	if c == nil {
+		c = &secondCount{}
+		s.seconds[label] = c
+	}
+	if c.sec != sec {
+		c.sec, c.n = sec, 0
+	}
+	c.n++
+	ks := s.stats.Keys[label]
+	ks.Total++
+	ks.MaxPerSecond = max(ks.MaxPerSecond, c.n)
+	s.stats.Keys[label] = ks
+}
+
+func (s *Server) countItem(id string, f func(*ItemStats)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats.Items[id]
+	f(&st)
+	s.stats.Items[id] = st
+}
