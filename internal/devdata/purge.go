@@ -34,6 +34,8 @@ type purgeTable struct{ name, ids, del string }
 
 // purgeTables are every table keyed by item_id, tracked_items last so that an interrupted
 // purge can simply be run again. outbox_pending rows go with their outbox rows (foreign key).
+// A ctid is unique only within one partition, so the partitioned tables name rows by
+// (tableoid, ctid).
 var purgeTables = []purgeTable{
 	{"outbox",
 		`SELECT DISTINCT item_id FROM outbox WHERE item_id LIKE ANY ($1)`,
@@ -41,12 +43,16 @@ var purgeTables = []purgeTable{
 		     SELECT ctid FROM outbox WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
 	{"auction_snapshots",
 		`SELECT DISTINCT item_id FROM auction_snapshots WHERE item_id LIKE ANY ($1)`,
-		`DELETE FROM auction_snapshots WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM auction_snapshots WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
+		`DELETE FROM auction_snapshots WHERE (tableoid, ctid) IN (
+		     SELECT tableoid, ctid FROM auction_snapshots WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3)`},
 	{"auction_sales",
 		`SELECT DISTINCT item_id FROM auction_sales WHERE item_id LIKE ANY ($1)`,
-		`DELETE FROM auction_sales WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM auction_sales WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
+		`DELETE FROM auction_sales WHERE (tableoid, ctid) IN (
+		     SELECT tableoid, ctid FROM auction_sales WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3)`},
+	{"price_candles",
+		`SELECT DISTINCT item_id FROM price_candles WHERE item_id LIKE ANY ($1)`,
+		`DELETE FROM price_candles WHERE ctid = ANY (ARRAY(
+		     SELECT ctid FROM price_candles WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
 	{"item_interest",
 		`SELECT DISTINCT item_id FROM item_interest WHERE item_id LIKE ANY ($1)`,
 		`DELETE FROM item_interest WHERE ctid = ANY (ARRAY(

@@ -20,6 +20,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -276,7 +277,7 @@ func (fx *fixtureRows) insert(ctx context.Context, tx pgx.Tx, res *SyntheticResu
 			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::int[], $6::bigint[], $7::bigint[],
 			            $8::bigint[], $9::float8[], $10::bigint[], $11::int[], $12::bigint[], $13::float8[])
 			     AS u(id, token, at, tier, cnt, qty, lowest, median, weighted, avg, scount, sqty, vwap)
-			ON CONFLICT (claim_token) DO NOTHING`,
+			ON CONFLICT (claim_token, collected_at) DO NOTHING`,
 			s.ids[lo:hi], s.tokens[lo:hi], s.at[lo:hi], s.tiers[lo:hi], s.count[lo:hi], s.qty[lo:hi], s.lowest[lo:hi],
 			s.median[lo:hi], s.weighted[lo:hi], s.avg[lo:hi], s.salesCount[lo:hi], s.salesQty[lo:hi], s.vwap[lo:hi])
 		if err != nil {
@@ -299,6 +300,10 @@ func (fx *fixtureRows) insert(ctx context.Context, tx pgx.Tx, res *SyntheticResu
 			return fmt.Errorf("insert synthetic sales: %w", err)
 		}
 		res.Sales += tag.RowsAffected()
+	}
+	// The write-back keeps candles in step with the rows it writes; these rows came another way.
+	if err := history.RebuildCandles(ctx, tx, uniq(s.ids)); err != nil {
+		return fmt.Errorf("synthetic items: %w", err)
 	}
 
 	// item_interest has no natural key: an event already there (same item, time, source)
@@ -344,4 +349,16 @@ func fixtureUUID(id string, at time.Time) string {
 	sum[6] = (sum[6] & 0x0f) | 0x50
 	sum[8] = (sum[8] & 0x3f) | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
+}
+
+func uniq(ids []string) []string {
+	seen := make(map[string]bool, len(ids))
+	var out []string
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }

@@ -245,3 +245,34 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, cs []Collection, write []in
 	}
 	return inserted, nil
 }
+
+// RebuildCandles recomputes the candles of the items from their stored snapshots and sales, for
+// rows written past the write-back (dev fixtures).
+func RebuildCandles(ctx context.Context, tx pgx.Tx, itemIDs []string) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM price_candles WHERE item_id = ANY ($1)`, itemIDs); err != nil {
+		return fmt.Errorf("rebuild candles: %w", err)
+	}
+	if _, err := tx.Exec(ctx, rebuildCandlesSQL, itemIDs); err != nil {
+		return fmt.Errorf("rebuild candles: %w", err)
+	}
+	return nil
+}
+
+const rebuildCandlesSQL = `
+WITH r(resolution, width) AS (VALUES ('1h', interval '1 hour'), ('1d', interval '1 day')),
+snap AS (
+	SELECT s.item_id, r.resolution, date_bin(r.width, s.collected_at, '2000-01-01 00:00:00+00') AS bucket,
+	       count(*) AS n, min(collected_at) AS open_at, (array_agg(lowest_unit_price ORDER BY collected_at))[1] AS open,
+	       max(lowest_unit_price) AS high, min(lowest_unit_price) AS low, max(collected_at) AS close_at,
+	       (array_agg(lowest_unit_price ORDER BY collected_at DESC))[1] AS close,
+	       min(listing_count) AS lmin, max(listing_count) AS lmax
+	FROM auction_snapshots s CROSS JOIN r WHERE s.item_id = ANY ($1) GROUP BY 1, 2, 3),
+sale AS (
+	SELECT s.item_id, r.resolution, date_bin(r.width, s.sold_at, '2000-01-01 00:00:00+00') AS bucket,
+	       count(*) AS n, sum(quantity) AS q, sum(quantity::numeric * unit_price) AS v
+	FROM auction_sales s CROSS JOIN r WHERE s.item_id = ANY ($1) GROUP BY 1, 2, 3)
+INSERT INTO price_candles (item_id, resolution, bucket, snapshots, open_at, open_price, high_price, low_price,
+	close_at, close_price, listings_min, listings_max, sales_count, sales_quantity, sales_value)
+SELECT item_id, resolution, bucket, coalesce(snap.n, 0), open_at, open, high, low, close_at, close, lmin, lmax,
+       coalesce(sale.n, 0), coalesce(sale.q, 0), coalesce(sale.v, 0)
+FROM snap FULL JOIN sale USING (item_id, resolution, bucket)`
