@@ -222,7 +222,7 @@ func newPurgeSyntheticCmd(a *app) *cobra.Command {
 // policy is the tier policy as configured, planning within market and counting what
 // collections cost with the cluster's packing as it is now.
 func (a *app) policy(ctx context.Context, pool *pgxpool.Pool, market config.WorkloadLimits) (catalog.Policy, error) {
-	m, err := dispatcher.PackingModelNow(ctx, pool, dispatchConfig(a))
+	m, err := dispatcher.PackingModelNow(ctx, pool, dispatcher.FromConfig(a.cfg), a.cfg.Provider.AuctionLimit)
 	return catalog.PolicyFromConfig(a.cfg.Catalog, market, m), err
 }
 

@@ -41,7 +41,7 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		stop = func() { cancel(); <-done }
 		fetch = &budget.Fetcher{Next: client, Share: share, Within: a.cfg.Collect.Lease}
 	}
-	dc := dispatchConfig(a)
+	dc := dispatcher.FromConfig(a.cfg)
 	dc.Owner, dc.MaxBatches, dc.Grace = owner, a.cfg.Collect.MaxBatches, a.cfg.Collect.ShutdownGrace
 	d, err = dispatcher.New(pool, fetch, dc, a.log)
 	if err != nil {
@@ -49,24 +49,6 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		return nil, nil, err
 	}
 	return d, stop, nil
-}
-
-// dispatchConfig is the dispatcher's configuration from collect.*, provider.* and catalog.*,
-// shared by the daemon (run) and the one-shots (collect-due, collect, seed:real).
-func dispatchConfig(a *app) dispatcher.Config {
-	c := a.cfg.Collect
-	return dispatcher.Config{
-		Provider:    a.cfg.Provider.Name,
-		BatchSize:   c.BatchSize,
-		Lease:       c.Lease,
-		Concurrency: c.Concurrency,
-		FlushSize:   c.FlushSize,
-		SoldLimit:   a.cfg.Provider.SoldLimit, AuctionLimit: a.cfg.Provider.AuctionLimit,
-
-		EstimateWindow: a.cfg.Catalog.EstimateWindow,
-		PackSize:       c.PackSize, PackMaxListings: c.PackMaxListings, PackMaxSales: c.PackMaxSales,
-		ShadowFraction: c.ShadowFraction,
-	}
 }
 
 func newCollectDueCmd(a *app) *cobra.Command {
@@ -143,7 +125,7 @@ func summaryFields(s dispatcher.Summary) []zap.Field {
 	return []zap.Field{
 		zap.Int("claimed", s.Claimed), zap.Int("collected", s.Collected), zap.Int("failed", s.Failed),
 		zap.Int("fenced_out", s.Fenced), zap.Int("released", s.Released), zap.Int("batches", s.Batches),
-		zap.Duration("duration_seconds", s.Duration), zap.String("stop", s.Stop),
+		zap.Duration("duration_seconds", s.Duration), zap.Stringer("stop", s.Stop),
 		zap.Duration("claim_p50_seconds", s.Claim.P50), zap.Duration("claim_p95_seconds", s.Claim.P95),
 		zap.Duration("fetch_p50_seconds", s.Fetch.P50), zap.Duration("fetch_p95_seconds", s.Fetch.P95),
 		zap.Duration("persist_p50_seconds", s.Persist.P50), zap.Duration("persist_p95_seconds", s.Persist.P95),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/daemon"
+	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 )
@@ -71,7 +72,7 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 	ver, rev, _ := buildInfo()
 	return daemon.New(pool, client, daemon.Config{
 		Daemon:     a.cfg.Daemon,
-		Dispatch:   dispatchConfig(a),
+		Dispatch:   dispatcher.FromConfig(a.cfg),
 		Catalog:    a.cfg.Catalog,
 		Retention:  a.cfg.Retention,
 		Relay:      relay,

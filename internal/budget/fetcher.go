@@ -6,15 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 )
-
-// Calls is the market workload of the provider client, single and packed.
-type Calls interface {
-	dispatcher.Fetcher
-	dispatcher.PackedFetcher
-}
 
 // Observer hears each call a Fetcher makes (metrics).
 type Observer interface {
@@ -26,9 +19,10 @@ type Observer interface {
 
 // Fetcher puts this process's share of the key in front of every call — the one rule the
 // daemon and the one-shots (collect-due, collect) share: wait for the share, and when the
-// provider itself answers that the key is over its budget, cool every instance down.
+// provider itself answers that the key is over its budget, cool every instance down. Its
+// methods are those dispatcher.Fetcher asks for.
 type Fetcher struct {
-	Next  Calls
+	Next  *provider.Client
 	Share *Share // nil: no cluster budget (daemon.budget.enabled false); calls go straight through
 	// Within bounds how long a cool-down may hold a call: a longer one ends it as a rate limit,
 	// so a one-shot hands its claims back before their leases end. 0 waits it out (the daemon).
@@ -36,21 +30,14 @@ type Fetcher struct {
 	Observer Observer // nil: nobody listens
 }
 
-// AuctionLimit and SoldLimit are the wrapped client's (dispatcher.Limits); 0 when it has none.
-func (f *Fetcher) AuctionLimit() int {
-	if l, ok := f.Next.(dispatcher.Limits); ok {
-		return l.AuctionLimit()
-	}
-	return 0
-}
+// AuctionLimit, SoldLimit and PackLimit are the wrapped client's.
+func (f *Fetcher) AuctionLimit() int { return f.Next.AuctionLimit() }
 
 // SoldLimit: see AuctionLimit.
-func (f *Fetcher) SoldLimit() int {
-	if l, ok := f.Next.(dispatcher.Limits); ok {
-		return l.SoldLimit()
-	}
-	return 0
-}
+func (f *Fetcher) SoldLimit() int { return f.Next.SoldLimit() }
+
+// PackLimit: see AuctionLimit.
+func (f *Fetcher) PackLimit() int { return f.Next.PackLimit() }
 
 func (f *Fetcher) Auction(ctx context.Context, itemID string) ([]provider.Listing, int, error) {
 	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, int, error) {

@@ -101,6 +101,9 @@ var catalogDefaults = map[string]any{
 	"catalog.weights.touch":      5.0,
 }
 
+// CatalogEstimateWindow is the range of catalog.estimate_window, which the dispatcher checks too.
+var CatalogEstimateWindow = Range[time.Duration]{Key: "catalog.estimate_window", Min: time.Minute, Max: 365 * 24 * time.Hour}
+
 func (c CatalogConfig) validate() error {
 	errs := []error{tierKey("catalog.default_tier", c.DefaultTier)}
 	if c.Targets == "" {
@@ -119,12 +122,12 @@ func (c CatalogConfig) validate() error {
 		{"catalog.dormant_after", c.DormantAfter, time.Minute},
 		{"catalog.demotion_hold", c.DemotionHold, 0},
 		{"catalog.interest_half_life", c.InterestHalfLife, time.Minute},
-		{"catalog.estimate_window", c.EstimateWindow, time.Minute},
 	} {
 		if d.v < d.min || d.v > 365*24*time.Hour {
 			errs = append(errs, invalid(d.key, d.v, "must be between "+d.min.String()+" and 8760h"))
 		}
 	}
+	errs = append(errs, CatalogEstimateWindow.Check(c.EstimateWindow))
 	if t, err := tiers.Parse(c.ReactivateTier); err != nil || t == tiers.Cold || t == tiers.Dormant {
 		errs = append(errs, invalid("catalog.reactivate_tier", c.ReactivateTier, "allowed: HOT_1M, ACTIVE_3M, WARM_5M (a reactivated item must be collected more often than COLD_10M)"))
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -183,6 +184,44 @@ func EnvName(key string) string {
 // invalid builds the one error shape every section uses: the key, the value, what is allowed.
 func invalid(key string, value any, allowed string) error {
 	return &KeyError{Key: key, Value: fmt.Sprint(value), Allowed: allowed}
+}
+
+// Range is what a numeric key allows, stated once: the validator checks it here, and the
+// package a value is handed to checks it again with the same Range, so the two cannot disagree.
+// Max 0 means no upper bound.
+type Range[T int | float64 | time.Duration] struct {
+	Key      string
+	Min, Max T
+	Note     string // why, appended to the allowed values in the error
+}
+
+// Check returns the key's error when v is outside the range.
+func (r Range[T]) Check(v T) error {
+	allowed := "must be >= " + shortNumber(r.Min)
+	if r.Max != 0 {
+		allowed = "must be between " + shortNumber(r.Min) + " and " + shortNumber(r.Max)
+	}
+	if r.Note != "" {
+		allowed += " (" + r.Note + ")"
+	}
+	if v < r.Min || (r.Max != 0 && v > r.Max) {
+		return invalid(r.Key, v, allowed)
+	}
+	return nil
+}
+
+// shortNumber prints a bound as a user writes it: 1h rather than 1h0m0s.
+func shortNumber[T int | float64 | time.Duration](v T) string {
+	s := fmt.Sprint(v)
+	if _, ok := any(v).(time.Duration); ok {
+		if strings.HasSuffix(s, "m0s") {
+			s = s[:len(s)-2]
+		}
+		if strings.HasSuffix(s, "h0m") {
+			s = s[:len(s)-2]
+		}
+	}
+	return s
 }
 
 // KeyError is a bad value of one key. Flag is set when the value came from that flag, so the

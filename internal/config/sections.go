@@ -193,37 +193,33 @@ var collectDefaults = map[string]any{
 	"collect.shadow_fraction":   0.01,
 }
 
+// The ranges of the collect.* keys the dispatcher is handed; it checks them again with these.
+var (
+	CollectBatchSize       = Range[int]{Key: "collect.batch_size", Min: 1, Max: 10000}
+	CollectLease           = Range[time.Duration]{Key: "collect.lease", Min: time.Second, Max: time.Hour}
+	CollectConcurrency     = Range[int]{Key: "collect.concurrency", Min: 1, Max: 1000}
+	CollectMaxBatches      = Range[int]{Key: "collect.max_batches", Min: 0, Note: "0 = until nothing is due"}
+	CollectFlushSize       = Range[int]{Key: "collect.flush_size", Min: 1, Max: 5000}
+	CollectPackSize        = Range[int]{Key: "collect.pack_size", Min: 1, Max: 10, Note: "1 = packing off; 10 is the API's itemIds cap"}
+	CollectPackMaxListings = Range[int]{Key: "collect.pack_max_listings", Min: 0, Max: 399}
+	CollectPackMaxSales    = Range[float64]{Key: "collect.pack_max_sales", Min: 0, Max: 99}
+	CollectShadowFraction  = Range[float64]{Key: "collect.shadow_fraction", Min: 0, Max: 1}
+)
+
 func (c CollectConfig) validate() error {
-	var errs []error
-	if c.BatchSize < 1 || c.BatchSize > 10000 {
-		errs = append(errs, invalid("collect.batch_size", c.BatchSize, "must be between 1 and 10000"))
-	}
-	if c.Lease < time.Second || c.Lease > time.Hour {
-		errs = append(errs, invalid("collect.lease", c.Lease, "must be between 1s and 1h"))
-	}
-	if c.Concurrency < 1 || c.Concurrency > 1000 {
-		errs = append(errs, invalid("collect.concurrency", c.Concurrency, "must be between 1 and 1000"))
-	}
-	if c.MaxBatches < 0 {
-		errs = append(errs, invalid("collect.max_batches", c.MaxBatches, "must be >= 0 (0 = until nothing is due)"))
-	}
-	if c.FlushSize < 1 || c.FlushSize > 5000 {
-		errs = append(errs, invalid("collect.flush_size", c.FlushSize, "must be between 1 and 5000"))
+	errs := []error{
+		CollectBatchSize.Check(c.BatchSize),
+		CollectLease.Check(c.Lease),
+		CollectConcurrency.Check(c.Concurrency),
+		CollectMaxBatches.Check(c.MaxBatches),
+		CollectFlushSize.Check(c.FlushSize),
+		CollectPackSize.Check(c.PackSize),
+		CollectPackMaxListings.Check(c.PackMaxListings),
+		CollectPackMaxSales.Check(c.PackMaxSales),
+		CollectShadowFraction.Check(c.ShadowFraction),
 	}
 	if c.ShutdownGrace < 0 || c.ShutdownGrace > 10*time.Minute {
 		errs = append(errs, invalid("collect.shutdown_grace", c.ShutdownGrace, "must be between 0 and 10m"))
-	}
-	if c.PackSize < 1 || c.PackSize > 10 {
-		errs = append(errs, invalid("collect.pack_size", c.PackSize, "must be between 1 (packing off) and 10 (the API's itemIds cap)"))
-	}
-	if c.PackMaxListings < 0 || c.PackMaxListings > 399 {
-		errs = append(errs, invalid("collect.pack_max_listings", c.PackMaxListings, "must be between 0 and 399"))
-	}
-	if c.PackMaxSales < 0 || c.PackMaxSales > 99 {
-		errs = append(errs, invalid("collect.pack_max_sales", c.PackMaxSales, "must be between 0 and 99"))
-	}
-	if c.ShadowFraction < 0 || c.ShadowFraction > 1 {
-		errs = append(errs, invalid("collect.shadow_fraction", c.ShadowFraction, "must be between 0 and 1"))
 	}
 	return errors.Join(errs...)
 }

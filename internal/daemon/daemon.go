@@ -317,10 +317,10 @@ func (d *Daemon) collectLoop(ctx context.Context) {
 			continue
 		}
 		d.metrics.Passes.WithLabelValues("ok").Inc()
-		if sum.Stop == provider.ClassRateLimited.String() {
+		if sum.Stop == dispatcher.StopRateLimited {
 			cd := max(time.Until(sum.CooldownUntil), d.cfg.Daemon.Budget.Cooldown)
 			if d.share == nil { // with a share, the fetcher has recorded it already
-				if err := budget.RecordCooldown(ctx, d.pool, d.cfg.KeyLabel, cd, "provider rate limit: "+sum.StopReason); err != nil {
+				if err := budget.RecordCooldown(ctx, d.pool, d.cfg.KeyLabel, cd, "provider rate limit: "+sum.StopAnswer); err != nil {
 					d.log.Warn("could not record the cool-down", zap.Error(err))
 				}
 			}
@@ -451,7 +451,7 @@ func (d *Daemon) logPass(sum dispatcher.Summary) {
 	}
 	d.log.Info("collection pass", zap.Int("claimed", sum.Claimed), zap.Int("collected", sum.Collected),
 		zap.Int("failed", sum.Failed), zap.Int("fenced_out", sum.Fenced), zap.Int("released", sum.Released),
-		zap.String("stop", sum.Stop), zap.Duration("duration_seconds", sum.Duration),
+		zap.Stringer("stop", sum.Stop), zap.Duration("duration_seconds", sum.Duration),
 		zap.Duration("claim_p50_seconds", sum.Claim.P50), zap.Duration("claim_p95_seconds", sum.Claim.P95),
 		zap.Duration("fetch_p50_seconds", sum.Fetch.P50), zap.Duration("fetch_p95_seconds", sum.Fetch.P95),
 		zap.Duration("persist_p50_seconds", sum.Persist.P50), zap.Duration("persist_p95_seconds", sum.Persist.P95))
@@ -582,7 +582,7 @@ func (d *Daemon) recalcLoop(ctx context.Context) error {
 		last = time.Now()
 		market, f := d.planBudget()
 		d.planned.Store(math.Float64bits(f))
-		pm, err := dispatcher.PackingModelNow(ctx, d.pool, d.cfg.Dispatch)
+		pm, err := dispatcher.PackingModelNow(ctx, d.pool, d.cfg.Dispatch, d.client.AuctionLimit())
 		var res catalog.Result
 		if err == nil {
 			res, err = catalog.RecalculatePopularity(ctx, d.pool, catalog.PolicyFromConfig(d.cfg.Catalog, market, pm))

@@ -104,7 +104,7 @@ func testConfig() Config {
 	return Config{
 		Daemon: d,
 		Dispatch: dispatcher.Config{
-			BatchSize: 50, Lease: 30 * time.Second, Concurrency: 8, FlushSize: 20, SoldLimit: 5,
+			BatchSize: 50, Lease: 30 * time.Second, Concurrency: 8, FlushSize: 20, EstimateWindow: config.Default().Catalog.EstimateWindow,
 			Owner: fmt.Sprintf("test-daemon-%d", owners.Add(1)),
 		},
 		Market:   config.WorkloadLimits{Rate: 100000, Burst: 10000, PerMinute: 100000000},

@@ -13,7 +13,7 @@ import (
 
 // zeroFetcher is a provider that answers at once with one listing and no sales, so the
 // benchmark measures our claim, write-back and reschedule path and nothing else.
-type zeroFetcher struct{}
+type zeroFetcher struct{ NoPacking }
 
 func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, error) {
 	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, 1, nil
@@ -21,6 +21,8 @@ func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, er
 func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, int, error) {
 	return nil, 0, nil
 }
+func (zeroFetcher) AuctionLimit() int { return provider.MaxAuctionLimit }
+func (zeroFetcher) SoldLimit() int    { return provider.MaxSoldLimit }
 
 // BenchmarkClaimRescheduleCycle: N tracked items all due, one collect-due pass with a
 // zero-latency provider claims, snapshots, enqueues and reschedules every one of them.
@@ -39,7 +41,7 @@ func BenchmarkClaimRescheduleCycle(b *testing.B) {
 		FROM generate_series(1, $1) AS i`, n); err != nil {
 		b.Fatal(err)
 	}
-	d, err := New(pool, zeroFetcher{}, Config{BatchSize: 1000, Concurrency: 8, FlushSize: 500}, nil)
+	d, err := New(pool, zeroFetcher{}, configured(Config{BatchSize: 1000, Concurrency: 8, FlushSize: 500}), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

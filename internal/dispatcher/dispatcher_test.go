@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -77,11 +79,25 @@ func setup(t *testing.T, n int, tier tiers.Tier, wrap func(next http.Handler) ht
 
 func (e *env) dispatcher(t *testing.T, cfg Config, log *zap.Logger) *Dispatcher {
 	t.Helper()
-	d, err := New(e.pool, e.client, cfg, log)
+	d, err := New(e.pool, e.client, configured(cfg), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// configured is cfg with what a test leaves zero of provider.name, collect.* and
+// catalog.estimate_window taken from the configuration's defaults, so a test names only what
+// it varies. Packing stays as the test set it (0: off).
+func configured(cfg Config) Config {
+	def := FromConfig(config.Default())
+	cfg.Provider = cmp.Or(cfg.Provider, def.Provider)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, def.BatchSize)
+	cfg.Lease = cmp.Or(cfg.Lease, def.Lease)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, def.Concurrency)
+	cfg.FlushSize = cmp.Or(cfg.FlushSize, def.FlushSize)
+	cfg.EstimateWindow = cmp.Or(cfg.EstimateWindow, def.EstimateWindow)
+	return cfg
 }
 
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
@@ -381,7 +397,7 @@ func TestMalformedAndOversizedBodiesAreItemFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(e.pool, client, Config{}, nil)
+	d, err := New(e.pool, client, configured(Config{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

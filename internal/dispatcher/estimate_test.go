@@ -90,7 +90,7 @@ func gapsAndChanges(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	cfg.BatchSize, cfg.Concurrency = 1000, 8
-	d, err := New(pool, client, cfg, nil)
+	d, err := New(pool, client, configured(cfg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,27 +16,14 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
-// PackedFetcher is a Fetcher that can also ask for several items in one call (itemIds); each
-// method returns the rows kept and how many rows the provider sent.
-type PackedFetcher interface {
-	AuctionMany(ctx context.Context, itemIDs []string) ([]provider.Listing, int, error)
-	AuctionSoldMany(ctx context.Context, itemIDs []string) ([]provider.Sale, int, error)
-}
-
-// PackingObserver, when the Observer implements it, hears about shadow verifications.
-type PackingObserver interface {
-	// Shadowed reports one packed item fetched again alone; mismatch when they differed.
-	Shadowed(endpoint string, mismatch bool)
-}
-
 // packingState is which endpoints may be packed now, for the whole cluster.
 type packingState struct{ listings, sales bool }
 
-// PackingModelNow is how a dispatcher configured with c packs calls now: its settings and the
-// cluster's endpoint switches (packing_state), for predicting what a collection costs.
-func PackingModelNow(ctx context.Context, q *pgxpool.Pool, c Config) (packing.Model, error) {
-	c = c.withDefaults()
-	m := packing.Model{PackSize: c.PackSize, AuctionLimit: c.AuctionLimit, MaxListings: c.PackMaxListings,
+// PackingModelNow is how a dispatcher configured with c, whose fetcher asks for auctionLimit
+// listings, packs calls now: its settings and the cluster's endpoint switches (packing_state),
+// for predicting what a collection costs.
+func PackingModelNow(ctx context.Context, q *pgxpool.Pool, c Config, auctionLimit int) (packing.Model, error) {
+	m := packing.Model{PackSize: c.PackSize, AuctionLimit: auctionLimit, MaxListings: c.PackMaxListings,
 		MaxSales: c.PackMaxSales, Shadow: c.ShadowFraction}
 	st, err := readPacking(ctx, q)
 	m.Listings, m.Sales = st.listings, st.sales
@@ -111,10 +98,9 @@ func (d *Dispatcher) small(c Claim) bool {
 // listings last time add up to at most 3/4 of the listings limit (room for the market to
 // grow before the answer is cut), every other item alone.
 func (d *Dispatcher) jobsFor(claims []Claim, st packingState) [][]Claim {
-	pf, _ := d.fetch.(PackedFetcher)
 	var alone, packable []Claim
 	for _, c := range claims {
-		if pf != nil && d.cfg.PackSize > 1 && (st.listings || st.sales) && d.small(c) {
+		if d.packSize > 1 && (st.listings || st.sales) && d.small(c) {
 			packable = append(packable, c)
 		} else {
 			alone = append(alone, c)
@@ -129,11 +115,11 @@ func (d *Dispatcher) jobsFor(claims []Claim, st packingState) [][]Claim {
 		}
 		return b.LastSaleAt.Compare(*a.LastSaleAt)
 	})
-	jobs := make([][]Claim, 0, len(alone)+len(packable)/max(d.cfg.PackSize, 1)+1)
-	budget := packing.GroupListings(d.cfg.AuctionLimit)
+	jobs := make([][]Claim, 0, len(alone)+len(packable)/max(d.packSize, 1)+1)
+	budget := packing.GroupListings(d.auctionLimit)
 	for len(packable) > 0 {
 		n, rows := 0, 0
-		for n < len(packable) && n < d.cfg.PackSize && (n == 0 || rows+int(*packable[n].SeenListings) <= budget) {
+		for n < len(packable) && n < d.packSize && (n == 0 || rows+int(*packable[n].SeenListings) <= budget) {
 			rows += int(*packable[n].SeenListings)
 			n++
 		}
@@ -157,7 +143,6 @@ func boolInt(b bool) int {
 // in the same pass, every item whose part of an answer may have been cut. A packed call that
 // fails leaves its items to be fetched alone.
 func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingState) []result {
-	pf := d.fetch.(PackedFetcher)
 	ids := make([]string, len(group))
 	for i, c := range group {
 		ids[i] = c.ItemID
@@ -176,7 +161,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 	lok := false
 	if st.listings {
 		a, err := untilAnswered(ctx, func() (answer[provider.Listing], error) {
-			rows, sent, err := pf.AuctionMany(ctx, ids)
+			rows, sent, err := d.fetch.AuctionMany(ctx, ids)
 			return answer[provider.Listing]{rows, sent}, err
 		})
 		rows, sent := a.rows, a.sent
@@ -184,7 +169,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 			var foreign int
 			lparts, foreign = packing.Split(rows, func(l provider.Listing) string { return l.ItemID }, ids)
 			d.logForeign(provider.EndpointAuction, ids, foreign)
-			lok = packing.ListingsComplete(sent, d.cfg.AuctionLimit)
+			lok = packing.ListingsComplete(sent, d.auctionLimit)
 		} else if stops(err) {
 			return failAll(group, err, d.clock.now())
 		}
@@ -195,7 +180,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 	sok := false
 	if st.sales {
 		a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
-			rows, sent, err := pf.AuctionSoldMany(ctx, ids)
+			rows, sent, err := d.fetch.AuctionSoldMany(ctx, ids)
 			return answer[provider.Sale]{rows, sent}, err
 		})
 		if err == nil {
@@ -228,7 +213,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 		if err == nil {
 			var v packing.SalesVerdict
 			if sok {
-				v = packing.Sales(ssent, d.cfg.SoldLimit, saleTimes(sparts[c.ItemID]), c.LastSaleAt)
+				v = packing.Sales(ssent, d.soldLimit, saleTimes(sparts[c.ItemID]), c.LastSaleAt)
 			}
 			if v.Complete {
 				part := sparts[c.ItemID]
@@ -309,14 +294,11 @@ func (d *Dispatcher) shadow() bool {
 // mismatch only when the single-item answers before and after the packed call agree: a
 // market that moved in between proves nothing either way.
 func (d *Dispatcher) verify(ctx context.Context, c Claim, listings, prior []provider.Listing, lpacked bool, sales []saleRow, spacked bool, upTo time.Time) {
-	obs, _ := d.cfg.Observer.(PackingObserver)
 	if lpacked {
 		alone, _, err := d.fetch.Auction(ctx, c.ItemID)
 		if err == nil && sameListings(prior, alone) {
 			bad := !sameListings(listings, alone)
-			if obs != nil {
-				obs.Shadowed(provider.EndpointAuction, bad)
-			}
+			d.cfg.Observer.Shadowed(provider.EndpointAuction, bad)
 			if bad {
 				d.packingMismatch(ctx, provider.EndpointAuction, c.ItemID, fmt.Sprintf("%d listings packed, %d alone", len(listings), len(alone)))
 			}
@@ -325,10 +307,8 @@ func (d *Dispatcher) verify(ctx context.Context, c Claim, listings, prior []prov
 	if spacked {
 		alone, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
 		if err == nil {
-			bad := !sameSales(sales, sequenceSales(alone, full(sent, d.cfg.SoldLimit)), c.LastSaleAt, upTo)
-			if obs != nil {
-				obs.Shadowed(provider.EndpointAuctionSold, bad)
-			}
+			bad := !sameSales(sales, sequenceSales(alone, full(sent, d.soldLimit)), c.LastSaleAt, upTo)
+			d.cfg.Observer.Shadowed(provider.EndpointAuctionSold, bad)
 			if bad {
 				d.packingMismatch(ctx, provider.EndpointAuctionSold, c.ItemID, "new sales differ between the packed and the single-item answer")
 			}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -67,7 +68,7 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 			}{{"ample", 400, 100}, {"exactly at the limit", exactL, exactS}, {"one short", exactL - 1, exactS - 1}} {
 				t.Run(fmt.Sprintf("%s/%s/%s", lim, ord, limits.name), func(t *testing.T) {
 					client := marketClient(t, srv.URL, limits.list, limits.sold)
-					d, err := New(pool, client, Config{AuctionLimit: limits.list, SoldLimit: limits.sold, PackSize: 10}, nil)
+					d, err := New(pool, client, configured(Config{PackSize: 10}), nil)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -152,7 +153,7 @@ func TestPackingSwitchIsReadByEveryPass(t *testing.T) {
 func TestSmallItemsShareCallsOnceTheirAnswersAreKnown(t *testing.T) {
 	e := setup(t, 30, tiers.Cold, nil)
 	ctx := context.Background()
-	cfg := Config{BatchSize: 30, Concurrency: 4, PackSize: 10, PackMaxListings: 60, PackMaxSales: 100, ShadowFraction: 1}
+	cfg := Config{BatchSize: 30, Concurrency: 4, PackSize: 10, PackMaxListings: 60, PackMaxSales: config.CollectPackMaxSales.Max, ShadowFraction: 1}
 	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func TestShadowMismatchSwitchesPackingOff(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: 100, ShadowFraction: 1}
+	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: config.CollectPackMaxSales.Max, ShadowFraction: 1}
 	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func TestShadowCheckIgnoresAMarketThatMovedMeanwhile(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: 100, ShadowFraction: 1}
+	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: config.CollectPackMaxSales.Max, ShadowFraction: 1}
 	for pass := 0; pass < 2; pass++ {
 		if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
 			t.Fatal(err)

@@ -38,7 +38,7 @@ func TestRateLimitAnswerCostsOnlyARetryOfThatCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Collected != 30 || s.Failed != 0 || s.Released != 0 || s.Stop != "nothing due" {
+	if s.Collected != 30 || s.Failed != 0 || s.Released != 0 || s.Stop != StopNothingDue {
 		t.Fatalf("summary %+v: want all 30 collected in one pass, none released", s)
 	}
 	st := e.sim.Stats()

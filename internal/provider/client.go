@@ -284,6 +284,9 @@ func (c *Client) AuctionLimit() int { return c.cfg.AuctionLimit }
 // SoldLimit: see AuctionLimit.
 func (c *Client) SoldLimit() int { return c.cfg.SoldLimit }
 
+// PackLimit is how many ids AuctionMany and AuctionSoldMany take.
+func (c *Client) PackLimit() int { return MaxItemIDs }
+
 func (c *Client) joinIDs(endpoint string, ids []string) (string, error) {
 	if len(ids) == 0 || len(ids) > MaxItemIDs {
 		return "", c.fail(&Error{Class: ClassBug, Endpoint: endpoint,

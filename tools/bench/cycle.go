@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -37,7 +38,7 @@ const (
 
 // zeroFetcher answers at once with one listing and no sales, so only the claim, write-back
 // and reschedule path is measured.
-type zeroFetcher struct{}
+type zeroFetcher struct{ dispatcher.NoPacking }
 
 func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, error) {
 	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, 1, nil
@@ -45,6 +46,8 @@ func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, er
 func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, int, error) {
 	return nil, 0, nil
 }
+func (zeroFetcher) AuctionLimit() int { return provider.MaxAuctionLimit }
+func (zeroFetcher) SoldLimit() int    { return provider.MaxSoldLimit }
 
 // cycleSeedDB holds one size's seeded table; each contender of ours runs on a copy of it.
 const cycleSeedDB = "bench_cycle_seed"
@@ -86,7 +89,7 @@ func cycleAt(ctx context.Context, e *env, c cycleSize, rep *report) error {
 		return fmt.Errorf("raw-SQL ceiling at %d items: %w", n, err)
 	}
 	rep.add("Claim+reschedule cycle, raw-SQL ceiling, "+label, rate(ceil, "items/s"),
-		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (persist.go: fenced reschedule, snapshot insert, outbox insert) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size", ceilingLoops, cycleBatch, cycleFlush, items))
+		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (writeback.go: fenced reschedule, snapshot insert, outbox insert) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size", ceilingLoops, cycleBatch, cycleFlush, items))
 	rep.add("Ratio collector / ceiling, "+label, fmt.Sprintf("%.2f", ours/ceil), "the two rows above")
 	rep.note("cycle at %s tracked items: seeding took %s (generate_series insert, VACUUM ANALYZE, CHECKPOINT; not timed), each contender's copy %s (CREATE DATABASE … TEMPLATE, CHECKPOINT)", count(n), seeded.Round(100*time.Millisecond), cloned.Round(100*time.Millisecond))
 
@@ -147,8 +150,9 @@ func cycleOurs(ctx context.Context, e *env, c cycleSize) (float64, time.Duration
 	defer pool.Close()
 	// Rescheduled items are phase-pinned and may come due again while a long pass runs; the
 	// seeded ones are older, so exactly timed/batch batches take exactly that many seeded items.
-	d, err := dispatcher.New(pool, zeroFetcher{}, dispatcher.Config{BatchSize: cycleBatch, Concurrency: 8, FlushSize: cycleFlush,
-		MaxBatches: (c.timed + cycleBatch - 1) / cycleBatch}, nil)
+	dc := dispatcher.FromConfig(config.Default())
+	dc.BatchSize, dc.Concurrency, dc.FlushSize, dc.MaxBatches = cycleBatch, 8, cycleFlush, (c.timed+cycleBatch-1)/cycleBatch
+	d, err := dispatcher.New(pool, zeroFetcher{}, dc, nil)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -231,7 +235,7 @@ func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]ceilClaim, er
 	})
 }
 
-// ceilWriteBack is persist.go's write-back for all-successful results with one listing and
+// ceilWriteBack is writeback.go's write-back for all-successful results with one listing and
 // no sales, through the product's own statements (dispatcher.RescheduleSQL, SnapshotSQL,
 // outbox.EnqueueSQL) in one transaction, driven by plain pgx. It leaves out the per-item change
 // estimates (observeChanges), which the ceiling does not model.

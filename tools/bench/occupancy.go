@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
@@ -132,7 +133,9 @@ func benchOccupancy(ctx context.Context, e *env, sz sizes, rep *report) error {
 		SELECT id, name, 'HOT_1M', now() - interval '1 second' FROM unnest($1::text[], $2::text[]) AS u(id, name)`, ids, names); err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
-	d, err := dispatcher.New(pool, client, dispatcher.Config{Concurrency: occConcurrency}, nil)
+	dc := dispatcher.FromConfig(config.Default())
+	dc.Concurrency, dc.PackSize = occConcurrency, 1 // every item alone
+	d, err := dispatcher.New(pool, client, dc, nil)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
@@ -88,8 +89,10 @@ func requestsRun(ctx context.Context, e *env, items, rounds, packSize int) (requ
 		SELECT id, 'item ' || id, 'COLD_10M', now() FROM unnest($1::text[]) AS id`, ids); err != nil {
 		return res, err
 	}
-	d, err := dispatcher.New(pool, client, dispatcher.Config{BatchSize: 500, Concurrency: 16, PackSize: packSize,
-		PackMaxListings: 100, PackMaxSales: 5, ShadowFraction: 0.01, Owner: db}, nil)
+	dc := dispatcher.FromConfig(config.Default())
+	dc.BatchSize, dc.Concurrency, dc.Owner = 500, 16, db
+	dc.PackSize, dc.PackMaxListings, dc.PackMaxSales, dc.ShadowFraction = packSize, 100, 5, 0.01
+	d, err := dispatcher.New(pool, client, dc, nil)
 	if err != nil {
 		return res, err
 	}

@@ -1,0 +1,254 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+// result is one claimed item after its provider calls.
+type result struct {
+	claim    Claim
+	at       time.Time // database time when the fetch finished
+	listings listingSummary
+	sales    []saleRow
+	packed   bool  // fetched in an itemIds call shared with other items
+	err      error // nil = collected
+	outcome  string
+	salesGap bool          // sales were lost since the previous fetch (salesGap)
+	window   time.Duration // Config.EstimateWindow: how fast the change counts decay
+}
+
+// collectBatch fetches every claim with bounded concurrency and hands results to the writer.
+// Claims not fetched (pass stopped, shutdown) are released at once. On shutdown (ctx done) no
+// new call starts, and calls in flight get Grace to finish; their results are still written.
+func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer, tm *timings) (released int, stop *stopError) {
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		if d.cfg.Grace > 0 {
+			t := time.NewTimer(d.cfg.Grace)
+			defer t.Stop()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+		cancel()
+	}()
+	go d.renewWhileRunning(fctx, done, claims)
+
+	var st packingState
+	if d.packSize > 1 {
+		var err error
+		if st, err = readPacking(ctx, d.pool); err != nil {
+			d.log.Warn("packing state unreadable; fetching every item alone", zap.Error(err))
+			st = packingState{}
+		}
+	}
+	jobs := make(chan []Claim)
+	var mu sync.Mutex
+	var unprocessed []Claim
+	var wg sync.WaitGroup
+	for i := 0; i < min(d.cfg.Concurrency, len(claims)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for group := range jobs {
+				if ctx.Err() != nil || fctx.Err() != nil {
+					mu.Lock()
+					unprocessed = append(unprocessed, group...)
+					mu.Unlock()
+					continue
+				}
+				t0 := time.Now()
+				var rs []result
+				if len(group) == 1 {
+					rs = []result{d.fetchOne(fctx, group[0])}
+				} else {
+					rs = d.fetchPacked(fctx, group, st)
+				}
+				took := time.Since(t0)
+				for _, r := range rs {
+					tm.add(&tm.fetch, took)
+					d.cfg.Observer.Fetched(r.claim, took, r.err)
+					if r.err != nil {
+						class := provider.ClassOf(r.err)
+						// A refusal reaches here only when a long Retry-After or repeated
+						// refusals outlast untilAnswered: then the key cools down and the pass stops.
+						ends := class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig
+						if ends || fctx.Err() != nil {
+							mu.Lock()
+							if ends && stop == nil {
+								stop = &stopError{class: class, err: r.err}
+								cancel()
+							}
+							unprocessed = append(unprocessed, r.claim)
+							mu.Unlock()
+							continue
+						}
+					}
+					w.results <- r
+				}
+			}
+		}()
+	}
+	for _, group := range d.jobsFor(claims, st) {
+		jobs <- group
+	}
+	close(jobs)
+	wg.Wait()
+	if len(unprocessed) > 0 {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer rcancel()
+		n, err := releaseLeases(rctx, d.pool, unprocessed)
+		if err != nil {
+			d.log.Error("could not release leases; they will expire by themselves", zap.Int("items", len(unprocessed)), zap.Error(err))
+		}
+		released = int(n)
+	}
+	return released, stop
+}
+
+// renewWhileRunning extends the batch's leases every third of a lease while its calls run, so a
+// slow provider never lets a lease lapse under a live worker. Items already written back no
+// longer carry the token and are left alone.
+func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []Claim) {
+	t := time.NewTicker(d.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := renewLeases(ctx, d.pool, claims, d.cfg.Lease); err != nil && ctx.Err() == nil {
+				d.log.Warn("lease renewal failed", zap.Error(err))
+			}
+		}
+	}
+}
+
+func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
+	r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}
+	listings, err := d.listingsAlone(ctx, c)
+	var sales []saleRow
+	if err == nil {
+		// The listings are kept whatever happens to this call.
+		sales, r.salesGap, err = d.salesAlone(ctx, c)
+	}
+	r.at = d.clock.now()
+	if err != nil {
+		r.err = err
+		r.outcome = provider.ClassOf(err).String()
+		return r
+	}
+	r.listings = listings
+	r.sales = newSales(sales, c.LastSaleAt)
+	return r
+}
+
+// listingsAlone asks for one item's listings in a call of its own.
+func (d *Dispatcher) listingsAlone(ctx context.Context, c Claim) (listingSummary, error) {
+	a, err := untilAnswered(ctx, func() (answer[provider.Listing], error) {
+		rows, sent, err := d.fetch.Auction(ctx, c.ItemID)
+		return answer[provider.Listing]{rows, sent}, err
+	})
+	return summarizeListings(a.rows, full(a.sent, d.auctionLimit)), err
+}
+
+// salesAlone asks for one item's sales in a call of its own and reports whether sales were lost
+// since the previous collection. Every collection that reads a sales page alone comes here, so
+// none can miss a gap.
+func (d *Dispatcher) salesAlone(ctx context.Context, c Claim) (sales []saleRow, gap bool, err error) {
+	a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
+		rows, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
+		return answer[provider.Sale]{rows, sent}, err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	f := full(a.sent, d.soldLimit)
+	return sequenceSales(a.rows, f), salesGap(a.rows, f, c.LastSaleAt, c.LastCollectedAt), nil
+}
+
+// answer carries a call's rows and how many the provider sent through untilAnswered.
+type answer[T any] struct {
+	rows []T
+	sent int
+}
+
+// full reports an answer that reached its limit: rows past it, if any, were cut off.
+func full(sent, limit int) bool { return limit > 0 && sent >= limit }
+
+// Rate-limit retries: a refused call waits (a back-off growing from rateLimitBackoff to
+// rateLimitBackoffMax, or a Retry-After no longer than that) and is sent again,
+// rateLimitAttempts times in all. A longer Retry-After is a cool-down: it ends the pass.
+// Meanwhile the budget has been cut (daemon) and other calls wait for it, so the retry is
+// paced; the item fails (and is rescheduled by its tier) only if the refusals go on.
+const (
+	rateLimitAttempts   = 6
+	rateLimitBackoff    = 100 * time.Millisecond
+	rateLimitBackoffMax = 2 * time.Second
+)
+
+// untilAnswered sends one call again while the provider refuses it for the rate limit, so a
+// refusal costs that call a wait rather than the item its other call or the pass its items.
+func untilAnswered[T any](ctx context.Context, call func() (T, error)) (T, error) {
+	backoff := rateLimitBackoff
+	for attempt := 1; ; attempt++ {
+		v, err := call()
+		var pe *provider.Error
+		if err == nil || attempt == rateLimitAttempts || !errors.As(err, &pe) || pe.Class != provider.ClassRateLimited ||
+			pe.Status == 0 || pe.RetryAfter > rateLimitBackoffMax {
+			return v, err
+		}
+		wait := backoff
+		if pe.RetryAfter > 0 {
+			wait = pe.RetryAfter
+		}
+		backoff = min(2*backoff, rateLimitBackoffMax)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+	}
+}
+
+// salesGap reports whether sales were lost between two fetches: a full /df/auction-sold page
+// (as sent: rows the row check dropped still filled it) whose oldest kept sale is newer than
+// the newest sale already stored. With no sale stored, the
+// item's last collection bounds what was seen (its page was empty); before the first
+// collection there is nothing to compare with.
+func salesGap(rows []provider.Sale, full bool, lastStored, lastCollected *time.Time) bool {
+	if lastStored == nil {
+		lastStored = lastCollected
+	}
+	if lastStored == nil || !full || len(rows) == 0 {
+		return false
+	}
+	oldest := rows[0].SoldAt
+	for _, r := range rows[1:] {
+		if r.SoldAt.Before(oldest) {
+			oldest = r.SoldAt
+		}
+	}
+	return oldest.Truncate(time.Second).After(*lastStored)
+}

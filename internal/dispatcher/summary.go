@@ -1,0 +1,118 @@
+package dispatcher
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+// StopReason is why a pass ended.
+type StopReason int
+
+const (
+	// StopNone: the pass did not end by one of the reasons below (an error ended it).
+	StopNone StopReason = iota
+	StopNothingDue
+	StopMaxBatches
+	StopInterrupted // ctx ended (shutdown)
+	StopPaused      // the provider status may not dispatch
+	StopMaintenance // a maintenance answer
+	StopRateLimited // a rate limit that outlasted the retries, or a cool-down
+	StopKeyRefused  // the key was refused
+)
+
+// String is the reason as summaries and logs print it.
+func (r StopReason) String() string {
+	switch r {
+	case StopNothingDue:
+		return "nothing due"
+	case StopMaxBatches:
+		return "max batches"
+	case StopInterrupted:
+		return "interrupted"
+	case StopPaused:
+		return "paused"
+	case StopMaintenance:
+		return provider.ClassMaintenance.String()
+	case StopRateLimited:
+		return provider.ClassRateLimited.String()
+	case StopKeyRefused:
+		return provider.ClassConfig.String()
+	}
+	return ""
+}
+
+// Summary is what a pass did.
+type Summary struct {
+	Paused       bool
+	Status       provider.Status
+	StatusReason string
+	StatusSince  time.Time
+
+	Batches int
+	Claimed int
+	// PlannedRequests is what the plan counted the claimed collections as costing
+	// (requests_per_collection): beside the calls made, how far off the plan's costs are.
+	PlannedRequests float64
+	Collected       int
+	Failed          int
+	Fenced          int
+	Released        int
+	Stop            StopReason
+	// CooldownUntil is when the key may be used again, when a rate limit with a known end
+	// stopped the pass.
+	CooldownUntil time.Time
+	// StopAnswer is the provider answer that ended the pass, if one did.
+	StopAnswer string
+	Duration   time.Duration
+
+	Claim, Fetch, Persist Timing
+}
+
+// Timing is a stage's latency distribution over the pass.
+type Timing struct {
+	N        int
+	P50, P95 time.Duration
+}
+
+func (s Summary) String() string {
+	paused := ""
+	if s.Paused {
+		paused = fmt.Sprintf("collection paused: provider %s since %s (%s)", s.Status, s.StatusSince.UTC().Format(time.RFC3339), s.StatusReason)
+		if s.Claimed == 0 {
+			return paused
+		}
+		paused = " | " + paused
+	}
+	cooling := ""
+	if !s.CooldownUntil.IsZero() {
+		cooling = fmt.Sprintf(" | rate limited: the key cools down until %s", s.CooldownUntil.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("claimed=%d collected=%d failed=%d fenced_out=%d released=%d batches=%d duration=%s stop=%q | claim p50=%s p95=%s | fetch p50=%s p95=%s | persist p50=%s p95=%s",
+		s.Claimed, s.Collected, s.Failed, s.Fenced, s.Released, s.Batches, s.Duration.Round(time.Millisecond), s.Stop,
+		s.Claim.P50, s.Claim.P95, s.Fetch.P50, s.Fetch.P95, s.Persist.P50, s.Persist.P95) + cooling + paused
+}
+
+type timings struct {
+	mu                    sync.Mutex
+	claim, fetch, persist []time.Duration
+}
+
+func (t *timings) add(dst *[]time.Duration, d time.Duration) {
+	t.mu.Lock()
+	*dst = append(*dst, d)
+	t.mu.Unlock()
+}
+
+func summarize(ds []time.Duration) Timing {
+	if len(ds) == 0 {
+		return Timing{}
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(q float64) time.Duration { return s[int(q*float64(len(s)-1))].Round(time.Microsecond) }
+	return Timing{N: len(s), P50: at(0.50), P95: at(0.95)}
+}
