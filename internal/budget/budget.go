@@ -1,5 +1,7 @@
 // Package budget divides one API key's budget among every process that spends it, through
-// PostgreSQL, so that together they never exceed it.
+// PostgreSQL, so that together they never exceed it: the rate sharer at run time. (Package
+// budgetplan is the tier optimiser, which decides how often each item may be collected within a
+// budget; the daemon's cost loop decides which share of the budget that plan may assume.)
 //
 // Design: each process heartbeats a row in collector_instances for the key (key_label is a
 // hash of the key) every Heartbeat. A row whose heartbeat is older than 3 × Heartbeat is dead.
@@ -82,8 +84,8 @@ type Config struct {
 	Rate      float64       // requests per second for the whole cluster
 	PerMinute int           // requests per rolling minute for the whole cluster; 0 = none
 	Headroom  float64       // fraction left unused as margin
-	Heartbeat time.Duration // default 1s
-	Cooldown  time.Duration // cool-down when Retry-After is absent; default 1s (not adaptive)
+	Heartbeat time.Duration // instance heartbeat and share refresh (daemon.budget.heartbeat)
+	Cooldown  time.Duration // cool-down when Retry-After is absent, when not adaptive (daemon.budget.cooldown)
 	// Adaptive learns the provider's real limit below Rate (AIMD, see the package doc).
 	Adaptive bool
 	Decrease float64 // adaptive: a cut multiplies the rate by this; default DefaultDecrease
@@ -146,28 +148,25 @@ type Share struct {
 	waited atomic.Int64 // ns
 }
 
-// New builds a share; it sends nothing until Run has registered it.
+// New builds a share; it sends nothing until Run has registered it. A value out of range is
+// refused with the configuration key it comes from, never replaced: the defaults are
+// internal/config's (daemon.budget.*, provider.market.*). Decrease, Increase and MinRate, which
+// no key sets, take the package's defaults when 0.
 func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Share, error) {
 	if cfg.KeyLabel == "" || cfg.Instance == "" {
 		return nil, fmt.Errorf("budget: key label and instance are required")
 	}
-	if cfg.Rate <= 0 {
-		return nil, fmt.Errorf("budget %s: rate %v must be > 0", cfg.KeyLabel, cfg.Rate)
-	}
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = time.Second
-	}
-	if cfg.Cooldown <= 0 {
-		cfg.Cooldown = time.Second
-	}
-	if cfg.Decrease <= 0 || cfg.Decrease >= 1 {
+	if cfg.Decrease == 0 {
 		cfg.Decrease = DefaultDecrease
 	}
-	if cfg.Increase <= 0 {
+	if cfg.Increase == 0 {
 		cfg.Increase = DefaultIncrease
 	}
-	if cfg.MinRate <= 0 {
+	if cfg.MinRate == 0 {
 		cfg.MinRate = DefaultMinRate
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("budget %s: %w", cfg.KeyLabel, err)
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -175,6 +174,32 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Share, error) {
 	s := &Share{pool: pool, cfg: cfg, log: log, lim: rate.NewLimiter(0, 1), ready: make(chan struct{}), factor: 1, live: 1}
 	s.learned = s.total()
 	return s, nil
+}
+
+func (c Config) validate() error {
+	var errs []error
+	bad := func(key string, v any, allowed string) {
+		errs = append(errs, fmt.Errorf("%s = %v: %s", key, v, allowed))
+	}
+	if !(c.Rate > 0) {
+		bad("provider.market.rate", c.Rate, "must be > 0")
+	}
+	if c.Heartbeat <= 0 {
+		bad("daemon.budget.heartbeat", c.Heartbeat, "must be > 0")
+	}
+	if c.Cooldown <= 0 {
+		bad("daemon.budget.cooldown", c.Cooldown, "must be > 0")
+	}
+	if !(c.Decrease > 0 && c.Decrease < 1) {
+		bad("budget Config.Decrease", c.Decrease, "must be in (0, 1)")
+	}
+	if !(c.Increase > 0) {
+		bad("budget Config.Increase", c.Increase, "must be > 0")
+	}
+	if !(c.MinRate > 0) {
+		bad("budget Config.MinRate", c.MinRate, "must be > 0")
+	}
+	return errors.Join(errs...)
 }
 
 // hold is how long after a cut further rate-limit answers do not cut again: they answer
