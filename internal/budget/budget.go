@@ -68,14 +68,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/config"
-	"github.com/duecollector/duecollector/internal/provider"
 )
 
 // Config is one key's budget and this process's identity.
@@ -215,44 +213,6 @@ func (c Config) ceiling() float64 {
 		r = math.Min(r, float64(c.PerMinute)/60)
 	}
 	return r * (1 - c.Headroom)
-}
-
-// LearnedShare is the share of the configured budget the provider has been found to allow:
-// the learned rate over the ceiling, 1 when nothing was learned or learning is off.
-func (s *Share) LearnedShare() float64 {
-	st := s.Stats()
-	return learnedShare(st.ClusterRate, st.Ceiling)
-}
-
-// ReadLearnedShare is LearnedShare as the database has it, for processes without a Share.
-func ReadLearnedShare(ctx context.Context, pool *pgxpool.Pool, cfg Config) (float64, error) {
-	if !cfg.Adaptive {
-		return 1, nil
-	}
-	var learned float64
-	err := pool.QueryRow(ctx, `SELECT rate FROM budget_rates WHERE key_label = $1`, cfg.KeyLabel).Scan(&learned)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 1, nil
-	case err != nil:
-		return 0, fmt.Errorf("read the learned budget of %s: %w", cfg.KeyLabel, err)
-	}
-	return learnedShare(learned, cfg.ceiling()), nil
-}
-
-func learnedShare(rate, ceiling float64) float64 {
-	if !(ceiling > 0) {
-		return 1
-	}
-	return math.Min(rate/ceiling, 1)
-}
-
-// Scale is limits shrunk to share f of themselves: what planning should assume once the
-// provider turned out to allow only that share (per_minute at least 1).
-func Scale(limits config.WorkloadLimits, f float64) config.WorkloadLimits {
-	limits.Rate *= f
-	limits.PerMinute = max(int(math.Round(float64(limits.PerMinute)*f)), 1)
-	return limits
 }
 
 // Pacing spreads a second's quota over its first 80 %; nothing is granted in its last 10 %.
@@ -403,102 +363,6 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 	return func() { once.Do(s.done) }, nil
 }
 
-// RateLimited records a provider rate-limit answer: the whole key cools down for retryAfter
-// (Cooldown when 0; adaptive: only when the provider sent one), for every process, and,
-// adaptive, its rate is cut.
-func (s *Share) RateLimited(ctx context.Context, retryAfter time.Duration, reason string) {
-	reason = provider.Clean(reason, provider.MaxErrorRunes)
-	if s.cfg.Adaptive {
-		s.cut(ctx, reason)
-		if retryAfter <= 0 {
-			return
-		}
-	}
-	if retryAfter <= 0 {
-		retryAfter = s.cfg.Cooldown
-	}
-	s.mu.Lock()
-	if until := time.Now().Add(retryAfter); until.After(s.coolTill) {
-		s.coolTill = until
-	}
-	s.mu.Unlock()
-	if err := RecordCooldown(context.WithoutCancel(ctx), s.pool, s.cfg.KeyLabel, retryAfter, reason); err != nil {
-		s.log.Warn("could not share the rate-limit cool-down; other instances learn it from their own answers",
-			zap.String("key", s.cfg.KeyLabel), zap.Error(err))
-	}
-	s.log.Warn("provider rate limit: key cooling down", zap.String("key", s.cfg.KeyLabel), zap.Duration("for_seconds", retryAfter))
-}
-
-// RecordCooldown writes a key's cool-down (extending, never shortening, one in force) where
-// every process and `collector status` see it, also when no budget share is running.
-func RecordCooldown(ctx context.Context, pool *pgxpool.Pool, keyLabel string, d time.Duration, reason string) error {
-	_, err := pool.Exec(ctx, `
-		INSERT INTO budget_cooldowns (key_label, until, reason) VALUES ($1, now() + $2 * interval '1 millisecond', $3)
-		ON CONFLICT (key_label) DO UPDATE SET until = greatest(budget_cooldowns.until, EXCLUDED.until), reason = EXCLUDED.reason`,
-		keyLabel, d.Milliseconds(), provider.Clean(reason, provider.MaxErrorRunes))
-	if err != nil {
-		return fmt.Errorf("record the cool-down of key %s: %w", keyLabel, err)
-	}
-	return nil
-}
-
-// Cooldown is a key's cool-down in force.
-type Cooldown struct {
-	KeyLabel string
-	Until    time.Time
-	Reason   string
-}
-
-// ActiveCooldowns lists the cool-downs in force, by the database clock.
-func ActiveCooldowns(ctx context.Context, pool *pgxpool.Pool) ([]Cooldown, error) {
-	rows, err := pool.Query(ctx, `SELECT key_label, until, coalesce(reason, '') FROM budget_cooldowns WHERE until > now() ORDER BY key_label`)
-	if err != nil {
-		return nil, fmt.Errorf("read cool-downs: %w", err)
-	}
-	cds, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Cooldown])
-	if err != nil {
-		return nil, fmt.Errorf("read cool-downs: %w", err)
-	}
-	return cds, nil
-}
-
-// cut lowers the key's cluster rate multiplicatively, once per hold across the cluster.
-func (s *Share) cut(ctx context.Context, reason string) {
-	s.mu.Lock()
-	if time.Since(s.lastCut) < s.hold() {
-		s.mu.Unlock()
-		return
-	}
-	s.lastCut = time.Now()
-	s.mu.Unlock()
-	var rate, from float64
-	err := s.pool.QueryRow(context.WithoutCancel(ctx), `
-		INSERT INTO budget_rates AS b (key_label, rate, cut_from, cut_at, changed_at, reason)
-		VALUES ($1, greatest($3::float8, $2::float8 * $4::float8), $2, now(), now(), $5)
-		ON CONFLICT (key_label) DO UPDATE
-		SET rate = greatest($3::float8, least(b.rate, $2::float8) * $4::float8), cut_from = least(b.rate, $2::float8),
-		    cut_at = now(), changed_at = now(), reason = $5
-		WHERE b.cut_at IS NULL OR b.cut_at <= now() - $6 * interval '1 millisecond'
-		RETURNING rate, cut_from`,
-		s.cfg.KeyLabel, s.total(), s.cfg.MinRate, s.cfg.Decrease, reason, s.hold().Milliseconds()).Scan(&rate, &from)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return // another process cut within the hold; our heartbeat brings its rate
-	}
-	if err != nil {
-		s.log.Warn("could not share the rate cut; cutting locally", zap.String("key", s.cfg.KeyLabel), zap.Error(err))
-		s.mu.Lock()
-		rate, from = max(s.cfg.MinRate, s.learned*s.cfg.Decrease), s.learned
-		s.mu.Unlock()
-	}
-	s.mu.Lock()
-	s.learned = rate
-	s.cuts++
-	s.apply()
-	s.mu.Unlock()
-	s.log.Warn("provider rate limit: cluster rate cut", zap.String("key", s.cfg.KeyLabel),
-		zap.Float64("from", from), zap.Float64("to", rate))
-}
-
 // Run registers the process, heartbeats until ctx ends, then deregisters so the others take
 // over its share at once. Database errors are logged and retried.
 func (s *Share) Run(ctx context.Context) error {
@@ -595,24 +459,4 @@ func (s *Share) beat(ctx context.Context) error {
 	s.learned = rate
 	s.apply()
 	return nil
-}
-
-// probe reads the key's learned rate and, when this process was held back by the budget and
-// no cut happened for a heartbeat, raises it one step toward the ceiling (once per heartbeat
-// across the cluster, whoever's heartbeat comes first).
-func (s *Share) probe(ctx context.Context, held bool) (float64, error) {
-	var rate float64
-	err := s.pool.QueryRow(ctx, `
-		INSERT INTO budget_rates AS b (key_label, rate) VALUES ($1, $2)
-		ON CONFLICT (key_label) DO UPDATE
-		SET rate = CASE WHEN $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond'
-		                THEN least($2::float8, b.rate + $5::float8 * coalesce(b.cut_from, $2::float8)) ELSE least($2::float8, b.rate) END,
-		    changed_at = CASE WHEN $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond'
-		                      THEN now() ELSE b.changed_at END
-		RETURNING rate`,
-		s.cfg.KeyLabel, s.total(), held, s.cfg.Heartbeat.Milliseconds(), s.cfg.Increase*s.cfg.Heartbeat.Seconds()).Scan(&rate)
-	if err != nil {
-		return 0, fmt.Errorf("budget rate for %s: %w", s.cfg.KeyLabel, err)
-	}
-	return rate, nil
 }

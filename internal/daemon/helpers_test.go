@@ -200,17 +200,24 @@ func collected(t testing.TB, pool *pgxpool.Pool) int {
 	return count(t, pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`)
 }
 
-// waitCollected waits on the passes of a daemon started with cfg (its passed signal
-// initialised) until at least n items have been collected.
-func waitCollected(t testing.TB, cfg Config, pool *pgxpool.Pool, n int) {
+// waitPasses waits on the passes of a daemon started with cfg (its passed signal initialised)
+// until cond holds.
+func waitPasses(t testing.TB, cfg Config, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(testkit.Timeout)
-	for collected(t, pool) < n {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d items collected after %s of passes", collected(t, pool), n, testkit.Timeout)
+			t.Fatalf("no %s after %s of passes", what, testkit.Timeout)
 		}
 		cfg.signals.passed.Wait(t)
 	}
+}
+
+// waitCollected waits on the passes of a daemon started with cfg until at least n items have
+// been collected.
+func waitCollected(t testing.TB, cfg Config, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	waitPasses(t, cfg, fmt.Sprintf("%d items collected", n), func() bool { return collected(t, pool) >= n })
 }
 
 // pass runs one collection pass of d, failing the test on an error.

@@ -67,6 +67,7 @@ func TestRefusedKeyStopsCollectionLoudlyAndResumes(t *testing.T) {
 	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
 	cfg.Daemon.Notify = true
 	cfg.Daemon.KeyRecheck = 300 * time.Millisecond
+	cfg.signals.passed.Init(t)
 	core, logs := zapobserver.New(zapcore.WarnLevel)
 	r := e.start(t, cfg, zap.New(core))
 
@@ -94,10 +95,10 @@ func TestRefusedKeyStopsCollectionLoudlyAndResumes(t *testing.T) {
 	}
 
 	refuse.Store(false)
-	testkit.Eventually(t, 20*time.Second, "collection to resume", func() bool {
-		code, _ := readyz(t, r)
-		return code == http.StatusOK && count(t, e.pool, `SELECT count(*) FROM auction_snapshots`) == 20
-	})
+	waitPasses(t, cfg, "collection resumed", func() bool { return count(t, e.pool, `SELECT count(*) FROM auction_snapshots`) == 20 })
+	if code, body := readyz(t, r); code != http.StatusOK {
+		t.Fatalf("/readyz after collection resumed: %d %s", code, body)
+	}
 }
 
 // A pass that ends in an error sleeps its back-off for real: notifications (its own lease
