@@ -45,8 +45,10 @@ import (
 
 // Config is everything the daemon runs with.
 type Config struct {
-	Daemon   config.DaemonConfig
-	Dispatch dispatcher.Config // Grace, Observer and PrioritizeTiers are set by the daemon
+	Daemon config.DaemonConfig
+	// Dispatch configures the dispatcher; Provider (provider.name) is required, and Grace,
+	// Observer, PrioritizeTiers, Gather, Ahead and ClaimLimit are set by the daemon.
+	Dispatch dispatcher.Config
 	// Catalog drives popularity recalculation; Catalog.RecalcInterval 0 = never.
 	Catalog config.CatalogConfig
 	// Retention prunes collected history every Retention.Interval when any age is set.

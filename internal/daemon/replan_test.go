@@ -10,6 +10,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -58,4 +59,27 @@ func TestNewItemsAreReplannedWithoutWaitingForTheInterval(t *testing.T) {
 	if got := testutil.ToFloat64(d.Metrics().BudgetRate.WithLabelValues(string(provider.WorkloadMarket))); got != 0.01 {
 		t.Errorf("budget gauge %v, want the tighter of 0.01/s and 1/min", got)
 	}
+}
+
+// The plan service's loop plans when the cost loop asks, without waiting for its interval, and
+// hands the collection loop a wake-up (promotions may have made items due sooner).
+func TestPlanServicePlansWhenTheCostLoopAsks(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	cfg := testConfig()
+	cfg.Catalog = config.Default().Catalog
+	cfg.Catalog.RecalcInterval = time.Hour
+	cfg.Daemon.GaugeInterval = 100 * time.Millisecond
+	cfg.signals.planned.Init(t)
+	d := e.build(t, cfg, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.plan.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	d.loop.SawTracked(0)
+	d.loop.SawTracked(1)
+	if res := cfg.signals.planned.Wait(t); res.Skipped || res.Share != 1 {
+		t.Fatalf("plan %+v: want one made for the whole budget", res)
+	}
+	testkit.Recv(t, d.wake, testkit.Timeout, "the wake-up handed to the collection loop after a plan")
 }
