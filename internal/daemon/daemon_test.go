@@ -308,6 +308,27 @@ func TestPrunesCollectedHistory(t *testing.T) {
 	}
 }
 
+// The daemon runs the retention service only when an age is set, every retention.interval.
+func TestDaemonPrunesOnlyWithAnAgeSet(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	if _, err := e.pool.Exec(context.Background(), `
+		INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity)
+		SELECT 'item-1', gen_random_uuid(), now() - g * interval '1 hour', 'WARM_5M', 1, 1 FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.build(t, testConfig(), nil); d.retention != nil {
+		t.Fatal("a retention service without any age set")
+	}
+	cfg := testConfig()
+	cfg.Retention = config.Default().Retention
+	cfg.Retention.Snapshots, cfg.Retention.Interval = 90*time.Minute, 10*time.Millisecond
+	cfg.signals.pruned.Init(t)
+	e.start(t, cfg, nil)
+	if res := cfg.signals.pruned.Wait(t); res.Snapshots != 2 {
+		t.Fatalf("the first turn pruned %d snapshots, want the 2 older than 90 minutes", res.Snapshots)
+	}
+}
+
 // A tier that empties reads 0 on the next refresh, and every tier is exported, 0 when empty.
 func TestTierGaugesResetWhenATierEmpties(t *testing.T) {
 	e := newEnv(t, 1, neoplesim.Options{})
