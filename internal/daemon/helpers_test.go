@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -73,7 +73,6 @@ func (e *env) track(t testing.TB, from, to int, tier tiers.Tier, dueIn time.Dura
 
 var owners atomic.Int64
 
-// testConfig is a daemon config sized for tests: no HTTP server unless asked, no recalculation.
 // trackObserved inserts every catalog item as HOT_1M, due in an hour, with change estimates
 // from 100 collections (so the budget policy plans it), and returns the ids.
 func (e *env) trackObserved(t testing.TB) []string {
@@ -92,6 +91,7 @@ func (e *env) trackObserved(t testing.TB) []string {
 	return ids
 }
 
+// testConfig is a daemon config sized for tests: no HTTP server unless asked, no recalculation.
 func testConfig() Config {
 	d := config.Default().Daemon
 	d.HTTPAddr = ""
@@ -105,7 +105,8 @@ func testConfig() Config {
 		Daemon: d,
 		Dispatch: dispatcher.Config{
 			BatchSize: 50, Lease: 30 * time.Second, Concurrency: 8, FlushSize: 20, EstimateWindow: config.Default().Catalog.EstimateWindow,
-			Owner: fmt.Sprintf("test-daemon-%d", owners.Add(1)),
+			Owner:    fmt.Sprintf("test-daemon-%d", owners.Add(1)),
+			Provider: config.Default().Provider.Name,
 		},
 		Market:   config.WorkloadLimits{Rate: 100000, Burst: 10000, PerMinute: 100000000},
 		KeyLabel: budget.KeyLabel("market", marketKey),
@@ -118,14 +119,13 @@ type running struct {
 	done chan error
 }
 
-// start builds and runs a daemon; it is stopped (and must return nil) at cleanup at the latest.
-func (e *env) start(t testing.TB, cfg Config, log *zap.Logger) *running {
+// build builds a daemon without running it, for tests that call its services' runOnce.
+func (e *env) build(t testing.TB, cfg Config, log *zap.Logger) *Daemon {
 	t.Helper()
 	if log == nil {
 		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
-	// Small pages keep each call cheap, so a loaded machine running -race still keeps up
-	// with the budgets the tests measure.
+	// Small pages keep each call cheap.
 	auctionLimit, soldLimit := 5, 5
 	if e.fullPages {
 		def := config.Default().Provider
@@ -152,6 +152,13 @@ func (e *env) start(t testing.TB, cfg Config, log *zap.Logger) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// start builds and runs a daemon; it is stopped (and must return nil) at cleanup at the latest.
+func (e *env) start(t testing.TB, cfg Config, log *zap.Logger) *running {
+	t.Helper()
+	d := e.build(t, cfg, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{d: d, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- d.Run(ctx) }()
@@ -187,6 +194,38 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-func passes(r *running) float64 {
-	return testutil.ToFloat64(r.d.Metrics().Passes.WithLabelValues("ok"))
+// collected counts the items collected at least once.
+func collected(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	return count(t, pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`)
+}
+
+// waitPasses waits on the passes of a daemon started with cfg (its passed signal initialised)
+// until cond holds.
+func waitPasses(t testing.TB, cfg Config, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testkit.Timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after %s of passes", what, testkit.Timeout)
+		}
+		cfg.signals.passed.Wait(t)
+	}
+}
+
+// waitCollected waits on the passes of a daemon started with cfg until at least n items have
+// been collected.
+func waitCollected(t testing.TB, cfg Config, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	waitPasses(t, cfg, fmt.Sprintf("%d items collected", n), func() bool { return collected(t, pool) >= n })
+}
+
+// pass runs one collection pass of d, failing the test on an error.
+func pass(t testing.TB, d *Daemon) passResult {
+	t.Helper()
+	res := d.collect.runOnce(context.Background())
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	return res
 }

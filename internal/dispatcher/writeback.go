@@ -296,7 +296,7 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, results []result) (write
 }
 
 // observeChangesSQL adds one interval to each collected item's decayed counts (the same
-// arithmetic as budgetplan.Observations.Decay then Observe): the interval since its last
+// arithmetic as tierplan.Observations.Decay then Observe): the interval since its last
 // successful collection, whether the listings (lowest unit price, count, quantity) changed or
 // new sales arrived in it, and the new sales. The first collection only records the listings.
 // Fenced by the lease token; it runs before the reschedule clears it.
