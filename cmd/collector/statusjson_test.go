@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -94,7 +95,7 @@ func TestStatusJSONAndCheck(t *testing.T) {
 
 func TestCheckNamesAnOldOutbox(t *testing.T) {
 	lim := checkLimits{maxOutboxAge: time.Minute}
-	st := daemon.ClusterStatus{OutboxOldest: 2 * time.Minute, Instances: []daemon.Instance{{Instance: "h:1"}}}
+	st := daemon.ClusterStatus{OutboxOldest: 2 * time.Minute, Instances: []budget.Instance{{Instance: "h:1"}}}
 	if p := lim.problems(st); len(p) != 1 || !strings.Contains(p[0], "oldest unpublished outbox event is 2m0s old") {
 		t.Fatalf("problems %q", p)
 	}
