@@ -58,38 +58,29 @@ func newEnv(t testing.TB, n int, opts neoplesim.Options) *env {
 // track inserts items [from, to) of the catalog in tier, due at now() + dueIn (database clock).
 func (e *env) track(t testing.TB, from, to int, tier tiers.Tier, dueIn time.Duration) {
 	t.Helper()
-	var ids, names []string
+	var rows []storetest.Item
 	for _, it := range e.items[from:to] {
-		ids, names = append(ids, it.ItemID), append(names, it.ItemName)
+		rows = append(rows, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tier, NextCollectAt: storetest.In(dueIn)})
 	}
-	_, err := e.pool.Exec(context.Background(), `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT id, name, $3, now() + $4 * interval '1 millisecond' FROM unnest($1::text[], $2::text[]) AS u(id, name)`,
-		ids, names, string(tier), dueIn.Milliseconds())
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.Items(t, e.pool, rows...)
 }
-
-var owners atomic.Int64
 
 // trackObserved inserts every catalog item as HOT_1M, due in an hour, with change estimates
 // from 100 collections (so the budget policy plans it), and returns the ids.
 func (e *env) trackObserved(t testing.TB) []string {
 	t.Helper()
-	var ids, names []string
+	var ids []string
+	var rows []storetest.Item
 	for _, it := range e.items {
-		ids, names = append(ids, it.ItemID), append(names, it.ItemName)
+		ids = append(ids, it.ItemID)
+		rows = append(rows, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tiers.Hot, NextCollectAt: storetest.In(time.Hour),
+			EstCollections: 100, EstChanges: 50, EstChangedSeconds: 3000, EstUnchangedSeconds: 3000})
 	}
-	if _, err := e.pool.Exec(context.Background(), `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at,
-			est_collections, est_changes, est_changed_seconds, est_unchanged_seconds)
-		SELECT id, name, 'HOT_1M', now() + interval '1 hour', 100, 50, 3000, 3000 FROM unnest($1::text[], $2::text[]) AS u(id, name)`,
-		ids, names); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Items(t, e.pool, rows...)
 	return ids
 }
+
+var owners atomic.Int64
 
 // testConfig is a daemon config sized for tests: no HTTP server unless asked, no recalculation.
 func testConfig() Config {

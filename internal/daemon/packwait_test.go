@@ -11,9 +11,9 @@ import (
 )
 
 // A steady daemon sees items fall due a few milliseconds apart. Without daemon.pack_wait each
-// pass claimed the one or two items due at that instant and packed almost nothing (1.8
-// requests per item measured); with it they gather and share calls (0.38 measured), claimed up
-// to a pack_wait ahead so that gathering does not make them late.
+// pass would claim the one or two items due at that instant and pack almost nothing; with it
+// they gather and share calls, claimed up to a pack_wait ahead so that gathering does not make
+// them late.
 func TestItemsFallingDueApartShareCalls(t *testing.T) {
 	const n = 200
 	ctx := context.Background()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // Old rows go, recent rows stay, in statements of at most retention.batch rows; a table
@@ -17,16 +18,19 @@ func TestPruneDeletesOnlyRowsPastTheirAge(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := storetest.NewPool(t)
 	// 30 rows per table at ages 1..30 days.
-	if _, err := pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier) VALUES ('item-1', 'one', 'WARM_5M');
-		INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity)
-		SELECT 'item-1', gen_random_uuid(), now() - d * interval '1 day', 'WARM_5M', 1, 1 FROM generate_series(1, 30) d;
-		INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price)
-		SELECT 'item-1', now() - d * interval '1 day', 0, 1, 5, 5 FROM generate_series(1, 30) d;
-		INSERT INTO item_interest (item_id, kind, occurred_at)
-		SELECT 'item-1', 'view', now() - d * interval '1 day' FROM generate_series(1, 30) d`); err != nil {
-		t.Fatal(err)
+	storetest.Items(t, pool, storetest.Item{ID: "item-1", Name: "one", Tier: tiers.Warm, NextCollectAt: storetest.Null()})
+	var snaps []storetest.Snapshot
+	var sales []storetest.Sale
+	var interest []storetest.Interest
+	for d := 1; d <= 30; d++ {
+		age := storetest.Ago(time.Duration(d) * 24 * time.Hour)
+		snaps = append(snaps, storetest.Snapshot{ItemID: "item-1", CollectedAt: age, Tier: tiers.Warm, ListingCount: 1, ListingQuantity: 1})
+		sales = append(sales, storetest.Sale{ItemID: "item-1", SoldAt: age, UnitPrice: 5})
+		interest = append(interest, storetest.Interest{ItemID: "item-1", Kind: "view", OccurredAt: age})
 	}
+	storetest.Snapshots(t, pool, snaps...)
+	storetest.Sales(t, pool, sales...)
+	storetest.Interests(t, pool, interest...)
 	count := func(table string) int {
 		t.Helper()
 		var n int
