@@ -28,9 +28,9 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// demo runs the main job on an embedded default: the configured (or a private) PostgreSQL, the
-// built-in simulator and an in-process Kafka broker, so a fresh machine sees the whole flow
-// with one command and nothing else to set up.
+// newDemoCmd is `collector demo`: the main job on an embedded default (the configured or a
+// private PostgreSQL, the built-in simulator and an in-process Kafka broker), so a fresh
+// machine sees the whole flow with one command and nothing else to set up.
 func newDemoCmd(a *app) *cobra.Command {
 	var o demoOptions
 	var cmd *cobra.Command

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,11 +28,10 @@ from several processes at once; behind PgBouncer it drops over database.direct_u
 			if err != nil {
 				return err
 			}
-			parts, closeDirect, err := a.partitions(ctx, pool)
+			parts, err := a.partitions(ctx, pool)
 			if err != nil {
 				return err
 			}
-			defer closeDirect()
 			states, err := parts.RunOnce(ctx)
 			for _, st := range states {
 				oldest := "none"
@@ -46,21 +46,27 @@ from several processes at once; behind PgBouncer it drops over database.direct_u
 	}
 }
 
-// partitions builds partition upkeep on pool, dropping over database.direct_url when set
-// (DETACH … CONCURRENTLY needs a session of its own).
-func (a *app) partitions(ctx context.Context, pool *pgxpool.Pool) (*partition.Partitions, func(), error) {
-	direct, closeDirect := pool, func() {}
-	if a.cfg.Database.DirectURL != "" {
-		d, err := store.Open(ctx, store.PoolConfig{URL: a.cfg.Database.DirectURL, MaxConns: 2, ApplicationName: "duecollector-partitions"})
+// directPool is a small pool on database.direct_url for what needs PostgreSQL itself (DETACH …
+// CONCURRENTLY runs two transactions); pool when no direct URL is set.
+func (a *app) directPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool, error) {
+	if a.cfg.Database.DirectURL == "" {
+		return pool, nil
+	}
+	if a.direct == nil {
+		d, err := store.Open(ctx, store.PoolConfig{URL: a.cfg.Database.DirectURL, MaxConns: 2, ApplicationName: "duecollector-direct"})
 		if err != nil {
-			return nil, nil, err
+			return nil, fmt.Errorf("database.direct_url: %w", err)
 		}
-		direct, closeDirect = d, d.Close
+		a.direct = d
 	}
-	p, err := partition.New(pool, direct, partition.FromConfig(a.cfg))
+	return a.direct, nil
+}
+
+// partitions builds partition upkeep on pool, dropping over database.direct_url when set.
+func (a *app) partitions(ctx context.Context, pool *pgxpool.Pool) (*partition.Partitions, error) {
+	direct, err := a.directPool(ctx, pool)
 	if err != nil {
-		closeDirect()
-		return nil, nil, err
+		return nil, err
 	}
-	return p, closeDirect, nil
+	return partition.New(pool, direct, partition.FromConfig(a.cfg))
 }

@@ -30,11 +30,10 @@ setups. The outbox has its own: collector outbox prune.`,
 			if err != nil {
 				return err
 			}
-			parts, closeDirect, err := a.partitions(ctx, pool)
+			parts, err := a.partitions(ctx, pool)
 			if err != nil {
 				return err
 			}
-			defer closeDirect()
 			states, err := parts.RunOnce(ctx)
 			for _, st := range states {
 				a.printf("%s: dropped %d partitions\n", st.Table, len(st.Dropped))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
@@ -30,11 +31,11 @@ func TestPruneCommand(t *testing.T) {
 		END $$`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `
-		INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price)
-		SELECT 'item-1', now() - d * interval '1 day', 0, 1, 5, 5 FROM generate_series(1, 10) d`); err != nil {
-		t.Fatal(err)
+	var old []storetest.Sale
+	for d := 1; d <= 10; d++ {
+		old = append(old, storetest.Sale{ItemID: "item-1", SoldAt: storetest.Ago(time.Duration(d) * 24 * time.Hour), UnitPrice: 5})
 	}
+	storetest.Sales(t, pool, old...)
 	sales := func() int {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM auction_sales`).Scan(&n); err != nil {

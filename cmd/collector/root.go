@@ -22,9 +22,10 @@ type app struct {
 	configFile     string
 	flagKeys       map[string]*pflag.Flag
 
-	cfg  *config.Config
-	log  *zap.Logger
-	pool *pgxpool.Pool
+	cfg    *config.Config
+	log    *zap.Logger
+	pool   *pgxpool.Pool
+	direct *pgxpool.Pool // database.direct_url, opened on first use
 }
 
 // subcommands is every command under the root, in one explicit list.
@@ -134,6 +135,10 @@ func (a *app) db(ctx context.Context) (*pgxpool.Pool, error) {
 }
 
 func (a *app) close() {
+	if a.direct != nil {
+		a.direct.Close()
+		a.direct = nil
+	}
 	if a.pool != nil {
 		a.pool.Close()
 		a.pool = nil

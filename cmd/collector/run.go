@@ -69,12 +69,18 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	direct, err := a.directPool(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
 	ver, rev, _ := buildInfo()
 	return daemon.New(pool, client, daemon.Config{
 		Daemon:     a.cfg.Daemon,
 		Dispatch:   dispatcher.FromConfig(a.cfg),
 		Catalog:    a.cfg.Catalog,
 		Retention:  a.cfg.Retention,
+		History:    a.cfg.History,
+		DirectPool: direct,
 		Relay:      relay,
 		Market:     a.cfg.Provider.Market,
 		KeyLabel:   marketKeyLabel(a),

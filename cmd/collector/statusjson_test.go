@@ -9,7 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/daemon"
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // `status -o json` keeps its documented field names; `--check` exits 1 naming the first
@@ -27,7 +31,7 @@ func TestStatusJSONAndCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	exec(`INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at) VALUES ('a', 'A', 'HOT_1M', now() + interval '1 hour')`)
+	storetest.Items(t, conn, storetest.Item{ID: "a", Name: "A", Tier: tiers.Hot, NextCollectAt: storetest.In(time.Hour)})
 
 	out, _, err := runCollector(t, "status", "--database-url", db, "-o", "json")
 	if err != nil {
@@ -78,18 +82,20 @@ func TestStatusJSONAndCheck(t *testing.T) {
 	exec(`UPDATE tracked_items SET next_collect_at = now() - interval '5 minutes'`)
 	check("1 items overdue")
 	check("", "--max-overdue", "1")
-	exec(`INSERT INTO provider_status (provider, status, reason, override_status, override_reason, override_since)
-		VALUES ('neople', 'HEALTHY', '', 'MAINTENANCE', 'planned', now())
-		ON CONFLICT (provider) DO UPDATE SET override_status = 'MAINTENANCE', override_reason = 'planned', override_since = now()`)
+	if err := provider.SetOverride(context.Background(), conn, "neople", provider.Maintenance, "planned", 0); err != nil {
+		t.Fatal(err)
+	}
 	check("paused by manual override", "--max-overdue", "1")
-	exec(`UPDATE provider_status SET override_status = NULL`)
+	if err := provider.ClearOverride(context.Background(), conn, "neople"); err != nil {
+		t.Fatal(err)
+	}
 	exec(`UPDATE collector_instances SET heartbeat_at = now()`)
 	check("", "--max-overdue", "1", "--max-outbox-age", "1h")
 }
 
 func TestCheckNamesAnOldOutbox(t *testing.T) {
 	lim := checkLimits{maxOutboxAge: time.Minute}
-	st := daemon.ClusterStatus{OutboxOldest: 2 * time.Minute, Instances: []daemon.Instance{{Instance: "h:1"}}}
+	st := daemon.ClusterStatus{OutboxOldest: 2 * time.Minute, Instances: []budget.Instance{{Instance: "h:1"}}}
 	if p := lim.problems(st); len(p) != 1 || !strings.Contains(p[0], "oldest unpublished outbox event is 2m0s old") {
 		t.Fatalf("problems %q", p)
 	}

@@ -14,6 +14,9 @@ import (
 // Against the simulator in each mode the check finds exactly the mode it runs in, and never
 // prints the key.
 func TestCheckFindsEverySimulatorMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("paced by the simulator's rate limit: about 5 s")
+	}
 	const key = "api-check-secret-key"
 	for _, lim := range []string{neoplesim.LimitPerCall, neoplesim.LimitPerItem} {
 		for _, ord := range []string{neoplesim.OrderMerged, neoplesim.OrderGrouped} {

@@ -16,7 +16,7 @@ import (
 // joinAdaptive starts one process with an adaptive share.
 func (c *cluster) joinAdaptive(t *testing.T, name string, ceiling float64, workers int) *member {
 	t.Helper()
-	return c.start(t, Config{KeyLabel: c.label, Rate: ceiling, Headroom: 0.03, Heartbeat: 500 * time.Millisecond,
+	return c.start(t, Config{KeyLabel: c.label, Rate: ceiling, Headroom: 0.03, Heartbeat: 500 * time.Millisecond, Cooldown: time.Second,
 		Instance: name, Adaptive: true}, workers)
 }
 

@@ -1,5 +1,7 @@
 // Package budget divides one API key's budget among every process that spends it, through
-// PostgreSQL, so that together they never exceed it.
+// PostgreSQL, so that together they never exceed it: the rate sharer at run time. (Package
+// tierplan is the tier optimiser, which decides how often each item may be collected within a
+// budget; the daemon's cost loop decides which share of the budget that plan may assume.)
 //
 // Design: each process heartbeats a row in collector_instances for the key (key_label is a
 // hash of the key) every Heartbeat. A row whose heartbeat is older than 3 × Heartbeat is dead.
@@ -66,14 +68,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/config"
-	"github.com/duecollector/duecollector/internal/provider"
 )
 
 // Config is one key's budget and this process's identity.
@@ -82,8 +82,8 @@ type Config struct {
 	Rate      float64       // requests per second for the whole cluster
 	PerMinute int           // requests per rolling minute for the whole cluster; 0 = none
 	Headroom  float64       // fraction left unused as margin
-	Heartbeat time.Duration // default 1s
-	Cooldown  time.Duration // cool-down when Retry-After is absent; default 1s (not adaptive)
+	Heartbeat time.Duration // instance heartbeat and share refresh (daemon.budget.heartbeat)
+	Cooldown  time.Duration // cool-down when Retry-After is absent, when not adaptive (daemon.budget.cooldown)
 	// Adaptive learns the provider's real limit below Rate (AIMD, see the package doc).
 	Adaptive bool
 	Decrease float64 // adaptive: a cut multiplies the rate by this; default DefaultDecrease
@@ -146,28 +146,25 @@ type Share struct {
 	waited atomic.Int64 // ns
 }
 
-// New builds a share; it sends nothing until Run has registered it.
+// New builds a share; it sends nothing until Run has registered it. A value out of range is
+// refused with the configuration key it comes from, never replaced: the defaults are
+// internal/config's (daemon.budget.*, provider.market.*). Decrease, Increase and MinRate, which
+// no key sets, take the package's defaults when 0.
 func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Share, error) {
 	if cfg.KeyLabel == "" || cfg.Instance == "" {
 		return nil, fmt.Errorf("budget: key label and instance are required")
 	}
-	if cfg.Rate <= 0 {
-		return nil, fmt.Errorf("budget %s: rate %v must be > 0", cfg.KeyLabel, cfg.Rate)
-	}
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = time.Second
-	}
-	if cfg.Cooldown <= 0 {
-		cfg.Cooldown = time.Second
-	}
-	if cfg.Decrease <= 0 || cfg.Decrease >= 1 {
+	if cfg.Decrease == 0 {
 		cfg.Decrease = DefaultDecrease
 	}
-	if cfg.Increase <= 0 {
+	if cfg.Increase == 0 {
 		cfg.Increase = DefaultIncrease
 	}
-	if cfg.MinRate <= 0 {
+	if cfg.MinRate == 0 {
 		cfg.MinRate = DefaultMinRate
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("budget %s: %w", cfg.KeyLabel, err)
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -175,6 +172,32 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Share, error) {
 	s := &Share{pool: pool, cfg: cfg, log: log, lim: rate.NewLimiter(0, 1), ready: make(chan struct{}), factor: 1, live: 1}
 	s.learned = s.total()
 	return s, nil
+}
+
+func (c Config) validate() error {
+	var errs []error
+	bad := func(key string, v any, allowed string) {
+		errs = append(errs, fmt.Errorf("%s = %v: %s", key, v, allowed))
+	}
+	if !(c.Rate > 0) {
+		bad("provider.market.rate", c.Rate, "must be > 0")
+	}
+	if c.Heartbeat <= 0 {
+		bad("daemon.budget.heartbeat", c.Heartbeat, "must be > 0")
+	}
+	if c.Cooldown <= 0 {
+		bad("daemon.budget.cooldown", c.Cooldown, "must be > 0")
+	}
+	if !(c.Decrease > 0 && c.Decrease < 1) {
+		bad("budget Config.Decrease", c.Decrease, "must be in (0, 1)")
+	}
+	if !(c.Increase > 0) {
+		bad("budget Config.Increase", c.Increase, "must be > 0")
+	}
+	if !(c.MinRate > 0) {
+		bad("budget Config.MinRate", c.MinRate, "must be > 0")
+	}
+	return errors.Join(errs...)
 }
 
 // hold is how long after a cut further rate-limit answers do not cut again: they answer
@@ -190,44 +213,6 @@ func (c Config) ceiling() float64 {
 		r = math.Min(r, float64(c.PerMinute)/60)
 	}
 	return r * (1 - c.Headroom)
-}
-
-// LearnedShare is the share of the configured budget the provider has been found to allow:
-// the learned rate over the ceiling, 1 when nothing was learned or learning is off.
-func (s *Share) LearnedShare() float64 {
-	st := s.Stats()
-	return learnedShare(st.ClusterRate, st.Ceiling)
-}
-
-// ReadLearnedShare is LearnedShare as the database has it, for processes without a Share.
-func ReadLearnedShare(ctx context.Context, pool *pgxpool.Pool, cfg Config) (float64, error) {
-	if !cfg.Adaptive {
-		return 1, nil
-	}
-	var learned float64
-	err := pool.QueryRow(ctx, `SELECT rate FROM budget_rates WHERE key_label = $1`, cfg.KeyLabel).Scan(&learned)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 1, nil
-	case err != nil:
-		return 0, fmt.Errorf("read the learned budget of %s: %w", cfg.KeyLabel, err)
-	}
-	return learnedShare(learned, cfg.ceiling()), nil
-}
-
-func learnedShare(rate, ceiling float64) float64 {
-	if !(ceiling > 0) {
-		return 1
-	}
-	return math.Min(rate/ceiling, 1)
-}
-
-// Scale is limits shrunk to share f of themselves: what planning should assume once the
-// provider turned out to allow only that share (per_minute at least 1).
-func Scale(limits config.WorkloadLimits, f float64) config.WorkloadLimits {
-	limits.Rate *= f
-	limits.PerMinute = max(int(math.Round(float64(limits.PerMinute)*f)), 1)
-	return limits
 }
 
 // Pacing spreads a second's quota over its first 80 %; nothing is granted in its last 10 %.
@@ -378,102 +363,6 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 	return func() { once.Do(s.done) }, nil
 }
 
-// RateLimited records a provider rate-limit answer: the whole key cools down for retryAfter
-// (Cooldown when 0; adaptive: only when the provider sent one), for every process, and,
-// adaptive, its rate is cut.
-func (s *Share) RateLimited(ctx context.Context, retryAfter time.Duration, reason string) {
-	reason = provider.Clean(reason, provider.MaxErrorRunes)
-	if s.cfg.Adaptive {
-		s.cut(ctx, reason)
-		if retryAfter <= 0 {
-			return
-		}
-	}
-	if retryAfter <= 0 {
-		retryAfter = s.cfg.Cooldown
-	}
-	s.mu.Lock()
-	if until := time.Now().Add(retryAfter); until.After(s.coolTill) {
-		s.coolTill = until
-	}
-	s.mu.Unlock()
-	if err := RecordCooldown(context.WithoutCancel(ctx), s.pool, s.cfg.KeyLabel, retryAfter, reason); err != nil {
-		s.log.Warn("could not share the rate-limit cool-down; other instances learn it from their own answers",
-			zap.String("key", s.cfg.KeyLabel), zap.Error(err))
-	}
-	s.log.Warn("provider rate limit: key cooling down", zap.String("key", s.cfg.KeyLabel), zap.Duration("for_seconds", retryAfter))
-}
-
-// RecordCooldown writes a key's cool-down (extending, never shortening, one in force) where
-// every process and `collector status` see it, also when no budget share is running.
-func RecordCooldown(ctx context.Context, pool *pgxpool.Pool, keyLabel string, d time.Duration, reason string) error {
-	_, err := pool.Exec(ctx, `
-		INSERT INTO budget_cooldowns (key_label, until, reason) VALUES ($1, now() + $2 * interval '1 millisecond', $3)
-		ON CONFLICT (key_label) DO UPDATE SET until = greatest(budget_cooldowns.until, EXCLUDED.until), reason = EXCLUDED.reason`,
-		keyLabel, d.Milliseconds(), provider.Clean(reason, provider.MaxErrorRunes))
-	if err != nil {
-		return fmt.Errorf("record the cool-down of key %s: %w", keyLabel, err)
-	}
-	return nil
-}
-
-// Cooldown is a key's cool-down in force.
-type Cooldown struct {
-	KeyLabel string
-	Until    time.Time
-	Reason   string
-}
-
-// ActiveCooldowns lists the cool-downs in force, by the database clock.
-func ActiveCooldowns(ctx context.Context, pool *pgxpool.Pool) ([]Cooldown, error) {
-	rows, err := pool.Query(ctx, `SELECT key_label, until, coalesce(reason, '') FROM budget_cooldowns WHERE until > now() ORDER BY key_label`)
-	if err != nil {
-		return nil, fmt.Errorf("read cool-downs: %w", err)
-	}
-	cds, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Cooldown])
-	if err != nil {
-		return nil, fmt.Errorf("read cool-downs: %w", err)
-	}
-	return cds, nil
-}
-
-// cut lowers the key's cluster rate multiplicatively, once per hold across the cluster.
-func (s *Share) cut(ctx context.Context, reason string) {
-	s.mu.Lock()
-	if time.Since(s.lastCut) < s.hold() {
-		s.mu.Unlock()
-		return
-	}
-	s.lastCut = time.Now()
-	s.mu.Unlock()
-	var rate, from float64
-	err := s.pool.QueryRow(context.WithoutCancel(ctx), `
-		INSERT INTO budget_rates AS b (key_label, rate, cut_from, cut_at, changed_at, reason)
-		VALUES ($1, greatest($3::float8, $2::float8 * $4::float8), $2, now(), now(), $5)
-		ON CONFLICT (key_label) DO UPDATE
-		SET rate = greatest($3::float8, least(b.rate, $2::float8) * $4::float8), cut_from = least(b.rate, $2::float8),
-		    cut_at = now(), changed_at = now(), reason = $5
-		WHERE b.cut_at IS NULL OR b.cut_at <= now() - $6 * interval '1 millisecond'
-		RETURNING rate, cut_from`,
-		s.cfg.KeyLabel, s.total(), s.cfg.MinRate, s.cfg.Decrease, reason, s.hold().Milliseconds()).Scan(&rate, &from)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return // another process cut within the hold; our heartbeat brings its rate
-	}
-	if err != nil {
-		s.log.Warn("could not share the rate cut; cutting locally", zap.String("key", s.cfg.KeyLabel), zap.Error(err))
-		s.mu.Lock()
-		rate, from = max(s.cfg.MinRate, s.learned*s.cfg.Decrease), s.learned
-		s.mu.Unlock()
-	}
-	s.mu.Lock()
-	s.learned = rate
-	s.cuts++
-	s.apply()
-	s.mu.Unlock()
-	s.log.Warn("provider rate limit: cluster rate cut", zap.String("key", s.cfg.KeyLabel),
-		zap.Float64("from", from), zap.Float64("to", rate))
-}
-
 // Run registers the process, heartbeats until ctx ends, then deregisters so the others take
 // over its share at once. Database errors are logged and retried.
 func (s *Share) Run(ctx context.Context) error {
@@ -570,24 +459,4 @@ func (s *Share) beat(ctx context.Context) error {
 	s.learned = rate
 	s.apply()
 	return nil
-}
-
-// probe reads the key's learned rate and, when this process was held back by the budget and
-// no cut happened for a heartbeat, raises it one step toward the ceiling (once per heartbeat
-// across the cluster, whoever's heartbeat comes first).
-func (s *Share) probe(ctx context.Context, held bool) (float64, error) {
-	var rate float64
-	err := s.pool.QueryRow(ctx, `
-		INSERT INTO budget_rates AS b (key_label, rate) VALUES ($1, $2)
-		ON CONFLICT (key_label) DO UPDATE
-		SET rate = CASE WHEN $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond'
-		                THEN least($2::float8, b.rate + $5::float8 * coalesce(b.cut_from, $2::float8)) ELSE least($2::float8, b.rate) END,
-		    changed_at = CASE WHEN $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond'
-		                      THEN now() ELSE b.changed_at END
-		RETURNING rate`,
-		s.cfg.KeyLabel, s.total(), held, s.cfg.Heartbeat.Milliseconds(), s.cfg.Increase*s.cfg.Heartbeat.Seconds()).Scan(&rate)
-	if err != nil {
-		return 0, fmt.Errorf("budget rate for %s: %w", s.cfg.KeyLabel, err)
-	}
-	return rate, nil
 }

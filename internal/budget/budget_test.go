@@ -42,7 +42,7 @@ type member struct {
 // the share lets them, each call a real request to the simulator.
 func (c *cluster) join(t *testing.T, name string, rate float64, workers int) *member {
 	t.Helper()
-	return c.start(t, Config{KeyLabel: c.label, Rate: rate, Headroom: 0.03, Heartbeat: 500 * time.Millisecond, Instance: name}, workers)
+	return c.start(t, Config{KeyLabel: c.label, Rate: rate, Headroom: 0.03, Heartbeat: 500 * time.Millisecond, Cooldown: time.Second, Instance: name}, workers)
 }
 
 // start runs a share with cfg and its callers, which report rate-limit answers to it as the
@@ -203,7 +203,7 @@ func TestQuotaCarriesFractionsAndStaggersThem(t *testing.T) {
 // A cool-down's reason is provider text: hostile bytes are stored clean, never refused.
 func TestCooldownReasonIsStoredClean(t *testing.T) {
 	c := newCluster(t)
-	s, err := New(c.pool, Config{KeyLabel: c.label, Rate: 10, Instance: "a"}, zaptest.NewLogger(t))
+	s, err := New(c.pool, Config{KeyLabel: c.label, Rate: 10, Heartbeat: time.Second, Cooldown: time.Second, Instance: "a"}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +218,31 @@ func TestCooldownReasonIsStoredClean(t *testing.T) {
 		}
 		if !strings.HasPrefix(reason, "API002 ") {
 			t.Fatalf("%s: cool-down reason %q lost its start", h.Name, reason)
+		}
+	}
+}
+
+// A bad value is refused naming the configuration key it comes from, not replaced by a default.
+func TestNewRefusesBadValuesNamingTheirKey(t *testing.T) {
+	good := Config{KeyLabel: "market:x", Instance: "a", Rate: 10, Heartbeat: time.Second, Cooldown: time.Second}
+	if _, err := New(nil, good, nil); err != nil {
+		t.Fatalf("a good config refused: %v", err)
+	}
+	for _, tc := range []struct {
+		key  string
+		edit func(*Config)
+	}{
+		{"provider.market.rate", func(c *Config) { c.Rate = 0 }},
+		{"daemon.budget.heartbeat", func(c *Config) { c.Heartbeat = 0 }},
+		{"daemon.budget.cooldown", func(c *Config) { c.Cooldown = -time.Second }},
+		{"Decrease", func(c *Config) { c.Decrease = 1.5 }},
+		{"MinRate", func(c *Config) { c.MinRate = -1 }},
+	} {
+		cfg := good
+		tc.edit(&cfg)
+		_, err := New(nil, cfg, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%s out of range: error %v, want one naming %s", tc.key, err, tc.key)
 		}
 	}
 }

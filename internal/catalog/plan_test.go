@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -27,19 +28,18 @@ func budgetPolicy(perSecond float64) Policy {
 func plannedCatalog(t *testing.T, n int) *pgxpool.Pool {
 	t.Helper()
 	pool, _ := storetest.NewPool(t)
-	ctx := context.Background()
+	var items []storetest.Item
+	var views []storetest.Interest
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("plan-%02d", i)
-		if _, err := pool.Exec(ctx, `INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at,
-			est_collections, est_changes, est_changed_seconds, est_unchanged_seconds)
-			VALUES ($1, $1, 'WARM_5M', now() + interval '1 minute', 100, 50, 15000, 15000)`, id); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pool.Exec(ctx, `INSERT INTO item_interest (item_id, kind, weight)
-			SELECT $1, 'view', 1 FROM generate_series(1, $2)`, id, i+1); err != nil {
-			t.Fatal(err)
+		items = append(items, storetest.Item{ID: id, Tier: tiers.Warm, NextCollectAt: storetest.In(time.Minute),
+			EstCollections: 100, EstChanges: 50, EstChangedSeconds: 15000, EstUnchangedSeconds: 15000})
+		for range i + 1 {
+			views = append(views, storetest.Interest{ItemID: id, Kind: "view", Weight: 1})
 		}
 	}
+	storetest.Items(t, pool, items...)
+	storetest.Interests(t, pool, views...)
 	return pool
 }
 

@@ -42,15 +42,10 @@ func TestScore(t *testing.T) {
 	}
 }
 
-// item inserts a tracked item; the SQL fragments are evaluated against the database clock.
-func item(t *testing.T, db DB, id, tier, next, created, changed string) {
+// item inserts a tracked item whose tier was last set (reason "test") at changed.
+func item(t *testing.T, db DB, id string, tier tiers.Tier, next, created, changed storetest.Time) {
 	t.Helper()
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, created_at, tier_changed_at, tier_reason)
-		VALUES ($1, $1, $2, `+next+`, `+created+`, `+changed+`, 'test')`, id, tier)
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.Items(t, db, storetest.Item{ID: id, Tier: tier, NextCollectAt: next, CreatedAt: created, TierChangedAt: changed, TierReason: "test"})
 }
 
 type schedule struct {
@@ -93,7 +88,7 @@ func TestDormancyAndReactivationBySQLInsert(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	p := testPolicy()
 	id := randomItemID(t)
-	item(t, pool, id, "WARM_5M", "now() + interval '1 minute'", "now() - interval '100 hours'", "now() - interval '100 hours'")
+	item(t, pool, id, tiers.Warm, storetest.In(time.Minute), storetest.Ago(100*time.Hour), storetest.Ago(100*time.Hour))
 
 	res := recalc(t, pool, p)
 	s := readSchedule(t, pool, id)
@@ -127,9 +122,9 @@ func TestRecordInterestReactivatesInOneStep(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := storetest.NewPool(t)
 	dormant, cold, hot := randomItemID(t), randomItemID(t), randomItemID(t)
-	item(t, pool, dormant, "DORMANT", "NULL", "now() - interval '100 hours'", "now() - interval '10 hours'")
-	item(t, pool, cold, "COLD_10M", "now() + interval '9 minutes'", "now() - interval '100 hours'", "now() - interval '10 hours'")
-	item(t, pool, hot, "HOT_1M", "now() + interval '30 seconds'", "now() - interval '100 hours'", "now() - interval '10 hours'")
+	item(t, pool, dormant, tiers.Dormant, storetest.Null(), storetest.Ago(100*time.Hour), storetest.Ago(10*time.Hour))
+	item(t, pool, cold, tiers.Cold, storetest.In(9*time.Minute), storetest.Ago(100*time.Hour), storetest.Ago(10*time.Hour))
+	item(t, pool, hot, tiers.Hot, storetest.In(30*time.Second), storetest.Ago(100*time.Hour), storetest.Ago(10*time.Hour))
 
 	r, err := RecordInterest(ctx, pool, InterestEvent{ItemID: dormant, Kind: KindTouch, Source: "cli"}, tiers.Active)
 	if err != nil {
@@ -182,26 +177,24 @@ func TestTierChangesRescheduleOnPhase(t *testing.T) {
 	p.Weights = config.ScoreWeights{Sales: 1}
 
 	soon, late, demote, leased, fixture := randomItemID(t), randomItemID(t), randomItemID(t), randomItemID(t), "seed-0001"
-	old := "now() - interval '100 hours'"
-	item(t, pool, soon, "COLD_10M", "now() + interval '5 seconds'", old, old)
-	item(t, pool, late, "COLD_10M", "now() + interval '9 minutes'", old, old)
-	item(t, pool, demote, "HOT_1M", "now() + interval '20 seconds'", old, old)
-	item(t, pool, leased, "COLD_10M", "now() + interval '9 minutes'", old, old)
-	item(t, pool, fixture, "WARM_5M", "NULL", old, old)
+	old := storetest.Ago(100 * time.Hour)
+	item(t, pool, soon, tiers.Cold, storetest.In(5*time.Second), old, old)
+	item(t, pool, late, tiers.Cold, storetest.In(9*time.Minute), old, old)
+	item(t, pool, demote, tiers.Hot, storetest.In(20*time.Second), old, old)
+	item(t, pool, leased, tiers.Cold, storetest.In(9*time.Minute), old, old)
+	item(t, pool, fixture, tiers.Warm, storetest.Null(), old, old)
 	if _, err := pool.Exec(ctx, `UPDATE tracked_items SET lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute', leased_by = 'w1' WHERE item_id = $1`, leased); err != nil {
 		t.Fatal(err)
 	}
 	// Five sales in the last hour promote to HOT; one keeps demote awake but scores it COLD.
+	var sales []storetest.Sale
 	for _, id := range []string{soon, late, leased, fixture} {
-		if _, err := pool.Exec(ctx, `
-			INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price)
-			SELECT $1, now() - g * interval '1 minute', 0, 1, 100, 100 FROM generate_series(1, 5) g`, id); err != nil {
-			t.Fatal(err)
+		for g := 1; g <= 5; g++ {
+			sales = append(sales, storetest.Sale{ItemID: id, SoldAt: storetest.Ago(time.Duration(g) * time.Minute), UnitPrice: 100})
 		}
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price) VALUES ($1, now() - interval '2 hours', 0, 1, 1, 1)`, demote); err != nil {
-		t.Fatal(err)
-	}
+	sales = append(sales, storetest.Sale{ItemID: demote, SoldAt: storetest.Ago(2 * time.Hour), UnitPrice: 1})
+	storetest.Sales(t, pool, sales...)
 	leaseBefore := readSchedule(t, pool, leased)
 
 	res := recalc(t, pool, p)
@@ -247,7 +240,7 @@ func TestRecalculationRunsOneAtATime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _ := storetest.NewPool(t)
-	item(t, pool, randomItemID(t), "WARM_5M", "now()", "now() - interval '100 hours'", "now() - interval '100 hours'")
+	item(t, pool, randomItemID(t), tiers.Warm, storetest.Now(), storetest.Ago(100*time.Hour), storetest.Ago(100*time.Hour))
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -74,6 +74,7 @@ func TestPlanFollowsTheLearnedBudget(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `INSERT INTO budget_rates (key_label, rate) VALUES ($1, $2)`, cfg.KeyLabel, learned); err != nil {
 		t.Fatal(err)
 	}
+	cfg.signals.planned.Init(t)
 	e.start(t, cfg, nil)
 	demand := func() float64 {
 		var d float64
@@ -86,9 +87,13 @@ func TestPlanFollowsTheLearnedBudget(t *testing.T) {
 		}
 		return d
 	}
-	testkit.Eventually(t, 30*time.Second, "the items planned", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE tier_reason LIKE 'budget plan%'`) == n
-	})
+	// The first plan is the one the learned budget asks for: the items were there at the start.
+	if res := cfg.signals.planned.Wait(t); res.Skipped || res.Share > 0.1 {
+		t.Fatalf("first plan %+v: want one made within the learned share (%.3f)", res, learned/(500*0.97))
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE tier_reason LIKE 'budget plan%'`); c != n {
+		t.Fatalf("%d of %d items planned", c, n)
+	}
 	// All COLD would ask for 2 req/s: the plan spends the learned budget, and no more.
 	if d := demand(); d > learned || d <= 2.01 {
 		t.Fatalf("planned demand %.2f req/s, want within the learned %.0f req/s (and above all-COLD's 2)", d, learned)
@@ -117,10 +122,12 @@ func TestPlanCountsWhatCollectionsReallyCost(t *testing.T) {
 	cfg.Dispatch.PackSize = 1
 	const budget = 12.0 // 10.8 req/s to plan with
 	cfg.Market.Rate, cfg.Market.PerMinute = budget, budget*60
+	cfg.signals.planned.Init(t)
 	e.start(t, cfg, nil)
-	testkit.Eventually(t, 60*time.Second, "a plan made after collections cost 4× what was counted", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE tier_reason LIKE 'budget plan%'`) > 0
-	})
+	// Nothing asks for a plan until the measured cost ratio has cut the plan's share.
+	if res := cfg.signals.planned.Wait(t); res.Skipped || res.Share >= replanBelowDefault {
+		t.Fatalf("first plan %+v: want one made after collections cost more than counted", res)
+	}
 	var demand float64 // at the 2 requests a collection really costs
 	if err := e.pool.QueryRow(ctx, `
 		SELECT sum(2.0 / CASE collection_tier WHEN 'HOT_1M' THEN 60 WHEN 'ACTIVE_3M' THEN 180

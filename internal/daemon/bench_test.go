@@ -14,6 +14,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -59,8 +60,7 @@ func steadyState(b *testing.B, budget float64, pack bool) {
 	e.fullPages = pack // the product's page sizes, which packing's completeness rules judge by
 	ctx := context.Background()
 	// 10 % HOT, 20 % ACTIVE, 30 % WARM, 40 % COLD, each on its phase slot.
-	var ids, names, tierNames []string
-	var due []time.Time
+	var rows []storetest.Item
 	now := time.Now()
 	for i, it := range e.items {
 		tier := tiers.Cold
@@ -74,13 +74,9 @@ func steadyState(b *testing.B, budget float64, pack bool) {
 		}
 		iv, _ := tier.Interval()
 		next := tiers.NextSlot(it.ItemID, iv, now.Add(-iv/2)) // the first slot from now on
-		ids, names, tierNames, due = append(ids, it.ItemID), append(names, it.ItemName), append(tierNames, string(tier)), append(due, next)
+		rows = append(rows, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tier, NextCollectAt: storetest.At(next)})
 	}
-	if _, err := e.pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[])`, ids, names, tierNames, due); err != nil {
-		b.Fatal(err)
-	}
+	storetest.Items(b, e.pool, rows...)
 	var rs []*running
 	for range 2 {
 		cfg := testConfig()

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
-	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -21,10 +20,9 @@ func TestClaimsTakeHalfASecondOfBudget(t *testing.T) {
 	// 40 req/s at 2 requests a collection (packing off): 20 items a second, 10 a claim.
 	cfg.Market.Rate, cfg.Market.Burst, cfg.Market.PerMinute = 40, 40, 100000
 	cfg.Dispatch.BatchSize = n
-	e.start(t, cfg, nil)
-	testkit.Eventually(t, 60*time.Second, "every item collected", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == n
-	})
+	if res := pass(t, e.build(t, cfg, nil)); res.Summary.Collected != n {
+		t.Fatalf("the pass collected %d of %d", res.Summary.Collected, n)
+	}
 	// One claim statement stamps its rows with one now().
 	var claims, biggest int
 	err := e.pool.QueryRow(context.Background(), `

@@ -10,11 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -26,17 +28,27 @@ func TestWakeUpIsTimedByTheDatabase(t *testing.T) {
 	e.track(t, 0, 1, tiers.Cold, 2*time.Second)
 	e.track(t, 1, 20, tiers.Cold, 20*time.Minute) // scheduled, not due: must not be claimed
 	cfg := testConfig()
-	cfg.Daemon.Notify = false
 	cfg.Daemon.MaxSleep = 30 * time.Second
-	r := e.start(t, cfg, nil)
+	d := e.build(t, cfg, nil)
+	ctx := context.Background()
 
-	id := e.items[0].ItemID
-	testkit.Eventually(t, 15*time.Second, "the item due in 2 s to be collected", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND last_collected_at IS NOT NULL`, id) == 1
-	})
+	if res := pass(t, d); res.Summary.Claimed != 0 || !res.Next {
+		t.Fatalf("first pass %+v: want nothing claimed and a wake-up asked of the database", res)
+	}
+	wait, err := d.collect.nextWake(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait <= time.Second || wait > 2*time.Second {
+		t.Fatalf("next wake-up in %s, want the item's due time, under 2 s away", wait)
+	}
+	d.collect.sleep(ctx, min(wait, cfg.Daemon.MaxSleep))
+	if res := pass(t, d); res.Summary.Collected != 1 {
+		t.Fatalf("the pass after the wake-up collected %d, want the item due in 2 s", res.Summary.Collected)
+	}
 	var lagMS float64
-	if err := e.pool.QueryRow(context.Background(), `
-		SELECT extract(epoch FROM last_claimed_at - last_due_at) * 1000 FROM tracked_items WHERE item_id = $1`, id).Scan(&lagMS); err != nil {
+	if err := e.pool.QueryRow(ctx, `
+		SELECT extract(epoch FROM last_claimed_at - last_due_at) * 1000 FROM tracked_items WHERE item_id = $1`, e.items[0].ItemID).Scan(&lagMS); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("due → claim lag %.1f ms", lagMS)
@@ -46,7 +58,6 @@ func TestWakeUpIsTimedByTheDatabase(t *testing.T) {
 	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_claimed_at IS NOT NULL`); n != 1 {
 		t.Fatalf("%d items claimed, want only the due one", n)
 	}
-	r.shutdown(t)
 }
 
 // SIGTERM mid-batch: in-flight calls finish within the grace period and are written; every
@@ -92,10 +103,9 @@ func TestRecoversFromTerminatedConnections(t *testing.T) {
 	cfg.Daemon.MaxSleep = 500 * time.Millisecond
 	cfg.Daemon.Budget.Enabled = true
 	cfg.Daemon.Budget.Heartbeat = 100 * time.Millisecond
+	cfg.signals.passed.Init(t)
 	e.start(t, cfg, nil)
-	testkit.Eventually(t, 20*time.Second, "the first items collected", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 5
-	})
+	waitCollected(t, cfg, e.pool, 5)
 
 	admin, err := pgx.Connect(context.Background(), storetest.AdminURL())
 	if err != nil {
@@ -113,9 +123,7 @@ func TestRecoversFromTerminatedConnections(t *testing.T) {
 		t.Fatal("no backend terminated")
 	}
 	e.track(t, 5, 10, tiers.Cold, 0)
-	testkit.Eventually(t, 30*time.Second, "items tracked after the kill to be collected", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 10
-	})
+	waitCollected(t, cfg, e.pool, 10)
 }
 
 func TestMetricsAndHealthEndpoints(t *testing.T) {
@@ -126,6 +134,8 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	cfg.Daemon.Budget.Enabled = true
 	cfg.Daemon.Budget.Heartbeat = 100 * time.Millisecond
 	cfg.SchemaHint = "run `collector migrate up`"
+	cfg.signals.passed.Init(t)
+	cfg.signals.refreshed.Init(t)
 	r := e.start(t, cfg, nil)
 	base := "http://" + r.d.Addr()
 	get := func(path string) (int, string) {
@@ -143,10 +153,6 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
-	testkit.Eventually(t, 20*time.Second, "the items collected", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 5
-	})
-	var body string
 	want := []string{
 		"collector_claim_lag_seconds_bucket", "collector_claims_total 5", `collector_collections_total{outcome="collected"} 5`,
 		`collector_provider_requests_total{endpoint="/df/auction",outcome="ok"} 5`, `collector_items_due{tier="HOT_1M"}`,
@@ -158,15 +164,18 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 		`collector_provider_request_duration_seconds_count{endpoint="/df/auction",outcome="ok",workload="market"} 5`,
 		`collector_build_info{commit="unknown",go_version="go`,
 	}
-	testkit.Eventually(t, 10*time.Second, "every named series", func() bool {
-		_, body = get("/metrics")
-		for _, w := range want {
-			if !strings.Contains(body, w) {
-				return false
-			}
+	for collected(t, e.pool) < 5 {
+		cfg.signals.passed.Wait(t)
+	}
+	// A refresh that began after the last write-back sees its outbox events.
+	for cfg.signals.refreshed.Wait(t).Backlog < 5 {
+	}
+	_, body := get("/metrics")
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("/metrics lacks %s", w)
 		}
-		return true
-	})
+	}
 	if strings.Contains(body, marketKey) {
 		t.Fatal("the API key appears in /metrics")
 	}
@@ -200,15 +209,17 @@ func TestHandedBackItemsAreTakenAtOnce(t *testing.T) {
 	cfg = testConfig()
 	cfg.Daemon.Notify = true
 	cfg.Daemon.MaxSleep = time.Hour // only the lease expiry (a minute away) or a notification can wake it
-	b := e.start(t, cfg, nil)
-	testkit.Eventually(t, 10*time.Second, "the second instance asleep and listening", func() bool {
-		return passes(b) > 0 && count(t, e.pool, `SELECT count(*) FROM pg_stat_activity
+	cfg.signals.passed.Init(t)
+	e.start(t, cfg, nil)
+	if res := cfg.signals.passed.Wait(t); res.Summary.Claimed != 0 {
+		t.Fatalf("the second instance's first pass claimed %d, want nothing (all leased)", res.Summary.Claimed)
+	}
+	testkit.Eventually(t, 10*time.Second, "the second instance listening", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query = 'LISTEN tracked_items_due'`) == 1
 	})
 	a.shutdown(t)
-	testkit.Eventually(t, 30*time.Second, "every item collected", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == n
-	})
+	waitCollected(t, cfg, e.pool, n)
 }
 
 // Status counts tiers, due and overdue items without fixtures, and reports claim lag from the
@@ -241,11 +252,9 @@ func TestClusterStatus(t *testing.T) {
 		t.Fatalf("before any claim: lag n %d, provider %s", st.LagN, st.Provider.Status)
 	}
 
-	r := e.start(t, testConfig(), nil)
-	testkit.Eventually(t, 20*time.Second, "the due items claimed and written back", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_attempt_at IS NOT NULL`) == 4
-	})
-	r.shutdown(t)
+	if res := pass(t, e.build(t, testConfig(), nil)); res.Summary.Claimed != 4 {
+		t.Fatalf("the pass claimed %d, want the 4 due items", res.Summary.Claimed)
+	}
 	t.Logf("outcomes: %d collected", count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`))
 	if st, err = Status(ctx, e.pool, "neople"); err != nil {
 		t.Fatal(err)
@@ -269,25 +278,78 @@ func TestClusterStatus(t *testing.T) {
 	}
 }
 
-// With a retention age set, the daemon deletes older history every retention.interval and
-// keeps the rest.
-func TestPrunesCollectedHistory(t *testing.T) {
+// With a retention age set, the retention service deletes older interest events and keeps the rest.
+func TestPrunesInterestPastItsAge(t *testing.T) {
 	e := newEnv(t, 1, neoplesim.Options{})
 	ctx := context.Background()
 	if _, err := e.pool.Exec(ctx, `
-		INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity)
-		SELECT 'item-1', gen_random_uuid(), now() - g * interval '1 hour', 'WARM_5M', 1, 1 FROM generate_series(1, 250) g`); err != nil {
+		INSERT INTO item_interest (item_id, kind, occurred_at)
+		SELECT 'item-1', 'view', now() - g * interval '1 hour' FROM generate_series(1, 250) g`); err != nil {
 		t.Fatal(err)
+	}
+	rc := config.Default().Retention
+	rc.Interest, rc.Batch = 100*time.Hour+30*time.Minute, 40
+	s, err := newRetentionService(retentionConfig{Retention: rc}, e.pool, telemetry.NewMetrics(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for more := true; more; {
+		res, err := s.runOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		more = res.More
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM item_interest`); n != 100 {
+		t.Fatalf("%d interest events left, want 100", n)
+	}
+}
+
+// The daemon runs the retention service only when an age is set, every retention.interval.
+func TestDaemonPrunesOnlyWithAnAgeSet(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	if _, err := e.pool.Exec(context.Background(), `
+		INSERT INTO item_interest (item_id, kind, occurred_at)
+		SELECT 'item-1', 'view', now() - g * interval '1 hour' FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.build(t, testConfig(), nil); d.retention != nil {
+		t.Fatal("a retention service without any age set")
 	}
 	cfg := testConfig()
 	cfg.Retention = config.Default().Retention
-	cfg.Retention.Snapshots, cfg.Retention.Interval, cfg.Retention.Batch = 100*time.Hour+30*time.Minute, 50*time.Millisecond, 40
+	cfg.Retention.Interest, cfg.Retention.Interval = 90*time.Minute, 10*time.Millisecond
+	cfg.signals.pruned.Init(t)
 	e.start(t, cfg, nil)
-	testkit.Eventually(t, time.Minute, "snapshots older than 100h pruned", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM auction_snapshots`) == 100
-	})
-	if n := count(t, e.pool, `SELECT count(*) FROM auction_snapshots WHERE collected_at > now() - interval '100 hours 30 minutes'`); n != 100 {
-		t.Fatalf("%d recent snapshots left, want 100", n)
+	if res := cfg.signals.pruned.Wait(t); res.Interest != 2 {
+		t.Fatalf("the first turn pruned %d interest events, want the 2 older than 90 minutes", res.Interest)
+	}
+}
+
+// The daemon keeps the history partitions a week ahead from its start, and says how far.
+func TestDaemonKeepsHistoryPartitionsAhead(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	ctx := context.Background()
+	// Upkeep stopped: no partition past today's.
+	if _, err := e.pool.Exec(ctx, `
+		DO $$ DECLARE r record; BEGIN
+			FOR r IN SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+			         WHERE i.inhparent IN ('auction_snapshots'::regclass, 'auction_sales'::regclass)
+			           AND pg_get_expr(c.relpartbound, c.oid) NOT LIKE '%MINVALUE%' LOOP
+				EXECUTE format('DROP TABLE %I', r.relname);
+			END LOOP;
+		END $$`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.signals.kept.Init(t)
+	r := e.start(t, cfg, nil)
+	states := cfg.signals.kept.Wait(t)
+	for _, st := range states {
+		ahead := testutil.ToFloat64(r.d.Metrics().PartitionsAhead.WithLabelValues(st.Table))
+		if len(st.Created) < 8 || ahead < (7*24*time.Hour).Seconds() {
+			t.Errorf("%s: created %v, %v s ahead; want today and a week ahead", st.Table, st.Created, ahead)
+		}
 	}
 }
 
@@ -295,18 +357,11 @@ func TestPrunesCollectedHistory(t *testing.T) {
 func TestTierGaugesResetWhenATierEmpties(t *testing.T) {
 	e := newEnv(t, 1, neoplesim.Options{})
 	e.track(t, 0, 1, tiers.Hot, -time.Minute)
-	client, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: e.srv.URL, Key: marketKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(e.pool, client, testConfig(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.build(t, testConfig(), nil)
 	ctx := context.Background()
 	gauges := func() map[string][2]float64 {
 		t.Helper()
-		if err := d.refreshGauges(ctx); err != nil {
+		if _, err := d.gauges.runOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 		g := map[string][2]float64{}

@@ -15,6 +15,8 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // BenchmarkFreshnessRun is the real-daemon half of `make bench`'s freshness section: one daemon
@@ -52,10 +54,6 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	ctx := context.Background()
 	e := newEnv(b, len(assigned), neoplesim.Options{Market: market.Realistic})
 	e.fullPages = true
-	var ids, names, tierNames []string
-	for _, it := range e.items {
-		ids, names, tierNames = append(ids, it.ItemID), append(names, it.ItemName), append(tierNames, assigned[it.ItemID])
-	}
 	// Every item due, as if collected before (so it may share calls at once, as the bench
 	// tool's replay of this run assumes): its size and its newest sale known.
 	truths := e.sim.Market().Truths()
@@ -64,26 +62,21 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	if err != nil {
 		b.Fatal(err)
 	}
-	var listings []int32
-	var lastSale []*time.Time
-	for _, id := range ids {
-		listings = append(listings, int32(truths[id].Listings))
-		sales, _, err := client.AuctionSold(ctx, id)
+	var rows []storetest.Item
+	for _, it := range e.items {
+		listings := int32(truths[it.ItemID].Listings)
+		sales, _, err := client.AuctionSold(ctx, it.ItemID)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var last *time.Time
+		lastSale := storetest.Null()
 		if len(sales) > 0 {
-			last = &sales[0].SoldAt
+			lastSale = storetest.At(sales[0].SoldAt)
 		}
-		lastSale = append(lastSale, last)
+		rows = append(rows, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tiers.Tier(assigned[it.ItemID]),
+			SeenListingCount: &listings, LastSaleAt: lastSale})
 	}
-	if _, err := e.pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, seen_listing_count, last_sale_at)
-		SELECT id, name, tier, now(), n, s FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::timestamptz[]) AS u(id, name, tier, n, s)`,
-		ids, names, tierNames, listings, lastSale); err != nil {
-		b.Fatal(err)
-	}
+	storetest.Items(b, e.pool, rows...)
 	cfg := testConfig()
 	cfg.Daemon.Notify = true
 	cfg.Market.Rate, cfg.Market.Burst, cfg.Market.PerMinute = budget, max(1, int(budget)), int(budget*60)
@@ -125,5 +118,5 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	b.ReportMetric(p99(lags["COLD_10M"]), "cold-lag-p99-s")
 	b.ReportMetric(elapsed.Seconds(), "seconds")
 	b.Logf("realistic market, %d items, budget %.0f/s, %s: freshness %.3f, mean age %.1f s, %d requests (busiest second %d), latest-claim lag p99 HOT %.2f s COLD %.2f s",
-		len(ids), budget, elapsed.Round(time.Second), rep.Freshness, rep.MeanAge, ks.Total, ks.MaxPerSecond, p99(lags["HOT_1M"]), p99(lags["COLD_10M"]))
+		len(e.items), budget, elapsed.Round(time.Second), rep.Freshness, rep.MeanAge, ks.Total, ks.MaxPerSecond, p99(lags["HOT_1M"]), p99(lags["COLD_10M"]))
 }

@@ -47,9 +47,7 @@ func TestMaintenancePausesEveryInstanceAndTheProbeBringsThemBack(t *testing.T) {
 		cfg.Market.Rate = 200 // ramp visible: RECOVERING starts at 40/s per instance
 		rs = append(rs, e.start(t, cfg, nil))
 	}
-	testkit.Eventually(t, 20*time.Second, "some collections", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) >= 20
-	})
+	testkit.Eventually(t, 20*time.Second, "some collections", func() bool { return collected(t, e.pool) >= 20 })
 
 	e.sim.SetMaintenance(true)
 	testkit.Eventually(t, 20*time.Second, "MAINTENANCE recorded", func() bool { return readStatus(t, e).Status == provider.Maintenance })
@@ -130,6 +128,7 @@ func TestOverrideWinsOverAutomaticHealth(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.HealthChecked.Init(t)
+	cfg.signals.passed.Init(t)
 	e.start(t, cfg, nil)
 	// Count health checks, not seconds: with a 50 ms interval and a 100 ms probe back-off, a
 	// monitor that ignored the override would have probed well before its fifth check under it.
@@ -147,7 +146,5 @@ func TestOverrideWinsOverAutomaticHealth(t *testing.T) {
 	if err := provider.ClearOverride(ctx, e.pool, "neople"); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 20*time.Second, "collections after the override ends", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == 20
-	})
+	waitCollected(t, cfg, e.pool, 20)
 }

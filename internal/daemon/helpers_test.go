@@ -9,17 +9,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -58,40 +60,31 @@ func newEnv(t testing.TB, n int, opts neoplesim.Options) *env {
 // track inserts items [from, to) of the catalog in tier, due at now() + dueIn (database clock).
 func (e *env) track(t testing.TB, from, to int, tier tiers.Tier, dueIn time.Duration) {
 	t.Helper()
-	var ids, names []string
+	var rows []storetest.Item
 	for _, it := range e.items[from:to] {
-		ids, names = append(ids, it.ItemID), append(names, it.ItemName)
+		rows = append(rows, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tier, NextCollectAt: storetest.In(dueIn)})
 	}
-	_, err := e.pool.Exec(context.Background(), `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT id, name, $3, now() + $4 * interval '1 millisecond' FROM unnest($1::text[], $2::text[]) AS u(id, name)`,
-		ids, names, string(tier), dueIn.Milliseconds())
-	if err != nil {
-		t.Fatal(err)
+	storetest.Items(t, e.pool, rows...)
+}
+
+// trackObserved inserts every catalog item as HOT_1M, due in an hour, with change estimates
+// from 100 collections (so the budget policy plans it), and returns the ids.
+func (e *env) trackObserved(t testing.TB) []string {
+	t.Helper()
+	var ids []string
+	var rows []storetest.Item
+	for _, it := range e.items {
+		ids = append(ids, it.ItemID)
+		rows = append(rows, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tiers.Hot, NextCollectAt: storetest.In(time.Hour),
+			EstCollections: 100, EstChanges: 50, EstChangedSeconds: 3000, EstUnchangedSeconds: 3000})
 	}
+	storetest.Items(t, e.pool, rows...)
+	return ids
 }
 
 var owners atomic.Int64
 
 // testConfig is a daemon config sized for tests: no HTTP server unless asked, no recalculation.
-// trackObserved inserts every catalog item as HOT_1M, due in an hour, with change estimates
-// from 100 collections (so the budget policy plans it), and returns the ids.
-func (e *env) trackObserved(t testing.TB) []string {
-	t.Helper()
-	var ids, names []string
-	for _, it := range e.items {
-		ids, names = append(ids, it.ItemID), append(names, it.ItemName)
-	}
-	if _, err := e.pool.Exec(context.Background(), `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at,
-			est_collections, est_changes, est_changed_seconds, est_unchanged_seconds)
-		SELECT id, name, 'HOT_1M', now() + interval '1 hour', 100, 50, 3000, 3000 FROM unnest($1::text[], $2::text[]) AS u(id, name)`,
-		ids, names); err != nil {
-		t.Fatal(err)
-	}
-	return ids
-}
-
 func testConfig() Config {
 	d := config.Default().Daemon
 	d.HTTPAddr = ""
@@ -105,8 +98,12 @@ func testConfig() Config {
 		Daemon: d,
 		Dispatch: dispatcher.Config{
 			BatchSize: 50, Lease: 30 * time.Second, Concurrency: 8, FlushSize: 20, EstimateWindow: config.Default().Catalog.EstimateWindow,
-			Owner: fmt.Sprintf("test-daemon-%d", owners.Add(1)),
+			Owner:      fmt.Sprintf("test-daemon-%d", owners.Add(1)),
+			Provider:   config.Default().Provider.Name,
+			History:    history.FromConfig(config.Default()),
+			Partitions: partition.FromConfig(config.Default()),
 		},
+		History:  config.Default().History,
 		Market:   config.WorkloadLimits{Rate: 100000, Burst: 10000, PerMinute: 100000000},
 		KeyLabel: budget.KeyLabel("market", marketKey),
 	}
@@ -118,14 +115,13 @@ type running struct {
 	done chan error
 }
 
-// start builds and runs a daemon; it is stopped (and must return nil) at cleanup at the latest.
-func (e *env) start(t testing.TB, cfg Config, log *zap.Logger) *running {
+// build builds a daemon without running it, for tests that call its services' runOnce.
+func (e *env) build(t testing.TB, cfg Config, log *zap.Logger) *Daemon {
 	t.Helper()
 	if log == nil {
 		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
-	// Small pages keep each call cheap, so a loaded machine running -race still keeps up
-	// with the budgets the tests measure.
+	// Small pages keep each call cheap.
 	auctionLimit, soldLimit := 5, 5
 	if e.fullPages {
 		def := config.Default().Provider
@@ -152,6 +148,13 @@ func (e *env) start(t testing.TB, cfg Config, log *zap.Logger) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// start builds and runs a daemon; it is stopped (and must return nil) at cleanup at the latest.
+func (e *env) start(t testing.TB, cfg Config, log *zap.Logger) *running {
+	t.Helper()
+	d := e.build(t, cfg, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{d: d, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- d.Run(ctx) }()
@@ -187,6 +190,38 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-func passes(r *running) float64 {
-	return testutil.ToFloat64(r.d.Metrics().Passes.WithLabelValues("ok"))
+// collected counts the items collected at least once.
+func collected(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	return count(t, pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`)
+}
+
+// waitPasses waits on the passes of a daemon started with cfg (its passed signal initialised)
+// until cond holds.
+func waitPasses(t testing.TB, cfg Config, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testkit.Timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after %s of passes", what, testkit.Timeout)
+		}
+		cfg.signals.passed.Wait(t)
+	}
+}
+
+// waitCollected waits on the passes of a daemon started with cfg until at least n items have
+// been collected.
+func waitCollected(t testing.TB, cfg Config, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	waitPasses(t, cfg, fmt.Sprintf("%d items collected", n), func() bool { return collected(t, pool) >= n })
+}
+
+// pass runs one collection pass of d, failing the test on an error.
+func pass(t testing.TB, d *Daemon) passResult {
+	t.Helper()
+	res := d.collect.runOnce(context.Background())
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	return res
 }

@@ -7,14 +7,13 @@ import (
 
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
-	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // A steady daemon sees items fall due a few milliseconds apart. Without daemon.pack_wait each
-// pass claimed the one or two items due at that instant and packed almost nothing (1.8
-// requests per item measured); with it they gather and share calls (0.38 measured), claimed up
-// to a pack_wait ahead so that gathering does not make them late.
+// pass would claim the one or two items due at that instant and pack almost nothing; with it
+// they gather and share calls, claimed up to a pack_wait ahead so that gathering does not make
+// them late.
 func TestItemsFallingDueApartShareCalls(t *testing.T) {
 	const n = 200
 	ctx := context.Background()
@@ -24,11 +23,10 @@ func TestItemsFallingDueApartShareCalls(t *testing.T) {
 	cfg := testConfig()
 	cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = 10, 100, 5
 	cfg.Daemon.Notify = true
+	cfg.signals.passed.Init(t)
 	e.start(t, cfg, nil)
 	// The first collection of each item is alone: nothing is known of its size yet.
-	testkit.Eventually(t, 60*time.Second, "every item collected once", func() bool {
-		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`) == n
-	})
+	waitCollected(t, cfg, e.pool, n)
 	small := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE seen_listing_count <= 100`)
 	if small < n/2 {
 		t.Fatalf("only %d of %d items have at most 100 listings; the market model changed", small, n)
@@ -45,7 +43,7 @@ func TestItemsFallingDueApartShareCalls(t *testing.T) {
 		WHERE t.item_id = o.item_id`); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 60*time.Second, "every item collected again", func() bool {
+	waitPasses(t, cfg, "every item collected again", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at > $1`, mark) == n
 	})
 	reqs := e.sim.KeyStats(marketKey).Total

@@ -67,6 +67,7 @@ func TestRefusedKeyStopsCollectionLoudlyAndResumes(t *testing.T) {
 	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
 	cfg.Daemon.Notify = true
 	cfg.Daemon.KeyRecheck = 300 * time.Millisecond
+	cfg.signals.passed.Init(t)
 	core, logs := zapobserver.New(zapcore.WarnLevel)
 	r := e.start(t, cfg, zap.New(core))
 
@@ -94,10 +95,10 @@ func TestRefusedKeyStopsCollectionLoudlyAndResumes(t *testing.T) {
 	}
 
 	refuse.Store(false)
-	testkit.Eventually(t, 20*time.Second, "collection to resume", func() bool {
-		code, _ := readyz(t, r)
-		return code == http.StatusOK && count(t, e.pool, `SELECT count(*) FROM auction_snapshots`) == 20
-	})
+	waitPasses(t, cfg, "collection resumed", func() bool { return count(t, e.pool, `SELECT count(*) FROM auction_snapshots`) == 20 })
+	if code, body := readyz(t, r); code != http.StatusOK {
+		t.Fatalf("/readyz after collection resumed: %d %s", code, body)
+	}
 }
 
 // A pass that ends in an error sleeps its back-off for real: notifications (its own lease
@@ -130,10 +131,16 @@ func TestFailedPassBackOffIsNotCutShortByNotifications(t *testing.T) {
 			_, _ = e.pool.Exec(ctx, `NOTIFY tracked_items_due`)
 		}
 	}()
+	cfg.signals.passed.Init(t)
 	t0 := time.Now()
 	r := e.start(t, cfg, zap.NewNop())
 	failedPasses := func() int { return int(testutil.ToFloat64(r.d.Metrics().LoopErrors.WithLabelValues("collect"))) }
-	testkit.Eventually(t, 20*time.Second, "four failed passes", func() bool { return failedPasses() >= 4 })
+	for i := 1; i <= 4; i++ {
+		res := cfg.signals.passed.Wait(t)
+		if res.Err == nil || res.Pause != retryBackoff.Delay(i) {
+			t.Fatalf("failed pass %d: error %v, pause %s; want an error and a pause of %s, which nothing cuts short", i, res.Err, res.Pause, retryBackoff.Delay(i))
+		}
+	}
 	close(stop)
 	testkit.Recv(t, notified, testkit.Timeout, "the notifier to stop")
 	took, n := time.Since(t0), failedPasses()
@@ -153,9 +160,9 @@ func TestRejectedRowsAreCountedInMetrics(t *testing.T) {
 	e := newEnv(t, 5, neoplesim.Options{})
 	e.track(t, 0, 5, tiers.Hot, 0)
 	e.sim.SetFaults(neoplesim.Faults{ForeignRate: 1})
-	r := e.start(t, testConfig(), zap.NewNop())
+	d := e.build(t, testConfig(), zap.NewNop())
 	rejected := func(reason string) float64 {
-		mfs, err := r.d.Metrics().Registry.Gather()
+		mfs, err := d.Metrics().Registry.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +180,15 @@ func TestRejectedRowsAreCountedInMetrics(t *testing.T) {
 		}
 		return -1
 	}
-	testkit.Eventually(t, 20*time.Second, "foreign rows counted", func() bool { return rejected("foreign_item") > 0 })
+	if v := rejected("future_date"); v != 0 {
+		t.Fatalf("future_date = %v before any collection, want a zero series from the start", v)
+	}
+	if res := pass(t, d); res.Summary.Claimed != 5 {
+		t.Fatalf("the pass claimed %d of 5", res.Summary.Claimed)
+	}
+	if v := rejected("foreign_item"); v <= 0 {
+		t.Fatalf("foreign_item = %v after a collection answered with foreign rows, want it counted", v)
+	}
 	if v := rejected("future_date"); v != 0 {
 		t.Fatalf("future_date = %v, want a zero series from the start", v)
 	}

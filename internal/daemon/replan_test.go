@@ -14,8 +14,9 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// New items (an import) are planned at the next gauge refresh, not an hour later at the next
-// catalog.recalc_interval; the demand and budget gauges describe the key.
+// New items (an import) seen by a gauge refresh make the cost loop ask for a plan, not an
+// hour later at the next catalog.recalc_interval; the refresh itself plans nothing, and the
+// demand and budget gauges describe the key.
 func TestNewItemsAreReplannedWithoutWaitingForTheInterval(t *testing.T) {
 	e := newEnv(t, 10, neoplesim.Options{})
 	cfg := testConfig()
@@ -23,21 +24,62 @@ func TestNewItemsAreReplannedWithoutWaitingForTheInterval(t *testing.T) {
 	cfg.Catalog.RecalcInterval = time.Hour
 	// A budget far below even all-COLD: the plan moves every item to COLD_10M.
 	cfg.Market.Rate, cfg.Market.PerMinute = 0.01, 1
-	r := e.start(t, cfg, nil)
-	budgetGauge := r.d.Metrics().BudgetRate.WithLabelValues(string(provider.WorkloadMarket))
-	testkit.Eventually(t, 10*time.Second, "first gauge refresh", func() bool { return testutil.ToFloat64(budgetGauge) > 0 })
-
+	d := e.build(t, cfg, nil)
 	ctx := context.Background()
+	refresh := func() {
+		t.Helper()
+		if _, err := d.gauges.runOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh()
+	if d.loop.ReplanDue(time.Now(), 1) {
+		t.Fatal("a plan asked for before any item was added")
+	}
+
 	ids := e.trackObserved(t)
-	testkit.Eventually(t, 20*time.Second, "the new items planned", func() bool {
-		var n int
-		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE collection_tier = 'COLD_10M' AND tier_reason LIKE 'budget plan%'`).Scan(&n)
-		return n == len(ids)
-	})
-	testkit.Eventually(t, 10*time.Second, "demand gauge", func() bool {
-		return testutil.ToFloat64(r.d.Metrics().TierDemand.WithLabelValues(string(tiers.Cold))) > 0
-	})
-	if got := testutil.ToFloat64(budgetGauge); got != 0.01 {
+	refresh()
+	planned := `SELECT count(*) FROM tracked_items WHERE collection_tier = 'COLD_10M' AND tier_reason LIKE 'budget plan%'`
+	if n := count(t, e.pool, planned); n != 0 {
+		t.Fatalf("%d items planned by a gauge refresh, want none", n)
+	}
+	if !d.loop.ReplanDue(time.Now(), 1) {
+		t.Fatal("the new items did not ask for a plan")
+	}
+	if _, err := d.plan.runOnce(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, e.pool, planned); n != len(ids) {
+		t.Fatalf("%d of %d new items planned to COLD_10M", n, len(ids))
+	}
+	refresh()
+	if d := testutil.ToFloat64(d.Metrics().TierDemand.WithLabelValues(string(tiers.Cold))); d <= 0 {
+		t.Errorf("COLD_10M demand gauge %v, want the planned items' demand", d)
+	}
+	if got := testutil.ToFloat64(d.Metrics().BudgetRate.WithLabelValues(string(provider.WorkloadMarket))); got != 0.01 {
 		t.Errorf("budget gauge %v, want the tighter of 0.01/s and 1/min", got)
 	}
+}
+
+// The plan service's loop plans when the cost loop asks, without waiting for its interval, and
+// hands the collection loop a wake-up (promotions may have made items due sooner).
+func TestPlanServicePlansWhenTheCostLoopAsks(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	cfg := testConfig()
+	cfg.Catalog = config.Default().Catalog
+	cfg.Catalog.RecalcInterval = time.Hour
+	cfg.Daemon.GaugeInterval = 100 * time.Millisecond
+	cfg.signals.planned.Init(t)
+	d := e.build(t, cfg, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.plan.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	d.loop.SawTracked(0)
+	d.loop.SawTracked(1)
+	if res := cfg.signals.planned.Wait(t); res.Skipped || res.Share != 1 {
+		t.Fatalf("plan %+v: want one made for the whole budget", res)
+	}
+	testkit.Recv(t, d.wake, testkit.Timeout, "the wake-up handed to the collection loop after a plan")
 }

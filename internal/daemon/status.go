@@ -19,7 +19,7 @@ import (
 // Synthetic fixture items are left out of every item count.
 type ClusterStatus struct {
 	Provider provider.StatusRow
-	Probe    *ProbeState // nil when no probe has run
+	Probe    *health.ProbeState // nil when no probe has run
 	Tiers    []TierStatus
 	Leased   int64
 	// Lag is due → claim over the claims of the last LagWindow (each item's latest claim); a
@@ -30,8 +30,8 @@ type ClusterStatus struct {
 	OutboxOldest   time.Duration
 	OutboxFailed   int64
 	Relay          outbox.RelayState
-	Instances      []Instance
-	Budgets        []BudgetUse
+	Instances      []budget.Instance
+	Budgets        []budget.Use
 	Cooldowns      []budget.Cooldown // keys cooling down (rate limit or refused key), with reason and end
 	DatabaseNow    time.Time
 }
@@ -43,13 +43,6 @@ type TierStatus struct {
 	// Requests is what collecting each item once costs, summed (packed items cost less than 2).
 	Requests float64
 }
-
-// The parts other packages own, under the names status has always used.
-type (
-	ProbeState = health.ProbeState
-	Instance   = budget.Instance
-	BudgetUse  = budget.Use
-)
 
 // LagWindow is the span `collector status` reports lag over.
 const LagWindow = 10 * time.Minute

@@ -14,6 +14,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // tableCounts counts synthetic and real rows per item-keyed table.
@@ -35,18 +36,14 @@ func tableCounts(t *testing.T, db catalog.DB) (synthetic, real map[string]int64)
 // realItemWithHistory writes one real item with a row in every item-keyed table.
 func realItemWithHistory(t *testing.T, db catalog.DB, id string) {
 	t.Helper()
-	for _, q := range []string{
-		`INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at) VALUES ($1, 'real', 'WARM_5M', now())`,
-		`INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity)
-		 VALUES ($1, gen_random_uuid(), now(), 'WARM_5M', 3, 30)`,
-		`INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price) VALUES ($1, now(), 0, 1, 5, 5)`,
-		`INSERT INTO item_interest (item_id, kind) VALUES ($1, 'view')`,
-		`WITH o AS (INSERT INTO outbox (event_type, item_id, payload) VALUES ('t', $1, '{}') RETURNING id, lane)
-		 INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o`,
-	} {
-		if _, err := db.Exec(context.Background(), q, id); err != nil {
-			t.Fatal(err)
-		}
+	storetest.Items(t, db, storetest.Item{ID: id, Name: "real", Tier: tiers.Warm})
+	storetest.Snapshots(t, db, storetest.Snapshot{ItemID: id, Tier: tiers.Warm, ListingCount: 3, ListingQuantity: 30})
+	storetest.Sales(t, db, storetest.Sale{ItemID: id, UnitPrice: 5})
+	storetest.Interests(t, db, storetest.Interest{ItemID: id, Kind: "view"})
+	if _, err := db.Exec(context.Background(), `
+		WITH o AS (INSERT INTO outbox (event_type, item_id, payload) VALUES ('t', $1, '{}') RETURNING id, lane)
+		INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o`, id); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // zeroFetcher is a provider that answers at once with one listing and no sales, so the
@@ -34,13 +35,9 @@ func BenchmarkClaimRescheduleCycle(b *testing.B) {
 	}
 	pool, _ := storetest.NewPool(b)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT md5(i::text), 'item ' || i,
-		       (ARRAY['HOT_1M','ACTIVE_3M','WARM_5M','COLD_10M'])[1 + i % 4], now()
-		FROM generate_series(1, $1) AS i`, n); err != nil {
-		b.Fatal(err)
-	}
+	storetest.Items(b, pool, numberedItems(n, func(i int) tiers.Tier {
+		return []tiers.Tier{tiers.Hot, tiers.Active, tiers.Warm, tiers.Cold}[i%4]
+	})...)
 	d, err := New(pool, zeroFetcher{}, configured(Config{BatchSize: 1000, Concurrency: 8, FlushSize: 500}), nil)
 	if err != nil {
 		b.Fatal(err)

@@ -123,6 +123,9 @@ type Observer interface {
 	Fetched(c Claim, took time.Duration, err error)
 	// Written reports one write-back transaction.
 	Written(collected, failed, fenced int, took time.Duration)
+	// Stored reports what history made of one write-back's collections: snapshots written by
+	// reason, history.Skip counting those seen unchanged.
+	Stored(reasons map[history.Reason]int)
 	// SalesGap reports a written collection that found sales lost since the previous one.
 	SalesGap(c Claim)
 	// Shadowed reports one packed item fetched again alone; mismatch when they differed.
@@ -135,6 +138,7 @@ func (nopObserver) Claimed([]Claim)                      {}
 func (nopObserver) Fetched(Claim, time.Duration, error)  {}
 func (nopObserver) Written(int, int, int, time.Duration) {}
 func (nopObserver) SalesGap(Claim)                       {}
+func (nopObserver) Stored(map[history.Reason]int)        {}
 func (nopObserver) Shadowed(string, bool)                {}
 
 // FromConfig is the dispatcher's configuration from provider.name, collect.* and

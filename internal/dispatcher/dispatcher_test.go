@@ -3,9 +3,11 @@ package dispatcher
 import (
 	"cmp"
 	"context"
+	"crypto/md5"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,19 +65,22 @@ func setup(t *testing.T, n int, tier tiers.Tier, wrap func(next http.Handler) ht
 		t.Fatalf("simulator has %d items, want %d", len(e.items), n)
 	}
 	e.items = e.items[:n]
-	ids := make([]string, n)
-	names := make([]string, n)
+	rows := make([]storetest.Item, n)
 	for i, it := range e.items {
-		ids[i], names[i] = it.ItemID, it.ItemName
+		rows[i] = storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tier, NextCollectAt: storetest.Ago(time.Second)}
 	}
-	_, err = pool.Exec(context.Background(), `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT id, name, $3, now() - interval '1 second' FROM unnest($1::text[], $2::text[]) AS u(id, name)`,
-		ids, names, string(tier))
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.Items(t, pool, rows...)
 	return e
+}
+
+// numberedItems are items 1…n as generated ones look: id md5(i), name "item i", due now, in
+// tier(i).
+func numberedItems(n int, tier func(i int) tiers.Tier) []storetest.Item {
+	rows := make([]storetest.Item, n)
+	for i := 1; i <= n; i++ {
+		rows[i-1] = storetest.Item{ID: fmt.Sprintf("%x", md5.Sum([]byte(strconv.Itoa(i)))), Name: "item " + strconv.Itoa(i), Tier: tier(i)}
+	}
+	return rows
 }
 
 func (e *env) dispatcher(t *testing.T, cfg Config, log *zap.Logger) *Dispatcher {
@@ -481,12 +486,7 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 	const n = 10000
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT md5(i::text), 'item ' || i, 'HOT_1M', now() FROM generate_series(1, $1) AS i`, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.Items(t, pool, numberedItems(n, func(int) tiers.Tier { return tiers.Hot })...)
 	for {
 		claims, err := claimDue(ctx, pool, 2000, time.Minute, "t", false, 0)
 		if err != nil {
@@ -505,7 +505,7 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 	}
 	var maxPerSecond, seconds int
 	var mean float64
-	err = pool.QueryRow(ctx, `
+	err := pool.QueryRow(ctx, `
 		SELECT max(c), avg(c), count(*) FROM (
 			SELECT count(*) AS c FROM tracked_items
 			GROUP BY floor(extract(epoch FROM next_collect_at))::bigint % 60) s`).Scan(&maxPerSecond, &mean, &seconds)

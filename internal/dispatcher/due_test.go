@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -17,10 +18,7 @@ func TestDueByTierCountsWhatAClaimTakes(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = 'HOT_1M' WHERE item_id = $1`, e.items[0].ItemID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.pool.Exec(ctx, `INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		VALUES ('fixture-1', 'fixture', 'COLD_10M', now() + interval '1 hour')`); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Items(t, e.pool, storetest.Item{ID: "fixture-1", Name: "fixture", Tier: tiers.Cold, NextCollectAt: storetest.In(time.Hour)})
 	due := func() []TierDue {
 		t.Helper()
 		got, err := DueByTier(ctx, e.pool, time.Minute, []string{"fixture-%"})

@@ -79,16 +79,15 @@ func gapsAndChanges(t *testing.T, cfg Config) {
 	}
 	// The busiest sellers (where gaps happen) and a sample of the rest.
 	truths := sim.Market().Truths()
-	var ids, names []string
+	var ids []string
+	var tracked []storetest.Item
 	for i, it := range sim.Catalog() {
 		if truths[it.ItemID].SalesPerHour > 200 || i%10 == 0 {
-			ids, names = append(ids, it.ItemID), append(names, it.ItemName)
+			ids = append(ids, it.ItemID)
+			tracked = append(tracked, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tiers.Hot})
 		}
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT id, name, 'HOT_1M', now() FROM unnest($1::text[], $2::text[]) AS u(id, name)`, ids, names); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Items(t, pool, tracked...)
 	cfg.BatchSize, cfg.Concurrency = 1000, 8
 	d, err := New(pool, client, configured(cfg), nil)
 	if err != nil {

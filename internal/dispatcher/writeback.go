@@ -72,7 +72,7 @@ func (w *writer) finish() writerStats {
 
 func (w *writer) flush(ctx context.Context, buf []result) {
 	t0 := time.Now()
-	fencedIDs, unwritten, err := w.store(ctx, buf)
+	fencedIDs, unwritten, stored, err := w.store(ctx, buf)
 	if err != nil {
 		err = store.ExplainPooler(err)
 		// Hand them back at once so another pass (or worker) retries them now; if even that
@@ -108,6 +108,13 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 	}
 	w.stats.collected += collected
 	w.stats.failed += failed
+	if len(stored) > 0 {
+		reasons := map[history.Reason]int{}
+		for _, st := range stored {
+			reasons[st.Reason]++
+		}
+		w.d.cfg.Observer.Stored(reasons)
+	}
 	w.d.cfg.Observer.Written(collected, failed, len(fencedIDs), time.Since(t0))
 	if len(fencedIDs) > 0 {
 		w.stats.fenced += len(fencedIDs)
@@ -120,21 +127,21 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 // retried (writeRetrying), and a group PostgreSQL refuses on its data is split in halves until
 // the refused item is alone; that item is then rescheduled as failed with the error (buf is
 // updated in place). It returns the fenced items, and the items it could not write at all
-// with the error why (their leases then expire).
-func (w *writer) store(ctx context.Context, buf []result) (fenced, unwritten []string, err error) {
+// with the error why (their leases then expire), and what history stored.
+func (w *writer) store(ctx context.Context, buf []result) (fenced, unwritten []string, stored []history.Stored, err error) {
 	ws, err := w.writeRetrying(ctx, buf)
 	switch {
 	case err == nil:
-		return ws.fenced, nil, nil
+		return ws.fenced, nil, ws.stored, nil
 	case store.Transient(err), store.PoolerMismatch(err): // not the data: splitting cannot help
-		return nil, itemIDs(buf), err
+		return nil, itemIDs(buf), nil, err
 	case len(buf) > 1:
 		h := len(buf) / 2
-		f1, u1, err1 := w.store(ctx, buf[:h])
-		f2, u2, err2 := w.store(ctx, buf[h:])
-		return append(f1, f2...), append(u1, u2...), errors.Join(err1, err2)
+		f1, u1, s1, err1 := w.store(ctx, buf[:h])
+		f2, u2, s2, err2 := w.store(ctx, buf[h:])
+		return append(f1, f2...), append(u1, u2...), append(s1, s2...), errors.Join(err1, err2)
 	case buf[0].err != nil:
-		return nil, itemIDs(buf), err // not even its failure could be recorded
+		return nil, itemIDs(buf), nil, err // not even its failure could be recorded
 	}
 	r := &buf[0]
 	w.d.log.Error("write-back refused this item's data; rescheduled as failed",

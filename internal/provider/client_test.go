@@ -302,6 +302,9 @@ func TestBodyCap(t *testing.T) {
 }
 
 func TestRateLimiterKeepsTheBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("paced by the limiter: about 1 s")
+	}
 	e := newEnv(t, neoplesim.Options{})
 	const rate, burst, n = 50, 1, 60
 	c := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.Rate, c.Burst = rate, burst })
@@ -413,6 +416,9 @@ func (o *observed) Waited(_ provider.Workload, took time.Duration) {
 // The request duration covers the HTTP call alone: a call held back by the limiter reports
 // the wait apart from the request.
 func TestObserverSeparatesRequestFromLimiterWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 2 s for the limiter")
+	}
 	e := newEnv(t, neoplesim.Options{Items: 3})
 	// One request every 2 s: the second call waits about 2 s for the limiter.
 	c := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.Rate, c.Burst = 0.5, 1 })

@@ -44,6 +44,10 @@ type Metrics struct {
 	TierDemand        *prometheus.GaugeVec   // tier: requests/s the tier's items ask for
 	BudgetRate        *prometheus.GaugeVec   // workload: the key's budget, requests/s
 	CostRatio         prometheus.Gauge       // provider calls made ÷ what the plan counted them as
+	SnapshotsWritten  *prometheus.CounterVec // reason: first | change | heartbeat | repeat
+	Unchanged         prometheus.Counter     // collections that saw the market unchanged and wrote no snapshot
+	PartitionsAhead   *prometheus.GaugeVec   // table: seconds past now the table's partitions reach
+	OldestPartition   *prometheus.GaugeVec   // table: age of the oldest partition's lower bound
 }
 
 // NewMetrics builds and registers every series, plus the Go runtime and process collectors.
@@ -84,6 +88,10 @@ func NewMetrics() *Metrics {
 		SalesGaps:         f.counter("collector_sales_gaps_total", "Collections whose sales page was full of sales newer than any stored: sales were lost in between."),
 		TierDemand:        f.gaugeVec("collector_tier_demand_requests_per_second", "Requests per second the tier's scheduled items ask for (planned requests per collection / interval).", "tier"),
 		BudgetRate:        f.gaugeVec("collector_budget_requests_per_second", "The workload key's request budget per second (the tighter of the per-second and per-minute budgets).", "workload"),
+		SnapshotsWritten:  f.counterVec("collector_snapshots_written_total", "Snapshots (and events) written, by why: first, change, heartbeat, repeat.", "reason"),
+		Unchanged:         f.counter("collector_collections_unchanged_total", "Collections that saw the item's market unchanged and wrote no snapshot (history.mode changes)."),
+		PartitionsAhead:   f.gaugeVec("collector_history_partitions_ahead_seconds", "How far past now the history table's partitions reach.", "table"),
+		OldestPartition:   f.gaugeVec("collector_history_oldest_partition_age_seconds", "Age of the lower bound of the history table's oldest partition past the archive: the history kept.", "table"),
 		CostRatio:         f.gauge("collector_collection_cost_ratio", "Provider calls this instance made ÷ what the tier plan counted its collections as costing (smoothed, at least 1); the daemon plans within the budget divided by it."),
 	}
 }

@@ -90,7 +90,7 @@ func cycleAt(ctx context.Context, e *env, c cycleSize, rep *report) error {
 		return fmt.Errorf("raw-SQL ceiling at %d items: %w", n, err)
 	}
 	rep.add("Claim+reschedule cycle, raw-SQL ceiling, "+label, rate(ceil, "items/s"),
-		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (persist.go: fenced reschedule, snapshot insert, outbox insert) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size", ceilingLoops, cycleBatch, cycleFlush, items))
+		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (writeback.go: fenced reschedule, snapshot insert, outbox insert) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size", ceilingLoops, cycleBatch, cycleFlush, items))
 	rep.add("Ratio collector / ceiling, "+label, fmt.Sprintf("%.2f", ours/ceil), "the two rows above")
 	rep.note("cycle at %s tracked items: seeding took %s (generate_series insert, VACUUM ANALYZE, CHECKPOINT; not timed), each contender's copy %s (CREATE DATABASE … TEMPLATE, CHECKPOINT)", count(n), seeded.Round(100*time.Millisecond), cloned.Round(100*time.Millisecond))
 
@@ -236,7 +236,7 @@ func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]ceilClaim, er
 	})
 }
 
-// ceilWriteBack is persist.go's write-back for all-successful results with one listing and
+// ceilWriteBack is writeback.go's write-back for all-successful results with one listing and
 // no sales, through the product's own statements (dispatcher.RescheduleSQL, SnapshotSQL,
 // outbox.EnqueueSQL) in one transaction, driven by plain pgx. It leaves out the per-item change
 // estimates (observeChanges), which the ceiling does not model.

@@ -1,6 +1,7 @@
 // Package storetest gives each test its own fresh PostgreSQL database, cloned from a template
 // that is migrated once per schema version. Cloning a template takes tens of milliseconds,
-// so tests stay independent without paying for migrations every time.
+// so tests stay independent without paying for migrations every time. Items, Sales, Snapshots
+// and Interests write fixture rows with defaults, so a test states only what it is about.
 //
 // The server is found through DUECOLLECTOR_TEST_DATABASE_URL (an admin connection string),
 // defaulting to the local trust-auth server.

@@ -1,0 +1,119 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/catalog"
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/telemetry"
+	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/tierplan"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// OverdueAfter: an item due for longer than this and still unclaimed counts as overdue.
+const OverdueAfter = 30 * time.Second
+
+// gaugeConfig configures the gauge service.
+type gaugeConfig struct {
+	// Interval is how often the gauges refresh (daemon.gauge_interval).
+	Interval time.Duration
+	// Market is the market key's configured budget, exported as collector_budget_rate.
+	Market config.WorkloadLimits
+	// Refreshed, when initialised (tests), hears every refresh.
+	Refreshed *testkit.Signal[gaugeResult]
+}
+
+// gaugeService refreshes the gauges only SQL can answer, and tells the cost loop how many
+// items are tracked. It never plans.
+type gaugeService struct {
+	cfg     gaugeConfig
+	pool    *pgxpool.Pool
+	share   *budget.Share // nil without a cluster budget
+	loop    *costLoop
+	metrics *telemetry.Metrics
+}
+
+func newGaugeService(cfg gaugeConfig, s *gaugeService) (*gaugeService, error) {
+	if cfg.Interval <= 0 {
+		return nil, fmt.Errorf("gauges: daemon.gauge_interval %s must be > 0", cfg.Interval)
+	}
+	s.cfg = cfg
+	return s, nil
+}
+
+// gaugeResult is what one refresh read.
+type gaugeResult struct {
+	Tracked int64 // items tracked, fixtures left out
+	Leases  int64
+	Backlog int64 // outbox events not yet published
+}
+
+// Start refreshes at once and then every Interval until ctx ends.
+func (s *gaugeService) Start(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := s.runOnce(ctx); err != nil && ctx.Err() == nil {
+			s.metrics.LoopErrors.WithLabelValues("gauges").Inc()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func workload() string { return string(provider.WorkloadMarket) }
+
+// runOnce refreshes every gauge once.
+func (s *gaugeService) runOnce(ctx context.Context) (gaugeResult, error) {
+	var res gaugeResult
+	if s.share != nil {
+		st := s.share.Stats()
+		s.metrics.BudgetShare.WithLabelValues(workload()).Set(st.PerSecond)
+		s.metrics.BudgetInstances.WithLabelValues(workload()).Set(float64(st.Live))
+		s.metrics.BudgetClusterRate.WithLabelValues(workload()).Set(st.ClusterRate)
+	}
+	counts, err := dispatcher.DueByTier(ctx, s.pool, OverdueAfter, catalog.SyntheticPatterns())
+	if err != nil {
+		return res, err
+	}
+	// Every tier is exported on every refresh, so a tier that emptied reads 0, not its last count.
+	due, overdue := map[string]int64{}, map[string]int64{}
+	requests := map[string]float64{}
+	for _, c := range counts {
+		due[string(c.Tier)], overdue[string(c.Tier)] = c.Due, c.Overdue
+		requests[string(c.Tier)] = c.Requests
+		res.Tracked += c.Items
+	}
+	for _, t := range tiers.All() {
+		s.metrics.ItemsDue.WithLabelValues(string(t)).Set(float64(due[string(t)]))
+		s.metrics.ItemsOverdue.WithLabelValues(string(t)).Set(float64(overdue[string(t)]))
+		s.metrics.TierDemand.WithLabelValues(string(t)).Set(tierplan.TierDemand(t, requests[string(t)]))
+	}
+	s.metrics.BudgetRate.WithLabelValues(workload()).Set(min(s.cfg.Market.Rate, float64(s.cfg.Market.PerMinute)/60))
+	s.loop.SawTracked(res.Tracked)
+	if res.Leases, err = dispatcher.LeasesHeld(ctx, s.pool); err != nil {
+		return res, err
+	}
+	backlog, err := outbox.ReadBacklog(ctx, s.pool, false)
+	if err != nil {
+		return res, err
+	}
+	res.Backlog = backlog.Pending
+	s.metrics.LeasesHeld.Set(float64(res.Leases))
+	s.metrics.OutboxBacklog.Set(float64(backlog.Pending))
+	s.metrics.OutboxOldest.Set(backlog.Oldest.Seconds())
+	s.cfg.Refreshed.Signal(res)
+	return res, nil
+}

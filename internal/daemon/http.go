@@ -1,0 +1,50 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store"
+)
+
+// handler serves /metrics, /healthz (the process is up) and /readyz (it can do its work).
+func (d *Daemon) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", d.metrics.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := d.pool.Ping(ctx); err != nil {
+			http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if err := store.CheckCurrent(ctx, d.pool); err != nil {
+			msg := err.Error()
+			if _, ok := errors.AsType[*store.SchemaBehindError](err); ok && d.cfg.SchemaHint != "" {
+				msg += "; " + d.cfg.SchemaHint
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
+			return
+		}
+		if d.relay != nil {
+			if up, reason := d.relay.Health(); !up {
+				http.Error(w, "outbox relay stopped: "+reason, http.StatusServiceUnavailable)
+				return
+			}
+		}
+		if r := d.collect.refused.Load(); r != nil {
+			http.Error(w, fmt.Sprintf("collection stopped: the provider refuses the market key (%s) since %s, re-checked every %s: %s",
+				provider.WorkloadMarket.KeyEnv(), r.since.UTC().Format(time.RFC3339), d.cfg.Daemon.KeyRecheck, r.reason), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}

@@ -1,0 +1,76 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/history/partition"
+	"github.com/duecollector/duecollector/internal/telemetry"
+	"github.com/duecollector/duecollector/internal/testkit"
+)
+
+// partitionConfig configures the partition service.
+type partitionConfig struct {
+	// Interval (> 0) is history.maintenance_interval: how often partitions are created ahead
+	// and those past retention dropped.
+	Interval time.Duration
+	// Maintained, when initialised (tests), hears every pass.
+	Maintained *testkit.Signal[[]partition.TableState]
+}
+
+// partitionService keeps the history tables partitioned: at start, then every interval.
+type partitionService struct {
+	cfg     partitionConfig
+	parts   *partition.Partitions
+	metrics *telemetry.Metrics
+	log     *zap.Logger
+}
+
+func newPartitionService(cfg partitionConfig, parts *partition.Partitions, m *telemetry.Metrics, log *zap.Logger) (*partitionService, error) {
+	if cfg.Interval <= 0 {
+		return nil, fmt.Errorf("partitions: history.maintenance_interval %s must be > 0", cfg.Interval)
+	}
+	return &partitionService{cfg: cfg, parts: parts, metrics: m, log: log}, nil
+}
+
+// Start keeps the partitions until ctx ends; a failed pass is retried at the next interval,
+// long before the partitions ahead run out.
+func (s *partitionService) Start(ctx context.Context) {
+	for {
+		if _, err := s.runOnce(ctx); err != nil && ctx.Err() == nil {
+			s.metrics.LoopErrors.WithLabelValues("partitions").Inc()
+			s.log.Warn("history partition upkeep failed; next try in history.maintenance_interval", zap.Error(err))
+		}
+		t := time.NewTimer(s.cfg.Interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// runOnce creates the partitions ahead, drops those past retention and exports how far ahead
+// each table reaches and how old its oldest partition is.
+func (s *partitionService) runOnce(ctx context.Context) ([]partition.TableState, error) {
+	states, err := s.parts.RunOnce(ctx)
+	for _, st := range states {
+		s.metrics.PartitionsAhead.WithLabelValues(st.Table).Set(st.Ahead.Seconds())
+		if !st.Oldest.IsZero() {
+			s.metrics.OldestPartition.WithLabelValues(st.Table).Set(time.Since(st.Oldest).Seconds())
+		}
+		if len(st.Created) > 0 || len(st.Dropped) > 0 {
+			s.log.Info("history partitions kept", zap.String("table", st.Table), zap.Strings("created", st.Created),
+				zap.Strings("dropped", st.Dropped), zap.Duration("ahead_seconds", st.Ahead))
+		}
+	}
+	if err != nil {
+		return states, err
+	}
+	s.cfg.Maintained.Signal(states)
+	return states, nil
+}
