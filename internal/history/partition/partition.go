@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -213,13 +214,16 @@ func (p *Partitions) dropPast(ctx context.Context, t Table) ([]string, error) {
 			dropped = append(dropped, part.Name)
 		}
 	}
-	for _, part := range planDrop(parts, now.Add(-t.Retention)) {
+	drop := planDrop(parts, now.Add(-t.Retention))
+	regular := slices.ContainsFunc(drop, func(p Partition) bool { return p.Lower != nil })
+	for _, part := range drop {
 		if part.DetachPending {
 			continue
 		}
 		name := pgx.Identifier{part.Name}.Sanitize()
-		if part.Lower == nil {
-			// The archive is recreated right below the oldest partition; an empty one stays.
+		if part.Lower == nil && !regular {
+			// The archive must reach the oldest partition, so it goes (and is recreated up to
+			// the new oldest) with any partition dropped above it; alone, an empty one stays.
 			var any bool
 			if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %s)`, name)).Scan(&any); err != nil {
 				return dropped, fmt.Errorf("read %s: %w", part.Name, err)

@@ -153,3 +153,54 @@ func TestRetentionDropsWholePartitionsByTheirBounds(t *testing.T) {
 		t.Fatalf("a kept day's partition is gone: %v", names)
 	}
 }
+
+// Day after day, retention drops the oldest day and nothing else: the archive below follows
+// the oldest partition up instead of leaving a gap that would be filled again.
+func TestRetentionDayAfterDayDropsOnlyThePastDays(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	p := upkeep(t, pool, 3*24*time.Hour)
+	for _, b := range bounds(t, pool, partition.Snapshots) {
+		if b.lower == nil {
+			if _, err := pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{b.name}.Sanitize()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var today time.Time
+	if err := pool.QueryRow(ctx, `SELECT date_bin('1 day', now(), '2000-01-01 00:00:00+00')`).Scan(&today); err != nil {
+		t.Fatal(err)
+	}
+	for d := -6; d < 0; d++ {
+		if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE auction_snapshots_old%d PARTITION OF auction_snapshots FOR VALUES FROM ('%s') TO ('%s')`,
+			-d, today.AddDate(0, 0, d).Format(time.RFC3339), today.AddDate(0, 0, d+1).Format(time.RFC3339))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An empty archive below them, as a database that has run for a while has.
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE auction_snapshots_arch PARTITION OF auction_snapshots FOR VALUES FROM (MINVALUE) TO ('%s')`,
+		today.AddDate(0, 0, -6).Format(time.RFC3339))); err != nil {
+		t.Fatal(err)
+	}
+	first, err := p.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Days -6, -5, -4 end at or before now - 3 days.
+	for _, d := range []string{"auction_snapshots_old6", "auction_snapshots_old5", "auction_snapshots_old4"} {
+		if !slices.Contains(first[0].Dropped, d) {
+			t.Fatalf("first pass dropped %v, want the 3 days past retention", first[0].Dropped)
+		}
+	}
+	again, err := p.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again[0].Created) != 0 || len(again[0].Dropped) != 0 {
+		t.Fatalf("a second pass churns: created %v, dropped %v", again[0].Created, again[0].Dropped)
+	}
+	bs := bounds(t, pool, partition.Snapshots)
+	if bs[0].lower != nil || !bs[0].upper.Equal(*bs[1].lower) {
+		t.Fatalf("the archive does not reach the oldest partition: %s up to %v, then %s from %v", bs[0].name, bs[0].upper, bs[1].name, bs[1].lower)
+	}
+}
