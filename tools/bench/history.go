@@ -46,10 +46,10 @@ func historyStored(ctx context.Context, e *env, h histSize, rep *report) error {
 	if err != nil {
 		return err
 	}
-	stored := fmt.Sprintf("%s snapshot rows (%d items × %d a day, %d whole days in daily partitions plus today's up to now) and %s candle rows (hourly and daily, every item, every bucket since the first day), seeded in bulk, not timed",
-		count(int(seed.rows)), h.items, h.perDay(), h.days, count(int(seed.candles)))
-	rep.note("history: seeded %s snapshot rows in %s, %s candle rows in %s, vacuumed and checkpointed in %s", count(int(seed.rows)), seed.took[0].Round(time.Second),
-		count(int(seed.candles)), seed.took[1].Round(time.Second), seed.took[2].Round(time.Second))
+	stored := fmt.Sprintf("%s snapshot rows (%d items × %d a day, %d whole days in daily partitions plus today's up to now) and %s candle rows (hourly and daily, every item, every bucket since the first day), seeded in bulk, not timed, in time order with items interleaved as write-backs store them (an item's day of snapshots or month of hourly candles lies on as many heap pages as it has rows)",
+		approx(seed.rows), h.items, h.perDay(), h.days, approx(seed.candles))
+	rep.note("history: seeded %s snapshot rows in %s, %s candle rows in %s, vacuumed and checkpointed in %s", approx(seed.rows), seed.took[0].Round(time.Second),
+		approx(seed.candles), seed.took[1].Round(time.Second), seed.took[2].Round(time.Second))
 	if err := historyReads(ctx, pool, seed, h.reads, stored, rep); err != nil {
 		return err
 	}
@@ -138,10 +138,10 @@ func historyRetention(ctx context.Context, pool *pgxpool.Pool, seed histSeed, h 
 	if err != nil {
 		return err
 	}
-	day := fmt.Sprintf("one day of %s snapshot rows (%d items × %d) out of %s stored", count(h.items*h.perDay()), h.items, h.perDay(), count(int(seed.rows)))
+	day := fmt.Sprintf("one day of %s snapshot rows (%d items × %d) out of %s stored", approx(int64(h.items*h.perDay())), h.items, h.perDay(), approx(seed.rows))
 	rep.add("History retention: one day dropped by partition", fmt.Sprintf("%s (%.1f MB partition; table size fell %.1f MB; WAL %s)", dur(drop.took), mb(drop.partBytes), mb(drop.fell), kbOrMB(drop.wal)),
 		fmt.Sprintf("target ≤ 1 s, no bloat. partition.Partitions.RunOnce on auction_snapshots with a retention putting exactly the oldest day past it: ALTER TABLE … DETACH PARTITION … CONCURRENTLY, DROP TABLE, then the empty archive partition below the oldest day created; %s. Size: pg_total_relation_size summed over the table's partitions before and after (the writer's rows land meanwhile)", day))
-	rep.add("History retention: the next day deleted in batches (the old way)", fmt.Sprintf("%s, %d statements (partition %.1f → %.1f MB; %s dead rows left for vacuum; WAL %s)", dur(del.took), del.statements, mb(del.before), mb(del.after), count(int(del.dead)), kbOrMB(del.wal)),
+	rep.add("History retention: the next day deleted in batches (the old way)", fmt.Sprintf("%s, %d statements (partition %.1f → %.1f MB; %s dead rows left for vacuum; WAL %s)", dur(del.took), del.statements, mb(del.before), mb(del.after), approx(del.dead), kbOrMB(del.wal)),
 		fmt.Sprintf("for comparison: DELETE FROM auction_snapshots WHERE ctid = ANY(ARRAY(SELECT ctid … WHERE collected_at in the day LIMIT %d)) (the day's range on both sides, so one partition), one statement per transaction until none is left, on the same database right after the drop; %s. Dead rows: pg_stat_user_tables.n_dead_tup of the partition right after the last statement (autovacuum left on); the partition keeps its size until a VACUUM FULL or its own drop", historyDeleteBatch, day))
 	spans := w.spans()
 	idleP, nIdle := w.p99In(spans, idle)
@@ -337,6 +337,17 @@ func quantile(xs []float64, q float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// approx is a row count to three figures.
+func approx(n int64) string {
+	switch {
+	case n >= 1_000_000:
+		return fmt.Sprintf("%.3gM", float64(n)/1e6)
+	case n >= 10_000:
+		return fmt.Sprintf("%.3gk", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

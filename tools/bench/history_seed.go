@@ -40,9 +40,8 @@ func histPartition(day time.Time) string { return "auction_snapshots_p" + day.Fo
 // go into a plain table that is indexed and attached as that day's partition afterwards
 // (building an index once is much faster than growing it row by row). Every item gets
 // perDay snapshots a day, evenly spaced, each item at its own offset; today's stop at now.
-// The tables after today are created empty, so a retention pass has nothing to create
-// ahead. Candles (hourly and daily, every item, every bucket since the first day) are
-// inserted item by item, so the key index grows in runs.
+// Rows are stored in collection order, items interleaved, as the write path leaves them.
+// The tables after today are created empty, so a retention pass has nothing to create ahead.
 func seedHistory(ctx context.Context, pool *pgxpool.Pool, h histSize, now time.Time) (histSeed, error) {
 	today := now.UTC().Truncate(24 * time.Hour)
 	var s histSeed
@@ -97,18 +96,11 @@ func seedHistory(ctx context.Context, pool *pgxpool.Pool, h histSize, now time.T
 	}
 	s.took[0] = time.Since(t0)
 	t0 = time.Now()
-	tag, err := pool.Exec(ctx, `
-		INSERT INTO price_candles (item_id, resolution, bucket, snapshots, open_at, open_price, high_price, low_price,
-			close_at, close_price, listings_min, listings_max, sales_count, sales_quantity, sales_value)
-		SELECT md5(i::text), r.res, b, 3, b, 1000 + i % 97, 1100 + i % 89, 950 + i % 83, b + r.w / 2, 1000 + i % 79,
-		       10 + i % 7, 20 + i % 11, i % 3, i % 5, (i % 5) * 1000
-		FROM generate_series(1, $1) AS i
-		CROSS JOIN (VALUES ('1d', interval '1 day'), ('1h', interval '1 hour')) AS r(res, w)
-		CROSS JOIN LATERAL generate_series($2::timestamptz, $3::timestamptz, r.w) AS b`, h.items, s.days[0], now)
+	n, err := seedCandles(ctx, pool, h.items, s.days[0], now)
 	if err != nil {
-		return s, fmt.Errorf("seed candles: %w", err)
+		return s, err
 	}
-	s.candles = tag.RowsAffected()
+	s.candles = n
 	s.took[1] = time.Since(t0)
 	t0 = time.Now()
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE tracked_items, auction_snapshots, price_candles`); err != nil {
@@ -117,6 +109,41 @@ func seedHistory(ctx context.Context, pool *pgxpool.Pool, h histSize, now time.T
 	_, err = pool.Exec(ctx, `CHECKPOINT`)
 	s.took[2] = time.Since(t0)
 	return s, err
+}
+
+// seedCandles stores every item's hourly and daily candles from the first day to now in
+// bucket order, items interleaved, as write-backs leave them (an item's candles are on as
+// many pages as it has buckets); the key is built once after the load, not row by row.
+func seedCandles(ctx context.Context, pool *pgxpool.Pool, items int, from, now time.Time) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `ALTER TABLE price_candles DROP CONSTRAINT price_candles_pkey`); err != nil {
+			return err
+		}
+		for _, r := range []struct{ res, width string }{{"1d", "1 day"}, {"1h", "1 hour"}} {
+			tag, err := tx.Exec(ctx, `
+				INSERT INTO price_candles (item_id, resolution, bucket, snapshots, open_at, open_price, high_price, low_price,
+					close_at, close_price, listings_min, listings_max, sales_count, sales_quantity, sales_value)
+				SELECT md5(i::text), $4, b, 3, b, 1000 + i % 97, 1100 + i % 89, 950 + i % 83, b + $5::interval / 2, 1000 + i % 79,
+				       10 + i % 7, 20 + i % 11, i % 3, i % 5, (i % 5) * 1000
+				FROM generate_series(0, (floor(extract(epoch FROM $3::timestamptz - $2::timestamptz) / extract(epoch FROM $5::interval))::bigint + 1) * $1 - 1) AS k
+				CROSS JOIN LATERAL (SELECT (k % $1 + 1)::int AS i, $2::timestamptz + (k / $1) * $5::interval AS b) AS x`,
+				items, from, now, r.res, r.width)
+			if err != nil {
+				return fmt.Errorf("%s candles: %w", r.res, err)
+			}
+			n += tag.RowsAffected()
+		}
+		_, err := tx.Exec(ctx, `ALTER TABLE price_candles ADD CONSTRAINT price_candles_pkey PRIMARY KEY (item_id, resolution, bucket)`)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("seed candles: %w", err)
+	}
+	return n, nil
 }
 
 // seedHistoryDay loads the idx-th day's partition, gives it the parent's keys and attaches
@@ -128,7 +155,7 @@ func seedHistoryDay(ctx context.Context, pool *pgxpool.Pool, idx int, day time.T
 	spacing := 86_400 / h.perDay()
 	var rows int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
+		if _, err := tx.Exec(ctx, `SET LOCAL maintenance_work_mem = '256MB'; SET LOCAL work_mem = '128MB'`); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE auction_snapshots INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`, name)); err != nil {
@@ -143,7 +170,8 @@ func seedHistoryDay(ctx context.Context, pool *pgxpool.Pool, idx int, day time.T
 			FROM generate_series(1, $1) AS i
 			CROSS JOIN generate_series(0, $3 - 1) AS j
 			CROSS JOIN LATERAL (SELECT $2::timestamptz + make_interval(secs => j * $4 + i %% $4) AS t) AS ts
-			WHERE t < $6`, name), h.items, day, h.perDay(), spacing, idx, now)
+			WHERE t < $6
+			ORDER BY t`, name), h.items, day, h.perDay(), spacing, idx, now)
 		if err != nil {
 			return err
 		}
