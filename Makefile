@@ -41,7 +41,7 @@ lint-staticcheck:
 lint: vet lint-staticcheck ## go vet + staticcheck
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-bench: ## benchmark suite vs River and raw-SQL ceilings; writes BENCHMARKS.md (BENCH_QUICK=1: ~2 min CI version)
+bench: ## benchmark suite vs River and raw-SQL ceilings; writes BENCHMARKS.md (BENCH_QUICK=1: ~2 min CI version; BENCH_ONLY=history,cycle: only those sections)
 	$(GO) run ./tools/bench
 
 ci: ## what CI runs

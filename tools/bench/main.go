@@ -31,6 +31,7 @@ type sizes struct {
 	rss          rssSize       // collect-due peak RSS
 	daemonWindow time.Duration // steady-state window per budget case; 0 = skip
 	fresh        freshSize     // freshness: realistic market size and replay horizon
+	history      histSize      // stored history the retention and read figures run on
 }
 
 // cycleSize is one cycle measurement: a table of tracked items, all due, and how many of them
@@ -47,13 +48,15 @@ func sizesFor(quick bool) sizes {
 	if quick {
 		// The second cycle size is a partial one so CI exercises the bounded path too.
 		return sizes{cycle: []cycleSize{{10_000, 10_000}, {50_000, 10_000}}, slowLatency: 2 * time.Second, pgbenchSecs: 5,
-			relayN: 2_000, latencyN: 500, rss: rssSize{20_000, 2_000}, fresh: freshSize{2_000, 4, 300, 30 * time.Second}}
+			relayN: 2_000, latencyN: 500, rss: rssSize{20_000, 2_000}, fresh: freshSize{2_000, 4, 300, 30 * time.Second},
+			history: histSize{items: 2_000, days: 4, rows: 200_000, reads: 100}}
 	}
 	large := envInt("BENCH_ITEMS_LARGE", 1_000_000)
 	return sizes{cycle: []cycleSize{{100_000, 100_000}, {large, timedClaims(large, envInt("BENCH_CYCLE_TIMED", 200_000))}},
 		slowLatency: 7 * time.Second, pgbenchSecs: 15, relayN: 20_000, latencyN: 5_000,
 		rss: rssSize{envInt("BENCH_RSS_ITEMS", 1_000_000), rssBatch * rssMaxBatches}, daemonWindow: 2 * time.Minute,
-		fresh: freshSize{envInt("BENCH_FRESH_ITEMS", 20_000), envInt("BENCH_FRESH_HOURS", 12), 2_000, 5 * time.Minute}}
+		fresh:   freshSize{envInt("BENCH_FRESH_ITEMS", 20_000), envInt("BENCH_FRESH_HOURS", 12), 2_000, 5 * time.Minute},
+		history: histSize{items: 20_000, days: 30, rows: envInt("BENCH_HISTORY_ROWS", 20_000_000), reads: 1_000}}
 }
 
 // timedClaims rounds up to whole claim batches, so the collector's MaxBatches pass and the
@@ -92,7 +95,7 @@ func main() {
 	quick := os.Getenv("BENCH_QUICK") == "1"
 	out := flag.String("out", cmp.Or(os.Getenv("BENCH_OUT"), map[bool]string{false: "BENCHMARKS.md"}[quick]),
 		"write the report here (empty: print only)")
-	only := flag.String("only", os.Getenv("BENCH_ONLY"), "comma-separated sections to run (cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests); empty = all")
+	only := flag.String("only", os.Getenv("BENCH_ONLY"), "comma-separated sections to run (cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests,history); empty = all")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
@@ -119,6 +122,7 @@ func main() {
 		{"freshness", benchFreshness},
 		{"adaptive", benchAdaptive},
 		{"requests", benchRequests},
+		{"history", benchHistory},
 	}
 	var failed []string
 	for _, s := range sections {
@@ -159,7 +163,8 @@ func render(e *env, rep *report, quick bool, took time.Duration) string {
 	b.WriteString("Reproduce: `make bench` (about 25 min on 2 cores; fresh `bench_*` databases on the local server, dropped afterwards). " +
 		"`BENCH_QUICK=1 make bench` runs small sizes in ~2 min and only prints. Knobs: `BENCH_ITEMS_LARGE` (second cycle table, default 1000000), " +
 		"`BENCH_CYCLE_TIMED` (claims timed on it, default 200000), `BENCH_RSS_ITEMS` (collect-due RSS table, default 1000000), " +
-		"`BENCH_DAEMON_RSS_ITEMS` (daemon RSS table, default 1000000), `BENCH_FRESH_ITEMS` / `BENCH_FRESH_HOURS` (freshness replay, default 20000 items, 12 h simulated), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests`, `BENCH_OUT`. " +
+		"`BENCH_DAEMON_RSS_ITEMS` (daemon RSS table, default 1000000), `BENCH_FRESH_ITEMS` / `BENCH_FRESH_HOURS` (freshness replay, default 20000 items, 12 h simulated), " +
+		"`BENCH_HISTORY_ROWS` (stored snapshot rows under the history section's retention and reads, default 20000000), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests,history` (or `-only`: run those sections), `BENCH_OUT`. " +
 		"Every figure is one run, not a best-of: on a shared 2-core machine expect ±30 % between runs (the load average is recorded).\n\n")
 	b.WriteString("| Machine | |\n|---|---|\n")
 	for _, kv := range e.facts {
