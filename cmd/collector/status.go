@@ -126,6 +126,14 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 		a.printf("due → claim lag, last %s: no claims\n", daemon.LagWindow)
 	}
 	a.printf("outbox: %d unpublished (oldest %s), %d failed\n", st.OutboxBacklog, st.OutboxOldest.Round(time.Second), st.OutboxFailed)
+	a.printf("history: %s", bytesText(st.History.Bytes()))
+	for _, t := range st.History.Tables {
+		a.printf("; %s %s (~%d rows)", t.Table, bytesText(t.Bytes), t.Rows)
+	}
+	if !st.History.Since.IsZero() {
+		a.printf("; raw snapshots kept from %s (%.1f days)", st.History.Since.UTC().Format("2006-01-02"), st.DatabaseNow.Sub(st.History.Since).Hours()/24)
+	}
+	a.printf("\n")
 	for _, stop := range st.Relay.Stops {
 		a.printf("relay: STOPPED %s at %s: %s\n", stop.Owner, stop.StoppedAt.Format(time.RFC3339), stop.Reason)
 	}
@@ -166,4 +174,18 @@ func printCooldowns(a *app, cds []budget.Cooldown, now time.Time) {
 		a.printf("  key %s cooling down until %s (%s left): %s\n", c.KeyLabel, c.Until.UTC().Format(time.RFC3339),
 			max(c.Until.Sub(now), 0).Round(time.Second), c.Reason)
 	}
+}
+
+// bytesText is a size for people: 1.5 GB, 320 MB, 12 kB.
+func bytesText(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }

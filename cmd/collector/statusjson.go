@@ -8,6 +8,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -26,7 +27,16 @@ type statusJSON struct {
 	Budgets      []budgetJSON   `json:"budgets"`
 	Instances    []instanceJSON `json:"instances"`
 	Packing      []packingJSON  `json:"packing"`
+	History      historyJSON    `json:"history"`
 	Check        *checkJSON     `json:"check,omitempty"`
+}
+
+// historyJSON is what the stored history takes (catalog sizes and estimates, nothing counted).
+type historyJSON struct {
+	Bytes  int64                `json:"bytes"`
+	Tables []history.TableUsage `json:"tables"`
+	// KeptSince is the lower bound of the oldest raw snapshot partition past the archive.
+	KeptSince *time.Time `json:"kept_since"`
 }
 
 // packingJSON is an endpoint whose itemIds packing switch was ever set (the others are on).
@@ -118,6 +128,10 @@ func toStatusJSON(st daemon.ClusterStatus) statusJSON {
 		Relay:     relayJSON{LanesHeld: st.Relay.LanesHeld, Owners: append([]string{}, st.Relay.Owners...), Stopped: []string{}},
 		Budgets:   []budgetJSON{},
 		Instances: []instanceJSON{},
+		History:   historyJSON{Bytes: st.History.Bytes(), Tables: append([]history.TableUsage{}, st.History.Tables...)},
+	}
+	if !st.History.Since.IsZero() {
+		out.History.KeptSince = &st.History.Since
 	}
 	if st.Probe != nil {
 		out.Provider.ProbeFailures, out.Provider.NextProbeAt = &st.Probe.Failures, &st.Probe.NextProbeAt

@@ -41,10 +41,15 @@ func TestStatusJSONAndCheck(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("status -o json is not JSON: %v\n%s", err, out)
 	}
-	for _, k := range []string{"database_time", "provider", "tiers", "totals", "leases_held", "claim_lag", "outbox", "relay", "budgets", "instances", "packing"} {
+	for _, k := range []string{"database_time", "provider", "tiers", "totals", "leases_held", "claim_lag", "outbox", "relay", "budgets", "instances", "packing", "history"} {
 		if _, ok := v[k]; !ok {
 			t.Errorf("status -o json lacks %q:\n%s", k, out)
 		}
+	}
+	// The history's size from the catalog, per table, and how far back raw snapshots go.
+	h := v["history"].(map[string]any)
+	if h["bytes"].(float64) <= 0 || len(h["tables"].([]any)) != 3 || h["kept_since"] == nil {
+		t.Errorf("history: %v", h)
 	}
 	for _, k := range []string{"name", "status", "reason", "since", "override", "automatic_status"} {
 		if _, ok := v["provider"].(map[string]any)[k]; !ok {

@@ -11,6 +11,7 @@ import (
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 )
@@ -33,6 +34,7 @@ type ClusterStatus struct {
 	Instances      []budget.Instance
 	Budgets        []budget.Use
 	Cooldowns      []budget.Cooldown // keys cooling down (rate limit or refused key), with reason and end
+	History        history.Usage
 	DatabaseNow    time.Time
 }
 
@@ -103,6 +105,9 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, err
 	}
 	if st.Cooldowns, err = budget.ActiveCooldowns(ctx, pool); err != nil {
+		return st, err
+	}
+	if st.History, err = history.ReadUsage(ctx, pool); err != nil {
 		return st, err
 	}
 	return st, nil
