@@ -50,9 +50,18 @@ func TestPruneCommand(t *testing.T) {
 	if _, _, err := runCollector(t, "prune", "--database-url", db, "--sales", "1h"); err == nil || !strings.Contains(err.Error(), "retention.sales") {
 		t.Fatalf("prune --sales 1h (under catalog.dormant_after): %v", err)
 	}
-	// The days wholly older than 180h (7.5 days) go: the sales of 8, 9 and 10 days ago.
+	// The days wholly older than 180h (7.5 days) go: the sales of 9 and 10 days ago surely,
+	// that of 8 days ago when its day ended before; the 7 younger ones stay.
 	out, _, err := runCollector(t, "prune", "--database-url", db, "--sales", "180h")
-	if err != nil || !strings.Contains(out, "auction_sales: dropped") || sales() != 7 {
-		t.Fatalf("prune --sales 180h: %q %v, %d sales left", out, err, sales())
+	if err != nil || !strings.Contains(out, "auction_sales: dropped") {
+		t.Fatalf("prune --sales 180h: %q %v", out, err)
+	}
+	var young, old int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE sold_at > now() - interval '180 hours'),
+		count(*) FILTER (WHERE sold_at < now() - interval '204 hours') FROM auction_sales`).Scan(&young, &old); err != nil {
+		t.Fatal(err)
+	}
+	if young != 7 || old != 0 || sales() > 8 {
+		t.Fatalf("prune --sales 180h left %d sales younger than 180h (want 7), %d older than a day more (want 0), %d in all", young, old, sales())
 	}
 }
