@@ -56,12 +56,12 @@ func TestPruneCommand(t *testing.T) {
 	if err != nil || !strings.Contains(out, "auction_sales: dropped") {
 		t.Fatalf("prune --sales 180h: %q %v", out, err)
 	}
-	var young, old int
+	var young, older int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE sold_at > now() - interval '180 hours'),
-		count(*) FILTER (WHERE sold_at < now() - interval '204 hours') FROM auction_sales`).Scan(&young, &old); err != nil {
+		count(*) FILTER (WHERE sold_at < now() - interval '204 hours') FROM auction_sales`).Scan(&young, &older); err != nil {
 		t.Fatal(err)
 	}
-	if young != 7 || old != 0 || sales() > 8 {
-		t.Fatalf("prune --sales 180h left %d sales younger than 180h (want 7), %d older than a day more (want 0), %d in all", young, old, sales())
+	if young != 7 || older != 0 || sales() > 8 {
+		t.Fatalf("prune --sales 180h left %d sales younger than 180h (want 7), %d older than a day more (want 0), %d in all", young, older, sales())
 	}
 }
