@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store"
 )
 
@@ -128,7 +130,34 @@ func runMigrate(ctx context.Context, a *app, f migrateFlags, direction string) e
 		return err
 	}
 	a.printf("schema at version %d of %d\n", st.Current, st.Latest)
+	if direction == "up" && st.Current == st.Latest {
+		// A new database is ready to write at once, not only once a daemon has run.
+		return a.createPartitions(ctx, url)
+	}
 	return nil
+}
+
+// createPartitions creates the history partitions up to history.partition_ahead (dropping
+// nothing: that is `collector partitions`' and the daemon's).
+func (a *app) createPartitions(ctx context.Context, url string) error {
+	pool, err := store.Open(ctx, store.PoolConfig{URL: url, MaxConns: 2, ApplicationName: "duecollector-migrate"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cfg := partition.FromConfig(a.cfg)
+	for i := range cfg.Tables {
+		cfg.Tables[i].Retention = 0
+	}
+	parts, err := partition.New(pool, pool, cfg)
+	if err != nil {
+		return err
+	}
+	states, err := parts.RunOnce(ctx)
+	for _, st := range states {
+		a.printf("%s: %d partitions, ready %s ahead\n", st.Table, st.Partitions, st.Ahead.Round(time.Minute))
+	}
+	return err
 }
 
 func printStep(a *app, s store.Step, showSQL bool) {

@@ -132,6 +132,8 @@ func (h *harness) env(dbURL string, extra ...string) []string {
 	}
 	env = append(env,
 		"COLLECTOR_LOG_FORMAT=json",
+		// The scenarios count collections by their snapshots: one per collection.
+		"COLLECTOR_HISTORY_MODE=every",
 		"NEOPLE_MARKET_API_KEY="+h.marketKey,
 		"NEOPLE_ITEM_API_KEY="+h.itemKey,
 	)
