@@ -71,7 +71,8 @@ var groupOf = map[string]string{
 	"relay-outbox": "outbox", "outbox": "outbox",
 	"import-items": "catalog", "items": "catalog", "touch": "catalog", "recalculate-popularity": "catalog",
 	"seed:real": "catalog", "seed:synthetic": "catalog", "purge:synthetic": "catalog", "plan": "catalog",
-	"prune": "ops", "healthcheck": "ops", "packing": "ops", "api-check": "ops",
+	"prune": "ops", "partitions": "ops", "healthcheck": "ops", "packing": "ops", "api-check": "ops",
+	"history": "catalog",
 }
 
 // finishTree applies what every command shares: groups, usage errors that exit 2, examples,

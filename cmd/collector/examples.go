@@ -13,6 +13,11 @@ import (
 // examples is each command's Example: section (a command may also set its own). Kept in one
 // place so the invocations read alike; TestEveryCommandHasAnExample keeps it complete.
 var examples = map[string]string{
+	"collector history": `  collector items --limit 5                        # find an ITEM_ID
+  collector history ITEM_ID --interval 1h --since 7d
+  collector history ITEM_ID --interval raw --since 24h -o csv`,
+	"collector partitions": `  collector partitions            # from cron, daily: partitions a week ahead, drops past retention.*
+  COLLECTOR_RETENTION_SNAPSHOTS=2160h collector partitions`,
 	"collector": `  collector demo                  # start here: the whole flow on a fresh machine
   collector migrate up && collector import-items && collector run`,
 	"collector demo": `  collector demo

@@ -29,8 +29,6 @@ func newHistoryCmd(a *app) *cobra.Command {
 --interval 1h or 1d prints price candles: open / high / low / close of the lowest unit price over
 the bucket's snapshots, the listing count range, and the sales sold in it with their VWAP.
 Candles are kept when raw partitions are dropped (retention.candles_*).`,
-		Example: `  collector history 4e5f0c1d --interval 1h --since 7d
-  collector history 4e5f0c1d --interval raw --since 24h -o csv`,
 		Args: cobra.ExactArgs(1),
 		RunE: a.runArgs(func(ctx context.Context, args []string) error {
 			age, err := parseAge(since)
