@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -49,8 +50,10 @@ func TestUnchangedCollectionsWriteNothingButTheirTimeUntilTheHeartbeat(t *testin
 	const n = 20
 	e := setup(t, n, tiers.Cold, frozen())
 	ctx := context.Background()
+	stored := &storedCounts{n: map[history.Reason]int{}}
 	pass := func(cfg Config) {
 		t.Helper()
+		cfg.Observer = stored
 		e.due(t)
 		if s, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil || s.Collected != n {
 			t.Fatalf("pass: %s %v", s, err)
@@ -71,6 +74,9 @@ func TestUnchangedCollectionsWriteNothingButTheirTimeUntilTheHeartbeat(t *testin
 	}
 
 	pass(Config{})
+	if got := stored.get(history.Skip); got != n {
+		t.Fatalf("the observer heard %d collections seen unchanged, want %d", got, n)
+	}
 	if total := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`); total != n {
 		t.Fatalf("an unchanged market wrote %d snapshots in all, want the %d first ones", total, n)
 	}
@@ -100,6 +106,30 @@ func TestUnchangedCollectionsWriteNothingButTheirTimeUntilTheHeartbeat(t *testin
 	if s, ev := rows("repeat"); s != n || ev != n {
 		t.Fatalf("history.mode every: %d repeat snapshots, %d events; want %d each", s, ev, n)
 	}
+	if f, h, r := stored.get(history.First), stored.get(history.Heartbeat), stored.get(history.Repeat); f != n || h != n || r != n {
+		t.Fatalf("the observer heard %d first, %d heartbeat, %d repeat snapshots; want %d each", f, h, r, n)
+	}
+}
+
+// storedCounts is an Observer that counts what history stored, by reason.
+type storedCounts struct {
+	nopObserver
+	mu sync.Mutex
+	n  map[history.Reason]int
+}
+
+func (s *storedCounts) Stored(r map[history.Reason]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range r {
+		s.n[k] += v
+	}
+}
+
+func (s *storedCounts) get(r history.Reason) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[r]
 }
 
 // A write-back never fails for a missing partition: with partition upkeep stopped long enough
