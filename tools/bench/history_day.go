@@ -76,23 +76,22 @@ func historyDay(ctx context.Context, e *env, d histDaySize, rep *report) error {
 	if want := int64(d.items * d.passes); every.collected != want || changes.collected != want || int64(instants) != want {
 		return fmt.Errorf("collections every %d, changes %d, every-mode snapshots %d: want %d each", every.collected, changes.collected, instants, want)
 	}
-	simulated := time.Duration(d.passes) * histDayStep
+	simulated := fmt.Sprintf("%g h", (time.Duration(d.passes) * histDayStep).Hours())
 	how := fmt.Sprintf("in-process collect-due passes (dispatcher.FromConfig(config.Default()) with history.mode set, batch 500, concurrency 16, collect.pack_* defaults, shadow checks off) over %d items of `collector sim --market realistic` (seed %d), every item HOT_1M and collected at every pass (not the default budget plan's tiers: every item at the fastest tier, the issue's 20,000-item case), %d passes %s of simulated time apart (%s simulated); before each pass the database's last collection and last snapshot times are moved back by the simulated step less the real time that passed, so intervals and the 1 h heartbeat run on market time; the same simulated instants for both modes, each in a fresh database",
-		d.items, histDaySeed, d.passes, histDayStep, simulated)
+		d.items, histDaySeed, d.passes, histDayStep.String(), simulated)
 	size := "rows: count(*); bytes: pg_total_relation_size (table, TOAST, indexes) summed over the leaf partitions (pg_partition_tree) of auction_snapshots and auction_sales, plus price_candles, outbox and outbox_pending, right after the last pass (no VACUUM)"
 	for _, r := range []struct {
-		mode string
-		res  dayResult
-	}{{config.HistoryEvery, every}, {config.HistoryChanges, changes}} {
+		mode, how string
+		res       dayResult
+	}{{config.HistoryEvery, how + "; " + size, every}, {config.HistoryChanges, "the same simulated stretch, instants and measures as the row above, history.mode changes", changes}} {
 		c := r.res.end
 		rep.add(fmt.Sprintf("History stored, history.mode %s, %d items × %s", r.mode, d.items, simulated),
-			fmt.Sprintf("%d snapshot, %d outbox, %d sales, %d candle rows; %.2f MB", c.snapshots, c.outbox, c.sales, c.candles, mb(c.bytes)),
-			how+"; "+size)
+			fmt.Sprintf("%d snapshot, %d outbox, %d sales, %d candle rows; %.2f MB", c.snapshots, c.outbox, c.sales, c.candles, mb(c.bytes)), r.how)
 	}
 	ev, ch := every.end, changes.end
 	rep.add("History changes / every: snapshot + outbox rows, all rows, bytes",
 		fmt.Sprintf("%.3f× / %.3f× / %.3f×", ratioOf(ch.snapshots+ch.outbox, ev.snapshots+ev.outbox), ratioOf(ch.rows(), ev.rows()), ratioOf(ch.bytes, ev.bytes)),
-		"target ≤ 0.3×. The two rows above; all rows = snapshots + outbox + sales + candles (sales are the same in both modes, candles nearly so). Includes the first pass, where both modes write every item")
+		"target ≤ 0.3×. The two rows above; all rows = snapshots + outbox + sales + candles (sales are the same in both modes, candles nearly so). Includes the first pass, where both modes write every item and store its backlog of past sales (most of the sales rows of a short run, and their candles)")
 	perDay := func(c dayCounts) string {
 		f := float64(24*time.Hour/histDayStep) / float64(d.passes-1) * float64(dayScaleItems) / float64(d.items)
 		return fmt.Sprintf("%s rows (%s snapshots), %.2f GB", approx(int64(float64(c.rows())*f)), approx(int64(float64(c.snapshots)*f)), float64(c.bytes)*f/(1<<30))
