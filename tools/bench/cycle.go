@@ -21,6 +21,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 )
@@ -37,18 +38,40 @@ const (
 	cyclePool  = 8
 )
 
-// zeroFetcher answers at once with one listing and no sales, so only the claim, write-back
-// and reschedule path is measured.
-type zeroFetcher struct{ dispatcher.NoPacking }
+// cycleShare is the share of collections that see a change when the realistic market is
+// collected every minute (the simulator's own rates over a 20,000-item catalog): the share of
+// the timed collections that write a snapshot and an event in history.mode changes.
+var cycleShare = sync.OnceValue(func() float64 { return realisticChangeShare(dayScaleItems, histDaySeed, time.Minute) })
 
-func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, error) {
-	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, 1, nil
+// The listing every seeded item's last snapshot saw (seedDue), and the cheaper one an item in
+// the changed share sees now.
+const (
+	cyclePrice, cycleChangedPrice  = 100, 99
+	cycleQuantity, cycleAPIAverage = 3, 90
+)
+
+// steadyFetcher answers at once with one listing and no sales, so only the claim, write-back
+// and reschedule path is measured: the seeded last snapshot's listing, or for the items in the
+// changed share (changedShare of their id) a cheaper one.
+type steadyFetcher struct {
+	dispatcher.NoPacking
+	share   float64
+	changed *atomic.Int64
 }
-func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, int, error) {
+
+func (f steadyFetcher) Auction(_ context.Context, itemID string) ([]provider.Listing, int, error) {
+	price := int64(cyclePrice)
+	if changedShare(itemID, f.share) {
+		price = cycleChangedPrice
+		f.changed.Add(1)
+	}
+	return []provider.Listing{{UnitPrice: price, Count: cycleQuantity, AveragePrice: cycleAPIAverage}}, 1, nil
+}
+func (steadyFetcher) AuctionSold(context.Context, string) ([]provider.Sale, int, error) {
 	return nil, 0, nil
 }
-func (zeroFetcher) AuctionLimit() int { return provider.MaxAuctionLimit }
-func (zeroFetcher) SoldLimit() int    { return provider.MaxSoldLimit }
+func (steadyFetcher) AuctionLimit() int { return provider.MaxAuctionLimit }
+func (steadyFetcher) SoldLimit() int    { return provider.MaxSoldLimit }
 
 // cycleSeedDB holds one size's seeded table; each contender of ours runs on a copy of it.
 const cycleSeedDB = "bench_cycle_seed"
@@ -83,14 +106,15 @@ func cycleAt(ctx context.Context, e *env, c cycleSize, rep *report) error {
 	if err != nil {
 		return fmt.Errorf("collector at %d items: %w", n, err)
 	}
+	share := fmt.Sprintf("history.mode changes (the default) at the realistic market's change share: every item seeded as collected a minute ago with its last snapshot ten minutes ago, and %.1f %% of the collections (a fixed hash of the item id; 1 − e^(−(λ+σ)·60 s) averaged over `collector sim --market realistic`'s 20,000 items) see a cheaper listing than that snapshot and write a snapshot + outbox row, the rest only their reschedule", 100*cycleShare())
 	rep.add("Claim+reschedule cycle, collector, "+label, rate(ours, "items/s"),
-		fmt.Sprintf("dispatcher.RunOnce (one collect-due pass, zero-latency in-process provider, batch %d, flush %d, concurrency 8, pool %d, MaxBatches %d) %s: claim, fenced reschedule, snapshot + outbox insert per item; %s items / wall time", cycleBatch, cycleFlush, cyclePool, (k+cycleBatch-1)/cycleBatch, table, items))
+		fmt.Sprintf("dispatcher.RunOnce (one collect-due pass, zero-latency in-process provider, batch %d, flush %d, concurrency 8, pool %d, MaxBatches %d) %s: claim, fenced reschedule, change counts and seen state per item, snapshot + candles + outbox insert per changed item; %s; %s items / wall time (the snapshots written checked against the changed answers)", cycleBatch, cycleFlush, cyclePool, (k+cycleBatch-1)/cycleBatch, table, share, items))
 	ceil, err := cycleCeiling(ctx, e, c)
 	if err != nil {
 		return fmt.Errorf("raw-SQL ceiling at %d items: %w", n, err)
 	}
 	rep.add("Claim+reschedule cycle, raw-SQL ceiling, "+label, rate(ceil, "items/s"),
-		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (writeback.go: fenced reschedule, snapshot insert, outbox insert) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size", ceilingLoops, cycleBatch, cycleFlush, items))
+		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (writeback.go: fenced reschedule for every item; history.InsertSnapshotsSQL with its candles and outbox.EnqueueSQL for the same changed share, %.1f %%) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code (no change counts or seen state), a copy of the same seed, same pool size", 100*cycleShare(), ceilingLoops, cycleBatch, cycleFlush, items))
 	rep.add("Ratio collector / ceiling, "+label, fmt.Sprintf("%.2f", ours/ceil), "the two rows above")
 	rep.note("cycle at %s tracked items: seeding took %s (generate_series insert, VACUUM ANALYZE, CHECKPOINT; not timed), each contender's copy %s (CREATE DATABASE … TEMPLATE, CHECKPOINT)", count(n), seeded.Round(100*time.Millisecond), cloned.Round(100*time.Millisecond))
 
@@ -104,7 +128,7 @@ func cycleAt(ctx context.Context, e *env, c cycleSize, rep *report) error {
 	}
 	rep.add("River v0.51.2 no-op jobs, "+strings.Replace(label, "items", "jobs", 1), rate(riv, "jobs/s"), riverHow)
 	rep.add("Ratio collector / River, "+label, fmt.Sprintf("%.2f", ours/riv),
-		"collector items/s ÷ River jobs/s; a collector item also writes a snapshot and an outbox row, a River job only its own state")
+		fmt.Sprintf("collector items/s ÷ River jobs/s; target ≥ 1.0. A collector item also updates its change counts and, for the %.1f %% that changed, writes a snapshot, its candles and an outbox row; a River job only its own state", 100*cycleShare()))
 	return nil
 }
 
@@ -121,6 +145,14 @@ func seedCycleDB(ctx context.Context, e *env, n int) error {
 	}
 	// A template must have no connections when it is copied.
 	defer pool.Close()
+	// The history partitions exist before any contender writes, as the daemon keeps them.
+	parts, err := partition.New(pool, pool, partition.FromConfig(config.Default()))
+	if err != nil {
+		return err
+	}
+	if _, err := parts.RunOnce(ctx); err != nil {
+		return fmt.Errorf("create history partitions: %w", err)
+	}
 	return seedDue(ctx, pool, n)
 }
 
@@ -153,7 +185,8 @@ func cycleOurs(ctx context.Context, e *env, c cycleSize) (float64, time.Duration
 	// seeded ones are older, so exactly timed/batch batches take exactly that many seeded items.
 	dc := dispatcher.FromConfig(config.Default())
 	dc.BatchSize, dc.Concurrency, dc.FlushSize, dc.MaxBatches = cycleBatch, 8, cycleFlush, (c.timed+cycleBatch-1)/cycleBatch
-	d, err := dispatcher.New(pool, zeroFetcher{}, dc, nil)
+	f := steadyFetcher{share: cycleShare(), changed: new(atomic.Int64)}
+	d, err := dispatcher.New(pool, f, dc, nil)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -165,6 +198,14 @@ func cycleOurs(ctx context.Context, e *env, c cycleSize) (float64, time.Duration
 	}
 	if s.Collected != c.timed {
 		return 0, 0, fmt.Errorf("collected %d of %d: %s", s.Collected, c.timed, s)
+	}
+	// Only the changed answers write: the seeded last snapshot is what the others saw.
+	var written int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM auction_snapshots`).Scan(&written); err != nil {
+		return 0, 0, err
+	}
+	if written != f.changed.Load() {
+		return 0, 0, fmt.Errorf("wrote %d snapshots for %d changed answers", written, f.changed.Load())
 	}
 	return float64(c.timed) / took.Seconds(), cloned, nil
 }
@@ -224,36 +265,35 @@ func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]ceilClaim, er
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ceilClaim, error) {
+		// The rest of the claim (schedule, estimates, last snapshot) is what the dispatcher
+		// decides with; the ceiling writes by its fixed share instead.
 		var c ceilClaim
-		var dueAt, dbNow time.Time
-		var lastSale *time.Time
-		var seenListings *int32
-		var estSales, estSeconds, requests float64
-		var lastCollected *time.Time
-		err := r.Scan(&c.id, &c.name, &c.tier, &dueAt, &c.token, &dbNow, &lastSale, &seenListings, &estSales, &estSeconds,
-			&lastCollected, &requests)
-		return c, err
+		dest := make([]any, len(r.FieldDescriptions()))
+		dest[0], dest[1], dest[2], dest[4] = &c.id, &c.name, &c.tier, &c.token
+		return c, r.Scan(dest...)
 	})
 }
 
 // ceilWriteBack is writeback.go's write-back for all-successful results with one listing and
-// no sales, through the product's own statements (dispatcher.RescheduleSQL, SnapshotSQL,
-// outbox.EnqueueSQL) in one transaction, driven by plain pgx. It leaves out the per-item change
-// estimates (observeChanges), which the ceiling does not model.
+// no sales, through the product's own statements (dispatcher.RescheduleSQL,
+// history.InsertSnapshotsSQL, outbox.EnqueueSQL) in one transaction, driven by plain pgx: every
+// item rescheduled, a snapshot and an event for the items in the changed share. It leaves out
+// the per-item change estimates and seen state (observeChanges), which the ceiling does not model.
 func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) error {
 	n := len(claims)
 	now := time.Now()
 	ids, tokens, tierNames := make([]string, n), make([]pgtype.UUID, n), make([]string, n)
 	nextAt, at, oks, outcomes, errs := make([]time.Time, n), make([]time.Time, n), make([]bool, n), make([]string, n), make([]*string, n)
-	counts, qty, lowest, median, apiAvg := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	weighted, salesCount, salesQty, vwap := make([]float64, n), make([]int32, n), make([]int64, n), make([]*float64, n)
-	lastSale, truncated, packed := make([]*time.Time, n), make([]bool, n), make([]bool, n)
-	reasons := make([]string, n)
+	lastSale := make([]*time.Time, n)
 	for i, c := range claims {
-		reasons[i] = string(history.Change)
 		ids[i], tokens[i], tierNames[i] = c.id, c.token, c.tier
 		nextAt[i], at[i], oks[i], outcomes[i] = now.Add(tierEvery[c.tier]), now, true, "ok"
-		counts[i], qty[i], lowest[i], median[i], apiAvg[i], weighted[i] = 1, 3, 100, 100, 90, 100
+	}
+	var changed []ceilClaim
+	for _, c := range claims {
+		if changedShare(c.id, cycleShare()) {
+			changed = append(changed, c)
+		}
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, dispatcher.RescheduleSQL, ids, tokens, tierNames, nextAt, at, oks, outcomes, errs, lastSale)
@@ -267,34 +307,51 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 		if len(live) != n {
 			return fmt.Errorf("fenced reschedule matched %d of %d", len(live), n)
 		}
-		rows, err = tx.Query(ctx, history.InsertSnapshotsSQL, ids, tokens, at, tierNames, reasons, counts, qty, lowest, median, weighted, apiAvg, salesCount, salesQty, vwap,
-			truncated, packed)
-		if err != nil {
-			return err
+		if len(changed) == 0 {
+			return nil
 		}
-		byID := make(map[string]int, n)
-		for i, c := range claims {
-			byID[c.id] = i
-		}
-		var evItems, payloads []string
-		var snaps []int64
-		var snap int64
-		var item string
-		_, err = pgx.ForEachRow(rows, []any{&snap, &item}, func() error {
-			c := claims[byID[item]]
-			b, err := json.Marshal(map[string]any{"schema_version": 1, "snapshot_id": snap, "item_id": item, "item_name": c.name,
-				"tier": c.tier, "collected_at": now.UTC(), "listing_count": 1, "listing_quantity": 3, "lowest_unit_price": 100,
-				"median_unit_price": 100, "weighted_unit_price": 100.0, "api_average_price": 90, "sales_count": 0,
-				"sales_quantity": 0, "sales_vwap": nil})
-			evItems, snaps, payloads = append(evItems, item), append(snaps, snap), append(payloads, string(b))
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, outbox.EnqueueSQL, outbox.EventTypeSnapshot, evItems, snaps, payloads)
+		return ceilSnapshots(ctx, tx, changed, now)
+	})
+}
+
+// ceilSnapshots stores a snapshot (with its candles) and an event for each changed claim.
+func ceilSnapshots(ctx context.Context, tx pgx.Tx, claims []ceilClaim, now time.Time) error {
+	n := len(claims)
+	ids, tokens, tierNames, at, reasons := make([]string, n), make([]pgtype.UUID, n), make([]string, n), make([]time.Time, n), make([]string, n)
+	counts, qty, lowest, median, apiAvg := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	weighted, salesCount, salesQty, vwap := make([]float64, n), make([]int32, n), make([]int64, n), make([]*float64, n)
+	truncated, packed := make([]bool, n), make([]bool, n)
+	byID := make(map[string]int, n)
+	for i, c := range claims {
+		ids[i], tokens[i], tierNames[i], at[i], reasons[i] = c.id, c.token, c.tier, now, string(history.Change)
+		counts[i], qty[i], lowest[i], median[i], apiAvg[i], weighted[i] = 1, cycleQuantity, cycleChangedPrice, cycleChangedPrice, cycleAPIAverage, cycleChangedPrice
+		byID[c.id] = i
+	}
+	rows, err := tx.Query(ctx, history.InsertSnapshotsSQL, ids, tokens, at, tierNames, reasons, counts, qty, lowest, median, weighted, apiAvg,
+		salesCount, salesQty, vwap, truncated, packed)
+	if err != nil {
+		return err
+	}
+	var evItems, payloads []string
+	var snaps []int64
+	var snap int64
+	var item string
+	prev := now.Add(-10 * time.Minute).UTC()
+	_, err = pgx.ForEachRow(rows, []any{&snap, &item}, func() error {
+		c := claims[byID[item]]
+		b, err := json.Marshal(map[string]any{"schema_version": outbox.SchemaVersion, "snapshot_id": snap, "item_id": item, "item_name": c.name,
+			"tier": c.tier, "reason": history.Change, "collected_at": now.UTC(), "previous_snapshot_at": prev, "unchanged_until": now.Add(-time.Minute).UTC(),
+			"listing_count": 1, "listing_quantity": cycleQuantity, "lowest_unit_price": cycleChangedPrice,
+			"median_unit_price": cycleChangedPrice, "weighted_unit_price": float64(cycleChangedPrice), "api_average_price": cycleAPIAverage,
+			"sales_count": 0, "sales_quantity": 0, "sales_vwap": nil, "listings_truncated": false, "packed": false, "sales_gap": false})
+		evItems, snaps, payloads = append(evItems, item), append(snaps, snap), append(payloads, string(b))
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, outbox.EnqueueSQL, outbox.EventTypeSnapshot, evItems, snaps, payloads)
+	return err
 }
 
 // cycleRiver runs bench/river (its own module, so it is built from its directory) on a fresh

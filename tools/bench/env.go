@@ -147,14 +147,18 @@ func openPool(ctx context.Context, u string, maxConns int32) (*pgxpool.Pool, err
 }
 
 // seedDue inserts n tracked items, spread over the four tiers, all due now (the same rows as
-// internal/dispatcher's BenchmarkClaimRescheduleCycle), and vacuums so every contender starts
-// from the same clean table.
+// internal/dispatcher's BenchmarkClaimRescheduleCycle), in steady state: each collected a
+// minute ago, its last snapshot (the listing steadyFetcher answers for an unchanged item) ten
+// minutes ago. It vacuums so every contender starts from the same clean table.
 func seedDue(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	if _, err := pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, last_collected_at, last_snapshot_at,
+		    seen_listing_count, seen_listing_quantity, seen_lowest_price, seen_median_price, seen_weighted_price,
+		    seen_api_average_price, seen_truncated)
 		SELECT md5(i::text), 'item ' || i,
-		       (ARRAY['HOT_1M','ACTIVE_3M','WARM_5M','COLD_10M'])[1 + i % 4], now() - interval '1 second'
-		FROM generate_series(1, $1) AS i`, n); err != nil {
+		       (ARRAY['HOT_1M','ACTIVE_3M','WARM_5M','COLD_10M'])[1 + i % 4], now() - interval '1 second',
+		       now() - interval '1 minute', now() - interval '10 minutes', 1, $2, $3, $3, $4, $5, false
+		FROM generate_series(1, $1) AS i`, n, cycleQuantity, cyclePrice, float64(cyclePrice), cycleAPIAverage); err != nil {
 		return fmt.Errorf("seed %d tracked items: %w", n, err)
 	}
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE tracked_items`); err != nil {

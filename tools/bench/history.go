@@ -26,6 +26,9 @@ const (
 )
 
 func benchHistory(ctx context.Context, e *env, sz sizes, rep *report) error {
+	if err := historyDay(ctx, e, sz.historyDay, rep); err != nil {
+		return err
+	}
 	return historyStored(ctx, e, sz.history, rep)
 }
 

@@ -32,6 +32,7 @@ type sizes struct {
 	daemonWindow time.Duration // steady-state window per budget case; 0 = skip
 	fresh        freshSize     // freshness: realistic market size and replay horizon
 	history      histSize      // stored history the retention and read figures run on
+	historyDay   histDaySize   // the simulated stretch collected in both history modes
 }
 
 // cycleSize is one cycle measurement: a table of tracked items, all due, and how many of them
@@ -49,14 +50,15 @@ func sizesFor(quick bool) sizes {
 		// The second cycle size is a partial one so CI exercises the bounded path too.
 		return sizes{cycle: []cycleSize{{10_000, 10_000}, {50_000, 10_000}}, slowLatency: 2 * time.Second, pgbenchSecs: 5,
 			relayN: 2_000, latencyN: 500, rss: rssSize{20_000, 2_000}, fresh: freshSize{2_000, 4, 300, 30 * time.Second},
-			history: histSize{items: 2_000, days: 4, rows: 200_000, reads: 100}}
+			history: histSize{items: 2_000, days: 4, rows: 200_000, reads: 100}, historyDay: histDaySize{300, 60}}
 	}
 	large := envInt("BENCH_ITEMS_LARGE", 1_000_000)
 	return sizes{cycle: []cycleSize{{100_000, 100_000}, {large, timedClaims(large, envInt("BENCH_CYCLE_TIMED", 200_000))}},
 		slowLatency: 7 * time.Second, pgbenchSecs: 15, relayN: 20_000, latencyN: 5_000,
 		rss: rssSize{envInt("BENCH_RSS_ITEMS", 1_000_000), rssBatch * rssMaxBatches}, daemonWindow: 2 * time.Minute,
-		fresh:   freshSize{envInt("BENCH_FRESH_ITEMS", 20_000), envInt("BENCH_FRESH_HOURS", 12), 2_000, 5 * time.Minute},
-		history: histSize{items: 20_000, days: 30, rows: envInt("BENCH_HISTORY_ROWS", 20_000_000), reads: 1_000}}
+		fresh:      freshSize{envInt("BENCH_FRESH_ITEMS", 20_000), envInt("BENCH_FRESH_HOURS", 12), 2_000, 5 * time.Minute},
+		history:    histSize{items: 20_000, days: 30, rows: envInt("BENCH_HISTORY_ROWS", 20_000_000), reads: 1_000},
+		historyDay: histDaySize{envInt("BENCH_HISTORY_DAY_ITEMS", 2_000), 60 * envInt("BENCH_HISTORY_DAY_HOURS", 3)}}
 }
 
 // timedClaims rounds up to whole claim batches, so the collector's MaxBatches pass and the
@@ -164,7 +166,7 @@ func render(e *env, rep *report, quick bool, took time.Duration) string {
 		"`BENCH_QUICK=1 make bench` runs small sizes in ~2 min and only prints. Knobs: `BENCH_ITEMS_LARGE` (second cycle table, default 1000000), " +
 		"`BENCH_CYCLE_TIMED` (claims timed on it, default 200000), `BENCH_RSS_ITEMS` (collect-due RSS table, default 1000000), " +
 		"`BENCH_DAEMON_RSS_ITEMS` (daemon RSS table, default 1000000), `BENCH_FRESH_ITEMS` / `BENCH_FRESH_HOURS` (freshness replay, default 20000 items, 12 h simulated), " +
-		"`BENCH_HISTORY_ROWS` (stored snapshot rows under the history section's retention and reads, default 20000000), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests,history` (or `-only`: run those sections), `BENCH_OUT`. " +
+		"`BENCH_HISTORY_ROWS` (stored snapshot rows under the history section's retention and reads, default 20000000), `BENCH_HISTORY_DAY_ITEMS` / `BENCH_HISTORY_DAY_HOURS` (the stretch collected in both history modes, default 2000 items, 3 h simulated), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests,history` (or `-only`: run those sections), `BENCH_OUT`. " +
 		"Every figure is one run, not a best-of: on a shared 2-core machine expect ±30 % between runs (the load average is recorded).\n\n")
 	b.WriteString("| Machine | |\n|---|---|\n")
 	for _, kv := range e.facts {

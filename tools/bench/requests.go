@@ -71,19 +71,12 @@ func requestsRun(ctx context.Context, e *env, items, rounds, packSize int) (requ
 	defer pool.Close()
 	var now atomic.Int64
 	now.Store(time.Date(2026, 5, 1, 12, 0, 0, 0, provider.KST).Unix())
-	sim := neoplesim.New(neoplesim.Options{Items: items, Seed: 17, Market: market.Realistic,
-		Now: func() time.Time { return time.Unix(now.Load(), 0) }})
-	srv := httptest.NewServer(sim)
-	defer srv.Close()
-	client, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: srv.URL,
-		Key: neoplesim.DefaultMarketKey, Rate: 1e6, Burst: 1e5, PerMinute: 1e9})
+	rs, err := newRealisticSim(items, 17, &now)
 	if err != nil {
 		return res, err
 	}
-	ids := make([]string, 0, items)
-	for _, it := range sim.Catalog() {
-		ids = append(ids, it.ItemID)
-	}
+	defer rs.close()
+	sim, client, ids := rs.sim, rs.client, rs.ids
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
 		SELECT id, 'item ' || id, 'COLD_10M', now() FROM unnest($1::text[]) AS id`, ids); err != nil {
@@ -148,3 +141,31 @@ func requestsRun(ctx context.Context, e *env, items, rounds, packSize int) (requ
 	err = pool.QueryRow(ctx, `SELECT count(*) FROM packing_state WHERE NOT enabled`).Scan(&res.mismatches)
 	return res, err
 }
+
+// realisticSim is `collector sim --market realistic` served in-process on a simulated clock,
+// with a client that the simulator alone limits, and its catalog's ids in catalog order.
+type realisticSim struct {
+	sim    *neoplesim.Server
+	srv    *httptest.Server
+	client *provider.Client
+	ids    []string
+}
+
+func newRealisticSim(items int, seed int64, now *atomic.Int64) (realisticSim, error) {
+	sim := neoplesim.New(neoplesim.Options{Items: items, Seed: seed, Market: market.Realistic,
+		Now: func() time.Time { return time.Unix(now.Load(), 0) }})
+	srv := httptest.NewServer(sim)
+	client, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: srv.URL,
+		Key: neoplesim.DefaultMarketKey, Rate: 1e6, Burst: 1e5, PerMinute: 1e9})
+	if err != nil {
+		srv.Close()
+		return realisticSim{}, err
+	}
+	ids := make([]string, 0, items)
+	for _, it := range sim.Catalog() {
+		ids = append(ids, it.ItemID)
+	}
+	return realisticSim{sim, srv, client, ids}, nil
+}
+
+func (r realisticSim) close() { r.srv.Close() }
