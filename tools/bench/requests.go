@@ -85,6 +85,8 @@ func requestsRun(ctx context.Context, e *env, items, rounds, packSize int) (requ
 	dc := dispatcher.FromConfig(config.Default())
 	dc.BatchSize, dc.Concurrency, dc.Owner = 500, 16, db
 	dc.PackSize, dc.PackMaxListings, dc.PackMaxSales, dc.ShadowFraction = packSize, 100, 5, 0.01
+	// Every collection's snapshot, so the packing run's can be compared with the other's.
+	dc.History.Every = true
 	d, err := dispatcher.New(pool, client, dc, nil)
 	if err != nil {
 		return res, err
