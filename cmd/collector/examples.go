@@ -71,7 +71,8 @@ var examples = map[string]string{
   collector run --http-addr 127.0.0.1:9090 --max-sleep 10s --log-format console`,
 	"collector status": `  collector status
   collector status -o json | jq .outbox
-  collector status --check --max-overdue 100 --max-outbox-age 10m   # exit 1 names the first problem`,
+  collector status --check --max-overdue 100 --max-outbox-age 10m   # exit 1 names the first problem
+  collector status --check --min-instances 1 --max-overdue 100       # a daemon deployment: a live instance too`,
 	"collector healthcheck": `  collector healthcheck                                   # /readyz on daemon.http_addr
   collector healthcheck --url http://127.0.0.1:8080/_sim/stats`,
 	"collector sim": `  collector sim --addr 127.0.0.1:8089 --items 500

@@ -25,9 +25,14 @@ func newStatusCmd(a *app) *cobra.Command {
 		Use:   "status",
 		Short: "Show the cluster at a glance: items per tier, due, overdue, lag, leases, provider, budgets, outbox, instances",
 		Long: `Show the cluster at a glance. -o json prints the same as one JSON object with stable field
-names (docs/operations.md). --check exits 1 naming the first problem: the provider paused by a
-manual override, no live instance, more overdue items than --max-overdue, or an unpublished
-outbox event older than --max-outbox-age — for a cron alert or a probe.`,
+names (docs/operations.md).
+
+--check exits 1 naming the first problem — for a cron alert or a probe. It checks that
+collections keep happening, whoever makes them (daemons or collect-due from cron): the provider
+paused by a manual override, fewer live daemon instances than --min-instances (0: a cron-only
+deployment needs none; set 1 where collector run is what collects), items due with no successful
+collection for longer than --max-idle, more overdue items than --max-overdue, or an unpublished
+outbox event older than --max-outbox-age.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			if output != "text" && output != "json" {
@@ -77,6 +82,8 @@ outbox event older than --max-outbox-age — for a cron alert or a probe.`,
 	f.BoolVar(&check, "check", false, "exit 1 naming the first problem found")
 	f.Int64Var(&lim.maxOverdue, "max-overdue", 0, "--check: items overdue (due > 30s, unclaimed) tolerated")
 	f.DurationVar(&lim.maxOutboxAge, "max-outbox-age", 10*time.Minute, "--check: age of the oldest unpublished outbox event tolerated")
+	f.DurationVar(&lim.maxIdle, "max-idle", defaultMaxIdle, "--check: how long items may be due with no successful collection anywhere (0: not checked)")
+	f.IntVar(&lim.minInstances, "min-instances", 0, "--check: live daemon instances required (0 for a cron-only deployment)")
 	return cmd
 }
 
@@ -125,6 +132,7 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 	} else {
 		a.printf("due → claim lag, last %s: no claims\n", daemon.LagWindow)
 	}
+	printActivity(a, st.Activity, now)
 	a.printf("outbox: %d unpublished (oldest %s), %d failed\n", st.OutboxBacklog, st.OutboxOldest.Round(time.Second), st.OutboxFailed)
 	a.printf("history: %s", bytesText(st.History.Bytes()))
 	for _, t := range st.History.Tables {
@@ -166,6 +174,19 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 		}
 		_ = w.Flush()
 	}
+}
+
+// printActivity says whether collections keep happening, whoever makes them.
+func printActivity(a *app, act dispatcher.Activity, now time.Time) {
+	last := "none yet"
+	if !act.LastCollected.IsZero() {
+		last = now.Sub(act.LastCollected).Round(time.Second).String() + " ago"
+	}
+	waiting := "nothing waiting"
+	if !act.OldestDue.IsZero() {
+		waiting = "the oldest due item waits for " + max(now.Sub(act.OldestDue), 0).Round(time.Second).String()
+	}
+	a.printf("last successful collection: %s; %s\n", last, waiting)
 }
 
 // printCooldowns says which keys are cooling down, until when and why.

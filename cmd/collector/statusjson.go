@@ -28,7 +28,14 @@ type statusJSON struct {
 	Instances    []instanceJSON `json:"instances"`
 	Packing      []packingJSON  `json:"packing"`
 	History      historyJSON    `json:"history"`
+	Collections  activityJSON   `json:"collections"`
 	Check        *checkJSON     `json:"check,omitempty"`
+}
+
+// activityJSON says whether collections keep happening, whoever makes them.
+type activityJSON struct {
+	LastCollectedAt *time.Time `json:"last_collected_at"` // the latest successful collection
+	OldestDueAt     *time.Time `json:"oldest_due_at"`     // the longest-waiting claimable item's due time
 }
 
 // historyJSON is what the stored history takes (catalog sizes and estimates, nothing counted).
@@ -133,6 +140,12 @@ func toStatusJSON(st daemon.ClusterStatus) statusJSON {
 	if !st.History.Since.IsZero() {
 		out.History.KeptSince = &st.History.Since
 	}
+	if !st.Activity.LastCollected.IsZero() {
+		out.Collections.LastCollectedAt = &st.Activity.LastCollected
+	}
+	if !st.Activity.OldestDue.IsZero() {
+		out.Collections.OldestDueAt = &st.Activity.OldestDue
+	}
 	if st.Probe != nil {
 		out.Provider.ProbeFailures, out.Provider.NextProbeAt = &st.Probe.Failures, &st.Probe.NextProbeAt
 	}
@@ -160,7 +173,16 @@ func toStatusJSON(st daemon.ClusterStatus) statusJSON {
 type checkLimits struct {
 	maxOverdue   int64
 	maxOutboxAge time.Duration
+	// maxIdle is how long items may wait with no successful collection anywhere (0: not
+	// checked); minInstances how many live daemon instances are required (0: none, so a
+	// deployment that collects from cron passes).
+	maxIdle      time.Duration
+	minInstances int
 }
+
+// defaultMaxIdle is the longest tier interval (COLD, 10m) and a margin: a deployment whose
+// collect-due runs are no further apart than that passes.
+const defaultMaxIdle = 15 * time.Minute
 
 // problems lists what --check fails on, the most urgent first.
 func (l checkLimits) problems(st daemon.ClusterStatus) []string {
@@ -169,12 +191,19 @@ func (l checkLimits) problems(st daemon.ClusterStatus) []string {
 	if st.Provider.OverrideStatus != "" && !eff.CanDispatch() {
 		out = append(out, fmt.Sprintf("provider %s paused by manual override: %s (%s)", st.Provider.Provider, eff, reason))
 	}
-	if len(st.Instances) == 0 {
-		out = append(out, "no live collector instance (no heartbeat in the last 10s)")
+	if n := len(st.Instances); n < l.minInstances {
+		if n == 0 {
+			out = append(out, fmt.Sprintf("no live collector instance (no heartbeat in the last 10s; --min-instances %d)", l.minInstances))
+		} else {
+			out = append(out, fmt.Sprintf("%d live collector instances, fewer than --min-instances %d", n, l.minInstances))
+		}
 	}
-	var overdue int64
+	var overdue, due int64
 	for _, t := range st.Tiers {
-		overdue += t.Overdue
+		overdue, due = overdue+t.Overdue, due+t.Due
+	}
+	if p := l.idle(st, due); p != "" {
+		out = append(out, p)
 	}
 	if overdue > l.maxOverdue {
 		out = append(out, fmt.Sprintf("%d items overdue by more than %s (--max-overdue %d)", overdue, daemon.OverdueAfter, l.maxOverdue))
@@ -184,6 +213,34 @@ func (l checkLimits) problems(st daemon.ClusterStatus) []string {
 			st.OutboxOldest.Round(time.Second), l.maxOutboxAge))
 	}
 	return out
+}
+
+// idle names a deployment where collections stopped: items wait, and nothing was collected
+// successfully for longer than maxIdle since they started waiting. Counting from the later of
+// the last collection and the oldest due time keeps a fresh catalog, or one whose items are all
+// scheduled ahead, from being called idle.
+func (l checkLimits) idle(st daemon.ClusterStatus, due int64) string {
+	act := st.Activity
+	if l.maxIdle <= 0 || act.OldestDue.IsZero() {
+		return ""
+	}
+	since := act.OldestDue
+	if act.LastCollected.After(since) {
+		since = act.LastCollected
+	}
+	if st.DatabaseNow.Sub(since) <= l.maxIdle {
+		return ""
+	}
+	last := "yet"
+	if !act.LastCollected.IsZero() {
+		last = "for " + st.DatabaseNow.Sub(act.LastCollected).Round(time.Second).String()
+	}
+	cause := ""
+	if eff, reason, _ := st.Provider.Effective(); !eff.CanDispatch() {
+		cause = fmt.Sprintf("; provider %s %s: %s", st.Provider.Provider, eff, reason)
+	}
+	return fmt.Sprintf("collections are not happening: no successful collection %s, %d items due, the oldest for %s (--max-idle %s)%s",
+		last, due, st.DatabaseNow.Sub(act.OldestDue).Round(time.Second), l.maxIdle, cause)
 }
 
 // errCheckFailed marks --check's failure, so the message names the first problem.

@@ -36,6 +36,8 @@ type ClusterStatus struct {
 	Cooldowns      []budget.Cooldown // keys cooling down (rate limit or refused key), with reason and end
 	History        history.Usage
 	DatabaseNow    time.Time
+	// Activity is whether collections keep happening, whoever makes them (daemons or cron).
+	Activity dispatcher.Activity
 }
 
 // TierStatus counts one tier's items.
@@ -70,6 +72,10 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	}
 	for _, c := range counts {
 		st.Tiers = append(st.Tiers, TierStatus{Tier: string(c.Tier), Items: c.Items, Due: c.Due, Overdue: c.Overdue, Requests: c.Requests})
+	}
+
+	if st.Activity, err = dispatcher.ReadActivity(ctx, pool, catalog.SyntheticPatterns()); err != nil {
+		return st, err
 	}
 
 	var p50, p99 *float64

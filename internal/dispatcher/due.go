@@ -93,3 +93,35 @@ func LeasesHeld(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	}
 	return n, nil
 }
+
+// Activity says whether collections keep happening, whoever makes them (daemons or cron
+// one-shots): when an item was last collected successfully, and since when the
+// longest-waiting claimable item has been due. A zero time means none.
+type Activity struct {
+	LastCollected time.Time
+	OldestDue     time.Time
+}
+
+// activitySQL: $1 LIKE patterns of item ids to leave out.
+const activitySQL = `
+SELECT max(last_collected_at),
+       min(next_collect_at) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
+FROM tracked_items
+WHERE NOT item_id LIKE ANY($1::text[])`
+
+// ReadActivity reads the collection activity, leaving out ids that match any LIKE pattern in
+// exclude (fixtures).
+func ReadActivity(ctx context.Context, pool *pgxpool.Pool, exclude []string) (Activity, error) {
+	var last, oldest *time.Time
+	if err := pool.QueryRow(ctx, activitySQL, exclude).Scan(&last, &oldest); err != nil {
+		return Activity{}, fmt.Errorf("collection activity: %w", err)
+	}
+	var a Activity
+	if last != nil {
+		a.LastCollected = *last
+	}
+	if oldest != nil {
+		a.OldestDue = *oldest
+	}
+	return a, nil
+}

@@ -85,3 +85,55 @@ func TestClaimAhead(t *testing.T) {
 		t.Fatalf("Ahead %v (half the HOT interval) accepted: an item claimed that early could be rescheduled to the slot it was claimed for", MaxAhead)
 	}
 }
+
+// The activity status reads: the last successful collection, and the due time of the
+// longest-waiting item a claim could take (leased and excluded items are not waiting).
+func TestReadActivity(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2, tiers.Cold, nil)
+	ctx := context.Background()
+	storetest.Items(t, e.pool, storetest.Item{ID: "fixture-1", Name: "fixture", Tier: tiers.Cold, NextCollectAt: storetest.Ago(time.Hour)})
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET last_collected_at = now() - interval '1 hour' WHERE item_id = 'fixture-1'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '5 minutes',
+		last_collected_at = now() - interval '10 minutes' WHERE item_id = $1`, e.items[0].ItemID); err != nil {
+		t.Fatal(err)
+	}
+	// How long ago, rounded to the minute; -1 for none.
+	read := func() (last, oldest time.Duration) {
+		t.Helper()
+		last, oldest = -1, -1
+		var now time.Time
+		if err := e.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		a, err := ReadActivity(ctx, e.pool, []string{"fixture-%"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.LastCollected.IsZero() {
+			last = now.Sub(a.LastCollected).Round(time.Minute)
+		}
+		if !a.OldestDue.IsZero() {
+			oldest = now.Sub(a.OldestDue).Round(time.Minute)
+		}
+		return last, oldest
+	}
+	if last, oldest := read(); last != 10*time.Minute || oldest != 5*time.Minute {
+		t.Fatalf("last collected %v ago, oldest due %v ago; want 10m and 5m", last, oldest)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_expires_at = now() + interval '1 minute' WHERE item_id = $1`, e.items[0].ItemID); err != nil {
+		t.Fatal(err)
+	}
+	if _, oldest := read(); oldest != 0 {
+		t.Fatalf("oldest due %v ago with the 5-minute item leased; want the 1-second one (0m)", oldest)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_expires_at = now() + interval '1 minute', last_collected_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	a, err := ReadActivity(ctx, e.pool, []string{"fixture-%"})
+	if err != nil || a != (Activity{}) {
+		t.Fatalf("nothing collected, nothing waiting: %+v %v", a, err)
+	}
+}
