@@ -24,15 +24,7 @@ history.maintenance_interval; run this from cron where no daemon runs, at least 
 from several processes at once; behind PgBouncer it drops over database.direct_url.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			pool, err := a.db(ctx)
-			if err != nil {
-				return err
-			}
-			parts, err := a.partitions(ctx, pool)
-			if err != nil {
-				return err
-			}
-			states, err := parts.RunOnce(ctx)
+			_, states, err := a.keepPartitions(ctx)
 			for _, st := range states {
 				oldest := "none"
 				if !st.Oldest.IsZero() {
@@ -62,11 +54,21 @@ func (a *app) directPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool
 	return a.direct, nil
 }
 
-// partitions builds partition upkeep on pool, dropping over database.direct_url when set.
-func (a *app) partitions(ctx context.Context, pool *pgxpool.Pool) (*partition.Partitions, error) {
+// keepPartitions runs partition upkeep once, dropping over database.direct_url when set; it
+// returns the pool it opened for the caller's further work.
+func (a *app) keepPartitions(ctx context.Context) (*pgxpool.Pool, []partition.TableState, error) {
+	pool, err := a.db(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	direct, err := a.directPool(ctx, pool)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return partition.New(pool, direct, partition.FromConfig(a.cfg))
+	parts, err := partition.New(pool, direct, partition.FromConfig(a.cfg))
+	if err != nil {
+		return nil, nil, err
+	}
+	states, err := parts.RunOnce(ctx)
+	return pool, states, err
 }

@@ -26,15 +26,7 @@ setups. The outbox has its own: collector outbox prune.`,
 			if !cfg.Enabled() && cfg.Snapshots == 0 && cfg.Sales == 0 {
 				return errors.New("nothing to prune: retention.snapshots, retention.sales, retention.interest and retention.candles_* are all 0 (keep); set one (or --snapshots, --sales, --interest)")
 			}
-			pool, err := a.db(ctx)
-			if err != nil {
-				return err
-			}
-			parts, err := a.partitions(ctx, pool)
-			if err != nil {
-				return err
-			}
-			states, err := parts.RunOnce(ctx)
+			pool, states, err := a.keepPartitions(ctx)
 			for _, st := range states {
 				a.printf("%s: dropped %d partitions\n", st.Table, len(st.Dropped))
 			}
