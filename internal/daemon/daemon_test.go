@@ -230,10 +230,7 @@ func TestClusterStatus(t *testing.T) {
 	e.track(t, 0, 2, tiers.Hot, -time.Minute) // overdue
 	e.track(t, 2, 3, tiers.Cold, -time.Second)
 	e.track(t, 3, 6, tiers.Warm, time.Hour)
-	if _, err := e.pool.Exec(ctx, `INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		VALUES ('seed-fixture-1', 'fixture', 'HOT_1M', now() - interval '1 hour')`); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Items(t, e.pool, storetest.Item{ID: "seed-fixture-1", Name: "fixture", Tier: tiers.Hot, NextCollectAt: storetest.Ago(time.Hour)})
 	st, err := Status(ctx, e.pool, "neople")
 	if err != nil {
 		t.Fatal(err)
