@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,6 +15,8 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 func TestItemsShowsWhatCollectionLearnt(t *testing.T) {
@@ -80,6 +84,44 @@ func TestPinAndPlan(t *testing.T) {
 	}
 	if out, _, err := runCollector(t, "items", "unpin", id, "--database-url", db); err != nil || !strings.Contains(out, "unpinned") {
 		t.Fatalf("items unpin: %v\n%s", err, out)
+	}
+}
+
+// Items never collected are planned with a prior and moved into the budget, and the plan names
+// them for what they are: not pinned, not yet observed.
+func TestPlanMovesNewItemsIntoTheBudget(t *testing.T) {
+	db := catalogEnv(t, true)
+	t.Setenv("COLLECTOR_COLLECT_PACK_SIZE", "1")
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	items := make([]storetest.Item, 200)
+	for i := range items {
+		items[i] = storetest.Item{ID: fmt.Sprintf("new-%03d", i), Tier: tiers.Hot}
+	}
+	storetest.Items(t, conn, items...)
+
+	out, _, err := runCollector(t, "plan", "--budget", "2", "--apply", "--database-url", db)
+	if err != nil || !strings.Contains(out, "demand of today's tiers: 6.7 requests/s") || !strings.Contains(out, "applied:") {
+		t.Fatalf("plan --apply of 200 new HOT items: %v\n%s", err, out)
+	}
+	for _, bad := range []string{"pinned", "WARNING: even"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("plan says %q although no item is pinned and all can move:\n%s", bad, out)
+		}
+	}
+	if !strings.Contains(out, "not yet observed (fewer than two collections): 200 items") || !strings.Contains(out, "the defaults, as no item is observed yet") {
+		t.Errorf("plan does not say the items are planned with the prior:\n%s", out)
+	}
+	out, _, err = runCollector(t, "plan", "--budget", "2", "--database-url", db)
+	m := regexp.MustCompile(`(?m)^demand of today's tiers: ([0-9.]+) requests/s`).FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("plan after --apply: %v\n%s", err, out)
+	}
+	if d, _ := strconv.ParseFloat(m[1], 64); d > 1.8 {
+		t.Errorf("after --apply today's tiers ask %v requests/s, over the 1.8 to plan with:\n%s", d, out)
 	}
 }
 

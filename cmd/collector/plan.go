@@ -13,6 +13,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -102,11 +103,7 @@ func printPlan(a *app, p catalog.Policy, res catalog.Result, applied bool, show 
 	if s.DemandBefore > s.Limit {
 		a.printf("WARNING: today's tiers ask for more than the budget; COLD items wait first\n")
 	}
-	a.printf("planned demand: %.1f requests/s, of which pinned or not yet observed %.1f\n", s.DemandAfter, s.PinnedDemand)
-	if s.PinsExceed {
-		a.printf("WARNING: pinned items alone ask for %.1f requests/s, more than the budget's %.1f; unpin some (collector items unpin ITEM_ID)\n",
-			s.PinnedDemand, s.Limit)
-	}
+	printPlannedDemand(a, s)
 	if s.SalesUnsafe > 0 {
 		a.printf("WARNING: %d items sell too fast for the budget to collect them before sales leave the 100-row window\n", s.SalesUnsafe)
 	}
@@ -143,6 +140,41 @@ func printPlan(a *app, p catalog.Policy, res catalog.Result, applied bool, show 
 		a.printf("applied: %d promoted, %d demoted, %d conflicts\n", res.Promoted, res.Demoted, res.Conflicts)
 	} else {
 		a.printf("nothing changed; run with --apply to make these moves\n")
+	}
+}
+
+// printPlannedDemand breaks the planned demand down by what the plan could not move or only
+// guessed at, and says what the operator can do about each part that keeps it over the budget.
+func printPlannedDemand(a *app, s *tierplan.PlanSummary) {
+	a.printf("planned demand: %.1f requests/s (%.2f× the budget)\n", s.DemandAfter, ratio(s.DemandAfter, s.Limit))
+	if s.Pinned > 0 {
+		a.printf("  pinned: %d items, %.1f requests/s (collector items unpin ITEM_ID hands one back to the plan)\n", s.Pinned, s.PinnedDemand)
+	}
+	if s.Reactivated > 0 {
+		a.printf("  reactivated by interest events: %d items, %.1f requests/s, kept at their tier until the next plan\n", s.Reactivated, s.ReactivatedDemand)
+	}
+	if s.Unobserved > 0 {
+		prior := fmt.Sprintf("the median of %d observed items", s.Prior.Observed)
+		if s.Prior.Observed == 0 {
+			prior = "the defaults, as no item is observed yet"
+		}
+		a.printf("  not yet observed (fewer than two collections): %d items, %.1f requests/s, planned with %.2f changes/h and %.2f sales/h (%s); they settle on their own rates as they are collected\n",
+			s.Unobserved, s.UnobservedDemand, s.Prior.ChangeRate*3600, s.Prior.SalesRate*3600, prior)
+	}
+	switch {
+	case s.PinsExceed:
+		a.printf("WARNING: pinned items alone ask for %.1f requests/s, more than the budget's %.1f; unpin some (collector items unpin ITEM_ID) or raise the budget\n",
+			s.PinnedDemand, s.Limit)
+	case s.DemandAfter > s.Limit*(1+1e-9):
+		do := "raise the budget (provider.market.rate, per_minute)"
+		if s.Pinned > 0 {
+			do += " or unpin items (collector items unpin ITEM_ID)"
+		}
+		if s.Reactivated > 0 {
+			do += "; reactivated items rejoin the plan at the next one"
+		}
+		a.printf("WARNING: even with every item that can move at its cheapest tier the plan asks for %.1f requests/s, more than the budget's %.1f; %s\n",
+			s.MinDemand, s.Limit, do)
 	}
 }
 

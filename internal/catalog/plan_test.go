@@ -192,3 +192,59 @@ func TestBudgetPolicyCountsPackedCosts(t *testing.T) {
 		t.Errorf("stored costs give %v requests/s, the plan %v", demand, res.Plan.DemandAfter)
 	}
 }
+
+// A mass import of items never collected, all HOT_1M and within their demotion hold, asks more
+// than three times the budget; the plan moves them with the catalog's prior until they fit.
+func TestBudgetPolicyPlansNewItemsWithAPrior(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	var items []storetest.Item
+	var views []storetest.Interest
+	for i := 0; i < 200; i++ {
+		id := fmt.Sprintf("new-%03d", i)
+		items = append(items, storetest.Item{ID: id, Tier: tiers.Hot})
+		if i%10 == 0 {
+			views = append(views, storetest.Interest{ItemID: id, Kind: "view", Weight: 1})
+		}
+	}
+	for i := 0; i < 5; i++ {
+		items = append(items, storetest.Item{ID: fmt.Sprintf("seen-%d", i), Tier: tiers.Cold, NextCollectAt: storetest.In(time.Minute),
+			EstCollections: 100, EstChanges: 50, EstChangedSeconds: 15000, EstUnchangedSeconds: 15000})
+	}
+	storetest.Items(t, pool, items...)
+	storetest.Interests(t, pool, views...)
+
+	p := budgetPolicy(2)
+	res, err := RecalculatePopularity(ctx, pool, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Plan
+	if s == nil || s.DemandBefore < 3*s.Limit || s.DemandAfter > s.Limit+1e-9 {
+		t.Fatalf("plan %+v: want today's demand over three times the budget and the plan within it", s)
+	}
+	if s.Unobserved != 200 || s.Prior.Observed != 5 || s.Pinned != 0 || s.PinsExceed {
+		t.Errorf("plan %+v: want 200 items planned with the prior of 5 observed ones, none pinned", s)
+	}
+	var demand float64
+	for id, r := range tierRows(t, pool) {
+		iv, _ := tiers.Tier(r.tier).Interval()
+		demand += packing.Alone / iv.Seconds()
+		if id == "new-000" && r.tier == string(tiers.Cold) {
+			t.Errorf("%s, viewed, got COLD_10M although the budget has room", id)
+		}
+	}
+	if demand > p.Budget.Limit()+1e-9 {
+		t.Errorf("stored tiers ask %v requests/s, the budget %v", demand, p.Budget.Limit())
+	}
+	// A move does not put off a first collection: the new items are still due.
+	var later int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE item_id LIKE 'new-%' AND next_collect_at > now()`).Scan(&later); err != nil || later != 0 {
+		t.Errorf("%d new items' first collection put off by the plan (%v)", later, err)
+	}
+	// Planning again changes nothing until observations arrive.
+	again, err := PlanTiers(ctx, pool, p)
+	if err != nil || len(again.Changes) != 0 || again.Plan.DemandAfter > again.Plan.Limit+1e-9 {
+		t.Fatalf("the plan, again: %v, %d moves, %+v", err, len(again.Changes), again.Plan)
+	}
+}

@@ -118,9 +118,10 @@ const updateBatch = 2000
 // DORMANT when there was no sale and no interest for catalog.dormant_after; reactivation
 // (due now) for a DORMANT or COLD_10M item with an interest event newer than its last tier
 // change; otherwise the tier of its score. A changed tier is rescheduled on the new tier's
-// phase (tiers.NextDue from the database's now), and a promotion never moves the next
-// collection later than it already was. Leases are never touched. Synthetic items are left
-// as seed:synthetic wrote them, so recalculation can never schedule a fixture.
+// phase (tiers.NextDue from the database's now), and neither a promotion nor any move of an
+// item never collected and due already (an import) moves the next collection later than it
+// already was. Leases are never touched. Synthetic items are left as seed:synthetic wrote
+// them, so recalculation can never schedule a fixture.
 func RecalculatePopularity(ctx context.Context, db DB, p Policy) (Result, error) {
 	return recalculate(ctx, db, p, true)
 }
@@ -188,7 +189,8 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 				}
 				continue
 			}
-			batch.add(it, score, d, next, requests)
+			firstDue := it.SeenListings == nil && it.NextCollectAt != nil && !it.NextCollectAt.After(now)
+			batch.add(it, score, d, next, requests, firstDue)
 			if batch.len() >= updateBatch {
 				if err := batch.flush(ctx, tx, &res); err != nil {
 					return err
@@ -284,7 +286,9 @@ type updates struct {
 
 func (u *updates) len() int { return len(u.ids) }
 
-func (u *updates) add(it itemState, score float64, d tierplan.Decision, next *time.Time, requests float64) {
+// add queues one row. firstDue marks an item never collected and due already (an import): a
+// move does not put its first collection off, as a promotion puts off none.
+func (u *updates) add(it itemState, score float64, d tierplan.Decision, next *time.Time, requests float64, firstDue bool) {
 	u.ids = append(u.ids, it.ItemID)
 	u.requests = append(u.requests, requests)
 	u.oldTiers = append(u.oldTiers, string(it.Tier))
@@ -293,13 +297,14 @@ func (u *updates) add(it itemState, score float64, d tierplan.Decision, next *ti
 	u.scores = append(u.scores, score)
 	u.nexts = append(u.nexts, next)
 	u.dueNow = append(u.dueNow, d.DueNow)
-	u.promote = append(u.promote, tiers.IsPromotion(it.Tier, d.Tier))
+	u.promote = append(u.promote, tiers.IsPromotion(it.Tier, d.Tier) || firstDue)
 }
 
 // flush writes the batch. A row whose tier changed since it was read (a concurrent touch)
 // is skipped and counted as a conflict. For a tier change the schedule is computed against
 // the row as it is now: LEAST with the current next_collect_at (LEAST ignores NULL) keeps a
-// promotion from delaying a collection. Lease columns are not touched.
+// promotion, or any move of an item whose first collection is due, from delaying a
+// collection. Lease columns are not touched.
 func (u *updates) flush(ctx context.Context, tx pgx.Tx, res *Result) error {
 	if u.len() == 0 {
 		return nil

@@ -38,21 +38,31 @@ func observedSalesRate(it State) float64 {
 	return 0
 }
 
-// priorChangeRate stands in for an item not observed yet when predicting freshness: a few
-// changes an hour, the typical item.
-const priorChangeRate = 3.0 / 3600
-
 // PlanSummary is what the budget policy planned, for `collector plan`, status and metrics.
 type PlanSummary struct {
-	Items           int     // items planned (not DORMANT)
-	Limit           float64 // requests/s the plan may use (budget less headroom)
-	DemandBefore    float64 // requests/s of the tiers as they were
-	DemandAfter     float64 // requests/s of the planned tiers
-	PinnedDemand    float64 // requests/s of pinned items (and items kept as decided: reactivated, not yet observed)
-	PinsExceed      bool    // pinned items alone ask for more than Limit
-	FreshnessBefore float64 // predicted popularity-weighted freshness of the tiers as they were
-	FreshnessAfter  float64 // … and of the planned tiers
-	SalesUnsafe     int     // planned items whose interval may overflow the 100-sale window (budget too small)
+	Items        int     // items planned (not DORMANT)
+	Limit        float64 // requests/s the plan may use (budget less headroom)
+	DemandBefore float64 // requests/s of the tiers as they were
+	DemandAfter  float64 // requests/s of the planned tiers
+	// MinDemand is the least any plan could ask: pinned and reactivated items where they are,
+	// every other item at its cheapest tier. DemandAfter exceeds Limit only when this does.
+	MinDemand float64
+	// Pinned items are the ones an operator fixed (collector items pin); PinnedDemand is their
+	// requests/s and PinsExceed says they alone ask for more than Limit.
+	Pinned       int
+	PinnedDemand float64
+	PinsExceed   bool
+	// Reactivated items were lifted by an interest event and keep that tier in this plan.
+	Reactivated       int
+	ReactivatedDemand float64
+	// Unobserved items have fewer than two collections: they are planned, and moved, with
+	// Prior's rates. UnobservedDemand is their planned requests/s.
+	Unobserved       int
+	UnobservedDemand float64
+	Prior            Prior
+	FreshnessBefore  float64 // predicted popularity-weighted freshness of the tiers as they were
+	FreshnessAfter   float64 // … and of the planned tiers
+	SalesUnsafe      int     // planned items whose interval may overflow the 100-sale window (budget too small)
 	// Requests is the mean cost of one collection at the planned tiers, and Packed how many
 	// planned items share packed calls there (the others cost packing.Alone).
 	Requests float64
@@ -61,37 +71,48 @@ type PlanSummary struct {
 
 // ApplyBudget is the budget policy: it replaces the threshold decisions ds of plannable items
 // by the optimiser's tiers within budget b, in place. Pinned, reactivated and DORMANT items keep
-// their decision; so do items whose change rate is not known yet (they take the threshold
-// decision until two collections have been observed), but their demand counts against the
-// budget. scores are the items' popularity scores, the optimiser's weights.
+// their decision. Items whose change rate is not known yet are planned with the catalog's
+// prior (PriorOf) rather than held where they are, so a mass import cannot hold the plan over
+// the budget; each plan re-estimates them as their collections are observed. scores are the
+// items' popularity scores, the optimiser's weights.
 func ApplyBudget(items []State, scores []float64, ds []Decision, b Budget, m packing.Model) *PlanSummary {
+	s := &PlanSummary{Prior: PriorOf(items)}
 	var in []Item
 	var idx []int
 	var before []tiers.Tier
+	var unobserved []bool
 	for i, it := range items {
 		d := ds[i]
-		if d.Tier == tiers.Dormant && it.Tier == tiers.Dormant {
-			continue
+		if d.Tier == tiers.Dormant {
+			continue // DORMANT or going there: no demand
 		}
 		pi := Cost(it, m)
-		pi.Weight, pi.ChangeRate = scores[i], priorChangeRate
+		pi.Weight = scores[i]
 		rate, known := it.Observed.ChangeRate()
 		if known {
 			pi.ChangeRate, pi.SalesRate = rate, observedSalesRate(it)
+		} else {
+			pi.ChangeRate, pi.SalesRate = s.Prior.ChangeRate, s.Prior.SalesRate
 		}
 		switch {
-		case d.Tier == tiers.Dormant:
-			continue // going DORMANT: no demand
-		case it.Pinned != "", d.DueNow, !known:
+		case it.Pinned != "":
 			pi.Pinned = d.Tier
+			s.Pinned++
+			s.PinnedDemand += pi.RequestsAtTier(d.Tier) / seconds(d.Tier)
+		case d.DueNow:
+			pi.Pinned = d.Tier
+			s.Reactivated++
+			s.ReactivatedDemand += pi.RequestsAtTier(d.Tier) / seconds(d.Tier)
 		}
 		in = append(in, pi)
 		idx = append(idx, i)
 		before = append(before, it.Tier)
+		unobserved = append(unobserved, !known && pi.Pinned == "")
 	}
 	plan := Solve(in, b)
-	s := &PlanSummary{Items: len(in), Limit: plan.Limit, DemandAfter: plan.Demand, PinnedDemand: plan.PinnedDemand,
-		PinsExceed: plan.PinsExceed, FreshnessAfter: plan.Freshness, SalesUnsafe: plan.SalesUnsafe}
+	s.Items, s.Limit, s.DemandAfter, s.MinDemand = len(in), plan.Limit, plan.Demand, plan.MinDemand
+	s.PinsExceed = s.PinnedDemand > plan.Limit
+	s.FreshnessAfter, s.SalesUnsafe = plan.Freshness, plan.SalesUnsafe
 	s.DemandBefore, s.FreshnessBefore = Predict(in, before)
 	for j, t := range plan.Tiers {
 		c := in[j].RequestsAtTier(t)
@@ -99,15 +120,29 @@ func ApplyBudget(items []State, scores []float64, ds []Decision, b Budget, m pac
 		if c < packing.Alone {
 			s.Packed++
 		}
+		if unobserved[j] {
+			s.Unobserved++
+			s.UnobservedDemand += c / seconds(t)
+		}
 	}
 	for j, i := range idx {
 		if in[j].Pinned != "" {
 			continue
 		}
-		ds[i] = Decision{Tier: plan.Tiers[j], Reason: fmt.Sprintf("budget plan: %.2f changes/h, %.2f sales/h, weight %s",
-			in[j].ChangeRate*3600, in[j].SalesRate*3600, formatWeight(scores[i]))}
+		note := ""
+		if unobserved[j] {
+			note = " (not yet observed: the prior)"
+		}
+		ds[i] = Decision{Tier: plan.Tiers[j], Reason: fmt.Sprintf("budget plan: %.2f changes/h, %.2f sales/h%s, weight %s",
+			in[j].ChangeRate*3600, in[j].SalesRate*3600, note, formatWeight(scores[i]))}
 	}
 	return s
+}
+
+// seconds is a scheduled tier's interval in seconds.
+func seconds(t tiers.Tier) float64 {
+	iv, _ := t.Interval()
+	return iv.Seconds()
 }
 
 func formatWeight(v float64) string { return fmt.Sprintf("%.3g", v) }

@@ -130,6 +130,9 @@ type Plan struct {
 	Limit float64
 	// PinsExceed is true when pinned items alone ask for more than Limit.
 	PinsExceed bool
+	// MinDemand is the least demand any plan could have: pinned items at their tiers, every
+	// other item at its cheapest. Demand exceeds Limit only when this does.
+	MinDemand float64
 	// Freshness is the predicted weighted freshness (Σ w·F / Σ w; 1 when no item has weight).
 	Freshness float64
 	// SalesUnsafe counts items whose planned interval may overflow the sales window because
@@ -186,6 +189,7 @@ func Solve(items []Item, b Budget) Plan {
 	}
 	used += p.PinnedDemand
 	p.PinsExceed = p.PinnedDemand > limit
+	p.MinDemand = used
 
 	// Sales floors, heaviest items first (then busiest sellers), first fit.
 	var needFloor []int32

@@ -51,6 +51,9 @@ func TestPlanRespectsBudgetOnRandomCatalogs(t *testing.T) {
 				floorDemand += c
 			}
 		}
+		if math.Abs(p.MinDemand-floorDemand) > 1e-9*(1+floorDemand) {
+			t.Fatalf("trial %d: MinDemand %v, the cheapest tiers cost %v", trial, p.MinDemand, floorDemand)
+		}
 		if p.Demand > b.Limit()*(1+1e-9) && p.Demand > floorDemand*(1+1e-9) {
 			t.Fatalf("trial %d: demand %v over limit %v although the cheapest tiers cost %v", trial, p.Demand, b.Limit(), floorDemand)
 		}
