@@ -242,51 +242,27 @@ type writeStats struct {
 	stored []history.Stored
 }
 
-// writeBack stores a group of results in one short transaction: the fenced reschedule first (it
-// locks the rows and tells which leases are still ours), then, for those items only, what
-// history stores of each collection (new sales, and a snapshot with its candles and event when
-// the market changed, first or on the heartbeat), then what the item learns: its change and
-// sales counts and the market of its last snapshot. Success or failure, every item that is still
-// ours is rescheduled by its tier, so nothing can stay due forever.
+// writeBack stores a group of results in one short transaction: it locks the items whose lease
+// is still ours (the fence), stores through history what each of their collections brings (new
+// sales, and a snapshot with its candles and event when the market changed, first or on the
+// heartbeat), then writes each item once: its next slot, outcome, change and sales counts and
+// the market of its last snapshot. Success or failure, every item that is still ours is
+// rescheduled by its tier, so nothing can stay due forever.
 func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, results []result) (writeStats, error) {
 	var ws writeStats
-	n := len(results)
-	ids := make([]string, n)
-	tokens := make([]pgtype.UUID, n)
-	tierNames := make([]string, n)
-	nextAt := make([]pgtype.Timestamptz, n)
-	attemptAt := make([]time.Time, n)
-	oks := make([]bool, n)
-	outcomes := make([]string, n)
-	errTexts := make([]*string, n)
-	lastSale := make([]*time.Time, n)
+	ids := make([]string, len(results))
+	tokens := make([]pgtype.UUID, len(results))
 	for i, r := range results {
-		for j := range r.sales {
-			if lastSale[i] == nil || r.sales[j].SoldAt.After(*lastSale[i]) {
-				lastSale[i] = &r.sales[j].SoldAt
-			}
-		}
-		ids[i], tokens[i], tierNames[i], attemptAt[i] = r.claim.ItemID, r.claim.Token, string(r.claim.Tier), r.at
-		if next, ok := tiers.NextDue(r.claim.ItemID, r.claim.Tier, r.at); ok {
-			nextAt[i] = pgtype.Timestamptz{Time: next, Valid: true}
-		}
-		oks[i] = r.err == nil
-		outcomes[i] = r.outcome
-		if r.err != nil {
-			s := provider.Clean(r.err.Error(), provider.MaxErrorRunes)
-			errTexts[i] = &s
-		}
+		ids[i], tokens[i] = r.claim.ItemID, r.claim.Token
 	}
-
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, RescheduleSQL,
-			ids, tokens, tierNames, nextAt, attemptAt, oks, outcomes, errTexts, lastSale)
+		rows, err := tx.Query(ctx, LockSQL, ids, tokens)
 		if err != nil {
-			return fmt.Errorf("reschedule: %w", err)
+			return fmt.Errorf("lock leased items: %w", err)
 		}
 		live, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			return fmt.Errorf("reschedule: %w", err)
+			return fmt.Errorf("lock leased items: %w", err)
 		}
 		liveSet := make(map[string]bool, len(live))
 		for _, id := range live {
@@ -302,111 +278,132 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, res
 				ok = append(ok, r)
 			}
 		}
-		if len(ok) == 0 {
-			return nil
+		stored := map[string]history.Stored{}
+		if len(ok) > 0 {
+			cs := make([]history.Collection, len(ok))
+			for i, r := range ok {
+				cs[i] = history.Collection{ItemID: r.claim.ItemID, ItemName: r.claim.ItemName, Tier: string(r.claim.Tier),
+					Token: r.claim.Token, At: r.at, State: r.listings.state(), Sales: r.sales, Packed: r.packed,
+					SalesGap: r.salesGap, Last: r.claim.LastSnapshot, SeenAt: r.claim.LastCollectedAt}
+			}
+			if ws.stored, err = hist.Write(ctx, tx, cs); err != nil {
+				return err
+			}
+			for i, r := range ok {
+				stored[r.claim.ItemID] = ws.stored[i]
+			}
 		}
-		cs := make([]history.Collection, len(ok))
-		for i, r := range ok {
-			cs[i] = history.Collection{ItemID: r.claim.ItemID, ItemName: r.claim.ItemName, Tier: string(r.claim.Tier),
-				Token: r.claim.Token, At: r.at, State: r.listings.state(), Sales: r.sales, Packed: r.packed,
-				SalesGap: r.salesGap, Last: r.claim.LastSnapshot, SeenAt: r.claim.LastCollectedAt}
-		}
-		if ws.stored, err = hist.Write(ctx, tx, cs); err != nil {
-			return err
-		}
-		return observeChanges(ctx, tx, ok, ws.stored)
+		return writeItems(ctx, tx, results, stored)
 	})
 	if err != nil {
-		return writeStats{}, fmt.Errorf("write back %d items: %w", n, err)
+		return writeStats{}, fmt.Errorf("write back %d items: %w", len(results), err)
 	}
 	return ws, nil
 }
 
-// RescheduleSQL is the fenced write-back of a batch: each item whose lease token still matches
-// gets its next slot and outcome, and its lease is cleared; it returns the items it matched.
-// If the tier changed while the item was leased, whoever changed it also set the new schedule;
-// that is kept rather than the slot computed for the old tier. last_collected_at is also when
-// the item's last snapshot was last seen unchanged. Exported for the benchmark's raw-SQL ceiling.
-const RescheduleSQL = `
-UPDATE tracked_items t
-SET next_collect_at = CASE WHEN t.collection_tier = u.tier THEN u.next_at ELSE t.next_collect_at END,
-    lease_expires_at = NULL, lease_token = NULL, leased_by = NULL,
-    last_attempt_at = u.attempt_at,
-    last_collected_at = CASE WHEN u.ok THEN u.attempt_at ELSE t.last_collected_at END,
-    last_outcome = u.outcome,
-    failure_streak = CASE WHEN u.ok THEN 0 ELSE t.failure_streak + 1 END,
-    last_error = u.err,
-    last_sale_at = greatest(t.last_sale_at, u.last_sale),
-    updated_at = now()
-FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[], $9::timestamptz[])
-     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err, last_sale)
-WHERE t.item_id = u.item_id AND t.lease_token = u.token
-RETURNING t.item_id`
+// LockSQL locks the items of a batch whose lease token still matches and returns them: the
+// fence. A worker whose lease passed to another finds nothing to lock, and writes nothing for
+// it. Exported for the benchmark's raw-SQL ceiling.
+const LockSQL = `
+SELECT t.item_id
+FROM tracked_items t
+JOIN unnest($1::text[], $2::uuid[]) AS u(item_id, token) ON t.item_id = u.item_id AND t.lease_token = u.token
+FOR UPDATE OF t`
 
-// observeChangesSQL adds one interval to each collected item's decayed counts (the same
-// arithmetic as tierplan.Observations.Decay then Observe): the interval since its previous
-// successful collection ($2, from the claim: the reschedule has moved it on), whether the market
-// changed in it (history's decision: a listing figure differs from the last snapshot, or new
-// sales arrived), and the new sales. It records the market of the item's last snapshot and,
-// when one was written, its time. The first collection only records the market. It runs after
-// the reschedule, on rows that write-back has locked and found still leased.
-const observeChangesSQL = `
+// WriteItemsSQL writes each item of a batch once, fenced by its lease token: its next slot and
+// outcome with the lease cleared; if the tier changed while the item was leased, whoever changed
+// it also set the new schedule, which is kept. For a collection it also adds one interval to the
+// decayed counts (the same arithmetic as tierplan.Observations.Decay then Observe): the interval
+// since the previous successful collection ($10, from the claim), whether the market changed in
+// it (history's decision), and the new sales; and it records the market of the item's last
+// snapshot and, when one was written, its time. last_collected_at is also when that snapshot was
+// last seen unchanged. The first collection only records the market. Exported for the
+// benchmark's raw-SQL ceiling.
+const WriteItemsSQL = `
 WITH o AS (
 	SELECT u.*,
 	       CASE WHEN obs THEN exp(-secs / u.win) ELSE 1 END AS f,
 	       CASE WHEN obs THEN 1 ELSE 0 END AS n,
 	       CASE WHEN obs AND u.changed THEN 1 ELSE 0 END AS x,
 	       CASE WHEN obs THEN secs ELSE 0 END AS s
-	FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::bigint[], $5::bigint[], $6::float8[], $7::bigint[],
-	            $8::int[], $9::bigint[], $10::bool[], $11::bool[], $12::int[], $13::bool[], $14::float8[], $15::timestamptz[])
-	     AS u(item_id, prev_at, at, lowest, median, weighted, api_avg, cnt, qty, truncated, changed, new_sales, gap, win, written_at)
-	JOIN tracked_items t ON t.item_id = u.item_id
-	CROSS JOIN LATERAL (SELECT extract(epoch FROM u.at - u.prev_at)::float8 AS secs) s
-	CROSS JOIN LATERAL (SELECT t.seen_listing_count IS NOT NULL AND s.secs > 0 AS obs) b
+	FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[],
+	            $9::timestamptz[], $10::timestamptz[], $11::bigint[], $12::bigint[], $13::float8[], $14::bigint[], $15::int[],
+	            $16::bigint[], $17::bool[], $18::bool[], $19::int[], $20::bool[], $21::float8[], $22::timestamptz[])
+	     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err, last_sale,
+	          prev_at, lowest, median, weighted, api_avg, cnt, qty, truncated, changed, new_sales, gap, win, written_at)
+	JOIN tracked_items t ON t.item_id = u.item_id AND t.lease_token = u.token
+	CROSS JOIN LATERAL (SELECT extract(epoch FROM u.attempt_at - u.prev_at)::float8 AS secs) i
+	CROSS JOIN LATERAL (SELECT u.ok AND t.seen_listing_count IS NOT NULL AND i.secs > 0 AS obs) b
 )
 UPDATE tracked_items t
-SET est_collections = t.est_collections * o.f + o.n,
+SET next_collect_at = CASE WHEN t.collection_tier = o.tier THEN o.next_at ELSE t.next_collect_at END,
+    lease_expires_at = NULL, lease_token = NULL, leased_by = NULL,
+    last_attempt_at = o.attempt_at,
+    last_collected_at = CASE WHEN o.ok THEN o.attempt_at ELSE t.last_collected_at END,
+    last_outcome = o.outcome,
+    failure_streak = CASE WHEN o.ok THEN 0 ELSE t.failure_streak + 1 END,
+    last_error = o.err,
+    last_sale_at = greatest(t.last_sale_at, o.last_sale),
+    updated_at = now(),
+    est_collections = t.est_collections * o.f + o.n,
     est_changes = t.est_changes * o.f + o.x,
     est_changed_seconds = t.est_changed_seconds * o.f + o.x * o.s,
     est_unchanged_seconds = t.est_unchanged_seconds * o.f + (o.n - o.x) * o.s,
     est_sales = t.est_sales * o.f + o.n * o.new_sales,
-    seen_lowest_price = o.lowest, seen_median_price = o.median, seen_weighted_price = o.weighted,
-    seen_api_average_price = o.api_avg, seen_listing_count = o.cnt, seen_listing_quantity = o.qty,
-    seen_truncated = o.truncated,
+    seen_lowest_price = CASE WHEN o.ok THEN o.lowest ELSE t.seen_lowest_price END,
+    seen_median_price = CASE WHEN o.ok THEN o.median ELSE t.seen_median_price END,
+    seen_weighted_price = CASE WHEN o.ok THEN o.weighted ELSE t.seen_weighted_price END,
+    seen_api_average_price = CASE WHEN o.ok THEN o.api_avg ELSE t.seen_api_average_price END,
+    seen_listing_count = CASE WHEN o.ok THEN o.cnt ELSE t.seen_listing_count END,
+    seen_listing_quantity = CASE WHEN o.ok THEN o.qty ELSE t.seen_listing_quantity END,
+    seen_truncated = CASE WHEN o.ok THEN o.truncated ELSE t.seen_truncated END,
     last_snapshot_at = coalesce(o.written_at, t.last_snapshot_at),
-    sales_gaps = t.sales_gaps + o.gap::int
+    sales_gaps = t.sales_gaps + (o.ok AND o.gap)::int
 FROM o
-WHERE t.item_id = o.item_id`
+WHERE t.item_id = o.item_id AND t.lease_token = o.token`
 
-// observeChanges updates what the collected items in ok learned; stored is history's outcome
-// of each.
-func observeChanges(ctx context.Context, tx pgx.Tx, ok []result, stored []history.Stored) error {
-	n := len(ok)
-	ids := make([]string, n)
-	prevAt := make([]*time.Time, n)
-	at := make([]time.Time, n)
+// writeItems writes every result's item; stored is history's outcome of each collection whose
+// lease is still ours.
+func writeItems(ctx context.Context, tx pgx.Tx, results []result, stored map[string]history.Stored) error {
+	n := len(results)
+	ids, tokens, tierNames := make([]string, n), make([]pgtype.UUID, n), make([]string, n)
+	nextAt, attemptAt := make([]pgtype.Timestamptz, n), make([]time.Time, n)
+	oks, outcomes, errTexts := make([]bool, n), make([]string, n), make([]*string, n)
+	lastSale, prevAt, writtenAt := make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 	lowest, median, apiAvg := make([]*int64, n), make([]*int64, n), make([]*int64, n)
 	weighted := make([]*float64, n)
-	counts := make([]int32, n)
+	counts, newSales := make([]int32, n), make([]int32, n)
 	qty := make([]int64, n)
 	truncated, changed, gaps := make([]bool, n), make([]bool, n), make([]bool, n)
-	newSales := make([]int32, n)
 	windows := make([]float64, n)
-	writtenAt := make([]*time.Time, n)
-	for i, r := range ok {
-		l := r.listings
-		ids[i], prevAt[i], at[i] = r.claim.ItemID, r.claim.LastCollectedAt, r.at
+	for i, r := range results {
+		ids[i], tokens[i], tierNames[i], attemptAt[i] = r.claim.ItemID, r.claim.Token, string(r.claim.Tier), r.at
+		if next, ok := tiers.NextDue(r.claim.ItemID, r.claim.Tier, r.at); ok {
+			nextAt[i] = pgtype.Timestamptz{Time: next, Valid: true}
+		}
+		oks[i], outcomes[i], windows[i] = r.err == nil, r.outcome, r.window.Seconds()
+		if r.err != nil {
+			s := provider.Clean(r.err.Error(), provider.MaxErrorRunes)
+			errTexts[i] = &s
+			continue
+		}
+		for j := range r.sales {
+			if lastSale[i] == nil || r.sales[j].SoldAt.After(*lastSale[i]) {
+				lastSale[i] = &r.sales[j].SoldAt
+			}
+		}
+		l, st := r.listings, stored[r.claim.ItemID]
+		prevAt[i] = r.claim.LastCollectedAt
 		lowest[i], median[i], weighted[i], apiAvg[i] = l.Lowest, l.Median, l.Weighted, l.APIAverage
 		counts[i], qty[i], truncated[i] = int32(l.Count), l.Quantity, l.Truncated
-		changed[i], newSales[i] = stored[i].Reason == history.Change, int32(stored[i].NewSales)
-		gaps[i], windows[i] = r.salesGap, r.window.Seconds()
-		if stored[i].Reason != history.Skip {
-			writtenAt[i] = &ok[i].at
+		changed[i], newSales[i], gaps[i] = st.Reason == history.Change, int32(st.NewSales), r.salesGap
+		if st.Reason != history.Skip {
+			writtenAt[i] = &results[i].at
 		}
 	}
-	if _, err := tx.Exec(ctx, observeChangesSQL, ids, prevAt, at, lowest, median, weighted, apiAvg, counts, qty,
-		truncated, changed, newSales, gaps, windows, writtenAt); err != nil {
-		return fmt.Errorf("observe changes: %w", err)
+	if _, err := tx.Exec(ctx, WriteItemsSQL, ids, tokens, tierNames, nextAt, attemptAt, oks, outcomes, errTexts, lastSale,
+		prevAt, lowest, median, weighted, apiAvg, counts, qty, truncated, changed, newSales, gaps, windows, writtenAt); err != nil {
+		return fmt.Errorf("write items: %w", err)
 	}
 	return nil
 }
