@@ -212,7 +212,7 @@ func scenarioWriteBackKilled(ctx context.Context, h *harness, r *report) error {
 		err := h.admin.QueryRow(ctx, `
 			SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 			WHERE datname = $1 AND pid <> pg_backend_pid()
-			  AND (query LIKE '%INSERT INTO auction_snapshots%' OR query LIKE '%UPDATE tracked_items t%SET next_collect_at%')
+			  AND (query LIKE '%INSERT INTO auction_snapshots%' OR query LIKE '%UPDATE tracked_items t%SET next_collect_at%' OR query LIKE '%FOR UPDATE OF t%')
 			  AND state IN ('active', 'idle in transaction')`, d.name).Scan(&n)
 		if err != nil {
 			return err
