@@ -565,7 +565,7 @@ func freshnessRealRun(ctx context.Context, fs freshSize, p catalog.Policy, cfg *
 	rep.add("Real daemon vs replay: weighted mean age", fmt.Sprintf("%.1f vs %.1f s", m["mean-age-s"], pred.rep.MeanAge), "same runs")
 	rep.add("Real daemon: requests/s, busiest second, budget", fmt.Sprintf("%.1f, %.0f, %.0f req/s", m["req/s"], m["max-req/s"], budget), "the simulator's per-key counts")
 	rep.add("Real daemon vs replay: requests per collection", fmt.Sprintf("%.2f vs %.2f", m["req/collection"], pred.requests/math.Max(float64(pred.collections), 1)),
-		"requests the simulator served ÷ snapshots written, first collections (alone) included; the replay's fluid share of packed calls")
+		"requests the simulator served ÷ collections written back (collector_collections_total, outcome collected), first collections (alone) included; the replay's fluid share of packed calls")
 	rep.add("Real daemon: HOT / COLD lag p99", fmt.Sprintf("%.2f / %.2f s", m["hot-lag-p99-s"], m["cold-lag-p99-s"]), "each item's latest claim: last_claimed_at − last_due_at")
 	return nil
 }
