@@ -3,12 +3,12 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
