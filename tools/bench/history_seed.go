@@ -120,6 +120,11 @@ func seedCandles(ctx context.Context, pool *pgxpool.Pool, items int, from, now t
 		if _, err := tx.Exec(ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
 			return err
 		}
+		// The key as the schema defines it (with its included columns), rebuilt after the load.
+		var key string
+		if err := tx.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'price_candles_pkey'`).Scan(&key); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `ALTER TABLE price_candles DROP CONSTRAINT price_candles_pkey`); err != nil {
 			return err
 		}
@@ -137,7 +142,7 @@ func seedCandles(ctx context.Context, pool *pgxpool.Pool, items int, from, now t
 			}
 			n += tag.RowsAffected()
 		}
-		_, err := tx.Exec(ctx, `ALTER TABLE price_candles ADD CONSTRAINT price_candles_pkey PRIMARY KEY (item_id, resolution, bucket)`)
+		_, err := tx.Exec(ctx, `ALTER TABLE price_candles ADD CONSTRAINT price_candles_pkey `+key)
 		return err
 	})
 	if err != nil {
