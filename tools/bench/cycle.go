@@ -21,7 +21,6 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/history"
-	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 )
@@ -145,13 +144,8 @@ func seedCycleDB(ctx context.Context, e *env, n int) error {
 	}
 	// A template must have no connections when it is copied.
 	defer pool.Close()
-	// The history partitions exist before any contender writes, as the daemon keeps them.
-	parts, err := partition.New(pool, pool, partition.FromConfig(config.Default()))
-	if err != nil {
+	if err := createPartitions(ctx, pool); err != nil {
 		return err
-	}
-	if _, err := parts.RunOnce(ctx); err != nil {
-		return fmt.Errorf("create history partitions: %w", err)
 	}
 	return seedDue(ctx, pool, n)
 }

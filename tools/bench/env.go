@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store"
 )
 
@@ -109,6 +111,19 @@ func (e *env) freshDB(ctx context.Context, name string, migrated bool) (string, 
 		}
 	}
 	return u, nil
+}
+
+// createPartitions creates the history partitions before anything is measured, as `migrate up`
+// and the daemon keep them: a write finding none would create them on its measured path.
+func createPartitions(ctx context.Context, pool *pgxpool.Pool) error {
+	parts, err := partition.New(pool, pool, partition.FromConfig(config.Default()))
+	if err != nil {
+		return err
+	}
+	if _, err := parts.RunOnce(ctx); err != nil {
+		return fmt.Errorf("create history partitions: %w", err)
+	}
+	return nil
 }
 
 // cloneDB (re)creates a database as a copy of another (which must have no connections), then

@@ -102,6 +102,15 @@ func benchOccupancy(ctx context.Context, e *env, sz sizes, rep *report) error {
 		return err
 	}
 	defer e.dropDB(ctx, db)
+	pp, err := openPool(ctx, u, 2)
+	if err != nil {
+		return err
+	}
+	err = createPartitions(ctx, pp)
+	pp.Close()
+	if err != nil {
+		return err
+	}
 	sim := neoplesim.New(neoplesim.Options{Items: occItems, Seed: 1, Latency: sz.slowLatency})
 	srv := httptest.NewServer(sim)
 	defer srv.Close()
