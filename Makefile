@@ -48,7 +48,7 @@ alerts-test: ## promtool: check and unit-test deploy/prometheus/alerts.yml; metr
 	promtool check config deploy/prometheus/prometheus.yml
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts_test.yml
-	$(GO) test -count=1 -run 'TestAlerts|TestDashboard|TestRulesWithPromtool' ./internal/telemetry/
+	$(GO) test -count=1 -run 'TestAlerts|TestDashboard|TestRulesWithPromtool|TestCompose' ./internal/telemetry/
 
 ci: ## what CI runs
 	bash .ci/run

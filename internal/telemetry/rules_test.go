@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -362,4 +363,90 @@ func TestRulesWithPromtool(t *testing.T) {
 		}
 		run(t, "check", "rules", path)
 	})
+}
+
+// The compose stack runs what is tested here: every file it bind-mounts exists, its Prometheus
+// finds each rule file where prometheus.yml says (relative to the config inside the container),
+// and its Grafana finds the dashboard where the provisioning looks.
+func TestComposeLoadsRulesAndDashboard(t *testing.T) {
+	root := filepath.Join("..", "..")
+	var compose struct {
+		Services map[string]struct {
+			Command []string `yaml:"command"`
+			Volumes []string `yaml:"volumes"`
+		} `yaml:"services"`
+	}
+	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &compose); err != nil {
+		t.Fatal(err)
+	}
+	mounts := map[string]map[string]string{} // service → container path → host path
+	for name, svc := range compose.Services {
+		mounts[name] = map[string]string{}
+		for _, v := range svc.Volumes {
+			parts := strings.Split(v, ":")
+			if len(parts) < 2 || !strings.HasPrefix(parts[0], "./") {
+				continue // a named volume
+			}
+			if _, err := os.Stat(filepath.Join(root, parts[0])); err != nil {
+				t.Errorf("service %s mounts %s: %v", name, parts[0], err)
+			}
+			mounts[name][parts[1]] = parts[0]
+		}
+	}
+
+	config := ""
+	for _, arg := range compose.Services["prometheus"].Command {
+		config = strings.TrimPrefix(arg, "--config.file=")
+		if config != arg {
+			break
+		}
+		config = ""
+	}
+	if mounts["prometheus"][config] != "./deploy/prometheus/prometheus.yml" {
+		t.Fatalf("the compose Prometheus reads %q, mounted from %q; want deploy/prometheus/prometheus.yml", config, mounts["prometheus"][config])
+	}
+	var prom struct {
+		RuleFiles []string `yaml:"rule_files"`
+	}
+	if b, err = os.ReadFile(promConfigFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &prom); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(prom.RuleFiles, "alerts.yml") {
+		t.Fatalf("prometheus.yml rule_files %q do not load alerts.yml", prom.RuleFiles)
+	}
+	for _, rf := range prom.RuleFiles {
+		in := path.Join(path.Dir(config), rf)
+		if host := mounts["prometheus"][in]; host != "./deploy/prometheus/"+rf {
+			t.Errorf("rule file %s is read from %s in the container, mounted from %q", rf, in, host)
+		}
+	}
+
+	var provider struct {
+		Providers []struct {
+			Options struct {
+				Path string `yaml:"path"`
+			} `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	if b, err = os.ReadFile(filepath.Join(root, "deploy", "grafana", "provisioning", "dashboards", "duecollector.yml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &provider); err != nil || len(provider.Providers) != 1 {
+		t.Fatalf("dashboard provisioning: %v, %d providers", err, len(provider.Providers))
+	}
+	dir := provider.Providers[0].Options.Path
+	if host := mounts["grafana"][path.Join(dir, "duecollector.json")]; host != "./deploy/grafana/duecollector.json" {
+		t.Errorf("Grafana looks for dashboards in %s; duecollector.json there is mounted from %q", dir, host)
+	}
+	if mounts["grafana"]["/etc/grafana/provisioning/dashboards"] != "./deploy/grafana/provisioning/dashboards" ||
+		mounts["grafana"]["/etc/grafana/provisioning/datasources"] != "./deploy/grafana/provisioning/datasources" {
+		t.Errorf("Grafana's provisioning is not mounted from deploy/grafana/provisioning: %v", mounts["grafana"])
+	}
 }
