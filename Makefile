@@ -8,7 +8,7 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 DATE      ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(DATE)
 
-.PHONY: help build test test-short demo lint lint-staticcheck vet fmt bench ci clean
+.PHONY: help build test test-short demo lint lint-staticcheck vet fmt bench ci clean alerts-test
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -43,6 +43,12 @@ lint: vet lint-staticcheck ## go vet + staticcheck
 
 bench: ## benchmark suite vs River and raw-SQL ceilings; writes BENCHMARKS.md (BENCH_QUICK=1: ~2 min CI version; BENCH_ONLY=history,cycle: only those sections)
 	$(GO) run ./tools/bench
+
+alerts-test: ## promtool: check and unit-test deploy/prometheus/alerts.yml; metric names in it and the Grafana dashboard
+	promtool check config deploy/prometheus/prometheus.yml
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
+	$(GO) test -count=1 -run 'TestAlerts|TestDashboard|TestRulesWithPromtool|TestCompose' ./internal/telemetry/
 
 ci: ## what CI runs
 	bash .ci/run
