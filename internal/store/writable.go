@@ -103,9 +103,10 @@ func (h *WriteHealth) Observe(err error) {
 	}
 }
 
-// ObserveProbe records ProbeWritable's answer: a refusal it sees (read-only, standby,
-// unreachable) is set; a clean answer clears only what a probe can see, so a disk-full error
-// from a real write stands until a write succeeds.
+// ObserveProbe records ProbeWritable's answer: a refusal it sees is set; a clean answer clears
+// what a probe can see (read-only, standby, a server shutting down or unreachable), whoever
+// reported it. A full disk or another lack of resources shows only on a real write, so it
+// stands until a write succeeds.
 func (h *WriteHealth) ObserveProbe(cause WriteCause, detail string) {
 	if h == nil {
 		return
@@ -117,8 +118,7 @@ func (h *WriteHealth) ObserveProbe(cause WriteCause, detail string) {
 	h.mu.Lock()
 	seen := h.state.Cause
 	h.mu.Unlock()
-	switch seen {
-	case CauseReadOnly, CauseStandby, CauseUnreachable, CauseShutdown:
+	if seen != "" && seen != CauseDiskFull && seen != CauseResources {
 		h.set(WriteState{Writable: true})
 	}
 }

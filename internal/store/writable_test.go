@@ -61,8 +61,13 @@ func TestWriteHealthKeepsTheLastRefusal(t *testing.T) {
 	if s := h.State(); !s.Writable {
 		t.Fatalf("state %+v after a clean probe following a probe's refusal", s)
 	}
-	if len(changes) != 4 {
-		t.Fatalf("%d changes %+v, want 4", len(changes), changes)
+	h.Observe(&pgconn.PgError{Code: "57P01"}) // a connection cut: the next clean probe shows the server answers
+	h.ObserveProbe("", "")
+	if s := h.State(); !s.Writable {
+		t.Fatalf("state %+v after a clean probe following a cut connection", s)
+	}
+	if len(changes) != 6 {
+		t.Fatalf("%d changes %+v, want 6", len(changes), changes)
 	}
 }
 

@@ -1,0 +1,63 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/store"
+)
+
+// writeProbeInterval is how often the daemon asks the database whether it would take a write.
+// /readyz answers from what the last probe and the last write said, so it turns within about
+// this long of a failover or a switch to read-only, without a query per readiness request
+// (however many probes, scrapers and operators ask); one cheap read a second is nothing to the
+// database.
+const writeProbeInterval = time.Second
+
+// probeWrites runs store.ProbeWritable every writeProbeInterval until ctx ends. Each probe
+// has the interval to answer: a database that does not is reported unreachable.
+func (d *Daemon) probeWrites(ctx context.Context) {
+	t := time.NewTicker(writeProbeInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, writeProbeInterval)
+		cause, detail := store.ProbeWritable(pctx, d.pool)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		d.writes.ObserveProbe(cause, detail)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// writesChanged exports a change of the database's write state and logs it once.
+func (d *Daemon) writesChanged(s store.WriteState) {
+	if s.Writable {
+		d.metrics.DatabaseWritable.Set(1)
+	} else {
+		d.metrics.DatabaseWritable.Set(0)
+	}
+	for _, c := range store.WriteCauses {
+		v := 0.0
+		if c == s.Cause {
+			v = 1
+		}
+		d.metrics.WriteRefused.WithLabelValues(string(c)).Set(v)
+	}
+	switch {
+	case s.Since.IsZero(): // the initial state, not a change
+	case s.Writable:
+		d.log.Info("the database takes writes again; collection resumes")
+	default:
+		d.log.Error("the database refuses writes: no item is claimed, so no provider request is sent, until it takes them again; "+
+			"results already fetched are written if it does within their lease",
+			zap.String("cause", string(s.Cause)), zap.String("detail", s.Detail))
+	}
+}
