@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/store"
@@ -23,7 +24,7 @@ func (d *Daemon) probeWrites(ctx context.Context) {
 	defer t.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, writeProbeInterval)
-		cause, detail := store.ProbeWritable(pctx, d.pool)
+		cause, detail := d.probeOnce(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -35,6 +36,28 @@ func (d *Daemon) probeWrites(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// probeOnce probes on a pooled connection while the database takes writes. While it is
+// read-only or a standby it probes on a connection of its own instead: a pooled session keeps
+// the read-only setting it was opened with after the database takes writes again. Once the
+// fresh session can write, the pool drops its sessions (pgxpool's Reset, meant for a server
+// state change), so every one reconnects into the writable state and collection resumes by
+// itself.
+func (d *Daemon) probeOnce(ctx context.Context) (store.WriteCause, string) {
+	if c := d.writes.State().Cause; c != store.CauseReadOnly && c != store.CauseStandby {
+		return store.ProbeWritable(ctx, d.pool)
+	}
+	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return store.ProbeWritable(ctx, d.pool) // the pool's connection error names it best
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	cause, detail := store.ProbeWritable(ctx, conn)
+	if cause == "" {
+		d.pool.Reset()
+	}
+	return cause, detail
 }
 
 // writesChanged exports a change of the database's write state and logs it once.

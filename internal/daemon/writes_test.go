@@ -16,8 +16,10 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// switchReadOnly sets the test database's sessions read-only (or back) and cuts the daemon's
-// connections, so it reconnects into the new setting, as a failover cuts them.
+// switchReadOnly sets the test database's sessions read-only (or back). Switching on cuts the
+// daemon's connections, so it reconnects into the new setting, as a failover cuts them;
+// switching back leaves them: the daemon's sessions keep their read-only setting, and the
+// daemon must see by itself that new ones may write.
 func switchReadOnly(t *testing.T, e *env, on bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -31,6 +33,9 @@ func switchReadOnly(t *testing.T, e *env, on bool) {
 	}
 	if _, err := e.pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+q); err != nil {
 		t.Fatal(err)
+	}
+	if !on {
+		return
 	}
 	if _, err := e.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name = $1`, daemonApp); err != nil {
@@ -46,6 +51,7 @@ func TestReadOnlyDatabaseMakesTheDaemonNotReady(t *testing.T) {
 	e.track(t, 0, 20, tiers.Cold, -time.Second)
 	cfg := testConfig()
 	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
+	cfg.Daemon.MaxSleep = 500 * time.Millisecond // items made due at the end are seen soon
 	r := e.start(t, cfg, nil)
 	testkit.Eventually(t, 30*time.Second, "every item collected", func() bool { return collected(t, e.pool) == 20 })
 	if code, body := readyz(t, r); code != http.StatusOK {
@@ -78,4 +84,9 @@ func TestReadOnlyDatabaseMakesTheDaemonNotReady(t *testing.T) {
 	if w := testutil.ToFloat64(m.DatabaseWritable); w != 1 {
 		t.Fatalf("collector_database_writable %v after writes came back, want 1", w)
 	}
+	// Collection resumes on the same connections' pool: items made due are collected.
+	if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 second', last_collected_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "the items made due collected after writes came back", func() bool { return collected(t, e.pool) == 20 })
 }

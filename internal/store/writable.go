@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // WriteCause names why the database does not take writes. The set is fixed and small: it is a
@@ -149,6 +148,11 @@ func (h *WriteHealth) State() WriteState {
 	return h.state
 }
 
+// RowQuerier is a pool or a single connection.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // ProbeWritable asks the database, without writing anything, whether it would take a write:
 // a fresh transaction's transaction_read_only (on for default_transaction_read_only and on a
 // standby) and pg_is_in_recovery() (a standby). It returns "" when it would, or the cause and
@@ -156,10 +160,10 @@ func (h *WriteHealth) State() WriteState {
 // make: WriteHealth keeps that from the write paths. The pool's connections keep the session
 // settings they were opened with, so a database switched to read-only under open connections
 // shows here once they reconnect, as after a failover, where they are all cut.
-func ProbeWritable(ctx context.Context, pool *pgxpool.Pool) (WriteCause, string) {
+func ProbeWritable(ctx context.Context, db RowQuerier) (WriteCause, string) {
 	var readOnly string
 	var recovery bool
-	err := pool.QueryRow(ctx, `SELECT current_setting('transaction_read_only'), pg_is_in_recovery()`,
+	err := db.QueryRow(ctx, `SELECT current_setting('transaction_read_only'), pg_is_in_recovery()`,
 		pgx.QueryExecModeSimpleProtocol).Scan(&readOnly, &recovery)
 	switch {
 	case err != nil:
