@@ -78,14 +78,38 @@ type WriteState struct {
 // reports its outcome (Observe), and the last refusal stands until a write succeeds. A probe
 // (ProbeWritable) adds what a read can tell before any write fails. Safe for concurrent use.
 type WriteHealth struct {
-	mu    sync.Mutex
-	state WriteState
+	mu      sync.Mutex
+	state   WriteState
+	changed chan struct{} // closed and replaced on every change
 	// OnChange, when set before use, hears every change of state (metrics, logs).
 	OnChange func(WriteState)
 }
 
 // NewWriteHealth starts writable.
-func NewWriteHealth() *WriteHealth { return &WriteHealth{state: WriteState{Writable: true}} }
+func NewWriteHealth() *WriteHealth {
+	return &WriteHealth{state: WriteState{Writable: true}, changed: make(chan struct{})}
+}
+
+// Wait returns true at once while the database takes writes, else when it takes them again;
+// false when ctx ends first. A nil WriteHealth never waits.
+func (h *WriteHealth) Wait(ctx context.Context) bool {
+	if h == nil {
+		return true
+	}
+	for {
+		h.mu.Lock()
+		ok, ch := h.state.Writable, h.changed
+		h.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ch:
+		}
+	}
+}
 
 // Observe records a write's outcome: nil marks the database writable; an error RefusedCause
 // names marks it refused; any other error (the write's own data) tells nothing and is ignored.
@@ -132,6 +156,10 @@ func (h *WriteHealth) set(s WriteState) {
 	}
 	s.Since = time.Now()
 	h.state = s
+	if h.changed != nil {
+		close(h.changed)
+	}
+	h.changed = make(chan struct{})
 	h.mu.Unlock()
 	if h.OnChange != nil {
 		h.OnChange(s)

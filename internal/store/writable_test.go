@@ -101,3 +101,23 @@ func TestProbeWritableSeesReadOnly(t *testing.T) {
 		t.Fatalf("a write on the read-only database: %v, cause %q", err, got)
 	}
 }
+
+// Wait holds while writes are refused and returns once they are taken again, or ctx ends.
+func TestWriteHealthWaitReturnsWhenWritable(t *testing.T) {
+	h := store.NewWriteHealth()
+	if !h.Wait(context.Background()) {
+		t.Fatal("Wait on a writable database returned false")
+	}
+	h.Observe(&pgconn.PgError{Code: "25006"})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if h.Wait(ctx) {
+		t.Fatal("Wait with writes refused and ctx ended returned true")
+	}
+	done := make(chan bool)
+	go func() { done <- h.Wait(context.Background()) }()
+	h.Observe(nil)
+	if !<-done {
+		t.Fatal("Wait returned false once writes were taken again")
+	}
+}

@@ -145,6 +145,10 @@ func scenarioDaemonReadOnly(ctx context.Context, h *harness, r *report) error {
 	if err != nil {
 		return err
 	}
+	snapsAfter, err := d.count(ctx, `SELECT count(*) FROM auction_snapshots`)
+	if err != nil {
+		return err
+	}
 	rc, body := httpGet(ctx, "http://"+addr+"/readyz")
 	r.check(rc == http.StatusServiceUnavailable, "/readyz turned %d (%s) while still read-only", rc, strings.TrimSpace(body))
 	sent := during.Requests - before.Requests
@@ -174,7 +178,8 @@ func scenarioDaemonReadOnly(ctx context.Context, h *harness, r *report) error {
 		return err
 	}
 	r.num("%d sessions cut; /readyz 503 %q after %s, /healthz %d", cut, want, notReady.Round(100*time.Millisecond), code)
-	r.num("status --check exit %d; %d provider requests and %d snapshots in %s read-only", stCode, sent, snapsBefore, refusedFor)
+	r.check(snapsAfter == snapsBefore, "%d snapshots stored while the database was read-only", snapsAfter-snapsBefore)
+	r.num("status --check exit %d; %d provider requests in %s read-only", stCode, sent, refusedFor)
 	r.num("ready %s after writes came back, all %d collected %s later, %d write-back retries, SIGTERM exit %d",
 		ready.Round(100*time.Millisecond), items, caughtUp.Round(100*time.Millisecond), retried, exit)
 	r.num("/metrics+/healthz+/readyz %d KiB saved for the key scan", scraped>>10)
