@@ -247,33 +247,17 @@ func TestCheckIdleCountsFromWhenItemsFellDue(t *testing.T) {
 // it (a daemon cannot record that it cannot write), and the JSON says why.
 func TestStatusCheckNamesADatabaseThatRefusesWrites(t *testing.T) {
 	db := catalogEnv(t, true)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var name string
-	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	alter := func(q string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+q); err != nil {
-			t.Fatal(err)
-		}
-	}
 	v, err := statusCheck(t, db)
 	if err != nil || !v.Database.Writable || v.Database.Cause != "" {
 		t.Fatalf("--check on a writable database: %v, database %+v", err, v.Database)
 	}
-	alter(` SET default_transaction_read_only = on`)
+	storetest.SetReadOnly(t, db, true)
 	v, err = statusCheck(t, db)
 	wantCheckFails(t, err, "database refuses writes (read_only): new transactions are read-only")
 	if v.Database.Writable || v.Database.Cause != "read_only" || v.Check.Problems[0] != err.Error()[len("status check failed: "):] {
 		t.Fatalf("database %+v, problems %q", v.Database, v.Check.Problems)
 	}
-	alter(` RESET default_transaction_read_only`)
+	storetest.SetReadOnly(t, db, false)
 	if _, err := statusCheck(t, db); err != nil {
 		t.Fatalf("--check once writes are back: %v", err)
 	}

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -22,22 +22,11 @@ import (
 // daemon must see by itself that new ones may write.
 func switchReadOnly(t *testing.T, e *env, on bool) {
 	t.Helper()
-	ctx := context.Background()
-	q := ` RESET default_transaction_read_only`
-	if on {
-		q = ` SET default_transaction_read_only = on`
-	}
-	var name string
-	if err := e.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+q); err != nil {
-		t.Fatal(err)
-	}
+	storetest.SetReadOnly(t, e.url, on)
 	if !on {
 		return
 	}
-	if _, err := e.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	if _, err := e.pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name = $1`, daemonApp); err != nil {
 		t.Fatal(err)
 	}

@@ -13,26 +13,17 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // setReadOnly switches the test database's new sessions to read-only (or back) and cuts its
 // other sessions, so the pool reconnects into the new setting, as a failover cuts them.
-func setReadOnly(t *testing.T, ctx context.Context, conn *pgx.Conn, on bool) {
+func setReadOnly(t *testing.T, url string, conn *pgx.Conn, on bool) {
 	t.Helper()
-	var name string
-	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	q := `ALTER DATABASE ` + pgx.Identifier{name}.Sanitize() + ` RESET default_transaction_read_only`
-	if on {
-		q = `ALTER DATABASE ` + pgx.Identifier{name}.Sanitize() + ` SET default_transaction_read_only = on`
-	}
-	if _, err := conn.Exec(ctx, q); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	storetest.SetReadOnly(t, url, on)
+	if _, err := conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +43,7 @@ func TestReadOnlyDatabaseKeepsFetchedResults(t *testing.T) {
 			if r.URL.Path == "/df/auction" {
 				auctions.Add(1)
 				// The item is claimed and being fetched: the database stops taking writes now.
-				once.Do(func() { setReadOnly(t, ctx, conn, true) })
+				once.Do(func() { setReadOnly(t, e.url, conn, true) })
 			}
 			next.ServeHTTP(w, r)
 		})
@@ -88,7 +79,7 @@ func TestReadOnlyDatabaseKeepsFetchedResults(t *testing.T) {
 	if st.Cause != store.CauseReadOnly || st.Detail == "" {
 		t.Fatalf("write health %+v: want refused with the error", st)
 	}
-	setReadOnly(t, ctx, conn, false)
+	setReadOnly(t, e.url, conn, false)
 	out := testkit.Recv(t, done, 2*time.Minute, "the pass to write its result once writes are back")
 	if out.err != nil || out.s.Collected != 1 {
 		t.Fatalf("summary %s, %v: want the item collected from its first fetch", out.s, out.err)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/duecollector/duecollector/internal/store"
@@ -79,24 +78,13 @@ func TestProbeWritableSeesReadOnly(t *testing.T) {
 	if c, d := store.ProbeWritable(ctx, pool); c != "" {
 		t.Fatalf("writable database probed as %q (%s)", c, d)
 	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var name string
-	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET default_transaction_read_only = on`); err != nil {
-		t.Fatal(err)
-	}
+	storetest.SetReadOnly(t, url, true)
 	pool.Reset() // the pool's sessions keep their settings; a failover cuts them too
 	c, d := store.ProbeWritable(ctx, pool)
 	if c != store.CauseReadOnly || d == "" {
 		t.Fatalf("read-only database probed as %q (%s)", c, d)
 	}
-	_, err = pool.Exec(ctx, `CREATE TABLE x (i int)`)
+	_, err := pool.Exec(ctx, `CREATE TABLE x (i int)`)
 	if got := store.RefusedCause(err); got != store.CauseReadOnly {
 		t.Fatalf("a write on the read-only database: %v, cause %q", err, got)
 	}
