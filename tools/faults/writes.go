@@ -79,6 +79,46 @@ func (h *harness) onceEach(ctx context.Context, r *report, d *database, items in
 	return nil
 }
 
+// startWriteDaemon starts `collector run` on dbURL with env and the lease writeLease, and
+// waits for its HTTP address and some progress.
+func (h *harness) startWriteDaemon(ctx context.Context, d *database, name, dbURL string, env ...string) (*proc, string, error) {
+	p, err := h.start(ctx, name, h.env(dbURL, append(append(daemonEnv(), env...), "COLLECTOR_COLLECT_LEASE="+writeLease.String())...), "run")
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := p.waitLog(ctx, 30*time.Second, daemonHTTPRE)
+	if err != nil {
+		return nil, "", fmt.Errorf("daemon HTTP address: %w: %s", err, p.tail())
+	}
+	if _, err := d.waitSnapshots(ctx, p, 60, time.Minute); err != nil || p.exited() {
+		return nil, "", fmt.Errorf("no progress before the fault (%v): %s", err, p.tail())
+	}
+	return p, addr, nil
+}
+
+// collectedAll waits until every one of items has a snapshot and returns how long that took.
+func collectedAll(ctx context.Context, r *report, d *database, p *proc, items int) time.Duration {
+	t0 := time.Now()
+	if err := poll(ctx, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
+		n, err := d.count(ctx, `SELECT count(DISTINCT item_id) FROM auction_snapshots`)
+		return n == items || p.exited(), err
+	}); err != nil {
+		r.check(false, "not every item collected after the database came back: %v", err)
+	}
+	return time.Since(t0)
+}
+
+// stopWriteDaemon saves the daemon's HTTP answers for the key scan, stops it with SIGTERM (it
+// must exit 0), and checks every item was fetched and stored once.
+func (h *harness) stopWriteDaemon(ctx context.Context, r *report, d *database, p *proc, items int) (exit, scraped int, err error) {
+	scraped, serr := h.scrapeDaemon(ctx, p)
+	r.check(serr == nil, "scrape daemon: %v", serr)
+	p.signal(syscall.SIGTERM)
+	exit, werr := p.wait(ctx, 30*time.Second)
+	r.check(werr == nil && exit == 0, "daemon exit %d %v after SIGTERM: %s", exit, werr, p.tail())
+	return exit, scraped, h.onceEach(ctx, r, d, items)
+}
+
 // scenarioDaemonReadOnly: the database under a running daemon turns read-only (its sessions
 // cut, as a failover does). /readyz turns 503 naming the cause within seconds while /healthz
 // stays 200, `collector status --check` fails naming it, the provider hears nothing; when
@@ -94,16 +134,9 @@ func scenarioDaemonReadOnly(ctx context.Context, h *harness, r *report) error {
 	if err != nil {
 		return err
 	}
-	p, err := h.start(ctx, "daemon-ro", h.env(d.url, append(daemonEnv(), "COLLECTOR_COLLECT_LEASE="+writeLease.String())...), "run")
+	p, addr, err := h.startWriteDaemon(ctx, d, "daemon-ro", d.url)
 	if err != nil {
 		return err
-	}
-	addr, err := p.waitLog(ctx, 30*time.Second, daemonHTTPRE)
-	if err != nil {
-		return fmt.Errorf("daemon HTTP address: %w: %s", err, p.tail())
-	}
-	if _, err := d.waitSnapshots(ctx, p, 60, time.Minute); err != nil || p.exited() {
-		return fmt.Errorf("no progress before the switch (%v): %s", err, p.tail())
 	}
 	cut, err := h.setReadOnly(ctx, d, true)
 	if err != nil {
@@ -160,21 +193,10 @@ func scenarioDaemonReadOnly(ctx context.Context, h *harness, r *report) error {
 	}
 	ready, last, err := waitReady(ctx, addr, http.StatusOK, "ready", 30*time.Second)
 	r.check(err == nil, "/readyz not ready within 30s of writes coming back: last %s", last)
-	t0 := time.Now()
-	if err := poll(ctx, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
-		n, err := d.count(ctx, `SELECT count(DISTINCT item_id) FROM auction_snapshots`)
-		return n == items || p.exited(), err
-	}); err != nil {
-		r.check(false, "not every item collected after writes came back: %v", err)
-	}
-	caughtUp := time.Since(t0)
+	caughtUp := collectedAll(ctx, r, d, p, items)
 	retried := bytes.Count(p.output(), []byte(`"msg":"write-back failed; retrying"`))
-	scraped, err := h.scrapeDaemon(ctx, p)
-	r.check(err == nil, "scrape daemon: %v", err)
-	p.signal(syscall.SIGTERM)
-	exit, err := p.wait(ctx, 30*time.Second)
-	r.check(err == nil && exit == 0, "daemon exit %d %v after SIGTERM: %s", exit, err, p.tail())
-	if err := h.onceEach(ctx, r, d, items); err != nil {
+	exit, scraped, err := h.stopWriteDaemon(ctx, r, d, p, items)
+	if err != nil {
 		return err
 	}
 	r.num("%d sessions cut; /readyz 503 %q after %s, /healthz %d", cut, want, notReady.Round(100*time.Millisecond), code)
@@ -335,17 +357,9 @@ func scenarioPGRestart(ctx context.Context, h *harness, r *report) error {
 	}
 	defer cluster.Close()
 
-	env := append(append(daemonEnv(), relayEnv(broker)...), "COLLECTOR_COLLECT_LEASE="+writeLease.String())
-	p, err := h.start(ctx, "daemon-restart", h.env(viaProxy, env...), "run")
+	p, addr, err := h.startWriteDaemon(ctx, d, "daemon-restart", viaProxy, relayEnv(broker)...)
 	if err != nil {
 		return err
-	}
-	addr, err := p.waitLog(ctx, 30*time.Second, daemonHTTPRE)
-	if err != nil {
-		return fmt.Errorf("daemon HTTP address: %w: %s", err, p.tail())
-	}
-	if _, err := d.waitSnapshots(ctx, p, 60, time.Minute); err != nil || p.exited() {
-		return fmt.Errorf("no progress before the restart (%v): %s", err, p.tail())
 	}
 
 	cut := proxy.down()
@@ -384,14 +398,7 @@ func scenarioPGRestart(ctx context.Context, h *harness, r *report) error {
 
 	ready, last, err := waitReady(ctx, addr, http.StatusOK, "ready", time.Minute)
 	r.check(err == nil, "/readyz not ready within a minute of the database coming back: last %s", last)
-	t0 := time.Now()
-	if err := poll(ctx, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
-		n, err := d.count(ctx, `SELECT count(DISTINCT item_id) FROM auction_snapshots`)
-		return n == items || p.exited(), err
-	}); err != nil {
-		r.check(false, "not every item collected after the restart: %v", err)
-	}
-	caughtUp := time.Since(t0)
+	caughtUp := collectedAll(ctx, r, d, p, items)
 	total, err := d.count(ctx, `SELECT count(*) FROM outbox`)
 	if err != nil {
 		return err
@@ -402,12 +409,8 @@ func scenarioPGRestart(ctx context.Context, h *harness, r *report) error {
 	}); err != nil {
 		r.check(false, "outbox not drained after the restart: %v", err)
 	}
-	scraped, err := h.scrapeDaemon(ctx, p)
-	r.check(err == nil, "scrape daemon: %v", err)
-	p.signal(syscall.SIGTERM)
-	exit, err := p.wait(ctx, 30*time.Second)
-	r.check(err == nil && exit == 0, "daemon exit %d %v after SIGTERM: %s", exit, err, p.tail())
-	if err := h.onceEach(ctx, r, d, items); err != nil {
+	exit, scraped, err := h.stopWriteDaemon(ctx, r, d, p, items)
+	if err != nil {
 		return err
 	}
 	consumed, err := consumeAll(ctx, broker, total)
