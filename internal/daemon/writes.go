@@ -17,13 +17,18 @@ import (
 // database.
 const writeProbeInterval = time.Second
 
-// probeWrites runs store.ProbeWritable every writeProbeInterval until ctx ends. Each probe
-// has the interval to answer: a database that does not is reported unreachable.
+// writeProbeTimeout bounds one probe: longer than the interval, so a busy pool (every
+// connection in a write-back) or a loaded machine is not mistaken for a database gone; one
+// that refuses connections answers at once anyway.
+const writeProbeTimeout = 5 * time.Second
+
+// probeWrites runs store.ProbeWritable every writeProbeInterval until ctx ends. A database
+// that does not answer within writeProbeTimeout is reported unreachable.
 func (d *Daemon) probeWrites(ctx context.Context) {
 	t := time.NewTicker(writeProbeInterval)
 	defer t.Stop()
 	for {
-		pctx, cancel := context.WithTimeout(ctx, writeProbeInterval)
+		pctx, cancel := context.WithTimeout(ctx, writeProbeTimeout)
 		cause, detail := d.probeOnce(pctx)
 		cancel()
 		if ctx.Err() != nil {
