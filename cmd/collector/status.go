@@ -27,8 +27,8 @@ func newStatusCmd(a *app) *cobra.Command {
 		Long: `Show the cluster at a glance. -o json prints the same as one JSON object with stable field
 names (docs/operations.md).
 
---check exits 1 naming the first problem — for a cron alert or a probe. It checks that
-collections keep happening, whoever makes them (daemons or collect-due from cron): the provider
+--check exits 1 naming the first problem — for a cron alert or a probe. It checks that the
+database takes writes (not read-only, not a standby), that collections keep happening, whoever makes them (daemons or collect-due from cron): the provider
 paused by a manual override, fewer live daemon instances than --min-instances (0: a cron-only
 deployment needs none; set 1 where collector run is what collects), items due with no successful
 collection for longer than --max-idle, more overdue items than --max-overdue, or an unpublished
@@ -91,6 +91,9 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 	now := st.DatabaseNow
 	ago := func(t time.Time) string { return now.Sub(t).Round(time.Second).String() + " ago" }
 
+	if st.WriteRefused != "" {
+		a.printf("DATABASE REFUSES WRITES (%s): %s\n", st.WriteRefused, st.WriteDetail)
+	}
 	eff, reason, since := st.Provider.Effective()
 	a.printf("provider %s: %s since %s (%s; %s)\n", st.Provider.Provider, eff, since.UTC().Format(time.RFC3339), ago(since), reason)
 	if st.Provider.OverrideStatus != "" {

@@ -29,6 +29,7 @@ type statusJSON struct {
 	Packing      []packingJSON  `json:"packing"`
 	History      historyJSON    `json:"history"`
 	Collections  activityJSON   `json:"collections"`
+	Database     databaseJSON   `json:"database"`
 	Check        *checkJSON     `json:"check,omitempty"`
 }
 
@@ -36,6 +37,15 @@ type statusJSON struct {
 type activityJSON struct {
 	LastCollectedAt *time.Time `json:"last_collected_at"` // the latest successful collection
 	OldestDueAt     *time.Time `json:"oldest_due_at"`     // the longest-waiting claimable item's due time
+}
+
+// databaseJSON says whether the database takes writes, as status probed it: cause is one of
+// read_only, standby, shutting_down, unreachable (a full disk shows only to a write, so in a
+// daemon's /readyz and metrics).
+type databaseJSON struct {
+	Writable bool   `json:"writable"`
+	Cause    string `json:"cause,omitempty"`
+	Detail   string `json:"detail,omitempty"`
 }
 
 // historyJSON is what the stored history takes (catalog sizes and estimates, nothing counted).
@@ -136,6 +146,7 @@ func toStatusJSON(st daemon.ClusterStatus) statusJSON {
 		Budgets:   []budgetJSON{},
 		Instances: []instanceJSON{},
 		History:   historyJSON{Bytes: st.History.Bytes(), Tables: append([]history.TableUsage{}, st.History.Tables...)},
+		Database:  databaseJSON{Writable: st.WriteRefused == "", Cause: string(st.WriteRefused), Detail: st.WriteDetail},
 	}
 	if !st.History.Since.IsZero() {
 		out.History.KeptSince = &st.History.Since
@@ -187,6 +198,10 @@ const defaultMaxIdle = 15 * time.Minute
 // problems lists what --check fails on, the most urgent first.
 func (l checkLimits) problems(st daemon.ClusterStatus) []string {
 	var out []string
+	if st.WriteRefused != "" {
+		out = append(out, fmt.Sprintf("database refuses writes (%s): %s; no collector can claim or store anything until it takes them",
+			st.WriteRefused, st.WriteDetail))
+	}
 	eff, reason, _ := st.Provider.Effective()
 	if st.Provider.OverrideStatus != "" && !eff.CanDispatch() {
 		out = append(out, fmt.Sprintf("provider %s paused by manual override: %s (%s)", st.Provider.Provider, eff, reason))

@@ -42,7 +42,7 @@ func TestStatusJSONAndCheck(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("status -o json is not JSON: %v\n%s", err, out)
 	}
-	for _, k := range []string{"database_time", "provider", "tiers", "totals", "leases_held", "claim_lag", "outbox", "relay", "budgets", "instances", "packing", "history", "collections"} {
+	for _, k := range []string{"database_time", "provider", "tiers", "totals", "leases_held", "claim_lag", "outbox", "relay", "budgets", "instances", "packing", "history", "collections", "database"} {
 		if _, ok := v[k]; !ok {
 			t.Errorf("status -o json lacks %q:\n%s", k, out)
 		}
@@ -240,5 +240,25 @@ func TestCheckIdleCountsFromWhenItemsFellDue(t *testing.T) {
 	st.Provider.Status, st.Provider.Reason = provider.Degraded, "5 of the last 10 calls failed"
 	if p := lim.problems(st); len(p) != 1 || !strings.HasSuffix(p[0], "(--max-idle 15m0s); provider neople DEGRADED: 5 of the last 10 calls failed") {
 		t.Errorf("idle behind a degraded provider: %q", p)
+	}
+}
+
+// --check names a database that refuses writes first, as the status command's own probe sees
+// it (a daemon cannot record that it cannot write), and the JSON says why.
+func TestStatusCheckNamesADatabaseThatRefusesWrites(t *testing.T) {
+	db := catalogEnv(t, true)
+	v, err := statusCheck(t, db)
+	if err != nil || !v.Database.Writable || v.Database.Cause != "" {
+		t.Fatalf("--check on a writable database: %v, database %+v", err, v.Database)
+	}
+	storetest.SetReadOnly(t, db, true)
+	v, err = statusCheck(t, db)
+	wantCheckFails(t, err, "database refuses writes (read_only): new transactions are read-only")
+	if v.Database.Writable || v.Database.Cause != "read_only" || v.Check.Problems[0] != err.Error()[len("status check failed: "):] {
+		t.Fatalf("database %+v, problems %q", v.Database, v.Check.Problems)
+	}
+	storetest.SetReadOnly(t, db, false)
+	if _, err := statusCheck(t, db); err != nil {
+		t.Fatalf("--check once writes are back: %v", err)
 	}
 }

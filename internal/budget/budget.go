@@ -74,6 +74,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // Config is one key's budget and this process's identity.
@@ -92,6 +93,8 @@ type Config struct {
 	Instance string  // unique per process (and per daemon in tests)
 	Host     string
 	PID      int
+	// WriteHealth, when set, hears every heartbeat's outcome: it is a write.
+	WriteHealth *store.WriteHealth
 }
 
 // ConfigFor is the share's configuration from daemon.budget.* and the market key's limits,
@@ -378,10 +381,12 @@ func (s *Share) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Heartbeat)
 	defer t.Stop()
 	for {
-		if err := s.beat(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		err := s.beat(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.cfg.WriteHealth.Observe(err)
+		if err != nil {
 			s.log.Warn("budget heartbeat failed; retrying", zap.String("key", s.cfg.KeyLabel), zap.Error(err))
 		} else if joined.IsZero() {
 			joined = time.Now()

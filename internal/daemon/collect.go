@@ -78,6 +78,9 @@ type collectService struct {
 	// provider status change.
 	wake    <-chan struct{}
 	changed func() <-chan struct{}
+	// writes, when set, tells whether the database takes writes: a pass that failed because it
+	// does not waits for that, not for the back-off.
+	writes *store.WriteHealth
 
 	failures int                     // consecutive failed passes; Start's goroutine only
 	refused  atomic.Pointer[refusal] // set while the provider refuses the market key
@@ -104,6 +107,9 @@ type passResult struct {
 	Err     error
 	// Refused is set when the provider refused the key: collection holds until it works.
 	Refused *provider.Error
+	// WritesRefused: the pass failed because the database refuses writes (store.RefusedCause);
+	// the loop waits until it takes them again, at most Pause.
+	WritesRefused bool
 	// Pause is a sleep nothing cuts short (a back-off, a cool-down). Otherwise Gather is how
 	// long items gather before the loop asks the database for the next wake-up (Next), a sleep
 	// a notification or a status change may cut short; without Next the provider's status
@@ -122,6 +128,14 @@ func (s *collectService) Start(ctx context.Context) {
 			return
 		case res.Refused != nil:
 			s.keyRefused(ctx, res.Refused)
+			continue
+		case res.WritesRefused && s.writes != nil:
+			// No pass can claim before writes come back; start one as soon as they do.
+			if backoff.Sleep(ctx, retryBackoff.Min) {
+				wctx, cancel := context.WithTimeout(ctx, max(res.Pause-retryBackoff.Min, 0))
+				s.writes.Wait(wctx)
+				cancel()
+			}
 			continue
 		case res.Pause > 0:
 			backoff.Sleep(ctx, res.Pause)
@@ -171,6 +185,7 @@ func (s *collectService) runOnce(ctx context.Context) passResult {
 		}
 		s.failures++
 		res.Pause = retryBackoff.Delay(s.failures)
+		res.WritesRefused = store.RefusedCause(err) != ""
 		s.log.Warn("collection pass failed; backing off", zap.Error(store.ExplainPooler(err)), zap.Int("failures", s.failures), zap.Duration("backoff_seconds", res.Pause))
 		return res
 	}

@@ -40,6 +40,7 @@ import (
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/retention"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/testkit"
 )
@@ -100,6 +101,7 @@ type Daemon struct {
 	relay   *outbox.Relay
 	ln      net.Listener
 	wake    chan struct{}
+	writes  *store.WriteHealth // whether the database takes our writes: /readyz, metrics
 
 	collect   *collectService
 	plan      *planService      // nil when catalog.recalc_interval is 0
@@ -123,7 +125,10 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{pool: pool, cfg: cfg, log: log, metrics: telemetry.NewMetrics(), loop: loop, wake: make(chan struct{}, 1)}
+	d := &Daemon{pool: pool, cfg: cfg, log: log, metrics: telemetry.NewMetrics(), loop: loop, wake: make(chan struct{}, 1),
+		writes: store.NewWriteHealth()}
+	d.writes.OnChange = d.writesChanged
+	d.writesChanged(d.writes.State())
 	d.metrics.CostRatio.Set(loop.CostRatio())
 	d.metrics.RegisterPool(pool)
 	d.metrics.SetBuildInfo(orUnknown(cfg.Version), orUnknown(cfg.Commit))
@@ -132,7 +137,9 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 
 	var rate health.RateSetter = client
 	if cfg.Daemon.Budget.Enabled {
-		s, err := budget.New(pool, budget.ConfigFor(cfg.Daemon.Budget, cfg.Market, cfg.KeyLabel, cfg.Dispatch.Owner), log)
+		bc := budget.ConfigFor(cfg.Daemon.Budget, cfg.Market, cfg.KeyLabel, cfg.Dispatch.Owner)
+		bc.WriteHealth = d.writes
+		s, err := budget.New(pool, bc, log)
 		if err != nil {
 			return nil, err
 		}
@@ -163,6 +170,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc.Gather = dc.Ahead > 0
 	dc.ClaimLimit = func() int { return loop.ClaimLimit(d.perSecond()) }
 	dc.Observer = &observer{m: d.metrics, h: d.health}
+	dc.WriteHealth = d.writes
 	disp, err := dispatcher.New(pool, f, dc, log)
 	if err != nil {
 		return nil, err
@@ -171,7 +179,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		MaxSleep: cfg.Daemon.MaxSleep, PausedSleep: min(cfg.Daemon.MaxSleep, cfg.Daemon.Health.CheckInterval), Ahead: d.ahead(),
 		Cooldown: cfg.Daemon.Budget.Cooldown, KeyRecheck: cfg.Daemon.KeyRecheck, KeyLabel: cfg.KeyLabel, Passed: &d.cfg.signals.passed,
 	}, &collectService{pool: pool, disp: disp, client: client, share: d.share, loop: loop, calls: calls, metrics: d.metrics, log: log,
-		wake: d.wake, changed: d.health.Changed})
+		wake: d.wake, changed: d.health.Changed, writes: d.writes})
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +291,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		spawn("budget", d.share.Run)
 	}
 	spawn("health", d.health.Run)
+	start(d.probeWrites)
 	start(d.gauges.Start)
 	if d.cfg.Daemon.Notify {
 		start(func(ctx context.Context) {

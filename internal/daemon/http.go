@@ -11,7 +11,9 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 )
 
-// handler serves /metrics, /healthz (the process is up) and /readyz (it can do its work).
+// handler serves /metrics, /healthz (the process is up) and /readyz (it can do its work). A
+// database that refuses writes makes the daemon not ready but leaves it live: a restart would
+// not help, and it resumes by itself when writes come back.
 func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", d.metrics.Handler())
@@ -23,6 +25,11 @@ func (d *Daemon) handler() http.Handler {
 		defer cancel()
 		if err := d.pool.Ping(ctx); err != nil {
 			http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if s := d.writes.State(); !s.Writable {
+			http.Error(w, fmt.Sprintf("database refuses writes (%s) since %s: %s", s.Cause, s.Since.UTC().Format(time.RFC3339), s.Detail),
+				http.StatusServiceUnavailable)
 			return
 		}
 		if err := store.CheckCurrent(ctx, d.pool); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // ClusterStatus is what `collector status` prints: the whole cluster as the database sees it.
@@ -38,6 +39,11 @@ type ClusterStatus struct {
 	DatabaseNow    time.Time
 	// Activity is whether collections keep happening, whoever makes them (daemons or cron).
 	Activity dispatcher.Activity
+	// WriteRefused is why the database would refuse a write now ("" when it would take it), as
+	// store.ProbeWritable reads it on a fresh connection, and WriteDetail the words to show: a
+	// daemon cannot record that it cannot write, so status asks the database itself.
+	WriteRefused store.WriteCause
+	WriteDetail  string
 }
 
 // TierStatus counts one tier's items.
@@ -59,6 +65,7 @@ const liveFor = 10 * time.Second
 func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (ClusterStatus, error) {
 	var st ClusterStatus
 	var err error
+	st.WriteRefused, st.WriteDetail = store.ProbeWritable(ctx, pool)
 	if st.Provider, err = provider.ReadStatus(ctx, pool, providerName); err != nil {
 		return st, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
@@ -110,6 +111,9 @@ type Config struct {
 	// Partitions is how the write path creates a history partition its rows found missing
 	// (history.partition_interval, history.partition_ahead).
 	Partitions partition.Config
+	// WriteHealth, when set, hears the outcome of every claim and write-back: whether the
+	// database takes writes (store.RefusedCause), for /readyz and the metrics.
+	WriteHealth *store.WriteHealth
 	// Observer, when set, hears about claims, provider calls, shadow checks and write-backs
 	// (metrics, health).
 	Observer Observer
@@ -232,6 +236,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			n = min(n, max(1, d.cfg.ClaimLimit()))
 		}
 		c, err := claimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers, d.cfg.Ahead)
+		d.cfg.WriteHealth.Observe(err)
 		return c, len(c) < n, err
 	})
 }
@@ -304,8 +309,11 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		claims, drained, err := claim(ctx)
 		tm.add(&tm.claim, time.Since(t0))
 		if err != nil {
-			w.finish()
-			return sum, err
+			// What was fetched before is still written (the writer retries a database that
+			// refuses writes while the leases hold): count it.
+			ws := w.finish()
+			sum.Collected, sum.Failed, sum.Fenced = ws.collected, ws.failed, ws.fenced
+			return sum, errors.Join(err, ws.err)
 		}
 		if len(claims) == 0 {
 			sum.Stop = StopNothingDue

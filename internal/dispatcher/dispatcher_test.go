@@ -38,13 +38,14 @@ type env struct {
 	srv    *httptest.Server
 	client *provider.Client
 	items  []provider.Item
+	url    string // the test database's
 }
 
 // setup gives a fresh database with n tracked items (all due now) and a simulator behind HTTP.
 // wrap, when set, sits in front of the simulator to inject item-specific answers.
 func setup(t *testing.T, n int, tier tiers.Tier, wrap func(next http.Handler) http.Handler) *env {
 	t.Helper()
-	pool, _ := storetest.NewPool(t)
+	pool, url := storetest.NewPool(t)
 	sim := neoplesim.New(neoplesim.Options{Items: n, Seed: 7, ItemKey: itemKey, MarketKey: marketKey})
 	var h http.Handler = sim
 	if wrap != nil {
@@ -60,7 +61,7 @@ func setup(t *testing.T, n int, tier tiers.Tier, wrap func(next http.Handler) ht
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{pool: pool, sim: sim, srv: srv, client: client, items: sim.Catalog()}
+	e := &env{pool: pool, sim: sim, srv: srv, client: client, items: sim.Catalog(), url: url}
 	if len(e.items) < n {
 		t.Fatalf("simulator has %d items, want %d", len(e.items), n)
 	}

@@ -69,7 +69,10 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 		go func() {
 			defer wg.Done()
 			for group := range jobs {
-				if ctx.Err() != nil || fctx.Err() != nil {
+				// While the database refuses writes, a result could not be stored: ask the
+				// provider nothing until it takes them again (the leases are renewed meanwhile
+				// when it can).
+				if ctx.Err() != nil || fctx.Err() != nil || !d.cfg.WriteHealth.Wait(ctx) {
 					mu.Lock()
 					unprocessed = append(unprocessed, group...)
 					mu.Unlock()

@@ -22,7 +22,10 @@ import (
 // writer persists results as they arrive, grouping whatever is waiting (up to FlushSize) into
 // one transaction: one item at a time when the provider is slow, large groups when it is fast.
 type writer struct {
-	d       *Dispatcher
+	d *Dispatcher
+	// pass is the pass's context: once it ends (shutdown), a write the database refuses is no
+	// longer retried until the leases expire, only writeAttempts times.
+	pass    context.Context
 	results chan result
 	done    chan struct{}
 	stats   writerStats
@@ -34,7 +37,7 @@ type writerStats struct {
 }
 
 func (d *Dispatcher) startWriter(ctx context.Context, tm *timings) *writer {
-	w := &writer{d: d, results: make(chan result, 2*d.cfg.FlushSize), done: make(chan struct{})}
+	w := &writer{d: d, pass: ctx, results: make(chan result, 2*d.cfg.FlushSize), done: make(chan struct{})}
 	// Results already fetched are written even when ctx is cancelled (shutdown): the work is
 	// done and the leases are ours.
 	wctx := context.WithoutCancel(ctx)
@@ -133,7 +136,7 @@ func (w *writer) store(ctx context.Context, buf []result) (fenced, unwritten []s
 	switch {
 	case err == nil:
 		return ws.fenced, nil, ws.stored, nil
-	case store.Transient(err), store.PoolerMismatch(err): // not the data: splitting cannot help
+	case store.Transient(err), store.RefusedCause(err) != "", store.PoolerMismatch(err): // not the data: splitting cannot help
 		return nil, itemIDs(buf), nil, err
 	case len(buf) > 1:
 		h := len(buf) / 2
@@ -150,7 +153,8 @@ func (w *writer) store(ctx context.Context, buf []result) (fenced, unwritten []s
 	return w.store(ctx, buf)
 }
 
-// writeAttempts bounds the retries of one transiently failing write-back.
+// writeAttempts bounds the retries of one transiently failing write-back, and of one the
+// database refuses once the pass is shutting down.
 const writeAttempts = 8
 
 // writeBackoff spaces write-back retries after transient database errors.
@@ -159,11 +163,20 @@ var writeBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Sec
 // writeRetrying runs writeBack, retrying a transient failure (connection lost, serialization
 // failure, deadlock) with back-off. Before each retry it renews the group's leases, so the
 // results still apply; once none of them is ours any more it stops, as nothing could apply.
+//
+// A database that refuses writes (read-only after a failover, a standby, a full disk, a
+// restart: store.RefusedCause) is retried for as long as the group's leases hold, not just
+// writeAttempts times: the results were paid for with provider calls, and the database
+// usually comes back within a lease. Past the leases it stops, and the items are collected
+// again by whoever claims them next; a later write would be refused by the token fence anyway
+// once that happened.
 func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, error) {
+	held := w.leaseEnd(buf)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		ws, err := writeBack(actx, w.d.pool, w.d.cfg.History, buf)
 		cancel()
+		w.d.cfg.WriteHealth.Observe(err)
 		if partition.IsMissing(err) && attempt < writeAttempts {
 			// Partition upkeep stopped across a boundary: create what the rows need and write again.
 			if perr := w.d.partitions.EnsureCovering(ctx, collectedTimes(buf)); perr != nil {
@@ -173,22 +186,47 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 				zap.Int("items", len(buf)))
 			continue
 		}
-		if err == nil || !store.Transient(err) || attempt == writeAttempts {
+		if err == nil {
+			return ws, nil
+		}
+		refused := store.RefusedCause(err)
+		if !store.Transient(err) && refused == "" {
 			return ws, err
 		}
 		wait := writeBackoff.Delay(attempt)
+		untilLeases := refused != "" && w.pass.Err() == nil
+		if attempt >= writeAttempts && (!untilLeases || w.d.clock.now().Add(wait).After(held)) {
+			return ws, err
+		}
 		w.d.log.Warn("write-back failed; retrying", zap.Int("items", len(buf)), zap.Int("attempt", attempt),
-			zap.Duration("backoff_seconds", wait), zap.Error(err))
+			zap.String("cause", string(refused)), zap.Duration("backoff_seconds", wait),
+			zap.Duration("leases_left_seconds", held.Sub(w.d.clock.now()).Round(time.Second)), zap.Error(err))
 		if !backoff.Sleep(ctx, wait) {
 			return ws, err
 		}
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-		held, rerr := renewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
+		n, rerr := renewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
 		rcancel()
-		if rerr == nil && held == 0 {
+		w.d.cfg.WriteHealth.Observe(rerr)
+		switch {
+		case rerr == nil && n == 0:
 			return ws, fmt.Errorf("%w (and every lease of the group has passed to another worker)", err)
+		case rerr == nil:
+			held = w.d.clock.now().Add(w.d.cfg.Lease)
 		}
 	}
+}
+
+// leaseEnd is when the first lease of buf expires, on the database's clock: each claim's
+// database time plus the lease.
+func (w *writer) leaseEnd(buf []result) time.Time {
+	var end time.Time
+	for _, r := range buf {
+		if e := r.claim.DBNow.Add(w.d.cfg.Lease); end.IsZero() || e.Before(end) {
+			end = e
+		}
+	}
+	return end
 }
 
 // release hands back the leases of the items named in ids.

@@ -25,10 +25,18 @@
 //	8c the daemon with a refused key for 30 s → a handful of requests, /readyz says why, one
 //	   error line, SIGTERM exits 0
 //	8d write-back connections terminated mid-transaction → retried: one run stores every item
+//	9  the database turns read-only under `collector run` (sessions cut, as in a failover) for
+//	   10 s → /readyz 503 naming read_only within seconds, /healthz 200, status --check exits 1
+//	   naming it, no provider request; ready again by itself, every item fetched once and
+//	   stored once
+//	9b PostgreSQL gone for 10 s under `collector run` with its relay (a proxy cuts every
+//	   connection and refuses new ones: a full restart, without restarting the shared cluster)
+//	   → not ready, live, no provider request; recovers unaided, every item fetched and stored
+//	   once, no lease left, every outbox event published, per item in order
 //	7  a sentinel in both API keys for the whole run, plus runs with the key in the query
 //	   string failing every way → not in any output, /_sim/stats, daemon HTTP or DB row
 //
-// 4b, 6b and 8c are skipped when the binary has no `run` command. Every scenario prints PASS or
+// 4b, 6b, 8c, 9 and 9b are skipped when the binary has no `run` command. Every scenario prints PASS or
 // FAIL with the numbers it checked; the exit code is non-zero if any failed. Databases,
 // processes and the broker are cleaned up on every exit path (logs are kept on failure).
 package main
@@ -103,6 +111,8 @@ var scenarios = []scenario{
 	{"8b", "absurd Retry-After", scenarioRetryAfter},
 	{"8c", "daemon: refused key for 30 s", scenarioRefusedKey},
 	{"8d", "write-back conns killed", scenarioWriteBackKilled},
+	{"9", "daemon: database read-only", scenarioDaemonReadOnly},
+	{"9b", "daemon+relay: postgres restart", scenarioPGRestart},
 	{"7", "sentinel API key never leaks", scenarioSentinel},
 }
 

@@ -224,3 +224,31 @@ func NewPool(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Cleanup(pool.Close)
 	return pool, u
 }
+
+// SetReadOnly makes the test database at url refuse writes in new sessions
+// (default_transaction_read_only), or take them again, as a failover to a read-only node and
+// back does. Sessions already open keep their setting: the test cuts them where it must.
+func SetReadOnly(tb testing.TB, url string, on bool) {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		tb.Fatalf("storetest: %v", err)
+	}
+	defer conn.Close(ctx)
+	var name string
+	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		tb.Fatalf("storetest: %v", err)
+	}
+	q := `ALTER DATABASE ` + pgx.Identifier{name}.Sanitize() + ` RESET default_transaction_read_only`
+	if on {
+		q = `ALTER DATABASE ` + pgx.Identifier{name}.Sanitize() + ` SET default_transaction_read_only = on`
+	}
+	// This session is read-only too once the database is: it may still write.
+	if _, err := conn.Exec(ctx, `SET default_transaction_read_only = off`); err != nil {
+		tb.Fatalf("storetest: %v", err)
+	}
+	if _, err := conn.Exec(ctx, q); err != nil {
+		tb.Fatalf("storetest: %s: %v", q, err)
+	}
+}

@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/store"
+)
+
+// writeProbeInterval is how often the daemon asks the database whether it would take a write.
+// /readyz answers from what the last probe and the last write said, so it turns within about
+// this long of a failover or a switch to read-only, without a query per readiness request
+// (however many probes, scrapers and operators ask); one cheap read a second is nothing to the
+// database.
+const writeProbeInterval = time.Second
+
+// writeProbeTimeout bounds one probe: longer than the interval, so a busy pool (every
+// connection in a write-back) or a loaded machine is not mistaken for a database gone; one
+// that refuses connections answers at once anyway.
+const writeProbeTimeout = 5 * time.Second
+
+// probeWrites runs store.ProbeWritable every writeProbeInterval until ctx ends. A database
+// that does not answer within writeProbeTimeout is reported unreachable.
+func (d *Daemon) probeWrites(ctx context.Context) {
+	t := time.NewTicker(writeProbeInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, writeProbeTimeout)
+		cause, detail := d.probeOnce(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		d.writes.ObserveProbe(cause, detail)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probeOnce probes on a pooled connection while the database takes writes. While it is
+// read-only or a standby it probes on a connection of its own instead: a pooled session keeps
+// the read-only setting it was opened with after the database takes writes again. Once the
+// fresh session can write, the pool drops its sessions (pgxpool's Reset, meant for a server
+// state change), so every one reconnects into the writable state and collection resumes by
+// itself.
+func (d *Daemon) probeOnce(ctx context.Context) (store.WriteCause, string) {
+	if c := d.writes.State().Cause; c != store.CauseReadOnly && c != store.CauseStandby {
+		return store.ProbeWritable(ctx, d.pool)
+	}
+	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return store.ProbeWritable(ctx, d.pool) // the pool's connection error names it best
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	cause, detail := store.ProbeWritable(ctx, conn)
+	if cause == "" {
+		d.pool.Reset()
+	}
+	return cause, detail
+}
+
+// writesChanged exports a change of the database's write state and logs it once.
+func (d *Daemon) writesChanged(s store.WriteState) {
+	if s.Writable {
+		d.metrics.DatabaseWritable.Set(1)
+	} else {
+		d.metrics.DatabaseWritable.Set(0)
+	}
+	for _, c := range store.WriteCauses {
+		v := 0.0
+		if c == s.Cause {
+			v = 1
+		}
+		d.metrics.WriteRefused.WithLabelValues(string(c)).Set(v)
+	}
+	switch {
+	case s.Since.IsZero(): // the initial state, not a change
+	case s.Writable:
+		d.log.Info("the database takes writes again; collection resumes")
+	default:
+		d.log.Error("the database refuses writes: no item is claimed, so no provider request is sent, until it takes them again; "+
+			"results already fetched are written if it does within their lease",
+			zap.String("cause", string(s.Cause)), zap.String("detail", s.Detail))
+	}
+}

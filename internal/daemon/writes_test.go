@@ -1,0 +1,81 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// switchReadOnly sets the test database's sessions read-only (or back). Switching on cuts the
+// daemon's connections, so it reconnects into the new setting, as a failover cuts them;
+// switching back leaves them: the daemon's sessions keep their read-only setting, and the
+// daemon must see by itself that new ones may write.
+func switchReadOnly(t *testing.T, e *env, on bool) {
+	t.Helper()
+	storetest.SetReadOnly(t, e.url, on)
+	if !on {
+		return
+	}
+	if _, err := e.pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1`, daemonApp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A database that refuses writes makes the daemon not ready, naming the cause, while it stays
+// live; the metrics say so too, and both turn back by themselves when writes return.
+func TestReadOnlyDatabaseMakesTheDaemonNotReady(t *testing.T) {
+	e := newEnv(t, 20, neoplesim.Options{})
+	e.ownPools = true
+	e.track(t, 0, 20, tiers.Cold, -time.Second)
+	cfg := testConfig()
+	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
+	cfg.Daemon.MaxSleep = 500 * time.Millisecond // items made due at the end are seen soon
+	r := e.start(t, cfg, nil)
+	testkit.Eventually(t, 30*time.Second, "every item collected", func() bool { return collected(t, e.pool) == 20 })
+	if code, body := readyz(t, r); code != http.StatusOK {
+		t.Fatalf("/readyz before: %d %s", code, body)
+	}
+
+	switchReadOnly(t, e, true)
+	testkit.Eventually(t, 20*time.Second, "/readyz to report the read-only database", func() bool {
+		code, body := readyz(t, r)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "database refuses writes (read_only)")
+	})
+	resp, err := http.Get("http://" + r.d.Addr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz while read-only: %d, want 200 (a restart would not help)", resp.StatusCode)
+	}
+	m := r.d.Metrics()
+	if w, ro := testutil.ToFloat64(m.DatabaseWritable), testutil.ToFloat64(m.WriteRefused.WithLabelValues(string(store.CauseReadOnly))); w != 0 || ro != 1 {
+		t.Fatalf("collector_database_writable %v, write_refused{read_only} %v: want 0 and 1", w, ro)
+	}
+
+	switchReadOnly(t, e, false)
+	testkit.Eventually(t, 30*time.Second, "/readyz ready again", func() bool {
+		code, _ := readyz(t, r)
+		return code == http.StatusOK
+	})
+	if w := testutil.ToFloat64(m.DatabaseWritable); w != 1 {
+		t.Fatalf("collector_database_writable %v after writes came back, want 1", w)
+	}
+	// Collection resumes on the same connections' pool: items made due are collected.
+	if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 second', last_collected_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "the items made due collected after writes came back", func() bool { return collected(t, e.pool) == 20 })
+}

@@ -1,0 +1,208 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// WriteCause names why the database does not take writes. The set is fixed and small: it is a
+// metric label and part of `collector status -o json`.
+type WriteCause string
+
+const (
+	// CauseReadOnly: transactions are read-only (default_transaction_read_only, SQLSTATE 25006
+	// read_only_sql_transaction), as after a failover left the address on a read-only node.
+	CauseReadOnly WriteCause = "read_only"
+	// CauseStandby: the server is a hot standby (pg_is_in_recovery()): it never takes writes
+	// until promoted.
+	CauseStandby WriteCause = "standby"
+	// CauseDiskFull: SQLSTATE 53100 disk_full.
+	CauseDiskFull WriteCause = "disk_full"
+	// CauseResources: another insufficient_resources error (class 53: out of memory, too many
+	// connections, a configuration limit).
+	CauseResources WriteCause = "insufficient_resources"
+	// CauseShutdown: the server is shutting down, crashed or is starting up (57P01 admin_shutdown,
+	// 57P02 crash_shutdown, 57P03 cannot_connect_now).
+	CauseShutdown WriteCause = "shutting_down"
+	// CauseUnreachable: no answer at all (connection refused, reset or timed out; class 08).
+	CauseUnreachable WriteCause = "unreachable"
+)
+
+// WriteCauses lists every cause, for metric labels.
+var WriteCauses = []WriteCause{CauseReadOnly, CauseStandby, CauseDiskFull, CauseResources, CauseShutdown, CauseUnreachable}
+
+// RefusedCause tells whether err means the database cannot take writes now, and why; "" for
+// nil, a cancelled context, and anything caused by the statement or its data (retrying those
+// fails the same way, whatever the database's state). Every cause is the server's state, not
+// the write's: the same write succeeds once the state passes. The first three refuse writes
+// on a server that still answers; the last two mean it does not answer usefully at all.
+func RefusedCause(err error) WriteCause {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return ""
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return CauseUnreachable // no answer from the server, as Transient reads it
+	}
+	switch c := pgErr.Code; {
+	case c == "25006":
+		return CauseReadOnly
+	case c == "53100":
+		return CauseDiskFull
+	case strings.HasPrefix(c, "53"):
+		return CauseResources
+	case c == "57P01", c == "57P02", c == "57P03":
+		return CauseShutdown
+	case strings.HasPrefix(c, "08"):
+		return CauseUnreachable
+	}
+	return ""
+}
+
+// WriteState is whether the database takes writes, as this process last saw it.
+type WriteState struct {
+	Writable bool
+	Cause    WriteCause // "" when Writable
+	Detail   string     // the error or probe answer that set Cause
+	Since    time.Time  // when the current state began (zero: writable since start)
+}
+
+// WriteHealth tracks whether the database takes this process's writes: every write path
+// reports its outcome (Observe), and the last refusal stands until a write succeeds. A probe
+// (ProbeWritable) adds what a read can tell before any write fails. Safe for concurrent use.
+type WriteHealth struct {
+	mu      sync.Mutex
+	state   WriteState
+	changed chan struct{} // closed and replaced on every change
+	// OnChange, when set before use, hears every change of state (metrics, logs).
+	OnChange func(WriteState)
+}
+
+// NewWriteHealth starts writable.
+func NewWriteHealth() *WriteHealth {
+	return &WriteHealth{state: WriteState{Writable: true}, changed: make(chan struct{})}
+}
+
+// Wait returns true at once while the database takes writes, else when it takes them again;
+// false when ctx ends first. A nil WriteHealth never waits.
+func (h *WriteHealth) Wait(ctx context.Context) bool {
+	if h == nil {
+		return true
+	}
+	for {
+		h.mu.Lock()
+		ok, ch := h.state.Writable, h.changed
+		h.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ch:
+		}
+	}
+}
+
+// Observe records a write's outcome: nil marks the database writable; an error RefusedCause
+// names marks it refused; any other error (the write's own data) tells nothing and is ignored.
+func (h *WriteHealth) Observe(err error) {
+	if h == nil {
+		return
+	}
+	if err == nil {
+		h.set(WriteState{Writable: true})
+		return
+	}
+	if c := RefusedCause(err); c != "" {
+		h.set(WriteState{Cause: c, Detail: err.Error()})
+	}
+}
+
+// ObserveProbe records ProbeWritable's answer: a refusal it sees is set; a clean answer clears
+// what a probe can see (read-only, standby, a server shutting down or unreachable), whoever
+// reported it. A full disk or another lack of resources shows only on a real write, so it
+// stands until a write succeeds.
+func (h *WriteHealth) ObserveProbe(cause WriteCause, detail string) {
+	if h == nil {
+		return
+	}
+	if cause != "" {
+		h.set(WriteState{Cause: cause, Detail: detail})
+		return
+	}
+	h.mu.Lock()
+	seen := h.state.Cause
+	h.mu.Unlock()
+	if seen != "" && seen != CauseDiskFull && seen != CauseResources {
+		h.set(WriteState{Writable: true})
+	}
+}
+
+func (h *WriteHealth) set(s WriteState) {
+	h.mu.Lock()
+	prev := h.state
+	if prev.Writable == s.Writable && prev.Cause == s.Cause {
+		h.state.Detail = s.Detail // same state, fresher words
+		h.mu.Unlock()
+		return
+	}
+	s.Since = time.Now()
+	h.state = s
+	if h.changed != nil {
+		close(h.changed)
+	}
+	h.changed = make(chan struct{})
+	h.mu.Unlock()
+	if h.OnChange != nil {
+		h.OnChange(s)
+	}
+}
+
+// State is the current state.
+func (h *WriteHealth) State() WriteState {
+	if h == nil {
+		return WriteState{Writable: true}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state
+}
+
+// RowQuerier is a pool or a single connection.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ProbeWritable asks the database, without writing anything, whether it would take a write:
+// a fresh transaction's transaction_read_only (on for default_transaction_read_only and on a
+// standby) and pg_is_in_recovery() (a standby). It returns "" when it would, or the cause and
+// the words to show. A disk that is full only shows on a real write, which a probe does not
+// make: WriteHealth keeps that from the write paths. The pool's connections keep the session
+// settings they were opened with, so a database switched to read-only under open connections
+// shows here once they reconnect, as after a failover, where they are all cut.
+func ProbeWritable(ctx context.Context, db RowQuerier) (WriteCause, string) {
+	var readOnly string
+	var recovery bool
+	err := db.QueryRow(ctx, `SELECT current_setting('transaction_read_only'), pg_is_in_recovery()`,
+		pgx.QueryExecModeSimpleProtocol).Scan(&readOnly, &recovery)
+	switch {
+	case err != nil:
+		if c := RefusedCause(err); c != "" {
+			return c, fmt.Sprintf("probe: %v", err)
+		}
+		return CauseUnreachable, fmt.Sprintf("probe: %v", err)
+	case recovery:
+		return CauseStandby, "the server is a standby in recovery (pg_is_in_recovery() is true): it takes no writes until promoted"
+	case readOnly == "on":
+		return CauseReadOnly, "new transactions are read-only (transaction_read_only is on: default_transaction_read_only is set for this database, role or server)"
+	}
+	return "", ""
+}
