@@ -105,6 +105,14 @@ func (s *Share) cut(ctx context.Context, reason string) {
 	s.log.Warn(msg, zap.String("key", s.cfg.KeyLabel), zap.Float64("from", from), zap.Float64("to", rate))
 }
 
+// Probe is what one adaptive heartbeat read: the key's cluster rate, whether it is still a
+// slow start's ramp, and whether this process had used its share since the heartbeat before.
+type Probe struct {
+	Rate      float64
+	SlowStart bool
+	Busy      bool
+}
+
 // startRate is where a slow start begins: SlowStartShare of the ceiling, at least MinRate.
 func (s *Share) startRate() float64 {
 	return min(s.total(), max(s.cfg.MinRate, s.cfg.SlowStartShare*s.total()))
@@ -136,7 +144,7 @@ func (s *Share) probe(ctx context.Context, held, busy bool) (float64, bool, erro
 		aiStep = `(NOT b.slow_start AND $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond')`
 	)
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO budget_rates AS b (key_label, rate, slow_start) VALUES ($1, least($2::float8, $7::float8), $6::bool AND $7::float8 < $2::float8)
+		INSERT INTO budget_rates AS b (key_label, rate, slow_start) VALUES ($1, CASE WHEN $6::bool THEN least($2::float8, $7::float8) ELSE $2::float8 END, $6::bool AND $7::float8 < $2::float8)
 		ON CONFLICT (key_label) DO UPDATE
 		SET rate = CASE WHEN b.slow_start AND NOT $6::bool THEN $2::float8
 		                WHEN `+ssStep+` THEN least($2::float8, `+grown+`)

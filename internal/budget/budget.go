@@ -54,6 +54,15 @@
 // interval and a process had to wait for budget, a heartbeat raises the rate by Increase × the
 // rate the last cut started from per second (a fixed step per cycle), up to the ceiling. Every process
 // reads the rate on its heartbeat, so all converge on the provider's real limit.
+//
+// Slow start (SlowStart, as TCP's): with nothing learned for the key (no budget_rates row, or
+// one still marked slow_start) the cluster does not start at the ceiling, which against a
+// provider allowing a tenth of it gets a third of the first answers refused, but at
+// SlowStartShare of it. Each heartbeat of a process that used at least half its share doubles
+// the rate per second elapsed since the last step (once across the cluster, so instances
+// starting together ramp once); a rate nobody fills is not raised. The first rate-limit answer
+// ends the slow start with a cut to SlowStartCut × the rate, and AIMD takes over; reaching the
+// ceiling ends it too. Planning treats a slow start's rate as nothing learned (LearnedShare 1).
 package budget
 
 import (
@@ -74,6 +83,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // Config is one key's budget and this process's identity.
@@ -93,9 +103,11 @@ type Config struct {
 	// SlowStartShare of the ceiling and double while used, until the first rate-limit answer.
 	SlowStart      bool
 	SlowStartShare float64 // daemon.budget.slow_start_share, in (0, 1]
-	Instance       string  // unique per process (and per daemon in tests)
-	Host           string
-	PID            int
+	// Probed, when initialised (tests), hears the rate each adaptive heartbeat read.
+	Probed   *testkit.Signal[Probe]
+	Instance string // unique per process (and per daemon in tests)
+	Host     string
+	PID      int
 }
 
 // ConfigFor is the share's configuration from daemon.budget.* and the market key's limits,
@@ -474,13 +486,18 @@ func (s *Share) beat(ctx context.Context) error {
 	used, now := s.used.Load(), time.Now()
 	busy := !s.beatAt.IsZero() && float64(used-s.beatUsed) >= busyShare*s.perSec*now.Sub(s.beatAt).Seconds()
 	s.beatUsed, s.beatAt = used, now
+	cuts := s.cuts
 	s.mu.Unlock()
 	rate, slow, err := s.probe(ctx, held, busy)
 	s.mu.Lock()
 	if err != nil {
 		return err
 	}
+	if s.cuts != cuts {
+		return nil // a cut made while the probe ran is newer than what it read
+	}
 	s.learned, s.slowStart = rate, slow
 	s.apply()
+	s.cfg.Probed.Signal(Probe{Rate: rate, SlowStart: slow, Busy: busy})
 	return nil
 }
