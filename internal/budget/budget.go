@@ -126,10 +126,11 @@ const (
 	DefaultDecrease = 0.7
 	DefaultIncrease = 0.01
 	DefaultMinRate  = 0.5
-	// SlowStartCut is the first cut, ending a slow start: the answer comes one doubling after
-	// the last rate served in full (R/2), and a provider whose bucket holds a second's worth
-	// absorbs one more doubling before refusing, so its limit lies between R/4 and R/2.
-	SlowStartCut = 0.3
+	// SlowStartCut is the first cut, ending a slow start at rate R: the rate before the last
+	// doubling, R/2, was served in full for a second, which even a provider whose bucket holds
+	// a second's worth (a second's refill plus the bucket) does only if it allows R/4. Cutting
+	// to that floor ends the refusals at once; AIMD's steps (1 % of R a second) climb back.
+	SlowStartCut = 0.25
 )
 
 // KeyLabel names a key in the database and in metrics without revealing it.
