@@ -14,7 +14,8 @@ import (
 // the configured one: one `collector run` with the default budget (500/s, 30,000/min) against
 // `collector sim --rate N`, for N = 5, 50 and 400. Once the daemon has learned the limit (its
 // rate came down to N) and settled, it reports the share of N the provider served and the share
-// of answers refused over a minute, and how long learning took.
+// of answers refused over a minute, and how long learning took. Then the first minute of a
+// cold start (nothing learned, so the slow start's ramp) against the same providers.
 func benchAdaptive(ctx context.Context, e *env, sz sizes, rep *report) error {
 	warmup, window := 10*time.Second, time.Minute
 	if sz.daemonWindow == 0 {
