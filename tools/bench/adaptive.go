@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // benchAdaptive measures the adaptive budget against providers whose real limit is far below
@@ -49,22 +50,11 @@ func benchAdaptive(ctx context.Context, e *env, sz sizes, rep *report) error {
 // window from the daemon's start, the answers the provider refused and the requests it served
 // (targets: ≤ 2 % refused, ≥ 80 % of N × window served).
 func adaptiveFirstMinute(ctx context.Context, e *env, bin string, limit int, window time.Duration, rep *report) error {
-	const db = "bench_adaptive_cold"
-	u, err := e.freshDB(ctx, db, false)
+	u, sim, ids, pool, cleanup, err := adaptiveProvider(ctx, e, bin, "bench_adaptive_cold", limit)
 	if err != nil {
 		return err
 	}
-	defer e.dropDB(ctx, db)
-	sim, ids, err := hotCatalog(ctx, bin, u, max(300, 60*limit), "--rate", fmt.Sprint(limit))
-	if err != nil {
-		return err
-	}
-	defer sim.stop()
-	pool, err := openPool(ctx, u, 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer cleanup()
 	t0 := time.Now()
 	p, err := startDaemon(ctx, bin, u, sim.base, 500)
 	if err != nil {
@@ -118,23 +108,11 @@ func adaptiveFirstMinute(ctx context.Context, e *env, bin string, limit int, win
 }
 
 func adaptiveRun(ctx context.Context, e *env, bin string, limit int, warmup, window time.Duration, rep *report) error {
-	const db = "bench_adaptive"
-	u, err := e.freshDB(ctx, db, false)
+	u, sim, ids, pool, cleanup, err := adaptiveProvider(ctx, e, bin, "bench_adaptive", limit)
 	if err != nil {
 		return err
 	}
-	defer e.dropDB(ctx, db)
-	// HOT items need 2 requests a minute each: 60 × limit of them ask for twice the limit.
-	sim, ids, err := hotCatalog(ctx, bin, u, max(300, 60*limit), "--rate", fmt.Sprint(limit))
-	if err != nil {
-		return err
-	}
-	defer sim.stop()
-	pool, err := openPool(ctx, u, 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer cleanup()
 	p, err := startDaemon(ctx, bin, u, sim.base, 500)
 	if err != nil {
 		return err
@@ -193,4 +171,23 @@ func adaptiveRun(ctx context.Context, e *env, bin string, limit int, warmup, win
 		fmt.Sprintf("one `collector run` of the built binary with the default budget (daemon.budget.adaptive on, 500/s, 30,000/min, 3%% headroom, concurrency 16), `collector sim --rate %d` as a separate process (token bucket, burst one second), %s HOT_1M items all due (twice the limit's worth of work); converged = from the daemon's start (nothing learned: daemon.budget.slow_start's ramp from 4.85/s) until the slow start had ended and the learned rate (budget_rates) first came down to the limit; then %s to settle, and the simulator's served and refused (API002) counts for the key over %s; learned = budget_rates at the end",
 			limit, count(len(ids)), warmup, window))
 	return nil
+}
+
+// adaptiveProvider is a fresh database db (URL u) tracking HOT items all due, a simulator
+// process allowing limit requests a second, and a pool on the database; cleanup undoes them.
+// HOT items need 2 requests a minute each: 60 × limit of them ask for twice the limit.
+func adaptiveProvider(ctx context.Context, e *env, bin, db string, limit int) (u string, sim *simProcess, ids []string, pool *pgxpool.Pool, cleanup func(), err error) {
+	if u, err = e.freshDB(ctx, db, false); err != nil {
+		return "", nil, nil, nil, nil, err
+	}
+	if sim, ids, err = hotCatalog(ctx, bin, u, max(300, 60*limit), "--rate", fmt.Sprint(limit)); err != nil {
+		e.dropDB(ctx, db)
+		return "", nil, nil, nil, nil, err
+	}
+	if pool, err = openPool(ctx, u, 2); err != nil {
+		sim.stop()
+		e.dropDB(ctx, db)
+		return "", nil, nil, nil, nil, err
+	}
+	return u, sim, ids, pool, func() { pool.Close(); sim.stop(); e.dropDB(ctx, db) }, nil
 }
