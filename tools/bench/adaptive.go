@@ -102,7 +102,7 @@ func adaptiveFirstMinute(ctx context.Context, e *env, bin string, limit int, win
 		fmt.Sprintf("%.2f%% of answers (%d of %d) / %.0f%% of %d × %.0f s (%s items collected; %s, rate %.1f/s at the end)",
 			100*float64(ks.RateLimited)/float64(max(ks.Total, 1)), ks.RateLimited, ks.Total,
 			100*float64(served)/(float64(limit)*took), limit, took, count(collected), endedAt, learned),
-		fmt.Sprintf("targets ≤ 2 %% refused, ≥ 80 %% served. One `collector run` of the built binary with the default budget (500/s, daemon.budget.adaptive and slow_start on, slow_start_share 0.01: from 4.85/s) and no budget_rates row, `collector sim --rate %d` as a separate process (token bucket, burst one second), %s HOT_1M items all due (first collections, alone: twice the limit's worth of work); the simulator's counts for the key over the first %s from the daemon's start (its start-up and the budget's 2 s join delay included); served = answered, not refused, ÷ (limit × that time)",
+		fmt.Sprintf("targets over the first minute (a shorter window, BENCH_QUICK, counts more of the ramp): ≤ 2 %% refused, ≥ 80 %% served. One `collector run` of the built binary with the default budget (500/s, daemon.budget.adaptive and slow_start on, slow_start_share 0.01: from 4.85/s) and no budget_rates row, `collector sim --rate %d` as a separate process (token bucket, burst one second), %s HOT_1M items all due (first collections, alone: twice the limit's worth of work); the simulator's counts for the key over the first %s from the daemon's start (its start-up and the budget's 2 s join delay included); served = answered, not refused, ÷ (limit × that time)",
 			limit, count(len(ids)), window))
 	return nil
 }
