@@ -191,14 +191,18 @@ CREATE TABLE budget_cooldowns (
 );
 
 -- The cluster rate each API key may use, learned from the provider's answers (AIMD): cut on a
--- rate-limit answer, raised step by step toward the configured ceiling while no cut happens.
+-- rate-limit answer, raised step by step toward the configured ceiling while no cut happens;
+-- before any answer, a slow start's ramp.
 CREATE TABLE budget_rates (
     key_label  text PRIMARY KEY,
     rate       double precision NOT NULL,          -- requests per second, the whole cluster
     cut_from   double precision,                   -- the rate the last cut started from
     cut_at     timestamptz,                        -- the last cut (held for a while after it)
     changed_at timestamptz NOT NULL DEFAULT now(), -- the last cut or step up
-    reason     text                                -- the answer that caused the last cut
+    reason     text,                               -- the answer that caused the last cut
+    -- Slow start: nothing is learned yet (no rate-limit answer, ceiling not reached); rate is
+    -- the cluster's ramp from a conservative start, doubled each second it is used.
+    slow_start boolean NOT NULL DEFAULT false
 );
 
 -- Collected data --------------------------------------------------------------------------------

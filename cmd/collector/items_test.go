@@ -156,4 +156,11 @@ func TestPlanUsesTheLearnedBudget(t *testing.T) {
 		!strings.Contains(out, fmt.Sprintf("market key budget: %.1f req/s, the 1%% of the configured", def.Provider.Market.Rate/100)) {
 		t.Fatalf("status after the budget learned 1%%: %v\n%s", err, out)
 	}
+	// A slow start's ramp at the same rate is no finding: plan assumes the whole budget.
+	if _, err := conn.Exec(context.Background(), `UPDATE budget_rates SET slow_start = true`); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runCollector(t, "plan", "--database-url", db); err != nil || strings.Contains(out, "the provider allows") {
+		t.Fatalf("plan during a slow start: %v; want the configured budget in\n%s", err, out)
+	}
 }

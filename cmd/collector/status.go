@@ -165,6 +165,9 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 				cool += fmt.Sprintf(" (last cut %s ago)", now.Sub(*b.LastCut).Round(time.Second))
 			}
 		}
+		if b.SlowStartRate != nil {
+			cool += fmt.Sprintf(", slow start at %.1f/s (no provider limit learned yet)", *b.SlowStartRate)
+		}
 		a.printf("budget %s: %d instances sharing %.1f/s, %d requests sent%s\n", b.KeyLabel, b.Instances, b.SharePerSec, b.Used, cool)
 	}
 	a.printf("\nlive instances: %d\n", len(st.Instances))

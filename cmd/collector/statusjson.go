@@ -112,6 +112,7 @@ type budgetJSON struct {
 	CooldownUntil  *time.Time `json:"cooldown_until,omitempty"`
 	LearnedRate    *float64   `json:"learned_rate,omitempty"` // requests/s learned from rate-limit answers
 	LastCut        *time.Time `json:"last_cut,omitempty"`
+	SlowStartRate  *float64   `json:"slow_start_rate,omitempty"` // requests/s the cluster ramps at before anything is learned
 }
 
 type instanceJSON struct {
@@ -171,7 +172,8 @@ func toStatusJSON(st daemon.ClusterStatus) statusJSON {
 	}
 	for _, b := range st.Budgets {
 		out.Budgets = append(out.Budgets, budgetJSON{Key: b.KeyLabel, Instances: b.Instances, SharePerSecond: b.SharePerSec,
-			RequestsSent: b.Used, CooldownUntil: b.CooldownUntil, LearnedRate: b.LearnedRate, LastCut: b.LastCut})
+			RequestsSent: b.Used, CooldownUntil: b.CooldownUntil, LearnedRate: b.LearnedRate, LastCut: b.LastCut,
+			SlowStartRate: b.SlowStartRate})
 	}
 	for _, i := range st.Instances {
 		out.Instances = append(out.Instances, instanceJSON{Instance: i.Instance, Host: i.Host, PID: i.PID, Key: i.KeyLabel,

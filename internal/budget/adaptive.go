@@ -15,9 +15,13 @@ import (
 )
 
 // LearnedShare is the share of the configured budget the provider has been found to allow:
-// the learned rate over the ceiling, 1 when nothing was learned or learning is off.
+// the learned rate over the ceiling, 1 when nothing was learned (a slow start's ramp is not a
+// finding) or learning is off.
 func (s *Share) LearnedShare() float64 {
 	st := s.Stats()
+	if st.SlowStart {
+		return 1
+	}
 	return learnedShare(st.ClusterRate, st.Ceiling)
 }
 
@@ -27,12 +31,15 @@ func ReadLearnedShare(ctx context.Context, pool *pgxpool.Pool, cfg Config) (floa
 		return 1, nil
 	}
 	var learned float64
-	err := pool.QueryRow(ctx, `SELECT rate FROM budget_rates WHERE key_label = $1`, cfg.KeyLabel).Scan(&learned)
+	var slow bool
+	err := pool.QueryRow(ctx, `SELECT rate, slow_start FROM budget_rates WHERE key_label = $1`, cfg.KeyLabel).Scan(&learned, &slow)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 1, nil
 	case err != nil:
 		return 0, fmt.Errorf("read the learned budget of %s: %w", cfg.KeyLabel, err)
+	case slow:
+		return 1, nil
 	}
 	return learnedShare(learned, cfg.ceiling()), nil
 }
@@ -60,51 +67,96 @@ func (s *Share) cut(ctx context.Context, reason string) {
 		return
 	}
 	s.lastCut = time.Now()
+	local, slow := s.rate(), s.slowStart
 	s.mu.Unlock()
+	// A slow start's ramp is cut deeper (SlowStartCut), once: the answer ends it. Without a
+	// row yet (no heartbeat has written one) the process's own rate stands for the cluster's.
 	var rate, from float64
 	err := s.pool.QueryRow(context.WithoutCancel(ctx), `
 		INSERT INTO budget_rates AS b (key_label, rate, cut_from, cut_at, changed_at, reason)
-		VALUES ($1, greatest($3::float8, $2::float8 * $4::float8), $2, now(), now(), $5)
+		VALUES ($1, greatest($3::float8, $7::float8 * CASE WHEN $8::bool THEN $9::float8 ELSE $4::float8 END), $7, now(), now(), $5)
 		ON CONFLICT (key_label) DO UPDATE
-		SET rate = greatest($3::float8, least(b.rate, $2::float8) * $4::float8), cut_from = least(b.rate, $2::float8),
-		    cut_at = now(), changed_at = now(), reason = $5
+		SET rate = greatest($3::float8, least(b.rate, $2::float8) * CASE WHEN b.slow_start THEN $9::float8 ELSE $4::float8 END),
+		    cut_from = least(b.rate, $2::float8), cut_at = now(), changed_at = now(), reason = $5, slow_start = false
 		WHERE b.cut_at IS NULL OR b.cut_at <= now() - $6 * interval '1 millisecond'
 		RETURNING rate, cut_from`,
-		s.cfg.KeyLabel, s.total(), s.cfg.MinRate, s.cfg.Decrease, reason, s.hold().Milliseconds()).Scan(&rate, &from)
+		s.cfg.KeyLabel, s.total(), s.cfg.MinRate, s.cfg.Decrease, reason, s.hold().Milliseconds(),
+		local, slow, SlowStartCut).Scan(&rate, &from)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return // another process cut within the hold; our heartbeat brings its rate
 	}
 	if err != nil {
 		s.log.Warn("could not share the rate cut; cutting locally", zap.String("key", s.cfg.KeyLabel), zap.Error(err))
-		s.mu.Lock()
-		rate, from = max(s.cfg.MinRate, s.learned*s.cfg.Decrease), s.learned
-		s.mu.Unlock()
+		f := s.cfg.Decrease
+		if slow {
+			f = SlowStartCut
+		}
+		rate, from = max(s.cfg.MinRate, local*f), local
 	}
 	s.mu.Lock()
-	s.learned = rate
+	s.learned, s.slowStart = rate, false
 	s.cuts++
 	s.apply()
 	s.mu.Unlock()
-	s.log.Warn("provider rate limit: cluster rate cut", zap.String("key", s.cfg.KeyLabel),
-		zap.Float64("from", from), zap.Float64("to", rate))
+	msg := "provider rate limit: cluster rate cut"
+	if slow {
+		msg = "provider rate limit: slow start ended, cluster rate cut"
+	}
+	s.log.Warn(msg, zap.String("key", s.cfg.KeyLabel), zap.Float64("from", from), zap.Float64("to", rate))
 }
 
-// probe reads the key's learned rate and, when this process was held back by the budget and
-// no cut happened for a heartbeat, raises it one step toward the ceiling (once per heartbeat
-// across the cluster, whoever's heartbeat comes first).
-func (s *Share) probe(ctx context.Context, held bool) (float64, error) {
+// Probe is what one adaptive heartbeat read: the key's cluster rate, whether it is still a
+// slow start's ramp, and whether this process had used its share since the heartbeat before.
+type Probe struct {
+	Rate      float64
+	SlowStart bool
+	Busy      bool
+}
+
+// startRate is where a slow start begins: SlowStartShare of the ceiling, at least MinRate.
+func (s *Share) startRate() float64 {
+	return min(s.total(), max(s.cfg.MinRate, s.cfg.SlowStartShare*s.total()))
+}
+
+// busyShare: a heartbeat in which a process sent at least this share of what its share allowed
+// counts as using the rate, so a slow start may double it. A rate the demand does not fill
+// says nothing about the provider and is not raised.
+const busyShare = 0.5
+
+// probe reads the key's learned rate and moves it (once per heartbeat across the cluster,
+// whoever's heartbeat comes first):
+//   - no row yet: the ceiling, or with slow start on the start rate, marked as slow start;
+//   - in slow start, when this process used its share (busy): doubled per second since the last
+//     step (the exponent capped at a heartbeat, and at one second), up to the ceiling, where
+//     the slow start ends with nothing to learn;
+//   - otherwise, when this process was held back by the budget and no cut happened for a
+//     heartbeat: one additive step toward the ceiling.
+//
+// It returns the rate and whether it is still a slow start.
+func (s *Share) probe(ctx context.Context, held, busy bool) (float64, bool, error) {
+	ss := s.cfg.SlowStart
+	growCap := min(s.cfg.Heartbeat, time.Second).Seconds()
 	var rate float64
+	var slow bool
+	const (
+		grown  = `b.rate * power(2::float8, least(extract(epoch FROM now() - b.changed_at)::float8, $9::float8))`
+		ssStep = `(b.slow_start AND $6::bool AND $8::bool AND b.changed_at <= now() - $4::float8 * interval '0.5 millisecond')`
+		aiStep = `(NOT b.slow_start AND $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond')`
+	)
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO budget_rates AS b (key_label, rate) VALUES ($1, $2)
+		INSERT INTO budget_rates AS b (key_label, rate, slow_start) VALUES ($1, CASE WHEN $6::bool THEN least($2::float8, $7::float8) ELSE $2::float8 END, $6::bool AND $7::float8 < $2::float8)
 		ON CONFLICT (key_label) DO UPDATE
-		SET rate = CASE WHEN $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond'
-		                THEN least($2::float8, b.rate + $5::float8 * coalesce(b.cut_from, $2::float8)) ELSE least($2::float8, b.rate) END,
-		    changed_at = CASE WHEN $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond'
-		                      THEN now() ELSE b.changed_at END
-		RETURNING rate`,
-		s.cfg.KeyLabel, s.total(), held, s.cfg.Heartbeat.Milliseconds(), s.cfg.Increase*s.cfg.Heartbeat.Seconds()).Scan(&rate)
+		SET rate = CASE WHEN b.slow_start AND NOT $6::bool THEN $2::float8
+		                WHEN `+ssStep+` THEN least($2::float8, `+grown+`)
+		                WHEN `+aiStep+` THEN least($2::float8, b.rate + $5::float8 * coalesce(b.cut_from, $2::float8))
+		                ELSE least($2::float8, b.rate) END,
+		    slow_start = b.slow_start AND $6::bool AND CASE WHEN `+ssStep+` THEN `+grown+` < $2::float8 ELSE b.rate < $2::float8 END,
+		    changed_at = CASE WHEN `+ssStep+` OR `+aiStep+` THEN now() ELSE b.changed_at END
+		RETURNING rate, slow_start`,
+		s.cfg.KeyLabel, s.total(), held, s.cfg.Heartbeat.Milliseconds(), s.cfg.Increase*s.cfg.Heartbeat.Seconds(),
+		ss, s.startRate(), busy, growCap).Scan(&rate, &slow)
 	if err != nil {
-		return 0, fmt.Errorf("budget rate for %s: %w", s.cfg.KeyLabel, err)
+		return 0, false, fmt.Errorf("budget rate for %s: %w", s.cfg.KeyLabel, err)
 	}
-	return rate, nil
+	return rate, slow, nil
 }

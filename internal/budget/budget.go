@@ -54,6 +54,15 @@
 // interval and a process had to wait for budget, a heartbeat raises the rate by Increase × the
 // rate the last cut started from per second (a fixed step per cycle), up to the ceiling. Every process
 // reads the rate on its heartbeat, so all converge on the provider's real limit.
+//
+// Slow start (SlowStart, as TCP's): with nothing learned for the key (no budget_rates row, or
+// one still marked slow_start) the cluster does not start at the ceiling, which against a
+// provider allowing a tenth of it gets a third of the first answers refused, but at
+// SlowStartShare of it. Each heartbeat of a process that used at least half its share doubles
+// the rate per second elapsed since the last step (once across the cluster, so instances
+// starting together ramp once); a rate nobody fills is not raised. The first rate-limit answer
+// ends the slow start with a cut to SlowStartCut × the rate, and AIMD takes over; reaching the
+// ceiling ends it too. Planning treats a slow start's rate as nothing learned (LearnedShare 1).
 package budget
 
 import (
@@ -75,6 +84,7 @@ import (
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // Config is one key's budget and this process's identity.
@@ -90,7 +100,13 @@ type Config struct {
 	Decrease float64 // adaptive: a cut multiplies the rate by this; default DefaultDecrease
 	Increase float64 // adaptive: the step per second, as a fraction of the rate the last cut started from; default DefaultIncrease
 	MinRate  float64 // adaptive: the rate never goes below this; default DefaultMinRate
-	Instance string  // unique per process (and per daemon in tests)
+	// SlowStart (adaptive): with nothing learned for the key, start the cluster at
+	// SlowStartShare of the ceiling and double while used, until the first rate-limit answer.
+	SlowStart      bool
+	SlowStartShare float64 // daemon.budget.slow_start_share, in (0, 1]
+	// Probed, when initialised (tests), hears the rate each adaptive heartbeat read.
+	Probed   *testkit.Signal[Probe]
+	Instance string // unique per process (and per daemon in tests)
 	Host     string
 	PID      int
 	// WriteHealth, when set, hears every heartbeat's outcome: it is a write.
@@ -104,7 +120,7 @@ func ConfigFor(b config.BudgetConfig, market config.WorkloadLimits, keyLabel, in
 	return Config{
 		KeyLabel: keyLabel, Rate: market.Rate, PerMinute: market.PerMinute,
 		Headroom: b.Headroom, Heartbeat: b.Heartbeat, Cooldown: b.Cooldown, Adaptive: b.Adaptive,
-		Instance: instance, Host: host, PID: os.Getpid(),
+		SlowStart: b.SlowStart, SlowStartShare: b.SlowStartShare, Instance: instance, Host: host, PID: os.Getpid(),
 	}
 }
 
@@ -113,6 +129,11 @@ const (
 	DefaultDecrease = 0.7
 	DefaultIncrease = 0.01
 	DefaultMinRate  = 0.5
+	// SlowStartCut is the first cut, ending a slow start at rate R: the rate before the last
+	// doubling, R/2, was served in full for a second, which even a provider whose bucket holds
+	// a second's worth (a second's refill plus the bucket) does only if it allows R/4. Cutting
+	// to that floor ends the refusals at once; AIMD's steps (1 % of R a second) climb back.
+	SlowStartCut = 0.25
 )
 
 // KeyLabel names a key in the database and in metrics without revealing it.
@@ -128,22 +149,25 @@ type Share struct {
 	log  *zap.Logger
 	lim  *rate.Limiter
 
-	ready    chan struct{} // closed once the join delay has passed
-	mu       sync.Mutex
-	live     int
-	factor   float64
-	lastBeat time.Time // local clock of the last successful heartbeat
-	coolTill time.Time // local clock
-	perSec   float64
-	qSec     int64 // the wall-clock second qUsed counts
-	qUsed    int   // granted in qSec, plus those in flight when it began
-	inflight int
-	rank     int       // live processes on the key whose instance name sorts before ours
-	milli    int64     // the cluster's rate in requests per 1000 s
-	learned  float64   // adaptive: the cluster rate learned from the provider's answers
-	lastCut  time.Time // adaptive: local clock of the last cut this process made or saw
-	cuts     int64     // adaptive: cuts this process made
-	waitedAt int64     // waited (ns) at the last heartbeat: has this process been held back since?
+	ready     chan struct{} // closed once the join delay has passed
+	mu        sync.Mutex
+	live      int
+	factor    float64
+	lastBeat  time.Time // local clock of the last successful heartbeat
+	coolTill  time.Time // local clock
+	perSec    float64
+	qSec      int64 // the wall-clock second qUsed counts
+	qUsed     int   // granted in qSec, plus those in flight when it began
+	inflight  int
+	rank      int       // live processes on the key whose instance name sorts before ours
+	milli     int64     // the cluster's rate in requests per 1000 s
+	learned   float64   // adaptive: the cluster rate learned from the provider's answers
+	slowStart bool      // adaptive: learned is still a slow start's ramp, not a finding
+	beatUsed  int64     // used at the last heartbeat
+	beatAt    time.Time // local clock of the last heartbeat that counted beatUsed
+	lastCut   time.Time // adaptive: local clock of the last cut this process made or saw
+	cuts      int64     // adaptive: cuts this process made
+	waitedAt  int64     // waited (ns) at the last heartbeat: has this process been held back since?
 
 	used   atomic.Int64
 	waited atomic.Int64 // ns
@@ -174,6 +198,10 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Share, error) {
 	}
 	s := &Share{pool: pool, cfg: cfg, log: log, lim: rate.NewLimiter(0, 1), ready: make(chan struct{}), factor: 1, live: 1}
 	s.learned = s.total()
+	if cfg.Adaptive && cfg.SlowStart {
+		// Until the first heartbeat reads the key's row (nothing is sent before it).
+		s.learned, s.slowStart = s.startRate(), true
+	}
 	return s, nil
 }
 
@@ -199,6 +227,9 @@ func (c Config) validate() error {
 	}
 	if !(c.MinRate > 0) {
 		bad("budget Config.MinRate", c.MinRate, "must be > 0")
+	}
+	if c.SlowStart && !(c.SlowStartShare > 0 && c.SlowStartShare <= 1) {
+		bad("daemon.budget.slow_start_share", c.SlowStartShare, "must be > 0 and <= 1")
 	}
 	return errors.Join(errs...)
 }
@@ -300,6 +331,8 @@ type Stats struct {
 	// the configured one after headroom; Cuts counts this process's rate cuts.
 	ClusterRate, Ceiling float64
 	Cuts                 int64
+	// SlowStart: ClusterRate is still a slow start's ramp (nothing learned for the key yet).
+	SlowStart bool
 }
 
 // Stats reports the current share.
@@ -307,7 +340,8 @@ func (s *Share) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{PerSecond: s.perSec, Live: s.live, Used: s.used.Load(), Waited: time.Duration(s.waited.Load()),
-		Cooldown: max(time.Until(s.coolTill), 0), ClusterRate: s.rate(), Ceiling: s.total(), Cuts: s.cuts}
+		Cooldown: max(time.Until(s.coolTill), 0), ClusterRate: s.rate(), Ceiling: s.total(), Cuts: s.cuts,
+		SlowStart: s.slowStart}
 }
 
 // CooldownRemaining is how long the key's shared cool-down still lasts (0 = none).
@@ -455,13 +489,21 @@ func (s *Share) beat(ctx context.Context) error {
 	waited := s.waited.Load()
 	held := waited > s.waitedAt
 	s.waitedAt = waited
+	used, now := s.used.Load(), time.Now()
+	busy := !s.beatAt.IsZero() && float64(used-s.beatUsed) >= busyShare*s.perSec*now.Sub(s.beatAt).Seconds()
+	s.beatUsed, s.beatAt = used, now
+	cuts := s.cuts
 	s.mu.Unlock()
-	rate, err := s.probe(ctx, held)
+	rate, slow, err := s.probe(ctx, held, busy)
 	s.mu.Lock()
 	if err != nil {
 		return err
 	}
-	s.learned = rate
+	if s.cuts != cuts {
+		return nil // a cut made while the probe ran is newer than what it read
+	}
+	s.learned, s.slowStart = rate, slow
 	s.apply()
+	s.cfg.Probed.Signal(Probe{Rate: rate, SlowStart: slow, Busy: busy})
 	return nil
 }

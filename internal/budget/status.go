@@ -29,6 +29,8 @@ type Use struct {
 	// nil before any; LastCut when it was last cut.
 	LearnedRate *float64
 	LastCut     *time.Time
+	// SlowStartRate is the cluster's rate while a slow start ramps (nothing learned yet).
+	SlowStartRate *float64
 }
 
 const liveInstancesSQL = `
@@ -54,8 +56,9 @@ func LiveInstances(ctx context.Context, pool *pgxpool.Pool, liveFor time.Duratio
 const liveUseSQL = `
 SELECT i.key_label, count(*), sum(i.share), sum(i.used),
        (SELECT until FROM budget_cooldowns c WHERE c.key_label = i.key_label AND c.until > now()),
-       (SELECT rate FROM budget_rates r WHERE r.key_label = i.key_label),
-       (SELECT cut_at FROM budget_rates r WHERE r.key_label = i.key_label)
+       (SELECT rate FROM budget_rates r WHERE r.key_label = i.key_label AND NOT r.slow_start),
+       (SELECT cut_at FROM budget_rates r WHERE r.key_label = i.key_label),
+       (SELECT rate FROM budget_rates r WHERE r.key_label = i.key_label AND r.slow_start)
 FROM collector_instances i WHERE i.heartbeat_at > now() - $1 * interval '1 millisecond'
 GROUP BY i.key_label ORDER BY i.key_label`
 
@@ -67,7 +70,7 @@ func LiveUse(ctx context.Context, pool *pgxpool.Pool, liveFor time.Duration) ([]
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Use, error) {
 		var b Use
-		return b, r.Scan(&b.KeyLabel, &b.Instances, &b.SharePerSec, &b.Used, &b.CooldownUntil, &b.LearnedRate, &b.LastCut)
+		return b, r.Scan(&b.KeyLabel, &b.Instances, &b.SharePerSec, &b.Used, &b.CooldownUntil, &b.LearnedRate, &b.LastCut, &b.SlowStartRate)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("budget use: %w", err)

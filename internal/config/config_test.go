@@ -90,6 +90,7 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"collect:\n  batchsize: 5\n", "batchsize"},    // unknown key (typo)
 		{"collect:\n  batch_size: [\n", "line"},        // YAML syntax error names the line
 		{"collect:\n  lease: soon\n", "collect.lease"}, // wrong type
+		{"daemon:\n  budget:\n    slow_start_share: 0\n", "daemon.budget.slow_start_share"},
 	} {
 		_, err := Load(Options{File: writeFile(t, tc.yaml)})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

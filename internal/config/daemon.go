@@ -52,6 +52,10 @@ type BudgetConfig struct {
 	Headroom  float64       `mapstructure:"headroom"`  // fraction of the budget left unused as margin
 	Cooldown  time.Duration `mapstructure:"cooldown"`  // shared cool-down when Retry-After is absent
 	Adaptive  bool          `mapstructure:"adaptive"`  // learn the provider's real limit below the configured rate (AIMD)
+	// SlowStart: with adaptive on and nothing learned yet for the key, start at SlowStartShare
+	// of the configured rate and double while it is used, until the first rate-limit answer.
+	SlowStart      bool    `mapstructure:"slow_start"`
+	SlowStartShare float64 `mapstructure:"slow_start_share"`
 }
 
 var daemonDefaults = map[string]any{
@@ -76,6 +80,8 @@ var daemonDefaults = map[string]any{
 	"daemon.budget.headroom":              0.03,
 	"daemon.budget.cooldown":              "1s",
 	"daemon.budget.adaptive":              true,
+	"daemon.budget.slow_start":            true,
+	"daemon.budget.slow_start_share":      0.01,
 }
 
 func (c DaemonConfig) validate() error {
@@ -117,6 +123,9 @@ func (c DaemonConfig) validate() error {
 	}
 	if c.Budget.Headroom < 0 || c.Budget.Headroom >= 0.5 {
 		errs = append(errs, invalid("daemon.budget.headroom", c.Budget.Headroom, "must be >= 0 and < 0.5"))
+	}
+	if !(c.Budget.SlowStartShare > 0 && c.Budget.SlowStartShare <= 1) {
+		errs = append(errs, invalid("daemon.budget.slow_start_share", c.Budget.SlowStartShare, "must be > 0 and <= 1"))
 	}
 	return errors.Join(errs...)
 }

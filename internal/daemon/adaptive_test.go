@@ -22,8 +22,8 @@ func TestDefaultBudgetAgainstASlowProviderKeepsCollecting(t *testing.T) {
 	cfg.Daemon.Budget.Enabled = true
 	cfg.Daemon.Budget.Heartbeat = 100 * time.Millisecond
 	cfg.Market.Rate, cfg.Market.PerMinute = 500, 30000 // the defaults: far above the provider's limit
-	if !cfg.Daemon.Budget.Adaptive {
-		t.Fatal("daemon.budget.adaptive must be on by default")
+	if !cfg.Daemon.Budget.Adaptive || !cfg.Daemon.Budget.SlowStart {
+		t.Fatal("daemon.budget.adaptive and slow_start must be on by default")
 	}
 	r := e.start(t, cfg, nil)
 	testkit.Eventually(t, 30*time.Second, "the learned rate to come down to the provider's limit", func() bool {

@@ -82,6 +82,7 @@ func steadyState(b *testing.B, budget float64, pack bool) {
 		cfg := testConfig()
 		cfg.Daemon.Notify = true
 		cfg.Daemon.Budget.Enabled = true
+		cfg.Daemon.Budget.SlowStart = false // steady state, not a cold start (tools/bench adaptive has that)
 		cfg.Market.Rate, cfg.Market.PerMinute = budget, 1_000_000
 		cfg.Dispatch.Concurrency = 32
 		cfg.Dispatch.BatchSize = 100

@@ -28,6 +28,9 @@ func TestThreeInstancesShareOneKeyBudget(t *testing.T) {
 		cfg := testConfig()
 		cfg.Daemon.Budget.Enabled = true
 		cfg.Daemon.Budget.Heartbeat = time.Second
+		// Sharing is measured, not learning: nothing limits the simulator, and a slow start's
+		// ramp would only shorten the window the budget is full in.
+		cfg.Daemon.Budget.SlowStart = false
 		cfg.Market.Rate, cfg.Market.PerMinute = budget, 1_000_000
 		cfg.Dispatch.Concurrency = 16
 		cfg.Dispatch.BatchSize = 100

@@ -36,13 +36,14 @@ type daemonProc struct {
 	hwm    func() int64 // peak resident set in KiB (watchHWM)
 }
 
-func startDaemon(ctx context.Context, bin, dbURL, simBase string, rate float64) (*daemonProc, error) {
+func startDaemon(ctx context.Context, bin, dbURL, simBase string, rate float64, env ...string) (*daemonProc, error) {
 	p := &daemonProc{cmd: exec.CommandContext(ctx, bin, "run")}
 	p.cmd.Env = append(os.Environ(), "COLLECTOR_DATABASE_URL="+dbURL, "NEOPLE_API_BASE_URL="+simBase,
 		"NEOPLE_MARKET_API_KEY="+procMarketKey, "NEOPLE_ITEM_API_KEY="+procItemKey,
 		fmt.Sprintf("COLLECTOR_PROVIDER_MARKET_RATE=%g", rate),
 		"COLLECTOR_DAEMON_HTTP_ADDR=127.0.0.1:0", "COLLECTOR_COLLECT_CONCURRENCY=16",
 		"COLLECTOR_DAEMON_SHUTDOWN_GRACE=5s", "COLLECTOR_LOG_LEVEL=warn")
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stderr = &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start collector run: %w", err)
@@ -229,7 +230,9 @@ func budgetFidelity(ctx context.Context, e *env, bin string, window time.Duratio
 		}
 	}()
 	for range fidelityProcs {
-		p, err := startDaemon(ctx, bin, u, sim.base, fidelityRate)
+		// Sharing, not learning, is measured here: the simulator sets no limit, and a slow
+		// start's ramp would only shorten the window the budget is full in.
+		p, err := startDaemon(ctx, bin, u, sim.base, fidelityRate, "COLLECTOR_DAEMON_BUDGET_SLOW_START=false")
 		if err != nil {
 			return err
 		}

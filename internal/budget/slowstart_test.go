@@ -1,0 +1,223 @@
+package budget
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/testkit"
+)
+
+// slowStarter is an adaptive share with slow start on (the daemon's defaults: 1 % of the
+// ceiling), heartbeating every 100 ms, whose heartbeats a test hears.
+func (c *cluster) slowStarter(t *testing.T, name string, ceiling float64, workers int) (*member, *testkit.Signal[Probe]) {
+	t.Helper()
+	probed := &testkit.Signal[Probe]{}
+	probed.Init(t)
+	m := c.start(t, Config{KeyLabel: c.label, Rate: ceiling, Headroom: 0.03, Heartbeat: 100 * time.Millisecond, Cooldown: time.Second,
+		Instance: name, Adaptive: true, SlowStart: true, SlowStartShare: 0.01, Probed: probed}, workers)
+	return m, probed
+}
+
+// row is the key's budget_rates row.
+func (c *cluster) row(t *testing.T) (rate float64, cutFrom *float64, slow bool) {
+	t.Helper()
+	err := c.pool.QueryRow(context.Background(), `SELECT rate, cut_from, slow_start FROM budget_rates WHERE key_label = $1`,
+		c.label).Scan(&rate, &cutFrom, &slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rate, cutFrom, slow
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-6*max(1, math.Abs(b)) }
+
+func TestStartRateIsTheShareOfTheCeilingAtLeastMinRate(t *testing.T) {
+	for _, tc := range []struct{ rate, share, want float64 }{
+		{500, 0.01, 4.85},  // the defaults: 1 % of 500/s after 3 % headroom
+		{20, 0.01, 0.5},    // never under MinRate
+		{0.4, 0.01, 0.388}, // nor over the ceiling
+		{100, 1, 97},       // share 1: slow start from the ceiling, i.e. none
+	} {
+		s, err := New(nil, Config{KeyLabel: "k", Instance: "i", Rate: tc.rate, Headroom: 0.03, Heartbeat: time.Second,
+			Cooldown: time.Second, Adaptive: true, SlowStart: true, SlowStartShare: tc.share}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.startRate(); !near(got, tc.want) {
+			t.Errorf("rate %v, share %v: start %v, want %v", tc.rate, tc.share, got, tc.want)
+		}
+		if st := s.Stats(); !st.SlowStart || !near(st.ClusterRate, tc.want) {
+			t.Errorf("rate %v, share %v: before the first heartbeat %+v, want the start rate in slow start", tc.rate, tc.share, st)
+		}
+	}
+}
+
+// With nothing learned for the key a share starts at the conservative rate, which is no finding
+// about the provider (the plan still assumes the whole budget), and does not raise it while
+// nothing uses it.
+func TestSlowStartBeginsLowAndDoesNotRaiseAnUnusedRate(t *testing.T) {
+	c := newCluster(t)
+	a, probed := c.slowStarter(t, "a", 500, 0)
+	for i := range 10 {
+		if p := probed.Wait(t); !p.SlowStart || !near(p.Rate, 4.85) || p.Busy {
+			t.Fatalf("heartbeat %d read %+v, want slow start at 4.85/s, unused", i, p)
+		}
+	}
+	if rate, _, slow := c.row(t); !slow || !near(rate, 4.85) {
+		t.Fatalf("budget_rates holds %v (slow start %v), want slow start at 4.85", rate, slow)
+	}
+	if f := a.share.LearnedShare(); f != 1 {
+		t.Fatalf("learned share %v during slow start, want 1: nothing is learned yet", f)
+	}
+	if f, err := ReadLearnedShare(context.Background(), c.pool, Config{KeyLabel: c.label, Rate: 500, Headroom: 0.03, Adaptive: true}); err != nil || f != 1 {
+		t.Fatalf("ReadLearnedShare %v, %v during slow start, want 1", f, err)
+	}
+	use, err := LiveUse(context.Background(), c.pool, time.Minute)
+	if err != nil || len(use) != 1 || use[0].LearnedRate != nil || use[0].SlowStartRate == nil || !near(*use[0].SlowStartRate, 4.85) {
+		t.Fatalf("status %+v, %v: want a slow start at 4.85/s and no learned rate", use, err)
+	}
+}
+
+// Served without refusal and used, the ramp grows (never by more than doubling per second since
+// the row was written) up to the ceiling, where the slow start ends with nothing learned.
+func TestSlowStartRampsWhileServedUpToTheCeiling(t *testing.T) {
+	c := newCluster(t)
+	began := time.Now()
+	_, probed := c.slowStarter(t, "a", 500, 8)
+	last := 0.0
+	for {
+		p := probed.Wait(t)
+		if bound := 4.85 * math.Pow(2, time.Since(began).Seconds()); p.Rate > bound*1.001 {
+			t.Fatalf("rate %v %s after the start: more than doubled each second (%v)", p.Rate, time.Since(began), bound)
+		}
+		if p.Rate < last {
+			t.Fatalf("rate fell from %v to %v with no refusal", last, p.Rate)
+		}
+		last = p.Rate
+		if !p.SlowStart {
+			break
+		}
+	}
+	if !near(last, 485) {
+		t.Fatalf("slow start ended at %v without a refusal, want the ceiling 485", last)
+	}
+	if rate, cutFrom, slow := c.row(t); slow || !near(rate, 485) || cutFrom != nil {
+		t.Fatalf("budget_rates holds %v (cut from %v, slow start %v), want the ceiling, no cut, slow start over", rate, cutFrom, slow)
+	}
+	if ks := c.sim.KeyStats(marketKey); ks.RateLimited != 0 || ks.Total == 0 {
+		t.Fatalf("simulator stats %+v: want requests and no refusal", ks)
+	}
+}
+
+// The first rate-limit answer ends the slow start: the ramp stops and the rate is cut to
+// SlowStartCut of where it was; AIMD goes on from there.
+func TestSlowStartStopsAndCutsAtTheFirstRefusal(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	// A ramp that got to 80/s before this process joined.
+	if _, err := c.pool.Exec(ctx, `INSERT INTO budget_rates (key_label, rate, slow_start) VALUES ($1, 80, true)`, c.label); err != nil {
+		t.Fatal(err)
+	}
+	a, probed := c.slowStarter(t, "a", 500, 0)
+	if p := probed.Wait(t); !p.SlowStart || p.Rate != 80 {
+		t.Fatalf("first heartbeat read %+v, want the shared ramp at 80", p)
+	}
+	a.share.RateLimited(ctx, 0, "test: API002")
+	if st := a.share.Stats(); st.SlowStart || !near(st.ClusterRate, 80*SlowStartCut) || st.Cuts != 1 {
+		t.Fatalf("after the first refusal %+v, want %v and slow start over", st, 80*SlowStartCut)
+	}
+	rate, cutFrom, slow := c.row(t)
+	if slow || !near(rate, 80*SlowStartCut) || cutFrom == nil || *cutFrom != 80 {
+		t.Fatalf("budget_rates holds %v (cut from %v, slow start %v), want %v cut from 80", rate, cutFrom, slow, 80*SlowStartCut)
+	}
+	// Heartbeats read before the cut may still be queued; then every one stays cut.
+	for p := probed.Wait(t); p.SlowStart; p = probed.Wait(t) {
+	}
+	for range 5 {
+		if p := probed.Wait(t); p.SlowStart || !near(p.Rate, 80*SlowStartCut) {
+			t.Fatalf("heartbeat after the cut read %+v: the ramp must not resume", p)
+		}
+	}
+	if f := a.share.LearnedShare(); !near(f, 80*SlowStartCut/485) {
+		t.Fatalf("learned share %v, want %v", f, 80*SlowStartCut/485)
+	}
+}
+
+// Against a provider allowing 40/s, a cold start ramps from 4.85/s and ends its slow start on
+// the provider's answer, below the ceiling, with a cut recorded.
+func TestColdStartAgainstALimitedProviderEndsItsSlowStart(t *testing.T) {
+	c := newLimitedCluster(t, 40, 429)
+	a, probed := c.slowStarter(t, "a", 500, 8)
+	for p := probed.Wait(t); p.SlowStart; p = probed.Wait(t) {
+	}
+	rate, cutFrom, _ := c.row(t)
+	if cutFrom == nil || *cutFrom <= 4.85 || rate >= 485 || a.share.Stats().Cuts == 0 {
+		t.Fatalf("budget_rates holds %v cut from %v: want a ramp above the start cut on a refusal", rate, cutFrom)
+	}
+	ks := c.sim.KeyStats(marketKey)
+	t.Logf("slow start ended: %v cut from %v; %d of %d answers refused", rate, *cutFrom, ks.RateLimited, ks.Total)
+	if ks.RateLimited == 0 {
+		t.Fatal("the slow start ended with no refusal from the provider")
+	}
+}
+
+// A restart with a learned rate stored does not slow-start: it resumes at that rate.
+func TestRestartWithALearnedRateSkipsSlowStart(t *testing.T) {
+	c := newCluster(t)
+	if _, err := c.pool.Exec(context.Background(), `INSERT INTO budget_rates (key_label, rate, cut_from, cut_at) VALUES ($1, 40, 57, now())`, c.label); err != nil {
+		t.Fatal(err)
+	}
+	a, probed := c.slowStarter(t, "a", 500, 0)
+	if p := probed.Wait(t); p.SlowStart || p.Rate != 40 {
+		t.Fatalf("first heartbeat read %+v, want the learned 40/s and no slow start", p)
+	}
+	if st := a.share.Stats(); st.SlowStart || st.ClusterRate != 40 {
+		t.Fatalf("stats %+v, want the learned rate", st)
+	}
+}
+
+// With slow start off, a key with nothing learned starts at the ceiling, as before.
+func TestSlowStartOffStartsAtTheCeiling(t *testing.T) {
+	c := newCluster(t)
+	probed := &testkit.Signal[Probe]{}
+	probed.Init(t)
+	c.start(t, Config{KeyLabel: c.label, Rate: 500, Headroom: 0.03, Heartbeat: 100 * time.Millisecond, Cooldown: time.Second,
+		Instance: "a", Adaptive: true, Probed: probed}, 0)
+	if p := probed.Wait(t); p.SlowStart || !near(p.Rate, 485) {
+		t.Fatalf("first heartbeat read %+v, want the ceiling", p)
+	}
+}
+
+// Two processes starting together share one ramp: the cluster's rate grows no faster than one
+// process's would (at most doubling per second), not once per process.
+func TestTwoSharesOnOneKeyShareOneRamp(t *testing.T) {
+	c := newCluster(t)
+	began := time.Now()
+	a, pa := c.slowStarter(t, "a", 500, 8)
+	b, pb := c.slowStarter(t, "b", 500, 8)
+	check := func(who string, p Probe) {
+		if bound := 4.85 * math.Pow(2, time.Since(began).Seconds()); p.Rate > bound*1.001 {
+			t.Fatalf("%s read %v %s after the start: the cluster ramped faster than doubling each second (%v)", who, p.Rate, time.Since(began), bound)
+		}
+	}
+	for doneA, doneB := false, false; !doneA || !doneB; {
+		select {
+		case p := <-pa.C():
+			check("a", p)
+			doneA = doneA || !p.SlowStart
+		case p := <-pb.C():
+			check("b", p)
+			doneB = doneB || !p.SlowStart
+		case <-time.After(testkit.Timeout):
+			t.Fatal("timed out waiting for both shares to end their slow start")
+		}
+	}
+	if ra, rb := a.share.Stats().ClusterRate, b.share.Stats().ClusterRate; !near(ra, 485) || !near(rb, 485) {
+		t.Fatalf("cluster rates %v and %v after the ramp, want both at the ceiling", ra, rb)
+	}
+	if a.share.Stats().Live != 2 || b.share.Stats().Live != 2 {
+		t.Fatal("both shares must have counted each other")
+	}
+}
