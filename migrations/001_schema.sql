@@ -77,6 +77,17 @@ CREATE TABLE tracked_items (
 -- Only scheduled rows are ever claimed; DORMANT rows (NULL) stay out of the index entirely.
 CREATE INDEX tracked_items_due_idx ON tracked_items (next_collect_at) WHERE next_collect_at IS NOT NULL;
 
+-- The console's item list (catalog.BrowseItems) pages by keyset, each filter down an index in
+-- its own order, so a page never costs the catalog's size. None of these columns changes on a
+-- collection that finds nothing new (popularity and tier move at recalculation, the name at
+-- import, sales_gaps only when sales were lost), so the write-back stays HOT.
+CREATE INDEX tracked_items_popularity_idx ON tracked_items (popularity_score, item_id);
+CREATE INDEX tracked_items_tier_popularity_idx ON tracked_items (collection_tier, popularity_score, item_id);
+CREATE INDEX tracked_items_pinned_idx ON tracked_items (popularity_score, item_id) WHERE pinned_tier IS NOT NULL;
+CREATE INDEX tracked_items_gaps_idx ON tracked_items (sales_gaps, item_id) WHERE sales_gaps > 0;
+-- Name search is a case-insensitive prefix; in the "C" collation LIKE 'prefix%' is an index range.
+CREATE INDEX tracked_items_name_idx ON tracked_items ((lower(item_name) COLLATE "C"), item_id);
+
 -- Wakes sleeping daemons when an item becomes due earlier than it was (import, touch, a tier
 -- promotion). Write-backs move next_collect_at later and stay silent, so a busy cluster does
 -- not wake itself on every write. PostgreSQL folds identical notifications of a transaction

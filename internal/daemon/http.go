@@ -11,9 +11,13 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 )
 
-// handler serves /metrics, /healthz (the process is up) and /readyz (it can do its work).
+// handler serves /metrics, /healthz (the process is up) and /readyz (it can do its work), and
+// the console at / when one is configured.
 func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
+	if d.cfg.Console != nil {
+		mux.Handle("/", d.cfg.Console)
+	}
 	mux.Handle("GET /metrics", d.metrics.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
