@@ -109,9 +109,9 @@ type overviewView struct {
 
 type providerView struct {
 	Name, Status, Reason, Since, Automatic string
-	Override, Dispatching                 bool
-	Probe                                 string
-	Cooldowns                             []string
+	Override, Dispatching                  bool
+	Probe                                  string
+	Cooldowns                              []string
 }
 
 type tierView struct {
@@ -172,9 +172,9 @@ func (c *Console) overviewView(ov overview) overviewView {
 	eff, reason, since := st.Provider.Effective()
 	v := overviewView{ReadAt: ov.ReadAt, Err: ov.Err, LagN: st.LagN, LagP50: st.LagP50.Round(time.Millisecond),
 		LagP99: st.LagP99.Round(time.Millisecond), LagWindow: daemon.LagWindow, Leased: st.Leased,
-		Outbox:    outboxView{Pending: st.OutboxBacklog, Failed: st.OutboxFailed, Oldest: st.OutboxOldest.Round(time.Second)},
-		Relay:     st.Relay.Owners, RelayStops: st.Relay.Stops, LanesHeld: st.Relay.LanesHeld, Lanes: outbox.Lanes,
-		History:   bytesText(st.History.Bytes()),
+		Outbox: outboxView{Pending: st.OutboxBacklog, Failed: st.OutboxFailed, Oldest: st.OutboxOldest.Round(time.Second)},
+		Relay:  st.Relay.Owners, RelayStops: st.Relay.Stops, LanesHeld: st.Relay.LanesHeld, Lanes: outbox.Lanes,
+		History: bytesText(st.History.Bytes()),
 		Provider: providerView{Name: st.Provider.Provider, Status: string(eff), Reason: reason,
 			Since: ago(now, since), Override: st.Provider.OverrideStatus != "", Automatic: string(st.Provider.Status),
 			Dispatching: eff.CanDispatch()},
@@ -359,8 +359,8 @@ type itemView struct {
 }
 
 type saleView struct {
-	At                    string
-	Quantity, UnitPrice   int64
+	At                  string
+	Quantity, UnitPrice int64
 }
 
 // recentSales is how many of an item's newest sales its page lists.
