@@ -42,7 +42,7 @@ and outbox retry.`,
 				_ = ln.Close()
 				return err
 			}
-			a.printf("console: %s\n", consoleURL(ln.Addr()))
+			a.printf("console: %s\n", hostURL(ln.Addr().String()))
 			return serveUntilDone(ctx, ln, c.Handler(), a.log)
 		}),
 	}
@@ -78,12 +78,16 @@ func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool) (*console.Cons
 	return c, nil
 }
 
-// consoleURL is the address people open: a wildcard listen address is reached on localhost.
-func consoleURL(addr net.Addr) string {
-	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
-		return fmt.Sprintf("http://127.0.0.1:%d/", tcp.Port)
+// hostURL is the URL people open for a listen address: a wildcard host is reached on localhost.
+func hostURL(hostPort string) string {
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return "http://" + hostPort + "/"
 	}
-	return "http://" + addr.String() + "/"
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
 // serveUntilDone serves h on ln until ctx ends, then lets requests in flight finish.
