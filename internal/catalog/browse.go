@@ -63,8 +63,9 @@ func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor,
 	case q.Search != "":
 		// lower(item_name) COLLATE "C": the LIKE prefix, the order and the keyset all use
 		// tracked_items_name_idx.
-		args = append(args, escapeLike(strings.ToLower(q.Search))+"%", c.Name, c.ID, first)
-		where = `lower(item_name) COLLATE "C" LIKE $4 AND ($7 OR (lower(item_name) COLLATE "C", item_id) > ($5, $6))`
+		args = append(args, escapeLike(strings.ToLower(q.Search))+"%", c.Name, c.ID, first, q.Search)
+		where = `lower(item_name) COLLATE "C" LIKE $4 AND ($7 OR (lower(item_name) COLLATE "C", item_id) > ($5, $6))
+		         AND item_id <> $8`
 		order = `lower(item_name) COLLATE "C", item_id`
 	case q.Filter == BrowseAll || q.Filter == BrowsePinned:
 		args = append(args, c.Score, c.ID, first)
@@ -117,7 +118,7 @@ func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor,
 		}
 	}
 	if q.Search != "" && first {
-		// An exact id comes first: ids are what logs and events name.
+		// An exact id comes first (and only there): ids are what logs and events name.
 		exact, err := ListItems(ctx, db, ItemsQuery{ItemID: q.Search, IncludeSynthetic: true})
 		if err != nil {
 			return nil, nil, err
