@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -67,6 +68,11 @@ type Console struct {
 	ready  chan struct{} // closed after the first refresh
 	latest overview
 	once   sync.Once
+	// viewed is set when a page reads the status copy: an unwatched console stops re-reading
+	// the status (on a large catalog that read is the console's one real cost); kick asks for
+	// a refresh at once when a page finds the copy stale.
+	viewed atomic.Bool
+	kick   chan struct{}
 }
 
 // New builds a console over pool.
@@ -82,7 +88,7 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Console, error) {
 		return nil, err
 	}
 	return &Console{cfg: cfg, pool: pool, log: log, pages: pages, auth: newSessions(cfg.Session),
-		ready: make(chan struct{})}, nil
+		ready: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
 }
 
 // overview is the status copy the overview renders.
@@ -92,19 +98,27 @@ type overview struct {
 	Learned float64
 	ReadAt  time.Time
 	Err     string // the last refresh's failure; the previous status stays shown
+	// readLocal is when the copy was read, on this process's clock (staleness only).
+	readLocal time.Time
 }
 
-// Start refreshes the status copy at once and then every Refresh until ctx ends.
+// Start refreshes the status copy at once and then every Refresh while pages are being
+// viewed, until ctx ends.
 func (c *Console) Start(ctx context.Context) {
 	t := time.NewTicker(c.cfg.Refresh)
 	defer t.Stop()
+	c.refresh(ctx)
 	for {
-		c.refresh(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if !c.viewed.Swap(false) {
+				continue
+			}
+		case <-c.kick:
 		}
+		c.refresh(ctx)
 	}
 }
 
@@ -141,7 +155,7 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 			return ov, err
 		}
 	}
-	ov.ReadAt = ov.Status.DatabaseNow
+	ov.ReadAt, ov.readLocal = ov.Status.DatabaseNow, time.Now()
 	return ov, nil
 }
 
@@ -152,8 +166,17 @@ func (c *Console) current(ctx context.Context) (overview, error) {
 	case <-ctx.Done():
 		return overview{}, ctx.Err()
 	}
+	c.viewed.Store(true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if time.Since(c.latest.readLocal) > 2*c.cfg.Refresh {
+		// Stale after an unwatched spell: this page shows the copy with its time, and the next
+		// refresh of the page (or the next page) shows a fresh one.
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
 	return c.latest, nil
 }
 
