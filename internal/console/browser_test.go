@@ -262,6 +262,16 @@ func TestPinWorksLoggedInAndIsRefusedOtherwise(t *testing.T) {
 	if got := pinnedTier(t, e.pool, snapshotItem); got != tiers.Hot {
 		t.Fatalf("after the pin form, item %s pinned %q, want HOT_1M", snapshotItem, got)
 	}
+	// The overview's actions show their effect on the page they return to.
+	b.do(t, "pause the provider", chromedp.Navigate(e.srv.URL+"/"), chromedp.Click(chromedp.CSS("#provider-pause")),
+		chromedp.WaitVisible(chromedp.CSS("#provider-resume")))
+	if st := get(t, b, "status", chromedp.Text(chromedp.CSS("#provider-status"))); st != "MAINTENANCE" {
+		t.Errorf("after pause the provider reads %q, want MAINTENANCE", st)
+	}
+	b.do(t, "resume the provider", chromedp.Click(chromedp.CSS("#provider-resume")), chromedp.WaitVisible(chromedp.CSS("#provider-pause")))
+	if st := get(t, b, "status", chromedp.Text(chromedp.CSS("#provider-status"))); st != "HEALTHY" {
+		t.Errorf("after resume the provider reads %q, want HEALTHY", st)
+	}
 
 	// Without a session, or with the session but a wrong CSRF token, the same POST is refused.
 	form := url.Values{"item": {candleItem}, "tier": {"HOT_1M"}, "back": {"/"}}
