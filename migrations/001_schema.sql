@@ -156,6 +156,39 @@ CREATE TABLE provider_status (
 
 INSERT INTO provider_status (provider, status, reason) VALUES ('neople', 'HEALTHY', 'initial');
 
+-- The provider's recent transitions, for the console: every change of the automatic status or
+-- of the manual override, whoever made it (a trigger, so no writer can forget). Transitions are
+-- rare; the newest 200 per provider are kept.
+CREATE TABLE provider_status_log (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    provider   text NOT NULL,
+    at         timestamptz NOT NULL DEFAULT now(),
+    kind       text NOT NULL CHECK (kind IN ('automatic', 'override', 'override cleared')),
+    status     text,          -- the automatic status, or the override's (NULL when cleared)
+    reason     text NOT NULL DEFAULT ''
+);
+
+CREATE INDEX provider_status_log_provider_idx ON provider_status_log (provider, id);
+
+CREATE FUNCTION provider_status_log_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' OR NEW.status IS DISTINCT FROM OLD.status OR NEW.since IS DISTINCT FROM OLD.since THEN
+        INSERT INTO provider_status_log (provider, kind, status, reason) VALUES (NEW.provider, 'automatic', NEW.status, NEW.reason);
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.override_status IS NOT NULL AND NEW.override_status IS NULL THEN
+        INSERT INTO provider_status_log (provider, kind, status, reason) VALUES (NEW.provider, 'override cleared', NULL, '');
+    ELSIF NEW.override_status IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.override_since IS DISTINCT FROM OLD.override_since) THEN
+        INSERT INTO provider_status_log (provider, kind, status, reason) VALUES (NEW.provider, 'override', NEW.override_status, coalesce(NEW.override_reason, ''));
+    END IF;
+    DELETE FROM provider_status_log WHERE provider = NEW.provider
+        AND id <= (SELECT id FROM provider_status_log WHERE provider = NEW.provider ORDER BY id DESC OFFSET 200 LIMIT 1);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER provider_status_log AFTER INSERT OR UPDATE ON provider_status
+    FOR EACH ROW EXECUTE FUNCTION provider_status_log_write();
+
 -- One probe at a time per provider, across every instance: the probe is leased like an item,
 -- and its back-off grows with failures within one outage (episode = provider_status.since).
 CREATE TABLE provider_probe (

@@ -272,6 +272,11 @@ func TestPinWorksLoggedInAndIsRefusedOtherwise(t *testing.T) {
 	if st := get(t, b, "status", chromedp.Text(chromedp.CSS("#provider-status"))); st != "HEALTHY" {
 		t.Errorf("after resume the provider reads %q, want HEALTHY", st)
 	}
+	// Both show among the recent transitions, newest first.
+	tr := get(t, b, "transitions", chromedp.TextContent(chromedp.CSS("#transitions")))
+	if i, j := strings.Index(tr, "manual override cleared"), strings.Index(tr, "manual override MAINTENANCE: paused from the console, "+testUser); i < 0 || j < i {
+		t.Errorf("recent transitions:\n%s", tr)
+	}
 
 	// Without a session, or with the session but a wrong CSRF token, the same POST is refused.
 	form := url.Values{"item": {candleItem}, "tier": {"HOT_1M"}, "back": {"/"}}

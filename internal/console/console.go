@@ -25,6 +25,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/testkit"
 )
 
@@ -93,14 +94,18 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Console, error) {
 
 // overview is the status copy the overview renders.
 type overview struct {
-	Status  daemon.ClusterStatus
-	Packing []dispatcher.PackingStatus
-	Learned float64
-	ReadAt  time.Time
-	Err     string // the last refresh's failure; the previous status stays shown
+	Status      daemon.ClusterStatus
+	Packing     []dispatcher.PackingStatus
+	Transitions []provider.Transition // newest first
+	Learned     float64
+	ReadAt      time.Time
+	Err         string // the last refresh's failure; the previous status stays shown
 	// readLocal is when the copy was read, on this process's clock (staleness only).
 	readLocal time.Time
 }
+
+// recentTransitions is how many of the provider's transitions the overview lists.
+const recentTransitions = 8
 
 // Start refreshes the status copy at once and then every Refresh while pages are being
 // viewed, until ctx ends.
@@ -147,6 +152,9 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 		return ov, err
 	}
 	if ov.Packing, err = dispatcher.ReadPackingStatus(ctx, c.pool); err != nil {
+		return ov, err
+	}
+	if ov.Transitions, err = provider.ReadTransitions(ctx, c.pool, c.cfg.ProviderName, recentTransitions); err != nil {
 		return ov, err
 	}
 	ov.Learned = 1

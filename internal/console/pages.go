@@ -112,6 +112,7 @@ type providerView struct {
 	Override, Dispatching                  bool
 	Probe                                  string
 	Cooldowns                              []string
+	Transitions                            []string // newest first
 }
 
 type tierView struct {
@@ -181,6 +182,18 @@ func (c *Console) overviewView(ov overview) overviewView {
 	}
 	if st.Probe != nil && !eff.CanDispatch() {
 		v.Provider.Probe = fmt.Sprintf("%d failed probes, next in %s", st.Probe.Failures, max(st.Probe.NextProbeAt.Sub(now), 0).Round(time.Second))
+	}
+	for _, tr := range ov.Transitions {
+		line := ago(now, tr.At) + ": "
+		switch tr.Kind {
+		case "override cleared":
+			line += "manual override cleared"
+		case "override":
+			line += "manual override " + string(tr.Status) + ": " + tr.Reason
+		default:
+			line += string(tr.Status) + ": " + tr.Reason
+		}
+		v.Provider.Transitions = append(v.Provider.Transitions, line)
 	}
 	for _, cd := range st.Cooldowns {
 		v.Provider.Cooldowns = append(v.Provider.Cooldowns, fmt.Sprintf("key %s cooling down for %s: %s", cd.KeyLabel,
