@@ -424,6 +424,8 @@ DROP TABLE collector_instances;
 DROP TABLE packing_state;
 DROP TABLE provider_probe;
 DROP TABLE provider_status;
+DROP TABLE provider_status_log;
+DROP FUNCTION provider_status_log_write();
 DROP TABLE item_interest;
 DROP TABLE tracked_items;
 DROP FUNCTION tracked_items_claim_due();

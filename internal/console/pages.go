@@ -118,6 +118,7 @@ type providerView struct {
 type tierView struct {
 	Tier                string
 	Items, Due, Overdue int64
+	Lag                 string // due → claim p50 / p99 over the lag window
 	Demand              float64
 	Share               float64 // of the budget
 	Interval            string
@@ -203,7 +204,10 @@ func (c *Console) overviewView(ov overview) overviewView {
 	configured := min(m.Rate, float64(m.PerMinute)/60)
 	budget := configured * ov.Learned
 	for _, t := range st.Tiers {
-		tv := tierView{Tier: t.Tier, Items: t.Items, Due: t.Due, Overdue: t.Overdue, Demand: tierplan.TierDemand(tiers.Tier(t.Tier), t.Requests)}
+		tv := tierView{Tier: t.Tier, Items: t.Items, Due: t.Due, Overdue: t.Overdue, Demand: tierplan.TierDemand(tiers.Tier(t.Tier), t.Requests), Lag: "-"}
+		if t.Lag.N > 0 {
+			tv.Lag = fmt.Sprintf("%s / %s (%d)", t.Lag.P50.Round(time.Millisecond), t.Lag.P99.Round(time.Millisecond), t.Lag.N)
+		}
 		if iv, ok := tiers.Tier(t.Tier).Interval(); ok {
 			tv.Interval = iv.String()
 		} else {
