@@ -74,6 +74,7 @@ type Console struct {
 	// a refresh at once when a page finds the copy stale.
 	viewed atomic.Bool
 	kick   chan struct{}
+	every  atomic.Int64 // the time between status reads, ns (see refreshCost)
 }
 
 // New builds a console over pool.
@@ -107,32 +108,43 @@ type overview struct {
 // recentTransitions is how many of the provider's transitions the overview lists.
 const recentTransitions = 8
 
-// Start refreshes the status copy at once and then every Refresh while pages are being
-// viewed, until ctx ends.
+// refreshCost bounds the share of time the status read may take: on a catalog where one read
+// takes longer than Refresh/refreshCost, the copy is re-read every refreshCost × that instead.
+const refreshCost = 5
+
+// Start refreshes the status copy at once and then every Refresh (or longer, see refreshCost)
+// while pages are being viewed, until ctx ends.
 func (c *Console) Start(ctx context.Context) {
-	t := time.NewTicker(c.cfg.Refresh)
-	defer t.Stop()
 	c.refresh(ctx)
+	t := time.NewTimer(c.interval())
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if !c.viewed.Swap(false) {
-				continue
+			if c.viewed.Swap(false) {
+				c.refresh(ctx)
 			}
 		case <-c.kick:
+			c.refresh(ctx)
+			t.Stop()
 		}
-		c.refresh(ctx)
+		t.Reset(c.interval())
 	}
 }
 
+// interval is the time between two status reads now.
+func (c *Console) interval() time.Duration { return time.Duration(c.every.Load()) }
+
 // refresh reads the cluster status as `collector status` does.
 func (c *Console) refresh(ctx context.Context) {
+	t0 := time.Now()
 	ov, err := c.readOverview(ctx)
 	if err != nil && ctx.Err() != nil {
 		return
 	}
+	c.every.Store(int64(max(c.cfg.Refresh, refreshCost*time.Since(t0))))
 	c.mu.Lock()
 	if err != nil {
 		c.log.Warn("console: status refresh failed", zap.Error(err))
@@ -177,7 +189,7 @@ func (c *Console) current(ctx context.Context) (overview, error) {
 	c.viewed.Store(true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Since(c.latest.readLocal) > 2*c.cfg.Refresh {
+	if time.Since(c.latest.readLocal) > 2*c.interval() {
 		// Stale after an unwatched spell: this page shows the copy with its time, and the next
 		// refresh of the page (or the next page) shows a fresh one.
 		select {

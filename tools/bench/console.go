@@ -97,7 +97,7 @@ func benchConsole(ctx context.Context, e *env, sz sizes, rep *report) error {
 	if _, err := get("/"); err != nil { // waits for the first status refresh
 		return err
 	}
-	rep.note("console: the first overview, which waits for the first status read (re-read every console.refresh while pages are viewed, never in a request after that), took %s on %d items", time.Since(t0).Round(time.Millisecond), cs.items)
+	rep.note("console: the first overview, which waits for the first status read (re-read in the background while pages are viewed, never in a request after that), took %s on %d items", time.Since(t0).Round(time.Millisecond), cs.items)
 	// Later pages: the cursors of pages 2 … requests+1, followed as a reader would.
 	next := regexp.MustCompile(`href="/items\?([^"]+)" id="next-page"`)
 	var deep []string
