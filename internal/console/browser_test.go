@@ -291,6 +291,16 @@ func TestPinWorksLoggedInAndIsRefusedOtherwise(t *testing.T) {
 	if code := post(t, hc, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {testPassword}}); code != http.StatusSeeOther {
 		t.Fatalf("login: %d, want 303", code)
 	}
+	// The session cookie is out of reach of scripts and of other sites' requests.
+	res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).
+		PostForm(e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {testPassword}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if cks := res.Cookies(); len(cks) != 1 || !cks[0].HttpOnly || cks[0].SameSite != http.SameSiteStrictMode || cks[0].Path != "/" {
+		t.Errorf("login cookie: %+v, want one HttpOnly, SameSite=Strict cookie on /", cks)
+	}
 	form.Set("csrf", "forged")
 	if code := post(t, hc, e.srv.URL+"/actions/pin", form); code != http.StatusForbidden {
 		t.Errorf("pin with a bad CSRF token: %d, want 403", code)
