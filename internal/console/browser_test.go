@@ -70,7 +70,7 @@ func setup(t *testing.T, password string) env {
 		{ID: candleItem, Name: "Golden Needle", Tier: tiers.Hot, TierReason: "score 9.1 ≥ hot threshold 8"},
 		{ID: snapshotItem, Name: "Silver Thread", Tier: tiers.Warm},
 	}
-	for i := range 30 {
+	for i := range 60 {
 		items = append(items, storetest.Item{ID: fmt.Sprintf("filler-%02d", i), Name: fmt.Sprintf("Filler %02d", i), Tier: tiers.Cold})
 	}
 	storetest.Items(t, pool, items...)
@@ -169,10 +169,16 @@ func (b *browser) check(t *testing.T, what string) {
 	}
 }
 
+// actionTimeout bounds one step, so a page that never shows what a step waits for fails the
+// test instead of hanging it; generous for a loaded 2-core machine, never a speed assertion.
+const actionTimeout = time.Minute
+
 // do runs actions and fails on any error or any console error seen so far.
 func (b *browser) do(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	if err := chromedp.Do(b.ctx, actions...); err != nil {
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 	b.check(t, what)
@@ -181,7 +187,9 @@ func (b *browser) do(t *testing.T, what string, actions ...chromedp.Action[chrom
 // get runs one action that reads a value.
 func get[T any](t *testing.T, b *browser, what string, a chromedp.Action[T]) T {
 	t.Helper()
-	v, err := chromedp.Run(b.ctx, a)
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
@@ -241,9 +249,18 @@ func TestSearchFindsAnItem(t *testing.T) {
 	if text := get(t, b, "rows", chromedp.Text(chromedp.CSS("#items tbody"))); !strings.Contains(text, "Golden Needle") {
 		t.Fatalf("search by id %s: %q", candleItem, text)
 	}
+	// 60 fillers: a page of 50, then the next page by its keyset link, the last one.
 	b.do(t, "tier filter", chromedp.Navigate(e.srv.URL+"/items?tier=COLD_10M"), chromedp.WaitVisible(chromedp.CSS("#items")))
-	if rows := get(t, b, "rows", chromedp.Nodes(chromedp.CSSAll("#items tbody tr"))); len(rows) != 30 {
-		t.Fatalf("tier COLD_10M: %d rows, want 30", len(rows))
+	if rows := get(t, b, "rows", chromedp.Nodes(chromedp.CSSAll("#items tbody tr"))); len(rows) != 50 {
+		t.Fatalf("tier COLD_10M, first page: %d rows, want 50", len(rows))
+	}
+	first := get(t, b, "rows", chromedp.Text(chromedp.CSS("#items tbody")))
+	b.do(t, "next page", chromedp.Click(chromedp.CSS("#next-page")), chromedp.WaitVisible(chromedp.CSS("#first-page")))
+	rows = get(t, b, "rows", chromedp.Nodes(chromedp.CSSAll("#items tbody tr")))
+	second := get(t, b, "rows", chromedp.Text(chromedp.CSS("#items tbody")))
+	last := get(t, b, "next link", chromedp.Evaluate[int](`document.querySelectorAll("#next-page").length`))
+	if len(rows) != 10 || last != 0 || !strings.Contains(second, "Filler") || strings.Contains(first, strings.Split(second, "\n")[0]) {
+		t.Fatalf("tier COLD_10M, second page: %d rows (next link %d), want the other 10 and no next link:\n%s", len(rows), last, second)
 	}
 }
 

@@ -267,8 +267,9 @@ type itemsView struct {
 	Filters              []string
 	Tiers                []string
 	Rows                 []itemRowView
-	Next                 string // the next page's query string, "" on the last page
-	First                string // the first page's query string, when this is a later one
+	// Next and First link the next page ("" on the last) and, from a later page, the first.
+	// They are built here from url.Values, so the template takes them as they are.
+	Next, First template.URL
 	Tracked              int64  // from the status copy (the daemon's counts), not counted here
 }
 
@@ -309,7 +310,7 @@ func (c *Console) itemsPage(r *http.Request, d *pageData) (string, error) {
 				base.Set(k, q.Get(k))
 			}
 		}
-		v.First = base.Encode()
+		v.First = template.URL("/items?" + base.Encode())
 	}
 	rows, next, err := catalog.BrowseItems(r.Context(), c.pool, bq)
 	if err != nil {
@@ -328,7 +329,7 @@ func (c *Console) itemsPage(r *http.Request, d *pageData) (string, error) {
 			}
 		}
 		nq.Set("after", encodeCursor(next))
-		v.Next = nq.Encode()
+		v.Next = template.URL("/items?" + nq.Encode())
 	}
 	if ov, err := c.current(r.Context()); err == nil {
 		for _, t := range ov.Status.Tiers {
