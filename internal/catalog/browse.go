@@ -51,49 +51,61 @@ func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor,
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
-	var c Cursor
-	if q.After != nil {
-		c = *q.After
+	// The statement holds only the predicates this page has, so each one is an index bound
+	// of the plan PostgreSQL caches for it ("$1 = '' OR …" would be a filter on every row).
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
 	}
-	first := q.After == nil
-	// One more row than asked says whether another page follows.
-	args := []any{string(q.Tier), SyntheticPatterns(), q.Limit + 1}
-	var where, order string
+	where := []string{"NOT item_id LIKE ANY(" + arg(SyntheticPatterns()) + "::text[])"}
+	if q.Tier != "" {
+		where = append(where, "collection_tier = "+arg(string(q.Tier)))
+	}
+	c := q.After
+	var order string
 	switch {
 	case q.Search != "":
 		// lower(item_name) COLLATE "C": the LIKE prefix, the order and the keyset all use
-		// tracked_items_name_idx.
-		args = append(args, escapeLike(strings.ToLower(q.Search))+"%", c.Name, c.ID, first, q.Search)
-		where = `lower(item_name) COLLATE "C" LIKE $4 AND ($7 OR (lower(item_name) COLLATE "C", item_id) > ($5, $6))
-		         AND item_id <> $8`
+		// tracked_items_name_idx. The exact id comes first, on the first page only.
+		where = append(where, `lower(item_name) COLLATE "C" LIKE `+arg(escapeLike(strings.ToLower(q.Search))+"%"),
+			"item_id <> "+arg(q.Search))
+		if c != nil {
+			where = append(where, `(lower(item_name) COLLATE "C", item_id) > (`+arg(c.Name)+", "+arg(c.ID)+")")
+		}
 		order = `lower(item_name) COLLATE "C", item_id`
 	case q.Filter == BrowseAll || q.Filter == BrowsePinned:
-		args = append(args, c.Score, c.ID, first)
-		where = `($6 OR (popularity_score, item_id) < ($4, $5))`
 		if q.Filter == BrowsePinned {
-			where += ` AND pinned_tier IS NOT NULL`
+			where = append(where, "pinned_tier IS NOT NULL")
+		}
+		if c != nil {
+			where = append(where, "(popularity_score, item_id) < ("+arg(c.Score)+", "+arg(c.ID)+")")
 		}
 		order = `popularity_score DESC, item_id DESC`
 	case q.Filter == BrowseOverdue:
 		// Claimable as dispatcher.DueByTier counts it: due and not held by a live lease.
-		args = append(args, c.Due, c.ID, first, q.Overdue.Milliseconds())
-		where = `next_collect_at <= now() - $7 * interval '1 millisecond'
-		         AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-		         AND ($6 OR (next_collect_at, item_id) > ($4, $5))`
+		where = append(where, "next_collect_at <= now() - "+arg(q.Overdue.Milliseconds())+" * interval '1 millisecond'",
+			"(lease_expires_at IS NULL OR lease_expires_at <= now())")
+		if c != nil {
+			where = append(where, "(next_collect_at, item_id) > ("+arg(c.Due)+", "+arg(c.ID)+")")
+		}
 		order = `next_collect_at, item_id`
 	case q.Filter == BrowseGaps:
-		args = append(args, c.Gaps, c.ID, first)
-		where = `sales_gaps > 0 AND ($6 OR (sales_gaps, item_id) < ($4, $5))`
+		where = append(where, "sales_gaps > 0")
+		if c != nil {
+			where = append(where, "(sales_gaps, item_id) < ("+arg(c.Gaps)+", "+arg(c.ID)+")")
+		}
 		order = `sales_gaps DESC, item_id DESC`
 	default:
 		return nil, nil, fmt.Errorf("browse items: filter %q: allowed %q, %q, %q or none", q.Filter, BrowsePinned, BrowseOverdue, BrowseGaps)
 	}
+	// One more row than asked says whether another page follows.
 	rows, err := db.Query(ctx, `
 		SELECT `+itemColumns+`, lower(item_name)
 		FROM tracked_items
-		WHERE ($1 = '' OR collection_tier = $1) AND NOT item_id LIKE ANY($2::text[]) AND `+where+`
+		WHERE `+strings.Join(where, " AND ")+`
 		ORDER BY `+order+`
-		LIMIT $3`, args...)
+		LIMIT `+arg(q.Limit+1), args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("browse items: %w", err)
 	}
@@ -117,7 +129,7 @@ func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor,
 			next.Score = last.Score
 		}
 	}
-	if q.Search != "" && first {
+	if q.Search != "" && q.After == nil {
 		// An exact id comes first (and only there): ids are what logs and events name.
 		exact, err := ListItems(ctx, db, ItemsQuery{ItemID: q.Search, IncludeSynthetic: true})
 		if err != nil {

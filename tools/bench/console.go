@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -111,6 +112,9 @@ func benchConsole(ctx context.Context, e *env, sz sizes, rep *report) error {
 			break
 		}
 		path = "/items?" + html.UnescapeString(m[1])
+		if !strings.Contains(path, "after=") {
+			return fmt.Errorf("the next-page link %q carries no cursor", path)
+		}
 		deep = append(deep, path)
 	}
 	rnd := rand.New(rand.NewPCG(1, 2))
