@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -17,6 +18,12 @@ import (
 // everyone out): a random id in an HttpOnly, SameSite=Strict cookie, and a random CSRF token
 // of its own that every action form carries and the server compares with the session's
 // (the synchroniser token pattern). A POST whose Origin names another host is refused first.
+
+// Failed logins are limited for the whole console: loginBurst at once, then one every loginEvery.
+const (
+	loginBurst = 5
+	loginEvery = 12 * time.Second
+)
 
 // sessionCookie names the console's session cookie.
 const sessionCookie = "duecollector_console"
@@ -116,7 +123,14 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
+	if c.failedLogins.Tokens() < 1 {
+		// Guessing stays slow: after loginBurst failures, one try every loginEvery, for everyone.
+		w.Header().Set("Retry-After", strconv.Itoa(int(loginEvery.Seconds())))
+		http.Error(w, "too many failed logins; try again in a moment", http.StatusTooManyRequests)
+		return
+	}
 	if !c.credentialsMatch(r.PostFormValue("user"), r.PostFormValue("password")) {
+		c.failedLogins.Allow()
 		c.log.Warn("console: login refused", zap.String("remote", r.RemoteAddr))
 		w.WriteHeader(http.StatusUnauthorized)
 		c.render(w, r, "login", pageData{Title: "Log in", Message: "Wrong user or password."})

@@ -335,6 +335,22 @@ func TestPinWorksLoggedInAndIsRefusedOtherwise(t *testing.T) {
 	}
 }
 
+// Password guessing is paced: after a few failures every login is refused for a while, the
+// right password too.
+func TestFailedLoginsArePaced(t *testing.T) {
+	e := setup(t, testPassword)
+	codes := map[int]int{}
+	for range 6 {
+		codes[post(t, http.DefaultClient, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {"guess"}})]++
+	}
+	if codes[http.StatusUnauthorized] != 5 || codes[http.StatusTooManyRequests] != 1 {
+		t.Errorf("six wrong passwords answered %v, want 5 × 401 then 429", codes)
+	}
+	if code := post(t, http.DefaultClient, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {testPassword}}); code != http.StatusTooManyRequests {
+		t.Errorf("the right password right after: %d, want 429", code)
+	}
+}
+
 func TestReadOnlyWithoutCredentials(t *testing.T) {
 	e := setup(t, "")
 	b := newBrowser(t)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/daemon"
@@ -64,6 +65,8 @@ type Console struct {
 	log   *zap.Logger
 	pages map[string]*template.Template
 	auth  *sessions
+	// failedLogins paces password guessing (loginBurst, loginEvery).
+	failedLogins *rate.Limiter
 
 	mu     sync.Mutex
 	ready  chan struct{} // closed after the first refresh
@@ -90,7 +93,8 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Console, error) {
 		return nil, err
 	}
 	return &Console{cfg: cfg, pool: pool, log: log, pages: pages, auth: newSessions(cfg.Session),
-		ready: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
+		failedLogins: rate.NewLimiter(rate.Every(loginEvery), loginBurst),
+		ready:        make(chan struct{}), kick: make(chan struct{}, 1)}, nil
 }
 
 // overview is the status copy the overview renders.

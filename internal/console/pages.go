@@ -270,7 +270,7 @@ type itemsView struct {
 	// Next and First link the next page ("" on the last) and, from a later page, the first.
 	// They are built here from url.Values, so the template takes them as they are.
 	Next, First template.URL
-	Tracked              int64  // from the status copy (the daemon's counts), not counted here
+	Tracked     int64 // from the status copy (the daemon's counts), not counted here
 }
 
 type itemRowView struct {
@@ -318,7 +318,7 @@ func (c *Console) itemsPage(r *http.Request, d *pageData) (string, error) {
 	}
 	for _, it := range rows {
 		v.Rows = append(v.Rows, itemRowView{ID: it.ItemID, Name: it.Name, Tier: string(it.Tier), Pinned: string(it.PinnedTier),
-			Score: strconv.FormatFloat(it.Score, 'f', -1, 64), Changes: rate(it.ChangesPerHour), Sales: rate(it.SalesPerHour),
+			Score: strconv.FormatFloat(it.Score, 'f', -1, 64), Changes: rateText(it.ChangesPerHour), Sales: rateText(it.SalesPerHour),
 			Gaps: it.SalesGaps, Next: timeText(it.NextCollectAt), Last: timeText(it.LastCollectedAt), Reason: it.TierReason})
 	}
 	if next != nil {
@@ -397,7 +397,7 @@ func (c *Console) itemPage(r *http.Request, d *pageData) (string, error) {
 	o := it.Observed
 	v := itemView{ID: it.ItemID, Name: it.Name, Tier: string(it.Tier), Pinned: string(it.PinnedTier), Reason: it.TierReason,
 		TierChanged: timeText(it.TierChangedAt), Next: timeText(it.NextCollectAt), Last: timeText(it.LastCollectedAt),
-		Score: strconv.FormatFloat(it.Score, 'f', -1, 64), Changes: rate(it.ChangesPerHour), Sales: rate(it.SalesPerHour),
+		Score: strconv.FormatFloat(it.Score, 'f', -1, 64), Changes: rateText(it.ChangesPerHour), Sales: rateText(it.SalesPerHour),
 		Observed: fmt.Sprintf("%.1f collections, %.1f changes over %s (decayed)", o.Accesses, o.Changes,
 			(time.Duration(o.ChangedSeconds+o.UnchangedSeconds) * time.Second).Round(time.Second)),
 		Gaps: it.SalesGaps}
@@ -553,7 +553,7 @@ func timeText(t *time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-func rate(v *float64) string {
+func rateText(v *float64) string {
 	if v == nil {
 		return "-"
 	}
