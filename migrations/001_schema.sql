@@ -77,6 +77,17 @@ CREATE TABLE tracked_items (
 -- Only scheduled rows are ever claimed; DORMANT rows (NULL) stay out of the index entirely.
 CREATE INDEX tracked_items_due_idx ON tracked_items (next_collect_at) WHERE next_collect_at IS NOT NULL;
 
+-- The console's item list (catalog.BrowseItems) pages by keyset, each filter down an index in
+-- its own order, so a page never costs the catalog's size. None of these columns changes on a
+-- collection that finds nothing new (popularity and tier move at recalculation, the name at
+-- import, sales_gaps only when sales were lost), so the write-back stays HOT.
+CREATE INDEX tracked_items_popularity_idx ON tracked_items (popularity_score, item_id);
+CREATE INDEX tracked_items_tier_popularity_idx ON tracked_items (collection_tier, popularity_score, item_id);
+CREATE INDEX tracked_items_pinned_idx ON tracked_items (popularity_score, item_id) WHERE pinned_tier IS NOT NULL;
+CREATE INDEX tracked_items_gaps_idx ON tracked_items (sales_gaps, item_id) WHERE sales_gaps > 0;
+-- Name search is a case-insensitive prefix; in the "C" collation LIKE 'prefix%' is an index range.
+CREATE INDEX tracked_items_name_idx ON tracked_items ((lower(item_name) COLLATE "C"), item_id);
+
 -- Wakes sleeping daemons when an item becomes due earlier than it was (import, touch, a tier
 -- promotion). Write-backs move next_collect_at later and stay silent, so a busy cluster does
 -- not wake itself on every write. PostgreSQL folds identical notifications of a transaction
@@ -144,6 +155,39 @@ CREATE TABLE provider_status (
 );
 
 INSERT INTO provider_status (provider, status, reason) VALUES ('neople', 'HEALTHY', 'initial');
+
+-- The provider's recent transitions, for the console: every change of the automatic status or
+-- of the manual override, whoever made it (a trigger, so no writer can forget). Transitions are
+-- rare; the newest 200 per provider are kept.
+CREATE TABLE provider_status_log (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    provider   text NOT NULL,
+    at         timestamptz NOT NULL DEFAULT now(),
+    kind       text NOT NULL CHECK (kind IN ('automatic', 'override', 'override cleared')),
+    status     text,          -- the automatic status, or the override's (NULL when cleared)
+    reason     text NOT NULL DEFAULT ''
+);
+
+CREATE INDEX provider_status_log_provider_idx ON provider_status_log (provider, id);
+
+CREATE FUNCTION provider_status_log_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' OR NEW.status IS DISTINCT FROM OLD.status OR NEW.since IS DISTINCT FROM OLD.since THEN
+        INSERT INTO provider_status_log (provider, kind, status, reason) VALUES (NEW.provider, 'automatic', NEW.status, NEW.reason);
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.override_status IS NOT NULL AND NEW.override_status IS NULL THEN
+        INSERT INTO provider_status_log (provider, kind, status, reason) VALUES (NEW.provider, 'override cleared', NULL, '');
+    ELSIF NEW.override_status IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.override_since IS DISTINCT FROM OLD.override_since) THEN
+        INSERT INTO provider_status_log (provider, kind, status, reason) VALUES (NEW.provider, 'override', NEW.override_status, coalesce(NEW.override_reason, ''));
+    END IF;
+    DELETE FROM provider_status_log WHERE provider = NEW.provider
+        AND id <= (SELECT id FROM provider_status_log WHERE provider = NEW.provider ORDER BY id DESC OFFSET 200 LIMIT 1);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER provider_status_log AFTER INSERT OR UPDATE ON provider_status
+    FOR EACH ROW EXECUTE FUNCTION provider_status_log_write();
 
 -- One probe at a time per provider, across every instance: the probe is leased like an item,
 -- and its back-off grows with failures within one outage (episode = provider_status.since).
@@ -384,6 +428,8 @@ DROP TABLE collector_instances;
 DROP TABLE packing_state;
 DROP TABLE provider_probe;
 DROP TABLE provider_status;
+DROP TABLE provider_status_log;
+DROP FUNCTION provider_status_log_write();
 DROP TABLE item_interest;
 DROP TABLE tracked_items;
 DROP FUNCTION tracked_items_claim_due();

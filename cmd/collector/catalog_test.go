@@ -19,7 +19,7 @@ func runCollector(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := newRootCmd(&out, &errOut)
-	cmd.SetArgs(append(args, "--log-format", "console"))
+	cmd.SetArgs(append(args, "--log-format=console")) // one word: "console" is also a command
 	err := cmd.ExecuteContext(context.Background())
 	return out.String(), errOut.String(), err
 }

@@ -66,7 +66,7 @@ var commandGroups = []struct{ id, title string }{
 }
 
 var groupOf = map[string]string{
-	"demo": "start", "migrate": "start", "sim": "start", "version": "start", "config": "start",
+	"demo": "start", "console": "start", "migrate": "start", "sim": "start", "version": "start", "config": "start",
 	"collect-due": "collect", "collect": "collect", "run": "collect", "provider": "collect", "status": "collect",
 	"relay-outbox": "outbox", "outbox": "outbox",
 	"import-items": "catalog", "items": "catalog", "touch": "catalog", "recalculate-popularity": "catalog",

@@ -45,6 +45,10 @@ the daemon (collector run) for --duration, and prints how many events it publish
 table and a few published events, read back with a Kafka consumer. Logs are console lines
 unless --log-format, COLLECTOR_LOG_FORMAT or a config file says otherwise.
 
+The daemon serves the operator console (docs/console.md) during the run, at the URL it prints.
+With --keep it serves it on console.addr (127.0.0.1:8080 by default) and keeps it open after the
+run until Ctrl-C, with the simulator and the broker.
+
 With --keep-broker or --kafka-addr the broker listens on a fixed address (127.0.0.1:9092 by
 default) and stays up after the run until Ctrl-C, so kcat or any Kafka client can read the topic.`,
 		Args: cobra.NoArgs,
@@ -61,6 +65,7 @@ default) and stays up after the run until Ctrl-C, so kcat or any Kafka client ca
 	f.IntVar(&o.simItems, "sim-items", 200, "items in the simulator's catalog")
 	f.StringVar(&o.dataDir, "data-dir", ".data", "where a private PostgreSQL cluster lives when one is needed")
 	f.StringVar(&o.targets, "targets", configs.ImportTargetsPath, "items to import (the built-in copy when this default file is absent)")
+	f.BoolVar(&o.keep, "keep", false, "keep the console open after the run until Ctrl-C (on console.addr)")
 	f.BoolVar(&o.keepBroker, "keep-broker", false, "keep the Kafka broker listening after the run until Ctrl-C (on --kafka-addr)")
 	f.StringVar(&o.kafkaAddr, "kafka-addr", "", "run the broker on `HOST:PORT` and keep it after the run (default with --keep-broker 127.0.0.1:9092; else a free port)")
 	return cmd
@@ -71,6 +76,7 @@ type demoOptions struct {
 	simItems                 int
 	dataDir, targets         string
 	targetsGiven, keepBroker bool
+	keep                     bool // the console stays open after the run
 	kafkaAddr                string
 }
 
@@ -165,11 +171,16 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 
 	// The daemon, exactly as `collector run` runs it, with its HTTP server on a free port.
 	a.cfg.Daemon.HTTPAddr = "127.0.0.1:0"
+	if o.keep {
+		a.cfg.Daemon.HTTPAddr = a.cfg.Console.Addr
+	}
+	a.cfg.Console.Enabled = true
 	dm, err := a.newDaemon(ctx)
 	if err != nil {
 		return err
 	}
 	a.printf("running    the daemon (collector run) for %s; metrics at http://%s/metrics\n", o.duration, dm.Addr())
+	a.printf("console    %s\n", hostURL(dm.Addr()))
 	hb := a.cfg.Daemon.Budget.Heartbeat
 	a.printf("           (its first calls wait %s–%s, two to three daemon.budget.heartbeat periods, so that\n"+
 		"           instances already sharing the API key's budget lower their share before it sends)\n", 2*hb, 3*hb)
@@ -202,14 +213,30 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 	if err := a.printEvents(ctx, 3); err != nil {
 		return err
 	}
-	if !keep {
+	if !keep && !o.keep {
 		return nil
 	}
-	a.printf("\nkafka      broker kept at %s until Ctrl-C; read it with\n"+
-		"           kcat -C -b %s -t %s -f '%%k %%h\\n%%s\\n\\n'\n",
-		strings.Join(a.cfg.Kafka.Brokers, ","), a.cfg.Kafka.Brokers[0], a.cfg.Kafka.Topic)
-	<-ctx.Done()
-	return nil
+	if keep {
+		a.printf("\nkafka      broker kept at %s until Ctrl-C; read it with\n"+
+			"           kcat -C -b %s -t %s -f '%%k %%h\\n%%s\\n\\n'\n",
+			strings.Join(a.cfg.Kafka.Brokers, ","), a.cfg.Kafka.Brokers[0], a.cfg.Kafka.Topic)
+	}
+	if !o.keep {
+		<-ctx.Done()
+		return nil
+	}
+	// The daemon has stopped and closed its server: the console alone takes its address.
+	cln, err := net.Listen("tcp", dm.Addr())
+	if err != nil {
+		return fmt.Errorf("keep the console: %w", err)
+	}
+	c, err := a.newConsole(ctx, pool)
+	if err != nil {
+		_ = cln.Close()
+		return err
+	}
+	a.printf("\nconsole    kept at %s until Ctrl-C\n", hostURL(dm.Addr()))
+	return serveUntilDone(ctx, cln, c.Handler(), a.log)
 }
 
 // printEvents reads up to n events back from the broker with a real Kafka consumer, from

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +35,8 @@ func (l *lockedBuffer) String() string {
 }
 
 // demo from a directory without configs/ uses the built-in targets, counts what it published,
-// and with --kafka-addr keeps the broker readable by any Kafka client until interrupted.
+// with --kafka-addr keeps the broker readable by any Kafka client until interrupted, and with
+// --keep the console.
 func TestDemoFromAnyDirectoryKeepsTheBroker(t *testing.T) {
 	db := storetest.NewDatabase(t)
 	t.Setenv("COLLECTOR_CONFIG", "")
@@ -45,17 +48,24 @@ func TestDemoFromAnyDirectoryKeepsTheBroker(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
+	cln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	consoleAddr := cln.Addr().String()
+	_ = cln.Close()
+	t.Setenv("COLLECTOR_CONSOLE_ADDR", consoleAddr)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errOut lockedBuffer
 	cmd := newRootCmd(&out, &errOut)
-	cmd.SetArgs([]string{"demo", "--database-url", db, "--duration", "5s", "--kafka-addr", addr})
+	cmd.SetArgs([]string{"demo", "--database-url", db, "--duration", "5s", "--kafka-addr", addr, "--keep"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 
 	deadline := time.Now().Add(2 * time.Minute)
-	for !strings.Contains(out.String(), "until Ctrl-C") {
+	for !strings.Contains(out.String(), "console    kept at") {
 		select {
 		case err := <-done:
 			t.Fatalf("demo ended before keeping the broker: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
@@ -72,6 +82,7 @@ func TestDemoFromAnyDirectoryKeepsTheBroker(t *testing.T) {
 		"relay      12 events published to market.auction-snapshots.v1 during the run; 0 pending, 0 failed",
 		"first events on market.auction-snapshots.v1", "ce_id=",
 		"broker kept at " + addr, "kcat -C -b " + addr,
+		"console    http://" + consoleAddr + "/", "console    kept at http://" + consoleAddr + "/ until Ctrl-C",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, got)
@@ -79,6 +90,17 @@ func TestDemoFromAnyDirectoryKeepsTheBroker(t *testing.T) {
 	}
 	if logs := errOut.String(); strings.Contains(logs, `{"level"`) || !strings.Contains(logs, "INFO") {
 		t.Errorf("demo logs are not console lines:\n%s", logs)
+	}
+
+	// The kept console lists the imported items.
+	res, err := http.Get("http://" + consoleAddr + "/items")
+	if err != nil {
+		t.Fatalf("the kept console does not answer: %v", err)
+	}
+	page, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(page), `href="/items/`) {
+		t.Errorf("kept console /items: %d\n%s", res.StatusCode, page)
 	}
 
 	// The kept broker serves the topic to an ordinary consumer.

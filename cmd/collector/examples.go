@@ -22,7 +22,10 @@ var examples = map[string]string{
   collector migrate up && collector import-items && collector run`,
 	"collector demo": `  collector demo
   collector demo --duration 1m --keep-broker     # then: kcat -C -b 127.0.0.1:9092 -t market.auction-snapshots.v1
-  collector demo --log-format json                # the daemon's structured logs instead of console ones`,
+  collector demo --log-format json                # the daemon's structured logs instead of console ones
+  collector demo --keep                           # then open http://127.0.0.1:8080/ until Ctrl-C`,
+	"collector console": `  collector console                                        # read-only, on http://127.0.0.1:8080/
+  COLLECTOR_CONSOLE_PASSWORD_FILE=/run/secrets/console collector console --addr :8080   # with actions`,
 	"collector migrate": `  collector migrate up                 # apply every pending migration
   collector migrate status             # exits 1 while migrations are pending`,
 	"collector migrate up": `  collector migrate up --database-url postgres://postgres@127.0.0.1:5432/duecollector

@@ -34,7 +34,7 @@ var subcommands = []func(a *app) *cobra.Command{
 	newImportItemsCmd, newSeedRealCmd, newSeedSyntheticCmd, newPurgeSyntheticCmd,
 	newRecalculatePopularityCmd, newTouchCmd, newItemsCmd,
 	newCollectDueCmd, newCollectCmd,
-	newConfigCmd, newDemoCmd, newHealthcheckCmd, newMigrateCmd, newOutboxCmd, newPackingCmd,
+	newConfigCmd, newConsoleCmd, newDemoCmd, newHealthcheckCmd, newMigrateCmd, newOutboxCmd, newPackingCmd,
 	newPlanCmd, newProviderCmd, newPruneCmd, newRelayOutboxCmd, newRunCmd, newSimCmd,
 	newStatusCmd, newVersionCmd, newHistoryCmd, newPartitionsCmd,
 }

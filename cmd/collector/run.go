@@ -29,8 +29,8 @@ item becomes claimable and sleeps exactly that long (at most daemon.max_sleep); 
 daemon.notify it also wakes when items are imported, touched or promoted. It relays the outbox
 to Kafka when kafka.brokers is set, recalculates popularity every catalog.recalc_interval,
 moves the provider status by itself (daemon.health.*), shares each API key's budget with every
-other running instance (daemon.budget.*), and serves /metrics, /healthz and /readyz on
-daemon.http_addr. Any number of instances may run side by side, next to one-shot collect-due
+other running instance (daemon.budget.*), and serves /metrics, /healthz, /readyz and the
+operator console (/, docs/console.md) on daemon.http_addr. Any number of instances may run side by side, next to one-shot collect-due
 and relay-outbox runs.
 
 On SIGTERM/SIGINT it stops claiming, lets calls in flight finish within daemon.shutdown_grace,
@@ -73,6 +73,14 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	var con http.Handler
+	if a.cfg.Console.Enabled && a.cfg.Daemon.HTTPAddr != "" {
+		c, err := a.newConsole(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		con = c.Handler()
+	}
 	ver, rev, _ := buildInfo()
 	return daemon.New(pool, client, daemon.Config{
 		Daemon:     a.cfg.Daemon,
@@ -88,6 +96,7 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 		Commit:     rev,
 		ListenURL:  a.cfg.Database.DirectURL,
 		SchemaHint: migrateHint,
+		Console:    con,
 	}, a.log)
 }
 

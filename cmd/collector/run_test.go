@@ -149,6 +149,12 @@ func TestRunWaitsForItsDatabase(t *testing.T) {
 		rc, _ := get("/readyz")
 		return rc == 200
 	})
+	// The console is served at / beside /metrics.
+	for path, want := range map[string]string{"/": "<h1>Overview</h1>", "/items": `<table id="items">`, "/metrics": "collector_"} {
+		if rc, body := get(path); rc != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d, want 200 with %q:\n%.300s", path, rc, want, body)
+		}
+	}
 	stop()
 	if err := testkit.Recv(t, done, time.Minute, "run to stop"); err != nil {
 		t.Fatalf("run: %v", err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -46,10 +48,7 @@ func ListItems(ctx context.Context, db DB, q ItemsQuery) ([]ItemRow, error) {
 		limit = &q.Limit
 	}
 	rows, err := db.Query(ctx, `
-		SELECT item_id, item_name, collection_tier, popularity_score, next_collect_at, last_collected_at,
-		       tier_changed_at, coalesce(tier_reason, ''), coalesce(pinned_tier, ''),
-		       est_collections, est_changes, est_changed_seconds, est_unchanged_seconds, est_sales, sales_gaps,
-		       requests_per_collection
+		SELECT `+itemColumns+`
 		FROM tracked_items
 		WHERE ($1 = '' OR collection_tier = $1)
 		  AND ($2 OR NOT item_id LIKE ANY($5::text[]) OR item_id = $4)
@@ -59,27 +58,63 @@ func ListItems(ctx context.Context, db DB, q ItemsQuery) ([]ItemRow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list tracked items: %w", err)
 	}
-	defer rows.Close()
-	var out []ItemRow
-	for rows.Next() {
-		var r ItemRow
-		var tier, pinned string
-		var sales float64
-		o := &r.Observed
-		if err := rows.Scan(&r.ItemID, &r.Name, &tier, &r.Score, &r.NextCollectAt, &r.LastCollectedAt,
-			&r.TierChangedAt, &r.TierReason, &pinned, &o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds,
-			&sales, &r.SalesGaps, &r.Requests); err != nil {
-			return nil, fmt.Errorf("list tracked items: %w", err)
-		}
-		r.Tier, r.PinnedTier = tiers.Tier(tier), tiers.Tier(pinned)
-		if rate, ok := o.ChangeRate(); ok {
-			perHour, sph := rate*3600, sales/(o.ChangedSeconds+o.UnchangedSeconds)*3600
-			r.ChangesPerHour, r.SalesPerHour = &perHour, &sph
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := scanItems(rows)
+	if err != nil {
 		return nil, fmt.Errorf("list tracked items: %w", err)
 	}
 	return out, nil
+}
+
+// itemColumns are what scanItems reads, in its order.
+const itemColumns = `item_id, item_name, collection_tier, popularity_score, next_collect_at, last_collected_at,
+		       tier_changed_at, coalesce(tier_reason, ''), coalesce(pinned_tier, ''),
+		       est_collections, est_changes, est_changed_seconds, est_unchanged_seconds, est_sales, sales_gaps,
+		       requests_per_collection`
+
+func scanItems(rows pgx.Rows) ([]ItemRow, error) {
+	defer rows.Close()
+	var out []ItemRow
+	for rows.Next() {
+		r, err := scanItem(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// scanItemsWith also reads the lower-cased name that follows itemColumns (a name cursor).
+func scanItemsWith(rows pgx.Rows) ([]ItemRow, []string, error) {
+	defer rows.Close()
+	var out []ItemRow
+	var names []string
+	for rows.Next() {
+		var name string
+		r, err := scanItem(rows, &name)
+		if err != nil {
+			return nil, nil, err
+		}
+		out, names = append(out, r), append(names, name)
+	}
+	return out, names, rows.Err()
+}
+
+func scanItem(rows pgx.Rows, extra ...any) (ItemRow, error) {
+	var r ItemRow
+	var tier, pinned string
+	var sales float64
+	o := &r.Observed
+	dst := append([]any{&r.ItemID, &r.Name, &tier, &r.Score, &r.NextCollectAt, &r.LastCollectedAt,
+		&r.TierChangedAt, &r.TierReason, &pinned, &o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds,
+		&sales, &r.SalesGaps, &r.Requests}, extra...)
+	if err := rows.Scan(dst...); err != nil {
+		return r, err
+	}
+	r.Tier, r.PinnedTier = tiers.Tier(tier), tiers.Tier(pinned)
+	if rate, ok := o.ChangeRate(); ok {
+		perHour, sph := rate*3600, sales/(o.ChangedSeconds+o.UnchangedSeconds)*3600
+		r.ChangesPerHour, r.SalesPerHour = &perHour, &sph
+	}
+	return r, nil
 }

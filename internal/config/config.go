@@ -26,6 +26,7 @@ type Config struct {
 	Daemon    DaemonConfig    `mapstructure:"daemon"`
 	Retention RetentionConfig `mapstructure:"retention"`
 	History   HistoryConfig   `mapstructure:"history"`
+	Console   ConsoleConfig   `mapstructure:"console"`
 }
 
 // Options says where to read from. Flags maps a config key to the flag that sets it; only
@@ -61,6 +62,7 @@ func Load(opts Options) (*Config, error) {
 		*k.dst = v
 		keyErrs = append(keyErrs, err)
 	}
+	keyErrs = append(keyErrs, cfg.Console.loadPassword())
 	if err := errors.Join(keyErrs...); err != nil {
 		return nil, err
 	}
@@ -121,7 +123,7 @@ func Default() *Config {
 func setDefaults(v *viper.Viper) {
 	for _, d := range []map[string]any{
 		databaseDefaults, logDefaults, providerDefaults, collectDefaults,
-		kafkaDefaults, catalogDefaults, daemonDefaults, retentionDefaults, historyDefaults,
+		kafkaDefaults, catalogDefaults, daemonDefaults, retentionDefaults, historyDefaults, consoleDefaults,
 	} {
 		for k, val := range d {
 			v.SetDefault(k, val)
@@ -141,6 +143,7 @@ func (c *Config) Validate() error {
 		c.Daemon.validate(),
 		c.Retention.validate(c.Catalog, c.History),
 		c.History.validate(),
+		c.Console.validate(),
 	)
 }
 
@@ -158,7 +161,7 @@ func Keys() map[string]any {
 // UnknownEnv returns the COLLECTOR_* variables in environ ("NAME=value" entries) that no key
 // reads: a typo there would otherwise be silently ignored.
 func UnknownEnv(environ []string) []string {
-	known := map[string]bool{EnvPrefix + "_CONFIG": true}
+	known := map[string]bool{EnvPrefix + "_CONFIG": true, ConsolePasswordEnv: true}
 	for k := range Keys() {
 		known[EnvName(k)] = true
 	}

@@ -74,6 +74,8 @@ type Config struct {
 	ListenURL string
 	// SchemaHint is added to /readyz's answer when migrations are pending: what to run.
 	SchemaHint string
+	// Console, when set, is served at / on daemon.http_addr beside /metrics (internal/console).
+	Console http.Handler
 	// HealthChecked, when initialised (tests), hears every provider health check.
 	HealthChecked testkit.Signal[provider.Status]
 	// signals, when initialised (tests), hear what the services did.

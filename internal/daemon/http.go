@@ -11,11 +11,15 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 )
 
-// handler serves /metrics, /healthz (the process is up) and /readyz (it can do its work). A
-// database that refuses writes makes the daemon not ready but leaves it live: a restart would
-// not help, and it resumes by itself when writes come back.
+// handler serves /metrics, /healthz (the process is up) and /readyz (it can do its work), and
+// the console at / when one is configured. A database that refuses writes makes the daemon not
+// ready but leaves it live: a restart would not help, and it resumes by itself when writes come
+// back.
 func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
+	if d.cfg.Console != nil {
+		mux.Handle("/", d.cfg.Console)
+	}
 	mux.Handle("GET /metrics", d.metrics.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

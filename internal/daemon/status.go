@@ -52,6 +52,14 @@ type TierStatus struct {
 	Items, Due, Overdue int64
 	// Requests is what collecting each item once costs, summed (packed items cost less than 2).
 	Requests float64
+	// Lag is due → claim over the tier's claims of the last LagWindow.
+	Lag Lag
+}
+
+// Lag is due → claim lag over a window's claims.
+type Lag struct {
+	N        int64
+	P50, P99 time.Duration
 }
 
 // LagWindow is the span `collector status` reports lag over.
@@ -85,21 +93,47 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, err
 	}
 
-	var p50, p99 *float64
-	err = pool.QueryRow(ctx, `
+	// One pass over the window's claims gives the lag overall (the empty grouping set, whose row
+	// exists even with no claims) and per tier (the item's tier now).
+	rows, err := pool.Query(ctx, `
 		SELECT now(),
 		       (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now() AND NOT item_id LIKE ANY($2::text[])),
-		       count(*),
+		       coalesce(collection_tier, ''), GROUPING(collection_tier) = 1, count(*),
 		       percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag)
-		FROM (SELECT greatest(extract(epoch FROM last_claimed_at - last_due_at), 0) AS lag FROM tracked_items
+		FROM (SELECT collection_tier, greatest(extract(epoch FROM last_claimed_at - last_due_at), 0) AS lag FROM tracked_items
 		      WHERE last_claimed_at > now() - $1 * interval '1 millisecond'
-		        AND last_due_at <= last_claimed_at + $3 * interval '1 millisecond' AND NOT item_id LIKE ANY($2::text[])) s`,
-		LagWindow.Milliseconds(), catalog.SyntheticPatterns(), dispatcher.MaxAhead.Milliseconds()).Scan(&st.DatabaseNow, &st.Leased, &st.LagN, &p50, &p99)
+		        AND last_due_at <= last_claimed_at + $3 * interval '1 millisecond' AND NOT item_id LIKE ANY($2::text[])) s
+		GROUP BY GROUPING SETS ((), (collection_tier))`,
+		LagWindow.Milliseconds(), catalog.SyntheticPatterns(), dispatcher.MaxAhead.Milliseconds())
 	if err != nil {
 		return st, fmt.Errorf("claim lag: %w", err)
 	}
-	if p50 != nil {
-		st.LagP50, st.LagP99 = seconds(*p50), seconds(*p99)
+	for rows.Next() {
+		var tier string
+		var total bool
+		var n int64
+		var p50, p99 *float64
+		if err := rows.Scan(&st.DatabaseNow, &st.Leased, &tier, &total, &n, &p50, &p99); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("claim lag: %w", err)
+		}
+		lag := Lag{N: n}
+		if p50 != nil {
+			lag.P50, lag.P99 = seconds(*p50), seconds(*p99)
+		}
+		if total {
+			st.LagN, st.LagP50, st.LagP99 = lag.N, lag.P50, lag.P99
+			continue
+		}
+		for i := range st.Tiers {
+			if st.Tiers[i].Tier == tier {
+				st.Tiers[i].Lag = lag
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("claim lag: %w", err)
 	}
 
 	backlog, err := outbox.ReadBacklog(ctx, pool, false)

@@ -130,3 +130,22 @@ func readCandles(ctx context.Context, db Reader, itemID, resolution string, sinc
 	}
 	return cs, nil
 }
+
+// RecentSales returns an item's newest sales, newest first: one backward walk of the sales key
+// that stops after limit rows.
+func RecentSales(ctx context.Context, db Reader, itemID string, limit int) ([]Sale, error) {
+	rows, err := db.Query(ctx, `
+		SELECT sold_at, seq, quantity, unit_price, total_price FROM auction_sales WHERE item_id = $1
+		ORDER BY sold_at DESC, seq DESC LIMIT $2`, itemID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read sales of %q: %w", itemID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Sale, error) {
+		var s Sale
+		return s, r.Scan(&s.SoldAt, &s.Seq, &s.Quantity, &s.UnitPrice, &s.Total)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read sales of %q: %w", itemID, err)
+	}
+	return out, nil
+}

@@ -144,3 +144,35 @@ func ClearOverride(ctx context.Context, q Querier, providerName string) error {
 	}
 	return nil
 }
+
+// Transition is one change of the provider's automatic status or of its manual override.
+type Transition struct {
+	At     time.Time
+	Kind   string // automatic, override, override cleared
+	Status Status // "" when an override was cleared
+	Reason string
+}
+
+// ReadTransitions returns a provider's newest transitions, newest first (provider_status_log,
+// which a trigger on provider_status writes).
+func ReadTransitions(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, providerName string, limit int) ([]Transition, error) {
+	rows, err := q.Query(ctx, `
+		SELECT at, kind, coalesce(status, ''), reason FROM provider_status_log
+		WHERE provider = $1 ORDER BY id DESC LIMIT $2`, providerName, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read provider %s transitions: %w", providerName, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Transition, error) {
+		var t Transition
+		var st string
+		err := r.Scan(&t.At, &t.Kind, &st, &t.Reason)
+		t.Status = Status(st)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read provider %s transitions: %w", providerName, err)
+	}
+	return out, nil
+}

@@ -15,7 +15,10 @@ import (
 
 // histSize is the stored history the history section measures on: items × days × perDay
 // snapshot rows in whole daily partitions, plus today's up to now; reads samples items.
-type histSize struct{ items, days, rows, reads int }
+type histSize struct {
+	items, days, rows, reads int
+	candleItems              int // items given candles (the first ones); 0 = every item
+}
 
 func (h histSize) perDay() int { return (h.rows + h.items*h.days - 1) / (h.items * h.days) }
 
@@ -96,7 +99,11 @@ func seedHistory(ctx context.Context, pool *pgxpool.Pool, h histSize, now time.T
 	}
 	s.took[0] = time.Since(t0)
 	t0 = time.Now()
-	n, err := seedCandles(ctx, pool, h.items, s.days[0], now)
+	candled := h.items
+	if h.candleItems > 0 {
+		candled = min(h.candleItems, h.items)
+	}
+	n, err := seedCandles(ctx, pool, candled, s.days[0], now)
 	if err != nil {
 		return s, err
 	}

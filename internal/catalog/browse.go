@@ -1,0 +1,148 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// Filters of BrowseItems. Each walks an index of its own in its own order, so a page costs
+// its rows, never the catalog's size.
+const (
+	BrowseAll     = ""        // most popular first (tracked_items_popularity_idx)
+	BrowsePinned  = "pinned"  // pinned items, most popular first (tracked_items_pinned_idx)
+	BrowseOverdue = "overdue" // claimable for longer than Overdue, longest waiting first (tracked_items_due_idx)
+	BrowseGaps    = "gaps"    // items that lost sales between collections, most gaps first (tracked_items_gaps_idx)
+)
+
+// BrowseFilters lists the filters in the order a console offers them.
+var BrowseFilters = []string{BrowseAll, BrowsePinned, BrowseOverdue, BrowseGaps}
+
+// BrowseQuery is one page of the console's item list.
+type BrowseQuery struct {
+	// Search, when set, lists the items whose name starts with it (case-insensitive), in name
+	// order, after the item whose id is exactly Search (tracked_items_name_idx); Filter is
+	// then ignored.
+	Search string
+	Filter string
+	Tier   tiers.Tier // "" = every tier
+	// Overdue is how long a claimable item waits before it counts as overdue (daemon.OverdueAfter).
+	Overdue time.Duration
+	After   *Cursor // nil = the first page
+	Limit   int
+}
+
+// Cursor is where a page ended: the sort key of its last row. Only the fields of the page's
+// order are set.
+type Cursor struct {
+	Score float64    `json:"s,omitempty"`
+	Due   *time.Time `json:"d,omitempty"`
+	Gaps  int64      `json:"g,omitempty"`
+	Name  string     `json:"n,omitempty"`
+	ID    string     `json:"i"`
+}
+
+// BrowseItems returns one page of items and the cursor of the next page (nil on the last).
+// Keyset pagination: page N costs what page 1 does. Synthetic fixtures are left out.
+func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor, error) {
+	if q.Limit <= 0 {
+		q.Limit = 50
+	}
+	// The statement holds only the predicates this page has, so each one is an index bound
+	// of the plan PostgreSQL caches for it ("$1 = '' OR …" would be a filter on every row).
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	where := []string{"NOT item_id LIKE ANY(" + arg(SyntheticPatterns()) + "::text[])"}
+	if q.Tier != "" {
+		where = append(where, "collection_tier = "+arg(string(q.Tier)))
+	}
+	c := q.After
+	var order string
+	switch {
+	case q.Search != "":
+		// lower(item_name) COLLATE "C": the LIKE prefix, the order and the keyset all use
+		// tracked_items_name_idx. The exact id comes first, on the first page only.
+		where = append(where, `lower(item_name) COLLATE "C" LIKE `+arg(escapeLike(strings.ToLower(q.Search))+"%"),
+			"item_id <> "+arg(q.Search))
+		if c != nil {
+			where = append(where, `(lower(item_name) COLLATE "C", item_id) > (`+arg(c.Name)+", "+arg(c.ID)+")")
+		}
+		order = `lower(item_name) COLLATE "C", item_id`
+	case q.Filter == BrowseAll || q.Filter == BrowsePinned:
+		if q.Filter == BrowsePinned {
+			where = append(where, "pinned_tier IS NOT NULL")
+		}
+		if c != nil {
+			where = append(where, "(popularity_score, item_id) < ("+arg(c.Score)+", "+arg(c.ID)+")")
+		}
+		order = `popularity_score DESC, item_id DESC`
+	case q.Filter == BrowseOverdue:
+		// Claimable as dispatcher.DueByTier counts it: due and not held by a live lease.
+		where = append(where, "next_collect_at <= now() - "+arg(q.Overdue.Milliseconds())+" * interval '1 millisecond'",
+			"(lease_expires_at IS NULL OR lease_expires_at <= now())")
+		if c != nil {
+			where = append(where, "(next_collect_at, item_id) > ("+arg(c.Due)+", "+arg(c.ID)+")")
+		}
+		order = `next_collect_at, item_id`
+	case q.Filter == BrowseGaps:
+		where = append(where, "sales_gaps > 0")
+		if c != nil {
+			where = append(where, "(sales_gaps, item_id) < ("+arg(c.Gaps)+", "+arg(c.ID)+")")
+		}
+		order = `sales_gaps DESC, item_id DESC`
+	default:
+		return nil, nil, fmt.Errorf("browse items: filter %q: allowed %q, %q, %q or none", q.Filter, BrowsePinned, BrowseOverdue, BrowseGaps)
+	}
+	// One more row than asked says whether another page follows.
+	rows, err := db.Query(ctx, `
+		SELECT `+itemColumns+`, lower(item_name)
+		FROM tracked_items
+		WHERE `+strings.Join(where, " AND ")+`
+		ORDER BY `+order+`
+		LIMIT `+arg(q.Limit+1), args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("browse items: %w", err)
+	}
+	out, lowerNames, err := scanItemsWith(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("browse items: %w", err)
+	}
+	var next *Cursor
+	if len(out) > q.Limit {
+		out, lowerNames = out[:q.Limit], lowerNames[:q.Limit]
+		last := out[len(out)-1]
+		next = &Cursor{ID: last.ItemID}
+		switch {
+		case q.Search != "":
+			next.Name = lowerNames[len(lowerNames)-1]
+		case q.Filter == BrowseOverdue:
+			next.Due = last.NextCollectAt
+		case q.Filter == BrowseGaps:
+			next.Gaps = last.SalesGaps
+		default:
+			next.Score = last.Score
+		}
+	}
+	if q.Search != "" && q.After == nil {
+		// An exact id comes first (and only there): ids are what logs and events name.
+		exact, err := ListItems(ctx, db, ItemsQuery{ItemID: q.Search, IncludeSynthetic: true})
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(exact) == 1 && (q.Tier == "" || exact[0].Tier == q.Tier) {
+			out = append(exact, out...)
+		}
+	}
+	return out, next, nil
+}
+
+// escapeLike makes s match itself in a LIKE pattern (the default escape is a backslash).
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}

@@ -1,0 +1,169 @@
+package console
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Logins and CSRF. A login makes a session held in this process's memory (a restart logs
+// everyone out): a random id in an HttpOnly, SameSite=Strict cookie, and a random CSRF token
+// of its own that every action form carries and the server compares with the session's
+// (the synchroniser token pattern). A POST whose Origin names another host is refused first.
+
+// Failed logins are limited for the whole console: loginBurst at once, then one every loginEvery.
+const (
+	loginBurst = 5
+	loginEvery = 12 * time.Second
+)
+
+// sessionCookie names the console's session cookie.
+const sessionCookie = "duecollector_console"
+
+type session struct {
+	user    string
+	csrf    string
+	expires time.Time
+}
+
+type sessions struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[string]session
+}
+
+func newSessions(ttl time.Duration) *sessions {
+	return &sessions{ttl: ttl, m: map[string]session{}}
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// create starts a session and returns its id.
+func (s *sessions) create(user string, now time.Time) (string, session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, ss := range s.m { // forget expired logins, so the map stays as small as the live ones
+		if now.After(ss.expires) {
+			delete(s.m, id)
+		}
+	}
+	id, ss := randomToken(), session{user: user, csrf: randomToken(), expires: now.Add(s.ttl)}
+	s.m[id] = ss
+	return id, ss
+}
+
+func (s *sessions) get(id string, now time.Time) (session, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss, ok := s.m[id]
+	if !ok || now.After(ss.expires) {
+		return session{}, false
+	}
+	return ss, true
+}
+
+func (s *sessions) drop(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, id)
+}
+
+// actionsEnabled: credentials are configured.
+func (c *Console) actionsEnabled() bool { return !c.cfg.Password.Empty() }
+
+// sessionOf returns the request's live session.
+func (c *Console) sessionOf(r *http.Request) (session, string, bool) {
+	if !c.actionsEnabled() {
+		return session{}, "", false
+	}
+	ck, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return session{}, "", false
+	}
+	ss, ok := c.auth.get(ck.Value, time.Now())
+	return ss, ck.Value, ok
+}
+
+// credentialsMatch compares in constant time (over digests, so lengths leak nothing either).
+func (c *Console) credentialsMatch(user, password string) bool {
+	hu, wu := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(c.cfg.User))
+	hp, wp := sha256.Sum256([]byte(password)), sha256.Sum256([]byte(c.cfg.Password.Reveal()))
+	return subtle.ConstantTimeCompare(hu[:], wu[:])&subtle.ConstantTimeCompare(hp[:], wp[:]) == 1
+}
+
+// sameOrigin refuses a POST a browser sent from another site. Browsers send Origin on every
+// POST; a request without one (curl) is judged by its CSRF token alone.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}
+
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	if !c.actionsEnabled() {
+		http.Error(w, "the console is read-only: no console password is configured", http.StatusForbidden)
+		return
+	}
+	if !sameOrigin(r) {
+		http.Error(w, "cross-origin login refused", http.StatusForbidden)
+		return
+	}
+	if c.failedLogins.Tokens() < 1 {
+		// Guessing stays slow: after loginBurst failures, one try every loginEvery, for everyone.
+		w.Header().Set("Retry-After", strconv.Itoa(int(loginEvery.Seconds())))
+		http.Error(w, "too many failed logins; try again in a moment", http.StatusTooManyRequests)
+		return
+	}
+	if !c.credentialsMatch(r.PostFormValue("user"), r.PostFormValue("password")) {
+		c.failedLogins.Allow()
+		c.log.Warn("console: login refused", zap.String("remote", r.RemoteAddr))
+		w.WriteHeader(http.StatusUnauthorized)
+		c.render(w, r, "login", pageData{Title: "Log in", Message: "Wrong user or password."})
+		return
+	}
+	id, _ := c.auth.create(c.cfg.User, time.Now())
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(c.cfg.Session.Seconds())})
+	c.log.Info("console: login", zap.String("user", c.cfg.User), zap.String("remote", r.RemoteAddr))
+	http.Redirect(w, r, localPath(r.PostFormValue("back")), http.StatusSeeOther)
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	ss, id, ok := c.sessionOf(r)
+	if !ok || !sameOrigin(r) || !tokenMatch(r.PostFormValue("csrf"), ss.csrf) {
+		http.Error(w, "not logged in, or a bad CSRF token", http.StatusForbidden)
+		return
+	}
+	c.auth.drop(id)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func tokenMatch(got, want string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// localPath keeps a redirect on the console: a path of this host, or /.
+func localPath(p string) string {
+	u, err := url.Parse(p)
+	if err != nil || p == "" || p[0] != '/' || (len(p) > 1 && (p[1] == '/' || p[1] == '\\')) || u.Host != "" || u.Scheme != "" {
+		return "/"
+	}
+	return p
+}

@@ -1,0 +1,432 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/duecollector/duecollector/internal/catalog"
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/console"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// The console is driven by Debian's headless Chromium (chromedp never downloads a browser)
+// against a console served over a real database.
+
+const (
+	testUser     = "operator"
+	testPassword = "correct horse battery staple"
+)
+
+// chromiumPath finds the browser; without one the tests skip, except under CI, where they fail.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("chromium is not installed, and CI is set: the browser tests must run (apt-get install chromium)")
+	}
+	t.Skip("chromium is not installed: browser tests skipped (apt-get install chromium)")
+	return ""
+}
+
+// env is a console over a seeded database.
+type env struct {
+	pool *pgxpool.Pool
+	srv  *httptest.Server
+}
+
+// Seeded items: a candle history, a snapshot history, and others to page and search through.
+const (
+	candleItem   = "item-candles"
+	snapshotItem = "item-snapshots"
+)
+
+func setup(t *testing.T, password string) env {
+	t.Helper()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	items := []storetest.Item{
+		{ID: candleItem, Name: "Golden Needle", Tier: tiers.Hot, TierReason: "score 9.1 ≥ hot threshold 8"},
+		{ID: snapshotItem, Name: "Silver Thread", Tier: tiers.Warm},
+	}
+	for i := range 60 {
+		items = append(items, storetest.Item{ID: fmt.Sprintf("filler-%02d", i), Name: fmt.Sprintf("Filler %02d", i), Tier: tiers.Cold})
+	}
+	storetest.Items(t, pool, items...)
+	if _, err := pool.Exec(ctx, `UPDATE tracked_items SET popularity_score = 9.1 WHERE item_id = $1`, candleItem); err != nil {
+		t.Fatal(err)
+	}
+	// 48 hourly candles and a snapshot every 2 hours, ending now.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO price_candles (item_id, resolution, bucket, snapshots, open_price, high_price, low_price, close_price,
+		                           listings_min, listings_max, sales_count, sales_quantity, sales_value)
+		SELECT $1, '1h', date_trunc('hour', now()) - h * interval '1 hour', 1, 1000 + h, 1100 + h, 900 + h, 1000 + h, 3, 5, h % 3, h % 4, (h % 4) * 1000
+		FROM generate_series(0, 47) h`, candleItem); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity, lowest_unit_price, sales_quantity)
+		SELECT $1, gen_random_uuid(), now() - h * interval '2 hours', 'WARM_5M', 4, 10, 500 + h, h % 2
+		FROM generate_series(0, 23) h`, snapshotItem); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Sales(t, pool, storetest.Sale{ItemID: candleItem, SoldAt: storetest.Ago(time.Hour), Quantity: 2, UnitPrice: 950})
+	c, err := console.New(pool, console.Config{ProviderName: "neople", Market: config.Default().Provider.Market, PackSize: 10,
+		User: testUser, Password: config.Secret(password), Refresh: time.Hour, Session: time.Hour},
+		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.Start(cctx) }()
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(func() { srv.Close(); cancel(); <-done })
+	return env{pool: pool, srv: srv}
+}
+
+// browser is a fresh headless Chromium whose console errors, uncaught exceptions and error
+// log entries (a Content-Security-Policy violation is one) are kept.
+type browser struct {
+	ctx  context.Context
+	mu   sync.Mutex
+	errs []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path := chromiumPath(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	b := &browser{ctx: ctx}
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		cancelCtx()
+		cancelAlloc()
+		t.Fatalf("start chromium: %v", err)
+	}
+	msgs := chromedp.Console(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				b.add(m.String() + " (" + m.URL + ")")
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancelCtx()
+		cancelAlloc()
+		<-done
+		b.check(t, "after the test")
+	})
+	return b
+}
+
+func (b *browser) add(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.errs = append(b.errs, s)
+}
+
+func (b *browser) check(t *testing.T, what string) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.errs) > 0 {
+		t.Fatalf("%s: the browser reported errors:\n%s", what, strings.Join(b.errs, "\n"))
+	}
+}
+
+// actionTimeout bounds one step, so a page that never shows what a step waits for fails the
+// test instead of hanging it; generous for a loaded 2-core machine, never a speed assertion.
+const actionTimeout = time.Minute
+
+// do runs actions and fails on any error or any console error seen so far.
+func (b *browser) do(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	b.check(t, what)
+}
+
+// get runs one action that reads a value.
+func get[T any](t *testing.T, b *browser, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	b.check(t, what)
+	return v
+}
+
+func TestEveryPageLoadsWithoutConsoleErrors(t *testing.T) {
+	e := setup(t, testPassword)
+	b := newBrowser(t)
+	for _, path := range []string{
+		"/", "/items", "/items?filter=pinned", "/items?filter=overdue", "/items?filter=gaps",
+		"/items?tier=COLD_10M", "/items?q=fill", "/items/" + snapshotItem, "/login",
+	} {
+		b.do(t, path, chromedp.Navigate(e.srv.URL+path), chromedp.WaitReady(chromedp.CSS("main")))
+		if title := get(t, b, path, chromedp.Title()); !strings.Contains(title, "duecollector") {
+			t.Errorf("%s: title %q", path, title)
+		}
+	}
+	// The item page's chart loads asynchronously: wait until it has drawn (or said why not).
+	b.do(t, "item page chart", chromedp.Navigate(e.srv.URL+"/items/"+candleItem), chromedp.WaitReady(chromedp.CSS("#chart[data-points]")))
+	// The overview refreshes itself: the swap marks it, with no error on the way.
+	b.do(t, "overview refresh", chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitReady(chromedp.CSS("#overview[data-refreshed]")),
+		chromedp.WaitVisible(chromedp.CSS("#tiers")))
+}
+
+func TestItemChartDrawsDataPoints(t *testing.T) {
+	e := setup(t, "")
+	b := newBrowser(t)
+	for _, c := range []struct {
+		item, source string
+		points       int
+	}{{candleItem, "candles 1h", 48}, {snapshotItem, "snapshots", 24}} {
+		b.do(t, c.item, chromedp.Navigate(e.srv.URL+"/items/"+c.item), chromedp.WaitVisible(chromedp.CSS("#chart canvas")))
+		points := get(t, b, c.item, chromedp.Evaluate[int](`window.consoleChart.data[0].length`))
+		prices := get(t, b, c.item, chromedp.Evaluate[int](`window.consoleChart.data[1].filter(v => v != null).length`))
+		source := get(t, b, c.item, chromedp.Evaluate[string](`document.getElementById("chart").dataset.source`))
+		canvases := get(t, b, c.item, chromedp.Evaluate[int](`document.querySelectorAll("#chart canvas").length`))
+		if points != c.points || prices != c.points || source != c.source || canvases != 1 {
+			t.Errorf("%s: chart has %d points (%d prices) from %q on %d canvases, want %d from %q on 1",
+				c.item, points, prices, source, canvases, c.points, c.source)
+		}
+	}
+}
+
+func TestSearchFindsAnItem(t *testing.T) {
+	e := setup(t, "")
+	b := newBrowser(t)
+	b.do(t, "search from the header", chromedp.Navigate(e.srv.URL+"/"),
+		chromedp.SendKeys(chromedp.CSS(`header input[name="q"]`), "silver\n"), chromedp.WaitVisible(chromedp.CSS("#items")))
+	rows := get(t, b, "rows", chromedp.Nodes(chromedp.CSSAll("#items tbody tr")))
+	text := get(t, b, "rows", chromedp.Text(chromedp.CSS("#items tbody")))
+	if len(rows) != 1 || !strings.Contains(text, "Silver Thread") || !strings.Contains(text, snapshotItem) {
+		t.Fatalf("search silver: %d rows: %q", len(rows), text)
+	}
+	b.do(t, "search by exact id", chromedp.Navigate(e.srv.URL+"/items?q="+candleItem), chromedp.WaitVisible(chromedp.CSS("#items")))
+	if text := get(t, b, "rows", chromedp.Text(chromedp.CSS("#items tbody"))); !strings.Contains(text, "Golden Needle") {
+		t.Fatalf("search by id %s: %q", candleItem, text)
+	}
+	// 60 fillers: a page of 50, then the next page by its keyset link, the last one.
+	b.do(t, "tier filter", chromedp.Navigate(e.srv.URL+"/items?tier=COLD_10M"), chromedp.WaitVisible(chromedp.CSS("#items")))
+	if rows := get(t, b, "rows", chromedp.Nodes(chromedp.CSSAll("#items tbody tr"))); len(rows) != 50 {
+		t.Fatalf("tier COLD_10M, first page: %d rows, want 50", len(rows))
+	}
+	first := get(t, b, "rows", chromedp.Text(chromedp.CSS("#items tbody")))
+	b.do(t, "next page", chromedp.Click(chromedp.CSS("#next-page")), chromedp.WaitVisible(chromedp.CSS("#first-page")))
+	rows = get(t, b, "rows", chromedp.Nodes(chromedp.CSSAll("#items tbody tr")))
+	second := get(t, b, "rows", chromedp.Text(chromedp.CSS("#items tbody")))
+	last := get(t, b, "next link", chromedp.Evaluate[int](`document.querySelectorAll("#next-page").length`))
+	if len(rows) != 10 || last != 0 || !strings.Contains(second, "Filler") || strings.Contains(first, strings.Split(second, "\n")[0]) {
+		t.Fatalf("tier COLD_10M, second page: %d rows (next link %d), want the other 10 and no next link:\n%s", len(rows), last, second)
+	}
+}
+
+func TestPinWorksLoggedInAndIsRefusedOtherwise(t *testing.T) {
+	e := setup(t, testPassword)
+	b := newBrowser(t)
+	b.do(t, "log in and pin",
+		chromedp.Navigate(e.srv.URL+"/login?back=/items/"+snapshotItem),
+		chromedp.SendKeys(chromedp.CSS(`input[name="user"]`), testUser),
+		chromedp.SendKeys(chromedp.CSS(`input[name="password"]`), testPassword),
+		chromedp.Submit(chromedp.CSS(`form.login`)),
+		chromedp.WaitVisible(chromedp.CSS("#pin")),
+		chromedp.SetValue(chromedp.CSS(`select[name="tier"]`), "HOT_1M"),
+		chromedp.Click(chromedp.CSS("#pin")),
+		chromedp.WaitVisible(chromedp.CSS("#unpin")))
+	if got := pinnedTier(t, e.pool, snapshotItem); got != tiers.Hot {
+		t.Fatalf("after the pin form, item %s pinned %q, want HOT_1M", snapshotItem, got)
+	}
+	// The overview's actions show their effect on the page they return to.
+	b.do(t, "pause the provider", chromedp.Navigate(e.srv.URL+"/"), chromedp.Click(chromedp.CSS("#provider-pause")),
+		chromedp.WaitVisible(chromedp.CSS("#provider-resume")))
+	if st := get(t, b, "status", chromedp.Text(chromedp.CSS("#provider-status"))); st != "MAINTENANCE" {
+		t.Errorf("after pause the provider reads %q, want MAINTENANCE", st)
+	}
+	b.do(t, "resume the provider", chromedp.Click(chromedp.CSS("#provider-resume")), chromedp.WaitVisible(chromedp.CSS("#provider-pause")))
+	if st := get(t, b, "status", chromedp.Text(chromedp.CSS("#provider-status"))); st != "HEALTHY" {
+		t.Errorf("after resume the provider reads %q, want HEALTHY", st)
+	}
+	// Both show among the recent transitions, newest first.
+	tr := get(t, b, "transitions", chromedp.TextContent(chromedp.CSS("#transitions")))
+	if i, j := strings.Index(tr, "manual override cleared"), strings.Index(tr, "manual override MAINTENANCE: paused from the console, "+testUser); i < 0 || j < i {
+		t.Errorf("recent transitions:\n%s", tr)
+	}
+
+	// Without a session, or with the session but a wrong CSRF token, the same POST is refused.
+	form := url.Values{"item": {candleItem}, "tier": {"HOT_1M"}, "back": {"/"}}
+	if code := post(t, http.DefaultClient, e.srv.URL+"/actions/pin", form); code != http.StatusForbidden {
+		t.Errorf("pin without a session: %d, want 403", code)
+	}
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar}
+	if code := post(t, hc, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {"wrong"}}); code != http.StatusUnauthorized {
+		t.Errorf("login with a wrong password: %d, want 401", code)
+	}
+	if code := post(t, hc, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {testPassword}}); code != http.StatusSeeOther {
+		t.Fatalf("login: %d, want 303", code)
+	}
+	// The session cookie is out of reach of scripts and of other sites' requests.
+	res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).
+		PostForm(e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {testPassword}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if cks := res.Cookies(); len(cks) != 1 || !cks[0].HttpOnly || cks[0].SameSite != http.SameSiteStrictMode || cks[0].Path != "/" {
+		t.Errorf("login cookie: %+v, want one HttpOnly, SameSite=Strict cookie on /", cks)
+	}
+	form.Set("csrf", "forged")
+	if code := post(t, hc, e.srv.URL+"/actions/pin", form); code != http.StatusForbidden {
+		t.Errorf("pin with a bad CSRF token: %d, want 403", code)
+	}
+	if got := pinnedTier(t, e.pool, candleItem); got != "" {
+		t.Fatalf("refused pins pinned item %s to %q", candleItem, got)
+	}
+	// The token the page carries works.
+	form.Set("csrf", csrfOf(t, hc, e.srv.URL+"/items/"+candleItem))
+	if code := post(t, hc, e.srv.URL+"/actions/pin", form); code != http.StatusSeeOther {
+		t.Fatalf("pin with the page's CSRF token: %d, want 303", code)
+	}
+	if got := pinnedTier(t, e.pool, candleItem); got != tiers.Hot {
+		t.Fatalf("item %s pinned %q, want HOT_1M", candleItem, got)
+	}
+}
+
+// Password guessing is paced: after a few failures every login is refused for a while, the
+// right password too.
+func TestFailedLoginsArePaced(t *testing.T) {
+	e := setup(t, testPassword)
+	codes := map[int]int{}
+	for range 6 {
+		codes[post(t, http.DefaultClient, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {"guess"}})]++
+	}
+	if codes[http.StatusUnauthorized] != 5 || codes[http.StatusTooManyRequests] != 1 {
+		t.Errorf("six wrong passwords answered %v, want 5 × 401 then 429", codes)
+	}
+	if code := post(t, http.DefaultClient, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {testPassword}}); code != http.StatusTooManyRequests {
+		t.Errorf("the right password right after: %d, want 429", code)
+	}
+}
+
+func TestReadOnlyWithoutCredentials(t *testing.T) {
+	e := setup(t, "")
+	b := newBrowser(t)
+	b.do(t, "item page without credentials", chromedp.Navigate(e.srv.URL+"/items/"+snapshotItem), chromedp.WaitReady(chromedp.CSS("main")))
+	if n := get(t, b, "buttons", chromedp.Evaluate[int](`document.querySelectorAll("main form button").length`)); n != 0 {
+		t.Errorf("a read-only console shows %d action buttons", n)
+	}
+	for _, path := range []string{"/actions/pin", "/actions/provider", "/actions/packing", "/actions/outbox-retry", "/login"} {
+		if code := post(t, http.DefaultClient, e.srv.URL+path, url.Values{"item": {snapshotItem}, "tier": {"HOT_1M"}, "csrf": {"x"}}); code != http.StatusForbidden {
+			t.Errorf("POST %s without credentials configured: %d, want 403", path, code)
+		}
+	}
+	if got := pinnedTier(t, e.pool, snapshotItem); got != "" {
+		t.Fatalf("a read-only console pinned %s to %q", snapshotItem, got)
+	}
+}
+func TestEveryAnswerCarriesTheContentSecurityPolicy(t *testing.T) {
+	e := setup(t, testPassword)
+	for _, path := range []string{"/", "/overview.part", "/items", "/items/" + candleItem, "/items/" + candleItem + "/chart.json",
+		"/login", "/static/console.js", "/static/vendor/uplot/LICENSE", "/items/nope"} {
+		res, err := http.Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		if got := res.Header.Get("Content-Security-Policy"); got != console.ContentSecurityPolicy {
+			t.Errorf("%s: Content-Security-Policy %q", path, got)
+		}
+		if want := map[bool]int{true: 404, false: 200}[path == "/items/nope"]; res.StatusCode != want {
+			t.Errorf("%s: %d, want %d", path, res.StatusCode, want)
+		}
+	}
+}
+
+func post(t *testing.T, c *http.Client, u string, form url.Values) int {
+	t.Helper()
+	cc := *c
+	cc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	res, err := cc.PostForm(u, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	return res.StatusCode
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func csrfOf(t *testing.T, c *http.Client, u string) string {
+	t.Helper()
+	res, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var sb strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := res.Body.Read(buf)
+		sb.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	m := csrfField.FindStringSubmatch(sb.String())
+	if m == nil {
+		t.Fatalf("%s: no CSRF token on the page of a logged-in session", u)
+	}
+	return m[1]
+}
+
+func pinnedTier(t *testing.T, pool *pgxpool.Pool, id string) tiers.Tier {
+	t.Helper()
+	rows, err := catalog.ListItems(context.Background(), pool, catalog.ItemsQuery{ItemID: id})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("read item %s: %v (%d rows)", id, err, len(rows))
+	}
+	return rows[0].PinnedTier
+}

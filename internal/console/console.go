@@ -1,0 +1,257 @@
+// Package console is the operator console: a read model over what `collector status`,
+// `collector items` and the history reads already compute, rendered as HTML, with the few
+// actions the CLI has (pin, provider pause, packing, outbox retry) behind a login.
+//
+// No SQL lives here: every fact is read by the package that owns its table. The overview reads a
+// copy of the cluster status refreshed in the background every Config.Refresh, so no request
+// counts over the catalog; item pages walk indexes by keyset.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/daemon"
+	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/testkit"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Config configures a console.
+type Config struct {
+	// ProviderName is the provider whose status is shown and paused (provider.name).
+	ProviderName string
+	// Market is the market key's configured budget (provider.market.*).
+	Market config.WorkloadLimits
+	// PackSize is collect.pack_size: packing is off for every endpoint when it is 1.
+	PackSize int
+	// LearnedShare reads the share of Market the provider was found to allow (1 = all of it);
+	// nil when daemon.budget.adaptive is off.
+	LearnedShare func(ctx context.Context) (float64, error)
+	// User and Password enable the actions; an empty password makes the console read-only.
+	User     string
+	Password config.Secret
+	// Refresh is how often the status copy is re-read (console.refresh).
+	Refresh time.Duration
+	// Session is how long a login lasts (console.session).
+	Session time.Duration
+	// Refreshed, when initialised (tests), hears every status refresh.
+	Refreshed *testkit.Signal[time.Time]
+}
+
+// Console serves the console's pages. Start must run for the overview to have data.
+type Console struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	log   *zap.Logger
+	pages map[string]*template.Template
+	auth  *sessions
+	// failedLogins paces password guessing (loginBurst, loginEvery).
+	failedLogins *rate.Limiter
+
+	mu     sync.Mutex
+	ready  chan struct{} // closed after the first refresh
+	latest overview
+	once   sync.Once
+	// viewed is set when a page reads the status copy: an unwatched console stops re-reading
+	// the status (on a large catalog that read is the console's one real cost); kick asks for
+	// a refresh at once when a page finds the copy stale.
+	viewed atomic.Bool
+	kick   chan struct{}
+	every  atomic.Int64 // the time between status reads, ns (see refreshCost)
+}
+
+// New builds a console over pool.
+func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Console, error) {
+	if cfg.Refresh <= 0 {
+		return nil, fmt.Errorf("console: refresh %s must be > 0", cfg.Refresh)
+	}
+	if cfg.Session <= 0 {
+		return nil, fmt.Errorf("console: session %s must be > 0", cfg.Session)
+	}
+	pages, err := parseTemplates()
+	if err != nil {
+		return nil, err
+	}
+	return &Console{cfg: cfg, pool: pool, log: log, pages: pages, auth: newSessions(cfg.Session),
+		failedLogins: rate.NewLimiter(rate.Every(loginEvery), loginBurst),
+		ready:        make(chan struct{}), kick: make(chan struct{}, 1)}, nil
+}
+
+// overview is the status copy the overview renders.
+type overview struct {
+	Status      daemon.ClusterStatus
+	Packing     []dispatcher.PackingStatus
+	Transitions []provider.Transition // newest first
+	Learned     float64
+	ReadAt      time.Time
+	Err         string // the last refresh's failure; the previous status stays shown
+	// readLocal is when the copy was read, on this process's clock (staleness only).
+	readLocal time.Time
+}
+
+// recentTransitions is how many of the provider's transitions the overview lists.
+const recentTransitions = 8
+
+// refreshCost bounds the share of time the status read may take: on a catalog where one read
+// takes longer than Refresh/refreshCost, the copy is re-read every refreshCost × that instead.
+const refreshCost = 5
+
+// Start refreshes the status copy at once and then every Refresh (or longer, see refreshCost)
+// while pages are being viewed, until ctx ends.
+func (c *Console) Start(ctx context.Context) {
+	c.refresh(ctx)
+	t := time.NewTimer(c.interval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if c.viewed.Swap(false) {
+				c.refresh(ctx)
+			}
+		case <-c.kick:
+			c.refresh(ctx)
+			t.Stop()
+		}
+		t.Reset(c.interval())
+	}
+}
+
+// interval is the time between two status reads now.
+func (c *Console) interval() time.Duration { return time.Duration(c.every.Load()) }
+
+// refresh reads the cluster status as `collector status` does.
+func (c *Console) refresh(ctx context.Context) {
+	t0 := time.Now()
+	ov, err := c.readOverview(ctx)
+	if err != nil && ctx.Err() != nil {
+		return
+	}
+	c.every.Store(int64(max(c.cfg.Refresh, refreshCost*time.Since(t0))))
+	c.mu.Lock()
+	if err != nil {
+		c.log.Warn("console: status refresh failed", zap.Error(err))
+		c.latest.Err = err.Error()
+	} else {
+		c.latest = ov
+	}
+	c.mu.Unlock()
+	c.once.Do(func() { close(c.ready) })
+	c.cfg.Refreshed.Signal(ov.ReadAt)
+}
+
+func (c *Console) readOverview(ctx context.Context) (overview, error) {
+	var ov overview
+	var err error
+	if ov.Status, err = daemon.Status(ctx, c.pool, c.cfg.ProviderName); err != nil {
+		return ov, err
+	}
+	if ov.Packing, err = dispatcher.ReadPackingStatus(ctx, c.pool); err != nil {
+		return ov, err
+	}
+	if ov.Transitions, err = provider.ReadTransitions(ctx, c.pool, c.cfg.ProviderName, recentTransitions); err != nil {
+		return ov, err
+	}
+	ov.Learned = 1
+	if c.cfg.LearnedShare != nil {
+		if ov.Learned, err = c.cfg.LearnedShare(ctx); err != nil {
+			return ov, err
+		}
+	}
+	ov.ReadAt, ov.readLocal = ov.Status.DatabaseNow, time.Now()
+	return ov, nil
+}
+
+// current waits for the first refresh, then returns the latest status copy.
+func (c *Console) current(ctx context.Context) (overview, error) {
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return overview{}, ctx.Err()
+	}
+	c.viewed.Store(true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.latest.readLocal) > 2*c.interval() {
+		// Stale after an unwatched spell: this page shows the copy with its time, and the next
+		// refresh of the page (or the next page) shows a fresh one.
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	return c.latest, nil
+}
+
+// Handler serves the console at /; mount it beside /metrics.
+func (c *Console) Handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(staticFS, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", cacheStatic(http.FileServerFS(static))))
+	mux.HandleFunc("GET /{$}", c.page(c.overviewPage))
+	mux.HandleFunc("GET /overview.part", c.page(c.overviewPart))
+	mux.HandleFunc("GET /items", c.page(c.itemsPage))
+	mux.HandleFunc("GET /items/{id}", c.page(c.itemPage))
+	mux.HandleFunc("GET /items/{id}/chart.json", c.chartJSON)
+	mux.HandleFunc("GET /login", c.page(c.loginPage))
+	mux.HandleFunc("POST /login", c.login)
+	mux.HandleFunc("POST /logout", c.logout)
+	mux.HandleFunc("POST /actions/{action}", c.action)
+	return secureHeaders(mux)
+}
+
+// secureHeaders sets the same strict policy on every answer: scripts and styles only from the
+// console itself (no inline script, no CDN), never framed.
+func secureHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", ContentSecurityPolicy)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "same-origin")
+		hd.Set("X-Frame-Options", "DENY")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// ContentSecurityPolicy is the policy of every console answer.
+const ContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+func cacheStatic(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// errNotFound answers 404 with the page's message.
+var errNotFound = errors.New("not found")
+
+// httpError carries a status code to the page renderer.
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e httpError) Error() string { return e.msg }
