@@ -45,6 +45,10 @@ CREATE TABLE tracked_items (
     -- stored already; with this watermark only the sales of that second and newer are offered to
     -- the insert, instead of a page of rows that all conflict.
     last_sale_at            timestamptz,
+    -- How many sales of last_sale_at's second are stored (their positions 0..n-1, the key's seq):
+    -- with it the write-back knows which sales of a response are new before it writes anything,
+    -- so it decides change or no change up front and fences with the item's own UPDATE.
+    last_second_sales       integer NOT NULL DEFAULT 0,
 
     -- What write-backs learn, for the estimators in internal/tierplan: decayed counts of
     -- collections, detected changes and the time they spanned (the change rate), new sales over

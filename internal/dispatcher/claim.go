@@ -22,8 +22,10 @@ type Claim struct {
 	DueAt    time.Time // next_collect_at when claimed
 	Token    pgtype.UUID
 	DBNow    time.Time // the database's now() at claim time
-	// LastSaleAt is the newest sale already stored: older sales in a response are known.
-	LastSaleAt *time.Time
+	// LastSaleAt is the newest sale already stored: older sales in a response are known, and
+	// so are the first LastSecondSales sales of its second.
+	LastSaleAt      *time.Time
+	LastSecondSales int32
 	// What the item's answers looked like so far, to decide whether it may share a call:
 	// listings at the last collection (nil: never collected), and the decayed new sales over
 	// the decayed seconds they were observed in (their rate).
@@ -62,7 +64,7 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
     last_claimed_at = now()
 FROM due
 WHERE t.item_id = due.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
+RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at, t.last_second_sales,
           t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
@@ -86,7 +88,7 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
     last_claimed_at = now()
 FROM due
 WHERE t.item_id = due.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
+RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at, t.last_second_sales,
           t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
@@ -101,7 +103,7 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
     last_claimed_at = now()
 WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
-RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at,
+RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at, t.last_second_sales,
           t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
@@ -161,7 +163,7 @@ func scanClaim(row pgx.CollectableRow) (Claim, error) {
 	var qty *int64
 	var truncated *bool
 	var s history.State
-	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt,
+	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt, &c.LastSecondSales,
 		&c.SeenListings, &c.EstSales, &c.EstSeconds, &c.LastCollectedAt, &c.Requests,
 		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated)
 	c.Tier = tiers.Tier(tier)

@@ -162,7 +162,7 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 		return r
 	}
 	r.listings = listings
-	r.sales = newSales(sales, c.LastSaleAt)
+	r.sales = newSales(sales, c.LastSaleAt, c.LastSecondSales)
 	return r
 }
 

@@ -237,7 +237,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 			d.verify(ctx, c, listings, prior, lpacked && shadowed, sales, spacked, newest)
 		}
 		r.packed = lpacked || spacked
-		r.sales = newSales(sales, c.LastSaleAt)
+		r.sales = newSales(sales, c.LastSaleAt, c.LastSecondSales)
 		out[i] = r
 	}
 	return out

@@ -103,17 +103,35 @@ func sequenceSales(rows []provider.Sale, full bool) []history.Sale {
 	return out
 }
 
-// newSales drops sales older than the newest second already stored. Sales of that second stay:
-// positions within a second are the keys, so the insert tells the known ones from a new one.
-func newSales(rows []history.Sale, lastStored *time.Time) []history.Sale {
+// newSales keeps the sales not stored yet: those after the newest second already stored, and
+// in that second those past the positions stored (known of them). Positions within a second
+// are the sales' keys and always stored from 0 up, so this is exactly what the insert would
+// find new, known before anything is written.
+func newSales(rows []history.Sale, lastStored *time.Time, known int32) []history.Sale {
 	if lastStored == nil {
 		return rows
 	}
 	out := rows[:0]
 	for _, r := range rows {
-		if !r.SoldAt.Before(*lastStored) {
+		if r.SoldAt.After(*lastStored) || (r.SoldAt.Equal(*lastStored) && r.Seq >= known) {
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// lastSecondOf is the newest second among sales and how many of its positions they fill (the
+// item's new last_sale_at and last_second_sales when they are stored); nil without sales.
+func lastSecondOf(sales []history.Sale) (*time.Time, int32) {
+	var last *time.Time
+	var n int32
+	for i := range sales {
+		switch s := &sales[i]; {
+		case last == nil || s.SoldAt.After(*last):
+			last, n = &s.SoldAt, s.Seq+1
+		case s.SoldAt.Equal(*last):
+			n = max(n, s.Seq+1)
+		}
+	}
+	return last, n
 }

@@ -89,10 +89,27 @@ func TestNewSalesKeepsTheWatermarkSecond(t *testing.T) {
 	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, time.UTC)
 	rows := []history.Sale{{SoldAt: t0}, {SoldAt: t0.Add(time.Second)}, {SoldAt: t0.Add(time.Second), Seq: 1}, {SoldAt: t0.Add(2 * time.Second)}}
 	wm := t0.Add(time.Second)
-	if got := newSales(append([]history.Sale(nil), rows...), &wm); len(got) != 3 || !got[0].SoldAt.Equal(wm) {
+	if got := newSales(append([]history.Sale(nil), rows...), &wm, 0); len(got) != 3 || !got[0].SoldAt.Equal(wm) {
 		t.Fatalf("got %+v: want the watermark second and newer", got)
 	}
-	if got := newSales(append([]history.Sale(nil), rows...), nil); len(got) != 4 {
+	if got := newSales(append([]history.Sale(nil), rows...), &wm, 1); len(got) != 2 || got[0].Seq != 1 {
+		t.Fatalf("got %+v: want the watermark second's second sale (one of it stored) and newer", got)
+	}
+	if got := newSales(append([]history.Sale(nil), rows...), &wm, 2); len(got) != 1 || !got[0].SoldAt.After(wm) {
+		t.Fatalf("got %+v: want only the newer second (the watermark second fully stored)", got)
+	}
+	if got := newSales(append([]history.Sale(nil), rows...), nil, 0); len(got) != 4 {
 		t.Fatal("no watermark: every sale is offered")
+	}
+}
+
+func TestLastSecondCountsItsPositions(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, time.UTC)
+	if at, n := lastSecondOf(nil); at != nil || n != 0 {
+		t.Fatalf("no sales: got %v, %d", at, n)
+	}
+	at, n := lastSecondOf([]history.Sale{{SoldAt: t0.Add(time.Second), Seq: 2}, {SoldAt: t0, Seq: 5}, {SoldAt: t0.Add(time.Second), Seq: 3}})
+	if !at.Equal(t0.Add(time.Second)) || n != 4 {
+		t.Fatalf("got %v, %d: want the newest second with 4 positions filled", at, n)
 	}
 }

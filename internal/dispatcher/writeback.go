@@ -280,58 +280,50 @@ type writeStats struct {
 	stored []history.Stored
 }
 
-// writeBack stores a group of results in one short transaction: it locks the items whose lease
-// is still ours (the fence), stores through history what each of their collections brings (new
-// sales, and a snapshot with its candles and event when the market changed, first or on the
-// heartbeat), then writes each item once: its next slot, outcome, change and sales counts and
-// the market of its last snapshot. Success or failure, every item that is still ours is
-// rescheduled by its tier, so nothing can stay due forever.
+// writeBack stores a group of results in one short transaction. History's decision for each
+// collection (a snapshot when the market changed, first or on the heartbeat; nothing new
+// otherwise) is known before it starts, so one statement writes every item whose lease is still
+// ours and fences the rest out: its next slot, outcome, change and sales counts and the market
+// of its last snapshot. Its row locks hold off any other worker until history has stored what
+// the items' collections bring (new sales, snapshots with their candles and events). Success or
+// failure, every item that is still ours is rescheduled by its tier, so nothing can stay due
+// forever.
 func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, results []result) (writeStats, error) {
 	var ws writeStats
-	ids := make([]string, len(results))
-	tokens := make([]pgtype.UUID, len(results))
-	for i, r := range results {
-		ids[i], tokens[i] = r.claim.ItemID, r.claim.Token
+	cs := make([]history.Collection, 0, len(results))
+	outcomes := make(map[string]history.Stored, len(results))
+	for _, r := range results {
+		if r.err != nil {
+			continue
+		}
+		c := history.Collection{ItemID: r.claim.ItemID, ItemName: r.claim.ItemName, Tier: string(r.claim.Tier),
+			Token: r.claim.Token, At: r.at, State: r.listings.state(), Sales: r.sales, Packed: r.packed,
+			SalesGap: r.salesGap, Last: r.claim.LastSnapshot, SeenAt: r.claim.LastCollectedAt}
+		cs = append(cs, c)
+		outcomes[c.ItemID] = hist.Outcome(c)
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, LockSQL, ids, tokens)
+		live, err := writeItems(ctx, tx, results, outcomes)
 		if err != nil {
-			return fmt.Errorf("lock leased items: %w", err)
-		}
-		live, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("lock leased items: %w", err)
-		}
-		liveSet := make(map[string]bool, len(live))
-		for _, id := range live {
-			liveSet[id] = true
+			return err
 		}
 		ws.fenced = ws.fenced[:0]
-		var ok []result
 		for _, r := range results {
-			switch {
-			case !liveSet[r.claim.ItemID]:
+			if !live[r.claim.ItemID] {
 				ws.fenced = append(ws.fenced, r.claim.ItemID)
-			case r.err == nil:
-				ok = append(ok, r)
 			}
 		}
-		stored := map[string]history.Stored{}
-		if len(ok) > 0 {
-			cs := make([]history.Collection, len(ok))
-			for i, r := range ok {
-				cs[i] = history.Collection{ItemID: r.claim.ItemID, ItemName: r.claim.ItemName, Tier: string(r.claim.Tier),
-					Token: r.claim.Token, At: r.at, State: r.listings.state(), Sales: r.sales, Packed: r.packed,
-					SalesGap: r.salesGap, Last: r.claim.LastSnapshot, SeenAt: r.claim.LastCollectedAt}
-			}
-			if ws.stored, err = hist.Write(ctx, tx, cs); err != nil {
-				return err
-			}
-			for i, r := range ok {
-				stored[r.claim.ItemID] = ws.stored[i]
+		ours := cs[:0:0]
+		for _, c := range cs {
+			if live[c.ItemID] {
+				ours = append(ours, c)
 			}
 		}
-		return writeItems(ctx, tx, results, stored)
+		if len(ours) == 0 {
+			return nil
+		}
+		ws.stored, err = hist.Write(ctx, tx, ours)
+		return err
 	})
 	if err != nil {
 		return writeStats{}, fmt.Errorf("write back %d items: %w", len(results), err)
@@ -339,23 +331,15 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, res
 	return ws, nil
 }
 
-// LockSQL locks the items of a batch whose lease token still matches and returns them: the
-// fence. A worker whose lease passed to another finds nothing to lock, and writes nothing for
-// it. Exported for the benchmark's raw-SQL ceiling.
-const LockSQL = `
-SELECT t.item_id
-FROM tracked_items t
-JOIN unnest($1::text[], $2::uuid[]) AS u(item_id, token) ON t.item_id = u.item_id AND t.lease_token = u.token
-FOR UPDATE OF t`
-
-// WriteItemsSQL writes each item of a batch once, fenced by its lease token: its next slot and
-// outcome with the lease cleared; if the tier changed while the item was leased, whoever changed
+// WriteItemsSQL writes each item of a batch once, fenced by its lease token, and returns the
+// items it wrote (those still ours, now locked until commit): its next slot and outcome with
+// the lease cleared; if the tier changed while the item was leased, whoever changed
 // it also set the new schedule, which is kept. For a collection it also adds one interval to the
 // decayed counts (the same arithmetic as tierplan.Observations.Decay then Observe): the interval
 // since the previous successful collection ($10, from the claim), whether the market changed in
 // it (history's decision), and the new sales; and it records the market of the item's last
-// snapshot and, when one was written, its time. last_collected_at is also when that snapshot was
-// last seen unchanged. The first collection only records the market. Exported for the
+// snapshot and, when one was written, its time, and where its stored sales end. last_collected_at
+// is also when that snapshot was last seen unchanged. The first collection only records the market. Exported for the
 // benchmark's raw-SQL ceiling.
 const WriteItemsSQL = `
 WITH o AS (
@@ -366,9 +350,10 @@ WITH o AS (
 	       CASE WHEN obs THEN secs ELSE 0 END AS s
 	FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[],
 	            $9::timestamptz[], $10::timestamptz[], $11::bigint[], $12::bigint[], $13::float8[], $14::bigint[], $15::int[],
-	            $16::bigint[], $17::bool[], $18::bool[], $19::int[], $20::bool[], $21::float8[], $22::timestamptz[])
+	            $16::bigint[], $17::bool[], $18::bool[], $19::int[], $20::bool[], $21::float8[], $22::timestamptz[], $23::int[])
 	     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err, last_sale,
-	          prev_at, lowest, median, weighted, api_avg, cnt, qty, truncated, changed, new_sales, gap, win, written_at)
+	          prev_at, lowest, median, weighted, api_avg, cnt, qty, truncated, changed, new_sales, gap, win, written_at,
+	          last_second)
 	JOIN tracked_items t ON t.item_id = u.item_id AND t.lease_token = u.token
 	CROSS JOIN LATERAL (SELECT extract(epoch FROM u.attempt_at - u.prev_at)::float8 AS secs) i
 	CROSS JOIN LATERAL (SELECT u.ok AND t.seen_listing_count IS NOT NULL AND i.secs > 0 AS obs) b
@@ -382,6 +367,9 @@ SET next_collect_at = CASE WHEN t.collection_tier = o.tier THEN o.next_at ELSE t
     failure_streak = CASE WHEN o.ok THEN 0 ELSE t.failure_streak + 1 END,
     last_error = o.err,
     last_sale_at = greatest(t.last_sale_at, o.last_sale),
+    last_second_sales = CASE WHEN o.last_sale IS NULL OR o.last_sale < t.last_sale_at THEN t.last_second_sales
+                             WHEN o.last_sale = t.last_sale_at THEN greatest(t.last_second_sales, o.last_second)
+                             ELSE o.last_second END,
     updated_at = now(),
     est_collections = t.est_collections * o.f + o.n,
     est_changes = t.est_changes * o.f + o.x,
@@ -398,19 +386,20 @@ SET next_collect_at = CASE WHEN t.collection_tier = o.tier THEN o.next_at ELSE t
     last_snapshot_at = coalesce(o.written_at, t.last_snapshot_at),
     sales_gaps = t.sales_gaps + (o.ok AND o.gap)::int
 FROM o
-WHERE t.item_id = o.item_id AND t.lease_token = o.token`
+WHERE t.item_id = o.item_id AND t.lease_token = o.token
+RETURNING t.item_id`
 
-// writeItems writes every result's item; stored is history's outcome of each collection whose
-// lease is still ours.
-func writeItems(ctx context.Context, tx pgx.Tx, results []result, stored map[string]history.Stored) error {
+// writeItems writes every result's item whose lease is still ours, and returns those; outcomes
+// is history's decision for each successful collection.
+func writeItems(ctx context.Context, tx pgx.Tx, results []result, outcomes map[string]history.Stored) (map[string]bool, error) {
 	n := len(results)
 	ids, tokens, tierNames := make([]string, n), make([]pgtype.UUID, n), make([]string, n)
 	nextAt, attemptAt := make([]pgtype.Timestamptz, n), make([]time.Time, n)
-	oks, outcomes, errTexts := make([]bool, n), make([]string, n), make([]*string, n)
+	oks, outcomesText, errTexts := make([]bool, n), make([]string, n), make([]*string, n)
 	lastSale, prevAt, writtenAt := make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 	lowest, median, apiAvg := make([]*int64, n), make([]*int64, n), make([]*int64, n)
 	weighted := make([]*float64, n)
-	counts, newSales := make([]int32, n), make([]int32, n)
+	counts, newSales, lastSecond := make([]int32, n), make([]int32, n), make([]int32, n)
 	qty := make([]int64, n)
 	truncated, changed, gaps := make([]bool, n), make([]bool, n), make([]bool, n)
 	windows := make([]float64, n)
@@ -419,18 +408,14 @@ func writeItems(ctx context.Context, tx pgx.Tx, results []result, stored map[str
 		if next, ok := tiers.NextDue(r.claim.ItemID, r.claim.Tier, r.at); ok {
 			nextAt[i] = pgtype.Timestamptz{Time: next, Valid: true}
 		}
-		oks[i], outcomes[i], windows[i] = r.err == nil, r.outcome, r.window.Seconds()
+		oks[i], outcomesText[i], windows[i] = r.err == nil, r.outcome, r.window.Seconds()
 		if r.err != nil {
 			s := provider.Clean(r.err.Error(), provider.MaxErrorRunes)
 			errTexts[i] = &s
 			continue
 		}
-		for j := range r.sales {
-			if lastSale[i] == nil || r.sales[j].SoldAt.After(*lastSale[i]) {
-				lastSale[i] = &r.sales[j].SoldAt
-			}
-		}
-		l, st := r.listings, stored[r.claim.ItemID]
+		lastSale[i], lastSecond[i] = lastSecondOf(r.sales)
+		l, st := r.listings, outcomes[r.claim.ItemID]
 		prevAt[i] = r.claim.LastCollectedAt
 		lowest[i], median[i], weighted[i], apiAvg[i] = l.Lowest, l.Median, l.Weighted, l.APIAverage
 		counts[i], qty[i], truncated[i] = int32(l.Count), l.Quantity, l.Truncated
@@ -439,9 +424,15 @@ func writeItems(ctx context.Context, tx pgx.Tx, results []result, stored map[str
 			writtenAt[i] = &results[i].at
 		}
 	}
-	if _, err := tx.Exec(ctx, WriteItemsSQL, ids, tokens, tierNames, nextAt, attemptAt, oks, outcomes, errTexts, lastSale,
-		prevAt, lowest, median, weighted, apiAvg, counts, qty, truncated, changed, newSales, gaps, windows, writtenAt); err != nil {
-		return fmt.Errorf("write items: %w", err)
+	rows, err := tx.Query(ctx, WriteItemsSQL, ids, tokens, tierNames, nextAt, attemptAt, oks, outcomesText, errTexts, lastSale,
+		prevAt, lowest, median, weighted, apiAvg, counts, qty, truncated, changed, newSales, gaps, windows, writtenAt, lastSecond)
+	if err != nil {
+		return nil, fmt.Errorf("write items: %w", err)
 	}
-	return nil
+	live := make(map[string]bool, n)
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { live[id] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("write items: %w", err)
+	}
+	return live, nil
 }

@@ -27,8 +27,11 @@ type Collection struct {
 	Token                  pgtype.UUID // the claim: one snapshot per claim, however often a write-back is retried
 	At                     time.Time   // when the answers were read (database time)
 	State                  State
-	Sales                  []Sale // offered sales; the insert keeps the new ones
-	Packed, SalesGap       bool
+	// Sales are the new sales: the caller tells them from the item's last stored sale, so the
+	// decision (Outcome) is known before anything is written. The insert still skips any that
+	// is stored already.
+	Sales            []Sale
+	Packed, SalesGap bool
 	// Last is the item's last snapshot (nil: none); SeenAt is its last collection before this
 	// one, which saw Last's state unchanged.
 	Last   *Written
@@ -42,9 +45,15 @@ type Stored struct {
 	SnapshotID int64
 }
 
+// Outcome is what Write will store for c, known before anything is written, so the caller can
+// record it on the item in the same statement that fences the batch.
+func (p Policy) Outcome(c Collection) Stored {
+	return Stored{Reason: p.Decide(c.Last, c.State, len(c.Sales), c.At), NewSales: len(c.Sales)}
+}
+
 // Write stores a batch of collections in the caller's transaction: the new sales, then a
-// snapshot, its candles and its event for each collection the policy writes. The caller
-// records on the item that it was seen at c.At, whatever the reason.
+// snapshot, its candles and its event for each collection the policy writes (Outcome). The
+// caller records on the item that it was seen at c.At, whatever the reason.
 func (p Policy) Write(ctx context.Context, tx pgx.Tx, cs []Collection) ([]Stored, error) {
 	out := make([]Stored, len(cs))
 	agg, err := insertSales(ctx, tx, cs)
@@ -53,9 +62,8 @@ func (p Policy) Write(ctx context.Context, tx pgx.Tx, cs []Collection) ([]Stored
 	}
 	var write []int
 	for i, c := range cs {
-		a := agg[c.ItemID]
-		out[i].NewSales = a.count
-		out[i].Reason = p.Decide(c.Last, c.State, a.count, c.At)
+		out[i] = p.Outcome(c)
+		out[i].NewSales = agg[c.ItemID].count // the ones the insert stored
 		if out[i].Reason != Skip {
 			write = append(write, i)
 		}

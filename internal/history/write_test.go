@@ -32,6 +32,7 @@ type market struct {
 	state    history.State
 	sales    []history.Sale
 	lastSale time.Time
+	offered  int // sales handed to a collection so far: the next one gets only the newer
 }
 
 func newMarket(seed uint64) *market {
@@ -78,7 +79,8 @@ func (m *market) step(t time.Time) {
 func collect(t *testing.T, pool *pgxpool.Pool, p history.Policy, item string, at time.Time, m *market, last **history.Written, seen **time.Time) history.Stored {
 	t.Helper()
 	c := history.Collection{ItemID: item, ItemName: item, Tier: "HOT_1M", Token: token(), At: at, State: m.state,
-		Sales: m.sales, Last: *last, SeenAt: *seen}
+		Sales: m.sales[m.offered:], Last: *last, SeenAt: *seen}
+	m.offered = len(m.sales)
 	var out []history.Stored
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
 		var err error

@@ -107,13 +107,13 @@ func cycleAt(ctx context.Context, e *env, c cycleSize, rep *report) error {
 	}
 	share := fmt.Sprintf("history.mode changes (the default) at the realistic market's change share: every item seeded as collected a minute ago with its last snapshot ten minutes ago, and %.1f %% of the collections (a fixed hash of the item id; 1 − e^(−(λ+σ)·60 s) averaged over `collector sim --market realistic`'s 20,000 items) see a cheaper listing than that snapshot and write a snapshot + outbox row, the rest only their reschedule", 100*cycleShare())
 	rep.add("Claim+reschedule cycle, collector, "+label, rate(ours, "items/s"),
-		fmt.Sprintf("dispatcher.RunOnce (one collect-due pass, zero-latency in-process provider, batch %d, flush %d, concurrency 8, pool %d, MaxBatches %d) %s: claim, fence (row locks), snapshot + candles + outbox insert per changed item, one write per item (next slot, change counts, seen state); %s; %s items / wall time (the snapshots written checked against the changed answers)", cycleBatch, cycleFlush, cyclePool, (k+cycleBatch-1)/cycleBatch, table, share, items))
+		fmt.Sprintf("dispatcher.RunOnce (one collect-due pass, zero-latency in-process provider, batch %d, flush %d, concurrency 8, pool %d, MaxBatches %d) %s: claim, one fenced write per item (next slot, change counts, seen state; its row locks hold until commit), then snapshot + candles + outbox insert per changed item; %s; %s items / wall time (the snapshots written checked against the changed answers)", cycleBatch, cycleFlush, cyclePool, (k+cycleBatch-1)/cycleBatch, table, share, items))
 	ceil, err := cycleCeiling(ctx, e, c)
 	if err != nil {
 		return fmt.Errorf("raw-SQL ceiling at %d items: %w", n, err)
 	}
 	rep.add("Claim+reschedule cycle, raw-SQL ceiling, "+label, rate(ceil, "items/s"),
-		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (writeback.go: dispatcher.LockSQL and dispatcher.WriteItemsSQL for every item; history.InsertSnapshotsSQL with its candles and outbox.EnqueueSQL for the same changed share, %.1f %%) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size", 100*cycleShare(), ceilingLoops, cycleBatch, cycleFlush, items))
+		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (writeback.go: dispatcher.WriteItemsSQL for every item, fencing by lease token; history.InsertSnapshotsSQL with its candles and outbox.EnqueueSQL for the same changed share, %.1f %%) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size", 100*cycleShare(), ceilingLoops, cycleBatch, cycleFlush, items))
 	rep.add("Ratio collector / ceiling, "+label, fmt.Sprintf("%.2f", ours/ceil), "the two rows above")
 	rep.note("cycle at %s tracked items: seeding took %s (generate_series insert, VACUUM ANALYZE, CHECKPOINT; not timed), each contender's copy %s (CREATE DATABASE … TEMPLATE, CHECKPOINT)", count(n), seeded.Round(100*time.Millisecond), cloned.Round(100*time.Millisecond))
 
@@ -269,10 +269,9 @@ func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]ceilClaim, er
 }
 
 // ceilWriteBack is writeback.go's write-back for all-successful results with one listing and
-// no sales, through the product's own statements (dispatcher.LockSQL,
-// history.InsertSnapshotsSQL, outbox.EnqueueSQL, dispatcher.WriteItemsSQL) in one transaction,
-// driven by plain pgx: every item locked and written once, a snapshot and an event for the items
-// in the changed share. It passes no previous collection, so the change counts stay as they are.
+// no sales, through the product's own statements (dispatcher.WriteItemsSQL, which fences and
+// locks, then history.InsertSnapshotsSQL and outbox.EnqueueSQL) in one transaction, driven by
+// plain pgx: every item written once, a snapshot and an event for the items in the changed share. It passes no previous collection, so the change counts stay as they are.
 func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) error {
 	n := len(claims)
 	now := time.Now()
@@ -290,7 +289,15 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 		}
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, dispatcher.LockSQL, ids, tokens)
+		price, lowest := int64(100), make([]*int64, n)
+		prevAt, writtenAt, weighted := make([]*time.Time, n), make([]*time.Time, n), make([]*float64, n)
+		counts, newSales, qty, lastSecond := make([]int32, n), make([]int32, n), make([]int64, n), make([]int32, n)
+		truncated, changedFlags, gaps, windows := make([]bool, n), make([]bool, n), make([]bool, n), make([]float64, n)
+		for i := range n {
+			lowest[i], counts[i], qty[i], windows[i] = &price, 1, 3, 86400
+		}
+		rows, err := tx.Query(ctx, dispatcher.WriteItemsSQL, ids, tokens, tierNames, nextAt, at, oks, outcomes, errs, lastSale,
+			prevAt, lowest, lowest, weighted, lowest, counts, qty, truncated, changedFlags, newSales, gaps, windows, writtenAt, lastSecond)
 		if err != nil {
 			return err
 		}
@@ -302,20 +309,9 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 			return fmt.Errorf("fence matched %d of %d", len(live), n)
 		}
 		if len(changed) > 0 {
-			if err := ceilSnapshots(ctx, tx, changed, now); err != nil {
-				return err
-			}
+			return ceilSnapshots(ctx, tx, changed, now)
 		}
-		price, lowest := int64(100), make([]*int64, n)
-		prevAt, writtenAt, weighted := make([]*time.Time, n), make([]*time.Time, n), make([]*float64, n)
-		counts, newSales, qty := make([]int32, n), make([]int32, n), make([]int64, n)
-		truncated, changedFlags, gaps, windows := make([]bool, n), make([]bool, n), make([]bool, n), make([]float64, n)
-		for i := range n {
-			lowest[i], counts[i], qty[i], windows[i] = &price, 1, 3, 86400
-		}
-		_, err = tx.Exec(ctx, dispatcher.WriteItemsSQL, ids, tokens, tierNames, nextAt, at, oks, outcomes, errs, lastSale,
-			prevAt, lowest, lowest, weighted, lowest, counts, qty, truncated, changedFlags, newSales, gaps, windows, writtenAt)
-		return err
+		return nil
 	})
 }
 
