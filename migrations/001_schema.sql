@@ -82,15 +82,52 @@ CREATE TABLE tracked_items (
 CREATE INDEX tracked_items_due_idx ON tracked_items (next_collect_at) WHERE next_collect_at IS NOT NULL;
 
 -- The console's item list (catalog.BrowseItems) pages by keyset, each filter down an index in
--- its own order, so a page never costs the catalog's size. None of these columns changes on a
--- collection that finds nothing new (popularity and tier move at recalculation, the name at
--- import, sales_gaps only when sales were lost), so the write-back stays HOT.
-CREATE INDEX tracked_items_popularity_idx ON tracked_items (popularity_score, item_id);
-CREATE INDEX tracked_items_tier_popularity_idx ON tracked_items (collection_tier, popularity_score, item_id);
+-- its own order, so a page never costs the catalog's size. Every write-back moves
+-- next_collect_at, so it is never a HOT update and adds an entry to each index on
+-- tracked_items: only partial indexes whose rows are few (pinned items, items with sales gaps)
+-- live here. The orders every item takes part in (popularity, tier and popularity, name) live
+-- on item_browse, a copy of the columns they sort by that only imports, recalculations and
+-- tier changes write (a trigger keeps it, so no writer can forget).
 CREATE INDEX tracked_items_pinned_idx ON tracked_items (popularity_score, item_id) WHERE pinned_tier IS NOT NULL;
 CREATE INDEX tracked_items_gaps_idx ON tracked_items (sales_gaps, item_id) WHERE sales_gaps > 0;
--- Name search is a case-insensitive prefix; in the "C" collation LIKE 'prefix%' is an index range.
-CREATE INDEX tracked_items_name_idx ON tracked_items ((lower(item_name) COLLATE "C"), item_id);
+
+CREATE TABLE item_browse (
+    item_id  text PRIMARY KEY REFERENCES tracked_items (item_id) ON DELETE CASCADE,
+    -- Name search is a case-insensitive prefix; in the "C" collation LIKE 'prefix%' is an
+    -- index range.
+    name_key text COLLATE "C" NOT NULL,
+    score    double precision NOT NULL,
+    tier     text NOT NULL
+);
+
+CREATE INDEX item_browse_score_idx ON item_browse (score, item_id);
+CREATE INDEX item_browse_tier_score_idx ON item_browse (tier, score, item_id);
+CREATE INDEX item_browse_name_idx ON item_browse (name_key, item_id);
+
+CREATE FUNCTION item_browse_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO item_browse (item_id, name_key, score, tier)
+    SELECT item_id, lower(item_name), popularity_score, collection_tier FROM new_items
+    ON CONFLICT (item_id) DO UPDATE SET name_key = excluded.name_key, score = excluded.score, tier = excluded.tier;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION item_browse_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE item_browse SET name_key = lower(NEW.item_name), score = NEW.popularity_score, tier = NEW.collection_tier
+    WHERE item_id = NEW.item_id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER item_browse_insert AFTER INSERT ON tracked_items
+    REFERENCING NEW TABLE AS new_items FOR EACH STATEMENT EXECUTE FUNCTION item_browse_insert();
+-- Fires only for statements that set one of these columns: never for claims and write-backs.
+CREATE TRIGGER item_browse_update AFTER UPDATE OF item_name, popularity_score, collection_tier ON tracked_items
+    FOR EACH ROW WHEN (OLD.item_name IS DISTINCT FROM NEW.item_name OR OLD.popularity_score IS DISTINCT FROM NEW.popularity_score
+                       OR OLD.collection_tier IS DISTINCT FROM NEW.collection_tier)
+    EXECUTE FUNCTION item_browse_update();
 
 -- Wakes sleeping daemons when an item becomes due earlier than it was (import, touch, a tier
 -- promotion). Write-backs move next_collect_at later and stay silent, so a busy cluster does
@@ -435,6 +472,9 @@ DROP TABLE provider_status;
 DROP TABLE provider_status_log;
 DROP FUNCTION provider_status_log_write();
 DROP TABLE item_interest;
+DROP TABLE item_browse;
 DROP TABLE tracked_items;
+DROP FUNCTION item_browse_insert();
+DROP FUNCTION item_browse_update();
 DROP FUNCTION tracked_items_claim_due();
 DROP FUNCTION tracked_items_due_notify();

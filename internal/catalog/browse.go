@@ -12,7 +12,7 @@ import (
 // Filters of BrowseItems. Each walks an index of its own in its own order, so a page costs
 // its rows, never the catalog's size.
 const (
-	BrowseAll     = ""        // most popular first (tracked_items_popularity_idx)
+	BrowseAll     = ""        // most popular first (item_browse_score_idx, or _tier_score_idx for one tier)
 	BrowsePinned  = "pinned"  // pinned items, most popular first (tracked_items_pinned_idx)
 	BrowseOverdue = "overdue" // claimable for longer than Overdue, longest waiting first (tracked_items_due_idx)
 	BrowseGaps    = "gaps"    // items that lost sales between collections, most gaps first (tracked_items_gaps_idx)
@@ -24,7 +24,7 @@ var BrowseFilters = []string{BrowseAll, BrowsePinned, BrowseOverdue, BrowseGaps}
 // BrowseQuery is one page of the console's item list.
 type BrowseQuery struct {
 	// Search, when set, lists the items whose name starts with it (case-insensitive), in name
-	// order, after the item whose id is exactly Search (tracked_items_name_idx); Filter is
+	// order, after the item whose id is exactly Search (item_browse_name_idx); Filter is
 	// then ignored.
 	Search string
 	Filter string
@@ -58,51 +58,60 @@ func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor,
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
-	where := []string{"NOT item_id LIKE ANY(" + arg(SyntheticPatterns()) + "::text[])"}
+	where := []string{"NOT t.item_id LIKE ANY(" + arg(SyntheticPatterns()) + "::text[])"}
+	// The orders every item takes part in walk item_browse's indexes (the schema says why they
+	// are not on tracked_items); the others walk partial indexes of tracked_items.
+	from, tierCol := "tracked_items t", "t.collection_tier"
+	if q.Search != "" || q.Filter == BrowseAll {
+		from, tierCol = "tracked_items t JOIN item_browse b USING (item_id)", "b.tier"
+	}
 	if q.Tier != "" {
-		where = append(where, "collection_tier = "+arg(string(q.Tier)))
+		where = append(where, tierCol+" = "+arg(string(q.Tier)))
 	}
 	c := q.After
 	var order string
 	switch {
 	case q.Search != "":
-		// lower(item_name) COLLATE "C": the LIKE prefix, the order and the keyset all use
-		// tracked_items_name_idx. The exact id comes first, on the first page only.
-		where = append(where, `lower(item_name) COLLATE "C" LIKE `+arg(escapeLike(strings.ToLower(q.Search))+"%"),
-			"item_id <> "+arg(q.Search))
+		// name_key is lower(item_name) in the "C" collation: the LIKE prefix, the order and the
+		// keyset all use item_browse_name_idx. The exact id comes first, on the first page only.
+		where = append(where, `b.name_key LIKE `+arg(escapeLike(strings.ToLower(q.Search))+"%"),
+			"b.item_id <> "+arg(q.Search))
 		if c != nil {
-			where = append(where, `(lower(item_name) COLLATE "C", item_id) > (`+arg(c.Name)+", "+arg(c.ID)+")")
+			where = append(where, `(b.name_key, b.item_id) > (`+arg(c.Name)+", "+arg(c.ID)+")")
 		}
-		order = `lower(item_name) COLLATE "C", item_id`
-	case q.Filter == BrowseAll || q.Filter == BrowsePinned:
-		if q.Filter == BrowsePinned {
-			where = append(where, "pinned_tier IS NOT NULL")
-		}
+		order = `b.name_key, b.item_id`
+	case q.Filter == BrowseAll:
 		if c != nil {
-			where = append(where, "(popularity_score, item_id) < ("+arg(c.Score)+", "+arg(c.ID)+")")
+			where = append(where, "(b.score, b.item_id) < ("+arg(c.Score)+", "+arg(c.ID)+")")
 		}
-		order = `popularity_score DESC, item_id DESC`
+		order = `b.score DESC, b.item_id DESC`
+	case q.Filter == BrowsePinned:
+		where = append(where, "t.pinned_tier IS NOT NULL")
+		if c != nil {
+			where = append(where, "(t.popularity_score, t.item_id) < ("+arg(c.Score)+", "+arg(c.ID)+")")
+		}
+		order = `t.popularity_score DESC, t.item_id DESC`
 	case q.Filter == BrowseOverdue:
 		// Claimable as dispatcher.DueByTier counts it: due and not held by a live lease.
-		where = append(where, "next_collect_at <= now() - "+arg(q.Overdue.Milliseconds())+" * interval '1 millisecond'",
-			"(lease_expires_at IS NULL OR lease_expires_at <= now())")
+		where = append(where, "t.next_collect_at <= now() - "+arg(q.Overdue.Milliseconds())+" * interval '1 millisecond'",
+			"(t.lease_expires_at IS NULL OR t.lease_expires_at <= now())")
 		if c != nil {
-			where = append(where, "(next_collect_at, item_id) > ("+arg(c.Due)+", "+arg(c.ID)+")")
+			where = append(where, "(t.next_collect_at, t.item_id) > ("+arg(c.Due)+", "+arg(c.ID)+")")
 		}
-		order = `next_collect_at, item_id`
+		order = `t.next_collect_at, t.item_id`
 	case q.Filter == BrowseGaps:
-		where = append(where, "sales_gaps > 0")
+		where = append(where, "t.sales_gaps > 0")
 		if c != nil {
-			where = append(where, "(sales_gaps, item_id) < ("+arg(c.Gaps)+", "+arg(c.ID)+")")
+			where = append(where, "(t.sales_gaps, t.item_id) < ("+arg(c.Gaps)+", "+arg(c.ID)+")")
 		}
-		order = `sales_gaps DESC, item_id DESC`
+		order = `t.sales_gaps DESC, t.item_id DESC`
 	default:
 		return nil, nil, fmt.Errorf("browse items: filter %q: allowed %q, %q, %q or none", q.Filter, BrowsePinned, BrowseOverdue, BrowseGaps)
 	}
 	// One more row than asked says whether another page follows.
 	rows, err := db.Query(ctx, `
 		SELECT `+itemColumns+`, lower(item_name)
-		FROM tracked_items
+		FROM `+from+`
 		WHERE `+strings.Join(where, " AND ")+`
 		ORDER BY `+order+`
 		LIMIT `+arg(q.Limit+1), args...)
