@@ -14,6 +14,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -81,6 +83,20 @@ type Config struct {
 	// about half a second of its budget: a claimed batch then never holds HOT items that fall due
 	// behind a queue of COLD ones waiting for the budget.
 	ClaimLimit func() int
+	// ClaimRequests, when set (PrioritizeTiers must be too), bounds each claim by cost as well:
+	// the plan's requests_per_collection of the items it takes add up to at most what it
+	// returns (at least one item). And the pass claims its next batch as soon as the items it
+	// still collects count that many requests or fewer, not when the whole batch is done: the
+	// provider always has the next short stretch of work queued, and an item that falls due
+	// meanwhile (a HOT one is claimed first) waits about that stretch, not a batch. The daemon
+	// passes daemon.claim_horizon of its budget.
+	ClaimRequests func() float64
+	// TopAhead, with ClaimRequests, claims items of the most urgent tier this long before their
+	// due time when it is longer than Ahead, and while the pending work holds the next claim
+	// back, claims that tier alone every TopAhead: a HOT item is then claimed before its due
+	// time, waiting for no other tier's work (the daemon sets it to daemon.claim_horizon).
+	// Under MaxAhead, as Ahead.
+	TopAhead time.Duration
 	// Gather ends a pass after a batch smaller than it asked for, instead of claiming again
 	// what fell due while that batch was collected: those items wait for the next pass, where
 	// they can share packed calls (the daemon spaces its passes by daemon.pack_wait). Off, a
@@ -177,6 +193,12 @@ func (c Config) validate() error {
 	if c.PackSize != 0 { // 0 is packing off, as 1 is
 		errs = append(errs, config.CollectPackSize.Check(c.PackSize))
 	}
+	if c.ClaimRequests != nil && !c.PrioritizeTiers {
+		errs = append(errs, errors.New("claims bounded by cost take the most urgent tier first: PrioritizeTiers is required"))
+	}
+	if c.TopAhead < 0 || c.TopAhead >= MaxAhead {
+		errs = append(errs, fmt.Errorf("top tier claim ahead %v: must be >= 0 and < %v", c.TopAhead, MaxAhead))
+	}
 	if c.Ahead < 0 || c.Ahead >= MaxAhead {
 		errs = append(errs, fmt.Errorf("claim ahead %v: must be >= 0 and < %v", c.Ahead, MaxAhead))
 	}
@@ -226,10 +248,20 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 // RunOnce is one collect-due pass: claim and collect batches until nothing is due, MaxBatches
 // is reached, the provider stops being dispatchable, or ctx ends.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
-	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context) ([]Claim, bool, error) {
+	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context, topOnly bool) ([]Claim, bool, error) {
 		n := d.cfg.BatchSize
 		if d.cfg.ClaimLimit != nil {
 			n = min(n, max(1, d.cfg.ClaimLimit()))
+		}
+		if d.cfg.ClaimRequests != nil {
+			// The most urgent tier alone is not bounded by cost: the plan fits it within the
+			// budget, and all of it that falls due is to be collected now.
+			limit := math.MaxFloat64
+			if !topOnly {
+				limit = d.cfg.ClaimRequests()
+			}
+			c, cut, err := claimByCost(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.Ahead, d.cfg.TopAhead, limit, topOnly)
+			return c, !cut && len(c) < n, err
 		}
 		c, err := claimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers, d.cfg.Ahead)
 		return c, len(c) < n, err
@@ -243,7 +275,7 @@ var ErrNotClaimable = errors.New("item not found or leased by another worker")
 // budget and write path as collect-due.
 func (d *Dispatcher) CollectOne(ctx context.Context, itemID string) (Summary, error) {
 	claimed := false
-	s, err := d.pass(ctx, 1, func(ctx context.Context) ([]Claim, bool, error) {
+	s, err := d.pass(ctx, 1, func(ctx context.Context, _ bool) ([]Claim, bool, error) {
 		c, err := claimOne(ctx, d.pool, itemID, d.cfg.Lease, d.cfg.Owner)
 		claimed = len(c) > 0
 		return c, true, err
@@ -273,7 +305,10 @@ func (s *stopError) reason() StopReason {
 
 // pass reads the gate, then claims and collects batches until one of the stops RunOnce lists.
 // claim returns a batch and whether it drained what was due (it held fewer than asked for).
-func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(context.Context) ([]Claim, bool, error)) (Summary, error) {
+// With ClaimRequests set, batches overlap: the next is claimed once the work still pending is
+// small (flow.wait), and a pass-ending answer in one batch halts the others.
+// topOnly asks claim for the most urgent tier only (ClaimRequests: the pending work is large).
+func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx context.Context, topOnly bool) ([]Claim, bool, error)) (Summary, error) {
 	start := time.Now()
 	var sum Summary
 	if paused, err := d.gate(ctx, &sum); err != nil || paused {
@@ -282,10 +317,23 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 
 	var tm timings
 	w := d.startWriter(ctx, &tm)
-	var stop *stopError
+	f := newFlow(d.cfg.Concurrency)
+	var batches sync.WaitGroup
+	fail := func(err error) (Summary, error) {
+		batches.Wait()
+		w.finish()
+		return sum, err
+	}
 	for maxBatches == 0 || sum.Batches < maxBatches {
+		topOnly := false
+		if d.cfg.ClaimRequests != nil {
+			topOnly = !f.wait(ctx, d.cfg.ClaimRequests(), d.cfg.TopAhead)
+		}
 		if ctx.Err() != nil {
 			sum.Stop = StopInterrupted
+			break
+		}
+		if f.stopped() != nil {
 			break
 		}
 		// Another instance may have paused the provider (DEGRADED, an override) while this
@@ -293,21 +341,26 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		if sum.Batches > 0 {
 			paused, err := d.gate(ctx, &sum)
 			if err != nil {
-				w.finish()
-				return sum, err
+				return fail(err)
 			}
 			if paused {
 				break
 			}
 		}
 		t0 := time.Now()
-		claims, drained, err := claim(ctx)
+		claims, drained, err := claim(ctx, topOnly)
 		tm.add(&tm.claim, time.Since(t0))
 		if err != nil {
-			w.finish()
-			return sum, err
+			return fail(err)
 		}
-		if len(claims) == 0 {
+		if topOnly {
+			// Between the claims the pending work lets in, one every TopAhead takes the most
+			// urgent tier's items falling due: their claim waits for no other tier's work.
+			if len(claims) == 0 {
+				continue
+			}
+			drained = false
+		} else if len(claims) == 0 {
 			sum.Stop = StopNothingDue
 			break
 		}
@@ -318,17 +371,29 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		for _, c := range claims {
 			sum.PlannedRequests += c.Requests
 		}
-		released, st := d.collectBatch(ctx, claims, w, &tm)
-		sum.Released += released
-		if st != nil {
-			stop = st
-			break
+		f.claimed(claims)
+		batches.Add(1)
+		collect := func() {
+			defer batches.Done()
+			released, st := d.collectBatch(ctx, claims, w, &tm, f)
+			f.ended(released, st)
+		}
+		if d.cfg.ClaimRequests != nil {
+			go collect()
+		} else {
+			collect()
+			if f.stopped() != nil {
+				break
+			}
 		}
 		if drained && d.cfg.Gather {
 			sum.Stop = StopNothingDue
 			break
 		}
 	}
+	batches.Wait()
+	stop := f.stopped()
+	sum.Released = f.released
 	if sum.Stop == StopNone && stop == nil {
 		sum.Stop = StopMaxBatches
 	}
@@ -346,6 +411,92 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		retErr = errors.Join(retErr, ws.err)
 	}
 	return sum, retErr
+}
+
+// flow is what a pass's batches share: the provider calls in flight (at most Concurrency over
+// every batch), the requests their unfinished items were planned at, and the first
+// pass-ending answer, which halts every batch.
+type flow struct {
+	slots    chan struct{}
+	progress chan struct{} // a group finished
+	halt     chan struct{} // closed on the first stop
+	mu       sync.Mutex
+	pending  float64 // requests_per_collection of the claimed items not yet through
+	stop     *stopError
+	released int
+}
+
+func newFlow(concurrency int) *flow {
+	return &flow{slots: make(chan struct{}, concurrency), progress: make(chan struct{}, 1), halt: make(chan struct{})}
+}
+
+func (f *flow) claimed(claims []Claim) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range claims {
+		f.pending += c.Requests
+	}
+}
+
+// finished takes a group that went through (collected, failed or handed back) off the pending
+// work.
+func (f *flow) finished(group []Claim) {
+	f.mu.Lock()
+	for _, c := range group {
+		f.pending -= c.Requests
+	}
+	f.mu.Unlock()
+	select {
+	case f.progress <- struct{}{}:
+	default:
+	}
+}
+
+// wait blocks while the pending work exceeds requests, for at most within (0: no limit), until
+// a stop or ctx ends. room reports that the pending work is small enough; false, only the most
+// urgent tier may be claimed.
+func (f *flow) wait(ctx context.Context, requests float64, within time.Duration) (room bool) {
+	var timeout <-chan time.Time
+	if within > 0 {
+		t := time.NewTimer(within)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		f.mu.Lock()
+		// A small slack absorbs the float sums' rounding.
+		room := f.pending <= requests+1e-6
+		f.mu.Unlock()
+		if room {
+			return true
+		}
+		select {
+		case <-f.progress:
+		case <-timeout:
+			return false
+		case <-f.halt:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// ended records a batch's outcome; the first stop halts the other batches.
+func (f *flow) ended(released int, st *stopError) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released += released
+	if st != nil && f.stop == nil {
+		f.stop = st
+		close(f.halt)
+	}
+}
+
+func (f *flow) stopped() *stopError {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stop
 }
 
 // handleStop records what a pass-ending provider answer means for everyone.

@@ -28,7 +28,9 @@ type result struct {
 // collectBatch fetches every claim with bounded concurrency and hands results to the writer.
 // Claims not fetched (pass stopped, shutdown) are released at once. On shutdown (ctx done) no
 // new call starts, and calls in flight get Grace to finish; their results are still written.
-func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer, tm *timings) (released int, stop *stopError) {
+// f is the pass's flow: its slots bound the calls in flight over every batch, and its halt
+// cancels this batch's calls as this batch's own stop does.
+func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer, tm *timings, f *flow) (released int, stop *stopError) {
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	done := make(chan struct{})
@@ -36,6 +38,9 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 	go func() {
 		select {
 		case <-done:
+			return
+		case <-f.halt:
+			cancel()
 			return
 		case <-ctx.Done():
 		}
@@ -73,8 +78,10 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 					mu.Lock()
 					unprocessed = append(unprocessed, group...)
 					mu.Unlock()
+					f.finished(group)
 					continue
 				}
+				f.slots <- struct{}{}
 				t0 := time.Now()
 				var rs []result
 				if len(group) == 1 {
@@ -83,6 +90,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 					rs = d.fetchPacked(fctx, group, st)
 				}
 				took := time.Since(t0)
+				<-f.slots
 				for _, r := range rs {
 					tm.add(&tm.fetch, took)
 					d.cfg.Observer.Fetched(r.claim, took, r.err)
@@ -104,6 +112,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 					}
 					w.results <- r
 				}
+				f.finished(group)
 			}
 		}()
 	}
