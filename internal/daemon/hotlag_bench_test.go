@@ -21,7 +21,7 @@ import (
 // thresholds between plans). The WARM backlog alone is ten minutes of budget, so the budget is
 // saturated throughout; HOT must still be claimed within about half a second of its due time.
 // It reports the HOT due → claim lag p50/p99 over the last minute of the run (90 s by default),
-// the busiest second the provider saw and the claim statements a second.
+// the busiest second the provider saw and the claim statements a second (empty ones included).
 //
 //	go test -run '^$' -bench HotUnderBacklog -benchtime 1x ./internal/daemon/
 //	DUECOLLECTOR_HOT_DURATION=30s go test ...   (measured over its last two thirds when under 90 s)
@@ -69,7 +69,6 @@ func hotUnderBacklog(b *testing.B, pack bool) {
 
 	const budget = 10
 	cfg := testConfig()
-	cfg.signals.passed.Init(b)
 	cfg.Daemon.Notify = true
 	cfg.Daemon.Budget.Enabled = true
 	cfg.Market.Rate, cfg.Market.Burst, cfg.Market.PerMinute = budget, budget, budget*60
@@ -81,30 +80,7 @@ func hotUnderBacklog(b *testing.B, pack bool) {
 		cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = def.Collect.PackSize, def.Collect.PackMaxListings, def.Collect.PackMaxSales
 		cfg.Dispatch.ShadowFraction = def.Collect.ShadowFraction
 	}
-	// Claim statements, counted from the passes' summaries as they end (the last when the
-	// daemon stops).
-	stopCount, claims := make(chan struct{}), make(chan int, 1)
-	go func() {
-		n := 0
-		for {
-			select {
-			case res := <-cfg.signals.passed.C():
-				n += res.Summary.Batches
-				continue
-			case <-stopCount:
-			}
-			// The daemon has stopped: every pass has signalled.
-			for {
-				select {
-				case res := <-cfg.signals.passed.C():
-					n += res.Summary.Batches
-				default:
-					claims <- n
-					return
-				}
-			}
-		}
-	}()
+	claims := countClaims(b, &cfg)
 	e.sim.ResetStats()
 	wallStart := time.Now()
 	r := e.start(b, cfg, zaptest.NewLogger(b, zaptest.Level(zap.WarnLevel)))
@@ -134,8 +110,7 @@ func hotUnderBacklog(b *testing.B, pack bool) {
 	if err := r.shutdown(b); err != nil {
 		b.Fatal(err)
 	}
-	close(stopCount)
-	statements := <-claims
+	statements := claims()
 	pct := func(q float64) float64 { return quantile(lags, q) * 1000 }
 	b.ReportMetric(pct(0.5), "hot-lag-p50-ms")
 	b.ReportMetric(pct(0.99), "hot-lag-p99-ms")
@@ -145,4 +120,37 @@ func hotUnderBacklog(b *testing.B, pack bool) {
 	b.Logf("packing %v, budget %d/s, %s (HOT measured over the last %s): HOT claims %d, lag p50 %.0f ms p99 %.0f ms max %.0f ms; served %.1f req/s, busiest second %d; %d claim statements (%.1f/s)",
 		pack, budget, elapsed.Round(time.Second), measure, len(lags), pct(0.5), pct(0.99), pct(1), float64(ks.Total)/elapsed.Seconds(), ks.MaxPerSecond,
 		statements, float64(statements)/elapsed.Seconds())
+}
+
+// countClaims counts the claim statements of a daemon started with cfg, from its passes'
+// summaries as they end (the last when the daemon stops). Call the function it returns once
+// the daemon has stopped.
+func countClaims(b *testing.B, cfg *Config) func() int {
+	cfg.signals.passed.Init(b)
+	stop, total := make(chan struct{}), make(chan int, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case res := <-cfg.signals.passed.C():
+				n += res.Summary.Batches + res.Summary.EmptyClaims
+				continue
+			case <-stop:
+			}
+			// The daemon has stopped: every pass has signalled.
+			for {
+				select {
+				case res := <-cfg.signals.passed.C():
+					n += res.Summary.Batches + res.Summary.EmptyClaims
+				default:
+					total <- n
+					return
+				}
+			}
+		}
+	}()
+	return func() int {
+		close(stop)
+		return <-total
+	}
 }

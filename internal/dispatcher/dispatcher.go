@@ -93,9 +93,10 @@ type Config struct {
 	ClaimRequests func() float64
 	// TopAhead, with ClaimRequests, claims items of the most urgent tier this long before their
 	// due time when it is longer than Ahead, and while the pending work holds the next claim
-	// back, claims that tier alone every TopAhead: a HOT item is then claimed before its due
-	// time, waiting for no other tier's work (the daemon sets it to daemon.claim_horizon).
-	// Under MaxAhead, as Ahead.
+	// back, claims that tier alone TopAhead after the last claim, as long as the pending work
+	// stays under topPending times ClaimRequests: a HOT item is then claimed about at its due time,
+	// without waiting for the other tiers' work, and a tier over the budget still cannot pile
+	// claims up (the daemon sets it to daemon.claim_horizon). Under MaxAhead, as Ahead.
 	TopAhead time.Duration
 	// Gather ends a pass after a batch smaller than it asked for, instead of claiming again
 	// what fell due while that batch was collected: those items wait for the next pass, where
@@ -248,18 +249,12 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 // RunOnce is one collect-due pass: claim and collect batches until nothing is due, MaxBatches
 // is reached, the provider stops being dispatchable, or ctx ends.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
-	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context, topOnly bool) ([]Claim, bool, error) {
+	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context, topOnly bool, limit float64) ([]Claim, bool, error) {
 		n := d.cfg.BatchSize
 		if d.cfg.ClaimLimit != nil {
 			n = min(n, max(1, d.cfg.ClaimLimit()))
 		}
 		if d.cfg.ClaimRequests != nil {
-			// The most urgent tier alone is not bounded by cost: the plan fits it within the
-			// budget, and all of it that falls due is to be collected now.
-			limit := math.MaxFloat64
-			if !topOnly {
-				limit = d.cfg.ClaimRequests()
-			}
 			c, cut, err := claimByCost(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.Ahead, d.cfg.TopAhead, limit, topOnly)
 			return c, !cut && len(c) < n, err
 		}
@@ -275,7 +270,7 @@ var ErrNotClaimable = errors.New("item not found or leased by another worker")
 // budget and write path as collect-due.
 func (d *Dispatcher) CollectOne(ctx context.Context, itemID string) (Summary, error) {
 	claimed := false
-	s, err := d.pass(ctx, 1, func(ctx context.Context, _ bool) ([]Claim, bool, error) {
+	s, err := d.pass(ctx, 1, func(ctx context.Context, _ bool, _ float64) ([]Claim, bool, error) {
 		c, err := claimOne(ctx, d.pool, itemID, d.cfg.Lease, d.cfg.Owner)
 		claimed = len(c) > 0
 		return c, true, err
@@ -307,8 +302,9 @@ func (s *stopError) reason() StopReason {
 // claim returns a batch and whether it drained what was due (it held fewer than asked for).
 // With ClaimRequests set, batches overlap: the next is claimed once the work still pending is
 // small (flow.wait), and a pass-ending answer in one batch halts the others.
-// topOnly asks claim for the most urgent tier only (ClaimRequests: the pending work is large).
-func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx context.Context, topOnly bool) ([]Claim, bool, error)) (Summary, error) {
+// With ClaimRequests, claim is told the requests it may take (limit) and whether only the most
+// urgent tier (topOnly: the pending work holds the others back).
+func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx context.Context, topOnly bool, limit float64) ([]Claim, bool, error)) (Summary, error) {
 	start := time.Now()
 	var sum Summary
 	if paused, err := d.gate(ctx, &sum); err != nil || paused {
@@ -325,9 +321,13 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 		return sum, err
 	}
 	for maxBatches == 0 || sum.Batches < maxBatches {
-		topOnly := false
+		topOnly, limit := false, math.MaxFloat64
 		if d.cfg.ClaimRequests != nil {
-			topOnly = !f.wait(ctx, d.cfg.ClaimRequests(), d.cfg.TopAhead)
+			limit = d.cfg.ClaimRequests()
+			full, top := f.wait(ctx, limit, d.cfg.TopAhead)
+			if topOnly = !full && top; topOnly {
+				limit = f.topRoom(limit)
+			}
 		}
 		if ctx.Err() != nil {
 			sum.Stop = StopInterrupted
@@ -348,7 +348,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 			}
 		}
 		t0 := time.Now()
-		claims, drained, err := claim(ctx, topOnly)
+		claims, drained, err := claim(ctx, topOnly, limit)
 		tm.add(&tm.claim, time.Since(t0))
 		if err != nil {
 			return fail(err)
@@ -357,6 +357,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 			// Between the claims the pending work lets in, one every TopAhead takes the most
 			// urgent tier's items falling due: their claim waits for no other tier's work.
 			if len(claims) == 0 {
+				sum.EmptyClaims++
 				continue
 			}
 			drained = false
@@ -452,34 +453,52 @@ func (f *flow) finished(group []Claim) {
 	}
 }
 
-// wait blocks while the pending work exceeds requests, for at most within (0: no limit), until
-// a stop or ctx ends. room reports that the pending work is small enough; false, only the most
-// urgent tier may be claimed.
-func (f *flow) wait(ctx context.Context, requests float64, within time.Duration) (room bool) {
+// topPending is how many times ClaimRequests the pending work may reach with claims of the most
+// urgent tier alone: room for a few HOT items falling due together beside the other tiers'
+// work (at the daemon's default horizon, a second of budget), and a bound on what a tier over
+// the budget can pile up.
+const topPending = 4
+
+// wait blocks while the pending work exceeds requests, until a stop or ctx ends, and says
+// what may be claimed: full when the pending work is at most requests. After within (0:
+// never), top when it is under topPending times that: the most urgent tier alone, up to the
+// rest of that (topRoom). The pending work, HOT included, thus stays bounded however much is
+// due.
+func (f *flow) wait(ctx context.Context, requests float64, within time.Duration) (full, top bool) {
 	var timeout <-chan time.Time
 	if within > 0 {
 		t := time.NewTimer(within)
 		defer t.Stop()
 		timeout = t.C
 	}
+	expired := false
 	for {
 		f.mu.Lock()
 		// A small slack absorbs the float sums' rounding.
-		room := f.pending <= requests+1e-6
+		full = f.pending <= requests+1e-6
+		top = expired && f.pending < topPending*requests
 		f.mu.Unlock()
-		if room {
-			return true
+		if full || top {
+			return full, top
 		}
 		select {
 		case <-f.progress:
 		case <-timeout:
-			return false
+			expired, timeout = true, nil
 		case <-f.halt:
-			return false
+			return false, false
 		case <-ctx.Done():
-			return false
+			return false, false
 		}
 	}
+}
+
+// topRoom is what a claim of the most urgent tier alone may add to the pending work: up to
+// topPending times requests in all (at least one item, as every claim).
+func (f *flow) topRoom(requests float64) float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(topPending*requests-f.pending, 0)
 }
 
 // ended records a batch's outcome; the first stop halts the other batches.
