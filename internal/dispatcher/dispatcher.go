@@ -420,7 +420,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 type flow struct {
 	slots    chan struct{}
 	progress chan struct{} // a group finished
-	halt     chan struct{} // closed on the first stop
+	halted   chan struct{} // closed on the first stop
 	mu       sync.Mutex
 	pending  float64 // requests_per_collection of the claimed items not yet through
 	stop     *stopError
@@ -428,7 +428,7 @@ type flow struct {
 }
 
 func newFlow(concurrency int) *flow {
-	return &flow{slots: make(chan struct{}, concurrency), progress: make(chan struct{}, 1), halt: make(chan struct{})}
+	return &flow{slots: make(chan struct{}, concurrency), progress: make(chan struct{}, 1), halted: make(chan struct{})}
 }
 
 func (f *flow) claimed(claims []Claim) {
@@ -485,7 +485,7 @@ func (f *flow) wait(ctx context.Context, requests float64, within time.Duration)
 		case <-f.progress:
 		case <-timeout:
 			expired, timeout = true, nil
-		case <-f.halt:
+		case <-f.halted:
 			return false, false
 		case <-ctx.Done():
 			return false, false
@@ -501,14 +501,22 @@ func (f *flow) topRoom(requests float64) float64 {
 	return max(topPending*requests-f.pending, 0)
 }
 
-// ended records a batch's outcome; the first stop halts the other batches.
+// ended records a batch's outcome.
 func (f *flow) ended(released int, st *stopError) {
+	f.halt(st)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.released += released
+}
+
+// halt records a pass-ending answer (nil: none) the moment a batch gets it; the first halts
+// every batch, so that no other call goes out.
+func (f *flow) halt(st *stopError) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if st != nil && f.stop == nil {
 		f.stop = st
-		close(f.halt)
+		close(f.halted)
 	}
 }
 

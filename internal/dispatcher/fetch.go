@@ -28,8 +28,8 @@ type result struct {
 // collectBatch fetches every claim with bounded concurrency and hands results to the writer.
 // Claims not fetched (pass stopped, shutdown) are released at once. On shutdown (ctx done) no
 // new call starts, and calls in flight get Grace to finish; their results are still written.
-// f is the pass's flow: its slots bound the calls in flight over every batch, and its halt
-// cancels this batch's calls as this batch's own stop does.
+// f is the pass's flow: its slots bound the calls in flight over every batch, and a stop in
+// any batch cancels this batch's calls as this batch's own stop does.
 func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer, tm *timings, f *flow) (released int, stop *stopError) {
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
@@ -39,7 +39,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 		select {
 		case <-done:
 			return
-		case <-f.halt:
+		case <-f.halted:
 			cancel()
 			return
 		case <-ctx.Done():
@@ -74,14 +74,16 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 		go func() {
 			defer wg.Done()
 			for group := range jobs {
-				if ctx.Err() != nil || fctx.Err() != nil {
+				// The slot first: a stop (in any batch of the pass) may come while waiting for it.
+				f.slots <- struct{}{}
+				if ctx.Err() != nil || fctx.Err() != nil || f.stopped() != nil {
+					<-f.slots
 					mu.Lock()
 					unprocessed = append(unprocessed, group...)
 					mu.Unlock()
 					f.finished(group)
 					continue
 				}
-				f.slots <- struct{}{}
 				t0 := time.Now()
 				var rs []result
 				if len(group) == 1 {
@@ -104,6 +106,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 							if ends && stop == nil {
 								stop = &stopError{class: class, err: r.err}
 								cancel()
+								f.halt(stop) // the pass's other batches stop calling too
 							}
 							unprocessed = append(unprocessed, r.claim)
 							mu.Unlock()
