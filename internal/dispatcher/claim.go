@@ -39,6 +39,21 @@ type Claim struct {
 	Requests float64
 }
 
+// claimDueUpdate leases the rows of the claim statements' due CTE and returns what scanClaim
+// reads ($2 the lease in ms, $3 the owner).
+const claimDueUpdate = `
+UPDATE tracked_items t
+SET lease_expires_at = now() + $2 * interval '1 millisecond',
+    lease_token = gen_random_uuid(),
+    leased_by = $3,
+    last_claimed_at = now()
+FROM due
+WHERE t.item_id = due.item_id
+RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
+          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
+          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
+          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
+
 // ClaimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
 // "due" includes what falls due within the next $4 milliseconds (Config.Ahead).
 // The MATERIALIZED CTE makes PostgreSQL lock exactly the rows it picked (SKIP LOCKED passes over
@@ -54,18 +69,7 @@ WITH due AS MATERIALIZED (
 	ORDER BY next_collect_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
-)
-UPDATE tracked_items t
-SET lease_expires_at = now() + $2 * interval '1 millisecond',
-    lease_token = gen_random_uuid(),
-    leased_by = $3,
-    last_claimed_at = now()
-FROM due
-WHERE t.item_id = due.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
-          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
-          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
+)` + claimDueUpdate
 
 // claimByTierSQL is ClaimByDueSQL taking the most urgent tier first: $5 lists the tiers in
 // urgency order (tiers.All), so the order lives in one place.
@@ -78,18 +82,7 @@ WITH due AS MATERIALIZED (
 	ORDER BY array_position($5::text[], collection_tier), next_collect_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
-)
-UPDATE tracked_items t
-SET lease_expires_at = now() + $2 * interval '1 millisecond',
-    lease_token = gen_random_uuid(),
-    leased_by = $3,
-    last_claimed_at = now()
-FROM due
-WHERE t.item_id = due.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
-          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
-          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
+)` + claimDueUpdate
 
 // claimByCostSQL is claimByTierSQL taking, of the $1 it locks, only a prefix whose
 // requests_per_collection (what the plan counts a collection as costing) add up to at most $6,
@@ -118,18 +111,7 @@ WITH locked AS MATERIALIZED (
 	WINDOW w AS (ORDER BY array_position($5::text[], collection_tier), next_collect_at, item_id ROWS UNBOUNDED PRECEDING)
 ), due AS (
 	SELECT item_id, n_locked FROM ranked WHERE pos = 1 OR upto <= $6
-)
-UPDATE tracked_items t
-SET lease_expires_at = now() + $2 * interval '1 millisecond',
-    lease_token = gen_random_uuid(),
-    leased_by = $3,
-    last_claimed_at = now()
-FROM due
-WHERE t.item_id = due.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at,
-          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
-          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, due.n_locked`
+)` + claimDueUpdate + `, due.n_locked`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
 // another worker holds a live lease on it.
