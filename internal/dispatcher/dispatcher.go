@@ -301,9 +301,9 @@ func (s *stopError) reason() StopReason {
 // pass reads the gate, then claims and collects batches until one of the stops RunOnce lists.
 // claim returns a batch and whether it drained what was due (it held fewer than asked for).
 // With ClaimRequests set, batches overlap: the next is claimed once the work still pending is
-// small (flow.wait), and a pass-ending answer in one batch halts the others.
-// With ClaimRequests, claim is told the requests it may take (limit) and whether only the most
-// urgent tier (topOnly: the pending work holds the others back).
+// small (flow.wait), claim being told the requests it may take (limit) and whether it may take
+// the most urgent tier only (topOnly: the pending work holds the others back); a pass-ending
+// answer in one batch halts the others.
 func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx context.Context, topOnly bool, limit float64) ([]Claim, bool, error)) (Summary, error) {
 	start := time.Now()
 	var sum Summary
