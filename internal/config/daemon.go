@@ -25,6 +25,11 @@ type DaemonConfig struct {
 	// it a steady daemon claims one or two items at a time and packs almost nothing. An item
 	// waits at most this long past its due time. 0 = claim each item as soon as it is due.
 	PackWait time.Duration `mapstructure:"pack_wait"`
+	// ClaimHorizon: how much of this process's budget one claim takes, and how little provider
+	// work still queued lets the next claim in. When more is due than the budget serves, an
+	// item falling due (HOT first) is claimed within about this long instead of behind a batch
+	// that takes seconds to drain; shorter means more claim statements a second.
+	ClaimHorizon time.Duration `mapstructure:"claim_horizon"`
 
 	Health HealthConfig `mapstructure:"health"`
 	Budget BudgetConfig `mapstructure:"budget"`
@@ -66,6 +71,7 @@ var daemonDefaults = map[string]any{
 	"daemon.gauge_interval":               "15s",
 	"daemon.key_recheck":                  "5m",
 	"daemon.pack_wait":                    "1s",
+	"daemon.claim_horizon":                "250ms",
 	"daemon.health.window":                "30s",
 	"daemon.health.error_ratio":           0.5,
 	"daemon.health.min_samples":           20,
@@ -96,6 +102,7 @@ func (c DaemonConfig) validate() error {
 		{"daemon.gauge_interval", c.GaugeInterval, 100 * time.Millisecond, time.Hour},
 		{"daemon.key_recheck", c.KeyRecheck, 100 * time.Millisecond, 24 * time.Hour},
 		{"daemon.pack_wait", c.PackWait, 0, 10 * time.Second},
+		{"daemon.claim_horizon", c.ClaimHorizon, 10 * time.Millisecond, 10 * time.Second},
 		{"daemon.health.window", c.Health.Window, time.Second, time.Hour},
 		{"daemon.health.probe_backoff", c.Health.ProbeBackoff, 10 * time.Millisecond, time.Hour},
 		{"daemon.health.probe_backoff_max", c.Health.ProbeBackoffMax, c.Health.ProbeBackoff, 24 * time.Hour},

@@ -16,7 +16,8 @@ import (
 // The loop closes like this: the collection service reports each pass's provider calls
 // (Learn); the gauge refresh reports how many items are tracked (SawTracked); the plan service
 // asks whether to plan now (ReplanDue), plans with PlanShare of the budget and says so
-// (Planned); the dispatcher sizes its claims by ClaimLimit.
+// (Planned); the dispatcher sizes its claims by ClaimLimit (items) and ClaimRequests (their
+// planned cost).
 type costLoop struct {
 	cfg costLoopConfig
 
@@ -116,6 +117,17 @@ func (l *costLoop) ClaimLimit(perSec float64) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return max(int(perSec/2/l.perItem), l.cfg.PackSize)
+}
+
+// ClaimRequests is how many requests, as the plan counts them, one claim may take: horizon of
+// this process's budget (perSec requests a second), divided by how much dearer collections have
+// really been than the plan counted. The dispatcher also claims again only once the work still
+// pending is this small, so when more is due than the budget serves, an item falling due (HOT
+// first) is claimed within about a horizon of its due time however its batch is packed.
+func (l *costLoop) ClaimRequests(perSec float64, horizon time.Duration) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return perSec * horizon.Seconds() / l.costRatio
 }
 
 // PlanShare is the share of the configured budget the plan may count on: learned, the share

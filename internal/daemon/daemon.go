@@ -49,7 +49,7 @@ import (
 type Config struct {
 	Daemon config.DaemonConfig
 	// Dispatch configures the dispatcher; Provider (provider.name) is required, and Grace,
-	// Observer, PrioritizeTiers, Gather, Ahead and ClaimLimit are set by the daemon.
+	// Observer, PrioritizeTiers, Gather, Ahead, ClaimLimit, ClaimRequests and TopAhead are set by the daemon.
 	Dispatch dispatcher.Config
 	// Catalog drives popularity recalculation; Catalog.RecalcInterval 0 = never.
 	Catalog config.CatalogConfig
@@ -171,6 +171,8 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc.Ahead = d.ahead()
 	dc.Gather = dc.Ahead > 0
 	dc.ClaimLimit = func() int { return loop.ClaimLimit(d.perSecond()) }
+	dc.ClaimRequests = func() float64 { return loop.ClaimRequests(d.perSecond(), cfg.Daemon.ClaimHorizon) }
+	dc.TopAhead = min(cfg.Daemon.ClaimHorizon, dispatcher.MaxAhead-time.Millisecond)
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	dc.WriteHealth = d.writes
 	disp, err := dispatcher.New(pool, f, dc, log)

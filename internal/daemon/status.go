@@ -25,7 +25,7 @@ type ClusterStatus struct {
 	Tiers    []TierStatus
 	Leased   int64
 	// Lag is due → claim over the claims of the last LagWindow (each item's latest claim); a
-	// claim made ahead of its due time (daemon.pack_wait) counts as 0.
+	// claim made ahead of its due time (daemon.pack_wait; HOT also daemon.claim_horizon) counts as 0.
 	LagN           int64
 	LagP50, LagP99 time.Duration
 	OutboxBacklog  int64

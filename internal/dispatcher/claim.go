@@ -41,6 +41,21 @@ type Claim struct {
 	Requests float64
 }
 
+// claimDueUpdate leases the rows of the claim statements' due CTE and returns what scanClaim
+// reads ($2 the lease in ms, $3 the owner).
+const claimDueUpdate = `
+UPDATE tracked_items t
+SET lease_expires_at = now() + $2 * interval '1 millisecond',
+    lease_token = gen_random_uuid(),
+    leased_by = $3,
+    last_claimed_at = now()
+FROM due
+WHERE t.item_id = due.item_id
+RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at, t.last_second_sales,
+          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
+          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
+          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
+
 // ClaimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
 // "due" includes what falls due within the next $4 milliseconds (Config.Ahead).
 // The MATERIALIZED CTE makes PostgreSQL lock exactly the rows it picked (SKIP LOCKED passes over
@@ -56,18 +71,7 @@ WITH due AS MATERIALIZED (
 	ORDER BY next_collect_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
-)
-UPDATE tracked_items t
-SET lease_expires_at = now() + $2 * interval '1 millisecond',
-    lease_token = gen_random_uuid(),
-    leased_by = $3,
-    last_claimed_at = now()
-FROM due
-WHERE t.item_id = due.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at, t.last_second_sales,
-          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
-          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
+)` + claimDueUpdate
 
 // claimByTierSQL is ClaimByDueSQL taking the most urgent tier first: $5 lists the tiers in
 // urgency order (tiers.All), so the order lives in one place.
@@ -80,18 +84,36 @@ WITH due AS MATERIALIZED (
 	ORDER BY array_position($5::text[], collection_tier), next_collect_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
-)
-UPDATE tracked_items t
-SET lease_expires_at = now() + $2 * interval '1 millisecond',
-    lease_token = gen_random_uuid(),
-    leased_by = $3,
-    last_claimed_at = now()
-FROM due
-WHERE t.item_id = due.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at, t.last_second_sales,
-          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
-          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
+)` + claimDueUpdate
+
+// claimByCostSQL is claimByTierSQL taking, of the $1 it locks, only a prefix whose
+// requests_per_collection (what the plan counts a collection as costing) add up to at most $6,
+// the first item always: a claim then holds about as much provider work as the budget serves in
+// a short horizon, however the items are packed, so an item falling due soon after is next in
+// line. The rows locked and not taken are left as they were (the locks end with the statement).
+// Items of the most urgent tier ($5[1]) are claimed up to $7 milliseconds ahead (Config.TopAhead)
+// when that is longer than $4; $8 true takes only those. The last column says whether the cost cut the claim short of what was locked: more is due.
+const claimByCostSQL = `
+WITH locked AS MATERIALIZED (
+	SELECT item_id, collection_tier, next_collect_at, requests_per_collection
+	FROM tracked_items
+	WHERE next_collect_at <= now() + greatest($4::bigint, $7::bigint) * interval '1 millisecond'
+	  AND next_collect_at <= now() + CASE WHEN collection_tier = ($5::text[])[1] THEN greatest($4::bigint, $7::bigint) ELSE $4::bigint END * interval '1 millisecond'
+	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+	  AND (NOT $8::bool OR collection_tier = ($5::text[])[1])
+	ORDER BY array_position($5::text[], collection_tier), next_collect_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+), ranked AS (
+	SELECT item_id,
+	       sum(requests_per_collection) OVER w AS upto,
+	       row_number() OVER w AS pos,
+	       count(*) OVER () AS n_locked
+	FROM locked
+	WINDOW w AS (ORDER BY array_position($5::text[], collection_tier), next_collect_at, item_id ROWS UNBOUNDED PRECEDING)
+), due AS (
+	SELECT item_id, n_locked FROM ranked WHERE pos = 1 OR upto <= $6
+)` + claimDueUpdate + `, due.n_locked`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
 // another worker holds a live lease on it.
@@ -137,11 +159,27 @@ func claimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("claim due items: %w", err)
 	}
-	claims, err := pgx.CollectRows(rows, scanClaim)
+	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Claim, error) { return scanClaim(row) })
 	if err != nil {
 		return nil, fmt.Errorf("claim due items: %w", err)
 	}
 	return claims, nil
+}
+
+// claimByCost claims, most urgent tier first, up to n due items whose collections the plan
+// counts at most maxRequests requests together (at least one item). cut reports that the cost,
+// not what was due, ended the claim. topOnly takes items of the most urgent tier only.
+func claimByCost(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, ahead, topAhead time.Duration, maxRequests float64, topOnly bool) (claims []Claim, cut bool, err error) {
+	rows, err := pool.Query(ctx, claimByCostSQL, n, lease.Milliseconds(), owner, ahead.Milliseconds(), tierOrder, maxRequests, topAhead.Milliseconds(), topOnly)
+	if err != nil {
+		return nil, false, fmt.Errorf("claim due items: %w", err)
+	}
+	var locked int64
+	claims, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Claim, error) { return scanClaim(row, &locked) })
+	if err != nil {
+		return nil, false, fmt.Errorf("claim due items: %w", err)
+	}
+	return claims, int(locked) > len(claims), nil
 }
 
 func claimOne(ctx context.Context, pool *pgxpool.Pool, itemID string, lease time.Duration, owner string) ([]Claim, error) {
@@ -149,23 +187,24 @@ func claimOne(ctx context.Context, pool *pgxpool.Pool, itemID string, lease time
 	if err != nil {
 		return nil, fmt.Errorf("claim item %s: %w", itemID, err)
 	}
-	claims, err := pgx.CollectRows(rows, scanClaim)
+	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Claim, error) { return scanClaim(row) })
 	if err != nil {
 		return nil, fmt.Errorf("claim item %s: %w", itemID, err)
 	}
 	return claims, nil
 }
 
-func scanClaim(row pgx.CollectableRow) (Claim, error) {
+// scanClaim scans a claim's columns and, after them, extra.
+func scanClaim(row pgx.CollectableRow, extra ...any) (Claim, error) {
 	var c Claim
 	var tier string
 	var snapAt *time.Time
 	var qty *int64
 	var truncated *bool
 	var s history.State
-	err := row.Scan(&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt, &c.LastSecondSales,
+	err := row.Scan(append([]any{&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt, &c.LastSecondSales,
 		&c.SeenListings, &c.EstSales, &c.EstSeconds, &c.LastCollectedAt, &c.Requests,
-		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated)
+		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated}, extra...)...)
 	c.Tier = tiers.Tier(tier)
 	if snapAt != nil && c.SeenListings != nil && qty != nil && truncated != nil {
 		s.Count, s.Quantity, s.Truncated = int(*c.SeenListings), *qty, *truncated

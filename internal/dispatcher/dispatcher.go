@@ -14,6 +14,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -82,6 +84,21 @@ type Config struct {
 	// about half a second of its budget: a claimed batch then never holds HOT items that fall due
 	// behind a queue of COLD ones waiting for the budget.
 	ClaimLimit func() int
+	// ClaimRequests, when set (PrioritizeTiers must be too), bounds each claim by cost as well:
+	// the plan's requests_per_collection of the items it takes add up to at most what it
+	// returns (at least one item). And the pass claims its next batch as soon as the items it
+	// still collects count that many requests or fewer, not when the whole batch is done: the
+	// provider always has the next short stretch of work queued, and an item that falls due
+	// meanwhile (a HOT one is claimed first) waits about that stretch, not a batch. The daemon
+	// passes daemon.claim_horizon of its budget.
+	ClaimRequests func() float64
+	// TopAhead, with ClaimRequests, claims items of the most urgent tier this long before their
+	// due time when it is longer than Ahead, and while the pending work holds the next claim
+	// back, claims that tier alone TopAhead after the last claim, as long as the pending work
+	// stays under topPending times ClaimRequests: a HOT item is then claimed about at its due time,
+	// without waiting for the other tiers' work, and a tier over the budget still cannot pile
+	// claims up (the daemon sets it to daemon.claim_horizon). Under MaxAhead, as Ahead.
+	TopAhead time.Duration
 	// Gather ends a pass after a batch smaller than it asked for, instead of claiming again
 	// what fell due while that batch was collected: those items wait for the next pass, where
 	// they can share packed calls (the daemon spaces its passes by daemon.pack_wait). Off, a
@@ -181,6 +198,12 @@ func (c Config) validate() error {
 	if c.PackSize != 0 { // 0 is packing off, as 1 is
 		errs = append(errs, config.CollectPackSize.Check(c.PackSize))
 	}
+	if c.ClaimRequests != nil && !c.PrioritizeTiers {
+		errs = append(errs, errors.New("claims bounded by cost take the most urgent tier first: PrioritizeTiers is required"))
+	}
+	if c.TopAhead < 0 || c.TopAhead >= MaxAhead {
+		errs = append(errs, fmt.Errorf("top tier claim ahead %v: must be >= 0 and < %v", c.TopAhead, MaxAhead))
+	}
 	if c.Ahead < 0 || c.Ahead >= MaxAhead {
 		errs = append(errs, fmt.Errorf("claim ahead %v: must be >= 0 and < %v", c.Ahead, MaxAhead))
 	}
@@ -230,10 +253,14 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 // RunOnce is one collect-due pass: claim and collect batches until nothing is due, MaxBatches
 // is reached, the provider stops being dispatchable, or ctx ends.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
-	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context) ([]Claim, bool, error) {
+	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context, topOnly bool, limit float64) ([]Claim, bool, error) {
 		n := d.cfg.BatchSize
 		if d.cfg.ClaimLimit != nil {
 			n = min(n, max(1, d.cfg.ClaimLimit()))
+		}
+		if d.cfg.ClaimRequests != nil {
+			c, cut, err := claimByCost(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.Ahead, d.cfg.TopAhead, limit, topOnly)
+			return c, !cut && len(c) < n, err
 		}
 		c, err := claimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers, d.cfg.Ahead)
 		d.cfg.WriteHealth.Observe(err)
@@ -248,7 +275,7 @@ var ErrNotClaimable = errors.New("item not found or leased by another worker")
 // budget and write path as collect-due.
 func (d *Dispatcher) CollectOne(ctx context.Context, itemID string) (Summary, error) {
 	claimed := false
-	s, err := d.pass(ctx, 1, func(ctx context.Context) ([]Claim, bool, error) {
+	s, err := d.pass(ctx, 1, func(ctx context.Context, _ bool, _ float64) ([]Claim, bool, error) {
 		c, err := claimOne(ctx, d.pool, itemID, d.cfg.Lease, d.cfg.Owner)
 		claimed = len(c) > 0
 		return c, true, err
@@ -278,7 +305,11 @@ func (s *stopError) reason() StopReason {
 
 // pass reads the gate, then claims and collects batches until one of the stops RunOnce lists.
 // claim returns a batch and whether it drained what was due (it held fewer than asked for).
-func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(context.Context) ([]Claim, bool, error)) (Summary, error) {
+// With ClaimRequests set, batches overlap: the next is claimed once the work still pending is
+// small (flow.wait), claim being told the requests it may take (limit) and whether it may take
+// the most urgent tier only (topOnly: the pending work holds the others back); a pass-ending
+// answer in one batch halts the others.
+func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx context.Context, topOnly bool, limit float64) ([]Claim, bool, error)) (Summary, error) {
 	start := time.Now()
 	var sum Summary
 	if paused, err := d.gate(ctx, &sum); err != nil || paused {
@@ -287,10 +318,30 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 
 	var tm timings
 	w := d.startWriter(ctx, &tm)
-	var stop *stopError
+	f := newFlow(d.cfg.Concurrency)
+	var batches sync.WaitGroup
+	fail := func(err error) (Summary, error) {
+		batches.Wait()
+		// What was fetched before is still written (the writer retries a database that
+		// refuses writes while the leases hold): count it.
+		ws := w.finish()
+		sum.Collected, sum.Failed, sum.Fenced = ws.collected, ws.failed, ws.fenced
+		return sum, errors.Join(err, ws.err)
+	}
 	for maxBatches == 0 || sum.Batches < maxBatches {
+		topOnly, limit := false, math.MaxFloat64
+		if d.cfg.ClaimRequests != nil {
+			limit = d.cfg.ClaimRequests()
+			full, top := f.wait(ctx, limit, d.cfg.TopAhead)
+			if topOnly = !full && top; topOnly {
+				limit = f.topRoom(limit)
+			}
+		}
 		if ctx.Err() != nil {
 			sum.Stop = StopInterrupted
+			break
+		}
+		if f.stopped() != nil {
 			break
 		}
 		// Another instance may have paused the provider (DEGRADED, an override) while this
@@ -298,24 +349,27 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		if sum.Batches > 0 {
 			paused, err := d.gate(ctx, &sum)
 			if err != nil {
-				w.finish()
-				return sum, err
+				return fail(err)
 			}
 			if paused {
 				break
 			}
 		}
 		t0 := time.Now()
-		claims, drained, err := claim(ctx)
+		claims, drained, err := claim(ctx, topOnly, limit)
 		tm.add(&tm.claim, time.Since(t0))
 		if err != nil {
-			// What was fetched before is still written (the writer retries a database that
-			// refuses writes while the leases hold): count it.
-			ws := w.finish()
-			sum.Collected, sum.Failed, sum.Fenced = ws.collected, ws.failed, ws.fenced
-			return sum, errors.Join(err, ws.err)
+			return fail(err)
 		}
-		if len(claims) == 0 {
+		if topOnly {
+			// Between the claims the pending work lets in, one every TopAhead takes the most
+			// urgent tier's items falling due: their claim waits for no other tier's work.
+			if len(claims) == 0 {
+				sum.EmptyClaims++
+				continue
+			}
+			drained = false
+		} else if len(claims) == 0 {
 			sum.Stop = StopNothingDue
 			break
 		}
@@ -326,17 +380,29 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		for _, c := range claims {
 			sum.PlannedRequests += c.Requests
 		}
-		released, st := d.collectBatch(ctx, claims, w, &tm)
-		sum.Released += released
-		if st != nil {
-			stop = st
-			break
+		f.claimed(claims)
+		batches.Add(1)
+		collect := func() {
+			defer batches.Done()
+			released, st := d.collectBatch(ctx, claims, w, &tm, f)
+			f.ended(released, st)
+		}
+		if d.cfg.ClaimRequests != nil {
+			go collect()
+		} else {
+			collect()
+			if f.stopped() != nil {
+				break
+			}
 		}
 		if drained && d.cfg.Gather {
 			sum.Stop = StopNothingDue
 			break
 		}
 	}
+	batches.Wait()
+	stop := f.stopped()
+	sum.Released = f.released
 	if sum.Stop == StopNone && stop == nil {
 		sum.Stop = StopMaxBatches
 	}
@@ -354,6 +420,118 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(contex
 		retErr = errors.Join(retErr, ws.err)
 	}
 	return sum, retErr
+}
+
+// flow is what a pass's batches share: the provider calls in flight (at most Concurrency over
+// every batch), the requests their unfinished items were planned at, and the first
+// pass-ending answer, which halts every batch.
+type flow struct {
+	slots    chan struct{}
+	progress chan struct{} // a group finished
+	halted   chan struct{} // closed on the first stop
+	mu       sync.Mutex
+	pending  float64 // requests_per_collection of the claimed items not yet through
+	stop     *stopError
+	released int
+}
+
+func newFlow(concurrency int) *flow {
+	return &flow{slots: make(chan struct{}, concurrency), progress: make(chan struct{}, 1), halted: make(chan struct{})}
+}
+
+func (f *flow) claimed(claims []Claim) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range claims {
+		f.pending += c.Requests
+	}
+}
+
+// finished takes a group that went through (collected, failed or handed back) off the pending
+// work.
+func (f *flow) finished(group []Claim) {
+	f.mu.Lock()
+	for _, c := range group {
+		f.pending -= c.Requests
+	}
+	f.mu.Unlock()
+	select {
+	case f.progress <- struct{}{}:
+	default:
+	}
+}
+
+// topPending is how many times ClaimRequests the pending work may reach with claims of the most
+// urgent tier alone: room for a few HOT items falling due together beside the other tiers'
+// work (at the daemon's default horizon, a second of budget), and a bound on what a tier over
+// the budget can pile up.
+const topPending = 4
+
+// wait blocks while the pending work exceeds requests, until a stop or ctx ends, and says
+// what may be claimed: full when the pending work is at most requests. After within (0:
+// never), top when it is under topPending times that: the most urgent tier alone, up to the
+// rest of that (topRoom). The pending work, HOT included, thus stays bounded however much is
+// due.
+func (f *flow) wait(ctx context.Context, requests float64, within time.Duration) (full, top bool) {
+	var timeout <-chan time.Time
+	if within > 0 {
+		t := time.NewTimer(within)
+		defer t.Stop()
+		timeout = t.C
+	}
+	expired := false
+	for {
+		f.mu.Lock()
+		// A small slack absorbs the float sums' rounding.
+		full = f.pending <= requests+1e-6
+		top = expired && f.pending < topPending*requests
+		f.mu.Unlock()
+		if full || top {
+			return full, top
+		}
+		select {
+		case <-f.progress:
+		case <-timeout:
+			expired, timeout = true, nil
+		case <-f.halted:
+			return false, false
+		case <-ctx.Done():
+			return false, false
+		}
+	}
+}
+
+// topRoom is what a claim of the most urgent tier alone may add to the pending work: up to
+// topPending times requests in all (at least one item, as every claim).
+func (f *flow) topRoom(requests float64) float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(topPending*requests-f.pending, 0)
+}
+
+// ended records a batch's outcome.
+func (f *flow) ended(released int, st *stopError) {
+	f.halt(st)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released += released
+}
+
+// halt records a pass-ending answer (nil: none) the moment a batch gets it; the first halts
+// every batch, so that no other call goes out.
+func (f *flow) halt(st *stopError) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st != nil && f.stop == nil {
+		f.stop = st
+		close(f.halted)
+	}
+}
+
+func (f *flow) stopped() *stopError {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stop
 }
 
 // handleStop records what a pass-ending provider answer means for everyone.

@@ -28,7 +28,9 @@ type result struct {
 // collectBatch fetches every claim with bounded concurrency and hands results to the writer.
 // Claims not fetched (pass stopped, shutdown) are released at once. On shutdown (ctx done) no
 // new call starts, and calls in flight get Grace to finish; their results are still written.
-func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer, tm *timings) (released int, stop *stopError) {
+// f is the pass's flow: its slots bound the calls in flight over every batch, and a stop in
+// any batch cancels this batch's calls as this batch's own stop does.
+func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer, tm *timings, f *flow) (released int, stop *stopError) {
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	done := make(chan struct{})
@@ -36,6 +38,9 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 	go func() {
 		select {
 		case <-done:
+			return
+		case <-f.halted:
+			cancel()
 			return
 		case <-ctx.Done():
 		}
@@ -72,10 +77,15 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 				// While the database refuses writes, a result could not be stored: ask the
 				// provider nothing until it takes them again (the leases are renewed meanwhile
 				// when it can).
-				if ctx.Err() != nil || fctx.Err() != nil || !d.cfg.WriteHealth.Wait(ctx) {
+				healthy := d.cfg.WriteHealth.Wait(ctx)
+				// The slot first: a stop (in any batch of the pass) may come while waiting for it.
+				f.slots <- struct{}{}
+				if !healthy || ctx.Err() != nil || fctx.Err() != nil || f.stopped() != nil {
+					<-f.slots
 					mu.Lock()
 					unprocessed = append(unprocessed, group...)
 					mu.Unlock()
+					f.finished(group)
 					continue
 				}
 				t0 := time.Now()
@@ -86,6 +96,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 					rs = d.fetchPacked(fctx, group, st)
 				}
 				took := time.Since(t0)
+				<-f.slots
 				for _, r := range rs {
 					tm.add(&tm.fetch, took)
 					d.cfg.Observer.Fetched(r.claim, took, r.err)
@@ -99,6 +110,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 							if ends && stop == nil {
 								stop = &stopError{class: class, err: r.err}
 								cancel()
+								f.halt(stop) // the pass's other batches stop calling too
 							}
 							unprocessed = append(unprocessed, r.claim)
 							mu.Unlock()
@@ -107,6 +119,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 					}
 					w.results <- r
 				}
+				f.finished(group)
 			}
 		}()
 	}

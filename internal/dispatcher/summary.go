@@ -53,7 +53,10 @@ type Summary struct {
 	StatusSince  time.Time
 
 	Batches int
-	Claimed int
+	// EmptyClaims counts the claims of the most urgent tier alone (Config.TopAhead) that found
+	// none: with Batches, the claim statements the pass ran.
+	EmptyClaims int
+	Claimed     int
 	// PlannedRequests is what the plan counted the claimed collections as costing
 	// (requests_per_collection): beside the calls made, how far off the plan's costs are.
 	PlannedRequests float64

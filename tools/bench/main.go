@@ -30,6 +30,7 @@ type sizes struct {
 	latencyN     int           // events for commit→Kafka latency (at 500/s)
 	rss          rssSize       // collect-due peak RSS
 	daemonWindow time.Duration // steady-state window per budget case; 0 = skip
+	hotRun       time.Duration // issue #30's HOT-under-backlog run per packing case
 	fresh        freshSize     // freshness: realistic market size and replay horizon
 	history      histSize      // stored history the retention and read figures run on
 	historyDay   histDaySize   // the simulated stretch collected in both history modes
@@ -50,14 +51,14 @@ func sizesFor(quick bool) sizes {
 	if quick {
 		// The second cycle size is a partial one so CI exercises the bounded path too.
 		return sizes{cycle: []cycleSize{{10_000, 10_000}, {50_000, 10_000}}, slowLatency: 2 * time.Second, pgbenchSecs: 5,
-			relayN: 2_000, latencyN: 500, rss: rssSize{20_000, 2_000}, fresh: freshSize{2_000, 4, 300, 30 * time.Second},
+			relayN: 2_000, latencyN: 500, rss: rssSize{20_000, 2_000}, hotRun: 20 * time.Second, fresh: freshSize{2_000, 4, 300, 30 * time.Second},
 			history: histSize{items: 2_000, days: 4, rows: 200_000, reads: 100}, historyDay: histDaySize{300, 60},
 			console: consoleSize{items: 5_000, rows: 50_000, requests: 50}}
 	}
 	large := envInt("BENCH_ITEMS_LARGE", 1_000_000)
 	return sizes{cycle: []cycleSize{{100_000, 100_000}, {large, timedClaims(large, envInt("BENCH_CYCLE_TIMED", 200_000))}},
 		slowLatency: 7 * time.Second, pgbenchSecs: 15, relayN: 20_000, latencyN: 5_000,
-		rss: rssSize{envInt("BENCH_RSS_ITEMS", 1_000_000), rssBatch * rssMaxBatches}, daemonWindow: 2 * time.Minute,
+		rss: rssSize{envInt("BENCH_RSS_ITEMS", 1_000_000), rssBatch * rssMaxBatches}, daemonWindow: 2 * time.Minute, hotRun: 90 * time.Second,
 		fresh:      freshSize{envInt("BENCH_FRESH_ITEMS", 20_000), envInt("BENCH_FRESH_HOURS", 12), 2_000, 5 * time.Minute},
 		history:    histSize{items: 20_000, days: 30, rows: envInt("BENCH_HISTORY_ROWS", 20_000_000), reads: 1_000},
 		historyDay: histDaySize{envInt("BENCH_HISTORY_DAY_ITEMS", 2_000), 60 * envInt("BENCH_HISTORY_DAY_HOURS", 3)},

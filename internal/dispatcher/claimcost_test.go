@@ -1,0 +1,117 @@
+package dispatcher
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// A claim bounded by cost takes the most urgent tier first and stops where the plan's
+// requests_per_collection would pass the bound (at least one item), says that more is due when
+// the cost cut it, and takes items of the most urgent tier up to TopAhead early, others not.
+func TestClaimByCost(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 8, tiers.Warm, nil)
+	ctx := context.Background()
+	hot, soonHot, soonWarm := e.items[0].ItemID, e.items[1].ItemID, e.items[2].ItemID
+	// Five WARM items due at 2 requests each, one HOT due, one HOT and one WARM due in 3 s.
+	if _, err := e.pool.Exec(ctx, `
+		UPDATE tracked_items SET
+			collection_tier = CASE WHEN item_id IN ($1, $2) THEN 'HOT_1M' ELSE 'WARM_5M' END,
+			next_collect_at = CASE WHEN item_id IN ($2, $3) THEN now() + interval '3 seconds' ELSE now() - interval '1 second' END,
+			requests_per_collection = CASE WHEN item_id = $1 THEN 0.5 ELSE 2 END`, hot, soonHot, soonWarm); err != nil {
+		t.Fatal(err)
+	}
+	claims, cut, err := claimByCost(ctx, e.pool, 10, time.Minute, "w", 0, 0, 4.5, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 0.5 (HOT) + 2 + 2 = 4.5: the HOT item and two WARM ones.
+	if len(claims) != 3 || claims[0].ItemID != hot && claims[1].ItemID != hot && claims[2].ItemID != hot || !cut {
+		t.Fatalf("claimed %d (cut %v): %+v; want the HOT item and 2 WARM, cut by cost", len(claims), cut, claims)
+	}
+	// A bound below one item's cost still takes one.
+	if claims, cut, err := claimByCost(ctx, e.pool, 10, time.Minute, "w", 0, 0, 0, false); err != nil || len(claims) != 1 || !cut {
+		t.Fatalf("bound 0: claimed %d (cut %v, %v), want 1, cut", len(claims), cut, err)
+	}
+	// 2 WARM items left due. 5 s ahead for the top tier only: the HOT item due in 3 s comes
+	// first, the WARM one due in 3 s stays.
+	claims, cut, err = claimByCost(ctx, e.pool, 10, time.Minute, "w", 0, 5*time.Second, 100, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != 3 || claims[0].ItemID != soonHot || cut {
+		t.Fatalf("claimed %+v (cut %v): want the HOT item due in 3 s first, then the 2 due WARM, not cut", claims, cut)
+	}
+	for _, c := range claims {
+		if c.ItemID == soonWarm {
+			t.Fatalf("the WARM item due in 3 s was claimed ahead: %+v", claims)
+		}
+	}
+}
+
+// While the provider works through a WARM backlog (its calls held here, as a saturated budget
+// holds them), a HOT item that falls due is claimed and fetched before that backlog drains:
+// claims bounded by cost leave the rest unclaimed, and a claim of the top tier alone does not
+// wait for the pending work. With whole batches claimed one after the other, the HOT item would
+// wait behind the held calls and never be fetched while they are held.
+func TestHotClaimedWhileBacklogPending(t *testing.T) {
+	t.Parallel()
+	const warm = 10
+	release := make(chan struct{})
+	var warmCall, hotCall testkit.Signal[string]
+	warmCall.Init(t)
+	hotCall.Init(t)
+	var hotID atomic.Pointer[string]
+	hotID.Store(new(string))
+	var once sync.Once
+	e := setup(t, warm+1, tiers.Warm, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id := r.URL.Query().Get("itemId")
+			if id == *hotID.Load() {
+				hotCall.Signal(id)
+			} else {
+				warmCall.Signal(id)
+				<-release
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	defer once.Do(func() { close(release) })
+	ctx := context.Background()
+	hot := e.items[warm].ItemID
+	hotID.Store(&hot)
+	// The HOT item is not due yet; every WARM item is, 2 requests each.
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = 'HOT_1M', next_collect_at = now() + interval '1 hour' WHERE item_id = $1`, hot); err != nil {
+		t.Fatal(err)
+	}
+	d := e.dispatcher(t, Config{PrioritizeTiers: true, Concurrency: 4, ClaimRequests: func() float64 { return 2 }, TopAhead: 50 * time.Millisecond}, nil)
+	done := make(chan Summary, 1)
+	go func() {
+		s, err := d.RunOnce(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- s
+	}()
+	warmCall.Wait(t) // the backlog is being collected, its calls held
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() WHERE item_id = $1`, hot); err != nil {
+		t.Fatal(err)
+	}
+	hotCall.Wait(t)
+	// At most 4 requests' worth of WARM items were claimed: the rest of the backlog waits.
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE collection_tier = 'WARM_5M' AND last_claimed_at IS NOT NULL`); n > 2 {
+		t.Errorf("%d WARM items claimed while their calls were held, want at most 2 (pending work bounded by cost)", n)
+	}
+	once.Do(func() { close(release) })
+	s := testkit.Recv(t, done, testkit.Timeout, "the pass")
+	if s.Collected != warm+1 {
+		t.Errorf("collected %d, want %d", s.Collected, warm+1)
+	}
+}
