@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +22,10 @@ import (
 
 // writer persists results as they arrive, grouping whatever is waiting (up to FlushSize) into
 // one transaction: one item at a time when the provider is slow, large groups when it is fast.
+// writers transactions run at once: while one waits for its commit to reach the disk the other
+// works (one alone left the database idle half the time at a million items: 0.66x of the same
+// statements driven two at a time); the items of two groups never overlap, so they never wait
+// on each other's locks.
 type writer struct {
 	d *Dispatcher
 	// pass is the pass's context: once it ends (shutdown), a write the database refuses is no
@@ -28,8 +33,11 @@ type writer struct {
 	pass    context.Context
 	results chan result
 	done    chan struct{}
+	mu      sync.Mutex // guards stats
 	stats   writerStats
 }
+
+const writers = 2
 
 type writerStats struct {
 	collected, failed, fenced int
@@ -41,35 +49,47 @@ func (d *Dispatcher) startWriter(ctx context.Context, tm *timings) *writer {
 	// Results already fetched are written even when ctx is cancelled (shutdown): the work is
 	// done and the leases are ours.
 	wctx := context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() { w.run(wctx, tm) })
+	}
 	go func() {
-		defer close(w.done)
-		buf := make([]result, 0, d.cfg.FlushSize)
-		for r := range w.results {
-			buf = append(buf[:0], r)
-		drain:
-			for len(buf) < d.cfg.FlushSize {
-				select {
-				case r, ok := <-w.results:
-					if !ok {
-						break drain
-					}
-					buf = append(buf, r)
-				default:
-					break drain
-				}
-			}
-			t0 := time.Now()
-			w.flush(wctx, buf)
-			tm.add(&tm.persist, time.Since(t0))
-		}
+		wg.Wait()
+		close(w.done)
 	}()
 	return w
+}
+
+// run writes groups of whatever results are waiting until the queue is closed and empty.
+func (w *writer) run(ctx context.Context, tm *timings) {
+	d := w.d
+	buf := make([]result, 0, d.cfg.FlushSize)
+	for r := range w.results {
+		buf = append(buf[:0], r)
+	drain:
+		for len(buf) < d.cfg.FlushSize {
+			select {
+			case r, ok := <-w.results:
+				if !ok {
+					break drain
+				}
+				buf = append(buf, r)
+			default:
+				break drain
+			}
+		}
+		t0 := time.Now()
+		w.flush(ctx, buf)
+		tm.add(&tm.persist, time.Since(t0))
+	}
 }
 
 // finish closes the queue and waits until everything in it is written.
 func (w *writer) finish() writerStats {
 	close(w.results)
 	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	return w.stats
 }
 
@@ -83,7 +103,9 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 		released, rerr := w.release(ctx, buf, unwritten)
 		w.d.log.Error("write-back failed; items handed back for another attempt",
 			zap.Strings("item_ids", unwritten), zap.Int64("released", released), zap.Error(err), zap.NamedError("release_error", rerr))
+		w.mu.Lock()
 		w.stats.err = errors.Join(w.stats.err, err)
+		w.mu.Unlock()
 	}
 	skip := map[string]bool{}
 	for _, id := range fencedIDs {
@@ -109,8 +131,11 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 				zap.String("item_id", r.claim.ItemID), zap.String("outcome", r.outcome), zap.Error(r.err))
 		}
 	}
+	w.mu.Lock()
 	w.stats.collected += collected
 	w.stats.failed += failed
+	w.stats.fenced += len(fencedIDs)
+	w.mu.Unlock()
 	if len(stored) > 0 {
 		reasons := map[history.Reason]int{}
 		for _, st := range stored {
@@ -120,7 +145,6 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 	}
 	w.d.cfg.Observer.Written(collected, failed, len(fencedIDs), time.Since(t0))
 	if len(fencedIDs) > 0 {
-		w.stats.fenced += len(fencedIDs)
 		w.d.log.Warn("write-back fenced out: the lease passed to another worker, nothing written",
 			zap.Strings("item_ids", fencedIDs))
 	}
