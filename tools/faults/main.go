@@ -29,8 +29,9 @@
 //	   10 s → /readyz 503 naming read_only within seconds, /healthz 200, status --check exits 1
 //	   naming it, no provider request; ready again by itself, every item fetched once and
 //	   stored once
-//	9b PostgreSQL gone for 10 s under `collector run` with its relay (a proxy cuts every
-//	   connection and refuses new ones: a full restart, without restarting the shared cluster)
+//	9b PostgreSQL gone for 10 s under `collector run` with its relay: a real restart of the local
+//	   cluster with FAULTS_PG_RESTART=real (CI), otherwise a proxy that cuts every connection
+//	   and refuses new ones (a restart, without disturbing other work on a shared cluster)
 //	   → not ready, live, no provider request; recovers unaided, every item fetched and stored
 //	   once, no lease left, every outbox event published, per item in order
 //	7  a sentinel in both API keys for the whole run, plus runs with the key in the query

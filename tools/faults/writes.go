@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -362,7 +364,18 @@ func scenarioPGRestart(ctx context.Context, h *harness, r *report) error {
 		return err
 	}
 
-	cut := proxy.down()
+	// FAULTS_PG_RESTART=real (CI sets it: nothing else uses the cluster while the suite runs)
+	// stops and starts the real cluster; otherwise the proxy models the restart, so a developer's
+	// other work on the shared cluster goes on undisturbed.
+	real := os.Getenv("FAULTS_PG_RESTART") == "real"
+	var cut int
+	if real {
+		if err := pgCluster(ctx, "stop", "-m", "fast"); err != nil {
+			return err
+		}
+	} else {
+		cut = proxy.down()
+	}
 	downAt := time.Now()
 	notReady, last, err := waitReady(ctx, addr, http.StatusServiceUnavailable, "database", 30*time.Second)
 	r.check(err == nil, "/readyz did not report the database gone within 30s: last %s", last)
@@ -391,7 +404,12 @@ func scenarioPGRestart(ctx context.Context, h *harness, r *report) error {
 	sent := during.Requests - before.Requests
 	r.check(sent == 0, "%d provider requests while the database was down", sent)
 	r.check(!p.exited(), "daemon exited while the database was down: %s", p.tail())
-	if err := proxy.up(); err != nil {
+	if real {
+		err = pgCluster(ctx, "start")
+	} else {
+		err = proxy.up()
+	}
+	if err != nil {
 		return err
 	}
 	downFor := time.Since(downAt)
@@ -424,10 +442,28 @@ func scenarioPGRestart(ctx context.Context, h *harness, r *report) error {
 	r.check(total == items, "%d outbox events, want one per snapshot (%d)", total, items)
 	r.check(lost == 0, "%d events lost", lost)
 	r.check(misordered == 0, "%d items out of order", misordered)
-	r.num("proxy model of a restart: %d connections cut, refused for %s; /readyz 503 after %s, /healthz %d",
-		cut, downFor.Round(100*time.Millisecond), notReady.Round(100*time.Millisecond), code)
+	model := fmt.Sprintf("proxy model of a restart: %d connections cut", cut)
+	if real {
+		model = "real restart (pg_ctlcluster stop -m fast, then start)"
+	}
+	r.num("%s, down for %s; /readyz 503 after %s, /healthz %d",
+		model, downFor.Round(100*time.Millisecond), notReady.Round(100*time.Millisecond), code)
 	r.num("%d provider requests while down; ready %s after, all %d collected %s after", sent, ready.Round(100*time.Millisecond), items, caughtUp.Round(100*time.Millisecond))
 	r.num("%d events, %d consumed, lost %d, duplicates %d, out of order %d; SIGTERM exit %d", total, len(consumed), lost, dupes, misordered, exit)
 	r.num("/metrics+/healthz+/readyz %d KiB saved for the key scan", scraped>>10)
+	return nil
+}
+
+// pgCluster runs pg_ctlcluster on the local cluster (the first version under /etc/postgresql),
+// as .ci/run starts it.
+func pgCluster(ctx context.Context, action string, args ...string) error {
+	versions, err := os.ReadDir("/etc/postgresql")
+	if err != nil || len(versions) == 0 {
+		return fmt.Errorf("FAULTS_PG_RESTART=real needs a local cluster under /etc/postgresql: %v", err)
+	}
+	argv := append([]string{"--skip-systemctl-redirect", versions[0].Name(), "main", action}, args...)
+	if out, err := exec.CommandContext(ctx, "pg_ctlcluster", argv...).CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctlcluster %s: %w\n%s", strings.Join(argv, " "), err, out)
+	}
 	return nil
 }
