@@ -397,3 +397,13 @@ func (h *harness) scenarioDB(ctx context.Context, suffix string, n int, latency 
 	}
 	return d, nil
 }
+
+// reconnectAdmin replaces the admin connection after the server was restarted under it.
+func (h *harness) reconnectAdmin(ctx context.Context) error {
+	_ = h.admin.Close(ctx)
+	var err error
+	if h.admin, err = pgx.Connect(ctx, h.o.adminURL); err != nil {
+		return fmt.Errorf("reconnect to the admin database %s: %w", redactURL(h.o.adminURL), err)
+	}
+	return nil
+}

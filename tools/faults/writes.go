@@ -405,7 +405,10 @@ func scenarioPGRestart(ctx context.Context, h *harness, r *report) error {
 	r.check(sent == 0, "%d provider requests while the database was down", sent)
 	r.check(!p.exited(), "daemon exited while the database was down: %s", p.tail())
 	if real {
-		err = pgCluster(ctx, "start")
+		// The restart closed the harness's own admin connection too.
+		if err = pgCluster(ctx, "start"); err == nil {
+			err = h.reconnectAdmin(ctx)
+		}
 	} else {
 		err = proxy.up()
 	}
