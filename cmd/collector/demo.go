@@ -175,6 +175,9 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 		a.cfg.Daemon.HTTPAddr = a.cfg.Console.Addr
 	}
 	a.cfg.Console.Enabled = true
+	// Slow start protects a real provider from a new client's burst; the built-in simulator
+	// needs no protecting, and a short demo run would spend its seconds on the ramp.
+	a.cfg.Daemon.Budget.SlowStart = false
 	dm, err := a.newDaemon(ctx)
 	if err != nil {
 		return err

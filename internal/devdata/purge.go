@@ -33,7 +33,7 @@ func (r PurgeResult) Total() int64 {
 type purgeTable struct{ name, ids, del string }
 
 // purgeTables are every table keyed by item_id, tracked_items last so that an interrupted
-// purge can simply be run again. outbox_pending rows go with their outbox rows (foreign key).
+// purge can simply be run again (item_browse goes with tracked_items: ON DELETE CASCADE). outbox_pending rows go with their outbox rows (foreign key).
 // A ctid is unique only within one partition, so the partitioned tables name rows by
 // (tableoid, ctid).
 var purgeTables = []purgeTable{

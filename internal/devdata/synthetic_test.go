@@ -216,12 +216,23 @@ func TestPurgeCoversEveryItemKeyedTable(t *testing.T) {
 	for _, p := range purgeTables {
 		purged[p.name] = true
 	}
+	// A table whose item_id references tracked_items ON DELETE CASCADE goes with its items.
+	rows, _ = pool.Query(context.Background(), `
+		SELECT conrelid::regclass::text FROM pg_constraint
+		WHERE contype = 'f' AND confrelid = 'tracked_items'::regclass AND confdeltype = 'c'`)
+	cascaded, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range cascaded {
+		purged[table] = true
+	}
 	for _, table := range tables {
 		if !purged[table] {
 			t.Errorf("table %s has an item_id column but purge:synthetic leaves it alone", table)
 		}
 	}
-	if len(tables) != len(purgeTables) {
-		t.Errorf("item-keyed tables %v, purged %d", tables, len(purgeTables))
+	if len(tables) != len(purgeTables)+len(cascaded) {
+		t.Errorf("item-keyed tables %v, purged %d, cascaded %v", tables, len(purgeTables), cascaded)
 	}
 }
