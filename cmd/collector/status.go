@@ -12,6 +12,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -137,9 +138,9 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 	}
 	printActivity(a, st.Activity, now)
 	a.printf("outbox: %d unpublished (oldest %s), %d failed\n", st.OutboxBacklog, st.OutboxOldest.Round(time.Second), st.OutboxFailed)
-	a.printf("history: %s", bytesText(st.History.Bytes()))
+	a.printf("history: %s", history.SizeText(st.History.Bytes()))
 	for _, t := range st.History.Tables {
-		a.printf("; %s %s (~%d rows)", t.Table, bytesText(t.Bytes), t.Rows)
+		a.printf("; %s %s (~%d rows)", t.Table, history.SizeText(t.Bytes), t.Rows)
 	}
 	if !st.History.Since.IsZero() {
 		a.printf("; raw snapshots kept from %s (%.1f days)", st.History.Since.UTC().Format("2006-01-02"), st.DatabaseNow.Sub(st.History.Since).Hours()/24)
@@ -201,18 +202,4 @@ func printCooldowns(a *app, cds []budget.Cooldown, now time.Time) {
 		a.printf("  key %s cooling down until %s (%s left): %s\n", c.KeyLabel, c.Until.UTC().Format(time.RFC3339),
 			max(c.Until.Sub(now), 0).Round(time.Second), c.Reason)
 	}
-}
-
-// bytesText is a size for people: 1.5 GB, 320 MB, 12 kB.
-func bytesText(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }

@@ -176,7 +176,7 @@ func (c *Console) overviewView(ov overview) overviewView {
 		LagP99: st.LagP99.Round(time.Millisecond), LagWindow: daemon.LagWindow, Leased: st.Leased,
 		Outbox: outboxView{Pending: st.OutboxBacklog, Failed: st.OutboxFailed, Oldest: st.OutboxOldest.Round(time.Second)},
 		Relay:  st.Relay.Owners, RelayStops: st.Relay.Stops, LanesHeld: st.Relay.LanesHeld, Lanes: outbox.Lanes,
-		History: bytesText(st.History.Bytes()),
+		History: history.SizeText(st.History.Bytes()),
 		Provider: providerView{Name: st.Provider.Provider, Status: string(eff), Reason: reason,
 			Since: ago(now, since), Override: st.Provider.OverrideStatus != "", Automatic: string(st.Provider.Status),
 			Dispatching: eff.CanDispatch()},
@@ -565,18 +565,4 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
-}
-
-// bytesText is a size for people: 1.5 GB, 320 MB, 12 kB.
-func bytesText(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }

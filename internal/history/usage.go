@@ -72,3 +72,18 @@ func ReadUsage(ctx context.Context, db Reader) (Usage, error) {
 	}
 	return u, nil
 }
+
+// SizeText is a size for people (status and the console show history's sizes so): 1.5 GB,
+// 320 MB, 12 kB.
+func SizeText(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
+}
