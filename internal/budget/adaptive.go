@@ -129,6 +129,9 @@ const busyShare = 0.5
 //   - in slow start, when this process used its share (busy): doubled per second since the last
 //     step (the exponent capped at a heartbeat, and at one second), up to the ceiling, where
 //     the slow start ends with nothing to learn;
+//   - after a cut to below half the rate it started from (the cut that ends a slow start), when
+//     this process was held back by the budget: doubled per second, as in slow start, up to that
+//     half, the rate the ramp had passed before the refusal;
 //   - otherwise, when this process was held back by the budget and no cut happened for a
 //     heartbeat: one additive step toward the ceiling.
 //
@@ -141,6 +144,9 @@ func (s *Share) probe(ctx context.Context, held, busy bool) (float64, bool, erro
 	const (
 		grown  = `b.rate * power(2::float8, least(extract(epoch FROM now() - b.changed_at)::float8, $9::float8))`
 		ssStep = `(b.slow_start AND $6::bool AND $8::bool AND b.changed_at <= now() - $4::float8 * interval '0.5 millisecond')`
+		// Recovery (TCP's slow start up to ssthresh): below half the rate the last cut started
+		// from, which only SlowStartCut leaves, the rate doubles back to that half.
+		rcStep = `(NOT b.slow_start AND $3::bool AND b.rate < 0.5 * b.cut_from AND b.changed_at <= now() - $4::float8 * interval '0.5 millisecond')`
 		aiStep = `(NOT b.slow_start AND $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond')`
 	)
 	err := s.pool.QueryRow(ctx, `
@@ -148,10 +154,11 @@ func (s *Share) probe(ctx context.Context, held, busy bool) (float64, bool, erro
 		ON CONFLICT (key_label) DO UPDATE
 		SET rate = CASE WHEN b.slow_start AND NOT $6::bool THEN $2::float8
 		                WHEN `+ssStep+` THEN least($2::float8, `+grown+`)
+		                WHEN `+rcStep+` THEN least($2::float8, 0.5 * b.cut_from, `+grown+`)
 		                WHEN `+aiStep+` THEN least($2::float8, b.rate + $5::float8 * coalesce(b.cut_from, $2::float8))
 		                ELSE least($2::float8, b.rate) END,
 		    slow_start = b.slow_start AND $6::bool AND CASE WHEN `+ssStep+` THEN `+grown+` < $2::float8 ELSE b.rate < $2::float8 END,
-		    changed_at = CASE WHEN `+ssStep+` OR `+aiStep+` THEN now() ELSE b.changed_at END
+		    changed_at = CASE WHEN `+ssStep+` OR `+rcStep+` OR `+aiStep+` THEN now() ELSE b.changed_at END
 		RETURNING rate, slow_start`,
 		s.cfg.KeyLabel, s.total(), held, s.cfg.Heartbeat.Milliseconds(), s.cfg.Increase*s.cfg.Heartbeat.Seconds(),
 		ss, s.startRate(), busy, growCap).Scan(&rate, &slow)

@@ -91,10 +91,11 @@ func TestOneCutPerHoldForTheWholeCluster(t *testing.T) {
 	a.share.RateLimited(ctx, 0, "test: API002")
 	a.share.RateLimited(ctx, 0, "test: API002")
 	b.share.RateLimited(ctx, 0, "test: API002")
-	if got := a.share.Stats().ClusterRate; got < 67 || got > 68.5 {
-		t.Fatalf("after one cut: %v, want 0.7 × 97", got)
+	cut := DefaultDecrease * 97
+	if got := a.share.Stats().ClusterRate; got < cut-1 || got > cut+0.5 {
+		t.Fatalf("after one cut: %v, want %v × 97", got, DefaultDecrease)
 	}
-	testkit.Eventually(t, 5*time.Second, "the other process to learn the cut", func() bool { return b.share.Stats().ClusterRate < 69 })
+	testkit.Eventually(t, 5*time.Second, "the other process to learn the cut", func() bool { return b.share.Stats().ClusterRate < cut+1 })
 	if a.share.CooldownRemaining() != 0 {
 		t.Fatal("without Retry-After the cut is the back-off; no cool-down expected")
 	}

@@ -61,7 +61,8 @@
 // SlowStartShare of it. Each heartbeat of a process that used at least half its share doubles
 // the rate per second elapsed since the last step (once across the cluster, so instances
 // starting together ramp once); a rate nobody fills is not raised. The first rate-limit answer
-// ends the slow start with a cut to SlowStartCut × the rate, and AIMD takes over; reaching the
+// ends the slow start with a cut to SlowStartCut × the rate, which ends the refusals; while held
+// back the rate doubles back to half the refused rate (TCP's ssthresh) and AIMD takes over; reaching the
 // ceiling ends it too. Planning treats a slow start's rate as nothing learned (LearnedShare 1).
 package budget
 
@@ -126,13 +127,14 @@ func ConfigFor(b config.BudgetConfig, market config.WorkloadLimits, keyLabel, in
 
 // Adaptive defaults.
 const (
-	DefaultDecrease = 0.7
+	DefaultDecrease = 0.8
 	DefaultIncrease = 0.01
 	DefaultMinRate  = 0.5
 	// SlowStartCut is the first cut, ending a slow start at rate R: the rate before the last
 	// doubling, R/2, was served in full for a second, which even a provider whose bucket holds
 	// a second's worth (a second's refill plus the bucket) does only if it allows R/4. Cutting
-	// to that floor ends the refusals at once; AIMD's steps (1 % of R a second) climb back.
+	// to that floor ends the refusals at once; the rate then doubles back to R/2 within a second
+	// (TCP's slow start up to ssthresh) and AIMD's steps (1 % of R a second) carry on from there.
 	SlowStartCut = 0.25
 )
 

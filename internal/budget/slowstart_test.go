@@ -221,3 +221,50 @@ func TestTwoSharesOnOneKeyShareOneRamp(t *testing.T) {
 		t.Fatal("both shares must have counted each other")
 	}
 }
+
+// After the cut that ends a slow start, a process held back by the budget doubles the rate back
+// (at most per second) to half the refused rate, the rate the ramp had passed, and no further:
+// from there AIMD's additive steps go on. The cut's quarter alone would take AIMD ~25 s to climb.
+func TestAfterTheSlowStartCutTheRateDoublesBackToHalfTheRefusedRate(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	if _, err := c.pool.Exec(ctx, `INSERT INTO budget_rates (key_label, rate, slow_start) VALUES ($1, 80, true)`, c.label); err != nil {
+		t.Fatal(err)
+	}
+	a, probed := c.slowStarter(t, "a", 500, 8) // 8 workers: always held back at 20-40/s
+	for p := probed.Wait(t); !p.SlowStart || p.Rate != 80; p = probed.Wait(t) {
+	}
+	cutAt := time.Now()
+	a.share.RateLimited(ctx, 0, "test: API002")
+	if st := a.share.Stats(); st.SlowStart || !near(st.ClusterRate, 80*SlowStartCut) {
+		t.Fatalf("after the first refusal %+v, want %v", st, 80*SlowStartCut)
+	}
+	last := 0.0
+	for {
+		p := probed.Wait(t)
+		if p.SlowStart {
+			continue // read before the cut
+		}
+		if bound := 20 * math.Pow(2, time.Since(cutAt).Seconds()); p.Rate > bound*1.001 {
+			t.Fatalf("rate %v %s after the cut: more than doubled each second (%v)", p.Rate, time.Since(cutAt), bound)
+		}
+		if p.Rate > 40*1.000001 && last < 40*0.999999 {
+			t.Fatalf("rate jumped from %v past half the refused rate to %v", last, p.Rate)
+		}
+		last = p.Rate
+		if near(p.Rate, 40) {
+			break
+		}
+	}
+	// From half the refused rate on, AIMD: one step of Increase × 80 per heartbeat second at most.
+	for range 4 {
+		p := probed.Wait(t)
+		if p.Rate < last || p.Rate > last+DefaultIncrease*80*0.2+1e-9 {
+			t.Fatalf("rate went from %v to %v: want additive steps of at most %v per heartbeat above half the refused rate", last, p.Rate, DefaultIncrease*80*0.2)
+		}
+		last = p.Rate
+	}
+	if rate, cutFrom, slow := c.row(t); slow || cutFrom == nil || *cutFrom != 80 || rate < 40 {
+		t.Fatalf("budget_rates holds %v cut from %v (slow start %v)", rate, cutFrom, slow)
+	}
+}
