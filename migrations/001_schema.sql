@@ -32,7 +32,7 @@ CREATE TABLE tracked_items (
     leased_by               text,
     last_claimed_at         timestamptz,
     -- The schedule the last claim served, so `collector status` can report due→claim lag
-    -- (last_claimed_at - last_due_at). Kept by a trigger so the claim statement need not know.
+    -- (last_claimed_at - last_due_at). Every claim statement sets it.
     last_due_at             timestamptz,
 
     -- Outcome of the last collection.
@@ -156,17 +156,6 @@ CREATE TRIGGER tracked_items_due_release AFTER UPDATE OF lease_token ON tracked_
     FOR EACH ROW WHEN (OLD.lease_token IS NOT NULL AND NEW.lease_token IS NULL
                        AND NEW.next_collect_at IS NOT NULL AND NEW.next_collect_at <= now())
     EXECUTE FUNCTION tracked_items_due_notify();
-
-CREATE FUNCTION tracked_items_claim_due() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    NEW.last_due_at := OLD.next_collect_at;
-    RETURN NEW;
-END
-$$;
-
-CREATE TRIGGER tracked_items_claim_due BEFORE UPDATE OF last_claimed_at ON tracked_items
-    FOR EACH ROW WHEN (NEW.last_claimed_at IS DISTINCT FROM OLD.last_claimed_at)
-    EXECUTE FUNCTION tracked_items_claim_due();
 
 -- Interest signals written by other services (views, watches); read by popularity scoring.
 CREATE TABLE item_interest (
@@ -476,5 +465,4 @@ DROP TABLE item_browse;
 DROP TABLE tracked_items;
 DROP FUNCTION item_browse_insert();
 DROP FUNCTION item_browse_update();
-DROP FUNCTION tracked_items_claim_due();
 DROP FUNCTION tracked_items_due_notify();

@@ -39,22 +39,29 @@ type Claim struct {
 	LastSnapshot *history.Written
 	// Requests is what the plan counted one collection of the item as costing.
 	Requests float64
+	// tid is where the claim left the row: the write-back finds it there unless something
+	// else updated the item meanwhile (WriteItemsSQL).
+	tid pgtype.TID
 }
 
 // claimDueUpdate leases the rows of the claim statements' due CTE and returns what scanClaim
-// reads ($2 the lease in ms, $3 the owner).
+// reads ($2 the lease in ms, $3 the owner). The CTE hands over each locked row's ctid, not its
+// key: the row stays locked until commit, so its ctid cannot move, and a TID lookup costs a
+// third of a primary-key probe (a tenth of the claim at 1M items). last_due_at keeps when the
+// item was due, for the due→claim lag.
 const claimDueUpdate = `
 UPDATE tracked_items t
 SET lease_expires_at = now() + $2 * interval '1 millisecond',
     lease_token = gen_random_uuid(),
     leased_by = $3,
-    last_claimed_at = now()
+    last_claimed_at = now(),
+    last_due_at = t.next_collect_at
 FROM due
-WHERE t.item_id = due.item_id
+WHERE t.ctid = due.tid
 RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at, t.last_second_sales,
           t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
-          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
+          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
 
 // ClaimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
 // "due" includes what falls due within the next $4 milliseconds (Config.Ahead).
@@ -64,7 +71,7 @@ RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_
 // crashed worker's items come back by themselves. Exported for the benchmark's raw-SQL ceiling.
 const ClaimByDueSQL = `
 WITH due AS MATERIALIZED (
-	SELECT item_id
+	SELECT ctid AS tid
 	FROM tracked_items
 	WHERE next_collect_at <= now() + $4 * interval '1 millisecond'
 	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
@@ -77,7 +84,7 @@ WITH due AS MATERIALIZED (
 // urgency order (tiers.All), so the order lives in one place.
 const claimByTierSQL = `
 WITH due AS MATERIALIZED (
-	SELECT item_id
+	SELECT ctid AS tid
 	FROM tracked_items
 	WHERE next_collect_at <= now() + $4 * interval '1 millisecond'
 	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
@@ -95,7 +102,7 @@ WITH due AS MATERIALIZED (
 // when that is longer than $4; $8 true takes only those. The last column says whether the cost cut the claim short of what was locked: more is due.
 const claimByCostSQL = `
 WITH locked AS MATERIALIZED (
-	SELECT item_id, collection_tier, next_collect_at, requests_per_collection
+	SELECT ctid AS tid, item_id, collection_tier, next_collect_at, requests_per_collection
 	FROM tracked_items
 	WHERE next_collect_at <= now() + greatest($4::bigint, $7::bigint) * interval '1 millisecond'
 	  AND next_collect_at <= now() + CASE WHEN collection_tier = ($5::text[])[1] THEN greatest($4::bigint, $7::bigint) ELSE $4::bigint END * interval '1 millisecond'
@@ -105,14 +112,14 @@ WITH locked AS MATERIALIZED (
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ), ranked AS (
-	SELECT item_id,
+	SELECT tid,
 	       sum(requests_per_collection) OVER w AS upto,
 	       row_number() OVER w AS pos,
 	       count(*) OVER () AS n_locked
 	FROM locked
 	WINDOW w AS (ORDER BY array_position($5::text[], collection_tier), next_collect_at, item_id ROWS UNBOUNDED PRECEDING)
 ), due AS (
-	SELECT item_id, n_locked FROM ranked WHERE pos = 1 OR upto <= $6
+	SELECT tid, n_locked FROM ranked WHERE pos = 1 OR upto <= $6
 )` + claimDueUpdate + `, due.n_locked`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
@@ -122,13 +129,14 @@ UPDATE tracked_items t
 SET lease_expires_at = now() + $2 * interval '1 millisecond',
     lease_token = gen_random_uuid(),
     leased_by = $3,
-    last_claimed_at = now()
+    last_claimed_at = now(),
+    last_due_at = t.next_collect_at
 WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
 RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at, t.last_second_sales,
           t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
-          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
+          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
 
 // MaxAhead bounds Config.Ahead: half the shortest tier interval (Ahead says why).
 var MaxAhead = func() time.Duration {
@@ -204,7 +212,7 @@ func scanClaim(row pgx.CollectableRow, extra ...any) (Claim, error) {
 	var s history.State
 	err := row.Scan(append([]any{&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt, &c.LastSecondSales,
 		&c.SeenListings, &c.EstSales, &c.EstSeconds, &c.LastCollectedAt, &c.Requests,
-		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated}, extra...)...)
+		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated, &c.tid}, extra...)...)
 	c.Tier = tiers.Tier(tier)
 	if snapAt != nil && c.SeenListings != nil && qty != nil && truncated != nil {
 		s.Count, s.Quantity, s.Truncated = int(*c.SeenListings), *qty, *truncated

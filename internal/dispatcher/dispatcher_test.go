@@ -232,6 +232,56 @@ func TestStaleWorkerWriteIsFencedOut(t *testing.T) {
 	}
 }
 
+// The write-back finds a row where its claim left it; a row something else updated while the
+// item was leased (here its popularity, as the scorer does) has moved, and is still written,
+// once, by key: not counted fenced, not left leased.
+func TestRowUpdatedWhileLeasedIsStillWritten(t *testing.T) {
+	t.Parallel()
+	inFlight, release := make(chan struct{}, 1), make(chan struct{})
+	e := setup(t, 1, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" {
+				inFlight <- struct{}{}
+				<-release
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	ctx := context.Background()
+	d := e.dispatcher(t, Config{Owner: "worker-a", Concurrency: 1}, nil)
+	type outcome struct {
+		s   Summary
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		s, err := d.RunOnce(ctx)
+		done <- outcome{s, err}
+	}()
+	testkit.Recv(t, inFlight, testkit.Timeout, "the call in flight")
+	var before, after string
+	if err := e.pool.QueryRow(ctx, `SELECT ctid::text FROM tracked_items`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pool.QueryRow(ctx, `UPDATE tracked_items SET popularity_score = popularity_score + 1 RETURNING ctid::text`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if before == after {
+		t.Fatalf("the update left the row at %s: the test needs it moved", before)
+	}
+	close(release)
+	o := testkit.Recv(t, done, testkit.Timeout, "the pass to end")
+	if o.err != nil || o.s.Collected != 1 || o.s.Fenced != 0 {
+		t.Fatalf("pass: %+v %v, want the item collected, nothing fenced", o.s, o.err)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`); n != 1 {
+		t.Fatalf("%d snapshots, want 1", n)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NULL AND next_collect_at > now() AND last_outcome = 'ok'`); n != 1 {
+		t.Fatal("the moved item is not written back: rescheduled, released, its outcome stored")
+	}
+}
+
 // itemAnswer answers /df/auction for one item with a fixed status and body.
 func itemAnswer(itemID string, status int, body string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {

@@ -209,6 +209,7 @@ var tierEvery = map[string]time.Duration{"HOT_1M": time.Minute, "ACTIVE_3M": 3 *
 type ceilClaim struct {
 	id, name, tier string
 	token          pgtype.UUID
+	tid            pgtype.TID
 }
 
 func cycleCeiling(ctx context.Context, e *env, c cycleSize) (float64, error) {
@@ -263,7 +264,7 @@ func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]ceilClaim, er
 		// decides with; the ceiling writes by its fixed share instead.
 		var c ceilClaim
 		dest := make([]any, len(r.FieldDescriptions()))
-		dest[0], dest[1], dest[2], dest[4] = &c.id, &c.name, &c.tier, &c.token
+		dest[0], dest[1], dest[2], dest[4], dest[len(dest)-1] = &c.id, &c.name, &c.tier, &c.token, &c.tid
 		return c, r.Scan(dest...)
 	})
 }
@@ -277,9 +278,9 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 	now := time.Now()
 	ids, tokens, tierNames := make([]string, n), make([]pgtype.UUID, n), make([]string, n)
 	nextAt, at, oks, outcomes, errs := make([]time.Time, n), make([]time.Time, n), make([]bool, n), make([]string, n), make([]*string, n)
-	lastSale := make([]*time.Time, n)
+	lastSale, tids := make([]*time.Time, n), make([]pgtype.TID, n)
 	for i, c := range claims {
-		ids[i], tokens[i], tierNames[i] = c.id, c.token, c.tier
+		ids[i], tokens[i], tierNames[i], tids[i] = c.id, c.token, c.tier, c.tid
 		nextAt[i], at[i], oks[i], outcomes[i] = now.Add(tierEvery[c.tier]), now, true, "ok"
 	}
 	var changed []ceilClaim
@@ -297,7 +298,7 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 			lowest[i], counts[i], qty[i], windows[i] = &price, 1, 3, 86400
 		}
 		rows, err := tx.Query(ctx, dispatcher.WriteItemsSQL, ids, tokens, tierNames, nextAt, at, oks, outcomes, errs, lastSale,
-			prevAt, lowest, lowest, weighted, lowest, counts, qty, truncated, changedFlags, newSales, gaps, windows, writtenAt, lastSecond)
+			prevAt, lowest, lowest, weighted, lowest, counts, qty, truncated, changedFlags, newSales, gaps, windows, writtenAt, lastSecond, tids)
 		if err != nil {
 			return err
 		}
