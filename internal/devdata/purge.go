@@ -33,14 +33,11 @@ func (r PurgeResult) Total() int64 {
 type purgeTable struct{ name, ids, del string }
 
 // purgeTables are every table keyed by item_id, tracked_items last so that an interrupted
-// purge can simply be run again (item_browse goes with tracked_items: ON DELETE CASCADE). outbox_pending rows go with their outbox rows (foreign key).
+// purge can simply be run again (item_browse goes with tracked_items: ON DELETE CASCADE). The
+// outbox goes first, by purgeOutbox.
 // A ctid is unique only within one partition, so the partitioned tables name rows by
 // (tableoid, ctid).
 var purgeTables = []purgeTable{
-	{"outbox",
-		`SELECT DISTINCT item_id FROM outbox WHERE item_id LIKE ANY ($1)`,
-		`DELETE FROM outbox WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM outbox WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
 	{"auction_snapshots",
 		`SELECT DISTINCT item_id FROM auction_snapshots WHERE item_id LIKE ANY ($1)`,
 		`DELETE FROM auction_snapshots WHERE (tableoid, ctid) IN (
@@ -71,7 +68,11 @@ func PurgeSynthetic(ctx context.Context, db catalog.DB, batchSize int) (PurgeRes
 	if batchSize <= 0 {
 		batchSize = 5000
 	}
-	var res PurgeResult
+	n, err := purgeOutbox(ctx, db, batchSize)
+	res := PurgeResult{{Table: "outbox", Deleted: n}}
+	if err != nil {
+		return res, fmt.Errorf("purge:synthetic outbox: %w", err)
+	}
 	for _, t := range purgeTables {
 		n, err := t.purge(ctx, db, batchSize)
 		res = append(res, PurgeCount{Table: t.name, Deleted: n})
@@ -99,5 +100,31 @@ func (t purgeTable) purge(ctx context.Context, db catalog.DB, batchSize int) (in
 		if tag.RowsAffected() < int64(batchSize) {
 			return total, nil
 		}
+	}
+}
+
+// purgeOutbox deletes the synthetic items' events and their pending entries. The outbox has no
+// item_id index (enqueuing is on the write path), so the batches walk it once in id order.
+func purgeOutbox(ctx context.Context, db catalog.DB, batchSize int) (int64, error) {
+	patterns := catalog.SyntheticPatterns()
+	var total, after int64
+	for {
+		var n int64
+		var last *int64
+		err := db.QueryRow(ctx, `
+			WITH d AS (
+			    DELETE FROM outbox WHERE id IN (
+			        SELECT id FROM outbox WHERE id > $1 AND item_id LIKE ANY ($2) ORDER BY id LIMIT $3)
+			    RETURNING id),
+			p AS (DELETE FROM outbox_pending WHERE id IN (SELECT id FROM d))
+			SELECT count(*), max(id) FROM d`, after, patterns, batchSize).Scan(&n, &last)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < int64(batchSize) || last == nil {
+			return total, nil
+		}
+		after = *last
 	}
 }

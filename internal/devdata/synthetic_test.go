@@ -21,7 +21,7 @@ import (
 func tableCounts(t *testing.T, db catalog.DB) (synthetic, real map[string]int64) {
 	t.Helper()
 	synthetic, real = map[string]int64{}, map[string]int64{}
-	for _, table := range purgeTables {
+	for _, table := range append([]purgeTable{{name: "outbox"}}, purgeTables...) {
 		var s, r int64
 		err := db.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE item_id LIKE ANY ($1)),
 			count(*) FILTER (WHERE NOT item_id LIKE ANY ($1)) FROM `+pgx.Identifier{table.name}.Sanitize(), catalog.SyntheticPatterns()).Scan(&s, &r)
@@ -132,18 +132,20 @@ func TestSeedSyntheticThenPurge(t *testing.T) {
 			t.Errorf("%s: real rows %d → %d", c.Table, realBefore[c.Table], realAfter[c.Table])
 		}
 	}
-	if len(purged) != len(purgeTables) || purged.Total() == 0 {
+	if len(purged) != len(purgeTables)+1 || purged.Total() == 0 {
 		t.Errorf("purge result %+v", purged)
 	}
-	// The purged outbox rows were pending: they left the relay's pending list (the foreign
-	// key), the real one did not.
+	// The purged outbox rows were pending: their entries left the relay's pending list with
+	// them (no orphan entry left behind), the real one's did not.
 	var queued []string
+	var entries int
 	if err := pool.QueryRow(ctx, `
-		SELECT coalesce(array_agg(o.item_id), '{}') FROM outbox_pending p JOIN outbox o ON o.id = p.id`).Scan(&queued); err != nil {
+		SELECT (SELECT coalesce(array_agg(o.item_id), '{}') FROM outbox_pending p JOIN outbox o ON o.id = p.id),
+		       (SELECT count(*) FROM outbox_pending)`).Scan(&queued, &entries); err != nil {
 		t.Fatal(err)
 	}
-	if len(queued) != 1 || queued[0] != realID {
-		t.Errorf("relay's pending list holds %v after the purge, want only %s", queued, realID)
+	if len(queued) != 1 || queued[0] != realID || entries != 1 {
+		t.Errorf("relay's pending list holds %v (%d entries) after the purge, want only %s", queued, entries, realID)
 	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND collection_tier = 'WARM_5M'`, realID).Scan(&n); err != nil || n != 1 {
@@ -212,7 +214,7 @@ func TestPurgeCoversEveryItemKeyedTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	purged := map[string]bool{}
+	purged := map[string]bool{"outbox": true} // purgeOutbox
 	for _, p := range purgeTables {
 		purged[p.name] = true
 	}
@@ -232,7 +234,7 @@ func TestPurgeCoversEveryItemKeyedTable(t *testing.T) {
 			t.Errorf("table %s has an item_id column but purge:synthetic leaves it alone", table)
 		}
 	}
-	if len(tables) != len(purgeTables)+len(cascaded) {
-		t.Errorf("item-keyed tables %v, purged %d, cascaded %v", tables, len(purgeTables), cascaded)
+	if len(tables) != len(purgeTables)+1+len(cascaded) {
+		t.Errorf("item-keyed tables %v, purged %d, cascaded %v", tables, len(purgeTables)+1, cascaded)
 	}
 }

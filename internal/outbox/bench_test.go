@@ -237,7 +237,7 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 	var relayGC, rawGC float64
 	var ratios []float64 // per round: the machine's load drifts, a round's two halves see the same
 	for range b.N {
-		if _, err := pool.Exec(context.Background(), "TRUNCATE outbox CASCADE"); err != nil {
+		if _, err := pool.Exec(context.Background(), "TRUNCATE outbox, outbox_pending"); err != nil {
 			b.Fatal(err)
 		}
 		for chunk := range slices.Chunk(snapshotEvents(50, perRound/50), benchTxRows()) {
