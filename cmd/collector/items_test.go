@@ -82,6 +82,10 @@ func TestPinAndPlan(t *testing.T) {
 	if err != nil || !strings.Contains(out, "demand req/s") || !strings.Contains(out, "market key budget") {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
+	// The import's plan stored what it predicts; status shows it beside the tiers.
+	if !strings.Contains(out, "est. freshness") || !strings.Contains(out, "predicted by the tier plan of") || !regexp.MustCompile(`total .*\d%`).MatchString(out) {
+		t.Errorf("status after a plan shows no estimated freshness:\n%s", out)
+	}
 	if out, _, err := runCollector(t, "items", "unpin", id, "--database-url", db); err != nil || !strings.Contains(out, "unpinned") {
 		t.Fatalf("items unpin: %v\n%s", err, out)
 	}

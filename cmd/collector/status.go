@@ -107,16 +107,31 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 
 	a.printf("\n")
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "tier\titems\tdue now\toverdue (>30s)\tdemand req/s\t")
+	fmt.Fprintln(w, "tier\titems\tdue now\toverdue (>30s)\tdemand req/s\test. freshness\t")
 	var items, due, overdue int64
 	var demand float64
+	var forecast []tierplan.TierForecast
 	for _, t := range st.Tiers {
 		d := tierplan.TierDemand(tiers.Tier(t.Tier), t.Requests)
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%.2f\t\n", t.Tier, t.Items, t.Due, t.Overdue, d)
+		fresh := "-"
+		if t.Forecast != nil {
+			fresh = fmt.Sprintf("%.1f%%", 100*t.Forecast.Freshness)
+			forecast = append(forecast, t.Forecast.TierForecast)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%.2f\t%s\t\n", t.Tier, t.Items, t.Due, t.Overdue, d, fresh)
 		items, due, overdue, demand = items+t.Items, due+t.Due, overdue+t.Overdue, demand+d
 	}
-	fmt.Fprintf(w, "total\t%d\t%d\t%d\t%.2f\t\n", items, due, overdue, demand)
+	fresh := "-"
+	if len(forecast) > 0 {
+		_, f := tierplan.Overall(forecast)
+		fresh = fmt.Sprintf("%.1f%%", 100*f)
+	}
+	fmt.Fprintf(w, "total\t%d\t%d\t%d\t%.2f\t%s\t\n", items, due, overdue, demand, fresh)
 	_ = w.Flush()
+	if !st.PlannedAt.IsZero() {
+		a.printf("est. freshness: predicted by the tier plan of %s (%s), not measured: the share of time an item's stored copy matches the market, weighted by popularity\n",
+			st.PlannedAt.UTC().Format(time.RFC3339), ago(st.PlannedAt))
+	}
 	m := a.cfg.Provider.Market
 	keyBudget := min(m.Rate, float64(m.PerMinute)/60) * learned
 	if learned < 1 {

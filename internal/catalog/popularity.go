@@ -121,7 +121,8 @@ const updateBatch = 2000
 // phase (tiers.NextDue from the database's now), and neither a promotion nor any move of an
 // item never collected and due already (an import) moves the next collection later than it
 // already was. Leases are never touched. Synthetic items are left as seed:synthetic wrote
-// them, so recalculation can never schedule a fixture.
+// them, so recalculation can never schedule a fixture. What the tiers it applied predict per
+// tier (demand, popularity-weighted freshness) replaces the stored forecast (ReadForecast).
 func RecalculatePopularity(ctx context.Context, db DB, p Policy) (Result, error) {
 	return recalculate(ctx, db, p, true)
 }
@@ -197,7 +198,20 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 				}
 			}
 		}
-		return batch.flush(ctx, tx, &res)
+		if err := batch.flush(ctx, tx, &res); err != nil {
+			return err
+		}
+		if !apply {
+			return nil
+		}
+		// What the applied tiers predict, for the console and status, which must not plan.
+		var prior tierplan.Prior
+		if res.Plan != nil {
+			prior = res.Plan.Prior
+		} else {
+			prior = tierplan.PriorOf(states)
+		}
+		return writeForecast(ctx, tx, tierplan.Forecast(states, scores, ds, prior, p.Packing))
 	})
 	if err != nil {
 		return res, fmt.Errorf("recalculate popularity: %w", err)

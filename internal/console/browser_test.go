@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/console"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -64,6 +66,12 @@ const (
 
 func setup(t *testing.T, password string) env {
 	t.Helper()
+	return setupWith(t, password, nil)
+}
+
+// setupWith is setup, with prepare run on the seeded database before the console reads it.
+func setupWith(t *testing.T, password string, prepare func(ctx context.Context, pool *pgxpool.Pool)) env {
+	t.Helper()
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
 	items := []storetest.Item{
@@ -92,6 +100,9 @@ func setup(t *testing.T, password string) env {
 		t.Fatal(err)
 	}
 	storetest.Sales(t, pool, storetest.Sale{ItemID: candleItem, SoldAt: storetest.Ago(time.Hour), Quantity: 2, UnitPrice: 950})
+	if prepare != nil {
+		prepare(ctx, pool)
+	}
 	c, err := console.New(pool, console.Config{ProviderName: "neople", Market: config.Default().Provider.Market, PackSize: 10,
 		User: testUser, Password: config.Secret(password), Refresh: time.Hour, Session: time.Hour},
 		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
@@ -214,6 +225,59 @@ func TestEveryPageLoadsWithoutConsoleErrors(t *testing.T) {
 	// The overview refreshes itself: the swap marks it, with no error on the way.
 	b.do(t, "overview refresh", chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitReady(chromedp.CSS("#overview[data-refreshed]")),
 		chromedp.WaitVisible(chromedp.CSS("#tiers")))
+	// No plan was stored: no tier claims a freshness.
+	if fresh := tierFreshness(t, b); len(fresh) != 4 || fresh["HOT_1M"] != "—" || fresh["COLD_10M"] != "—" || fresh["total"] != "—" {
+		t.Errorf("est. freshness without a stored plan: %v, want — for every tier", fresh)
+	}
+}
+
+// tierFreshness reads the overview's est. freshness column by tier (and "total"), checking the
+// column is the one its header names.
+func tierFreshness(t *testing.T, b *browser) map[string]string {
+	t.Helper()
+	col := get(t, b, "freshness column", chromedp.Evaluate[int](
+		`[...document.querySelectorAll("#tiers thead th")].findIndex(th => th.textContent == "est. freshness")`))
+	if col < 0 {
+		t.Fatal("the tier table has no est. freshness column")
+	}
+	cells := get(t, b, "freshness cells", chromedp.Evaluate[[][]string](fmt.Sprintf(
+		`[...document.querySelectorAll("#tiers tbody tr, #tiers tfoot tr")].map(tr => [tr.cells[0].textContent.trim(), tr.cells[%d].textContent.trim()])`, col)))
+	out := map[string]string{}
+	for _, c := range cells {
+		out[c[0]] = c[1]
+	}
+	return out
+}
+
+// A stored plan's predicted freshness shows beside its tier, with when it was planned.
+func TestOverviewShowsThePlansEstimatedFreshness(t *testing.T) {
+	var planned []catalog.TierForecast
+	e := setupWith(t, "", func(ctx context.Context, pool *pgxpool.Pool) {
+		c := config.Default()
+		p := catalog.PolicyFromConfig(c.Catalog, c.Provider.Market, packing.Model{})
+		if _, err := catalog.RecalculatePopularity(ctx, pool, p); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if planned, err = catalog.ReadForecast(ctx, pool); err != nil || len(planned) == 0 {
+			t.Fatalf("the plan stored no forecast: %v", err)
+		}
+	})
+	b := newBrowser(t)
+	b.do(t, "overview", chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#forecast-note")))
+	fresh := tierFreshness(t, b)
+	for _, f := range planned {
+		if want := strconv.FormatFloat(100*f.Freshness, 'f', 1, 64) + "%"; fresh[string(f.Tier)] != want {
+			t.Errorf("%s: est. freshness %q, want the stored %q (all: %v)", f.Tier, fresh[string(f.Tier)], want, fresh)
+		}
+	}
+	if !strings.HasSuffix(fresh["total"], "%") {
+		t.Errorf("total est. freshness %q, want a percentage", fresh["total"])
+	}
+	note := get(t, b, "forecast note", chromedp.Text(chromedp.CSS("#forecast-note")))
+	if want := planned[0].PlannedAt.UTC().Format("2006-01-02 15:04:05"); !strings.Contains(note, "predicted by the tier plan of "+want) {
+		t.Errorf("below the tiers: %q, want when the plan was made, %s", note, want)
+	}
 }
 
 func TestItemChartDrawsDataPoints(t *testing.T) {

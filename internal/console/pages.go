@@ -105,6 +105,8 @@ type overviewView struct {
 	Packing       []packingView
 	Instances     []instanceView
 	History       string
+	// PlannedAt is when the tier plan whose forecast the tiers show was made ("" before any).
+	PlannedAt string
 }
 
 type providerView struct {
@@ -122,6 +124,9 @@ type tierView struct {
 	Demand              float64
 	Share               float64 // of the budget
 	Interval            string
+	// Freshness is the last stored plan's predicted weighted freshness ("—" without one), and
+	// FreshnessNote what it was predicted for.
+	Freshness, FreshnessNote string
 }
 
 type keyView struct {
@@ -203,6 +208,7 @@ func (c *Console) overviewView(ov overview) overviewView {
 	m := c.cfg.Market
 	configured := min(m.Rate, float64(m.PerMinute)/60)
 	budget := configured * ov.Learned
+	var forecast []tierplan.TierForecast
 	for _, t := range st.Tiers {
 		tv := tierView{Tier: t.Tier, Items: t.Items, Due: t.Due, Overdue: t.Overdue, Demand: tierplan.TierDemand(tiers.Tier(t.Tier), t.Requests), Lag: "-"}
 		if t.Lag.N > 0 {
@@ -214,10 +220,22 @@ func (c *Console) overviewView(ov overview) overviewView {
 			tv.Interval = "not collected"
 		}
 		tv.Share = ratio(tv.Demand, budget)
+		tv.Freshness = noForecast
+		if f := t.Forecast; f != nil {
+			tv.Freshness = freshText(f.Freshness)
+			tv.FreshnessNote = fmt.Sprintf("predicted for the %d items planned here, asking %.2f req/s", f.Items, f.Demand)
+			forecast = append(forecast, f.TierForecast)
+		}
 		v.Tiers = append(v.Tiers, tv)
 		v.Total.Items, v.Total.Due, v.Total.Overdue, v.Total.Demand = v.Total.Items+t.Items, v.Total.Due+t.Due, v.Total.Overdue+t.Overdue, v.Total.Demand+tv.Demand
 	}
-	v.Total.Tier, v.Total.Share = "total", ratio(v.Total.Demand, budget)
+	v.Total.Tier, v.Total.Share, v.Total.Freshness = "total", ratio(v.Total.Demand, budget), noForecast
+	if len(forecast) > 0 {
+		_, fresh := tierplan.Overall(forecast)
+		v.Total.Freshness = freshText(fresh)
+		v.Total.FreshnessNote = "the planned tiers together, weighted by popularity"
+		v.PlannedAt = fmt.Sprintf("%s UTC (%s)", st.PlannedAt.UTC().Format("2006-01-02 15:04:05"), ago(now, st.PlannedAt))
+	}
 	if len(st.Budgets) == 0 {
 		v.Keys = append(v.Keys, keyView{Key: "market", Configured: configured, Learned: budget, Note: "no live instance"})
 	}
@@ -541,6 +559,12 @@ func parseTemplates() (map[string]*template.Template, error) {
 }
 
 // Formatting ----------------------------------------------------------------------------------
+
+// noForecast stands for a freshness no stored plan predicted.
+const noForecast = "—"
+
+// freshText is a predicted freshness as a percentage; one decimal, as plans differ in it near 100 %.
+func freshText(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
 
 func ago(now, t time.Time) string {
 	return max(now.Sub(t), 0).Round(time.Second).String() + " ago"

@@ -228,6 +228,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		if d.relay, err = outbox.NewRelay(pool, rc, log); err != nil {
 			return nil, err
 		}
+		d.metrics.ExportRelay()
 	}
 	if cfg.Daemon.HTTPAddr != "" {
 		if d.ln, err = net.Listen("tcp", cfg.Daemon.HTTPAddr); err != nil {
@@ -323,7 +324,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var relayDone chan struct{}
 	if d.relay != nil {
 		relayDone = make(chan struct{})
-		d.metrics.RelayUp.Set(1)
 		go func() {
 			defer close(relayDone)
 			if err := d.relay.Run(ctx); err != nil {

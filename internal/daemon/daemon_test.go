@@ -179,6 +179,10 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	if strings.Contains(body, marketKey) {
 		t.Fatal("the API key appears in /metrics")
 	}
+	// No Kafka configured, so no relay: nothing to be up or down.
+	if strings.Contains(body, "collector_relay_up") {
+		t.Error("/metrics exports collector_relay_up on an instance that runs no relay")
+	}
 
 	// readyz fails when the schema is behind the binary.
 	if _, err := e.pool.Exec(context.Background(), `UPDATE schema_version SET version = version - 1`); err != nil {

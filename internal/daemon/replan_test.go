@@ -46,11 +46,23 @@ func TestNewItemsAreReplannedWithoutWaitingForTheInterval(t *testing.T) {
 	if !d.loop.ReplanDue(time.Now(), 1) {
 		t.Fatal("the new items did not ask for a plan")
 	}
+	if st, err := Status(ctx, e.pool, "neople"); err != nil || !st.PlannedAt.IsZero() {
+		t.Fatalf("status before any plan: planned at %s (%v), want no forecast", st.PlannedAt, err)
+	}
 	if _, err := d.plan.runOnce(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, e.pool, planned); n != len(ids) {
 		t.Fatalf("%d of %d new items planned to COLD_10M", n, len(ids))
+	}
+	// The plan stored what it predicts, and status reads it beside the tier.
+	st, err := Status(ctx, e.pool, "neople")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Tiers) != 1 || st.Tiers[0].Forecast == nil || st.Tiers[0].Forecast.Items != len(ids) ||
+		!(st.Tiers[0].Forecast.Freshness > 0 && st.Tiers[0].Forecast.Freshness <= 1) || st.PlannedAt.IsZero() {
+		t.Fatalf("status after the plan: %+v planned at %s, want COLD_10M's forecast for %d items", st.Tiers, st.PlannedAt, len(ids))
 	}
 	refresh()
 	if d := testutil.ToFloat64(d.Metrics().TierDemand.WithLabelValues(string(tiers.Cold))); d <= 0 {

@@ -23,7 +23,10 @@ type ClusterStatus struct {
 	Provider provider.StatusRow
 	Probe    *health.ProbeState // nil when no probe has run
 	Tiers    []TierStatus
-	Leased   int64
+	// PlannedAt is when the tier forecast (TierStatus.Forecast) was planned; zero before any
+	// plan was applied.
+	PlannedAt time.Time
+	Leased    int64
 	// Lag is due → claim over the claims of the last LagWindow (each item's latest claim); a
 	// claim made ahead of its due time (daemon.pack_wait; HOT also daemon.claim_horizon) counts as 0.
 	LagN           int64
@@ -54,6 +57,9 @@ type TierStatus struct {
 	Requests float64
 	// Lag is due → claim over the tier's claims of the last LagWindow.
 	Lag Lag
+	// Forecast is what the last applied tier plan predicted for the tier (demand, weighted
+	// freshness); nil when no plan has been stored or the plan put no item here.
+	Forecast *catalog.TierForecast
 }
 
 // Lag is due → claim lag over a window's claims.
@@ -87,6 +93,19 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	}
 	for _, c := range counts {
 		st.Tiers = append(st.Tiers, TierStatus{Tier: string(c.Tier), Items: c.Items, Due: c.Due, Overdue: c.Overdue, Requests: c.Requests})
+	}
+	// Stored by the last plan: freshness is predicted there, never computed on this path.
+	forecast, err := catalog.ReadForecast(ctx, pool)
+	if err != nil {
+		return st, err
+	}
+	for i := range forecast {
+		st.PlannedAt = forecast[i].PlannedAt
+		for j := range st.Tiers {
+			if st.Tiers[j].Tier == string(forecast[i].Tier) {
+				st.Tiers[j].Forecast = &forecast[i]
+			}
+		}
 	}
 
 	if st.Activity, err = dispatcher.ReadActivity(ctx, pool, catalog.SyntheticPatterns()); err != nil {

@@ -36,7 +36,7 @@ type Metrics struct {
 	OutboxBacklog     prometheus.Gauge
 	OutboxOldest      prometheus.Gauge       // seconds
 	PublishLatency    prometheus.Histogram   // seconds from outbox insert to published
-	RelayUp           prometheus.Gauge       // 1 while the outbox relay can publish, 0 once it stopped for good
+	RelayUp           prometheus.Gauge       // 1 while the outbox relay can publish, 0 once it stopped for good; ExportRelay
 	RelayErrors       *prometheus.CounterVec // reason: topic | authorization | broker | database | panic | rejected
 	Passes            *prometheus.CounterVec // result: ok | paused | error
 	LoopErrors        *prometheus.CounterVec // loop
@@ -83,7 +83,7 @@ func NewMetrics() *Metrics {
 		OutboxBacklog:     f.gauge("collector_outbox_backlog", "Outbox events not yet published."),
 		OutboxOldest:      f.gauge("collector_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished outbox event."),
 		PublishLatency:    f.histogram("collector_outbox_publish_latency_seconds", "Time from an outbox event's insert to its acknowledged publish (database clock).", lagBuckets),
-		RelayUp:           f.gauge("collector_relay_up", "1 while this instance's outbox relay can publish; 0 once it stopped on an error retrying cannot fix (see /readyz)."),
+		RelayUp:           newRelayUp(),
 		RelayErrors:       f.counterVec("collector_relay_publish_errors_total", "Failed outbox relay attempts and events the broker rejected, by reason.", "reason"),
 		Passes:            f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
 		LoopErrors:        f.counterVec("collector_loop_errors_total", "Errors in the daemon's loops (each is retried).", "loop"),
@@ -98,6 +98,21 @@ func NewMetrics() *Metrics {
 		WriteRefused:      f.gaugeVec("collector_database_write_refused", "1 for the cause the database refuses this instance's writes for (read_only, standby, disk_full, insufficient_resources, shutting_down, unreachable), 0 for the others.", "cause"),
 		CostRatio:         f.gauge("collector_collection_cost_ratio", "Provider calls this instance made ÷ what the tier plan counted its collections as costing (smoothed, at least 1); the daemon plans within the budget divided by it."),
 	}
+}
+
+// newRelayUp is collector_relay_up, not registered: only an instance that runs a relay exports
+// it (ExportRelay). Without one there is nothing to be up, and a 0 would read as a relay that
+// stopped.
+func newRelayUp() prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: "collector_relay_up",
+		Help: "1 while this instance's outbox relay can publish; 0 once it stopped on an error retrying cannot fix (see /readyz). Only instances that run a relay export it."})
+}
+
+// ExportRelay exports collector_relay_up at 1 (a relay starts able to publish): call it once, on
+// an instance that runs an outbox relay.
+func (m *Metrics) ExportRelay() {
+	m.RelayUp.Set(1)
+	m.Registry.MustRegister(m.RelayUp)
 }
 
 // SetBuildInfo exports collector_build_info{version,commit,go_version} 1.

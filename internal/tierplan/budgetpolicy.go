@@ -86,14 +86,7 @@ func ApplyBudget(items []State, scores []float64, ds []Decision, b Budget, m pac
 		if d.Tier == tiers.Dormant {
 			continue // DORMANT or going there: no demand
 		}
-		pi := Cost(it, m)
-		pi.Weight = scores[i]
-		rate, known := it.Observed.ChangeRate()
-		if known {
-			pi.ChangeRate, pi.SalesRate = rate, observedSalesRate(it)
-		} else {
-			pi.ChangeRate, pi.SalesRate = s.Prior.ChangeRate, s.Prior.SalesRate
-		}
+		pi, known := planned(it, scores[i], s.Prior, m)
 		switch {
 		case it.Pinned != "":
 			pi.Pinned = d.Tier
@@ -137,6 +130,39 @@ func ApplyBudget(items []State, scores []float64, ds []Decision, b Budget, m pac
 			in[j].ChangeRate*3600, in[j].SalesRate*3600, note, formatWeight(scores[i]))}
 	}
 	return s
+}
+
+// planned is the item as the optimiser sees it: its cost, its score as weight, and its observed
+// rates, or prior's when they are not known yet (known false).
+func planned(it State, score float64, prior Prior, m packing.Model) (pi Item, known bool) {
+	pi = Cost(it, m)
+	pi.Weight = score
+	rate, known := it.Observed.ChangeRate()
+	if known {
+		pi.ChangeRate, pi.SalesRate = rate, observedSalesRate(it)
+	} else {
+		pi.ChangeRate, pi.SalesRate = prior.ChangeRate, prior.SalesRate
+	}
+	return pi, known
+}
+
+// Forecast is what the decided tiers ds of items predict per scheduled tier (PredictByTier),
+// under either policy: the items, weights, rates and costs the budget policy plans with (prior
+// is PriorOf(items), or the PlanSummary's when ApplyBudget made ds), so under it the tiers'
+// weighted freshness is PlanSummary.FreshnessAfter. DORMANT items (and items going there) are
+// left out, as the plan leaves them out.
+func Forecast(items []State, scores []float64, ds []Decision, prior Prior, m packing.Model) []TierForecast {
+	in := make([]Item, 0, len(items))
+	assigned := make([]tiers.Tier, 0, len(items))
+	for i, it := range items {
+		if ds[i].Tier == tiers.Dormant {
+			continue
+		}
+		pi, _ := planned(it, scores[i], prior, m)
+		in = append(in, pi)
+		assigned = append(assigned, ds[i].Tier)
+	}
+	return PredictByTier(in, assigned)
 }
 
 // seconds is a scheduled tier's interval in seconds.

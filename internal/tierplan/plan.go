@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -159,6 +160,80 @@ func Predict(items []Item, assigned []tiers.Tier) (demand, freshness float64) {
 		return demand, 1
 	}
 	return demand, fSum / wSum
+}
+
+// TierForecast is one tier's part of a prediction (PredictByTier).
+type TierForecast struct {
+	Tier   tiers.Tier
+	Items  int
+	Demand float64 // requests per second
+	// Weight is the tier's items' summed weight (≤ 0 counts as 0), what its Freshness weighs in
+	// the whole prediction.
+	Weight float64
+	// Freshness is the tier's popularity-weighted freshness, Σ w·F / Σ w; the plain mean when
+	// none of its items has weight (a tier of new imports), which a weighted total ignores.
+	Freshness float64
+}
+
+// PredictByTier is Predict split by tier, in tier order, tiers without items left out: the
+// demands add up to Predict's, and the freshnesses weighted by Weight to its freshness (for
+// every assignment to tiers.All()).
+func PredictByTier(items []Item, assigned []tiers.Tier) []TierForecast {
+	all := tiers.All()
+	sums := make([]struct {
+		TierForecast
+		plain float64 // Σ F, for the plain mean
+	}, len(all))
+	for i, it := range items {
+		r := slices.Index(all, assigned[i])
+		if r < 0 {
+			continue // not a tier: Predict counts it fresh and free, like DORMANT
+		}
+		s := &sums[r]
+		s.Items++
+		f := 1.0
+		if iv, ok := assigned[i].Interval(); ok {
+			s.Demand += it.RequestsAt(iv.Seconds()) / iv.Seconds()
+			f = Freshness(it.ChangeRate, iv.Seconds())
+		}
+		w := math.Max(it.Weight, 0)
+		s.Weight += w
+		s.Freshness += w * f
+		s.plain += f
+	}
+	var out []TierForecast
+	for r, s := range sums {
+		if s.Items == 0 {
+			continue
+		}
+		tf := s.TierForecast
+		tf.Tier = all[r]
+		if tf.Weight > 0 {
+			tf.Freshness /= tf.Weight
+		} else {
+			tf.Freshness = s.plain / float64(s.Items)
+		}
+		out = append(out, tf)
+	}
+	return out
+}
+
+// Overall is what the tiers fs predict together: their demand, and their freshness weighted by
+// Weight (Predict's, from PredictByTier's tiers), or by items when no tier has weight.
+func Overall(fs []TierForecast) (demand, freshness float64) {
+	var w, wf, n, nf float64
+	for _, f := range fs {
+		demand += f.Demand
+		w, wf = w+f.Weight, wf+f.Weight*f.Freshness
+		n, nf = n+float64(f.Items), nf+float64(f.Items)*f.Freshness
+	}
+	switch {
+	case w > 0:
+		return demand, wf / w
+	case n > 0:
+		return demand, nf / n
+	}
+	return demand, 1
 }
 
 // Solve assigns tiers. Pinned items keep their tier. Every other item starts at its cheapest
