@@ -297,8 +297,6 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 		for i := range n {
 			lowest[i], counts[i], qty[i], windows[i] = &price, 1, 3, 86400
 		}
-		t0 := time.Now()
-		defer func() { zzWrite.Add(int64(time.Since(t0))) }()
 		rows, err := tx.Query(ctx, dispatcher.WriteItemsSQL, ids, tokens, tierNames, nextAt, at, oks, outcomes, errs, lastSale,
 			prevAt, lowest, lowest, weighted, lowest, counts, qty, truncated, changedFlags, newSales, gaps, windows, writtenAt, lastSecond, tids)
 		if err != nil {
@@ -312,8 +310,6 @@ func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) 
 			return fmt.Errorf("fence matched %d of %d", len(live), n)
 		}
 		if len(changed) > 0 {
-			t1 := time.Now()
-			defer func() { zzSnap.Add(int64(time.Since(t1))) }()
 			return ceilSnapshots(ctx, tx, changed, now)
 		}
 		return nil
@@ -332,28 +328,6 @@ func ceilSnapshots(ctx context.Context, tx pgx.Tx, claims []ceilClaim, now time.
 		ids[i], tokens[i], tierNames[i], at[i], reasons[i] = c.id, c.token, c.tier, now, string(history.Change)
 		counts[i], qty[i], lowest[i], median[i], apiAvg[i], weighted[i] = 1, cycleQuantity, cycleChangedPrice, cycleChangedPrice, cycleAPIAverage, cycleChangedPrice
 		byID[c.id] = i
-	}
-	if zzOnce.Add(1) == 20 {
-		sp, _ := tx.Begin(ctx)
-		r, err := sp.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, WAL) "+history.InsertSnapshotsSQL, ids, tokens, at, tierNames, reasons, counts, qty, lowest, median, weighted, apiAvg,
-			salesCount, salesQty, vwap, truncated, packed)
-		if err != nil {
-			panic(err)
-		}
-		pl, _ := pgx.CollectRows(r, pgx.RowTo[string])
-		for _, l := range pl {
-			fmt.Println(l)
-		}
-		r, err = sp.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, WAL) "+outbox.EnqueueSQL, outbox.EventTypeSnapshot, ids, make([]int64, len(ids)), make([]string, len(ids)))
-		if err != nil {
-			fmt.Println(err)
-		} else {
-			pl, _ = pgx.CollectRows(r, pgx.RowTo[string])
-			for _, l := range pl {
-				fmt.Println(l)
-			}
-		}
-		_ = sp.Rollback(ctx)
 	}
 	rows, err := tx.Query(ctx, history.InsertSnapshotsSQL, ids, tokens, at, tierNames, reasons, counts, qty, lowest, median, weighted, apiAvg,
 		salesCount, salesQty, vwap, truncated, packed)
@@ -417,9 +391,7 @@ func ceilLoop(ctx context.Context, pool *pgxpool.Pool, left *atomic.Int64, done 
 		if k <= 0 {
 			return nil
 		}
-		t0 := time.Now()
 		claims, err := claimBatch(ctx, pool, int(k))
-		zzClaim.Add(int64(time.Since(t0)))
 		if err != nil || len(claims) == 0 {
 			return err
 		}
