@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,9 @@ import (
 // ceilingLoops is how many claim→write-back loops run in parallel: one per core measured best
 // (1, 2 and 4 were tried; the differences were within the run-to-run noise).
 var ceilingLoops = envInt("BENCH_CEILING_LOOPS", runtime.NumCPU())
+
+// cycleRounds is how many times each contender runs per size (BENCH_CYCLE_ROUNDS); rows are medians.
+var cycleRounds = envInt("BENCH_CYCLE_ROUNDS", 3)
 
 const (
 	cycleBatch = 1000
@@ -101,33 +105,42 @@ func cycleAt(ctx context.Context, e *env, c cycleSize, rep *report) error {
 	defer e.dropDB(ctx, cycleSeedDB)
 	seeded := time.Since(t0)
 
-	ours, cloned, err := cycleOurs(ctx, e, c)
-	if err != nil {
-		return fmt.Errorf("collector at %d items: %w", n, err)
+	// One run of each on this 2-core machine varies by up to a third from run to run (both
+	// sides: checkpoints and autovacuum land differently), so the contenders run in
+	// interleaved rounds and each row is the median, with the range beside it.
+	var ours, ceil, riv []float64
+	var cloned time.Duration
+	for range cycleRounds {
+		o, cl, err := cycleOurs(ctx, e, c)
+		if err != nil {
+			return fmt.Errorf("collector at %d items: %w", n, err)
+		}
+		cc, err := cycleCeiling(ctx, e, c)
+		if err != nil {
+			return fmt.Errorf("raw-SQL ceiling at %d items: %w", n, err)
+		}
+		r, err := cycleRiver(ctx, e, c)
+		if err != nil {
+			return fmt.Errorf("bench/river at %d jobs: %w", n, err)
+		}
+		ours, ceil, riv, cloned = append(ours, o), append(ceil, cc), append(riv, r), cl
 	}
+	mo, mc, mr := median(ours), median(ceil), median(riv)
 	share := fmt.Sprintf("history.mode changes (the default) at the realistic market's change share: every item seeded as collected a minute ago with its last snapshot ten minutes ago, and %.1f %% of the collections (a fixed hash of the item id; 1 − e^(−(λ+σ)·60 s) averaged over `collector sim --market realistic`'s 20,000 items) see a cheaper listing than that snapshot and write a snapshot + outbox row, the rest only their reschedule", 100*cycleShare())
-	rep.add("Claim+reschedule cycle, collector, "+label, rate(ours, "items/s"),
-		fmt.Sprintf("dispatcher.RunOnce (one collect-due pass, zero-latency in-process provider, batch %d, flush %d, concurrency 8, pool %d, MaxBatches %d) %s: claim, one fenced write per item (next slot, change counts, seen state; its row locks hold until commit), then snapshot + candles + outbox insert per changed item; %s; %s items / wall time (the snapshots written checked against the changed answers)", cycleBatch, cycleFlush, cyclePool, (k+cycleBatch-1)/cycleBatch, table, share, items))
-	ceil, err := cycleCeiling(ctx, e, c)
-	if err != nil {
-		return fmt.Errorf("raw-SQL ceiling at %d items: %w", n, err)
-	}
-	rep.add("Claim+reschedule cycle, raw-SQL ceiling, "+label, rate(ceil, "items/s"),
-		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (writeback.go: dispatcher.WriteItemsSQL for every item, fencing by lease token; history.InsertSnapshotsSQL with its candles and outbox.EnqueueSQL for the same changed share, %.1f %%) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size", 100*cycleShare(), ceilingLoops, cycleBatch, cycleFlush, items))
-	rep.add("Ratio collector / ceiling, "+label, fmt.Sprintf("%.2f", ours/ceil), "the two rows above")
+	rounds := fmt.Sprintf("median of %d interleaved rounds (collector, ceiling, River in turn)", cycleRounds)
+	rep.add("Claim+reschedule cycle, collector, "+label, spread(mo, ours, "items/s"),
+		fmt.Sprintf("dispatcher.RunOnce (one collect-due pass, zero-latency in-process provider, batch %d, flush %d, concurrency 8, pool %d, MaxBatches %d) %s: claim, one fenced write per item (next slot, change counts, seen state; its row locks hold until commit), then snapshot + candles + outbox insert per changed item; %s; %s items / wall time (the snapshots written checked against the changed answers); %s", cycleBatch, cycleFlush, cyclePool, (k+cycleBatch-1)/cycleBatch, table, share, items, rounds))
+	rep.add("Claim+reschedule cycle, raw-SQL ceiling, "+label, spread(mc, ceil, "items/s"),
+		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (writeback.go: dispatcher.WriteItemsSQL for every item, fencing by lease token; history.InsertSnapshotsSQL with its candles and outbox.EnqueueSQL for the same changed share, %.1f %%) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size; %s", 100*cycleShare(), ceilingLoops, cycleBatch, cycleFlush, items, rounds))
+	rep.add("Ratio collector / ceiling, "+label, fmt.Sprintf("%.2f", mo/mc), "the two medians above")
 	rep.note("cycle at %s tracked items: seeding took %s (generate_series insert, VACUUM ANALYZE, CHECKPOINT; not timed), each contender's copy %s (CREATE DATABASE … TEMPLATE, CHECKPOINT)", count(n), seeded.Round(100*time.Millisecond), cloned.Round(100*time.Millisecond))
-
-	riv, err := cycleRiver(ctx, e, c)
-	if err != nil {
-		return fmt.Errorf("bench/river at %d jobs: %w", n, err)
-	}
 	riverHow := fmt.Sprintf("bench/river: rivermigrate into a fresh database, InsertManyFast %s no-op jobs (not timed), then a client (default queue, MaxWorkers 10000, default fetch settings) from Start to the last JobCompleted event; completed count checked in river_job", count(n))
 	if k < n {
 		riverHow = fmt.Sprintf("bench/river -work %d: rivermigrate into a fresh database, InsertManyFast %s available no-op jobs (not timed), then a client (default queue, MaxWorkers 10000, default fetch settings) from Start until %s JobCompleted events (River's rate with %s jobs in river_job, the rest left available); at least that many completed checked in river_job", k, count(n), items, count(n))
 	}
-	rep.add("River v0.51.2 no-op jobs, "+strings.Replace(label, "items", "jobs", 1), rate(riv, "jobs/s"), riverHow)
-	rep.add("Ratio collector / River, "+label, fmt.Sprintf("%.2f", ours/riv),
-		fmt.Sprintf("collector items/s ÷ River jobs/s; target ≥ 1.0. A collector item also updates its change counts and, for the %.1f %% that changed, writes a snapshot, its candles and an outbox row; a River job only its own state", 100*cycleShare()))
+	rep.add("River v0.51.2 no-op jobs, "+strings.Replace(label, "items", "jobs", 1), spread(mr, riv, "jobs/s"), riverHow+"; "+rounds)
+	rep.add("Ratio collector / River, "+label, fmt.Sprintf("%.2f", mo/mr),
+		fmt.Sprintf("the two medians: collector items/s ÷ River jobs/s; target ≥ 1.0 (per round: %s). A collector item also updates its change counts and, for the %.1f %% that changed, writes a snapshot, its candles and an outbox row; a River job only its own state", ratios(ours, riv), 100*cycleShare()))
 	return nil
 }
 
@@ -148,6 +161,33 @@ func seedCycleDB(ctx context.Context, e *env, n int) error {
 		return err
 	}
 	return seedDue(ctx, pool, n)
+}
+
+// median of a few runs (the mean of the middle two for an even count).
+func median(v []float64) float64 {
+	w := slices.Clone(v)
+	slices.Sort(w)
+	if len(w)%2 == 1 {
+		return w[len(w)/2]
+	}
+	return (w[len(w)/2-1] + w[len(w)/2]) / 2
+}
+
+// spread is a median with the runs' range: "18217 items/s (16090–19514)".
+func spread(m float64, v []float64, unit string) string {
+	if len(v) < 2 {
+		return rate(m, unit)
+	}
+	return fmt.Sprintf("%s (%.0f–%.0f)", rate(m, unit), slices.Min(v), slices.Max(v))
+}
+
+// ratios lists each round's collector ÷ River.
+func ratios(ours, riv []float64) string {
+	r := make([]string, len(ours))
+	for i := range ours {
+		r[i] = fmt.Sprintf("%.2f", ours[i]/riv[i])
+	}
+	return strings.Join(r, ", ")
 }
 
 func count(n int) string {

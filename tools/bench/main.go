@@ -115,6 +115,9 @@ func main() {
 	}
 	defer db.close()
 	sz := sizesFor(quick)
+	if quick {
+		cycleRounds = envInt("BENCH_CYCLE_ROUNDS", 1)
+	}
 	rep := &report{}
 	sections := []struct {
 		name string
@@ -169,7 +172,7 @@ func render(e *env, rep *report, quick bool, took time.Duration) string {
 	fmt.Fprintf(&b, "Run %s, took %s; load average at the end %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second), loadAvg())
 	b.WriteString("Reproduce: `make bench` (about 25 min on 2 cores; fresh `bench_*` databases on the local server, dropped afterwards). " +
 		"`BENCH_QUICK=1 make bench` runs small sizes in ~2 min and only prints. Knobs: `BENCH_ITEMS_LARGE` (second cycle table, default 1000000), " +
-		"`BENCH_CYCLE_TIMED` (claims timed on it, default 200000), `BENCH_RSS_ITEMS` (collect-due RSS table, default 1000000), " +
+		"`BENCH_CYCLE_TIMED` (claims timed on it, default 200000), `BENCH_CYCLE_ROUNDS` (interleaved rounds per cycle size, rows are medians; default 3, 1 with BENCH_QUICK), `BENCH_RSS_ITEMS` (collect-due RSS table, default 1000000), " +
 		"`BENCH_DAEMON_RSS_ITEMS` (daemon RSS table, default 1000000), `BENCH_FRESH_ITEMS` / `BENCH_FRESH_HOURS` (freshness replay, default 20000 items, 12 h simulated), " +
 		"`BENCH_HISTORY_ROWS` (stored snapshot rows under the history section's retention and reads, default 20000000), `BENCH_HISTORY_DAY_ITEMS` / `BENCH_HISTORY_DAY_HOURS` (the stretch collected in both history modes, default 2000 items, 3 h simulated), `BENCH_CONSOLE_ITEMS` / `BENCH_CONSOLE_ROWS` (the catalog and stored snapshots the console pages are timed on, default 1000000 items, 20000000 rows), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests,history,console` (or `-only`: run those sections), `BENCH_OUT`. " +
 		"Every figure is one run, not a best-of: on a shared 2-core machine expect ±30 % between runs (the load average is recorded).\n\n")
