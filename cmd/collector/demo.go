@@ -164,9 +164,6 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 		return err
 	}
 	a.printf("import     %d targets from %s: %d new, %d unchanged, %d failed\n", len(tgts), from, rep.Inserted, rep.Unchanged, len(rep.Failures))
-	if err := a.replanAfterImport(ctx, pool, rep.Inserted); err != nil {
-		return err
-	}
 	before, err := outbox.ReadBacklog(ctx, pool, true)
 	if err != nil {
 		return err
