@@ -64,8 +64,19 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	for _, w := range rep.Warnings {
 		fmt.Fprintf(a.stderr, "warning: %s\n", w)
 	}
-	if err := a.replanAfterImport(ctx, pool, rep.Inserted); err != nil {
-		return err
+	if rep.Inserted > 0 && a.cfg.Catalog.Policy == config.PolicyBudget {
+		// New items add demand: plan again now rather than at the daemon's next recalculation.
+		p, err := a.policy(ctx, pool, a.cfg.Provider.Market)
+		if err != nil {
+			return err
+		}
+		res, err := catalog.RecalculatePopularity(ctx, pool, p)
+		if err != nil {
+			return err
+		}
+		if res.Plan != nil {
+			a.printf("re-planned: %d tier moves; demand %.1f of %.1f requests/s\n", len(res.Changes), res.Plan.DemandAfter, res.Plan.Limit)
+		}
 	}
 	if err := rep.Err(); err != nil {
 		if allowMissing {
@@ -237,27 +248,6 @@ func (a *app) recalculate(ctx context.Context) error {
 	for _, c := range res.Changes {
 		a.log.Info("tier changed", zap.String("item_id", c.ItemID), zap.String("from", string(c.From)),
 			zap.String("to", string(c.To)), zap.String("reason", c.Reason), zap.Timep("next_collect_at", c.NextCollectAt))
-	}
-	return nil
-}
-
-// replanAfterImport plans again when an import added items under the budget policy: new items
-// add demand, so the plan (and the forecast the console and status show) is made now rather
-// than at the daemon's next recalculation.
-func (a *app) replanAfterImport(ctx context.Context, pool *pgxpool.Pool, inserted int) error {
-	if inserted == 0 || a.cfg.Catalog.Policy != config.PolicyBudget {
-		return nil
-	}
-	p, err := a.policy(ctx, pool, a.cfg.Provider.Market)
-	if err != nil {
-		return err
-	}
-	res, err := catalog.RecalculatePopularity(ctx, pool, p)
-	if err != nil {
-		return err
-	}
-	if res.Plan != nil {
-		a.printf("re-planned: %d tier moves; demand %.1f of %.1f requests/s\n", len(res.Changes), res.Plan.DemandAfter, res.Plan.Limit)
 	}
 	return nil
 }

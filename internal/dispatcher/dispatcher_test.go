@@ -200,15 +200,7 @@ func TestStaleWorkerWriteIsFencedOut(t *testing.T) {
 	ctx := context.Background()
 	a := e.dispatcher(t, Config{Owner: "worker-a", Concurrency: 1}, nil)
 	b := e.dispatcher(t, Config{Owner: "worker-b", Concurrency: 1}, nil)
-	type outcome struct {
-		s   Summary
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		s, err := a.RunOnce(ctx)
-		done <- outcome{s, err}
-	}()
+	done := runPass(ctx, a)
 	testkit.Recv(t, inFlight, testkit.Timeout, "worker A's call in flight")
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
@@ -249,15 +241,7 @@ func TestRowUpdatedWhileLeasedIsStillWritten(t *testing.T) {
 	})
 	ctx := context.Background()
 	d := e.dispatcher(t, Config{Owner: "worker-a", Concurrency: 1}, nil)
-	type outcome struct {
-		s   Summary
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		s, err := d.RunOnce(ctx)
-		done <- outcome{s, err}
-	}()
+	done := runPass(ctx, d)
 	testkit.Recv(t, inFlight, testkit.Timeout, "the call in flight")
 	var before, after string
 	if err := e.pool.QueryRow(ctx, `SELECT ctid::text FROM tracked_items`).Scan(&before); err != nil {
@@ -280,6 +264,22 @@ func TestRowUpdatedWhileLeasedIsStillWritten(t *testing.T) {
 	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NULL AND next_collect_at > now() AND last_outcome = 'ok'`); n != 1 {
 		t.Fatal("the moved item is not written back: rescheduled, released, its outcome stored")
 	}
+}
+
+// passOutcome is what one RunOnce returned.
+type passOutcome struct {
+	s   Summary
+	err error
+}
+
+// runPass runs one pass in the background, for tests that act while its calls are in flight.
+func runPass(ctx context.Context, d *Dispatcher) <-chan passOutcome {
+	done := make(chan passOutcome, 1)
+	go func() {
+		s, err := d.RunOnce(ctx)
+		done <- passOutcome{s, err}
+	}()
+	return done
 }
 
 // itemAnswer answers /df/auction for one item with a fixed status and body.
