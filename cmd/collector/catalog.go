@@ -66,11 +66,7 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	}
 	if rep.Inserted > 0 && a.cfg.Catalog.Policy == config.PolicyBudget {
 		// New items add demand: plan again now rather than at the daemon's next recalculation.
-		p, err := a.policy(ctx, pool, a.cfg.Provider.Market)
-		if err != nil {
-			return err
-		}
-		res, err := catalog.RecalculatePopularity(ctx, pool, p)
+		res, err := a.recalculateOn(ctx, pool)
 		if err != nil {
 			return err
 		}
@@ -226,16 +222,21 @@ func (a *app) policy(ctx context.Context, pool *pgxpool.Pool, market config.Work
 	return catalog.PolicyFromConfig(a.cfg.Catalog, market, m), err
 }
 
+// recalculateOn recalculates popularity and applies tiers under the configured policy.
+func (a *app) recalculateOn(ctx context.Context, pool *pgxpool.Pool) (catalog.Result, error) {
+	p, err := a.policy(ctx, pool, a.cfg.Provider.Market)
+	if err != nil {
+		return catalog.Result{}, err
+	}
+	return catalog.RecalculatePopularity(ctx, pool, p)
+}
+
 func (a *app) recalculate(ctx context.Context) error {
 	pool, err := a.db(ctx)
 	if err != nil {
 		return err
 	}
-	p, err := a.policy(ctx, pool, a.cfg.Provider.Market)
-	if err != nil {
-		return err
-	}
-	res, err := catalog.RecalculatePopularity(ctx, pool, p)
+	res, err := a.recalculateOn(ctx, pool)
 	if err != nil {
 		return err
 	}
