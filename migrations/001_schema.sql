@@ -327,6 +327,10 @@ CREATE TABLE auction_snapshots (
     -- shared an itemIds call with other items (and its part was proven complete).
     listings_truncated  boolean NOT NULL DEFAULT false,
     packed              boolean NOT NULL DEFAULT false,
+    -- The item's last collection before this one, which saw the previous snapshot's market
+    -- unchanged (NULL on an item's first snapshot): the previous state held at least until
+    -- then, so a candle bucket entered before this snapshot opens with it.
+    previous_seen_at    timestamptz,
     -- Reads go by item and time; the key is also that index.
     PRIMARY KEY (item_id, collected_at, snapshot_id),
     -- One snapshot per claim: a retried write-back of the same claim (same collected_at)
@@ -349,9 +353,13 @@ CREATE TABLE auction_sales (
 
 -- Price candles per item, hour and day (UTC), kept when raw partitions are dropped
 -- (retention.candles_*). Write-backs fold each stored snapshot and each new sale into its
--- buckets in the same transaction, so a candle is exactly what its rows say: open / close are
--- the lowest unit price of the bucket's first / last snapshot (by collected_at), high / low
--- its extremes, listings_min / _max the listing count range; sales_* the sales sold in it.
+-- buckets in the same transaction. A candle summarises the item's series over its bucket as
+-- the collections saw it, each snapshot holding until the next: when collections in the bucket
+-- saw the previous snapshot's market unchanged before the bucket's first snapshot (or it has
+-- none: written when the next snapshot is), that market counts too, opening the bucket at its
+-- start. open / close are the lowest unit price first / last seen in the bucket, high / low
+-- its extremes, listings_min / _max the listing count range, snapshots the rows stored in it;
+-- sales_* the sales sold in it.
 CREATE TABLE price_candles (
     item_id        text NOT NULL,
     resolution     text NOT NULL CHECK (resolution IN ('1h', '1d')),

@@ -45,8 +45,16 @@ type env struct {
 // wrap, when set, sits in front of the simulator to inject item-specific answers.
 func setup(t *testing.T, n int, tier tiers.Tier, wrap func(next http.Handler) http.Handler) *env {
 	t.Helper()
+	return setupSim(t, n, tier, neoplesim.Options{Seed: 7}, wrap)
+}
+
+// setupSim is setup with the simulator's options (its market, seed and clock); the item count
+// and keys are setup's.
+func setupSim(t *testing.T, n int, tier tiers.Tier, opts neoplesim.Options, wrap func(next http.Handler) http.Handler) *env {
+	t.Helper()
 	pool, url := storetest.NewPool(t)
-	sim := neoplesim.New(neoplesim.Options{Items: n, Seed: 7, ItemKey: itemKey, MarketKey: marketKey})
+	opts.Items, opts.ItemKey, opts.MarketKey = n, itemKey, marketKey
+	sim := neoplesim.New(opts)
 	var h http.Handler = sim
 	if wrap != nil {
 		h = wrap(sim)

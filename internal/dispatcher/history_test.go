@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -163,5 +165,80 @@ func TestAWriteFindingNoPartitionCreatesItAndSucceeds(t *testing.T) {
 	}
 	if got := count(t, e.pool, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'auction_snapshots'::regclass`); got < 8 {
 		t.Fatalf("%d snapshot partitions after the write created them, want the archive and a week ahead", got)
+	}
+}
+
+// The series rebuilt from what history.mode changes stored through the whole pass (claim,
+// fetch, the fenced write-back that records the last snapshot's market on the item, and the
+// next claim reading it back) equals the series history.mode every stored, at every pass, on
+// a moving market: the same simulated market and clock for both, collected at the same
+// simulated instants.
+func TestChangeOnlySeriesThroughThePassEqualsEveryCollection(t *testing.T) {
+	const n, passes = 30, 40
+	var mu sync.Mutex
+	clock := time.Now().Add(-24 * time.Hour)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	opts := neoplesim.Options{Seed: 5, Market: market.Realistic, Now: now}
+	envs := map[string]*env{"every": setupSim(t, n, tiers.Hot, opts, nil), "changes": setupSim(t, n, tiers.Hot, opts, nil)}
+	policies := map[string]history.Policy{"every": everyCollection, "changes": {Heartbeat: time.Hour}}
+	ctx := context.Background()
+	dbNow := map[string][]time.Time{}
+	for range passes {
+		for _, mode := range []string{"every", "changes"} {
+			e := envs[mode]
+			e.due(t)
+			var at time.Time
+			if err := e.pool.QueryRow(ctx, `SELECT now()`).Scan(&at); err != nil {
+				t.Fatal(err)
+			}
+			dbNow[mode] = append(dbNow[mode], at)
+			if s, err := e.dispatcher(t, Config{History: policies[mode]}, nil).RunOnce(ctx); err != nil || s.Collected != n {
+				t.Fatalf("%s pass: %s %v", mode, s, err)
+			}
+		}
+		mu.Lock()
+		clock = clock.Add(3 * time.Minute)
+		mu.Unlock()
+	}
+	// Each mode's series at pass k, item by item: every mode's snapshot of that pass, and the
+	// latest change-only snapshot at or before it (its new sales only if it is of that pass).
+	series := func(mode string, latest bool) map[string]string {
+		t.Helper()
+		bounds := append(dbNow[mode][1:], time.Now().Add(time.Hour))
+		rows, err := envs[mode].pool.Query(ctx, `
+			WITH p AS (SELECT k, lo, hi FROM unnest($1::timestamptz[], $2::timestamptz[]) WITH ORDINALITY AS p(lo, hi, k))
+			SELECT p.k || '/' || i.item_id,
+			       coalesce(s.lowest_unit_price::text, '-') || '/' || coalesce(s.median_unit_price::text, '-') || '/' ||
+			       coalesce(s.weighted_unit_price::text, '-') || '/' || coalesce(s.api_average_price::text, '-') || '/' ||
+			       s.listing_count || '/' || s.listing_quantity || '/' || s.listings_truncated || '/' ||
+			       CASE WHEN s.collected_at >= p.lo THEN s.sales_count || '/' || s.sales_quantity ELSE '0/0' END
+			FROM p CROSS JOIN tracked_items i
+			CROSS JOIN LATERAL (SELECT * FROM auction_snapshots s WHERE s.item_id = i.item_id AND s.collected_at < p.hi
+			                    AND ($3 OR s.collected_at >= p.lo) ORDER BY collected_at DESC LIMIT 1) s`, dbNow[mode], bounds, latest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		var k, v string
+		if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { out[k] = v; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	every, changes := series("every", false), series("changes", true)
+	if len(every) != n*passes || len(changes) != n*passes {
+		t.Fatalf("series of %d and %d points, want %d each", len(every), len(changes), n*passes)
+	}
+	diffs := 0
+	for k, v := range every {
+		if changes[k] != v {
+			if diffs++; diffs <= 3 {
+				t.Errorf("pass/item %s: every %s, changes rebuilt %s", k, v, changes[k])
+			}
+		}
+	}
+	written := count(t, envs["changes"].pool, `SELECT count(*) FROM auction_snapshots WHERE reason = 'change'`)
+	if diffs > 0 || written == 0 || written >= n*(passes-1) {
+		t.Fatalf("%d of %d points differ; %d change snapshots of %d later collections", diffs, n*passes, written, n*(passes-1))
 	}
 }

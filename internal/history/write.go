@@ -96,7 +96,7 @@ c AS (
 	INSERT INTO price_candles AS c (item_id, resolution, bucket, sales_count, sales_quantity, sales_value)
 	SELECT s.item_id, r.resolution, date_bin(r.width, s.sold_at, '2000-01-01 00:00:00+00'),
 	       count(*), sum(s.quantity), sum(s.quantity::numeric * s.unit_price)
-	FROM s CROSS JOIN (VALUES ('1h', interval '1 hour'), ('1d', interval '1 day')) AS r(resolution, width)
+	FROM s CROSS JOIN ` + candleWidths + `
 	GROUP BY 1, 2, 3
 	ON CONFLICT (item_id, resolution, bucket) DO UPDATE
 	SET sales_count = c.sales_count + excluded.sales_count,
@@ -146,29 +146,63 @@ func insertSales(ctx context.Context, tx pgx.Tx, cs []Collection) (map[string]sa
 	return agg, nil
 }
 
-// InsertSnapshotsSQL (exported for the benchmark's raw-SQL ceiling) stores a batch's snapshots, once per claim, and folds exactly the stored
-// ones into their hours' and days' candles (open and close by collected_at, so the order
-// write-backs commit in does not matter); it returns the new snapshot ids.
+// candleWidths are the candle resolutions and their bucket widths (buckets from 2000-01-01 UTC).
+const candleWidths = `(VALUES ('1h', interval '1 hour'), ('1d', interval '1 day')) AS r(resolution, width)`
+
+// candleObservations are what a batch of snapshots adds to their items' candles, over a
+// relation sp of snapshots (item_id, collected_at, lowest_unit_price, listing_count,
+// previous_seen_at) with their previous snapshot's collected_at, lowest price and listing
+// count (prev_at, prev_lowest, prev_count): each snapshot in its own buckets, and the
+// previous market in the bucket of previous_seen_at when collections there saw it unchanged
+// before anything was written in that bucket. That bucket then opens with the market it
+// really opened with (at the bucket's start, before any snapshot in it), or, if this snapshot
+// falls in a later bucket, gets the flat candle its unchanged collections saw. n counts stored
+// rows. With history.heartbeat at most a bucket wide, previous_seen_at is at most one bucket
+// past prev_at, so no bucket with collections is missed.
+const candleObservations = `
+	SELECT sp.item_id, r.resolution, date_bin(r.width, sp.collected_at, '2000-01-01 00:00:00+00') AS bucket, 1 AS n,
+	       sp.collected_at AS open_at, sp.collected_at AS close_at, sp.lowest_unit_price AS price, sp.listing_count AS cnt
+	FROM sp CROSS JOIN ` + candleWidths + `
+	UNION ALL
+	SELECT sp.item_id, r.resolution, date_bin(r.width, sp.previous_seen_at, '2000-01-01 00:00:00+00'), 0,
+	       date_bin(r.width, sp.previous_seen_at, '2000-01-01 00:00:00+00'), sp.previous_seen_at, sp.prev_lowest, sp.prev_count
+	FROM sp CROSS JOIN ` + candleWidths + `
+	WHERE date_bin(r.width, sp.previous_seen_at, '2000-01-01 00:00:00+00') > date_bin(r.width, sp.prev_at, '2000-01-01 00:00:00+00')`
+
+// candleFigures folds candleObservations (o) into one row per item, resolution and bucket:
+// snapshots, open_at, open, high, low, close_at, close, listings_min, listings_max.
+const candleFigures = `
+	SELECT o.item_id, o.resolution, o.bucket, sum(o.n) AS n,
+	       min(o.open_at) AS open_at, (array_agg(o.price ORDER BY o.open_at))[1] AS open,
+	       max(o.price) AS high, min(o.price) AS low,
+	       max(o.close_at) AS close_at, (array_agg(o.price ORDER BY o.close_at DESC))[1] AS close,
+	       min(o.cnt) AS lmin, max(o.cnt) AS lmax
+	FROM (` + candleObservations + `) o
+	GROUP BY 1, 2, 3`
+
+// InsertSnapshotsSQL (exported for the benchmark's raw-SQL ceiling) stores a batch's
+// snapshots, once per claim, and folds exactly the stored ones into their hours' and days'
+// candles (candleObservations; open and close by time, so the order write-backs commit in does
+// not matter); $18-$20 are each item's previous snapshot (collected_at, lowest price, listing
+// count; NULL on a first one). It returns the new snapshot ids.
 const InsertSnapshotsSQL = `
 WITH s AS (
 	INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, reason, listing_count, listing_quantity,
 		lowest_unit_price, median_unit_price, weighted_unit_price, api_average_price,
-		sales_count, sales_quantity, sales_vwap, listings_truncated, packed)
+		sales_count, sales_quantity, sales_vwap, listings_truncated, packed, previous_seen_at)
 	SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::text[], $6::int[], $7::bigint[],
 		$8::bigint[], $9::bigint[], $10::float8[], $11::bigint[], $12::int[], $13::bigint[], $14::float8[],
-		$15::bool[], $16::bool[])
+		$15::bool[], $16::bool[], $17::timestamptz[])
 	ON CONFLICT (claim_token, collected_at) DO NOTHING
-	RETURNING snapshot_id, item_id, collected_at, lowest_unit_price, listing_count),
+	RETURNING snapshot_id, item_id, collected_at, lowest_unit_price, listing_count, previous_seen_at),
+sp AS (
+	SELECT s.*, p.prev_at, p.prev_lowest, p.prev_count
+	FROM s JOIN unnest($1::text[], $18::timestamptz[], $19::bigint[], $20::int[]) AS p(item_id, prev_at, prev_lowest, prev_count)
+	     USING (item_id)),
 c AS (
 	INSERT INTO price_candles AS c (item_id, resolution, bucket, snapshots, open_at, open_price, high_price, low_price,
 		close_at, close_price, listings_min, listings_max)
-	SELECT s.item_id, r.resolution, date_bin(r.width, s.collected_at, '2000-01-01 00:00:00+00'), count(*),
-	       min(s.collected_at), (array_agg(s.lowest_unit_price ORDER BY s.collected_at))[1],
-	       max(s.lowest_unit_price), min(s.lowest_unit_price),
-	       max(s.collected_at), (array_agg(s.lowest_unit_price ORDER BY s.collected_at DESC))[1],
-	       min(s.listing_count), max(s.listing_count)
-	FROM s CROSS JOIN (VALUES ('1h', interval '1 hour'), ('1d', interval '1 day')) AS r(resolution, width)
-	GROUP BY 1, 2, 3
+	` + candleFigures + `
 	ON CONFLICT (item_id, resolution, bucket) DO UPDATE
 	SET snapshots = c.snapshots + excluded.snapshots,
 	    open_price = CASE WHEN c.open_at IS NULL OR excluded.open_at < c.open_at THEN excluded.open_price ELSE c.open_price END,
@@ -199,6 +233,8 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, cs []Collection, write []in
 	vwap := make([]*float64, n)
 	truncated := make([]bool, n)
 	packed := make([]bool, n)
+	prevSeen, prevAt := make([]*time.Time, n), make([]*time.Time, n)
+	prevLowest, prevCount := make([]*int64, n), make([]*int32, n)
 	events := make([]outbox.SnapshotEvent, n)
 	byID := make(map[string]int, n)
 	for k, i := range write {
@@ -217,6 +253,8 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, cs []Collection, write []in
 		if c.Last != nil {
 			prev := c.Last.At.UTC()
 			ev.PreviousSnapshotAt = &prev
+			cnt := int32(c.Last.State.Count)
+			prevAt[k], prevLowest[k], prevCount[k], prevSeen[k] = &prev, c.Last.State.Lowest, &cnt, c.SeenAt
 		}
 		if c.SeenAt != nil {
 			seen := c.SeenAt.UTC()
@@ -232,7 +270,7 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, cs []Collection, write []in
 	}
 	rows, err := tx.Query(ctx, InsertSnapshotsSQL,
 		ids, tokens, at, tierNames, reasons, counts, quantities, lowest, median, weighted, apiAvg,
-		salesCount, salesQty, vwap, truncated, packed)
+		salesCount, salesQty, vwap, truncated, packed, prevSeen, prevAt, prevLowest, prevCount)
 	if err != nil {
 		return nil, fmt.Errorf("insert snapshots: %w", err)
 	}
@@ -267,18 +305,16 @@ func RebuildCandles(ctx context.Context, tx pgx.Tx, itemIDs []string) error {
 }
 
 const rebuildCandlesSQL = `
-WITH r(resolution, width) AS (VALUES ('1h', interval '1 hour'), ('1d', interval '1 day')),
-snap AS (
-	SELECT s.item_id, r.resolution, date_bin(r.width, s.collected_at, '2000-01-01 00:00:00+00') AS bucket,
-	       count(*) AS n, min(collected_at) AS open_at, (array_agg(lowest_unit_price ORDER BY collected_at))[1] AS open,
-	       max(lowest_unit_price) AS high, min(lowest_unit_price) AS low, max(collected_at) AS close_at,
-	       (array_agg(lowest_unit_price ORDER BY collected_at DESC))[1] AS close,
-	       min(listing_count) AS lmin, max(listing_count) AS lmax
-	FROM auction_snapshots s CROSS JOIN r WHERE s.item_id = ANY ($1) GROUP BY 1, 2, 3),
+WITH sp AS (
+	SELECT item_id, collected_at, lowest_unit_price, listing_count, previous_seen_at,
+	       lag(collected_at) OVER w AS prev_at, lag(lowest_unit_price) OVER w AS prev_lowest, lag(listing_count) OVER w AS prev_count
+	FROM auction_snapshots WHERE item_id = ANY ($1)
+	WINDOW w AS (PARTITION BY item_id ORDER BY collected_at)),
+snap AS (` + candleFigures + `),
 sale AS (
 	SELECT s.item_id, r.resolution, date_bin(r.width, s.sold_at, '2000-01-01 00:00:00+00') AS bucket,
 	       count(*) AS n, sum(quantity) AS q, sum(quantity::numeric * unit_price) AS v
-	FROM auction_sales s CROSS JOIN r WHERE s.item_id = ANY ($1) GROUP BY 1, 2, 3)
+	FROM auction_sales s CROSS JOIN ` + candleWidths + ` WHERE s.item_id = ANY ($1) GROUP BY 1, 2, 3)
 INSERT INTO price_candles (item_id, resolution, bucket, snapshots, open_at, open_price, high_price, low_price,
 	close_at, close_price, listings_min, listings_max, sales_count, sales_quantity, sales_value)
 SELECT item_id, resolution, bucket, coalesce(snap.n, 0), open_at, open, high, low, close_at, close, lmin, lmax,

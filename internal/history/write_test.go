@@ -160,53 +160,168 @@ func TestChangeOnlySeriesEqualsEveryCollection(t *testing.T) {
 }
 
 // TestCandlesEqualWhatTheRawRowsSay recomputes every candle from the snapshots and sales it
-// summarises.
+// summarises (history.RebuildCandles, one statement over the raw rows) and compares it with the
+// candles the write-backs kept incrementally.
 func TestCandlesEqualWhatTheRawRowsSay(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
 	p := history.Policy{Heartbeat: 20 * time.Minute}
 	start := time.Now().UTC().Truncate(time.Hour).Add(-30 * time.Hour)
+	var ids []string
 	for item := range 3 {
 		m := newMarket(uint64(item))
 		var last *history.Written
 		var seen *time.Time
 		id := fmt.Sprint("item-", item)
+		ids = append(ids, id)
 		for i := range 30 * 60 / 2 {
 			at := start.Add(time.Duration(i)*2*time.Minute + time.Duration(item)*time.Second)
 			m.step(at)
 			collect(t, pool, p, id, at, m, &last, &seen)
 		}
 	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE kept AS SELECT * FROM price_candles`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return history.RebuildCandles(ctx, tx, ids) }); err != nil {
+		t.Fatal(err)
+	}
 	var bad, total int
 	err := pool.QueryRow(ctx, `
-		WITH r(resolution, width) AS (VALUES ('1h', interval '1 hour'), ('1d', interval '1 day')),
-		snap AS (
-			SELECT s.item_id, r.resolution, date_bin(r.width, s.collected_at, '2000-01-01 00:00:00+00') AS bucket,
-			       count(*) AS n, (array_agg(lowest_unit_price ORDER BY collected_at))[1] AS open,
-			       max(lowest_unit_price) AS high, min(lowest_unit_price) AS low,
-			       (array_agg(lowest_unit_price ORDER BY collected_at DESC))[1] AS close,
-			       min(listing_count) AS lmin, max(listing_count) AS lmax
-			FROM auction_snapshots s CROSS JOIN r GROUP BY 1, 2, 3),
-		sale AS (
-			SELECT s.item_id, r.resolution, date_bin(r.width, s.sold_at, '2000-01-01 00:00:00+00') AS bucket,
-			       count(*) AS n, sum(quantity) AS q, sum(quantity::numeric * unit_price) AS v
-			FROM auction_sales s CROSS JOIN r GROUP BY 1, 2, 3),
-		want AS (
-			SELECT coalesce(snap.item_id, sale.item_id) AS item_id, coalesce(snap.resolution, sale.resolution) AS resolution,
-			       coalesce(snap.bucket, sale.bucket) AS bucket, coalesce(snap.n, 0) AS n, snap.open, snap.high, snap.low,
-			       snap.close, snap.lmin, snap.lmax, coalesce(sale.n, 0) AS sn, coalesce(sale.q, 0) AS sq, coalesce(sale.v, 0) AS sv
-			FROM snap FULL JOIN sale USING (item_id, resolution, bucket))
-		SELECT count(*) FILTER (WHERE c.item_id IS NULL OR w.item_id IS NULL
-		           OR (w.n, w.open, w.high, w.low, w.close, w.lmin, w.lmax, w.sn, w.sq, w.sv)
-		              IS DISTINCT FROM (c.snapshots, c.open_price, c.high_price, c.low_price, c.close_price,
+		SELECT count(*) FILTER (WHERE c.item_id IS NULL OR k.item_id IS NULL
+		           OR (k.snapshots, k.open_at, k.open_price, k.high_price, k.low_price, k.close_at, k.close_price,
+		               k.listings_min, k.listings_max, k.sales_count, k.sales_quantity, k.sales_value)
+		              IS DISTINCT FROM (c.snapshots, c.open_at, c.open_price, c.high_price, c.low_price, c.close_at, c.close_price,
 		                                c.listings_min, c.listings_max, c.sales_count, c.sales_quantity, c.sales_value)),
 		       count(*)
-		FROM want w FULL JOIN price_candles c USING (item_id, resolution, bucket)`).Scan(&bad, &total)
+		FROM kept k FULL JOIN price_candles c USING (item_id, resolution, bucket)`).Scan(&bad, &total)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if bad != 0 || total < 3*31 {
 		t.Fatalf("%d of %d candles differ from their raw rows", bad, total)
+	}
+}
+
+// candle is a bucket's market figures: what a series of collections saw in it.
+type candle struct {
+	open, high, low, close string // lowest unit price, "-" for none
+	lmin, lmax                 int
+}
+
+// seenCandles computes, from every collection's market, the candles a reader of the full
+// series expects: each bucket's first, highest, lowest and last lowest price and its listing
+// count range, over the collections in it.
+func seenCandles(seen []history.Written, width time.Duration) map[time.Time]candle {
+	origin := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	out := map[time.Time]candle{}
+	price := func(p *int64) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprint(*p)
+	}
+	for _, w := range seen {
+		b := origin.Add(w.At.Sub(origin).Truncate(width))
+		c, ok := out[b]
+		p := price(w.State.Lowest)
+		if !ok {
+			c = candle{open: p, high: p, low: p, lmin: w.State.Count, lmax: w.State.Count}
+		}
+		if w.State.Lowest != nil && (c.high == "-" || *w.State.Lowest > mustInt(c.high)) {
+			c.high = p
+		}
+		if w.State.Lowest != nil && (c.low == "-" || *w.State.Lowest < mustInt(c.low)) {
+			c.low = p
+		}
+		c.close, c.lmin, c.lmax = p, min(c.lmin, w.State.Count), max(c.lmax, w.State.Count)
+		out[b] = c
+	}
+	return out
+}
+
+func mustInt(s string) int64 {
+	var v int64
+	_, _ = fmt.Sscan(s, &v)
+	return v
+}
+
+// TestChangeOnlyCandlesEqualTheCandlesOfEveryCollection runs one market through both modes at
+// an irregular cadence (a collection 1 to 25 minutes after the last, the default one-hour
+// heartbeat) and compares each mode's hourly and daily candles with the candles of what every
+// collection saw: an hour whose first collections saw the previous snapshot's market unchanged
+// opens with that market, and an hour of unchanged collections alone still gets its candle,
+// once the next snapshot is written.
+func TestChangeOnlyCandlesEqualTheCandlesOfEveryCollection(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	rng := mrand.New(mrand.NewPCG(3, 4))
+	start := time.Now().UTC().Truncate(24 * time.Hour).Add(-72 * time.Hour)
+	modes := map[string]history.Policy{"every": {Every: true, Heartbeat: time.Hour}, "changes": {Heartbeat: time.Hour}}
+	markets := map[string]*market{"every": newMarket(11), "changes": newMarket(11)}
+	lasts := map[string]*history.Written{}
+	seens := map[string]*time.Time{}
+	var seen []history.Written
+	var lastWrite time.Time // the changes-mode item's last snapshot
+	reasons := map[history.Reason]int{}
+	for at := start; at.Before(start.Add(60 * time.Hour)); at = at.Add(time.Duration(1+rng.IntN(25)) * time.Minute) {
+		for _, mode := range []string{"every", "changes"} {
+			m := markets[mode]
+			m.step(at)
+			last, s := lasts[mode], seens[mode]
+			st := collect(t, pool, modes[mode], mode, at, m, &last, &s)
+			lasts[mode], seens[mode] = last, s
+			if mode == "changes" {
+				reasons[st.Reason]++
+				seen = append(seen, history.Written{State: m.state, At: at})
+				if st.Reason != history.Skip {
+					lastWrite = at
+				}
+			}
+		}
+	}
+	if reasons[history.Skip] == 0 || reasons[history.Change] == 0 || reasons[history.Heartbeat] == 0 {
+		t.Fatalf("the market should give skips, changes and heartbeats: %v", reasons)
+	}
+	for _, res := range []struct {
+		name  string
+		width time.Duration
+	}{{"1h", time.Hour}, {"1d", 24 * time.Hour}} {
+		want := seenCandles(seen, res.width)
+		for _, mode := range []string{"every", "changes"} {
+			rows, err := pool.Query(ctx, `
+				SELECT bucket, coalesce(open_price::text, '-'), coalesce(high_price::text, '-'), coalesce(low_price::text, '-'),
+				       coalesce(close_price::text, '-'), listings_min, listings_max
+				FROM price_candles WHERE item_id = $1 AND resolution = $2 AND open_at IS NOT NULL`, mode, res.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[time.Time]candle{}
+			var b time.Time
+			var c candle
+			if _, err := pgx.ForEachRow(rows, []any{&b, &c.open, &c.high, &c.low, &c.close, &c.lmin, &c.lmax}, func() error {
+				got[b.UTC()] = c
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			diffs := 0
+			for bucket, w := range want {
+				// A bucket after the item's last snapshot is written with the next snapshot.
+				if mode == "changes" && bucket.After(lastWrite) {
+					continue
+				}
+				if got[bucket] != w {
+					diffs++
+					if diffs <= 3 {
+						t.Errorf("%s %s candle at %v: got %+v, want %+v", mode, res.name, bucket, got[bucket], w)
+					}
+				}
+			}
+			if diffs > 0 || len(got) > len(want) {
+				t.Fatalf("%s %s: %d of %d candles differ from what the collections saw (%d stored)", mode, res.name, diffs, len(want), len(got))
+			}
+		}
 	}
 }
 

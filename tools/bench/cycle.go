@@ -363,14 +363,18 @@ func ceilSnapshots(ctx context.Context, tx pgx.Tx, claims []ceilClaim, now time.
 	counts, qty, lowest, median, apiAvg := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	weighted, salesCount, salesQty, vwap := make([]float64, n), make([]int32, n), make([]int64, n), make([]*float64, n)
 	truncated, packed := make([]bool, n), make([]bool, n)
+	// The seeded last snapshot (ten minutes ago, at cyclePrice) and last collection (a minute ago).
+	prev, seen := now.Add(-10*time.Minute).UTC(), now.Add(-time.Minute).UTC()
+	prevAt, prevSeen, prevLowest, prevCount := make([]time.Time, n), make([]time.Time, n), make([]int64, n), make([]int32, n)
 	byID := make(map[string]int, n)
 	for i, c := range claims {
 		ids[i], tokens[i], tierNames[i], at[i], reasons[i] = c.id, c.token, c.tier, now, string(history.Change)
 		counts[i], qty[i], lowest[i], median[i], apiAvg[i], weighted[i] = 1, cycleQuantity, cycleChangedPrice, cycleChangedPrice, cycleAPIAverage, cycleChangedPrice
+		prevAt[i], prevSeen[i], prevLowest[i], prevCount[i] = prev, seen, cyclePrice, 1
 		byID[c.id] = i
 	}
 	rows, err := tx.Query(ctx, history.InsertSnapshotsSQL, ids, tokens, at, tierNames, reasons, counts, qty, lowest, median, weighted, apiAvg,
-		salesCount, salesQty, vwap, truncated, packed)
+		salesCount, salesQty, vwap, truncated, packed, prevSeen, prevAt, prevLowest, prevCount)
 	if err != nil {
 		return err
 	}
@@ -378,11 +382,10 @@ func ceilSnapshots(ctx context.Context, tx pgx.Tx, claims []ceilClaim, now time.
 	var snaps []int64
 	var snap int64
 	var item string
-	prev := now.Add(-10 * time.Minute).UTC()
 	_, err = pgx.ForEachRow(rows, []any{&snap, &item}, func() error {
 		c := claims[byID[item]]
 		b, err := json.Marshal(map[string]any{"schema_version": outbox.SchemaVersion, "snapshot_id": snap, "item_id": item, "item_name": c.name,
-			"tier": c.tier, "reason": history.Change, "collected_at": now.UTC(), "previous_snapshot_at": prev, "unchanged_until": now.Add(-time.Minute).UTC(),
+			"tier": c.tier, "reason": history.Change, "collected_at": now.UTC(), "previous_snapshot_at": prev, "unchanged_until": seen,
 			"listing_count": 1, "listing_quantity": cycleQuantity, "lowest_unit_price": cycleChangedPrice,
 			"median_unit_price": cycleChangedPrice, "weighted_unit_price": float64(cycleChangedPrice), "api_average_price": cycleAPIAverage,
 			"sales_count": 0, "sales_quantity": 0, "sales_vwap": nil, "listings_truncated": false, "packed": false, "sales_gap": false})
