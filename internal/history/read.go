@@ -25,9 +25,10 @@ type Point struct {
 	SalesVWAP     *float64  `json:"sales_vwap"`
 }
 
-// Candle summarises the snapshots collected and the sales sold in one hour or day (UTC).
-// Open and close are the lowest unit price of the bucket's first and last snapshot; a bucket
-// with no snapshot has none, and the price held from the previous candle's close.
+// Candle summarises an item's series and the sales sold in one hour or day (UTC): open and
+// close are the lowest unit price first and last seen in the bucket, each snapshot holding
+// until the next (price_candles says how); a bucket with no collection has none, and the
+// price held from the previous candle's close.
 type Candle struct {
 	Bucket        time.Time `json:"bucket"`
 	Snapshots     int       `json:"snapshots"`
@@ -67,8 +68,11 @@ type Reader interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Read returns one item's series since `since` at a resolution: "raw", Hourly or Daily.
-// Each read walks one index range (partitions before `since` are pruned).
+// Read returns one item's series since `since` at a resolution: "raw", Hourly or Daily. Raw
+// points start with the snapshot in force at `since` (the last one before it, which holds
+// until the next), candles with the bucket that holds `since`, so the series covers the whole
+// stretch asked for. Each read walks one index range, and for raw points one backward probe
+// (partitions outside are pruned).
 func Read(ctx context.Context, db Reader, itemID, resolution string, since time.Time) (Series, error) {
 	s := Series{ItemID: itemID}
 	if err := db.QueryRow(ctx, `SELECT last_collected_at FROM tracked_items WHERE item_id = $1`, itemID).Scan(&s.SeenUntil); err != nil {
@@ -90,10 +94,12 @@ func Read(ctx context.Context, db Reader, itemID, resolution string, since time.
 }
 
 func readPoints(ctx context.Context, db Reader, itemID string, since time.Time) ([]Point, error) {
+	const cols = `collected_at, reason, listing_count, listing_quantity, lowest_unit_price, median_unit_price,
+		weighted_unit_price, api_average_price, listings_truncated, sales_count, sales_quantity, sales_vwap`
 	rows, err := db.Query(ctx, `
-		SELECT collected_at, reason, listing_count, listing_quantity, lowest_unit_price, median_unit_price,
-		       weighted_unit_price, api_average_price, listings_truncated, sales_count, sales_quantity, sales_vwap
-		FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2
+		(SELECT `+cols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at < $2 ORDER BY collected_at DESC LIMIT 1)
+		UNION ALL
+		(SELECT `+cols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2 ORDER BY collected_at)
 		ORDER BY collected_at`, itemID, since)
 	if err != nil {
 		return nil, fmt.Errorf("read snapshots of %q: %w", itemID, err)
@@ -114,7 +120,9 @@ func readCandles(ctx context.Context, db Reader, itemID, resolution string, sinc
 	rows, err := db.Query(ctx, `
 		SELECT bucket, snapshots, open_price, high_price, low_price, close_price, listings_min, listings_max,
 		       sales_count, sales_quantity, sales_vwap
-		FROM price_candles WHERE item_id = $1 AND resolution = $2 AND bucket >= $3
+		FROM price_candles
+		WHERE item_id = $1 AND resolution = $2
+		  AND bucket >= date_bin(CASE $2 WHEN '1h' THEN interval '1 hour' ELSE interval '1 day' END, $3::timestamptz, '2000-01-01 00:00:00+00')
 		ORDER BY bucket`, itemID, resolution, since)
 	if err != nil {
 		return nil, fmt.Errorf("read %s candles of %q: %w", resolution, itemID, err)

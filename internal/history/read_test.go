@@ -33,3 +33,36 @@ func TestRecentSalesNewestFirst(t *testing.T) {
 		t.Fatalf("recent sales of a: %v, want [101 100 200]", prices)
 	}
 }
+
+// A read from `since` starts with the snapshot in force then (written before it, held until
+// the next), and candles with the bucket holding `since`: a change-only series that last
+// changed before the window still says what the market was in it.
+func TestReadCoversTheWholeStretchFromSince(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	storetest.Items(t, pool, storetest.Item{ID: "x"})
+	hour := time.Now().UTC().Truncate(time.Hour).Add(-5 * time.Hour)
+	p := history.Policy{Heartbeat: 24 * time.Hour}
+	m := newMarket(1)
+	var last *history.Written
+	var seen *time.Time
+	for _, at := range []time.Time{hour.Add(10 * time.Minute), hour.Add(2*time.Hour + 5*time.Minute)} {
+		m.state.Lowest = p64(at.Unix() % 1000)
+		collect(t, pool, p, "x", at, m, &last, &seen)
+	}
+	since := hour.Add(30 * time.Minute) // after the first snapshot, before the second
+	raw, err := history.Read(ctx, pool, "x", "raw", since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw.Points) != 2 || !raw.Points[0].At.Equal(hour.Add(10*time.Minute)) {
+		t.Fatalf("raw points from %v: %+v; want the one in force at since, then the next", since, raw.Points)
+	}
+	hourly, err := history.Read(ctx, pool, "x", history.Hourly, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hourly.Candle) == 0 || !hourly.Candle[0].Bucket.Equal(hour) {
+		t.Fatalf("hourly candles from %v start at %+v; want the hour holding since, %v", since, hourly.Candle, hour)
+	}
+}

@@ -206,7 +206,7 @@ func TestCandlesEqualWhatTheRawRowsSay(t *testing.T) {
 // candle is a bucket's market figures: what a series of collections saw in it.
 type candle struct {
 	open, high, low, close string // lowest unit price, "-" for none
-	lmin, lmax                 int
+	lmin, lmax             int
 }
 
 // seenCandles computes, from every collection's market, the candles a reader of the full
