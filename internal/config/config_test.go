@@ -91,6 +91,15 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"collect:\n  batch_size: [\n", "line"},        // YAML syntax error names the line
 		{"collect:\n  lease: soon\n", "collect.lease"}, // wrong type
 		{"daemon:\n  budget:\n    slow_start_share: 0\n", "daemon.budget.slow_start_share"},
+		{"history:\n  mode: sometimes\n", "history.mode"},
+		{"history:\n  heartbeat: 10s\n", "history.heartbeat"},
+		{"history:\n  partition_interval: 5h\n", "history.partition_interval"}, // does not divide a day
+		{"history:\n  partition_ahead: 1h\n", "history.partition_ahead"},       // under one partition
+		{"history:\n  maintenance_interval: 0s\n", "history.maintenance_interval"},
+		{"retention:\n  snapshots: 1h\n", "retention.snapshots"}, // under catalog.signal_window
+		{"retention:\n  sales: 1h\n", "retention.sales"},
+		{"retention:\n  candles_hourly: 1m\n", "retention.candles_hourly"},
+		{"retention:\n  candles_daily: 1h\n", "retention.candles_daily"},
 	} {
 		_, err := Load(Options{File: writeFile(t, tc.yaml)})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
