@@ -143,3 +143,36 @@ func TestPoolerMismatchReleasesClaimsAtOnce(t *testing.T) {
 		t.Fatalf("%d items due again, want all 4 with their schedule untouched", n)
 	}
 }
+
+// A write-back whose commit went through but whose answer was lost is retried with the same
+// results: the retry finds the lease tokens gone, so it is fenced out and stores nothing
+// twice (one snapshot, one event and one count in each candle per claim).
+func TestARetriedWriteBackAfterALostCommitStoresNothingTwice(t *testing.T) {
+	const n = 3
+	e := setup(t, n, tiers.Active, nil)
+	ctx := context.Background()
+	d := e.dispatcher(t, Config{}, nil)
+	claims, err := claimDue(ctx, e.pool, n, time.Minute, "test", false, 0)
+	if err != nil || len(claims) != n {
+		t.Fatalf("claimed %d: %v", len(claims), err)
+	}
+	d.clock.set(claims[0].DBNow)
+	var results []result
+	for _, c := range claims {
+		results = append(results, d.fetchOne(ctx, c))
+	}
+	first, err := writeBack(ctx, e.pool, d.cfg.History, results)
+	if err != nil || len(first.fenced) != 0 || len(first.stored) != n {
+		t.Fatalf("first write-back: %+v, %v", first, err)
+	}
+	retry, err := writeBack(ctx, e.pool, d.cfg.History, results)
+	if err != nil || len(retry.fenced) != n {
+		t.Fatalf("the retry should be fenced out whole: %+v, %v", retry, err)
+	}
+	snaps := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`)
+	events := count(t, e.pool, `SELECT count(*) FROM outbox`)
+	inCandles := count(t, e.pool, `SELECT coalesce(sum(snapshots), 0) FROM price_candles WHERE resolution = '1h'`)
+	if snaps != n || events != n || inCandles != n {
+		t.Fatalf("after the retry: %d snapshots, %d events, %d in hourly candles; want %d each", snaps, events, inCandles, n)
+	}
+}
