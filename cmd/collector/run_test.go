@@ -58,7 +58,7 @@ func TestRunAndStatus(t *testing.T) {
 	}
 	t.Logf("collector status:\n%s", status)
 	for _, want := range []string{"provider neople: HEALTHY", "total", "due → claim lag, last 10m0s: p50", "outbox: 12 unpublished",
-		"live instances: 1", "budget market:"} {
+		"live instances: 1", "budget market:", "history: ", "auction_snapshots ", "raw snapshots kept from "} {
 		if !strings.Contains(status, want) {
 			t.Errorf("status lacks %q", want)
 		}
