@@ -38,12 +38,6 @@ var retentionDefaults = map[string]any{
 	"retention.batch":              5000,
 }
 
-// Enabled reports whether any history table is pruned row by row (partitions are history's;
-// the outbox is always bounded).
-func (c RetentionConfig) Enabled() bool {
-	return c.Interest > 0 || c.CandlesHourly > 0 || c.CandlesDaily > 0
-}
-
 // validate checks the ages against what popularity reads: recent snapshots and sales
 // (catalog.signal_window), and the last sale and interest event of an item, which decide when
 // it goes dormant (catalog.dormant_after).

@@ -63,8 +63,8 @@ type table struct {
 	batch              func(Config) int // nil: retention.batch
 }
 
-// The outbox comes first: it is what grows without bound when nothing prunes it.
-
+// tables are pruned in this order; the outbox first, as what grows without bound when nothing
+// prunes it (every snapshot adds an event, Kafka or not).
 var tables = []table{
 	{name: "published outbox rows", deleteOldest: outbox.PruneSQL,
 		age: func(c Config) time.Duration { return c.OutboxRetention }, into: func(r *Result) *int64 { return &r.OutboxPublished },

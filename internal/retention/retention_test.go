@@ -64,8 +64,8 @@ func TestPruneDeletesOnlyRowsPastTheirAge(t *testing.T) {
 // The ages must leave popularity the history it reads.
 func TestRetentionConfigKeepsWhatPopularityReads(t *testing.T) {
 	cfg := config.Default()
-	if cfg.Retention.Enabled() {
-		t.Fatal("history is pruned by default")
+	if r := cfg.Retention; r.Snapshots != 0 || r.Sales != 0 || r.Interest != 0 || r.CandlesHourly != 0 || r.CandlesDaily != 0 {
+		t.Fatalf("history is pruned by default: %+v", r)
 	}
 	cfg.Retention.Snapshots = time.Hour     // under catalog.signal_window (24h)
 	cfg.Retention.Interest = 24 * time.Hour // under catalog.dormant_after (72h)
