@@ -172,12 +172,14 @@ func pruneBatch(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration
 
 // PruneSQL deletes up to $2 published rows created more than $1 seconds ago (the relay, and
 // internal/retention for daemons and cron jobs that run none).
+//
+// = ANY (ARRAY(…)), not IN (…): the planner hashes an IN list and scans the whole outbox for it.
 const PruneSQL = `
-DELETE FROM outbox WHERE id IN (
+DELETE FROM outbox WHERE id = ANY (ARRAY(
     SELECT o.id FROM outbox o
     WHERE o.created_at < now() - $1::float8 * interval '1 second' AND o.failed_at IS NULL
       AND NOT EXISTS (SELECT FROM outbox_pending p WHERE p.id = o.id)
-    LIMIT $2)`
+    LIMIT $2))`
 
 // ExpireSQL drops unpublished rows (pending or failed) created more than $1 seconds ago, with
 // their outbox_pending entries, among the $2 oldest unpublished rows (internal/retention,
@@ -185,7 +187,9 @@ DELETE FROM outbox WHERE id IN (
 //
 // Candidates are the $2 lowest ids in outbox_pending and outbox_failed_idx: ids follow
 // created_at but for a write-back's few seconds, so fewer than $2 dropped means the old ones
-// are done, and the statement reads $2 rows however long the backlog, never the whole of it.
+// are done, and the statement reads $2 rows however long the backlog, never the whole of it
+// (= ANY (ARRAY(…)) keeps the deletes on the primary keys: a join with the CTEs is planned as
+// a scan of the whole table).
 //
 // A relay may be publishing the same lane. Every lock is taken with SKIP LOCKED before
 // anything is deleted, so the statement never waits: a row whose outbox row or pending entry
@@ -211,9 +215,10 @@ WITH oldest AS MATERIALIZED (
     SELECT p.id FROM outbox_pending p WHERE p.id IN (SELECT id FROM expired)
     FOR UPDATE SKIP LOCKED),
      unpending AS (
-    DELETE FROM outbox_pending p USING entries e WHERE p.id = e.id RETURNING p.id)
-DELETE FROM outbox o USING expired e
-WHERE o.id = e.id AND (o.failed_at IS NOT NULL OR o.id IN (SELECT id FROM unpending))`
+    DELETE FROM outbox_pending WHERE id = ANY (ARRAY(SELECT id FROM entries)) RETURNING id)
+DELETE FROM outbox o
+WHERE o.id = ANY (ARRAY(SELECT id FROM expired))
+  AND (o.failed_at IS NOT NULL OR o.id IN (SELECT id FROM unpending))`
 
 // recordStop notes a relay's stop for collector status until clearStops, when one works again.
 func recordStop(ctx context.Context, pool *pgxpool.Pool, owner, reason string) error {
