@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/retention"
 )
@@ -12,20 +12,19 @@ import (
 func newPruneCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "prune",
-		Short: "Drop history past its retention: whole snapshot and sales partitions, old interest events and candles",
+		Short: "Drop history past its retention: whole snapshot and sales partitions, old outbox events, interest events and candles",
 		Long: `Drops the auction_snapshots and auction_sales partitions whose whole range is older than
 retention.snapshots / retention.sales (what collector partitions does, creating the partitions
-ahead as well), then deletes interest events and price candles older than retention.interest,
-retention.candles_hourly and retention.candles_daily, oldest first, retention.batch rows per
-statement. 0 keeps a table's rows. The daemon does the same (partitions every
-history.maintenance_interval, rows every retention.interval); this one-shot is for cron-only
-setups. The outbox has its own: collector outbox prune.`,
+ahead as well), then deletes published outbox events older than kafka.outbox_retention,
+unpublished ones (pending or failed) older than retention.outbox_unpublished (their snapshots
+stay), and interest events and price candles older than retention.interest,
+retention.candles_hourly and retention.candles_daily, oldest first, in short statements
+(kafka.prune_batch outbox rows, retention.batch other rows each). 0 keeps a table's rows. The
+daemon does the same (partitions every history.maintenance_interval, rows every
+retention.interval); this one-shot is for cron-only setups, and bounds the outbox where no
+relay runs.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			cfg := a.cfg.Retention
-			if !cfg.Enabled() && cfg.Snapshots == 0 && cfg.Sales == 0 {
-				return errors.New("nothing to prune: retention.snapshots, retention.sales, retention.interest and retention.candles_* are all 0 (keep); set one (or --snapshots, --sales, --interest)")
-			}
 			pool, states, err := a.keepPartitions(ctx)
 			for _, st := range states {
 				a.printf("%s: dropped %d partitions\n", st.Table, len(st.Dropped))
@@ -33,8 +32,14 @@ setups. The outbox has its own: collector outbox prune.`,
 			if err != nil {
 				return err
 			}
+			cfg := retention.FromConfig(a.cfg)
 			res, err := retention.Prune(ctx, pool, cfg, 0)
-			a.printf("deleted %d interest events, %d hourly candles, %d daily candles\n", res.Interest, res.CandlesHourly, res.CandlesDaily)
+			if res.OutboxExpired > 0 {
+				a.log.Warn("dropped unpublished outbox events past retention.outbox_unpublished; their snapshots stay in auction_snapshots",
+					zap.Int64("expired", res.OutboxExpired), zap.Duration("older_than_seconds", cfg.OutboxUnpublished))
+			}
+			a.printf("deleted %d published and %d unpublished (expired) outbox events, %d interest events, %d hourly candles, %d daily candles\n",
+				res.OutboxPublished, res.OutboxExpired, res.Interest, res.CandlesHourly, res.CandlesDaily)
 			return err
 		}),
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
-// prune drops sales partitions past the age it is given; with none set it says which keys to
-// set and deletes nothing; an age popularity would miss names the key.
+// prune drops sales partitions past the age it is given; with none set it still bounds the
+// outbox and keeps the history; an age popularity would miss names the key.
 func TestPruneCommand(t *testing.T) {
 	pool, db := storetest.NewPool(t)
 	t.Setenv("COLLECTOR_CONFIG", "")
@@ -44,15 +44,30 @@ func TestPruneCommand(t *testing.T) {
 		return n
 	}
 
-	if _, _, err := runCollector(t, "prune", "--database-url", db); err == nil || !strings.Contains(err.Error(), "retention.sales") || sales() != 10 {
-		t.Fatalf("prune with no ages: %v, %d sales left", err, sales())
+	// With no history age set it still bounds the outbox (cron, no relay): an 8-day-old
+	// published and pending event go, the pending one counted as expired; the sales stay.
+	if _, err := pool.Exec(ctx, `
+		WITH o AS (
+		    INSERT INTO outbox (event_type, item_id, snapshot_id, payload, created_at)
+		    SELECT 'test', 'item-1', -g, '{}', now() - interval '8 days' FROM generate_series(1, 2) g
+		    RETURNING id, lane, snapshot_id)
+		INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o WHERE snapshot_id = -1`); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCollector(t, "prune", "--database-url", db)
+	var outbox int
+	if qerr := pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&outbox); qerr != nil {
+		t.Fatal(qerr)
+	}
+	if err != nil || !strings.Contains(out, "deleted 1 published and 1 unpublished (expired) outbox events") || outbox != 0 || sales() != 10 {
+		t.Fatalf("prune with no ages: %q %v, %d outbox rows and %d sales left", out, err, outbox, sales())
 	}
 	if _, _, err := runCollector(t, "prune", "--database-url", db, "--sales", "1h"); err == nil || !strings.Contains(err.Error(), "retention.sales") {
 		t.Fatalf("prune --sales 1h (under catalog.dormant_after): %v", err)
 	}
 	// The days wholly older than 180h (7.5 days) go: the sales of 9 and 10 days ago surely,
 	// that of 8 days ago when its day ended before; the 7 younger ones stay.
-	out, _, err := runCollector(t, "prune", "--database-url", db, "--sales", "180h")
+	out, _, err = runCollector(t, "prune", "--database-url", db, "--sales", "180h")
 	if err != nil || !strings.Contains(out, "auction_sales: dropped") {
 		t.Fatalf("prune --sales 180h: %q %v", out, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/retention"
 )
 
 func newRunCmd(a *app) *cobra.Command {
@@ -86,7 +87,7 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 		Daemon:     a.cfg.Daemon,
 		Dispatch:   dispatcher.FromConfig(a.cfg),
 		Catalog:    a.cfg.Catalog,
-		Retention:  a.cfg.Retention,
+		Retention:  retention.FromConfig(a.cfg),
 		History:    a.cfg.History,
 		DirectPool: direct,
 		Relay:      relay,

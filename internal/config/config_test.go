@@ -100,6 +100,7 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"retention:\n  sales: 1h\n", "retention.sales"},
 		{"retention:\n  candles_hourly: 1m\n", "retention.candles_hourly"},
 		{"retention:\n  candles_daily: 1h\n", "retention.candles_daily"},
+		{"retention:\n  outbox_unpublished: 30m\n", "retention.outbox_unpublished"}, // under 1h
 	} {
 		_, err := Load(Options{File: writeFile(t, tc.yaml)})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

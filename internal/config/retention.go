@@ -18,24 +18,24 @@ type RetentionConfig struct {
 	Interest      time.Duration `mapstructure:"interest"`
 	CandlesHourly time.Duration `mapstructure:"candles_hourly"`
 	CandlesDaily  time.Duration `mapstructure:"candles_daily"`
+	// OutboxUnpublished: outbox events still pending or failed this long after they were
+	// written are dropped, as Kafka's retention.ms drops unconsumed messages (0 = kept until
+	// published; internal/retention). Their snapshots stay in auction_snapshots.
+	OutboxUnpublished time.Duration `mapstructure:"outbox_unpublished"`
 	// Interval is how often the daemon prunes; Batch how many rows one statement deletes.
 	Interval time.Duration `mapstructure:"interval"`
 	Batch    int           `mapstructure:"batch"`
 }
 
 var retentionDefaults = map[string]any{
-	"retention.snapshots":      "0s",
-	"retention.sales":          "0s",
-	"retention.interest":       "0s",
-	"retention.candles_hourly": "0s",
-	"retention.candles_daily":  "0s",
-	"retention.interval":       "10m",
-	"retention.batch":          5000,
-}
-
-// Enabled reports whether any table is pruned row by row (partitions are history's).
-func (c RetentionConfig) Enabled() bool {
-	return c.Interest > 0 || c.CandlesHourly > 0 || c.CandlesDaily > 0
+	"retention.snapshots":          "0s",
+	"retention.sales":              "0s",
+	"retention.interest":           "0s",
+	"retention.candles_hourly":     "0s",
+	"retention.candles_daily":      "0s",
+	"retention.outbox_unpublished": "168h",
+	"retention.interval":           "10m",
+	"retention.batch":              5000,
 }
 
 // validate checks the ages against what popularity reads: recent snapshots and sales
@@ -55,6 +55,7 @@ func (c RetentionConfig) validate(cat CatalogConfig, h HistoryConfig) error {
 		{"retention.interest", c.Interest, cat.DormantAfter, "catalog.dormant_after, which popularity reads"},
 		{"retention.candles_hourly", c.CandlesHourly, time.Hour, "one hour"},
 		{"retention.candles_daily", c.CandlesDaily, 24 * time.Hour, "one day"},
+		{"retention.outbox_unpublished", c.OutboxUnpublished, time.Hour, "one hour: a relay down for a moment must not lose events"},
 	} {
 		if d.v != 0 && (d.v < d.least || d.v > most) {
 			errs = append(errs, invalid(d.key, d.v, "must be 0 (keep) or between "+d.least.String()+" ("+d.why+") and 87600h"))

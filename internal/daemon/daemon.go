@@ -53,8 +53,9 @@ type Config struct {
 	Dispatch dispatcher.Config
 	// Catalog drives popularity recalculation; Catalog.RecalcInterval 0 = never.
 	Catalog config.CatalogConfig
-	// Retention deletes interest events and candles every Retention.Interval when an age is set.
-	Retention config.RetentionConfig
+	// Retention deletes outbox rows, and interest events and candles when an age is set, every
+	// Retention.Interval (retention.FromConfig).
+	Retention retention.Config
 	// History is history.*: partitions are kept every History.MaintenanceInterval, as
 	// Dispatch.Partitions says.
 	History config.HistoryConfig
@@ -106,8 +107,8 @@ type Daemon struct {
 	writes  *store.WriteHealth // whether the database takes our writes: /readyz, metrics
 
 	collect   *collectService
-	plan      *planService      // nil when catalog.recalc_interval is 0
-	retention *retentionService // nil when no retention age is set
+	plan      *planService // nil when catalog.recalc_interval is 0
+	retention *retentionService
 	parts     *partitionService
 	gauges    *gaugeService
 }
@@ -202,10 +203,9 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 			return nil, err
 		}
 	}
-	if cfg.Retention.Enabled() {
-		if d.retention, err = newRetentionService(retentionConfig{Retention: cfg.Retention, Pruned: &d.cfg.signals.pruned}, pool, d.metrics, log); err != nil {
-			return nil, err
-		}
+	// Always: the outbox grows by an event per snapshot whether or not a relay publishes it.
+	if d.retention, err = newRetentionService(retentionConfig{Retention: cfg.Retention, Pruned: &d.cfg.signals.pruned}, pool, d.metrics, log); err != nil {
+		return nil, err
 	}
 
 	parts, err := partition.New(pool, cfg.DirectPool, cfg.Dispatch.Partitions)
@@ -306,9 +306,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.plan != nil {
 		start(d.plan.Start)
 	}
-	if d.retention != nil {
-		start(d.retention.Start)
-	}
+	start(d.retention.Start)
 	start(d.parts.Start)
 	var srv *http.Server
 	if d.ln != nil {

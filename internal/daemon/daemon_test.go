@@ -15,6 +15,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/retention"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -289,7 +290,7 @@ func TestPrunesInterestPastItsAge(t *testing.T) {
 		SELECT 'item-1', 'view', now() - g * interval '1 hour' FROM generate_series(1, 250) g`); err != nil {
 		t.Fatal(err)
 	}
-	rc := config.Default().Retention
+	rc := retention.FromConfig(config.Default())
 	rc.Interest, rc.Batch = 100*time.Hour+30*time.Minute, 40
 	s, err := newRetentionService(retentionConfig{Retention: rc}, e.pool, telemetry.NewMetrics(), zap.NewNop())
 	if err != nil {
@@ -307,24 +308,58 @@ func TestPrunesInterestPastItsAge(t *testing.T) {
 	}
 }
 
-// The daemon runs the retention service only when an age is set, every retention.interval.
-func TestDaemonPrunesOnlyWithAnAgeSet(t *testing.T) {
+// The daemon always runs the retention service (the outbox is bounded by default), and deletes
+// interest events only once retention.interest is set, every retention.interval.
+func TestDaemonPrunesInterestOnlyWithAnAgeSet(t *testing.T) {
 	e := newEnv(t, 1, neoplesim.Options{})
-	if _, err := e.pool.Exec(context.Background(), `
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `
 		INSERT INTO item_interest (item_id, kind, occurred_at)
 		SELECT 'item-1', 'view', now() - g * interval '1 hour' FROM generate_series(1, 3) g`); err != nil {
 		t.Fatal(err)
 	}
-	if d := e.build(t, testConfig(), nil); d.retention != nil {
-		t.Fatal("a retention service without any age set")
+	if res, err := e.build(t, testConfig(), nil).retention.runOnce(ctx); err != nil || res.Interest != 0 {
+		t.Fatalf("a turn without retention.interest: %+v %v", res, err)
 	}
 	cfg := testConfig()
-	cfg.Retention = config.Default().Retention
 	cfg.Retention.Interest, cfg.Retention.Interval = 90*time.Minute, 10*time.Millisecond
 	cfg.signals.pruned.Init(t)
 	e.start(t, cfg, nil)
 	if res := cfg.signals.pruned.Wait(t); res.Interest != 2 {
 		t.Fatalf("the first turn pruned %d interest events, want the 2 older than 90 minutes", res.Interest)
+	}
+}
+
+// A daemon with no kafka.brokers (no relay) still bounds the outbox: published rows past
+// kafka.outbox_retention go, unpublished ones past retention.outbox_unpublished are dropped
+// with their pending entries and counted in collector_outbox_expired_total.
+func TestDaemonWithoutKafkaBoundsTheOutbox(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	// 30 days old, by g % 3: failed, pending, published (negative snapshot ids: no real one's).
+	if _, err := e.pool.Exec(context.Background(), `
+		WITH o AS (
+		    INSERT INTO outbox (event_type, item_id, snapshot_id, payload, created_at, failed_at)
+		    SELECT 'test', 'old-' || g, -g, '{}', now() - interval '30 days', CASE WHEN g % 3 = 0 THEN now() END
+		    FROM generate_series(1, 9) g
+		    RETURNING id, lane, snapshot_id)
+		INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o WHERE -snapshot_id % 3 = 1`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Retention.Interval = 10 * time.Millisecond
+	cfg.signals.pruned.Init(t)
+	r := e.start(t, cfg, nil)
+	if res := cfg.signals.pruned.Wait(t); res.OutboxPublished != 3 || res.OutboxExpired != 6 {
+		t.Fatalf("the first turn deleted %d published and %d unpublished outbox rows, want 3 and 6", res.OutboxPublished, res.OutboxExpired)
+	}
+	if n := testutil.ToFloat64(r.d.Metrics().OutboxExpired); n != 6 {
+		t.Fatalf("collector_outbox_expired_total %v, want 6", n)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM outbox WHERE snapshot_id < 0`); n != 0 {
+		t.Fatalf("%d old outbox rows left", n)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM outbox_pending p WHERE NOT EXISTS (SELECT FROM outbox o WHERE o.id = p.id)`); n != 0 {
+		t.Fatalf("%d outbox_pending entries point at no outbox row", n)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/retention"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -103,9 +104,10 @@ func testConfig() Config {
 			History:    history.FromConfig(config.Default()),
 			Partitions: partition.FromConfig(config.Default()),
 		},
-		History:  config.Default().History,
-		Market:   config.WorkloadLimits{Rate: 100000, Burst: 10000, PerMinute: 100000000},
-		KeyLabel: budget.KeyLabel("market", marketKey),
+		History:   config.Default().History,
+		Retention: retention.FromConfig(config.Default()),
+		Market:    config.WorkloadLimits{Rate: 100000, Burst: 10000, PerMinute: 100000000},
+		KeyLabel:  budget.KeyLabel("market", marketKey),
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/retention"
 	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -26,13 +25,14 @@ const retentionBacklogWait = time.Second
 type retentionConfig struct {
 	// Retention is the ages to keep and the turn's size; Interval (> 0) is the pause between
 	// turns once nothing is left over.
-	Retention config.RetentionConfig
+	Retention retention.Config
 	// Pruned, when initialised (tests), hears every turn.
 	Pruned *testkit.Signal[retention.Result]
 }
 
-// retentionService deletes interest events and candles older than the configured ages
-// (snapshots and sales are partitioned: partitionService drops them).
+// retentionService deletes outbox rows, interest events and candles older than the configured
+// ages (snapshots and sales are partitioned: partitionService drops them). It runs on every
+// daemon, relay or not, so the outbox stays bounded without Kafka.
 type retentionService struct {
 	cfg     retentionConfig
 	pool    *pgxpool.Pool
@@ -76,9 +76,15 @@ func (s *retentionService) runOnce(ctx context.Context) (retention.Result, error
 	if err != nil {
 		return res, err
 	}
+	if res.OutboxExpired > 0 {
+		s.metrics.OutboxExpired.Add(float64(res.OutboxExpired))
+		s.log.Warn("dropped unpublished outbox events past retention.outbox_unpublished; their snapshots stay in auction_snapshots",
+			zap.Int64("expired", res.OutboxExpired), zap.Duration("older_than_seconds", s.cfg.Retention.OutboxUnpublished))
+	}
 	if res.Total() > 0 {
 		s.log.Info("pruned collected history", zap.Int64("interest", res.Interest),
-			zap.Int64("candles_hourly", res.CandlesHourly), zap.Int64("candles_daily", res.CandlesDaily), zap.Bool("more", res.More))
+			zap.Int64("candles_hourly", res.CandlesHourly), zap.Int64("candles_daily", res.CandlesDaily),
+			zap.Int64("outbox_published", res.OutboxPublished), zap.Int64("outbox_expired", res.OutboxExpired), zap.Bool("more", res.More))
 	}
 	s.cfg.Pruned.Signal(res)
 	return res, nil

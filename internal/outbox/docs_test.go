@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
@@ -158,6 +159,11 @@ func TestEventsDocMatchesRelay(t *testing.T) {
 	}
 	if ev.SchemaVersion != SchemaVersion {
 		t.Errorf("example schema_version %d", ev.SchemaVersion)
+	}
+	for _, want := range []string{fmt.Sprintf("| `schema_version`      | integer, `%d`", SchemaVersion), fmt.Sprintf("## Version %d\n", SchemaVersion)} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("docs/events.md lacks %q: the current version's row and what changed in it", want)
+		}
 	}
 	for _, h := range message(pendingRow{ItemID: "x"}, "s").Headers {
 		if !strings.Contains(doc, "`"+h.Key+"`") {

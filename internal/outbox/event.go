@@ -9,8 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// SchemaVersion is the version of the snapshot event's JSON value (docs/events.md).
-const SchemaVersion = 1
+// SchemaVersion is the version of the snapshot event's JSON value (docs/events.md). 2: events
+// only on first, change and heartbeat, with reason, previous_snapshot_at and unchanged_until.
+const SchemaVersion = 2
 
 // EventTypeSnapshot is the CloudEvents type of a snapshot event.
 const EventTypeSnapshot = "com.duecollector.auction.snapshot.v1"

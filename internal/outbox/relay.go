@@ -274,7 +274,8 @@ func (r *Relay) step(ctx context.Context) (int, error) {
 		r.recorded(rows, now)
 	}
 	if lost {
-		r.log.Warn("outbox rows not marked: their lanes went to another relay")
+		// Or retention.outbox_unpublished dropped them meanwhile (ExpireSQL): published once, gone.
+		r.log.Warn("outbox rows not marked: their lanes went to another relay, or they expired (retention.outbox_unpublished)")
 		_, _, err = r.lanes.renew(ctx, false) // forgets those lanes
 	}
 	return len(rows), errors.Join(perr, err)

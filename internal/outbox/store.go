@@ -163,17 +163,62 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, bat
 
 // pruneBatch is a short statement of its own, so that it never holds up the relay for long.
 func pruneBatch(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, batch int) (int64, error) {
-	tag, err := pool.Exec(ctx, `
-		DELETE FROM outbox WHERE id IN (
-		    SELECT o.id FROM outbox o
-		    WHERE o.created_at < now() - $1::interval AND o.failed_at IS NULL
-		      AND NOT EXISTS (SELECT FROM outbox_pending p WHERE p.id = o.id)
-		    LIMIT $2)`, olderThan, batch)
+	tag, err := pool.Exec(ctx, PruneSQL, olderThan.Seconds(), batch)
 	if err != nil {
 		return 0, fmt.Errorf("prune outbox rows created before %s ago: %w", olderThan, err)
 	}
 	return tag.RowsAffected(), nil
 }
+
+// PruneSQL deletes up to $2 published rows created more than $1 seconds ago (the relay, and
+// internal/retention for daemons and cron jobs that run none).
+//
+// = ANY (ARRAY(…)), not IN (…): the planner hashes an IN list and scans the whole outbox for it.
+const PruneSQL = `
+DELETE FROM outbox WHERE id = ANY (ARRAY(
+    SELECT o.id FROM outbox o
+    WHERE o.created_at < now() - $1::float8 * interval '1 second' AND o.failed_at IS NULL
+      AND NOT EXISTS (SELECT FROM outbox_pending p WHERE p.id = o.id)
+    LIMIT $2))`
+
+// ExpireSQL drops unpublished rows (pending or failed) created more than $1 seconds ago, with
+// their outbox_pending entries, among the $2 oldest unpublished rows (internal/retention,
+// retention.outbox_unpublished). Its command tag counts the outbox rows dropped.
+//
+// Candidates are the $2 lowest ids in outbox_pending and outbox_failed_idx: ids follow
+// created_at but for a write-back's few seconds, so fewer than $2 dropped means the old ones
+// are done, and the statement reads $2 rows however long the backlog, never the whole of it
+// (= ANY (ARRAY(…)) keeps the deletes on the primary keys: a join with the CTEs is planned as
+// a scan of the whole table).
+//
+// A relay may be publishing the same lane. Every lock is taken with SKIP LOCKED before
+// anything is deleted, so the statement never waits: a row whose outbox row or pending entry
+// a relay's markSettled holds is left for the next pass, and markSettled (which locks pending
+// entries, then outbox rows) can wait on it for one short statement but never deadlock with
+// it. An outbox row goes only when it is failed or its pending entry was deleted here, so no
+// entry is left pointing at nothing and no published row is dropped as unpublished. A relay
+// that read a row before it expired publishes it once and then finds its entry gone: markSettled
+// reports it unmarked (as for a lane it lost), which the relay logs and nothing retries: the
+// row is gone, so nothing reads it again and nothing is published twice. Consumers deduplicate
+// by event_id anyway, and the snapshot stays in auction_snapshots either way.
+const ExpireSQL = `
+WITH oldest AS MATERIALIZED (
+    (SELECT id FROM outbox_pending ORDER BY id LIMIT $2)
+    UNION ALL
+    (SELECT id FROM outbox WHERE failed_at IS NOT NULL ORDER BY id LIMIT $2)
+    ORDER BY id LIMIT $2),
+     expired AS MATERIALIZED (
+    SELECT o.id FROM outbox o
+    WHERE o.id IN (SELECT id FROM oldest) AND o.created_at < now() - $1::float8 * interval '1 second'
+    FOR UPDATE SKIP LOCKED),
+     entries AS MATERIALIZED (
+    SELECT p.id FROM outbox_pending p WHERE p.id IN (SELECT id FROM expired)
+    FOR UPDATE SKIP LOCKED),
+     unpending AS (
+    DELETE FROM outbox_pending WHERE id = ANY (ARRAY(SELECT id FROM entries)) RETURNING id)
+DELETE FROM outbox o
+WHERE o.id = ANY (ARRAY(SELECT id FROM expired))
+  AND (o.failed_at IS NOT NULL OR o.id IN (SELECT id FROM unpending))`
 
 // recordStop notes a relay's stop for collector status until clearStops, when one works again.
 func recordStop(ctx context.Context, pool *pgxpool.Pool, owner, reason string) error {

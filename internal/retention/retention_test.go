@@ -2,9 +2,13 @@ package retention
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -33,8 +37,9 @@ func TestPruneDeletesOnlyRowsPastTheirAge(t *testing.T) {
 		}
 		return n
 	}
-	cfg := config.Default().Retention
+	cfg := Config{RetentionConfig: config.Default().Retention}
 	cfg.Interest, cfg.CandlesHourly, cfg.Batch = 10*24*time.Hour+time.Hour, 20*24*time.Hour+time.Hour, 3
+	cfg.OutboxUnpublished = 0 // the outbox is empty here; its statements would count against the bound
 
 	// A bounded pass: 4 statements of 3 rows, all on interest (the first table).
 	res, err := Prune(ctx, pool, cfg, 4)
@@ -59,8 +64,8 @@ func TestPruneDeletesOnlyRowsPastTheirAge(t *testing.T) {
 // The ages must leave popularity the history it reads.
 func TestRetentionConfigKeepsWhatPopularityReads(t *testing.T) {
 	cfg := config.Default()
-	if cfg.Retention.Enabled() {
-		t.Fatal("history is pruned by default")
+	if r := cfg.Retention; r.Snapshots != 0 || r.Sales != 0 || r.Interest != 0 || r.CandlesHourly != 0 || r.CandlesDaily != 0 {
+		t.Fatalf("history is pruned by default: %+v", r)
 	}
 	cfg.Retention.Snapshots = time.Hour     // under catalog.signal_window (24h)
 	cfg.Retention.Interest = 24 * time.Hour // under catalog.dormant_after (72h)
@@ -71,6 +76,129 @@ func TestRetentionConfigKeepsWhatPopularityReads(t *testing.T) {
 	for _, want := range []string{"retention.snapshots", "COLLECTOR_RETENTION_SNAPSHOTS", "retention.interest", "catalog.dormant_after"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+// outboxRow is a group of outbox rows of one state and age.
+type outboxRow struct {
+	state string // published, pending, failed
+	age   time.Duration
+	n     int
+}
+
+// seedOutbox writes the rows oldest first, as write-backs do (ids follow created_at), each
+// pending one with its outbox_pending entry, as if no relay had ever run.
+func seedOutbox(t *testing.T, pool *pgxpool.Pool, rows []outboxRow) {
+	t.Helper()
+	ctx := context.Background()
+	snap := 0
+	for _, r := range rows {
+		for range r.n {
+			snap++
+			if _, err := pool.Exec(ctx, `
+				WITH o AS (
+				    INSERT INTO outbox (event_type, item_id, snapshot_id, payload, created_at, failed_at, attempts)
+				    VALUES ('test', $1 || '-' || $3::bigint, $3::bigint, '{}', now() - $2::interval,
+				            CASE WHEN $1 = 'failed' THEN now() END, CASE WHEN $1 = 'failed' THEN 1 ELSE 0 END)
+				    RETURNING id, lane)
+				INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o WHERE $1 = 'pending'`, r.state, r.age, snap); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// outboxStates counts the outbox's rows by state and age (older than cut or not), and the
+// pending entries that point at no outbox row.
+func outboxStates(t *testing.T, pool *pgxpool.Pool, cut time.Duration) (states map[string]int, orphans int) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `
+		SELECT state || CASE WHEN created_at < now() - $1::interval THEN ' old' ELSE ' new' END, count(*)
+		FROM outbox_events GROUP BY 1`, cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states = map[string]int{}
+	var k string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { states[k] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending p WHERE NOT EXISTS (SELECT FROM outbox o WHERE o.id = p.id)`).Scan(&orphans); err != nil {
+		t.Fatal(err)
+	}
+	return states, orphans
+}
+
+// With no relay anywhere, a pass bounds the outbox: published rows go after
+// kafka.outbox_retention, unpublished ones (pending or failed) after
+// retention.outbox_unpublished with their pending entries, newer ones stay, and no entry is
+// left pointing at nothing. A second pass finds nothing.
+func TestPruneBoundsTheOutboxWithoutARelay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	const day = 24 * time.Hour
+	seedOutbox(t, pool, []outboxRow{
+		{"published", 30 * day, 3}, {"pending", 10 * day, 3}, {"failed", 10 * day, 2},
+		{"published", 5 * day, 2}, {"pending", 5 * day, 2}, {"failed", 2 * time.Hour, 1},
+		{"published", time.Hour, 2}, {"pending", time.Hour, 3},
+	})
+	cfg := FromConfig(config.Default())
+	// Published rows kept 3 days, unpublished 7: a 5-day-old pending row outlives a published one.
+	cfg.OutboxRetention, cfg.OutboxUnpublished, cfg.OutboxBatch = 3*day, 7*day, 2
+
+	res, err := Prune(ctx, pool, cfg, 0)
+	if err != nil || res.OutboxPublished != 3+2 || res.OutboxExpired != 3+2 || res.More {
+		t.Fatalf("pass: %+v %v; want 5 published and 5 unpublished rows deleted", res, err)
+	}
+	states, orphans := outboxStates(t, pool, 3*day)
+	want := map[string]int{"published new": 2, "pending old": 2, "pending new": 3, "failed new": 1}
+	if !maps.Equal(states, want) || orphans != 0 {
+		t.Fatalf("left %v with %d orphan pending entries; want %v and none", states, orphans, want)
+	}
+	var pending int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending`).Scan(&pending); err != nil || pending != 5 {
+		t.Fatalf("%d outbox_pending entries (%v), want the 5 pending rows'", pending, err)
+	}
+	if res, err := Prune(ctx, pool, cfg, 0); err != nil || res.Total() != 0 {
+		t.Fatalf("second pass: %+v %v", res, err)
+	}
+}
+
+// retention.outbox_unpublished 0 keeps unpublished events until a relay publishes them, however
+// old; published ones still go.
+func TestOutboxUnpublishedZeroKeepsThemForEver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	seedOutbox(t, pool, []outboxRow{{"published", 400 * 24 * time.Hour, 2}, {"pending", 400 * 24 * time.Hour, 2}, {"failed", 400 * 24 * time.Hour, 1}})
+	cfg := FromConfig(config.Default())
+	cfg.OutboxUnpublished = 0
+	res, err := Prune(ctx, pool, cfg, 0)
+	if err != nil || res.OutboxPublished != 2 || res.OutboxExpired != 0 {
+		t.Fatalf("pass: %+v %v; want the 2 published rows deleted, nothing expired", res, err)
+	}
+	states, orphans := outboxStates(t, pool, 24*time.Hour)
+	if want := map[string]int{"pending old": 2, "failed old": 1}; !maps.Equal(states, want) || orphans != 0 {
+		t.Fatalf("left %v with %d orphans; want %v", states, orphans, want)
+	}
+}
+
+// Unpublished events are bounded by default, and an age too short to ride out a relay's
+// restart names the key and its environment variable.
+func TestOutboxUnpublishedIsBoundedByDefault(t *testing.T) {
+	cfg := config.Default()
+	if cfg.Retention.OutboxUnpublished != 7*24*time.Hour {
+		t.Fatalf("retention.outbox_unpublished defaults to %s, want 7 days", cfg.Retention.OutboxUnpublished)
+	}
+	cfg.Retention.OutboxUnpublished = 30 * time.Minute
+	err := cfg.Validate()
+	for _, want := range []string{"retention.outbox_unpublished", "COLLECTOR_RETENTION_OUTBOX_UNPUBLISHED", "30m"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
 		}
 	}
 }

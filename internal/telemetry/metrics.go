@@ -36,6 +36,7 @@ type Metrics struct {
 	OutboxBacklog     prometheus.Gauge
 	OutboxOldest      prometheus.Gauge       // seconds
 	PublishLatency    prometheus.Histogram   // seconds from outbox insert to published
+	OutboxExpired     prometheus.Counter     // unpublished events dropped past retention.outbox_unpublished
 	RelayUp           prometheus.Gauge       // 1 while the outbox relay can publish, 0 once it stopped for good; ExportRelay
 	RelayErrors       *prometheus.CounterVec // reason: topic | authorization | broker | database | panic | rejected
 	Passes            *prometheus.CounterVec // result: ok | paused | error
@@ -83,6 +84,7 @@ func NewMetrics() *Metrics {
 		OutboxBacklog:     f.gauge("collector_outbox_backlog", "Outbox events not yet published."),
 		OutboxOldest:      f.gauge("collector_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished outbox event."),
 		PublishLatency:    f.histogram("collector_outbox_publish_latency_seconds", "Time from an outbox event's insert to its acknowledged publish (database clock).", lagBuckets),
+		OutboxExpired:     f.counter("collector_outbox_expired_total", "Unpublished outbox events (pending or failed) dropped because they were older than retention.outbox_unpublished; their snapshots stay in auction_snapshots."),
 		RelayUp:           newRelayUp(),
 		RelayErrors:       f.counterVec("collector_relay_publish_errors_total", "Failed outbox relay attempts and events the broker rejected, by reason.", "reason"),
 		Passes:            f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
