@@ -96,7 +96,8 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"history:\n  partition_interval: 5h\n", "history.partition_interval"}, // does not divide a day
 		{"history:\n  partition_ahead: 1h\n", "history.partition_ahead"},       // under one partition
 		{"history:\n  maintenance_interval: 0s\n", "history.maintenance_interval"},
-		{"retention:\n  snapshots: 1h\n", "retention.snapshots"}, // under catalog.signal_window
+		{"retention:\n  snapshots: 1h\n", "retention.snapshots"},                            // under catalog.signal_window
+		{"history:\n  heartbeat: 48h\nretention:\n  snapshots: 36h\n", "history.heartbeat"}, // under the heartbeat
 		{"retention:\n  sales: 1h\n", "retention.sales"},
 		{"retention:\n  candles_hourly: 1m\n", "retention.candles_hourly"},
 		{"retention:\n  candles_daily: 1h\n", "retention.candles_daily"},

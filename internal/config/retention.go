@@ -50,7 +50,9 @@ func (c RetentionConfig) validate(cat CatalogConfig, h HistoryConfig) error {
 		least time.Duration
 		why   string
 	}{
-		{"retention.snapshots", c.Snapshots, max(cat.SignalWindow, h.PartitionInterval), "catalog.signal_window, which popularity reads, and history.partition_interval"},
+		// An unchanged item's latest snapshot is up to a heartbeat old: a shorter retention could
+		// drop the row its series still holds.
+		{"retention.snapshots", c.Snapshots, max(cat.SignalWindow, h.PartitionInterval, h.Heartbeat), "catalog.signal_window, which popularity reads, history.partition_interval and history.heartbeat"},
 		{"retention.sales", c.Sales, max(cat.SignalWindow, cat.DormantAfter, h.PartitionInterval), "catalog.signal_window and catalog.dormant_after, which popularity reads, and history.partition_interval"},
 		{"retention.interest", c.Interest, cat.DormantAfter, "catalog.dormant_after, which popularity reads"},
 		{"retention.candles_hourly", c.CandlesHourly, time.Hour, "one hour"},
