@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,7 +131,9 @@ func TestRetentionDropsWholePartitionsByTheirBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(states[0].Dropped) != 7 {
+	// The pass creates first (an archive below the oldest day too), so the archive goes with them.
+	days := slices.DeleteFunc(slices.Clone(states[0].Dropped), func(n string) bool { return strings.Contains(n, "_before_") })
+	if len(days) != 7 {
 		t.Fatalf("dropped %v, want the 7 partitions whose whole day is older than 3 days", states[0].Dropped)
 	}
 	var kept int
