@@ -129,6 +129,9 @@ func New(pool, direct *pgxpool.Pool, cfg Config) (*Partitions, error) {
 	return p, nil
 }
 
+// Config is the configuration p runs with, defaults filled.
+func (p *Partitions) Config() Config { return p.cfg }
+
 // TableState is one table after a pass.
 type TableState struct {
 	Table   string
