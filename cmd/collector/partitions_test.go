@@ -12,31 +12,6 @@ import (
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
-// oldDays replaces the history tables' partitions by one per day over the last ten days and
-// the next one, as a database kept without retention for a while has.
-func oldDays(t *testing.T, pool *pgxpool.Pool) {
-	t.Helper()
-	if _, err := pool.Exec(context.Background(), `
-		DO $$
-		DECLARE
-			r record;
-			today timestamptz := date_bin('1 day', now(), '2000-01-01 00:00:00+00');
-		BEGIN
-			FOR r IN SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-			         WHERE i.inhparent IN ('auction_snapshots'::regclass, 'auction_sales'::regclass) LOOP
-				EXECUTE format('DROP TABLE %I', r.relname);
-			END LOOP;
-			FOR d IN -10..0 LOOP
-				EXECUTE format('CREATE TABLE auction_snapshots_day%s PARTITION OF auction_snapshots FOR VALUES FROM (%L) TO (%L)',
-					d + 100, today + d * interval '1 day', today + (d + 1) * interval '1 day');
-				EXECUTE format('CREATE TABLE auction_sales_day%s PARTITION OF auction_sales FOR VALUES FROM (%L) TO (%L)',
-					d + 100, today + d * interval '1 day', today + (d + 1) * interval '1 day');
-			END LOOP;
-		END $$`); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // daysLeft counts the laid-out days (auction_*_dayN) still partitions of the table.
 func daysLeft(t *testing.T, pool *pgxpool.Pool, table string) int {
 	t.Helper()
@@ -56,7 +31,7 @@ func TestPartitionsCommand(t *testing.T) {
 	pool, db := storetest.NewPool(t)
 	t.Setenv("COLLECTOR_CONFIG", "")
 	t.Setenv("COLLECTOR_RETENTION_SNAPSHOTS", "72h")
-	oldDays(t, pool)
+	storetest.PartitionDays(t, pool, -10, 1, "auction_snapshots", "auction_sales")
 	out, errOut, err := runCollector(t, "partitions", "--database-url", db)
 	if err != nil {
 		t.Fatalf("partitions: %v\n%s%s", err, out, errOut)
@@ -94,7 +69,7 @@ func TestPartitionsAndPruneThroughPgBouncer(t *testing.T) {
 	t.Setenv("COLLECTOR_CONFIG", "")
 	t.Setenv("COLLECTOR_DATABASE_QUERY_EXEC_MODE", "simple_protocol")
 	t.Setenv("COLLECTOR_RETENTION_SNAPSHOTS", "72h")
-	oldDays(t, pool)
+	storetest.PartitionDays(t, pool, -10, 1, "auction_snapshots", "auction_sales")
 
 	t.Setenv("COLLECTOR_DATABASE_DIRECT_URL", "")
 	out, errOut, err := runCollector(t, "partitions", "--database-url", bouncer)
@@ -116,7 +91,7 @@ func TestPartitionsAndPruneThroughPgBouncer(t *testing.T) {
 		t.Fatalf("%d snapshot days left after partitions, want 4", n)
 	}
 
-	oldDays(t, pool)
+	storetest.PartitionDays(t, pool, -10, 1, "auction_snapshots", "auction_sales")
 	t.Setenv("COLLECTOR_RETENTION_SNAPSHOTS", "")
 	out, errOut, err = runCollector(t, "prune", "--database-url", bouncer, "--snapshots", "72h")
 	if err != nil || !strings.Contains(out, "auction_snapshots: dropped 8") {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
 // The partition gauges say how far ahead each table reaches and how old its oldest partition
@@ -19,25 +20,7 @@ import (
 func TestPartitionGaugesTellAheadAndRetentionBehind(t *testing.T) {
 	e := newEnv(t, 1, neoplesim.Options{})
 	ctx := context.Background()
-	var today time.Time
-	if _, err := e.pool.Exec(ctx, `
-		DO $$ DECLARE r record; today timestamptz := date_bin('1 day', now(), '2000-01-01 00:00:00+00'); BEGIN
-			FOR r IN SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-			         WHERE i.inhparent IN ('auction_snapshots'::regclass, 'auction_sales'::regclass) LOOP
-				EXECUTE format('DROP TABLE %I', r.relname);
-			END LOOP;
-			FOR d IN -10..0 LOOP
-				EXECUTE format('CREATE TABLE auction_snapshots_day%s PARTITION OF auction_snapshots FOR VALUES FROM (%L) TO (%L)',
-					d + 100, today + d * interval '1 day', today + (d + 1) * interval '1 day');
-				EXECUTE format('CREATE TABLE auction_sales_day%s PARTITION OF auction_sales FOR VALUES FROM (%L) TO (%L)',
-					d + 100, today + d * interval '1 day', today + (d + 1) * interval '1 day');
-			END LOOP;
-		END $$`); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.pool.QueryRow(ctx, `SELECT date_bin('1 day', now(), '2000-01-01 00:00:00+00')`).Scan(&today); err != nil {
-		t.Fatal(err)
-	}
+	today := storetest.PartitionDays(t, e.pool, -10, 1, partition.Snapshots, partition.Sales)
 	const retention = 3 * 24 * time.Hour
 	cfg := testConfig()
 	cfg.Dispatch.Partitions.DropLockTimeout = 100 * time.Millisecond

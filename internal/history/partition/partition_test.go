@@ -210,30 +210,6 @@ func TestRetentionDayAfterDayDropsOnlyThePastDays(t *testing.T) {
 	}
 }
 
-// layDays replaces table's partitions by one per day from `from` to `to` days from today
-// (exclusive), each with a row (snapshots) or none (sales), and returns today's midnight.
-func layDays(t *testing.T, pool *pgxpool.Pool, table string, from, to int) time.Time {
-	t.Helper()
-	ctx := context.Background()
-	for _, b := range bounds(t, pool, table) {
-		if _, err := pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{b.name}.Sanitize()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var today time.Time
-	if err := pool.QueryRow(ctx, `SELECT date_bin('1 day', now(), '2000-01-01 00:00:00+00')`).Scan(&today); err != nil {
-		t.Fatal(err)
-	}
-	for d := from; d < to; d++ {
-		if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
-			pgx.Identifier{fmt.Sprintf("%s_day%d", table, d+100)}.Sanitize(), table,
-			today.AddDate(0, 0, d).Format(time.RFC3339), today.AddDate(0, 0, d+1).Format(time.RFC3339))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return today
-}
-
 func names(bs []bound) []string {
 	var out []string
 	for _, b := range bs {
@@ -247,8 +223,8 @@ func names(bs []bound) []string {
 func TestTwoDropPassesAtOnceOneSkipsAndTheDaysGoOnce(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
-	layDays(t, pool, partition.Snapshots, -10, 1)
-	layDays(t, pool, partition.Sales, -10, 1)
+	storetest.PartitionDays(t, pool, -10, 1, partition.Snapshots)
+	storetest.PartitionDays(t, pool, -10, 1, partition.Sales)
 	first := upkeep(t, pool, 3*24*time.Hour)
 	locked, release := make(chan struct{}), make(chan struct{})
 	partition.WhileDropLocked(first, func() { close(locked); <-release })
@@ -317,8 +293,8 @@ func TestTwoDropPassesAtOnceOneSkipsAndTheDaysGoOnce(t *testing.T) {
 func TestCreationAndTheOtherTableGoOnWhenADropFails(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
-	layDays(t, pool, partition.Snapshots, -10, 1)
-	layDays(t, pool, partition.Sales, -10, 1)
+	storetest.PartitionDays(t, pool, -10, 1, partition.Snapshots)
+	storetest.PartitionDays(t, pool, -10, 1, partition.Sales)
 	cfg := partition.Config{Interval: 24 * time.Hour, Ahead: 7 * 24 * time.Hour, DropLockTimeout: 100 * time.Millisecond,
 		Tables: []partition.Table{{Name: partition.Snapshots, Retention: 3 * 24 * time.Hour}, {Name: partition.Sales, Retention: 3 * 24 * time.Hour}}}
 	p, err := partition.New(pool, pool, cfg)
@@ -364,7 +340,7 @@ func TestCreationAndTheOtherTableGoOnWhenADropFails(t *testing.T) {
 func TestCreatingPartitionsDoesNotWaitForAnOpenWrite(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
-	layDays(t, pool, partition.Snapshots, -1, 1)
+	storetest.PartitionDays(t, pool, -1, 1, partition.Snapshots)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -418,7 +394,7 @@ func TestDropsNeedASessionCreationDoesNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer direct.Close()
-	layDays(t, direct, partition.Snapshots, -10, 1)
+	storetest.PartitionDays(t, direct, -10, 1, partition.Snapshots)
 	states, err := upkeep(t, pooled, 3*24*time.Hour).RunOnce(ctx)
 	if !errors.Is(err, partition.ErrNoSession) || !strings.Contains(err.Error(), "database.direct_url") {
 		t.Fatalf("dropping with no session: %v, want ErrNoSession", err)
@@ -441,7 +417,7 @@ func TestDropsNeedASessionCreationDoesNot(t *testing.T) {
 func TestIsMissingReadsNoMessageText(t *testing.T) {
 	pool, db := storetest.NewPool(t)
 	ctx := context.Background()
-	layDays(t, pool, partition.Sales, 0, 1)
+	storetest.PartitionDays(t, pool, 0, 1, partition.Sales)
 	insert := func(q interface {
 		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 	}) error {
