@@ -49,7 +49,7 @@ const createLockTimeout = "5s"
 // ErrNoSession: retention drops need a session (a lock held across the two transactions of
 // DETACH … CONCURRENTLY), which a transaction-pooling PgBouncer does not keep.
 var ErrNoSession = errors.New("dropping partitions past retention needs a session, and the pool runs in the simple protocol " +
-	"(a transaction-pooling PgBouncer): set database.direct_url to PostgreSQL itself (docs/operations.md, \"Behind PgBouncer\"); " +
+	"(a transaction-pooling PgBouncer): set database.direct_url to PostgreSQL itself (docs/operations.md, \"Partitions and retention\"); " +
 	"partitions are still created ahead")
 
 // Config is history.partition_interval, history.partition_ahead and the tables'
