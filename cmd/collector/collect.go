@@ -43,6 +43,10 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 	}
 	dc := dispatcher.FromConfig(a.cfg)
 	dc.Owner, dc.MaxBatches, dc.Grace = owner, a.cfg.Collect.MaxBatches, a.cfg.Collect.ShutdownGrace
+	if dc.DirectPool, err = a.directPool(ctx, pool); err != nil {
+		stop()
+		return nil, nil, err
+	}
 	d, err = dispatcher.New(pool, fetch, dc, a.log)
 	if err != nil {
 		stop()

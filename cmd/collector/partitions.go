@@ -19,9 +19,11 @@ func newPartitionsCmd(a *app) *cobra.Command {
 		Long: `Keeps auction_snapshots and auction_sales partitioned: creates the partitions of the next
 history.partition_ahead (history.partition_interval each), and drops the partitions whose whole
 range is older than retention.snapshots / retention.sales (DETACH … CONCURRENTLY, then DROP;
-judged from the bounds in the catalog). The daemon does the same every
-history.maintenance_interval; run this from cron where no daemon runs, at least daily. Safe
-from several processes at once; behind PgBouncer it drops over database.direct_url.`,
+judged from the bounds in the catalog). Creation comes first, so a drop that fails or waits
+never holds it back. The daemon does the same every history.maintenance_interval; run this
+from cron where no daemon runs, at least daily. Safe from several processes at once (one drops,
+the others skip the drop). All partition DDL goes over database.direct_url when it is set;
+behind PgBouncer in transaction mode without it, partitions are created but not dropped.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			_, states, err := a.keepPartitions(ctx)
@@ -30,16 +32,21 @@ from several processes at once; behind PgBouncer it drops over database.direct_u
 				if !st.Oldest.IsZero() {
 					oldest = st.Oldest.UTC().Format(time.RFC3339)
 				}
-				a.printf("%s: %d partitions, ready %s ahead, oldest from %s; created %d, dropped %d\n",
-					st.Table, st.Partitions, st.Ahead.Round(time.Minute), oldest, len(st.Created), len(st.Dropped))
+				skipped := ""
+				if st.DropSkipped {
+					skipped = " (another instance is dropping)"
+				}
+				a.printf("%s: %d partitions, ready %s ahead, oldest from %s; created %d, dropped %d%s\n",
+					st.Table, st.Partitions, st.Ahead.Round(time.Minute), oldest, len(st.Created), len(st.Dropped), skipped)
 			}
 			return err
 		}),
 	}
 }
 
-// directPool is a small pool on database.direct_url for what needs PostgreSQL itself (DETACH …
-// CONCURRENTLY runs two transactions); pool when no direct URL is set.
+// directPool is a small pool on database.direct_url for what needs PostgreSQL itself: partition
+// DDL (a drop holds a session lock across DETACH … CONCURRENTLY's two transactions); pool when
+// no direct URL is set.
 func (a *app) directPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool, error) {
 	if a.cfg.Database.DirectURL == "" {
 		return pool, nil

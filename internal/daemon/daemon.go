@@ -59,8 +59,8 @@ type Config struct {
 	// History is history.*: partitions are kept every History.MaintenanceInterval, as
 	// Dispatch.Partitions says.
 	History config.HistoryConfig
-	// DirectPool reaches PostgreSQL itself (database.direct_url) for DETACH … CONCURRENTLY;
-	// nil = the pool.
+	// DirectPool reaches PostgreSQL itself (database.direct_url) for partition DDL (upkeep and
+	// the write path's); nil = the pool.
 	DirectPool *pgxpool.Pool
 	// Relay, when set, runs the outbox relay in follow mode (kafka.brokers configured).
 	Relay *outbox.RelayConfig
@@ -176,6 +176,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc.TopAhead = min(cfg.Daemon.ClaimHorizon, dispatcher.MaxAhead-time.Millisecond)
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	dc.WriteHealth = d.writes
+	dc.DirectPool = cfg.DirectPool
 	disp, err := dispatcher.New(pool, f, dc, log)
 	if err != nil {
 		return nil, err

@@ -33,6 +33,13 @@ func newPartitionService(cfg partitionConfig, parts *partition.Partitions, m *te
 	if cfg.Interval <= 0 {
 		return nil, fmt.Errorf("partitions: history.maintenance_interval %s must be > 0", cfg.Interval)
 	}
+	pc := parts.Config()
+	m.PartitionInterval.Set(pc.Interval.Seconds())
+	for _, t := range pc.Tables {
+		if t.Retention > 0 {
+			m.Retention.WithLabelValues(t.Name).Set(t.Retention.Seconds())
+		}
+	}
 	return &partitionService{cfg: cfg, parts: parts, metrics: m, log: log}, nil
 }
 
@@ -55,7 +62,8 @@ func (s *partitionService) Start(ctx context.Context) {
 }
 
 // runOnce creates the partitions ahead, drops those past retention and exports how far ahead
-// each table reaches and how old its oldest partition is.
+// each table reaches and how old its oldest partition is, also when a drop failed: that age
+// growing past the retention is what tells (CollectorHistoryRetentionBehind).
 func (s *partitionService) runOnce(ctx context.Context) ([]partition.TableState, error) {
 	states, err := s.parts.RunOnce(ctx)
 	for _, st := range states {

@@ -128,6 +128,8 @@ type Config struct {
 	// Partitions is how the write path creates a history partition its rows found missing
 	// (history.partition_interval, history.partition_ahead).
 	Partitions partition.Config
+	// DirectPool, when set, is database.direct_url: the write path creates partitions over it.
+	DirectPool *pgxpool.Pool
 	// WriteHealth, when set, hears the outcome of every claim and write-back: whether the
 	// database takes writes (store.RefusedCause), for /readyz and the metrics.
 	WriteHealth *store.WriteHealth
@@ -242,7 +244,7 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 	if cfg.Owner == "" {
 		cfg.Owner = OwnerString()
 	}
-	parts, err := partition.New(pool, pool, cfg.Partitions)
+	parts, err := partition.New(pool, cfg.DirectPool, cfg.Partitions)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher config: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
+	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -240,5 +243,37 @@ func TestChangeOnlySeriesThroughThePassEqualsEveryCollection(t *testing.T) {
 	written := count(t, envs["changes"].pool, `SELECT count(*) FROM auction_snapshots WHERE reason = 'change'`)
 	if diffs > 0 || written == 0 || written >= n*(passes-1) {
 		t.Fatalf("%d of %d points differ; %d change snapshots of %d later collections", diffs, n*passes, written, n*(passes-1))
+	}
+}
+
+// Upkeep stopped before midnight: yesterday's partitions are all there is, and one write-back
+// holds rows of both days: the snapshot collected now and a sale at 00:00:00 (today, no
+// partition), a sale at 23:59:30 (yesterday's). The write creates today's and stores them all.
+func TestAWriteStraddlingMidnightWithNoPartitionForTheNewDaySucceeds(t *testing.T) {
+	var sold string // set before the pass starts
+	e := setup(t, 1, tiers.Cold, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction-sold" {
+				_, _ = w.Write([]byte(strings.ReplaceAll(sold, `"itemId":"X"`, `"itemId":"`+r.URL.Query().Get("itemId")+`"`)))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	ctx := context.Background()
+	today := storetest.PartitionDays(t, e.pool, -1, 0, "auction_snapshots", "auction_sales")
+	row := func(at time.Time) string {
+		return `{"soldDate":"` + at.In(provider.KST).Format("2006-01-02 15:04:05") + `","itemId":"X","itemName":"n","count":1,"price":10,"unitPrice":10}`
+	}
+	sold = `{"rows":[` + row(today) + `,` + row(today.Add(-30*time.Second)) + `]}`
+	s, err := e.dispatcher(t, Config{}, nil).RunOnce(ctx)
+	if err != nil || s.Collected != 1 || s.Failed != 0 {
+		t.Fatalf("pass across midnight with no partition for today: %s %v", s, err)
+	}
+	if got := count(t, e.pool, `SELECT count(*) FROM auction_snapshots WHERE collected_at >= date_bin('1 day', now(), '2000-01-01 00:00:00+00')`); got != 1 {
+		t.Fatalf("%d snapshots stored today, want 1", got)
+	}
+	if y, all := count(t, e.pool, `SELECT count(*) FROM auction_sales_day99`), count(t, e.pool, `SELECT count(*) FROM auction_sales`); y != 1 || all != 2 {
+		t.Fatalf("%d sales in yesterday's partition of %d stored, want 1 of 2", y, all)
 	}
 }

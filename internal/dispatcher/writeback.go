@@ -203,12 +203,16 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 		w.d.cfg.WriteHealth.Observe(err)
 		if partition.IsMissing(err) && attempt < writeAttempts {
 			// Partition upkeep stopped across a boundary: create what the rows need and write again.
-			if perr := w.d.partitions.EnsureCovering(ctx, collectedTimes(buf)); perr != nil {
+			perr := w.d.partitions.EnsureCovering(ctx, collectedTimes(buf))
+			if perr == nil {
+				w.d.log.Warn("write-back found no history partition for its rows; created it (is partition upkeep running?)",
+					zap.Int("items", len(buf)))
+				continue
+			}
+			if !store.Transient(perr) {
 				return ws, errors.Join(err, perr)
 			}
-			w.d.log.Warn("write-back found no history partition for its rows; created it (is partition upkeep running?)",
-				zap.Int("items", len(buf)))
-			continue
+			err = perr // another DDL held the parent past the lock timeout: back off and try again
 		}
 		if err == nil {
 			return ws, nil

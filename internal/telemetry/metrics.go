@@ -49,6 +49,8 @@ type Metrics struct {
 	Unchanged         prometheus.Counter     // collections that saw the market unchanged and wrote no snapshot
 	PartitionsAhead   *prometheus.GaugeVec   // table: seconds past now the table's partitions reach
 	OldestPartition   *prometheus.GaugeVec   // table: age of the oldest partition's lower bound
+	Retention         *prometheus.GaugeVec   // table: retention.snapshots / retention.sales, tables with one only
+	PartitionInterval prometheus.Gauge       // history.partition_interval
 	DatabaseWritable  prometheus.Gauge       // 1 while the database takes this instance's writes
 	WriteRefused      *prometheus.GaugeVec   // cause: 1 for why writes are refused (store.WriteCauses), else 0
 }
@@ -96,6 +98,8 @@ func NewMetrics() *Metrics {
 		Unchanged:         f.counter("collector_collections_unchanged_total", "Collections that saw the item's market unchanged and wrote no snapshot (history.mode changes)."),
 		PartitionsAhead:   f.gaugeVec("collector_history_partitions_ahead_seconds", "How far past now the history table's partitions reach.", "table"),
 		OldestPartition:   f.gaugeVec("collector_history_oldest_partition_age_seconds", "Age of the lower bound of the history table's oldest partition past the archive: the history kept.", "table"),
+		Retention:         f.gaugeVec("collector_history_retention_seconds", "The history table's retention (retention.snapshots, retention.sales); only tables with one export it. The oldest partition's age stays under it plus a partition interval while drops work.", "table"),
+		PartitionInterval: f.gauge("collector_history_partition_interval_seconds", "The time range of one history partition (history.partition_interval)."),
 		DatabaseWritable:  f.gauge("collector_database_writable", "1 while the database takes this instance's writes; 0 while it refuses them (read-only, standby, disk full, shutting down, unreachable; see collector_database_write_refused and /readyz)."),
 		WriteRefused:      f.gaugeVec("collector_database_write_refused", "1 for the cause the database refuses this instance's writes for (read_only, standby, disk_full, insufficient_resources, shutting_down, unreachable), 0 for the others.", "cause"),
 		CostRatio:         f.gauge("collector_collection_cost_ratio", "Provider calls this instance made ÷ what the tier plan counted its collections as costing (smoothed, at least 1); the daemon plans within the budget divided by it."),

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,13 +27,30 @@ const (
 	Sales     = "auction_sales"
 )
 
-// Any fixed numbers. Creating takes a transaction-level lock, so it works through PgBouncer
-// and from the write path; dropping holds a session lock on a direct connection across the
-// two transactions of DETACH … CONCURRENTLY.
+// The advisory lock keys. Creating takes a transaction-level lock, so it works through
+// PgBouncer and from the write path; dropping holds a session lock on one direct connection
+// across the two transactions of DETACH … CONCURRENTLY.
 const (
 	createLockKey = 7_305_118_220_501
 	dropLockKey   = 7_305_118_220_502
 )
+
+// The drop pass's limits on its connection: a long transaction on the parent makes DETACH …
+// CONCURRENTLY give up (left pending, it is finished the next pass) instead of stalling upkeep.
+const (
+	DropLockTimeoutDefault      = time.Minute
+	DropStatementTimeoutDefault = 10 * time.Minute
+)
+
+// createLockTimeout bounds a creation's wait for the parent (ATTACH takes SHARE UPDATE
+// EXCLUSIVE, which only other DDL holds); the next pass retries, well before the ahead runs out.
+const createLockTimeout = "5s"
+
+// ErrNoSession: retention drops need a session (a lock held across the two transactions of
+// DETACH … CONCURRENTLY), which a transaction-pooling PgBouncer does not keep.
+var ErrNoSession = errors.New("dropping partitions past retention needs a session, and the pool runs in the simple protocol " +
+	"(a transaction-pooling PgBouncer): set database.direct_url to PostgreSQL itself (docs/operations.md, \"Partitions and retention\"); " +
+	"partitions are still created ahead")
 
 // Config is history.partition_interval, history.partition_ahead and the tables'
 // retention.
@@ -42,6 +58,12 @@ type Config struct {
 	Interval time.Duration
 	Ahead    time.Duration
 	Tables   []Table
+	// DropLockTimeout bounds each lock wait of the drop pass (lock_timeout); 0 =
+	// DropLockTimeoutDefault.
+	DropLockTimeout time.Duration
+	// DropStatementTimeout bounds each statement of the drop pass (statement_timeout); 0 =
+	// DropStatementTimeoutDefault.
+	DropStatementTimeout time.Duration
 }
 
 // FromConfig is the history tables' partitioning as configured (history.partition_*), with
@@ -60,6 +82,9 @@ func (c Config) Validate() error {
 	if c.Interval < time.Hour {
 		errs = append(errs, fmt.Errorf("partition interval %v: must be >= 1h", c.Interval))
 	}
+	if c.DropLockTimeout < 0 || c.DropStatementTimeout < 0 {
+		errs = append(errs, fmt.Errorf("drop timeouts %v, %v: must be >= 0", c.DropLockTimeout, c.DropStatementTimeout))
+	}
 	if c.Ahead < c.Interval {
 		errs = append(errs, fmt.Errorf("partitions ahead %v: must be >= the interval %v", c.Ahead, c.Interval))
 	}
@@ -73,58 +98,77 @@ func (c Config) Validate() error {
 
 // Partitions keeps the history tables partitioned: created ahead, dropped past retention.
 type Partitions struct {
-	pool   *pgxpool.Pool // creating: a transaction, fine behind PgBouncer
-	direct *pgxpool.Pool // dropping: a session (database.direct_url)
-	cfg    Config
+	pool *pgxpool.Pool // reads
+	ddl  *pgxpool.Pool // creating, detaching, dropping: database.direct_url when set, else pool
+	// session: ddl keeps one server session per connection (not a transaction-pooling
+	// PgBouncer), as the drop pass's lock needs.
+	session bool
+	cfg     Config
+	// lockedForDrop, when set (tests), runs while the drop pass holds its lock.
+	lockedForDrop func()
 }
 
-// New validates cfg. direct may be pool when no pooler stands between.
+// New validates cfg. direct is the pool on database.direct_url: nil (or pool) when none is
+// set, and then DDL goes over pool, dropping only when pool is not behind a transaction pooler
+// (it does not run in the simple protocol).
 func New(pool, direct *pgxpool.Pool, cfg Config) (*Partitions, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("history partitions: %w", err)
 	}
-	if direct == nil {
-		direct = pool
+	if cfg.DropLockTimeout == 0 {
+		cfg.DropLockTimeout = DropLockTimeoutDefault
 	}
-	return &Partitions{pool: pool, direct: direct, cfg: cfg}, nil
+	if cfg.DropStatementTimeout == 0 {
+		cfg.DropStatementTimeout = DropStatementTimeoutDefault
+	}
+	p := &Partitions{pool: pool, ddl: direct, session: true, cfg: cfg}
+	if direct == nil || direct == pool {
+		p.ddl = pool
+		p.session = pool.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol
+	}
+	return p, nil
 }
+
+// Config is the configuration p runs with, defaults filled.
+func (p *Partitions) Config() Config { return p.cfg }
 
 // TableState is one table after a pass.
 type TableState struct {
-	Table      string
-	Created    []string
-	Dropped    []string
-	Partitions int
+	Table   string
+	Created []string
+	Dropped []string
+	// DropSkipped: another instance was dropping past retention; this pass left it to it.
+	DropSkipped bool
+	Partitions  int
 	// Ahead is how far past now writes have a partition; Oldest is the lower bound of the
 	// oldest partition past the archive (zero when there is none).
 	Ahead  time.Duration
 	Oldest time.Time
 }
 
-// RunOnce drops the partitions past retention, then creates what is missing up to
-// Ahead past now, for every table. Several instances may run it at once.
+// RunOnce creates what is missing up to Ahead past now, then drops the partitions past
+// retention, for every table: a drop that fails or waits never holds creation back, and one
+// table's failure does not skip the other's work. Several instances may run it at once.
 func (p *Partitions) RunOnce(ctx context.Context) ([]TableState, error) {
-	var out []TableState
-	for _, t := range p.cfg.Tables {
-		st := TableState{Table: t.Name}
-		if t.Retention > 0 {
-			dropped, err := p.dropPast(ctx, t)
-			st.Dropped = dropped
-			if err != nil {
-				return out, err
-			}
-		}
-		created, err := p.create(ctx, p.pool, t.Name, p.cfg.Ahead, time.Time{})
-		st.Created = created
-		if err != nil {
-			return out, err
-		}
-		if err := p.describe(ctx, &st); err != nil {
-			return out, err
-		}
-		out = append(out, st)
+	states := make([]TableState, len(p.cfg.Tables))
+	var errs []error
+	for i, t := range p.cfg.Tables {
+		states[i].Table = t.Name
+		created, err := p.create(ctx, t.Name, p.cfg.Ahead, time.Time{})
+		states[i].Created = created
+		errs = append(errs, err)
 	}
-	return out, nil
+	errs = append(errs, p.dropPast(ctx, states))
+	for i := range states {
+		if len(states[i].Dropped) > 0 {
+			// The archive goes with the partitions dropped above it: recreate it below the new oldest.
+			created, err := p.create(ctx, states[i].Table, p.cfg.Ahead, time.Time{})
+			states[i].Created = append(states[i].Created, created...)
+			errs = append(errs, err)
+		}
+		errs = append(errs, p.describe(ctx, &states[i]))
+	}
+	return states, errors.Join(errs...)
 }
 
 // EnsureCovering creates, in every table, the partitions rows at the given times need: the
@@ -136,20 +180,25 @@ func (p *Partitions) EnsureCovering(ctx context.Context, times []time.Time) erro
 			latest = t
 		}
 	}
+	var errs []error
 	for _, t := range p.cfg.Tables {
-		if _, err := p.create(ctx, p.pool, t.Name, p.cfg.Ahead, latest); err != nil {
-			return err
-		}
+		_, err := p.create(ctx, t.Name, p.cfg.Ahead, latest)
+		errs = append(errs, err)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-func (p *Partitions) create(ctx context.Context, pool *pgxpool.Pool, table string, ahead time.Duration, atLeast time.Time) ([]string, error) {
+// create makes the table's partitions up to ahead past now (and past atLeast) as tables of
+// the parent's shape, then attaches them: ATTACH PARTITION takes SHARE UPDATE EXCLUSIVE on the
+// parent, so writers go on (CREATE TABLE … PARTITION OF would take ACCESS EXCLUSIVE). The
+// parent's keys and indexes are built on the empty table as it is attached. Creators serialise
+// on a transaction lock and each plans from the catalog after taking it, so a partition another
+// instance just made is simply already there.
+func (p *Partitions) create(ctx context.Context, table string, ahead time.Duration, atLeast time.Time) ([]string, error) {
 	var created []string
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// A partition is created under an ACCESS EXCLUSIVE lock on the parent; never queue
-		// writers behind it for long: the next pass retries, well before the ahead runs out.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1), set_config('lock_timeout', '5s', true)`, int64(createLockKey)); err != nil {
+	err := pgx.BeginFunc(ctx, p.ddl, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1), set_config('lock_timeout', $2, true)`,
+			int64(createLockKey), createLockTimeout); err != nil {
 			return err
 		}
 		parts, now, err := list(ctx, tx, table)
@@ -160,16 +209,21 @@ func (p *Partitions) create(ctx context.Context, pool *pgxpool.Pool, table strin
 		if atLeast.After(until) {
 			until = atLeast.Add(time.Nanosecond)
 		}
+		parent := pgx.Identifier{table}.Sanitize()
 		for _, r := range planCreate(parts, now, until, p.cfg.Interval) {
 			name := partitionName(table, r)
 			lower := "MINVALUE"
 			if r.Lower != nil {
 				lower = literal(*r.Lower)
 			}
-			stmt := fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM (%s) TO (%s)`,
-				pgx.Identifier{name}.Sanitize(), pgx.Identifier{table}.Sanitize(), lower, literal(r.Upper))
-			if _, err := tx.Exec(ctx, stmt); err != nil {
+			ident := pgx.Identifier{name}.Sanitize()
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION)`,
+				ident, parent)); err != nil {
 				return fmt.Errorf("create partition %s: %w", name, err)
+			}
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%s)`,
+				parent, ident, lower, literal(r.Upper))); err != nil {
+				return fmt.Errorf("attach partition %s: %w", name, err)
 			}
 			created = append(created, name)
 		}
@@ -181,21 +235,66 @@ func (p *Partitions) create(ctx context.Context, pool *pgxpool.Pool, table strin
 	return created, nil
 }
 
-// dropPast detaches (concurrently: writers are not blocked) and drops each partition whose
-// range is past the table's retention, judged from the bounds in the catalog.
-func (p *Partitions) dropPast(ctx context.Context, t Table) ([]string, error) {
-	conn, err := p.direct.Acquire(ctx)
+// dropPast drops, in every table with a retention, the partitions past it (states line up with
+// the configured tables). One instance at a time: the others skip the pass (DropSkipped). The
+// lock, the timeouts and every statement stay on one connection of the direct pool.
+func (p *Partitions) dropPast(ctx context.Context, states []TableState) error {
+	if !slices.ContainsFunc(p.cfg.Tables, func(t Table) bool { return t.Retention > 0 }) {
+		return nil
+	}
+	if !p.session {
+		return ErrNoSession
+	}
+	conn, err := p.ddl.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("drop %s partitions: %w", t.Name, err)
+		return fmt.Errorf("drop partitions: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(dropLockKey)); err != nil {
-		return nil, fmt.Errorf("drop %s partitions: lock: %w", t.Name, err)
+	var locked bool
+	var lockTimeout, stmtTimeout string
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1), current_setting('lock_timeout'), current_setting('statement_timeout')`,
+		int64(dropLockKey)).Scan(&locked, &lockTimeout, &stmtTimeout); err != nil {
+		return fmt.Errorf("drop partitions: lock: %w", err)
+	}
+	if !locked {
+		for i, t := range p.cfg.Tables {
+			states[i].DropSkipped = t.Retention > 0
+		}
+		return nil
 	}
 	defer func() {
-		// A lock left behind would stall the next pass; a broken connection frees it anyway.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(dropLockKey))
+		// Unlock and restore the session as it was; a lock left behind would lock every later
+		// pass out, so a session that cannot say it let go is closed, which frees the lock.
+		var unlocked bool
+		err := conn.QueryRow(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1), set_config('lock_timeout', $2, false), set_config('statement_timeout', $3, false)`,
+			int64(dropLockKey), lockTimeout, stmtTimeout).Scan(&unlocked, nil, nil)
+		if err != nil || !unlocked {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
 	}()
+	if _, err := conn.Exec(ctx, `SELECT set_config('lock_timeout', $1, false), set_config('statement_timeout', $2, false)`,
+		millis(p.cfg.DropLockTimeout), millis(p.cfg.DropStatementTimeout)); err != nil {
+		return fmt.Errorf("drop partitions: timeouts: %w", err)
+	}
+	if p.lockedForDrop != nil {
+		p.lockedForDrop()
+	}
+	var errs []error
+	for i, t := range p.cfg.Tables {
+		if t.Retention > 0 {
+			dropped, err := p.dropTable(ctx, conn, t)
+			states[i].Dropped = dropped
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func millis(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
+
+// dropTable detaches (concurrently: writers are not blocked) and drops each partition whose
+// range is past the table's retention, judged from the bounds in the catalog.
+func (p *Partitions) dropTable(ctx context.Context, conn *pgxpool.Conn, t Table) ([]string, error) {
 	parts, now, err := list(ctx, conn, t.Name)
 	if err != nil {
 		return nil, err
@@ -209,7 +308,7 @@ func (p *Partitions) dropPast(ctx context.Context, t Table) ([]string, error) {
 				return dropped, fmt.Errorf("finish detaching %s: %w", part.Name, err)
 			}
 			if _, err := conn.Exec(ctx, fmt.Sprintf(`DROP TABLE %s`, pgx.Identifier{part.Name}.Sanitize())); err != nil {
-				return dropped, fmt.Errorf("drop %s: %w", part.Name, err)
+				return dropped, fmt.Errorf("detached %s but could not drop it (drop it by hand): %w", part.Name, err)
 			}
 			dropped = append(dropped, part.Name)
 		}
@@ -236,7 +335,7 @@ func (p *Partitions) dropPast(ctx context.Context, t Table) ([]string, error) {
 			return dropped, fmt.Errorf("detach %s: %w", part.Name, err)
 		}
 		if _, err := conn.Exec(ctx, fmt.Sprintf(`DROP TABLE %s`, name)); err != nil {
-			return dropped, fmt.Errorf("drop %s: %w", part.Name, err)
+			return dropped, fmt.Errorf("detached %s but could not drop it (drop it by hand): %w", part.Name, err)
 		}
 		dropped = append(dropped, part.Name)
 	}
@@ -321,8 +420,12 @@ func stamp(t time.Time) string {
 	return s
 }
 
-// IsMissing reports whether err is an insert that found no partition for its row.
+// IsMissing reports whether err is an insert that found no partition for its row, from the
+// fields no lc_messages translates: a check_violation (23514) naming a partitioned history
+// table and no constraint (a CHECK or domain constraint names itself; a row that breaks a
+// partition's own bound names the partition).
 func IsMissing(err error) bool {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && pg.Code == "23514" && strings.Contains(pg.Message, "no partition of relation")
+	return errors.As(err, &pg) && pg.Code == "23514" && pg.ConstraintName == "" &&
+		(pg.TableName == Snapshots || pg.TableName == Sales)
 }

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -284,4 +286,40 @@ func Interests(tb testing.TB, db Execer, events ...Interest) {
 	timeCol(&s, "occurred_at", rows, func(r Interest) Time { return r.OccurredAt })
 	col(&s, "source", rows, func(r Interest) string { return r.Source })
 	s.exec(tb, db)
+}
+
+// PartitionDays replaces the partitions of each table (auction_snapshots, auction_sales) by one
+// per day from `from` to `to` days from today's UTC midnight (exclusive), named
+// <table>_day<d+100>, as a database kept without retention for a while has; it returns that
+// midnight.
+func PartitionDays(tb testing.TB, pool *pgxpool.Pool, from, to int, tables ...string) time.Time {
+	tb.Helper()
+	ctx := context.Background()
+	var today time.Time
+	if err := pool.QueryRow(ctx, `SELECT date_bin('1 day', now(), '2000-01-01 00:00:00+00')`).Scan(&today); err != nil {
+		tb.Fatal(err)
+	}
+	for _, table := range tables {
+		rows, err := pool.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass`, table)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		parts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, p := range parts {
+			if _, err := pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{p}.Sanitize()); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		for d := from; d < to; d++ {
+			if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+				pgx.Identifier{fmt.Sprintf("%s_day%d", table, d+100)}.Sanitize(), pgx.Identifier{table}.Sanitize(),
+				today.AddDate(0, 0, d).Format(time.RFC3339), today.AddDate(0, 0, d+1).Format(time.RFC3339))); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	return today
 }
