@@ -18,9 +18,9 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// histDaySize is the simulated day both history modes collect: the first items of the
-// realistic market, planned as the first of a catalog of planned items (the issue's 20,000 by
-// default), over passes histDayStep of simulated time apart.
+// histDaySize is the simulated day both history modes collect: items of the realistic market,
+// a sample of a catalog of planned items (the issue's 20,000 by default) collected at the tiers
+// planned for them, over passes histDayStep of simulated time apart.
 type histDaySize struct{ items, passes, planned int }
 
 const (
@@ -73,14 +73,7 @@ func historyDay(ctx context.Context, e *env, d histDaySize, rep *report) error {
 	if err != nil {
 		return err
 	}
-	m, err := market.New(market.Realistic, d.items, histDaySeed)
-	if err != nil {
-		return err
-	}
-	ids := make([]string, d.items)
-	for i, it := range m.Items() {
-		ids[i] = it.ItemID
-	}
+	ids := plan.sample(d.items)
 	due := daySchedule(ids, plan, d.passes)
 	var want int64
 	for _, p := range due {
@@ -105,8 +98,8 @@ func historyDay(ctx context.Context, e *env, d histDaySize, rep *report) error {
 	}
 	simulated := fmt.Sprintf("%g h", (time.Duration(d.passes) * histDayStep).Hours())
 	s := plan.summary
-	planned := fmt.Sprintf("the default budget plan: tierplan.ApplyBudget, as recalculate-popularity and `collector plan --apply` apply it under config.Default() (catalog.policy budget, provider.market %.0f req/s and %.0f/min less catalog.budget_headroom %.0f %% = %.0f req/s, collect.pack_* packing), over the realistic market's first %d items, each planned as the estimator knows it after a steady day at HOT_1M (its true rate of collections that see a change, listing changes and sales; its sales rate and order-book size) and scored as the freshness section scores it (sales, and views at its weight); planned demand %.1f req/s, %.2f requests a collection, tiers %s; the %d collected items are the first of them: %s",
-		plan.budget.PerSecond, plan.budget.PerMinute, plan.budget.Headroom*100, s.Limit, d.planned, s.DemandAfter, s.Requests, plan.mix(plan.ids), d.items, plan.mix(ids))
+	planned := fmt.Sprintf("the default budget plan: tierplan.ApplyBudget, as recalculate-popularity and `collector plan --apply` apply it under config.Default() (catalog.policy budget, provider.market %.0f req/s and %.0f/min less catalog.budget_headroom %.0f %% = %.0f req/s, collect.pack_* packing), over the realistic market of %d items, each planned as the estimator knows it after a steady day at HOT_1M (its true rate of collections that see a change, listing changes and sales; its sales rate and order-book size) and scored as the freshness section scores it (sales, and views at its weight); planned demand %.1f req/s, %.2f requests a collection, tiers %s; the %d collected items are a sample of them stratified by change rate (in order of λ + σ, the middle item of each of %d equal slices): %s",
+		plan.budget.PerSecond, plan.budget.PerMinute, plan.budget.Headroom*100, s.Limit, d.planned, s.DemandAfter, s.Requests, plan.mix(plan.ids), d.items, d.items, plan.mix(ids))
 	how := fmt.Sprintf("in-process collect-due passes (dispatcher.FromConfig(config.Default()) with history.mode set, batch 500, concurrency 16, collect.pack_* defaults, shadow checks off) over %d items of `collector sim --market realistic` (seed %d) on %s; %d passes %s of simulated time apart (%s simulated), the first collecting every item (first collections, as after an import), each later one the items due then on their tier's phase grid (tiers.Phase, at least half an interval after the last collection, as tiers.NextSlot), %d collections in all; before each pass the database's last collection and last snapshot times are moved back by the simulated time less the real time that passed, so intervals and the 1 h heartbeat run on market time; the same simulated instants for both modes, each in a fresh database",
 		d.items, histDaySeed, planned, d.passes, histDayStep.String(), simulated, want)
 	size := "rows: count(*); bytes: pg_total_relation_size (table, TOAST, indexes) summed over the leaf partitions (pg_partition_tree) of auction_snapshots and auction_sales, plus price_candles, outbox and outbox_pending, right after the last pass (no VACUUM). Candles of snapshots are bucketed by collected_at, the database's real clock, so a simulated day's snapshots share the few real hours the run took: hourly candles of hours without a sale are missing from both modes (at most 25 rows an item a day)"
@@ -138,7 +131,7 @@ func historyDay(ctx context.Context, e *env, d histDaySize, rep *report) error {
 	steady := changes.collected - rc["first"]
 	rep.add("Collections that saw a change (history.mode changes)",
 		fmt.Sprintf("%.1f %% (%d change, %d heartbeat, %d unchanged of %d after the first; %d first); predicted %.1f %% (%.1f %% over the %s planned items)", 100*ratioOf(rc["change"], steady),
-			rc["change"], rc["heartbeat"], steady-rc["change"]-rc["heartbeat"], steady, rc["first"], 100*plannedChangeShare(m, due), 100*plan.changeShare, count(d.planned)),
+			rc["change"], rc["heartbeat"], steady-rc["change"]-rc["heartbeat"], steady, rc["first"], 100*scheduleChangeShare(plan, ids, due), 100*plan.changeShare, count(d.planned)),
 		"snapshot rows by reason in the changes-mode database; unchanged = collections (dispatcher pass summaries) − snapshots. Predicted: the simulator's own per-item rates, the mean of 1 − e^(−(λ+σ)·t) over the collections after the first, t the time since the item's previous collection; over the planned catalog, the mean per collection at each item's tier interval (how far the collected items stand for it)")
 	rep.add("Rebuilt series differences (changes vs every)", fmt.Sprintf("%d of %d collection instants", diffs, instants),
 		"target 0 (the section fails otherwise). For each item and each pass that collected it, the every-mode snapshot of that pass against the latest changes-mode snapshot at or before it in its own database (passes told apart by the database time taken before each pass): lowest, median, weighted and API average price, listing count, quantity, truncated flag equal, and new sales equal (0 when the changes-mode snapshot is from an earlier pass)")
@@ -173,20 +166,19 @@ func daySchedule(ids []string, plan dayPlan, passes int) [][]int {
 	}
 	return due
 }
+
 func ratioOf(a, b int64) float64 { return float64(a) / float64(max(b, 1)) }
 
-// plannedChangeShare is the expected share of the scheduled collections after each item's
+// scheduleChangeShare is the expected share of the scheduled collections after each item's
 // first that see a listing change or a sale, from the simulator's true rates.
-func plannedChangeShare(m *market.Market, due [][]int) float64 {
-	truths := m.Truths()
-	items := m.Items()
-	last := make([]int, len(items))
+func scheduleChangeShare(plan dayPlan, ids []string, due [][]int) float64 {
+	last := make([]int, len(ids))
 	var sum float64
 	var n int
 	for k, p := range due {
 		for _, i := range p {
 			if k > 0 {
-				tr := truths[items[i].ItemID]
+				tr := plan.truths[ids[i]]
 				sum += -math.Expm1(-(tr.ChangesPerHour + tr.SalesPerHour) / 3600 * float64(k-last[i]) * histDayStep.Seconds())
 				n++
 			}
@@ -235,14 +227,11 @@ func historyDayRun(ctx context.Context, e *env, ids []string, plan dayPlan, due 
 	defer pool.Close()
 	var now atomic.Int64
 	now.Store(start.Unix())
-	rs, err := newRealisticSim(len(ids), histDaySeed, &now)
+	rs, err := newRealisticSim(len(plan.ids), histDaySeed, &now)
 	if err != nil {
 		return res, err
 	}
 	defer rs.close()
-	if !slices.Equal(rs.ids, ids) {
-		return res, fmt.Errorf("the simulator's catalog is not the planned one")
-	}
 	tierOf := make([]string, len(ids))
 	for i, id := range ids {
 		tierOf[i] = string(plan.tiers[id])

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 // item and what the plan said of itself.
 type dayPlan struct {
 	ids     []string // the planned catalog, in the market's order
+	truths  map[string]market.Truth
 	tiers   map[string]tiers.Tier
 	summary *tierplan.PlanSummary
 	budget  tierplan.Budget
@@ -57,7 +60,7 @@ func planRealistic(n int, seed int64) (dayPlan, error) {
 		scores[i] = replayScore(tr.SalesPerHour, tr.Weight, p)
 		ds[i] = tierplan.Decide(now, states[i], scores[i], p.Rules)
 	}
-	plan := dayPlan{tiers: make(map[string]tiers.Tier, n), budget: p.Budget}
+	plan := dayPlan{truths: truths, tiers: make(map[string]tiers.Tier, n), budget: p.Budget}
 	plan.summary = tierplan.ApplyBudget(states, scores, ds, p.Budget, p.Packing)
 	var changed, collections float64
 	for i, it := range m.Items() {
@@ -80,6 +83,20 @@ func steadyObservations(lambda float64, interval, window time.Duration) (tierpla
 	n := window.Seconds() / iv
 	x := n * -math.Expm1(-lambda*iv)
 	return tierplan.Observations{Accesses: n, Changes: x, ChangedSeconds: x * iv, UnchangedSeconds: (n - x) * iv}, n * iv
+}
+
+// sample is n items of the planned catalog stratified by change rate: in order of λ + σ, the
+// middle item of each of n equal slices, so the sample's rates (and so its share of collections
+// that see a change) stand for the catalog's.
+func (p dayPlan) sample(n int) []string {
+	byRate := slices.Clone(p.ids)
+	rate := func(id string) float64 { return p.truths[id].ChangesPerHour + p.truths[id].SalesPerHour }
+	slices.SortStableFunc(byRate, func(a, b string) int { return cmp.Compare(rate(a), rate(b)) })
+	out := make([]string, n)
+	for j := range out {
+		out[j] = byRate[(2*j+1)*len(byRate)/(2*n)]
+	}
+	return out
 }
 
 // mix counts the items of ids by tier, fastest first ("HOT_1M 412, ACTIVE_3M 60, …").
