@@ -15,11 +15,13 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// histDaySize is the simulated stretch both history modes collect: items, each collected at
-// every pass, passes histDayStep of simulated time apart.
-type histDaySize struct{ items, passes int }
+// histDaySize is the simulated day both history modes collect: items of the realistic market,
+// a sample of a catalog of planned items (the issue's 20,000 by default) collected at the tiers
+// planned for them, over passes histDayStep of simulated time apart.
+type histDaySize struct{ items, passes, planned int }
 
 const (
 	histDayStep = time.Minute
@@ -55,63 +57,136 @@ type dayState struct {
 type dayResult struct {
 	first, end dayCounts // after the first pass (every item's first snapshot), after the last
 	collected  int64
+	inPasses   time.Duration // spent in the dispatcher's passes
 	reasons    map[string]int64
 	series     map[string][]dayState // item → its snapshots in pass order
 }
 
-// historyDay collects the same simulated stretch of the realistic market twice, into fresh
-// databases, once with history.mode every and once with changes, and compares what each
-// stored, and the series rebuilt from the change-only rows with every collection's.
+// historyDay collects the same simulated day of the realistic market twice, into fresh
+// databases, once with history.mode every and once with changes, each pass collecting the
+// items due then on their planned tiers, and compares what each stored, and the series rebuilt
+// from the change-only rows with every collection's. It fails when the two series differ at
+// any collection instant or no heartbeat was written.
 func historyDay(ctx context.Context, e *env, d histDaySize, rep *report) error {
+	d.planned = max(d.planned, d.items)
+	plan, err := planRealistic(d.planned, histDaySeed)
+	if err != nil {
+		return err
+	}
+	ids := plan.sample(d.items)
+	due := daySchedule(ids, plan, d.passes)
+	var want int64
+	for _, p := range due {
+		want += int64(len(p))
+	}
 	start := time.Now().Add(-time.Duration(d.passes) * histDayStep).Truncate(time.Minute)
-	every, err := historyDayRun(ctx, e, d, start, config.HistoryEvery)
+	t0 := time.Now()
+	every, err := historyDayRun(ctx, e, ids, plan, due, start, config.HistoryEvery)
 	if err != nil {
 		return fmt.Errorf("history.mode every: %w", err)
 	}
-	changes, err := historyDayRun(ctx, e, d, start, config.HistoryChanges)
+	t1 := time.Now()
+	changes, err := historyDayRun(ctx, e, ids, plan, due, start, config.HistoryChanges)
 	if err != nil {
 		return fmt.Errorf("history.mode changes: %w", err)
 	}
+	rep.note("history: the simulated day took %s in history.mode every (%s in dispatcher passes), %s in changes (%s) (%d passes, %d collections each)",
+		t1.Sub(t0).Round(time.Second), every.inPasses.Round(time.Second), time.Since(t1).Round(time.Second), changes.inPasses.Round(time.Second), d.passes, want)
 	instants, diffs := rebuildDiffs(every.series, changes.series)
-	if want := int64(d.items * d.passes); every.collected != want || changes.collected != want || int64(instants) != want {
+	if every.collected != want || changes.collected != want || int64(instants) != want {
 		return fmt.Errorf("collections every %d, changes %d, every-mode snapshots %d: want %d each", every.collected, changes.collected, instants, want)
 	}
 	simulated := fmt.Sprintf("%g h", (time.Duration(d.passes) * histDayStep).Hours())
-	how := fmt.Sprintf("in-process collect-due passes (dispatcher.FromConfig(config.Default()) with history.mode set, batch 500, concurrency 16, collect.pack_* defaults, shadow checks off) over %d items of `collector sim --market realistic` (seed %d), every item HOT_1M and collected at every pass (not the default budget plan's tiers: every item at the fastest tier, the issue's 20,000-item case), %d passes %s of simulated time apart (%s simulated); before each pass the database's last collection and last snapshot times are moved back by the simulated step less the real time that passed, so intervals and the 1 h heartbeat run on market time; the same simulated instants for both modes, each in a fresh database",
-		d.items, histDaySeed, d.passes, histDayStep.String(), simulated)
-	size := "rows: count(*); bytes: pg_total_relation_size (table, TOAST, indexes) summed over the leaf partitions (pg_partition_tree) of auction_snapshots and auction_sales, plus price_candles, outbox and outbox_pending, right after the last pass (no VACUUM)"
+	s := plan.summary
+	planned := fmt.Sprintf("the default budget plan: tierplan.ApplyBudget, as recalculate-popularity and `collector plan --apply` apply it under config.Default() (catalog.policy budget, provider.market %.0f req/s and %.0f/min less catalog.budget_headroom %.0f %% = %.0f req/s, collect.pack_* packing), over the realistic market of %d items, each planned as the estimator knows it after a steady day at HOT_1M (its true rate of collections that see a change, listing changes and sales; its sales rate and order-book size) and scored as the freshness section scores it (sales, and views at its weight); planned demand %.1f req/s, %.2f requests a collection, tiers %s; the %d collected items are a sample of them stratified by change rate (in order of λ + σ, the middle item of each of %d equal slices): %s",
+		plan.budget.PerSecond, plan.budget.PerMinute, plan.budget.Headroom*100, s.Limit, d.planned, s.DemandAfter, s.Requests, plan.mix(plan.ids), d.items, d.items, plan.mix(ids))
+	how := fmt.Sprintf("in-process collect-due passes (dispatcher.FromConfig(config.Default()) with history.mode set, batch 500, concurrency 16, collect.pack_* defaults, shadow checks off) over %d items of `collector sim --market realistic` (seed %d) on %s; %d passes %s of simulated time apart (%s simulated), the first collecting every item (first collections, as after an import), each later one the items due then on their tier's phase grid (tiers.Phase, at least half an interval after the last collection, as tiers.NextSlot), %d collections in all; before each pass the database's last collection and last snapshot times are moved back by the simulated time less the real time that passed, so intervals and the 1 h heartbeat run on market time; the same simulated instants for both modes, each in a fresh database",
+		d.items, histDaySeed, planned, d.passes, histDayStep.String(), simulated, want)
+	size := "rows: count(*); bytes: pg_total_relation_size (table, TOAST, indexes) summed over the leaf partitions (pg_partition_tree) of auction_snapshots and auction_sales, plus price_candles, outbox and outbox_pending, right after the last pass (no VACUUM). Candles of snapshots are bucketed by collected_at, the database's real clock, so a simulated day's snapshots share the few real hours the run took: hourly candles of hours without a sale are missing from both modes (at most 25 rows an item a day)"
 	for _, r := range []struct {
 		mode, how string
 		res       dayResult
-	}{{config.HistoryEvery, how + "; " + size, every}, {config.HistoryChanges, "the same simulated stretch, instants and measures as the row above, history.mode changes", changes}} {
+	}{{config.HistoryEvery, how + "; " + size, every}, {config.HistoryChanges, "the same simulated day, plan, instants and measures as the row above, history.mode changes", changes}} {
 		c := r.res.end
 		rep.add(fmt.Sprintf("History stored, history.mode %s, %d items × %s", r.mode, d.items, simulated),
 			fmt.Sprintf("%d snapshot, %d outbox, %d sales, %d candle rows; %.2f MB", c.snapshots, c.outbox, c.sales, c.candles, mb(c.bytes)), r.how)
 	}
+	ratios := func(ev, ch dayCounts) string {
+		return fmt.Sprintf("%.3f× / %.3f× / %.3f× (target ≤ 0.3×)", ratioOf(ch.snapshots+ch.outbox, ev.snapshots+ev.outbox), ratioOf(ch.rows(), ev.rows()), ratioOf(ch.bytes, ev.bytes))
+	}
 	ev, ch := every.end, changes.end
-	rep.add("History changes / every: snapshot + outbox rows, all rows, bytes",
-		fmt.Sprintf("%.3f× / %.3f× / %.3f×", ratioOf(ch.snapshots+ch.outbox, ev.snapshots+ev.outbox), ratioOf(ch.rows(), ev.rows()), ratioOf(ch.bytes, ev.bytes)),
-		"target ≤ 0.3×. The two rows above; all rows = snapshots + outbox + sales + candles (sales are the same in both modes, candles nearly so). Includes the first pass, where both modes write every item and store its backlog of past sales (most of the sales rows of a short run, and their candles)")
+	evDay, chDay := ev.minus(every.first), ch.minus(changes.first)
+	rep.add(fmt.Sprintf("History changes / every, the whole %s: snapshot + outbox rows, all rows, bytes", simulated), ratios(ev, ch),
+		"target ≤ 0.3× in rows and bytes. The two rows above; all rows = snapshots + outbox + sales + candles (sales are the same in both modes, candles nearly so). Includes the first pass, where both modes write every item and store its backlog of past sales")
+	rep.add("History changes / every, after the first pass: snapshot + outbox rows, all rows, bytes", ratios(evDay, chDay),
+		fmt.Sprintf("the same, counting what passes 2…%d added (rows and bytes after the last pass less after the first): a day of a collector that has already collected every item once", d.passes))
 	perDay := func(c dayCounts) string {
 		f := float64(24*time.Hour/histDayStep) / float64(d.passes-1) * float64(dayScaleItems) / float64(d.items)
 		return fmt.Sprintf("%s rows (%s snapshots), %.2f GB", approx(int64(float64(c.rows())*f)), approx(int64(float64(c.snapshots)*f)), float64(c.bytes)*f/(1<<30))
 	}
-	evDay, chDay := ev.minus(every.first), ch.minus(changes.first)
-	rep.add(fmt.Sprintf("History per simulated day per %s items, every / changes", count(dayScaleItems)),
-		fmt.Sprintf("%s / %s (%.3f× rows, %.3f× bytes)", perDay(evDay), perDay(chDay), ratioOf(chDay.rows(), evDay.rows()), ratioOf(chDay.bytes, evDay.bytes)),
-		fmt.Sprintf("extrapolated linearly, not measured at that size: what passes 2…%d added (rows and bytes after the last pass less after the first) × %d passes a day / %d × %d items / %d", d.passes, 24*time.Hour/histDayStep, d.passes-1, dayScaleItems, d.items))
+	rep.add(fmt.Sprintf("History per simulated day per %s items, every / changes (scaled)", count(dayScaleItems)),
+		fmt.Sprintf("%s / %s", perDay(evDay), perDay(chDay)),
+		fmt.Sprintf("scaled linearly, not measured at that size: what passes 2…%d added × %d passes a day / %d × %d items / %d (rows and bytes per item scale with the items; the tiers are those of the collected items)", d.passes, 24*time.Hour/histDayStep, d.passes-1, dayScaleItems, d.items))
 	rc := changes.reasons
 	steady := changes.collected - rc["first"]
 	rep.add("Collections that saw a change (history.mode changes)",
-		fmt.Sprintf("%.1f %% (%d change, %d heartbeat, %d unchanged of %d after the first; %d first); predicted %.1f %%", 100*ratioOf(rc["change"], steady),
-			rc["change"], rc["heartbeat"], steady-rc["change"]-rc["heartbeat"], steady, rc["first"], 100*realisticChangeShare(d.items, histDaySeed, histDayStep)),
-		"snapshot rows by reason in the changes-mode database; unchanged = collections (dispatcher pass summaries) − snapshots. Predicted: the simulator's own per-item rates, mean of 1 − e^(−(λ+σ)·60 s) over the same items")
+		fmt.Sprintf("%.1f %% (%d change, %d heartbeat, %d unchanged of %d after the first; %d first); predicted %.1f %% (%.1f %% over the %s planned items)", 100*ratioOf(rc["change"], steady),
+			rc["change"], rc["heartbeat"], steady-rc["change"]-rc["heartbeat"], steady, rc["first"], 100*scheduleChangeShare(plan, ids, due), 100*plan.changeShare, count(d.planned)),
+		"snapshot rows by reason in the changes-mode database; unchanged = collections (dispatcher pass summaries) − snapshots. Predicted: the simulator's own per-item rates, the mean of 1 − e^(−(λ+σ)·t) over the collections after the first, t the time since the item's previous collection; over the planned catalog, the mean per collection at each item's tier interval (how far the collected items stand for it)")
 	rep.add("Rebuilt series differences (changes vs every)", fmt.Sprintf("%d of %d collection instants", diffs, instants),
-		"target 0. For each item and pass k, the every-mode snapshot of pass k against the latest changes-mode snapshot at or before pass k in its own database (passes told apart by the database time taken before each pass): lowest, median, weighted and API average price, listing count, quantity, truncated flag equal, and new sales equal (0 when the changes-mode snapshot is from an earlier pass)")
+		"target 0 (the section fails otherwise). For each item and each pass that collected it, the every-mode snapshot of that pass against the latest changes-mode snapshot at or before it in its own database (passes told apart by the database time taken before each pass): lowest, median, weighted and API average price, listing count, quantity, truncated flag equal, and new sales equal (0 when the changes-mode snapshot is from an earlier pass)")
+	if diffs > 0 {
+		return fmt.Errorf("the series rebuilt from history.mode changes differs from history.mode every at %d of %d collection instants", diffs, instants)
+	}
+	if rc["heartbeat"] == 0 {
+		return fmt.Errorf("history.mode changes wrote no heartbeat snapshot in %s simulated", simulated)
+	}
 	return nil
 }
 
+// daySchedule is the items (indexes into ids) each pass collects: every item at pass 0, then
+// each at the passes on its planned tier's phase grid, at least half an interval after its last
+// collection, as tiers.NextSlot schedules it.
+func daySchedule(ids []string, plan dayPlan, passes int) [][]int {
+	due := make([][]int, passes)
+	for i, id := range ids {
+		iv, ok := plan.tiers[id].Interval()
+		if !ok {
+			continue // DORMANT: never collected on schedule
+		}
+		n := int(iv / histDayStep)
+		phase := int(tiers.Phase(id, iv) / histDayStep)
+		for k := 0; k < passes; {
+			due[k] = append(due[k], i)
+			k += (n + 1) / 2
+			for (k-phase)%n != 0 {
+				k++
+			}
+		}
+	}
+	return due
+}
+
 func ratioOf(a, b int64) float64 { return float64(a) / float64(max(b, 1)) }
+
+// scheduleChangeShare is the expected share of the scheduled collections after each item's
+// first that see a listing change or a sale, from the simulator's true rates.
+func scheduleChangeShare(plan dayPlan, ids []string, due [][]int) float64 {
+	last := make([]int, len(ids))
+	var sum float64
+	var n int
+	for k, p := range due {
+		for _, i := range p {
+			if k > 0 {
+				tr := plan.truths[ids[i]]
+				sum += -math.Expm1(-(tr.ChangesPerHour + tr.SalesPerHour) / 3600 * float64(k-last[i]) * histDayStep.Seconds())
+				n++
+			}
+			last[i] = k
+		}
+	}
+	return sum / float64(max(n, 1))
+}
 
 // realisticChangeShare is the expected share of collections every `every` that see a listing
 // change or a sale, from the simulator's true rates of its first n items.
@@ -134,7 +209,10 @@ func changedShare(itemID string, share float64) bool {
 	return float64(h.Sum32())/(1<<32) < share
 }
 
-func historyDayRun(ctx context.Context, e *env, d histDaySize, start time.Time, mode string) (dayResult, error) {
+// historyDayRun collects the schedule due (item indexes per pass) of ids at their planned
+// tiers, in a fresh database with the given history.mode, the simulated clock at start + k
+// steps for pass k.
+func historyDayRun(ctx context.Context, e *env, ids []string, plan dayPlan, due [][]int, start time.Time, mode string) (dayResult, error) {
 	res := dayResult{reasons: map[string]int64{}, series: map[string][]dayState{}}
 	db := "bench_history_" + mode
 	u, err := e.freshDB(ctx, db, true)
@@ -149,15 +227,18 @@ func historyDayRun(ctx context.Context, e *env, d histDaySize, start time.Time, 
 	defer pool.Close()
 	var now atomic.Int64
 	now.Store(start.Unix())
-	rs, err := newRealisticSim(d.items, histDaySeed, &now)
+	rs, err := newRealisticSim(len(plan.ids), histDaySeed, &now)
 	if err != nil {
 		return res, err
 	}
 	defer rs.close()
-	ids := rs.ids
+	tierOf := make([]string, len(ids))
+	for i, id := range ids {
+		tierOf[i] = string(plan.tiers[id])
+	}
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT id, 'item ' || id, 'HOT_1M', now() FROM unnest($1::text[]) AS id`, ids); err != nil {
+		SELECT id, 'item ' || id, tier, now() FROM unnest($1::text[], $2::text[]) AS u(id, tier)`, ids, tierOf); err != nil {
 		return res, err
 	}
 	cfg := config.Default()
@@ -168,32 +249,46 @@ func historyDayRun(ctx context.Context, e *env, d histDaySize, start time.Time, 
 	if err != nil {
 		return res, err
 	}
-	passAt := make([]time.Time, d.passes) // database time before each pass
-	for k := range d.passes {
+	passAt := make([]time.Time, len(due)) // database time before each pass
+	last := make([]int, len(ids))         // the pass that last collected each item
+	isDue := make([]bool, len(ids))
+	gapMs := make([]int64, len(ids))
+	for k, items := range due {
 		now.Store(start.Add(time.Duration(k) * histDayStep).Unix())
 		if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&passAt[k]); err != nil {
 			return res, err
 		}
-		// The items come due in the same order in both runs (so packed calls group alike), and
-		// the last collection and snapshot lie as far back as the market moved since them.
+		clear(isDue)
+		for _, i := range items {
+			isDue[i], gapMs[i] = true, int64(k-last[i])*histDayStep.Milliseconds()
+			last[i] = k
+		}
+		// The due items come due in the same order in both runs (so packed calls group alike),
+		// the others not before the run ends, and the last collection and snapshot lie as far
+		// back as the market moved since them.
 		shift := time.Duration(0)
 		if k > 0 {
 			shift = histDayStep - passAt[k].Sub(passAt[k-1])
 		}
 		if _, err := pool.Exec(ctx, `
-			UPDATE tracked_items t SET next_collect_at = $2::timestamptz - interval '1 hour' + u.ord * interval '1 millisecond',
-			    last_collected_at = CASE WHEN t.last_collected_at IS NOT NULL THEN $2::timestamptz - $3 * interval '1 millisecond' END,
-			    last_snapshot_at = t.last_snapshot_at - $4 * interval '1 microsecond'
-			FROM unnest($1::text[]) WITH ORDINALITY AS u(id, ord) WHERE t.item_id = u.id`,
-			ids, passAt[k], histDayStep.Milliseconds(), shift.Microseconds()); err != nil {
+			UPDATE tracked_items t SET
+			    next_collect_at = CASE WHEN u.due THEN $3::timestamptz - interval '1 hour' + u.ord * interval '1 millisecond'
+			                           ELSE $3::timestamptz + interval '1 day' END,
+			    last_collected_at = CASE WHEN u.due AND t.last_collected_at IS NOT NULL THEN $3::timestamptz - u.gap * interval '1 millisecond'
+			                             ELSE t.last_collected_at END,
+			    last_snapshot_at = t.last_snapshot_at - $5 * interval '1 microsecond'
+			FROM unnest($1::text[], $2::bool[], $4::bigint[]) WITH ORDINALITY AS u(id, due, gap, ord) WHERE t.item_id = u.id`,
+			ids, isDue, passAt[k], gapMs, shift.Microseconds()); err != nil {
 			return res, err
 		}
+		tp := time.Now()
 		s, err := disp.RunOnce(ctx)
 		if err != nil {
 			return res, err
 		}
-		if s.Collected != d.items {
-			return res, fmt.Errorf("pass %d collected %d of %d: %s", k, s.Collected, d.items, s)
+		res.inPasses += time.Since(tp)
+		if s.Collected != len(items) {
+			return res, fmt.Errorf("pass %d collected %d of %d due: %s", k, s.Collected, len(items), s)
 		}
 		res.collected += int64(s.Collected)
 		if k == 0 {
