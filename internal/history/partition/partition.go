@@ -124,7 +124,7 @@ func New(pool, direct *pgxpool.Pool, cfg Config) (*Partitions, error) {
 	p := &Partitions{pool: pool, ddl: direct, session: true, cfg: cfg}
 	if direct == nil || direct == pool {
 		p.ddl = pool
-		p.session = pool.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol
+		p.session = pool != nil && pool.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol
 	}
 	return p, nil
 }
