@@ -346,6 +346,12 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 		if f.stopped() != nil {
 			break
 		}
+		if w.failed() {
+			// A write-back failed for good and handed its items back: claiming on would fetch
+			// them again and again (they are due) while nothing can be stored. The error ends
+			// the pass; the next one tries again.
+			break
+		}
 		// Another instance may have paused the provider (DEGRADED, an override) while this
 		// pass was busy: look again before every batch, not only at the start.
 		if sum.Batches > 0 {
@@ -405,10 +411,10 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 	batches.Wait()
 	stop := f.stopped()
 	sum.Released = f.released
-	if sum.Stop == StopNone && stop == nil {
+	ws := w.finish()
+	if sum.Stop == StopNone && stop == nil && ws.err == nil {
 		sum.Stop = StopMaxBatches
 	}
-	ws := w.finish()
 	sum.Collected, sum.Failed, sum.Fenced = ws.collected, ws.failed, ws.fenced
 	sum.Duration = time.Since(start)
 	sum.Claim, sum.Fetch, sum.Persist = summarize(tm.claim), summarize(tm.fetch), summarize(tm.persist)

@@ -84,6 +84,13 @@ func (w *writer) run(ctx context.Context, tm *timings) {
 	}
 }
 
+// failed reports a write-back that failed for good (its items were handed back).
+func (w *writer) failed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats.err != nil
+}
+
 // finish closes the queue and waits until everything in it is written.
 func (w *writer) finish() writerStats {
 	close(w.results)
@@ -98,14 +105,16 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 	fencedIDs, unwritten, stored, err := w.store(ctx, buf)
 	if err != nil {
 		err = store.ExplainPooler(err)
+		// Recorded before the items are handed back, so this pass sees it (failed) before it
+		// could claim them again.
+		w.mu.Lock()
+		w.stats.err = errors.Join(w.stats.err, err)
+		w.mu.Unlock()
 		// Hand them back at once so another pass (or worker) retries them now; if even that
 		// fails their leases expire. Nothing is lost either way.
 		released, rerr := w.release(ctx, buf, unwritten)
 		w.d.log.Error("write-back failed; items handed back for another attempt",
 			zap.Strings("item_ids", unwritten), zap.Int64("released", released), zap.Error(err), zap.NamedError("release_error", rerr))
-		w.mu.Lock()
-		w.stats.err = errors.Join(w.stats.err, err)
-		w.mu.Unlock()
 	}
 	skip := map[string]bool{}
 	for _, id := range fencedIDs {
