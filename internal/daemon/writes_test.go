@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
@@ -78,4 +80,35 @@ func TestReadOnlyDatabaseMakesTheDaemonNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 30*time.Second, "the items made due collected after writes came back", func() bool { return collected(t, e.pool) == 20 })
+}
+
+// Every provider call the daemon makes is held while the database refuses writes, down to one
+// already past the dispatcher's check (queued on the budget when writes stopped): the
+// provider hears nothing whose answer could not be stored, and the call goes out once writes
+// come back.
+func TestProviderCallsAreHeldWhileWritesAreRefused(t *testing.T) {
+	e := newEnv(t, 3, neoplesim.Options{})
+	d := e.build(t, testConfig(), nil)
+	id := e.items[0].ItemID
+	d.writes.Observe(&pgconn.PgError{Code: "25006", Message: "cannot execute UPDATE in a read-only transaction"})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := d.collect.client.Auction(ctx, id); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call while writes are refused: %v, want it held until its deadline", err)
+	}
+	if n := e.sim.Stats().Requests; n != 0 {
+		t.Fatalf("%d provider requests while writes were refused, want 0", n)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := d.collect.client.Auction(context.Background(), id)
+		done <- err
+	}()
+	d.writes.Observe(nil)
+	if err := <-done; err != nil {
+		t.Fatalf("a call once writes came back: %v", err)
+	}
+	if n := e.sim.Stats().Requests; n != 1 {
+		t.Fatalf("%d provider requests after writes came back, want 1", n)
+	}
 }

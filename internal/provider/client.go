@@ -50,6 +50,7 @@ type Client struct {
 	lim      *limiter
 	redactor *strings.Replacer
 	obs      RequestObserver
+	hold     Hold
 
 	requests, failures atomic.Int64
 	rejected           [3]atomic.Int64 // by RejectReasons
@@ -64,6 +65,16 @@ type RequestObserver interface {
 
 // SetObserver installs o; call it before the client is used.
 func (c *Client) SetObserver(o RequestObserver) { c.obs = o }
+
+// Hold is asked after the limiter's wait, the last moment before a request goes out. It
+// returns false at once when the request may go; otherwise it waits until it may and returns
+// true, or returns ctx's error. The daemon holds its calls while the database refuses writes:
+// a result could not be stored, and a call that passed the dispatcher's own check earlier
+// (queued on the budget when writes stopped) must not reach the provider either.
+type Hold func(ctx context.Context) (held bool, err error)
+
+// SetHold installs h; call it before the client is used.
+func (c *Client) SetHold(h Hold) { c.hold = h }
 
 // Route names used as Error.Endpoint: paths without the query or the item id.
 const (
@@ -339,23 +350,13 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 	if strings.TrimSpace(arg) == "" {
 		return zero, c.fail(&Error{Class: ClassBug, Endpoint: endpoint, Err: errors.New("empty item id or name")})
 	}
-	t0 := time.Now()
-	err := c.lim.wait(ctx)
-	if c.obs != nil {
-		c.obs.Waited(c.cfg.Workload, time.Since(t0))
-	}
-	if err != nil {
-		e := &Error{Class: ClassTransient, Endpoint: endpoint, Err: fmt.Errorf("waiting for the rate budget: %w", err)}
-		var be *budgetError
-		if errors.As(err, &be) {
-			e.Class, e.RetryAfter = ClassRateLimited, be.after
-		}
-		return zero, c.fail(e)
+	if err := c.waitToSend(ctx, endpoint); err != nil {
+		return zero, c.fail(err)
 	}
 	if path == "" {
 		path = endpoint
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	body, derr := c.do(ctx, endpoint, path, q)
 	took := time.Since(t0)
 	var v T
@@ -376,6 +377,36 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 		return zero, c.fail(derr)
 	}
 	return v, nil
+}
+
+// waitToSend waits for the limiter and then for the hold. A call held back waits for the
+// limiter again once released, so the calls held meanwhile go out at its pace, not at once.
+func (c *Client) waitToSend(ctx context.Context, endpoint string) *Error {
+	for {
+		t0 := time.Now()
+		err := c.lim.wait(ctx)
+		if c.obs != nil {
+			c.obs.Waited(c.cfg.Workload, time.Since(t0))
+		}
+		if err != nil {
+			e := &Error{Class: ClassTransient, Endpoint: endpoint, Err: fmt.Errorf("waiting for the rate budget: %w", err)}
+			var be *budgetError
+			if errors.As(err, &be) {
+				e.Class, e.RetryAfter = ClassRateLimited, be.after
+			}
+			return e
+		}
+		if c.hold == nil {
+			return nil
+		}
+		held, err := c.hold(ctx)
+		if err != nil {
+			return &Error{Class: ClassTransient, Endpoint: endpoint, Err: fmt.Errorf("held back: %w", err)}
+		}
+		if !held {
+			return nil
+		}
+	}
 }
 
 // do sends one GET and returns the body of a 200; anything else becomes an *Error.

@@ -398,6 +398,7 @@ type observed struct {
 	requests []string
 	took     []time.Duration
 	waited   time.Duration
+	waits    int
 }
 
 func (o *observed) Request(w provider.Workload, endpoint, outcome string, took time.Duration) {
@@ -411,6 +412,7 @@ func (o *observed) Waited(_ provider.Workload, took time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.waited += took
+	o.waits++
 }
 
 // The request duration covers the HTTP call alone: a call held back by the limiter reports
@@ -442,5 +444,68 @@ func TestObserverSeparatesRequestFromLimiterWait(t *testing.T) {
 		if d >= time.Second {
 			t.Fatalf("request %d took %s: the limiter wait leaked into the request duration", i, d)
 		}
+	}
+}
+
+// A held call sends nothing until the hold lets it go, then waits for the limiter again (the
+// calls held meanwhile go out at its pace, not at once); one whose context ends while held
+// fails as transient and sends nothing.
+func TestHeldCallSendsNothingUntilReleased(t *testing.T) {
+	e := newEnv(t, neoplesim.Options{Items: 3})
+	c := e.client(t, provider.WorkloadMarket, nil)
+	o := &observed{}
+	c.SetObserver(o)
+	entered, release := make(chan struct{}), make(chan struct{})
+	holds := 0
+	c.SetHold(func(ctx context.Context) (bool, error) {
+		holds++
+		if holds > 1 {
+			return false, nil
+		}
+		close(entered)
+		select {
+		case <-release:
+			return true, nil
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+	})
+	id := e.sim.Catalog()[0].ItemID
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := c.Auction(context.Background(), id)
+		done <- err
+	}()
+	select {
+	case <-entered:
+	case err := <-done:
+		t.Fatalf("the call ended (%v) without asking the hold", err)
+	}
+	if n := e.sim.Stats().Requests; n != 0 {
+		t.Fatalf("%d requests sent while held, want 0", n)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	o.mu.Lock()
+	waits, requests := o.waits, len(o.requests)
+	o.mu.Unlock()
+	if n := e.sim.Stats().Requests; n != 1 || holds != 2 || requests != 1 || waits != 2 {
+		t.Fatalf("after release: %d requests (%d observed), hold asked %d times, limiter waited %d times: want 1, 2, 2 (the limiter is waited for again)", n, requests, holds, waits)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	c.SetHold(func(ctx context.Context) (bool, error) {
+		cancel()
+		<-ctx.Done()
+		return true, ctx.Err()
+	})
+	_, _, err := c.Auction(ctx, id)
+	if provider.ClassOf(err) != provider.ClassTransient || !errors.Is(err, context.Canceled) {
+		t.Fatalf("held until the context ended: %v (class %v), want a transient error wrapping context.Canceled", err, provider.ClassOf(err))
+	}
+	if n := e.sim.Stats().Requests; n != 1 {
+		t.Fatalf("%d requests in all, want the one released", n)
 	}
 }

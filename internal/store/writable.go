@@ -111,6 +111,18 @@ func (h *WriteHealth) Wait(ctx context.Context) bool {
 	}
 }
 
+// Hold is a provider.Hold: it holds a call while the database refuses writes, so nothing is
+// asked whose answer could not be stored.
+func (h *WriteHealth) Hold(ctx context.Context) (held bool, err error) {
+	if h.State().Writable {
+		return false, nil
+	}
+	if !h.Wait(ctx) {
+		return true, ctx.Err()
+	}
+	return true, nil
+}
+
 // Observe records a write's outcome: nil marks the database writable; an error RefusedCause
 // names marks it refused; any other error (the write's own data) tells nothing and is ignored.
 func (h *WriteHealth) Observe(err error) {
