@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -293,22 +294,22 @@ func (p *Partitions) dropPast(ctx context.Context, states []TableState) error {
 func millis(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
 
 // dropTable detaches (concurrently: writers are not blocked) and drops each partition whose
-// range is past the table's retention, judged from the bounds in the catalog.
+// range is past the table's retention, judged from the bounds in the catalog. A partition
+// detached whose DROP then failed is no partition any more, so the bounds cannot find it
+// again: each is marked before it is detached, and the pass first drops the marked tables
+// left behind, so a failed drop costs a pass, not the disk.
 func (p *Partitions) dropTable(ctx context.Context, conn *pgxpool.Conn, t Table) ([]string, error) {
+	// One left behind that still cannot go (a view of the operator's on it) holds nothing else back.
+	dropped, leftErr := dropLeftBehind(ctx, conn, t.Name)
 	parts, now, err := list(ctx, conn, t.Name)
 	if err != nil {
-		return nil, err
+		return dropped, errors.Join(leftErr, err)
 	}
-	var dropped []string
-	parent := pgx.Identifier{t.Name}.Sanitize()
 	for _, part := range parts {
 		// An interrupted DETACH … CONCURRENTLY leaves the partition half detached; finish it.
 		if part.DetachPending {
-			if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s FINALIZE`, parent, pgx.Identifier{part.Name}.Sanitize())); err != nil {
-				return dropped, fmt.Errorf("finish detaching %s: %w", part.Name, err)
-			}
-			if _, err := conn.Exec(ctx, fmt.Sprintf(`DROP TABLE %s`, pgx.Identifier{part.Name}.Sanitize())); err != nil {
-				return dropped, fmt.Errorf("detached %s but could not drop it (drop it by hand): %w", part.Name, err)
+			if err := retire(ctx, conn, t.Name, part.Name, "FINALIZE"); err != nil {
+				return dropped, errors.Join(leftErr, err)
 			}
 			dropped = append(dropped, part.Name)
 		}
@@ -319,28 +320,81 @@ func (p *Partitions) dropTable(ctx context.Context, conn *pgxpool.Conn, t Table)
 		if part.DetachPending {
 			continue
 		}
-		name := pgx.Identifier{part.Name}.Sanitize()
 		if part.Lower == nil && !regular {
 			// The archive must reach the oldest partition, so it goes (and is recreated up to
 			// the new oldest) with any partition dropped above it; alone, an empty one stays.
 			var any bool
-			if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %s)`, name)).Scan(&any); err != nil {
-				return dropped, fmt.Errorf("read %s: %w", part.Name, err)
+			if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %s)`, pgx.Identifier{part.Name}.Sanitize())).Scan(&any); err != nil {
+				return dropped, errors.Join(leftErr, fmt.Errorf("read %s: %w", part.Name, err))
 			}
 			if !any {
 				continue
 			}
 		}
-		if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY`, parent, name)); err != nil {
-			return dropped, fmt.Errorf("detach %s: %w", part.Name, err)
-		}
-		if _, err := conn.Exec(ctx, fmt.Sprintf(`DROP TABLE %s`, name)); err != nil {
-			return dropped, fmt.Errorf("detached %s but could not drop it (drop it by hand): %w", part.Name, err)
+		if err := retire(ctx, conn, t.Name, part.Name, "CONCURRENTLY"); err != nil {
+			return dropped, errors.Join(leftErr, err)
 		}
 		dropped = append(dropped, part.Name)
 	}
-	return dropped, nil
+	return dropped, leftErr
 }
+
+// retiredMark is the comment a partition of table carries from just before it is detached
+// for retention until it is dropped.
+func retiredMark(table string) string {
+	return "duecollector: detached from " + table + " past retention; the next drop pass drops it"
+}
+
+// retire marks a partition of table, detaches it (how: CONCURRENTLY, or FINALIZE for one an
+// interrupted detach left pending) and drops it.
+func retire(ctx context.Context, conn *pgxpool.Conn, table, part, how string) error {
+	name := pgx.Identifier{part}.Sanitize()
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`COMMENT ON TABLE %s IS %s`, name, quote(retiredMark(table)))); err != nil {
+		return fmt.Errorf("mark %s for retention: %w", part, err)
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s %s`, pgx.Identifier{table}.Sanitize(), name, how)); err != nil {
+		return fmt.Errorf("detach %s: %w", part, err)
+	}
+	if _, err := conn.Exec(ctx, `DROP TABLE `+name); err != nil {
+		return fmt.Errorf("detached %s but could not drop it (the next pass tries again): %w", part, err)
+	}
+	return nil
+}
+
+// leftBehindSQL finds the tables beside the parent that carry its retirement mark and are no
+// partition any more: detached, then not dropped.
+const leftBehindSQL = `
+SELECT c.relname
+FROM pg_class c
+JOIN pg_description d ON d.classoid = 'pg_class'::regclass AND d.objoid = c.oid AND d.objsubid = 0
+WHERE c.relkind = 'r' AND NOT c.relispartition AND d.description = $2
+  AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = $1::regclass)
+ORDER BY c.relname`
+
+// dropLeftBehind drops what an earlier pass detached from table but could not drop.
+func dropLeftBehind(ctx context.Context, conn *pgxpool.Conn, table string) ([]string, error) {
+	rows, err := conn.Query(ctx, leftBehindSQL, table, retiredMark(table))
+	if err != nil {
+		return nil, fmt.Errorf("find what %s left detached: %w", table, err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find what %s left detached: %w", table, err)
+	}
+	var dropped []string
+	var errs []error
+	for _, name := range left {
+		if _, err := conn.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
+			errs = append(errs, fmt.Errorf("drop %s, detached from %s by an earlier pass: %w", name, table, err))
+			continue
+		}
+		dropped = append(dropped, name)
+	}
+	return dropped, errors.Join(errs...)
+}
+
+// quote is a SQL string literal.
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func (p *Partitions) describe(ctx context.Context, st *TableState) error {
 	parts, now, err := list(ctx, p.pool, st.Table)

@@ -456,3 +456,64 @@ func TestIsMissingReadsNoMessageText(t *testing.T) {
 		}
 	}
 }
+
+// A partition detached whose DROP then failed is no partition any more, so its bounds cannot
+// find it again: the next passes drop it anyway (it carries the retirement mark), without
+// holding the other drops back while it still cannot go, and a table an operator detached by
+// hand is never touched.
+func TestAPartitionDetachedButNotDroppedGoesInALaterPass(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	storetest.PartitionDays(t, pool, -10, 1, partition.Snapshots)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func(name string) bool {
+		t.Helper()
+		var ok bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	stuck, kept := fmt.Sprintf("%s_day%d", partition.Snapshots, 90), fmt.Sprintf("%s_day%d", partition.Snapshots, 91)
+	exec(`ALTER TABLE auction_snapshots DETACH PARTITION ` + kept) // the operator's own copy
+	exec(`CREATE VIEW operators_view AS SELECT * FROM ` + stuck)   // DROP TABLE fails on it
+	cfg := partition.Config{Interval: 24 * time.Hour, Ahead: 7 * 24 * time.Hour,
+		Tables: []partition.Table{{Name: partition.Snapshots, Retention: 3 * 24 * time.Hour}}}
+	p, err := partition.New(pool, pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var partitionsPast int
+	for range 2 { // the first pass detaches it and fails; the second fails again but drops the rest
+		_, err := p.RunOnce(ctx)
+		if err == nil || !strings.Contains(err.Error(), stuck) {
+			t.Fatalf("pass with a view on %s: %v, want an error naming it", stuck, err)
+		}
+	}
+	for _, b := range bounds(t, pool, partition.Snapshots) {
+		if b.lower != nil && b.upper.Before(time.Now().Add(-cfg.Tables[0].Retention)) {
+			partitionsPast++
+		}
+	}
+	if partitionsPast != 0 || !exists(stuck) {
+		t.Fatalf("after two passes: %d partitions past retention left (want 0), %s exists %v (want true: the view holds it)", partitionsPast, stuck, exists(stuck))
+	}
+
+	exec(`DROP VIEW operators_view`)
+	states, err := p.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(states[0].Dropped, stuck) || exists(stuck) {
+		t.Fatalf("once the view went, the pass dropped %v; %s should be gone", states[0].Dropped, stuck)
+	}
+	if !exists(kept) {
+		t.Fatalf("%s, detached by hand and never marked, was dropped", kept)
+	}
+}
