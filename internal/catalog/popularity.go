@@ -220,13 +220,15 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 }
 
 // readSignals reads every item with its signals in one statement. Each LATERAL subquery
-// walks an existing (item_id, time) index over just the window, so the cost grows with the
-// catalog and the recent activity, not with the size of the history tables.
+// walks an existing (item_id, time) index over just the window (the partitions before it are
+// pruned), so the cost grows with the catalog and the recent activity, not with the size of
+// the history tables. The last sale is the item's own watermark, not max(sold_at), which would
+// probe every day's partition of auction_sales for every item.
 func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Time, error) {
 	horizon := 10 * p.InterestHalfLife // older events weigh under 0.1 %
 	rows, err := tx.Query(ctx, `
 		SELECT t.item_id, t.collection_tier, t.next_collect_at, t.popularity_score, t.created_at, t.tier_changed_at,
-		       (SELECT max(sold_at) FROM auction_sales s WHERE s.item_id = t.item_id),
+		       t.last_sale_at,
 		       li.occurred_at, coalesce(li.kind, ''),
 		       sa.n, sa.gold, ch.churn, ia.interest, now(), coalesce(t.pinned_tier, ''),
 		       t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.est_sales,

@@ -223,6 +223,18 @@ func Sales(tb testing.TB, db Execer, sales ...Sale) {
 	col(&s, "unit_price", rows, func(r Sale) int64 { return r.UnitPrice })
 	col(&s, "total_price", rows, func(r Sale) int64 { return r.TotalPrice })
 	s.exec(tb, db)
+	// The items' sale watermark moves as the write-back moves it: popularity reads the last sale there.
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ItemID
+	}
+	if _, err := db.Exec(context.Background(), `
+		UPDATE tracked_items t SET last_sale_at = s.sold_at, last_second_sales = s.n
+		FROM (SELECT DISTINCT ON (item_id) item_id, sold_at, count(*) OVER (PARTITION BY item_id, sold_at) AS n
+		      FROM auction_sales WHERE item_id = ANY($1) ORDER BY item_id, sold_at DESC) s
+		WHERE t.item_id = s.item_id AND (t.last_sale_at IS NULL OR s.sold_at > t.last_sale_at)`, ids); err != nil {
+		tb.Fatalf("storetest: sale watermark: %v", err)
+	}
 }
 
 // Snapshot is an auction_snapshots row with a claim token of its own; a zero field takes the
