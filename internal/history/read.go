@@ -72,7 +72,8 @@ type Reader interface {
 // points start with the snapshot in force at `since` (the last one before it, which holds
 // until the next), candles with the bucket that holds `since`, so the series covers the whole
 // stretch asked for. Each read walks one index range, and for raw points one backward probe
-// (partitions outside are pruned).
+// within a day before `since` (partitions outside are pruned); only an item quiet for longer
+// takes a second, unbounded probe.
 func Read(ctx context.Context, db Reader, itemID, resolution string, since time.Time) (Series, error) {
 	s := Series{ItemID: itemID}
 	if err := db.QueryRow(ctx, `SELECT last_collected_at FROM tracked_items WHERE item_id = $1`, itemID).Scan(&s.SeenUntil); err != nil {
@@ -93,14 +94,34 @@ func Read(ctx context.Context, db Reader, itemID, resolution string, since time.
 	return s, err
 }
 
+// inForceLookback is how far before `since` a raw read first looks for the snapshot in force
+// there. An item collected at all wrote one within a heartbeat (1 h by default) of any time,
+// and a search bounded so plans only the partitions of about a day: unbounded, the planner
+// takes in every older partition, a cost that grows with the days kept (3 ms at a month, 10×
+// the read itself). Only an item quiet for longer needs the unbounded search.
+const inForceLookback = 25 * time.Hour
+
+const pointCols = `collected_at, reason, listing_count, listing_quantity, lowest_unit_price, median_unit_price,
+	weighted_unit_price, api_average_price, listings_truncated, sales_count, sales_quantity, sales_vwap`
+
 func readPoints(ctx context.Context, db Reader, itemID string, since time.Time) ([]Point, error) {
-	const cols = `collected_at, reason, listing_count, listing_quantity, lowest_unit_price, median_unit_price,
-		weighted_unit_price, api_average_price, listings_truncated, sales_count, sales_quantity, sales_vwap`
-	rows, err := db.Query(ctx, `
-		(SELECT `+cols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at < $2 ORDER BY collected_at DESC LIMIT 1)
+	pts, err := queryPoints(ctx, db, itemID, `
+		(SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at < $2 AND collected_at >= $3
+		 ORDER BY collected_at DESC LIMIT 1)
 		UNION ALL
-		(SELECT `+cols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2 ORDER BY collected_at)
-		ORDER BY collected_at`, itemID, since)
+		(SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2 ORDER BY collected_at)
+		ORDER BY collected_at`, since, since.Add(-inForceLookback))
+	if err != nil || (len(pts) > 0 && pts[0].At.Before(since)) {
+		return pts, err
+	}
+	older, err := queryPoints(ctx, db, itemID, `
+		SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at < $2
+		ORDER BY collected_at DESC LIMIT 1`, since.Add(-inForceLookback))
+	return append(older, pts...), err
+}
+
+func queryPoints(ctx context.Context, db Reader, itemID, sql string, args ...any) ([]Point, error) {
+	rows, err := db.Query(ctx, sql, append([]any{itemID}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read snapshots of %q: %w", itemID, err)
 	}

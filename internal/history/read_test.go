@@ -2,6 +2,7 @@ package history_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,5 +65,44 @@ func TestReadCoversTheWholeStretchFromSince(t *testing.T) {
 	}
 	if len(hourly.Candle) == 0 || !hourly.Candle[0].Bucket.Equal(hour) {
 		t.Fatalf("hourly candles from %v start at %+v; want the hour holding since, %v", since, hourly.Candle, hour)
+	}
+}
+
+// The snapshot in force at since is found however long before since it was written: within
+// the first, bounded look-back, past it (an item quiet for days), or not at all (an item
+// whose history starts after since).
+func TestReadFindsTheSnapshotInForceHoweverOld(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	storetest.Items(t, pool, storetest.Item{ID: "quiet"}, storetest.Item{ID: "new"})
+	since := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	p := history.Policy{Heartbeat: 168 * time.Hour}
+	for id, times := range map[string][]time.Time{
+		"quiet": {since.Add(-6 * 24 * time.Hour), since.Add(-3 * 24 * time.Hour), since.Add(time.Hour)},
+		"new":   {since.Add(30 * time.Minute)},
+	} {
+		m := newMarket(2)
+		var last *history.Written
+		var seen *time.Time
+		for _, at := range times {
+			m.state.Lowest = p64(at.Unix() % 1000)
+			collect(t, pool, p, id, at, m, &last, &seen)
+		}
+	}
+	for id, want := range map[string][]time.Time{
+		"quiet": {since.Add(-3 * 24 * time.Hour), since.Add(time.Hour)},
+		"new":   {since.Add(30 * time.Minute)},
+	} {
+		s, err := history.Read(ctx, pool, id, "raw", since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []time.Time
+		for _, pt := range s.Points {
+			got = append(got, pt.At)
+		}
+		if !slices.EqualFunc(got, want, time.Time.Equal) {
+			t.Errorf("%s: raw points from %v at %v, want %v", id, since, got, want)
+		}
 	}
 }
