@@ -379,36 +379,6 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 	return v, nil
 }
 
-// waitToSend waits for the limiter and then for the hold. A call held back waits for the
-// limiter again once released, so the calls held meanwhile go out at its pace, not at once.
-func (c *Client) waitToSend(ctx context.Context, endpoint string) *Error {
-	for {
-		t0 := time.Now()
-		err := c.lim.wait(ctx)
-		if c.obs != nil {
-			c.obs.Waited(c.cfg.Workload, time.Since(t0))
-		}
-		if err != nil {
-			e := &Error{Class: ClassTransient, Endpoint: endpoint, Err: fmt.Errorf("waiting for the rate budget: %w", err)}
-			var be *budgetError
-			if errors.As(err, &be) {
-				e.Class, e.RetryAfter = ClassRateLimited, be.after
-			}
-			return e
-		}
-		if c.hold == nil {
-			return nil
-		}
-		held, err := c.hold(ctx)
-		if err != nil {
-			return &Error{Class: ClassTransient, Endpoint: endpoint, Err: fmt.Errorf("held back: %w", err)}
-		}
-		if !held {
-			return nil
-		}
-	}
-}
-
 // do sends one GET and returns the body of a 200; anything else becomes an *Error.
 func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([]byte, *Error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)

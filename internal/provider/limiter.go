@@ -2,6 +2,8 @@ package provider
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +122,36 @@ func (w *window) wait(ctx context.Context) error {
 			t.Stop()
 			return ctx.Err()
 		case <-t.C:
+		}
+	}
+}
+
+// waitToSend waits for the limiter and then for the hold. A call held back waits for the
+// limiter again once released, so the calls held meanwhile go out at its pace, not at once.
+func (c *Client) waitToSend(ctx context.Context, endpoint string) *Error {
+	for {
+		t0 := time.Now()
+		err := c.lim.wait(ctx)
+		if c.obs != nil {
+			c.obs.Waited(c.cfg.Workload, time.Since(t0))
+		}
+		if err != nil {
+			e := &Error{Class: ClassTransient, Endpoint: endpoint, Err: fmt.Errorf("waiting for the rate budget: %w", err)}
+			var be *budgetError
+			if errors.As(err, &be) {
+				e.Class, e.RetryAfter = ClassRateLimited, be.after
+			}
+			return e
+		}
+		if c.hold == nil {
+			return nil
+		}
+		held, err := c.hold(ctx)
+		if err != nil {
+			return &Error{Class: ClassTransient, Endpoint: endpoint, Err: fmt.Errorf("held back: %w", err)}
+		}
+		if !held {
+			return nil
 		}
 	}
 }
