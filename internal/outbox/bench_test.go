@@ -32,6 +32,7 @@ var bench struct {
 }
 
 func TestMain(m *testing.M) {
+	runVictimIfAsked()
 	code := m.Run()
 	if bench.broker != nil {
 		bench.broker.Close()

@@ -32,7 +32,7 @@ func (s *laneSet) renew(ctx context.Context, acquire bool) (got, lost []int16, e
 		     free AS (
 		    SELECT lane FROM outbox_relay_lanes
 		    WHERE $3 AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-		      AND (lease_token IS NULL OR NOT lease_token = ANY ($1::uuid[]))
+		      AND (lease_token IS NULL OR lease_token <> ALL (coalesce($1::uuid[], '{}')))
 		    ORDER BY lane
 		    FOR UPDATE SKIP LOCKED),
 		     taken AS (
@@ -90,4 +90,8 @@ func (s *laneSet) usable(margin time.Duration) []int16 {
 	return slices.Sorted(maps.Keys(s.held))
 }
 
-func (s *laneSet) tokens() []string { return slices.Collect(maps.Values(s.held)) }
+// tokens is never nil: a nil slice is sent as NULL, and every comparison with NULL is NULL,
+// so a relay holding nothing would find no lane free, not even one whose holder died.
+func (s *laneSet) tokens() []string {
+	return append([]string{}, slices.Collect(maps.Values(s.held))...)
+}
