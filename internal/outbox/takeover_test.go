@@ -149,4 +149,3 @@ func TestLanesOfAKilledRelayAreTakenOver(t *testing.T) {
 	}
 	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
 }
-
