@@ -26,5 +26,7 @@ func (c *dbClock) now() time.Time {
 	if c.anchor.IsZero() {
 		panic("dbClock used before the first claim anchored it")
 	}
-	return c.anchor.Add(time.Since(c.mono))
+	// In the database's own precision: a collection instant is stored and published as the
+	// same value, so an event's collected_at is exactly the next one's previous_snapshot_at.
+	return c.anchor.Add(time.Since(c.mono)).Truncate(time.Microsecond)
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -180,6 +181,25 @@ func TestConcurrentCollectorsCollectEachItemExactlyOnce(t *testing.T) {
 	}
 	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now()`); c != 0 {
 		t.Fatalf("%d items still due after collection", c)
+	}
+	checkEventsCarryStoredInstants(t, e.pool)
+}
+
+// checkEventsCarryStoredInstants: an event's collected_at is the stored one to the
+// nanosecond, or a consumer chaining previous_snapshot_at to it finds no match.
+func checkEventsCarryStoredInstants(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	rows, _ := pool.Query(context.Background(), `
+		SELECT s.collected_at, o.payload->>'collected_at' FROM auction_snapshots s JOIN outbox o USING (snapshot_id)`)
+	var stored time.Time
+	var published string
+	if _, err := pgx.ForEachRow(rows, []any{&stored, &published}, func() error {
+		if p, err := time.Parse(time.RFC3339Nano, published); err != nil || !p.Equal(stored) {
+			return fmt.Errorf("event collected_at %s, stored %s (%v)", published, stored.Format(time.RFC3339Nano), err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
