@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -290,4 +291,83 @@ func TestCollectOneShutdownHonoursTheGracePeriod(t *testing.T) {
 			t.Fatalf("collect abandoned after the grace: %q %v; want the item handed back", r.out, r.err)
 		}
 	})
+}
+
+// A process with no Kafka configured still writes every snapshot's event (a relay may run on
+// another host); only COLLECTOR_OUTBOX_ENABLED=false writes none. status (text and JSON) says
+// which it is, and a relay beside "off" is refused naming the key.
+func TestOutboxEnabledAloneDecidesWhetherCollectionsWriteEvents(t *testing.T) {
+	db := catalogEnv(t, true)
+	t.Setenv("COLLECTOR_KAFKA_BROKERS", "")
+	t.Setenv("COLLECTOR_HISTORY_MODE", "every") // every collection a snapshot, so every one could have an event
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	collectAll := func() {
+		t.Helper()
+		if _, err := conn.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now()`); err != nil {
+			t.Fatal(err)
+		}
+		if out, _, err := runCollector(t, "collect-due", "--database-url", db); err != nil || !strings.Contains(out, "collected=12 failed=0") {
+			t.Fatalf("collect-due: %q %v", out, err)
+		}
+	}
+	statusLine := func() string {
+		t.Helper()
+		out, _, err := runCollector(t, "status", "--database-url", db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "events ") {
+				return line
+			}
+		}
+		t.Fatalf("status says nothing about events:\n%s", out)
+		return ""
+	}
+
+	collectAll()
+	snaps, events := countRows(t, conn, `SELECT count(*) FROM auction_snapshots`), countRows(t, conn, `SELECT count(*) FROM outbox`)
+	if snaps != 12 || events != 12 {
+		t.Fatalf("defaults, no kafka.brokers: %d snapshots, %d events; want 12 and an event each", snaps, events)
+	}
+	if line := statusLine(); !strings.HasPrefix(line, "events published through the outbox; outbox: 12 unpublished") {
+		t.Errorf("status with the defaults: %q", line)
+	}
+
+	t.Setenv("COLLECTOR_OUTBOX_ENABLED", "false")
+	collectAll()
+	snaps, events = countRows(t, conn, `SELECT count(*) FROM auction_snapshots`), countRows(t, conn, `SELECT count(*) FROM outbox`)
+	if snaps != 24 || events != 12 {
+		t.Fatalf("outbox.enabled=false: %d snapshots, %d events; want 12 more snapshots and no new event", snaps, events)
+	}
+	// The 12 events from before stay, and status still shows them: nothing will publish them.
+	if line := statusLine(); !strings.HasPrefix(line, "events off: outbox.enabled=false, no outbox rows written; outbox: 12 unpublished") {
+		t.Errorf("status with outbox.enabled=false: %q", line)
+	}
+	out, _, err := runCollector(t, "status", "--database-url", db, "-o", "json")
+	var v statusJSON
+	if err != nil || json.Unmarshal([]byte(out), &v) != nil || v.Outbox.Enabled || v.Outbox.Unpublished != 12 {
+		t.Errorf("status -o json with outbox.enabled=false: outbox %+v (%v)\n%s", v.Outbox, err, out)
+	}
+
+	for _, args := range [][]string{
+		{"relay-outbox", "--once", "--database-url", db},
+		{"relay-outbox", "--once", "--database-url", db, "--brokers", "127.0.0.1:9"},
+		{"run", "--database-url", db},
+	} {
+		if args[0] == "run" {
+			t.Setenv("COLLECTOR_KAFKA_BROKERS", "127.0.0.1:9")
+		}
+		_, _, err := runCollector(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "outbox.enabled") || !strings.Contains(err.Error(), "COLLECTOR_OUTBOX_ENABLED") {
+			t.Errorf("%v with outbox.enabled=false: %v; want a refusal naming outbox.enabled", args, err)
+		}
+	}
 }

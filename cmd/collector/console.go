@@ -59,6 +59,7 @@ func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool) (*console.Cons
 		ProviderName: a.cfg.Provider.Name,
 		Market:       a.cfg.Provider.Market,
 		PackSize:     a.cfg.Collect.PackSize,
+		NoOutbox:     !a.cfg.Outbox.Enabled,
 		User:         a.cfg.Console.User,
 		Password:     a.cfg.Console.Password,
 		Refresh:      a.cfg.Console.Refresh,

@@ -144,6 +144,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 	}
 	defer kc.Close()
 	a.cfg.Kafka.Brokers = kc.ListenAddrs()
+	a.cfg.Outbox.Enabled = true // the demo shows events published end to end
 	a.printf("kafka      in-process broker at %s, topic %s\n", strings.Join(a.cfg.Kafka.Brokers, ","), a.cfg.Kafka.Topic)
 
 	pool, err := a.db(ctx)

@@ -16,13 +16,12 @@ func newPruneCmd(a *app) *cobra.Command {
 		Long: `Drops the auction_snapshots and auction_sales partitions whose whole range is older than
 retention.snapshots / retention.sales (what collector partitions does, creating the partitions
 ahead as well), then deletes published outbox events older than kafka.outbox_retention,
-unpublished ones (pending or failed) older than retention.outbox_unpublished (their snapshots
-stay), and interest events and price candles older than retention.interest,
+unpublished ones (pending or failed) older than retention.outbox_unpublished when it is set
+(off by default; their snapshots stay), and interest events and price candles older than retention.interest,
 retention.candles_hourly and retention.candles_daily, oldest first, in short statements
 (kafka.prune_batch outbox rows, retention.batch other rows each). 0 keeps a table's rows. The
 daemon does the same (partitions every history.maintenance_interval, rows every
-retention.interval); this one-shot is for cron-only setups, and bounds the outbox where no
-relay runs.`,
+retention.interval); this one-shot is for cron-only setups.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			pool, states, err := a.keepPartitions(ctx)

@@ -9,8 +9,9 @@ import (
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
-// prune drops sales partitions past the age it is given; with none set it still bounds the
-// outbox and keeps the history; an age popularity would miss names the key.
+// prune drops sales partitions past the age it is given; with none set it still prunes
+// published outbox rows, keeps unpublished ones and the history; an age popularity would miss
+// names the key.
 func TestPruneCommand(t *testing.T) {
 	pool, db := storetest.NewPool(t)
 	t.Setenv("COLLECTOR_CONFIG", "")
@@ -44,8 +45,8 @@ func TestPruneCommand(t *testing.T) {
 		return n
 	}
 
-	// With no history age set it still bounds the outbox (cron, no relay): an 8-day-old
-	// published and pending event go, the pending one counted as expired; the sales stay.
+	// With the defaults (cron, no relay) an 8-day-old published event goes, the pending one
+	// waits for a relay and the sales stay; retention.outbox_unpublished, once chosen, expires it.
 	if _, err := pool.Exec(ctx, `
 		WITH o AS (
 		    INSERT INTO outbox (event_type, item_id, snapshot_id, payload, created_at)
@@ -59,9 +60,18 @@ func TestPruneCommand(t *testing.T) {
 	if qerr := pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&outbox); qerr != nil {
 		t.Fatal(qerr)
 	}
-	if err != nil || !strings.Contains(out, "deleted 1 published and 1 unpublished (expired) outbox events") || outbox != 0 || sales() != 10 {
-		t.Fatalf("prune with no ages: %q %v, %d outbox rows and %d sales left", out, err, outbox, sales())
+	if err != nil || !strings.Contains(out, "deleted 1 published and 0 unpublished (expired) outbox events") || outbox != 1 || sales() != 10 {
+		t.Fatalf("prune with no ages: %q %v, %d outbox rows and %d sales left; want the pending row and the sales kept", out, err, outbox, sales())
 	}
+	t.Setenv("COLLECTOR_RETENTION_OUTBOX_UNPUBLISHED", "168h")
+	out, _, err = runCollector(t, "prune", "--database-url", db)
+	if qerr := pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&outbox); qerr != nil {
+		t.Fatal(qerr)
+	}
+	if err != nil || !strings.Contains(out, "deleted 0 published and 1 unpublished (expired) outbox events") || outbox != 0 {
+		t.Fatalf("prune with retention.outbox_unpublished 168h: %q %v, %d outbox rows left", out, err, outbox)
+	}
+	t.Setenv("COLLECTOR_RETENTION_OUTBOX_UNPUBLISHED", "")
 	if _, _, err := runCollector(t, "prune", "--database-url", db, "--sales", "1h"); err == nil || !strings.Contains(err.Error(), "retention.sales") {
 		t.Fatalf("prune --sales 1h (under catalog.dormant_after): %v", err)
 	}

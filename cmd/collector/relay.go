@@ -12,6 +12,10 @@ import (
 
 // newRelay builds the outbox relay from the validated kafka.* configuration.
 func (a *app) newRelay(ctx context.Context) (*outbox.Relay, error) {
+	// First: with outbox.enabled false, asking for brokers would send the operator the wrong way.
+	if err := a.cfg.Outbox.CheckRelay(); err != nil {
+		return nil, err
+	}
 	if len(a.cfg.Kafka.Brokers) == 0 {
 		return nil, errors.New("kafka.brokers is empty: set --brokers or COLLECTOR_KAFKA_BROKERS (host:port,host:port)")
 	}

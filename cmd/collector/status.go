@@ -47,6 +47,7 @@ outbox event older than --max-outbox-age.`,
 			if err != nil {
 				return err
 			}
+			st.NoOutbox = !a.cfg.Outbox.Enabled
 			var problems []string
 			if check {
 				problems = lim.problems(st)
@@ -152,7 +153,12 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 		a.printf("due → claim lag, last %s: no claims\n", daemon.LagWindow)
 	}
 	printActivity(a, st.Activity, now)
-	a.printf("outbox: %d unpublished (oldest %s), %d failed\n", st.OutboxBacklog, st.OutboxOldest.Round(time.Second), st.OutboxFailed)
+	a.printf("%s", st.Events())
+	// With events off, rows left from before still matter: nothing will publish them.
+	if !st.NoOutbox || st.OutboxBacklog+st.OutboxFailed > 0 {
+		a.printf("; outbox: %d unpublished (oldest %s), %d failed", st.OutboxBacklog, st.OutboxOldest.Round(time.Second), st.OutboxFailed)
+	}
+	a.printf("\n")
 	a.printf("history: %s", history.SizeText(st.History.Bytes()))
 	for _, t := range st.History.Tables {
 		a.printf("; %s %s (~%d rows)", t.Table, history.SizeText(t.Bytes), t.Rows)

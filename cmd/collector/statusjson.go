@@ -93,6 +93,7 @@ type claimLagJSON struct {
 }
 
 type outboxJSON struct {
+	Enabled                  bool    `json:"enabled"`
 	Unpublished              int64   `json:"unpublished"`
 	OldestUnpublishedSeconds float64 `json:"oldest_unpublished_seconds"`
 	Failed                   int64   `json:"failed"`
@@ -142,7 +143,7 @@ func toStatusJSON(st daemon.ClusterStatus) statusJSON {
 		LeasesHeld: st.Leased,
 		ClaimLag: claimLagJSON{WindowSeconds: daemon.LagWindow.Seconds(), Claims: st.LagN,
 			P50Seconds: st.LagP50.Seconds(), P99Seconds: st.LagP99.Seconds()},
-		Outbox:    outboxJSON{Unpublished: st.OutboxBacklog, OldestUnpublishedSeconds: st.OutboxOldest.Seconds(), Failed: st.OutboxFailed},
+		Outbox:    outboxJSON{Enabled: !st.NoOutbox, Unpublished: st.OutboxBacklog, OldestUnpublishedSeconds: st.OutboxOldest.Seconds(), Failed: st.OutboxFailed},
 		Relay:     relayJSON{LanesHeld: st.Relay.LanesHeld, Owners: append([]string{}, st.Relay.Owners...), Stopped: []string{}},
 		Budgets:   []budgetJSON{},
 		Instances: []instanceJSON{},

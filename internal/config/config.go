@@ -22,6 +22,7 @@ type Config struct {
 	Provider  ProviderConfig  `mapstructure:"provider"`
 	Collect   CollectConfig   `mapstructure:"collect"`
 	Kafka     KafkaConfig     `mapstructure:"kafka"`
+	Outbox    OutboxConfig    `mapstructure:"outbox"`
 	Catalog   CatalogConfig   `mapstructure:"catalog"`
 	Daemon    DaemonConfig    `mapstructure:"daemon"`
 	Retention RetentionConfig `mapstructure:"retention"`
@@ -123,7 +124,7 @@ func Default() *Config {
 func setDefaults(v *viper.Viper) {
 	for _, d := range []map[string]any{
 		databaseDefaults, logDefaults, providerDefaults, collectDefaults,
-		kafkaDefaults, catalogDefaults, daemonDefaults, retentionDefaults, historyDefaults, consoleDefaults,
+		kafkaDefaults, outboxDefaults, catalogDefaults, daemonDefaults, retentionDefaults, historyDefaults, consoleDefaults,
 	} {
 		for k, val := range d {
 			v.SetDefault(k, val)
@@ -139,6 +140,7 @@ func (c *Config) Validate() error {
 		c.Provider.validate(),
 		c.Collect.validate(),
 		c.Kafka.Validate(),
+		c.Outbox.validate(c.Kafka),
 		c.Catalog.validate(),
 		c.Daemon.validate(),
 		c.Retention.validate(c.Catalog, c.History),

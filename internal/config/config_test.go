@@ -102,6 +102,8 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"retention:\n  candles_hourly: 1m\n", "retention.candles_hourly"},
 		{"retention:\n  candles_daily: 1h\n", "retention.candles_daily"},
 		{"retention:\n  outbox_unpublished: 30m\n", "retention.outbox_unpublished"}, // under 1h
+		{"outbox:\n  enabled: maybe\n", "outbox.enabled"},
+		{"outbox:\n  enabled: false\nkafka:\n  brokers: [k:9092]\n", "outbox.enabled"}, // the daemon would run a relay
 	} {
 		_, err := Load(Options{File: writeFile(t, tc.yaml)})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -195,5 +197,34 @@ func TestAPIKeysFromFiles(t *testing.T) {
 	t.Setenv("NEOPLE_MARKET_API_KEY_FILE", filepath.Join(dir, "missing"))
 	if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), "NEOPLE_MARKET_API_KEY_FILE") {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// Only outbox.enabled decides whether snapshots write events: on by default whatever else is
+// configured, off only when said so, and a relay beside "off" is refused naming the key.
+func TestOutboxEnabledIsTheOneKey(t *testing.T) {
+	cfg, err := Load(Options{})
+	if err != nil || !cfg.Outbox.Enabled || len(cfg.Kafka.Brokers) != 0 {
+		t.Fatalf("defaults: outbox.enabled %v with kafka.brokers %v (%v); want events written with no Kafka configured here", cfg.Outbox.Enabled, cfg.Kafka.Brokers, err)
+	}
+	if err := cfg.Outbox.CheckRelay(); err != nil {
+		t.Fatalf("a relay refused with the defaults: %v", err)
+	}
+	t.Setenv("COLLECTOR_OUTBOX_ENABLED", "false")
+	if cfg, err = Load(Options{}); err != nil || cfg.Outbox.Enabled {
+		t.Fatalf("COLLECTOR_OUTBOX_ENABLED=false: enabled %v, %v", cfg != nil && cfg.Outbox.Enabled, err)
+	}
+	err = cfg.Outbox.CheckRelay()
+	for _, want := range []string{"outbox.enabled", "COLLECTOR_OUTBOX_ENABLED", "false"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("relay with outbox.enabled=false: error %v does not name %s", err, want)
+		}
+	}
+	t.Setenv("COLLECTOR_KAFKA_BROKERS", "k:9092")
+	_, err = Load(Options{})
+	for _, want := range []string{"outbox.enabled", "COLLECTOR_OUTBOX_ENABLED", "kafka.brokers"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("kafka.brokers beside outbox.enabled=false: error %v does not name %s", err, want)
+		}
 	}
 }

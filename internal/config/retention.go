@@ -19,8 +19,10 @@ type RetentionConfig struct {
 	CandlesHourly time.Duration `mapstructure:"candles_hourly"`
 	CandlesDaily  time.Duration `mapstructure:"candles_daily"`
 	// OutboxUnpublished: outbox events still pending or failed this long after they were
-	// written are dropped, as Kafka's retention.ms drops unconsumed messages (0 = kept until
-	// published; internal/retention). Their snapshots stay in auction_snapshots.
+	// written are dropped, as Kafka's retention.ms drops unconsumed messages (internal/retention).
+	// Off (0) by default, like every age here: a relay down or elsewhere must not cost
+	// consumers their events unless the operator chose that; the outbox-age alert is the safety.
+	// Their snapshots stay in auction_snapshots either way.
 	OutboxUnpublished time.Duration `mapstructure:"outbox_unpublished"`
 	// Interval is how often the daemon prunes; Batch how many rows one statement deletes.
 	Interval time.Duration `mapstructure:"interval"`
@@ -33,7 +35,7 @@ var retentionDefaults = map[string]any{
 	"retention.interest":           "0s",
 	"retention.candles_hourly":     "0s",
 	"retention.candles_daily":      "0s",
-	"retention.outbox_unpublished": "168h",
+	"retention.outbox_unpublished": "0s",
 	"retention.interval":           "10m",
 	"retention.batch":              5000,
 }

@@ -66,11 +66,12 @@ const (
 
 func setup(t *testing.T, password string) env {
 	t.Helper()
-	return setupWith(t, password, nil)
+	return setupWith(t, password, nil, nil)
 }
 
-// setupWith is setup, with prepare run on the seeded database before the console reads it.
-func setupWith(t *testing.T, password string, prepare func(ctx context.Context, pool *pgxpool.Pool)) env {
+// setupWith is setup, with prepare run on the seeded database before the console reads it and
+// configure on the console's configuration.
+func setupWith(t *testing.T, password string, prepare func(ctx context.Context, pool *pgxpool.Pool), configure func(*console.Config)) env {
 	t.Helper()
 	pool, _ := storetest.NewPool(t)
 	ctx := context.Background()
@@ -103,9 +104,12 @@ func setupWith(t *testing.T, password string, prepare func(ctx context.Context, 
 	if prepare != nil {
 		prepare(ctx, pool)
 	}
-	c, err := console.New(pool, console.Config{ProviderName: "neople", Market: config.Default().Provider.Market, PackSize: 10,
-		User: testUser, Password: config.Secret(password), Refresh: time.Hour, Session: time.Hour},
-		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	cfg := console.Config{ProviderName: "neople", Market: config.Default().Provider.Market, PackSize: 10,
+		User: testUser, Password: config.Secret(password), Refresh: time.Hour, Session: time.Hour}
+	if configure != nil {
+		configure(&cfg)
+	}
+	c, err := console.New(pool, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +266,7 @@ func TestOverviewShowsThePlansEstimatedFreshness(t *testing.T) {
 		if planned, err = catalog.ReadForecast(ctx, pool); err != nil || len(planned) == 0 {
 			t.Fatalf("the plan stored no forecast: %v", err)
 		}
-	})
+	}, nil)
 	b := newBrowser(t)
 	b.do(t, "overview", chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#forecast-note")))
 	fresh := tierFreshness(t, b)
@@ -277,6 +281,34 @@ func TestOverviewShowsThePlansEstimatedFreshness(t *testing.T) {
 	note := get(t, b, "forecast note", chromedp.Text(chromedp.CSS("#forecast-note")))
 	if want := planned[0].PlannedAt.UTC().Format("2006-01-02 15:04:05"); !strings.Contains(note, "predicted by the tier plan of "+want) {
 		t.Errorf("below the tiers: %q, want when the plan was made, %s", note, want)
+	}
+}
+
+// The overview says whether events are published through the outbox or are off
+// (outbox.enabled=false), and shows the outbox's backlog either way: events written before
+// they were turned off are still there.
+func TestOverviewSaysWhetherEventsArePublished(t *testing.T) {
+	b := newBrowser(t)
+	for _, tc := range []struct {
+		noOutbox bool
+		want     string
+	}{
+		{false, "events published through the outbox."},
+		{true, "events off: outbox.enabled=false, no outbox rows written."},
+	} {
+		e := setupWith(t, "", func(ctx context.Context, pool *pgxpool.Pool) {
+			if _, err := pool.Exec(ctx, `
+				WITH o AS (INSERT INTO outbox (event_type, item_id, payload) SELECT 't', $1, '{}' FROM generate_series(1, 2) RETURNING id, lane)
+				INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o`, snapshotItem); err != nil {
+				t.Fatal(err)
+			}
+		}, func(c *console.Config) { c.NoOutbox = tc.noOutbox })
+		b.do(t, "overview", chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#events")))
+		events := get(t, b, "events", chromedp.Text(chromedp.CSS("#events")))
+		pending := get(t, b, "outbox pending", chromedp.Text(chromedp.CSS("#outbox-pending")))
+		if events != tc.want || pending != "2" {
+			t.Errorf("outbox.enabled=%v: the overview says %q with %s unpublished; want %q with 2", !tc.noOutbox, events, pending, tc.want)
+		}
 	}
 }
 

@@ -44,6 +44,8 @@ type Config struct {
 	Market config.WorkloadLimits
 	// PackSize is collect.pack_size: packing is off for every endpoint when it is 1.
 	PackSize int
+	// NoOutbox is outbox.enabled=false: the overview says events are off.
+	NoOutbox bool
 	// LearnedShare reads the share of Market the provider was found to allow (1 = all of it);
 	// nil when daemon.budget.adaptive is off.
 	LearnedShare func(ctx context.Context) (float64, error)
@@ -167,6 +169,7 @@ func (c *Console) readOverview(ctx context.Context) (overview, error) {
 	if ov.Status, err = daemon.Status(ctx, c.pool, c.cfg.ProviderName); err != nil {
 		return ov, err
 	}
+	ov.Status.NoOutbox = c.cfg.NoOutbox
 	if ov.Packing, err = dispatcher.ReadPackingStatus(ctx, c.pool); err != nil {
 		return ov, err
 	}

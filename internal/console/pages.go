@@ -98,6 +98,7 @@ type overviewView struct {
 	LastCollected string
 	OldestDue     string
 	Outbox        outboxView
+	Events        string // published through the outbox, or off (outbox.enabled)
 	Relay         []string
 	RelayStops    []outbox.RelayStop
 	LanesHeld     int
@@ -180,6 +181,7 @@ func (c *Console) overviewView(ov overview) overviewView {
 	v := overviewView{ReadAt: ov.ReadAt, Err: ov.Err, LagN: st.LagN, LagP50: st.LagP50.Round(time.Millisecond),
 		LagP99: st.LagP99.Round(time.Millisecond), LagWindow: daemon.LagWindow, Leased: st.Leased,
 		Outbox: outboxView{Pending: st.OutboxBacklog, Failed: st.OutboxFailed, Oldest: st.OutboxOldest.Round(time.Second)},
+		Events: st.Events(),
 		Relay:  st.Relay.Owners, RelayStops: st.Relay.Stops, LanesHeld: st.Relay.LanesHeld, Lanes: outbox.Lanes,
 		History: history.SizeText(st.History.Bytes()),
 		Provider: providerView{Name: st.Provider.Provider, Status: string(eff), Reason: reason,

@@ -330,10 +330,11 @@ func TestDaemonPrunesInterestOnlyWithAnAgeSet(t *testing.T) {
 	}
 }
 
-// A daemon with no kafka.brokers (no relay) still bounds the outbox: published rows past
-// kafka.outbox_retention go, unpublished ones past retention.outbox_unpublished are dropped
-// with their pending entries and counted in collector_outbox_expired_total.
-func TestDaemonWithoutKafkaBoundsTheOutbox(t *testing.T) {
+// A daemon with no kafka.brokers (no relay) still prunes published rows past
+// kafka.outbox_retention and, where the operator opted in to retention.outbox_unpublished,
+// drops unpublished ones past it with their pending entries, counted in
+// collector_outbox_expired_total.
+func TestDaemonWithoutKafkaBoundsTheOutboxWhenAsked(t *testing.T) {
 	e := newEnv(t, 1, neoplesim.Options{})
 	// 30 days old, by g % 3: failed, pending, published (negative snapshot ids: no real one's).
 	if _, err := e.pool.Exec(context.Background(), `
@@ -346,7 +347,7 @@ func TestDaemonWithoutKafkaBoundsTheOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := testConfig()
-	cfg.Retention.Interval = 10 * time.Millisecond
+	cfg.Retention.Interval, cfg.Retention.OutboxUnpublished = 10*time.Millisecond, 7*24*time.Hour
 	cfg.signals.pruned.Init(t)
 	r := e.start(t, cfg, nil)
 	if res := cfg.signals.pruned.Wait(t); res.OutboxPublished != 3 || res.OutboxExpired != 6 {

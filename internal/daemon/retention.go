@@ -32,7 +32,7 @@ type retentionConfig struct {
 
 // retentionService deletes outbox rows, interest events and candles older than the configured
 // ages (snapshots and sales are partitioned: partitionService drops them). It runs on every
-// daemon, relay or not, so the outbox stays bounded without Kafka.
+// daemon, relay or not: published outbox rows need no relay here to be pruned.
 type retentionService struct {
 	cfg     retentionConfig
 	pool    *pgxpool.Pool

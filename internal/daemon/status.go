@@ -47,6 +47,17 @@ type ClusterStatus struct {
 	// daemon cannot record that it cannot write, so status asks the database itself.
 	WriteRefused store.WriteCause
 	WriteDetail  string
+	// NoOutbox is outbox.enabled=false in the configuration of the process reading the status,
+	// which its caller sets (the database cannot tell "off" from "nothing collected yet").
+	NoOutbox bool
+}
+
+// Events says whether snapshot events are published, in the words status and the console show.
+func (st ClusterStatus) Events() string {
+	if st.NoOutbox {
+		return "events off: outbox.enabled=false, no outbox rows written"
+	}
+	return "events published through the outbox"
 }
 
 // TierStatus counts one tier's items.

@@ -60,16 +60,19 @@ const (
 	Repeat    Reason = "repeat"    // unchanged, written because history.mode is every
 )
 
-// Policy is history.mode and history.heartbeat.
+// Policy is history.mode, history.heartbeat and outbox.enabled.
 type Policy struct {
 	// Every writes a snapshot for every collection (history.mode every).
 	Every     bool
 	Heartbeat time.Duration
+	// NoOutbox writes snapshots without their events (outbox.enabled false). Negative so that
+	// a Policy nobody set this on publishes: only the operator's explicit word turns events off.
+	NoOutbox bool
 }
 
-// FromConfig is history.mode and history.heartbeat.
+// FromConfig is history.mode, history.heartbeat and outbox.enabled.
 func FromConfig(c *config.Config) Policy {
-	return Policy{Every: c.History.Mode == config.HistoryEvery, Heartbeat: c.History.Heartbeat}
+	return Policy{Every: c.History.Mode == config.HistoryEvery, Heartbeat: c.History.Heartbeat, NoOutbox: !c.Outbox.Enabled}
 }
 
 // Validate refuses a policy that would never write a heartbeat.

@@ -52,8 +52,8 @@ func (p Policy) Outcome(c Collection) Stored {
 }
 
 // Write stores a batch of collections in the caller's transaction: the new sales, then a
-// snapshot, its candles and its event for each collection the policy writes (Outcome). The
-// caller records on the item that it was seen at c.At, whatever the reason.
+// snapshot, its candles and its event (none with NoOutbox) for each collection the policy
+// writes (Outcome). The caller records on the item that it was seen at c.At, whatever the reason.
 func (p Policy) Write(ctx context.Context, tx pgx.Tx, cs []Collection) ([]Stored, error) {
 	out := make([]Stored, len(cs))
 	agg, err := insertSales(ctx, tx, cs)
@@ -74,6 +74,9 @@ func (p Policy) Write(ctx context.Context, tx pgx.Tx, cs []Collection) ([]Stored
 	events, err := insertSnapshots(ctx, tx, cs, write, agg, out)
 	if err != nil {
 		return nil, err
+	}
+	if p.NoOutbox {
+		return out, nil
 	}
 	return out, outbox.EnqueueSnapshots(ctx, tx, events)
 }

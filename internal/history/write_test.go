@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
@@ -350,5 +351,47 @@ func TestARetriedClaimStoresOneSnapshot(t *testing.T) {
 	}
 	if snaps != 1 || events != 1 || candleSnaps != 1 || candleSales != 1 {
 		t.Fatalf("snapshots %d, events %d, candle snapshots %d, candle sales %d; want 1 each", snaps, events, candleSnaps, candleSales)
+	}
+}
+
+// Only outbox.enabled decides whether a snapshot writes its event. With the defaults, which
+// configure no Kafka in this process, it does: a relay may run on another host. With
+// outbox.enabled false the snapshot, its sales and candles are written, and no outbox row.
+func TestOutboxEnabledAloneDecidesTheEvent(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	at := time.Now().UTC().Truncate(time.Hour).Add(-30 * time.Minute)
+	off := config.Default()
+	off.Outbox.Enabled = false
+	for _, tc := range []struct {
+		item   string
+		cfg    *config.Config
+		events int
+	}{{"defaults", config.Default(), 1}, {"outbox-off", off, 0}} {
+		if len(tc.cfg.Kafka.Brokers) != 0 {
+			t.Fatalf("%s: kafka.brokers %v; the case is a process with no Kafka configured", tc.item, tc.cfg.Kafka.Brokers)
+		}
+		c := history.Collection{ItemID: tc.item, Token: token(), At: at, State: history.State{Count: 1, Quantity: 1, Lowest: p64(5)},
+			Sales: []history.Sale{{SoldAt: at.Add(-time.Second), Quantity: 1, UnitPrice: 5, Total: 5}}}
+		var out []history.Stored
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			out, err = history.FromConfig(tc.cfg).Write(ctx, tx, []history.Collection{c})
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", tc.item, err)
+		}
+		var snaps, sales, candles, events, pending int
+		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM auction_snapshots WHERE item_id = $1),
+			(SELECT count(*) FROM auction_sales WHERE item_id = $1), (SELECT count(*) FROM price_candles WHERE item_id = $1),
+			(SELECT count(*) FROM outbox WHERE item_id = $1),
+			(SELECT count(*) FROM outbox_pending p JOIN outbox o USING (id) WHERE o.item_id = $1)`, tc.item).
+			Scan(&snaps, &sales, &candles, &events, &pending); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].SnapshotID == 0 || snaps != 1 || sales != 1 || candles != 2 || events != tc.events || pending != tc.events {
+			t.Errorf("%s: snapshot %d, %d snapshots, %d sales, %d candles, %d events (%d pending); want 1 snapshot, 1 sale, 2 candles and %d events",
+				tc.item, out[0].SnapshotID, snaps, sales, candles, events, pending, tc.events)
+		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// weekSeconds is retention.outbox_unpublished's default, as ExpireSQL takes it.
+// weekSeconds is a retention.outbox_unpublished an operator might choose, as ExpireSQL takes it.
 var weekSeconds = (7 * 24 * time.Hour).Seconds()
 
 // Rows that expire while a relay has them in flight are published once: the relay's mark finds

@@ -5,9 +5,9 @@
 // statement at a time. Snapshots and sales are partitioned: internal/history drops their old
 // partitions whole.
 //
-// The outbox is bounded whether or not a relay runs: published rows go after
-// kafka.outbox_retention (as a following relay also does), unpublished ones after
-// retention.outbox_unpublished (package outbox owns both statements).
+// Published outbox rows go after kafka.outbox_retention whether or not a relay runs (as a
+// following relay also does). Unpublished ones wait for a relay, which may run on another host,
+// unless the operator set retention.outbox_unpublished (package outbox owns both statements).
 package retention
 
 import (
@@ -64,7 +64,7 @@ type table struct {
 }
 
 // tables are pruned in this order; the outbox first, as what grows without bound when nothing
-// prunes it (every snapshot adds an event, Kafka or not).
+// prunes it (every snapshot adds an event unless outbox.enabled is false).
 var tables = []table{
 	{name: "published outbox rows", deleteOldest: outbox.PruneSQL,
 		age: func(c Config) time.Duration { return c.OutboxRetention }, into: func(r *Result) *int64 { return &r.OutboxPublished },

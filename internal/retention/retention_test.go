@@ -39,7 +39,6 @@ func TestPruneDeletesOnlyRowsPastTheirAge(t *testing.T) {
 	}
 	cfg := Config{RetentionConfig: config.Default().Retention}
 	cfg.Interest, cfg.CandlesHourly, cfg.Batch = 10*24*time.Hour+time.Hour, 20*24*time.Hour+time.Hour, 3
-	cfg.OutboxUnpublished = 0 // the outbox is empty here; its statements would count against the bound
 
 	// A bounded pass: 4 statements of 3 rows, all on interest (the first table).
 	res, err := Prune(ctx, pool, cfg, 4)
@@ -168,16 +167,14 @@ func TestPruneBoundsTheOutboxWithoutARelay(t *testing.T) {
 	}
 }
 
-// retention.outbox_unpublished 0 keeps unpublished events until a relay publishes them, however
-// old; published ones still go.
-func TestOutboxUnpublishedZeroKeepsThemForEver(t *testing.T) {
+// With the defaults, a pass drops no unpublished event however old, so a relay down or run
+// elsewhere costs consumers nothing; published ones still go after kafka.outbox_retention.
+func TestDefaultsKeepUnpublishedEventsUntilPublished(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _ := storetest.NewPool(t)
 	seedOutbox(t, pool, []outboxRow{{"published", 400 * 24 * time.Hour, 2}, {"pending", 400 * 24 * time.Hour, 2}, {"failed", 400 * 24 * time.Hour, 1}})
-	cfg := FromConfig(config.Default())
-	cfg.OutboxUnpublished = 0
-	res, err := Prune(ctx, pool, cfg, 0)
+	res, err := Prune(ctx, pool, FromConfig(config.Default()), 0)
 	if err != nil || res.OutboxPublished != 2 || res.OutboxExpired != 0 {
 		t.Fatalf("pass: %+v %v; want the 2 published rows deleted, nothing expired", res, err)
 	}
@@ -187,12 +184,16 @@ func TestOutboxUnpublishedZeroKeepsThemForEver(t *testing.T) {
 	}
 }
 
-// Unpublished events are bounded by default, and an age too short to ride out a relay's
-// restart names the key and its environment variable.
-func TestOutboxUnpublishedIsBoundedByDefault(t *testing.T) {
+// Expiring unpublished events is the operator's choice: off by default, and a chosen age too
+// short to ride out a relay's restart names the key and its environment variable.
+func TestOutboxUnpublishedIsOffUnlessChosen(t *testing.T) {
 	cfg := config.Default()
-	if cfg.Retention.OutboxUnpublished != 7*24*time.Hour {
-		t.Fatalf("retention.outbox_unpublished defaults to %s, want 7 days", cfg.Retention.OutboxUnpublished)
+	if cfg.Retention.OutboxUnpublished != 0 {
+		t.Fatalf("retention.outbox_unpublished defaults to %s, want 0 (off)", cfg.Retention.OutboxUnpublished)
+	}
+	cfg.Retention.OutboxUnpublished = time.Hour
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("1h, the shortest age allowed, refused: %v", err)
 	}
 	cfg.Retention.OutboxUnpublished = 30 * time.Minute
 	err := cfg.Validate()
