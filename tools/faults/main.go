@@ -34,6 +34,12 @@
 //	   and refuses new ones (a restart, without disturbing other work on a shared cluster)
 //	   → not ready, live, no provider request; recovers unaided, every item fetched and stored
 //	   once, no lease left, every outbox event published, per item in order
+//	K  the kill matrix: collector run, collect-due, relay-outbox (both modes), prune mid-drop,
+//	   import-items, recalculate-popularity and seed:synthetic each killed with SIGKILL at
+//	   seeded moments, then restarted or re-run → every snapshot published (deduplicated by
+//	   snapshot_id) and chained per item, sales in events = sales rows, nothing stored twice,
+//	   no lease, lane or lock past its expiry, no partition missing, overlapping or half
+//	   detached; each role's worst recovery time (kill → its work done by another) printed
 //	7  a sentinel in both API keys for the whole run, plus runs with the key in the query
 //	   string failing every way → not in any output, /_sim/stats, daemon HTTP or DB row
 //
@@ -62,6 +68,9 @@ type options struct {
 	kafkaDown time.Duration
 	keep      bool
 	verbose   bool
+	// The kill matrix: moments per role (FAULTS_KILL_MOMENTS) and the seed that replays them.
+	killMoments int
+	killSeed    uint64
 }
 
 // scenario is one fault. run returns the numbers it measured; failures go through r.check.
@@ -114,6 +123,7 @@ var scenarios = []scenario{
 	{"8d", "write-back conns killed", scenarioWriteBackKilled},
 	{"9", "daemon: database read-only", scenarioDaemonReadOnly},
 	{"9b", "daemon+relay: postgres restart", scenarioPGRestart},
+	{"K", "kill matrix: every holder, SIGKILL", scenarioKillMatrix},
 	{"7", "sentinel API key never leaks", scenarioSentinel},
 }
 
@@ -126,6 +136,8 @@ func main() {
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run, e.g. 1,4 (4 includes 4b); default all; 7 always runs and scans what ran")
 	flag.DurationVar(&o.kafkaDown, "kafka-down", 60*time.Second,
 		"how long the broker stays down in scenario 3 (the issue's 60s; CI runs it too)")
+	flag.IntVar(&o.killMoments, "kill-moments", killMomentsDefault(), "kill matrix (K): seeded kill moments per role (env FAULTS_KILL_MOMENTS)")
+	flag.Uint64Var(&o.killSeed, "kill-seed", 1, "kill matrix (K): the seed of the kill moments; a failure prints it, so the same kills replay")
 	flag.BoolVar(&o.keep, "keep", false, "keep the databases and the log directory")
 	flag.BoolVar(&o.verbose, "v", false, "print progress")
 	flag.Parse()

@@ -1,0 +1,781 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The kill matrix (scenario K): every role that holds something is killed with SIGKILL at
+// seeded moments, then restarted (or re-run, as cron would), and the database and the topic
+// are checked: every snapshot published once it is deduplicated, each item's events chained,
+// the sales in events equal to the sales rows, nothing stored twice, no holder left past its
+// lease, no partition missing, overlapping or half detached. Each kill's recovery time (kill
+// → the dead holder's work done by another) is printed; the target is the role's lease + 5 s.
+
+const (
+	killLease      = 3 * time.Second // collect.lease and kafka.lease in the matrix
+	killSlack      = 5 * time.Second // what a takeover may take past the lease
+	killItems      = 240
+	killSimLatency = 40 * time.Millisecond
+)
+
+// killEnv is the environment of every process of the matrix: short leases, so that a takeover
+// is seconds away, and the run's broker.
+func killEnv(broker string) []string {
+	return append(append(daemonEnv(), relayEnv(broker)...),
+		"COLLECTOR_COLLECT_LEASE="+killLease.String(),
+		"COLLECTOR_KAFKA_LEASE="+killLease.String(),
+		"COLLECTOR_KAFKA_WRITE_TIMEOUT=1s",
+		"COLLECTOR_KAFKA_TOPIC="+topic,
+	)
+}
+
+// killRole is one role of the matrix. run kills it once at moment (its seeded share of the
+// role's window) and returns the recovery time.
+type killRole struct {
+	name   string
+	target time.Duration // recovery target: the lease it holds + killSlack
+	run    func(ctx context.Context, k *killRun, moment float64) (time.Duration, error)
+}
+
+var killRoles = []killRole{
+	{"run", killLease + killSlack, killDaemon},
+	{"collect-due", killLease + killSlack, killCollectDue},
+	{"relay-outbox", killLease + killSlack, killRelayFollow},
+	{"relay-outbox --once", killLease + killSlack, killRelayOnce},
+	{"prune (mid-drop)", killSlack, killPrune},
+	{"import-items", killSlack, killImport},
+	{"recalculate-popularity", killSlack, killRecalculate},
+	{"seed:synthetic", killSlack, killSeed},
+}
+
+// killRun is one kill of one role: its database, its broker and its environment.
+type killRun struct {
+	h     *harness
+	r     *report
+	label string
+	// salesDropped: retention dropped sales partitions, so the sales rows left are fewer
+	// than the sales the events counted.
+	salesDropped bool
+	d            *database
+	broker       string
+	env          []string
+}
+
+// scenarioKillMatrix kills every role at -kill-moments seeded moments.
+func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
+	if !h.hasRun(ctx) {
+		r.skipped = "`collector run` is not in this binary"
+		return nil
+	}
+	worst := map[string]time.Duration{}
+	for i, role := range killRoles {
+		rng := rand.New(rand.NewPCG(h.o.killSeed, uint64(i)))
+		for m := range h.o.killMoments {
+			moment := rng.Float64()
+			label := fmt.Sprintf("%s #%d (seed %d, moment %.2f)", role.name, m+1, h.o.killSeed, moment)
+			h.logf("kill matrix: %s", label)
+			took, err := h.killOnce(ctx, r, role, label, moment)
+			if err != nil {
+				r.check(false, "%s: %v", label, err)
+				continue
+			}
+			r.check(took <= role.target, "%s: recovered in %s, target %s", label, took.Round(100*time.Millisecond), role.target)
+			worst[role.name] = max(worst[role.name], took)
+		}
+	}
+	for _, role := range killRoles {
+		if w, ok := worst[role.name]; ok {
+			r.num("%s %s", role.name, w.Round(100*time.Millisecond))
+		}
+	}
+	r.num("worst recovery per role over %d moments (seed %d; -kill-seed replays), target lease %s + %s", h.o.killMoments, h.o.killSeed, killLease, killSlack)
+	return nil
+}
+
+func (h *harness) killOnce(ctx context.Context, r *report, role killRole, label string, moment float64) (took time.Duration, err error) {
+	defer h.killAll()
+	d, err := h.scenarioDB(ctx, "k"+randHex(3), killItems, killSimLatency)
+	if err != nil {
+		return 0, err
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topic))
+	if err != nil {
+		return 0, fmt.Errorf("start kfake: %w", err)
+	}
+	defer cluster.Close()
+	broker := cluster.ListenAddrs()[0]
+	k := &killRun{h: h, r: r, label: label, d: d, broker: broker, env: h.env(d.url, killEnv(broker)...)}
+	if took, err = role.run(ctx, k, moment); err != nil {
+		return took, err
+	}
+	h.killAll()
+	return took, k.verify(ctx)
+}
+
+// start runs `collector args...` in the run's environment.
+func (k *killRun) start(ctx context.Context, name string, args ...string) (*proc, error) {
+	return k.h.start(ctx, name, k.env, args...)
+}
+
+// finish runs `collector args...` to a zero exit.
+func (k *killRun) finish(ctx context.Context, name string, args ...string) error {
+	p, err := k.start(ctx, name, args...)
+	if err != nil {
+		return err
+	}
+	if code, err := p.wait(ctx, 3*time.Minute); err != nil || code != 0 {
+		return fmt.Errorf("collector %s: exit %d %v: %s", strings.Join(args, " "), code, err, p.tail())
+	}
+	return nil
+}
+
+// killAt waits for p's first sign of work, then moment of window, and kills it with SIGKILL.
+// It returns when the process is gone.
+func killAt(ctx context.Context, p *proc, started func() (bool, error), window time.Duration, moment float64) (time.Time, error) {
+	if err := poll(ctx, time.Minute, 20*time.Millisecond, func() (bool, error) {
+		ok, err := started()
+		return ok || p.exited(), err
+	}); err != nil {
+		return time.Time{}, fmt.Errorf("%s never started working: %w: %s", p.name, err, p.tail())
+	}
+	select {
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	case <-time.After(time.Duration(moment * float64(window))):
+	}
+	p.signal(syscall.SIGKILL)
+	<-p.done
+	return time.Now(), nil
+}
+
+func (k *killRun) snapshotsAtLeast(ctx context.Context, n int) func() (bool, error) {
+	return func() (bool, error) {
+		got, err := k.d.count(ctx, `SELECT count(*) FROM auction_snapshots`)
+		return got >= n, err
+	}
+}
+
+// heldAtKill is the work a dead process held: the items it had leased and the outbox rows
+// waiting in lanes (its own among them).
+type heldAtKill struct {
+	items   []string
+	pending int64 // the highest pending outbox id
+}
+
+func (k *killRun) held(ctx context.Context) (heldAtKill, error) {
+	var w heldAtKill
+	err := k.d.pool.QueryRow(ctx, `
+		SELECT coalesce((SELECT array_agg(item_id) FROM tracked_items WHERE lease_expires_at > now()), '{}'),
+		       coalesce((SELECT max(id) FROM outbox_pending), 0)`).Scan(&w.items, &w.pending)
+	return w, err
+}
+
+// taken waits until every item held at the kill was collected after it and every outbox row
+// pending then was published, and returns how long after the kill that was.
+func (k *killRun) taken(ctx context.Context, w heldAtKill, killed time.Time, survivor *proc) (time.Duration, error) {
+	err := poll(ctx, 2*time.Minute, 50*time.Millisecond, func() (bool, error) {
+		if survivor != nil && survivor.exited() {
+			return false, fmt.Errorf("%s exited (%d): %s", survivor.name, survivor.code, survivor.tail())
+		}
+		n, err := k.d.count(ctx, `
+			SELECT (SELECT count(*) FROM tracked_items t WHERE item_id = ANY ($1)
+			          AND NOT EXISTS (SELECT FROM auction_snapshots s WHERE s.item_id = t.item_id AND s.collected_at > $2))
+			     + (SELECT count(*) FROM outbox_pending WHERE id <= $3)`, w.items, killed, w.pending)
+		return n == 0, err
+	})
+	return time.Since(killed), err
+}
+
+// killDaemon: `collector run` with collection, relay, planner and partition upkeep, killed
+// while collecting and publishing, then started again.
+func killDaemon(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	p, err := k.start(ctx, "k-run", "run")
+	if err != nil {
+		return 0, err
+	}
+	killed, err := killAt(ctx, p, k.snapshotsAtLeast(ctx, 1), 3*time.Second, moment)
+	if err != nil {
+		return 0, err
+	}
+	w, err := k.held(ctx)
+	if err != nil {
+		return 0, err
+	}
+	again, err := k.start(ctx, "k-run-again", "run")
+	if err != nil {
+		return 0, err
+	}
+	took, err := k.taken(ctx, w, killed, again)
+	if err != nil {
+		return took, err
+	}
+	if err := k.allCollectedAndPublished(ctx, again); err != nil {
+		return took, err
+	}
+	k.checkNoStuckHolder(ctx)
+	again.signal(syscall.SIGTERM)
+	if code, err := again.wait(ctx, 30*time.Second); err != nil || code != 0 {
+		return took, fmt.Errorf("restarted daemon: exit %d %v after SIGTERM: %s", code, err, again.tail())
+	}
+	return took, nil
+}
+
+// killCollectDue: collect-due killed mid-batch; cron runs it again every half second.
+func killCollectDue(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	p, err := k.start(ctx, "k-collect", "collect-due", "--concurrency", "4")
+	if err != nil {
+		return 0, err
+	}
+	killed, err := killAt(ctx, p, k.snapshotsAtLeast(ctx, 1), 2*time.Second, moment)
+	if err != nil {
+		return 0, err
+	}
+	w, err := k.held(ctx)
+	if err != nil {
+		return 0, err
+	}
+	w.pending = 0 // no relay runs beside the cron job: its events go at the end
+	cron, err := k.cron(ctx, "k-collect-cron", "collect-due", "--concurrency", "8")
+	if err != nil {
+		return 0, err
+	}
+	defer cron.stop()
+	took, err := k.taken(ctx, w, killed, nil)
+	if err != nil {
+		return took, err
+	}
+	cron.stop()
+	if err := k.finish(ctx, "k-collect-relay", "relay-outbox", "--once"); err != nil {
+		return took, err
+	}
+	return took, k.allCollectedAndPublished(ctx, nil)
+}
+
+// killRelayFollow: relay-outbox killed while it holds every lane; events written after the
+// kill wait in the dead relay's lanes until a restarted relay takes them.
+func killRelayFollow(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	if err := k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8"); err != nil {
+		return 0, err
+	}
+	p, err := k.start(ctx, "k-relay", "relay-outbox")
+	if err != nil {
+		return 0, err
+	}
+	killed, err := killAt(ctx, p, k.lanesHeld(ctx), time.Second, moment)
+	if err != nil {
+		return 0, err
+	}
+	if err := k.d.makeDue(ctx, k.h.catalog[:killItems/2]); err != nil {
+		return 0, err
+	}
+	if err := k.finish(ctx, "k-more", "collect-due", "--concurrency", "8"); err != nil {
+		return 0, err
+	}
+	w, err := k.held(ctx)
+	if err != nil {
+		return 0, err
+	}
+	again, err := k.start(ctx, "k-relay-again", "relay-outbox")
+	if err != nil {
+		return 0, err
+	}
+	took, err := k.taken(ctx, w, killed, again)
+	if err != nil {
+		return took, err
+	}
+	k.checkNoStuckHolder(ctx)
+	again.signal(syscall.SIGTERM)
+	if code, err := again.wait(ctx, 30*time.Second); err != nil || code != 0 {
+		return took, fmt.Errorf("restarted relay: exit %d %v after SIGTERM: %s", code, err, again.tail())
+	}
+	return took, k.allCollectedAndPublished(ctx, nil)
+}
+
+// killRelayOnce: relay-outbox --once killed mid-pass; cron runs it again every half second.
+func killRelayOnce(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	if err := k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8"); err != nil {
+		return 0, err
+	}
+	p, err := k.start(ctx, "k-once", "relay-outbox", "--once")
+	if err != nil {
+		return 0, err
+	}
+	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, 500*time.Millisecond, moment)
+	if err != nil {
+		return 0, err
+	}
+	if err := k.d.makeDue(ctx, k.h.catalog[:killItems/2]); err != nil {
+		return 0, err
+	}
+	if err := k.finish(ctx, "k-more", "collect-due", "--concurrency", "8"); err != nil {
+		return 0, err
+	}
+	w, err := k.held(ctx)
+	if err != nil {
+		return 0, err
+	}
+	cron, err := k.cron(ctx, "k-once-cron", "relay-outbox", "--once")
+	if err != nil {
+		return 0, err
+	}
+	defer cron.stop()
+	took, err := k.taken(ctx, w, killed, nil)
+	if err != nil {
+		return took, err
+	}
+	cron.stop()
+	return took, k.allCollectedAndPublished(ctx, nil)
+}
+
+// killPrune: prune killed while it detaches and drops a month of old partitions (its drop
+// lock held on a session of its own); partitions run again at once.
+func killPrune(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	if err := k.d.oldPartitions(ctx, -40, 8); err != nil {
+		return 0, err
+	}
+	if err := k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8"); err != nil {
+		return 0, err
+	}
+	p, err := k.start(ctx, "k-prune", "prune", "--snapshots", "96h", "--sales", "96h")
+	if err != nil {
+		return 0, err
+	}
+	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, 2*time.Second, moment)
+	if err != nil {
+		return 0, err
+	}
+	if err := k.finish(ctx, "k-partitions", "partitions"); err != nil {
+		return time.Since(killed), err
+	}
+	took := time.Since(killed)
+	k.salesDropped = true
+	if err := k.finish(ctx, "k-prune-again", "prune", "--snapshots", "96h", "--sales", "96h"); err != nil {
+		return took, err
+	}
+	old, err := k.d.count(ctx, `
+		SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent IN ('auction_snapshots'::regclass, 'auction_sales'::regclass)
+		  AND substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']+)''\)')::timestamptz < now() - interval '120 hours'`)
+	if err != nil {
+		return took, err
+	}
+	k.r.check(old == 0, "%s: %d partitions past retention left after the re-run", k.label, old)
+	if err := k.finish(ctx, "k-prune-relay", "relay-outbox", "--once"); err != nil {
+		return took, err
+	}
+	return took, k.allCollectedAndPublished(ctx, nil)
+}
+
+// killImport: import-items killed while it resolves the targets; run again to the end.
+func killImport(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	if _, err := k.d.pool.Exec(ctx, `DELETE FROM tracked_items`); err != nil {
+		return 0, err
+	}
+	if err := k.h.sim.setLatency(ctx, 150*time.Millisecond); err != nil {
+		return 0, err
+	}
+	targets, err := filepath.Abs("configs/import-targets.yaml")
+	if err != nil {
+		return 0, err
+	}
+	p, err := k.start(ctx, "k-import", "import-items", "--targets", targets)
+	if err != nil {
+		return 0, err
+	}
+	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, 1500*time.Millisecond, moment)
+	if err != nil {
+		return 0, err
+	}
+	if err := k.finish(ctx, "k-import-again", "import-items", "--targets", targets); err != nil {
+		return time.Since(killed), err
+	}
+	took := time.Since(killed)
+	n, err := k.d.count(ctx, `SELECT count(*) FROM tracked_items`)
+	if err != nil {
+		return took, err
+	}
+	k.r.check(n >= 12, "%s: %d items tracked after the re-run, want every target's", k.label, n)
+	return took, nil
+}
+
+// killRecalculate: recalculate-popularity killed mid-transaction; run again to the end.
+func killRecalculate(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	if err := k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8"); err != nil {
+		return 0, err
+	}
+	p, err := k.start(ctx, "k-recalc", "recalculate-popularity")
+	if err != nil {
+		return 0, err
+	}
+	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, 400*time.Millisecond, moment)
+	if err != nil {
+		return 0, err
+	}
+	if err := k.finish(ctx, "k-recalc-again", "recalculate-popularity"); err != nil {
+		return time.Since(killed), err
+	}
+	took := time.Since(killed)
+	if err := k.finish(ctx, "k-recalc-relay", "relay-outbox", "--once"); err != nil {
+		return took, err
+	}
+	return took, k.allCollectedAndPublished(ctx, nil)
+}
+
+// killSeed: seed:synthetic killed mid-batch; run again, it completes what was cut short.
+func killSeed(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	args := []string{"seed:synthetic", "--items", "200", "--days", "3"}
+	p, err := k.start(ctx, "k-seed", args...)
+	if err != nil {
+		return 0, err
+	}
+	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, 1500*time.Millisecond, moment)
+	if err != nil {
+		return 0, err
+	}
+	if err := k.finish(ctx, "k-seed-again", args...); err != nil {
+		return time.Since(killed), err
+	}
+	took := time.Since(killed)
+	// Every fixture item has one snapshot an hour over its days (give or take the hour the
+	// re-run added), each once.
+	var items, minPer, maxPer int
+	if err := k.d.pool.QueryRow(ctx, `
+		SELECT count(*), coalesce(min(n), 0), coalesce(max(n), 0) FROM (
+		    SELECT count(*) AS n FROM auction_snapshots WHERE item_id LIKE 'seed-%' GROUP BY item_id) s`).Scan(&items, &minPer, &maxPer); err != nil {
+		return took, err
+	}
+	k.r.check(items == 200 && minPer >= 3*24 && maxPer-minPer <= 1, "%s: %d seeded items with %d..%d snapshots each, want 200 with 72+ each and no gaps", k.label, items, minPer, maxPer)
+	return took, nil
+}
+
+// cronJob runs a one-shot command again and again, one at a time, as an overlapping-safe
+// scheduler would, until stopped.
+type cronJob struct {
+	stopCh chan struct{}
+	done   chan struct{}
+}
+
+func (k *killRun) cron(ctx context.Context, name string, args ...string) (*cronJob, error) {
+	c := &cronJob{stopCh: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for i := 0; ; i++ {
+			if p, err := k.start(ctx, fmt.Sprintf("%s-%d", name, i), args...); err == nil {
+				_, _ = p.wait(ctx, 2*time.Minute)
+			}
+			select {
+			case <-c.stopCh:
+				return
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return c, nil
+}
+
+func (c *cronJob) stop() {
+	select {
+	case <-c.stopCh:
+	default:
+		close(c.stopCh)
+	}
+	<-c.done
+}
+
+func (k *killRun) lanesHeld(ctx context.Context) func() (bool, error) {
+	return func() (bool, error) {
+		n, err := k.d.count(ctx, `SELECT count(*) FROM outbox_relay_lanes WHERE lease_expires_at > now()`)
+		return n > 0, err
+	}
+}
+
+// allCollectedAndPublished waits until every tracked (non-fixture) item has a snapshot and
+// nothing is pending in the outbox.
+func (k *killRun) allCollectedAndPublished(ctx context.Context, survivor *proc) error {
+	return poll(ctx, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
+		if survivor != nil && survivor.exited() {
+			return false, fmt.Errorf("%s exited (%d): %s", survivor.name, survivor.code, survivor.tail())
+		}
+		n, err := k.d.count(ctx, `
+			SELECT (SELECT count(*) FROM tracked_items t WHERE item_id NOT LIKE 'seed-%'
+			          AND NOT EXISTS (SELECT FROM auction_snapshots s WHERE s.item_id = t.item_id))
+			     + (SELECT count(*) FROM outbox_pending)`)
+		return n == 0, err
+	})
+}
+
+// checkNoStuckHolder: while a survivor runs, nothing is held past its lease plus killSlack
+// where work waits for it.
+func (k *killRun) checkNoStuckHolder(ctx context.Context) {
+	n, err := k.d.count(ctx, `
+		SELECT (SELECT count(*) FROM tracked_items
+		        WHERE lease_expires_at < now() - $1 * interval '1 millisecond' AND next_collect_at <= now())
+		     + (SELECT count(*) FROM outbox_relay_lanes l
+		        WHERE l.lease_expires_at < now() - $1 * interval '1 millisecond'
+		          AND EXISTS (SELECT FROM outbox_pending p WHERE p.lane = l.lane))`, killSlack.Milliseconds())
+	k.r.check(err == nil && n == 0, "%s: %d leases or lanes held past their expiry + %s with work waiting (%v)", k.label, n, killSlack, err)
+}
+
+// verify checks what every kill must leave, once its processes are gone.
+func (k *killRun) verify(ctx context.Context) error {
+	d, r, label := k.d, k.r, k.label
+	var twice, salesRows, salesInSnapshots, overdue, stuck, pending int
+	err := d.pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM (SELECT FROM auction_snapshots GROUP BY item_id, collected_at HAVING count(*) > 1) x),
+		       (SELECT count(*) FROM auction_sales WHERE item_id NOT LIKE 'seed-%'),
+		       (SELECT coalesce(sum(sales_count), 0) FROM auction_snapshots WHERE item_id NOT LIKE 'seed-%'),
+		       (SELECT count(*) FROM tracked_items t
+		        WHERE t.next_collect_at < now() - $1 * interval '1 millisecond' - CASE t.collection_tier
+		            WHEN 'HOT_1M' THEN interval '1 minute' WHEN 'ACTIVE_3M' THEN interval '3 minutes'
+		            WHEN 'WARM_5M' THEN interval '5 minutes' ELSE interval '10 minutes' END),
+		       (SELECT count(*) FROM outbox_relay_lanes WHERE lease_expires_at < now() - $1 * interval '1 millisecond'
+		          AND EXISTS (SELECT FROM outbox_pending p WHERE p.lane = outbox_relay_lanes.lane)),
+		       (SELECT count(*) FROM outbox_pending)`,
+		(killLease+killSlack).Milliseconds()).Scan(&twice, &salesRows, &salesInSnapshots, &overdue, &stuck, &pending)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	r.check(twice == 0, "%s: %d item instants stored twice", label, twice)
+	r.check(k.salesDropped || salesRows == salesInSnapshots, "%s: %d sales rows, %d counted in snapshots", label, salesRows, salesInSnapshots)
+	r.check(overdue == 0, "%s: %d items overdue past their lease plus their interval", label, overdue)
+	r.check(stuck == 0, "%s: %d lanes with work held past their lease", label, stuck)
+	r.check(pending == 0, "%s: %d events unpublished", label, pending)
+	if err := k.verifyLocks(ctx); err != nil {
+		return err
+	}
+	if err := d.verifyPartitions(ctx, r, label); err != nil {
+		return err
+	}
+	return k.verifyEvents(ctx)
+}
+
+// verifyLocks: with every process gone, no session of theirs holds an advisory lock (the
+// drop lock, the recalculation lock) a few seconds on.
+func (k *killRun) verifyLocks(ctx context.Context) error {
+	var held int
+	err := poll(ctx, killSlack, 100*time.Millisecond, func() (bool, error) {
+		var err error
+		held, err = k.d.count(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+			WHERE l.locktype = 'advisory' AND d.datname = $1`, k.d.name)
+		return held == 0, err
+	})
+	k.r.check(err == nil, "%s: %d advisory locks held %s after every process was gone (%v)", k.label, held, killSlack, err)
+	return nil
+}
+
+// verifyPartitions: each history table's partitions follow each other with no gap and no
+// overlap, none is half detached, and no detached history table is left behind.
+func (d *database) verifyPartitions(ctx context.Context, r *report, label string) error {
+	for _, table := range []string{"auction_snapshots", "auction_sales"} {
+		rows, err := d.pool.Query(ctx, `
+			SELECT pg_get_expr(c.relpartbound, c.oid), i.inhdetachpending FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+			WHERE i.inhparent = $1::regclass`, table)
+		if err != nil {
+			return err
+		}
+		type bound struct{ from, to string }
+		var bounds []bound
+		var pendingDetach int
+		var b string
+		var detach bool
+		_, err = pgx.ForEachRow(rows, []any{&b, &detach}, func() error {
+			m := boundRE.FindStringSubmatch(b)
+			if m == nil {
+				return fmt.Errorf("%s: partition bound %q", table, b)
+			}
+			bounds = append(bounds, bound{m[1], m[2]})
+			if detach {
+				pendingDetach++
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(bounds, func(a, b bound) int {
+			return cmp.Or(-cmp.Compare(boolInt(a.from == "MINVALUE"), boolInt(b.from == "MINVALUE")), strings.Compare(a.from, b.from))
+		})
+		gaps := 0
+		for i := 1; i < len(bounds); i++ {
+			if bounds[i].from != bounds[i-1].to {
+				gaps++
+			}
+		}
+		r.check(gaps == 0, "%s: %s partitions have %d gaps or overlaps", label, table, gaps)
+		r.check(pendingDetach == 0, "%s: %s has %d partitions half detached", label, table, pendingDetach)
+		stray, err := d.count(ctx, `
+			SELECT count(*) FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE $1 || '\_%'
+			  AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhrelid = c.oid)`, table)
+		if err != nil {
+			return err
+		}
+		r.check(stray == 0, "%s: %d detached %s tables left behind", label, stray, table)
+	}
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var boundRE = regexp.MustCompile(`FROM \((.+?)\) TO \((.+?)\)`)
+
+// oldPartitions replaces the history tables' partitions by one a day from `from` to `to` days
+// from today, as a database kept without retention for a while has.
+func (d *database) oldPartitions(ctx context.Context, from, to int) error {
+	_, err := d.pool.Exec(ctx, `
+		DO $$
+		DECLARE t text; p text; today timestamptz := date_bin('1 day', now(), '2000-01-01 00:00:00+00');
+		BEGIN
+		  FOREACH t IN ARRAY ARRAY['auction_snapshots', 'auction_sales'] LOOP
+		    FOR p IN SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = t::regclass LOOP
+		      EXECUTE format('DROP TABLE %I', p);
+		    END LOOP;
+		    FOR d IN `+fmt.Sprint(from)+`..`+fmt.Sprint(to-1)+` LOOP
+		      EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)',
+		        t || '_kday' || (d + 100), t, today + d * interval '1 day', today + (d + 1) * interval '1 day');
+		    END LOOP;
+		  END LOOP;
+		END $$`)
+	if err != nil {
+		return fmt.Errorf("old partitions in %s: %w", d.name, err)
+	}
+	return nil
+}
+
+// event is what the matrix reads of a published snapshot event.
+type event struct {
+	SnapshotID       int64      `json:"snapshot_id"`
+	ItemID           string     `json:"item_id"`
+	CollectedAt      time.Time  `json:"collected_at"`
+	PreviousSnapshot *time.Time `json:"previous_snapshot_at"`
+	SalesCount       int        `json:"sales_count"`
+}
+
+// verifyEvents reads the topic with a real consumer: every stored snapshot's event is there
+// (deduplicated by snapshot_id), each item's events chain (previous_snapshot_at is the
+// previous event's collected_at) and the sales they count equal the sales rows.
+func (k *killRun) verifyEvents(ctx context.Context) error {
+	var stored []int64
+	rows, err := k.d.pool.Query(ctx, `SELECT snapshot_id FROM auction_snapshots WHERE item_id NOT LIKE 'seed-%'`)
+	if err != nil {
+		return err
+	}
+	if stored, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+		return err
+	}
+	events, err := consumeEvents(ctx, k.broker, len(stored))
+	if err != nil {
+		return err
+	}
+	byItem := map[string][]event{}
+	for _, e := range events {
+		byItem[e.ItemID] = append(byItem[e.ItemID], e)
+	}
+	missing, broken, sales := 0, 0, 0
+	seen := map[int64]bool{}
+	for _, e := range events {
+		seen[e.SnapshotID] = true
+		sales += e.SalesCount
+	}
+	for _, id := range stored {
+		if !seen[id] {
+			missing++
+		}
+	}
+	for _, evs := range byItem {
+		slices.SortFunc(evs, func(a, b event) int { return a.CollectedAt.Compare(b.CollectedAt) })
+		for i, e := range evs {
+			switch {
+			case i == 0 && e.PreviousSnapshot != nil:
+				broken++
+			case i > 0 && (e.PreviousSnapshot == nil || !e.PreviousSnapshot.Equal(evs[i-1].CollectedAt)):
+				broken++
+			}
+		}
+	}
+	salesRows, err := k.d.count(ctx, `SELECT count(*) FROM auction_sales WHERE item_id NOT LIKE 'seed-%'`)
+	if err != nil {
+		return err
+	}
+	k.r.check(missing == 0, "%s: %d of %d stored snapshots never published", k.label, missing, len(stored))
+	k.r.check(len(seen) == len(stored), "%s: %d distinct events for %d snapshots", k.label, len(seen), len(stored))
+	k.r.check(broken == 0, "%s: %d events whose previous_snapshot_at is not the previous event's collected_at", k.label, broken)
+	k.r.check(k.salesDropped || sales == salesRows, "%s: events count %d sales, the database holds %d", k.label, sales, salesRows)
+	return nil
+}
+
+// consumeEvents reads the topic from the start until want distinct snapshots arrived or
+// nothing new comes for a while; duplicates (redeliveries) are dropped by snapshot_id.
+func consumeEvents(ctx context.Context, broker string, want int) ([]event, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(300*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var out []event
+	seen := map[int64]bool{}
+	quiet := 0
+	for len(seen) < want && quiet < 5 {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		for _, fe := range fs.Errors() {
+			if !errors.Is(fe.Err, context.DeadlineExceeded) {
+				return out, fmt.Errorf("fetch %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+			}
+		}
+		quiet++
+		var bad error
+		fs.EachRecord(func(rec *kgo.Record) {
+			quiet = 0
+			var e event
+			if err := json.Unmarshal(rec.Value, &e); err != nil {
+				bad = fmt.Errorf("event at offset %d: %w", rec.Offset, err)
+				return
+			}
+			if !seen[e.SnapshotID] {
+				seen[e.SnapshotID] = true
+				out = append(out, e)
+			}
+		})
+		if bad != nil {
+			return out, bad
+		}
+	}
+	return out, nil
+}
+
+// killMomentsDefault: the full matrix in `make faults`; CI sets FAULTS_KILL_MOMENTS lower.
+func killMomentsDefault() int {
+	var n int
+	if _, err := fmt.Sscan(os.Getenv("FAULTS_KILL_MOMENTS"), &n); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
