@@ -29,7 +29,8 @@ func newStatusCmd(a *app) *cobra.Command {
 names (docs/operations.md).
 
 --check exits 1 naming the first problem — for a cron alert or a probe. It checks that the
-database takes writes (not read-only, not a standby), that collections keep happening, whoever makes them (daemons or collect-due from cron): the provider
+database takes writes (not read-only, not a standby, not out of space: a write that needs new
+space is made and rolled back), that collections keep happening, whoever makes them (daemons or collect-due from cron): the provider
 paused by a manual override, fewer live daemon instances than --min-instances (0: a cron-only
 deployment needs none; set 1 where collector run is what collects), items due with no successful
 collection for longer than --max-idle, more overdue items than --max-overdue, or an unpublished

@@ -17,6 +17,8 @@ import (
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
 )
 
@@ -245,4 +247,15 @@ func TestNewRefusesBadValuesNamingTheirKey(t *testing.T) {
 			t.Errorf("%s out of range: error %v, want one naming %s", tc.key, err, tc.key)
 		}
 	}
+}
+
+// The heartbeat is a write: one refused for lack of space marks the write health refused.
+func TestHeartbeatReportsToWriteHealth(t *testing.T) {
+	c := newCluster(t)
+	wh, full := storetest.WatchWrites(t, store.CauseDiskFull)
+	free := storetest.FillDisk(t, c.pool, "collector_instances")
+	defer free()
+	m := c.start(t, Config{KeyLabel: c.label, Rate: 10, Heartbeat: 200 * time.Millisecond, Cooldown: time.Second, Instance: "a", WriteHealth: wh}, 0)
+	defer func() { m.stop(); m.wg.Wait() }()
+	full.WaitWithin(t, time.Minute)
 }

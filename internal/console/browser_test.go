@@ -278,6 +278,9 @@ func TestOverviewShowsThePlansEstimatedFreshness(t *testing.T) {
 	if !strings.HasSuffix(fresh["total"], "%") {
 		t.Errorf("total est. freshness %q, want a percentage", fresh["total"])
 	}
+	if w := get(t, b, "database card", chromedp.Text(chromedp.CSS("#database-writes"))); w != "takes writes" {
+		t.Errorf("database card %q, want %q", w, "takes writes")
+	}
 	note := get(t, b, "forecast note", chromedp.Text(chromedp.CSS("#forecast-note")))
 	if want := planned[0].PlannedAt.UTC().Format("2006-01-02 15:04:05"); !strings.Contains(note, "predicted by the tier plan of "+want) {
 		t.Errorf("below the tiers: %q, want when the plan was made, %s", note, want)
@@ -309,6 +312,23 @@ func TestOverviewSaysWhetherEventsArePublished(t *testing.T) {
 		if events != tc.want || pending != "2" {
 			t.Errorf("outbox.enabled=%v: the overview says %q with %s unpublished; want %q with 2", !tc.noOutbox, events, pending, tc.want)
 		}
+	}
+}
+
+// A full disk under the database is on the overview, as `collector status` names it: the
+// console's status read makes the same write that needs space.
+func TestOverviewShowsAFullDisk(t *testing.T) {
+	e := setupWith(t, "", func(_ context.Context, pool *pgxpool.Pool) {
+		storetest.FillDisk(t, pool)
+	}, nil)
+	b := newBrowser(t)
+	b.do(t, "overview", chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#database-writes")))
+	if w := get(t, b, "database card", chromedp.Text(chromedp.CSS("#database-writes"))); w != "refuses writes (disk_full)" {
+		t.Errorf("database card %q, want %q", w, "refuses writes (disk_full)")
+	}
+	card := get(t, b, "database card", chromedp.Text(chromedp.CSS("#database-writes + p")))
+	if !strings.Contains(card, "No space left on device") {
+		t.Errorf("database card detail %q, want the server's words", card)
 	}
 }
 

@@ -84,28 +84,31 @@ func (c *Console) render(w http.ResponseWriter, _ *http.Request, name string, d 
 // Overview --------------------------------------------------------------------------------------
 
 type overviewView struct {
-	ReadAt        time.Time
-	Err           string
-	Provider      providerView
-	Tiers         []tierView
-	Total         tierView
-	Keys          []keyView
-	LagN          int64
-	LagP50        time.Duration
-	LagP99        time.Duration
-	LagWindow     time.Duration
-	Leased        int64
-	LastCollected string
-	OldestDue     string
-	Outbox        outboxView
-	Events        string // published through the outbox, or off (outbox.enabled)
-	Relay         []string
-	RelayStops    []outbox.RelayStop
-	LanesHeld     int
-	Lanes         int
-	Packing       []packingView
-	Instances     []instanceView
-	History       string
+	ReadAt   time.Time
+	Err      string
+	Provider providerView
+	// WriteRefused is why the database refuses writes ("" while it takes them), WriteDetail
+	// its words.
+	WriteRefused, WriteDetail string
+	Tiers                     []tierView
+	Total                     tierView
+	Keys                      []keyView
+	LagN                      int64
+	LagP50                    time.Duration
+	LagP99                    time.Duration
+	LagWindow                 time.Duration
+	Leased                    int64
+	LastCollected             string
+	OldestDue                 string
+	Outbox                    outboxView
+	Events                    string // published through the outbox, or off (outbox.enabled)
+	Relay                     []string
+	RelayStops                []outbox.RelayStop
+	LanesHeld                 int
+	Lanes                     int
+	Packing                   []packingView
+	Instances                 []instanceView
+	History                   string
 	// PlannedAt is when the tier plan whose forecast the tiers show was made ("" before any).
 	PlannedAt string
 }
@@ -183,7 +186,7 @@ func (c *Console) overviewView(ov overview) overviewView {
 		Outbox: outboxView{Pending: st.OutboxBacklog, Failed: st.OutboxFailed, Oldest: st.OutboxOldest.Round(time.Second)},
 		Events: st.Events(),
 		Relay:  st.Relay.Owners, RelayStops: st.Relay.Stops, LanesHeld: st.Relay.LanesHeld, Lanes: outbox.Lanes,
-		History: history.SizeText(st.History.Bytes()),
+		History: history.SizeText(st.History.Bytes()), WriteRefused: string(st.WriteRefused), WriteDetail: st.WriteDetail,
 		Provider: providerView{Name: st.Provider.Provider, Status: string(eff), Reason: reason,
 			Since: ago(now, since), Override: st.Provider.OverrideStatus != "", Automatic: string(st.Provider.Status),
 			Dispatching: eff.CanDispatch()},

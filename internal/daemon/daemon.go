@@ -105,6 +105,8 @@ type Daemon struct {
 	ln      net.Listener
 	wake    chan struct{}
 	writes  *store.WriteHealth // whether the database takes our writes: /readyz, metrics
+	// spaceProbeWarned: the space probe's odd failure is logged (probeSpace's goroutine only).
+	spaceProbeWarned bool
 
 	collect   *collectService
 	plan      *planService // nil when catalog.recalc_interval is 0

@@ -43,8 +43,9 @@ type ClusterStatus struct {
 	// Activity is whether collections keep happening, whoever makes them (daemons or cron).
 	Activity dispatcher.Activity
 	// WriteRefused is why the database would refuse a write now ("" when it would take it), as
-	// store.ProbeWritable reads it on a fresh connection, and WriteDetail the words to show: a
-	// daemon cannot record that it cannot write, so status asks the database itself.
+	// store.ProbeWritable reads it and, when that is clean, store.ProbeSpace's write tells
+	// (disk_full), and WriteDetail the words to show: a daemon cannot record that it cannot
+	// write, so status asks the database itself.
 	WriteRefused store.WriteCause
 	WriteDetail  string
 	// NoOutbox is outbox.enabled=false in the configuration of the process reading the status,
@@ -86,11 +87,25 @@ const LagWindow = 10 * time.Minute
 // allowed daemon.budget.heartbeat would be too lax for a glance; 3 × the default is used).
 const liveFor = 10 * time.Second
 
+// writeState is why the database would refuse a write now: what a read can tell, else what the
+// space probe's write meets. A space probe failing otherwise (the role may not create a table)
+// tells nothing.
+func writeState(ctx context.Context, pool *pgxpool.Pool) (store.WriteCause, string) {
+	if c, d := store.ProbeWritable(ctx, pool); c != "" {
+		return c, d
+	}
+	err := store.ProbeSpace(ctx, pool)
+	if c := store.RefusedCause(err); c != "" {
+		return c, err.Error()
+	}
+	return "", ""
+}
+
 // Status reads the cluster status.
 func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (ClusterStatus, error) {
 	var st ClusterStatus
 	var err error
-	st.WriteRefused, st.WriteDetail = store.ProbeWritable(ctx, pool)
+	st.WriteRefused, st.WriteDetail = writeState(ctx, pool)
 	if st.Provider, err = provider.ReadStatus(ctx, pool, providerName); err != nil {
 		return st, err
 	}

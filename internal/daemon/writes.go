@@ -22,19 +22,18 @@ const writeProbeInterval = time.Second
 // that refuses connections answers at once anyway.
 const writeProbeTimeout = 5 * time.Second
 
-// probeWrites runs store.ProbeWritable every writeProbeInterval until ctx ends. A database
-// that does not answer within writeProbeTimeout is reported unreachable.
+// probeWrites runs probeOnce every writeProbeInterval until ctx ends. A database that does
+// not answer within writeProbeTimeout is reported unreachable.
 func (d *Daemon) probeWrites(ctx context.Context) {
 	t := time.NewTicker(writeProbeInterval)
 	defer t.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, writeProbeTimeout)
-		cause, detail := d.probeOnce(pctx)
+		d.probeOnce(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		d.writes.ObserveProbe(cause, detail)
 		select {
 		case <-ctx.Done():
 			return
@@ -43,26 +42,51 @@ func (d *Daemon) probeWrites(ctx context.Context) {
 	}
 }
 
-// probeOnce probes on a pooled connection while the database takes writes. While it is
-// read-only or a standby it probes on a connection of its own instead: a pooled session keeps
-// the read-only setting it was opened with after the database takes writes again. Once the
-// fresh session can write, the pool drops its sessions (pgxpool's Reset, meant for a server
-// state change), so every one reconnects into the writable state and collection resumes by
-// itself.
-func (d *Daemon) probeOnce(ctx context.Context) (store.WriteCause, string) {
-	if c := d.writes.State().Cause; c != store.CauseReadOnly && c != store.CauseStandby {
-		return store.ProbeWritable(ctx, d.pool)
+// probeOnce probes on a pooled connection while the database takes writes, and reports what
+// it saw. While it is read-only or a standby it probes on a connection of its own instead: a
+// pooled session keeps the read-only setting it was opened with after the database takes
+// writes again. Once the fresh session can write, the pool drops its sessions (pgxpool's
+// Reset, meant for a server state change), so every one reconnects into the writable state and
+// collection resumes by itself. While a lack of space stands, a read proves nothing: it makes
+// the space probe's write instead, whose success alone ends that state.
+func (d *Daemon) probeOnce(ctx context.Context) {
+	c := d.writes.State().Cause
+	if c != store.CauseReadOnly && c != store.CauseStandby {
+		if d.writes.SpaceShort() {
+			d.probeSpace(ctx)
+			return
+		}
+		d.writes.ObserveProbe(store.ProbeWritable(ctx, d.pool))
+		return
 	}
 	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return store.ProbeWritable(ctx, d.pool) // the pool's connection error names it best
+		d.writes.ObserveProbe(store.ProbeWritable(ctx, d.pool)) // the pool's connection error names it best
+		return
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	cause, detail := store.ProbeWritable(ctx, conn)
 	if cause == "" {
 		d.pool.Reset()
 	}
-	return cause, detail
+	d.writes.ObserveProbe(cause, detail)
+}
+
+// probeSpace runs store.ProbeSpace. A failure that is no refusal (the role may not create a
+// table) leaves the state as it is, said once per spell: writes then resume only after the
+// operator sees why.
+func (d *Daemon) probeSpace(ctx context.Context) {
+	err := store.ProbeSpace(ctx, d.pool)
+	d.writes.ObserveSpace(err)
+	if err == nil || store.RefusedCause(err) != "" || ctx.Err() != nil {
+		d.spaceProbeWarned = false
+		return
+	}
+	if !d.spaceProbeWarned {
+		d.spaceProbeWarned = true
+		d.log.Error("the space probe failed for another reason than a lack of space; the database counts as refusing writes until it succeeds",
+			zap.Error(err))
+	}
 }
 
 // writesChanged exports a change of the database's write state and logs it once.

@@ -10,6 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store"
@@ -34,20 +37,28 @@ func switchReadOnly(t *testing.T, e *env, on bool) {
 	}
 }
 
-// A database that refuses writes makes the daemon not ready, naming the cause, while it stays
-// live; the metrics say so too, and both turn back by themselves when writes return.
-func TestReadOnlyDatabaseMakesTheDaemonNotReady(t *testing.T) {
+// startReady starts a daemon on 20 due items with its HTTP server and waits until it has
+// collected them all and is ready.
+func startReady(t *testing.T, log *zap.Logger) (*env, *running) {
+	t.Helper()
 	e := newEnv(t, 20, neoplesim.Options{})
 	e.ownPools = true
 	e.track(t, 0, 20, tiers.Cold, -time.Second)
 	cfg := testConfig()
 	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
-	cfg.Daemon.MaxSleep = 500 * time.Millisecond // items made due at the end are seen soon
-	r := e.start(t, cfg, nil)
+	cfg.Daemon.MaxSleep = 500 * time.Millisecond // items made due later are seen soon
+	r := e.start(t, cfg, log)
 	testkit.Eventually(t, 30*time.Second, "every item collected", func() bool { return collected(t, e.pool) == 20 })
 	if code, body := readyz(t, r); code != http.StatusOK {
 		t.Fatalf("/readyz before: %d %s", code, body)
 	}
+	return e, r
+}
+
+// A database that refuses writes makes the daemon not ready, naming the cause, while it stays
+// live; the metrics say so too, and both turn back by themselves when writes return.
+func TestReadOnlyDatabaseMakesTheDaemonNotReady(t *testing.T) {
+	e, r := startReady(t, nil)
 
 	switchReadOnly(t, e, true)
 	testkit.Eventually(t, 20*time.Second, "/readyz to report the read-only database", func() bool {
@@ -110,5 +121,49 @@ func TestProviderCallsAreHeldWhileWritesAreRefused(t *testing.T) {
 	}
 	if n := e.sim.Stats().Requests; n != 1 {
 		t.Fatalf("%d provider requests after writes came back, want 1", n)
+	}
+}
+
+// A full disk is one state from the first write refused for lack of space until the space
+// probe's write succeeds: the lease renewals, claims and heartbeats that succeed meanwhile (in
+// place) do not end it. /readyz and the metrics say so all along, and it is logged once when it
+// starts and once when it ends.
+func TestFullDiskIsOneStateUntilTheSpaceProbeWrites(t *testing.T) {
+	core, logs := zapobserver.New(zapcore.InfoLevel)
+	e, r := startReady(t, zap.New(core))
+
+	free := storetest.FillDisk(t, e.pool, "auction_snapshots")
+	// Due again, with no snapshot known: each collection is a first one and needs a new row.
+	if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 second', last_snapshot_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	retries := func() int {
+		return logs.FilterMessage("write-back failed; retrying").FilterField(zap.String("cause", string(store.CauseDiskFull))).Len()
+	}
+	// Each retry follows a lease renewal that succeeded in place.
+	testkit.Eventually(t, 30*time.Second, "the write-back refused and retried after renewals", func() bool { return retries() >= 3 })
+	code, body := readyz(t, r)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "database refuses writes (disk_full)") {
+		t.Fatalf("/readyz while the disk is full and updates in place succeed: %d %s", code, body)
+	}
+	m := r.d.Metrics()
+	if w, df := testutil.ToFloat64(m.DatabaseWritable), testutil.ToFloat64(m.WriteRefused.WithLabelValues(string(store.CauseDiskFull))); w != 0 || df != 1 {
+		t.Fatalf("collector_database_writable %v, write_refused{disk_full} %v: want 0 and 1", w, df)
+	}
+
+	free()
+	testkit.Eventually(t, 30*time.Second, "/readyz ready again", func() bool {
+		code, _ := readyz(t, r)
+		return code == http.StatusOK
+	})
+	testkit.Eventually(t, 30*time.Second, "every item stored", func() bool {
+		var n int
+		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM tracked_items WHERE last_snapshot_at IS NOT NULL`).Scan(&n)
+		return err == nil && n == 20
+	})
+	refused := logs.FilterMessageSnippet("the database refuses writes").Len()
+	back := logs.FilterMessageSnippet("the database takes writes again").Len()
+	if refused != 1 || back != 1 {
+		t.Fatalf("logged %d starts and %d ends of the refusal, want 1 and 1", refused, back)
 	}
 }

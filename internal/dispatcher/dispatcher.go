@@ -130,7 +130,8 @@ type Config struct {
 	Partitions partition.Config
 	// DirectPool, when set, is database.direct_url: the write path creates partitions over it.
 	DirectPool *pgxpool.Pool
-	// WriteHealth, when set, hears the outcome of every claim and write-back: whether the
+	// WriteHealth, when set, hears the outcome of every claim, lease renewal and release and
+	// write-back, whichever statement made it: whether the
 	// database takes writes (store.RefusedCause), for /readyz and the metrics.
 	WriteHealth *store.WriteHealth
 	// Observer, when set, hears about claims, provider calls, shadow checks and write-backs
@@ -265,7 +266,6 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			return c, !cut && len(c) < n, err
 		}
 		c, err := claimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers, d.cfg.Ahead)
-		d.cfg.WriteHealth.Observe(err)
 		return c, len(c) < n, err
 	})
 }
@@ -366,6 +366,8 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 		t0 := time.Now()
 		claims, drained, err := claim(ctx, topOnly, limit)
 		tm.add(&tm.claim, time.Since(t0))
+		// Here, not in each claim function, so that no claim statement can skip it.
+		d.cfg.WriteHealth.Observe(err)
 		if err != nil {
 			return fail(err)
 		}

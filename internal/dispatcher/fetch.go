@@ -132,6 +132,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer rcancel()
 		n, err := releaseLeases(rctx, d.pool, unprocessed)
+		d.cfg.WriteHealth.Observe(err)
 		if err != nil {
 			d.log.Error("could not release leases; they will expire by themselves", zap.Int("items", len(unprocessed)), zap.Error(err))
 		}
@@ -153,7 +154,12 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := renewLeases(ctx, d.pool, claims, d.cfg.Lease); err != nil && ctx.Err() == nil {
+			_, err := renewLeases(ctx, d.pool, claims, d.cfg.Lease)
+			if ctx.Err() != nil {
+				return
+			}
+			d.cfg.WriteHealth.Observe(err)
+			if err != nil {
 				d.log.Warn("lease renewal failed", zap.Error(err))
 			}
 		}

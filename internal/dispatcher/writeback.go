@@ -213,6 +213,7 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 		if partition.IsMissing(err) && attempt < writeAttempts {
 			// Partition upkeep stopped across a boundary: create what the rows need and write again.
 			perr := w.d.partitions.EnsureCovering(ctx, collectedTimes(buf))
+			w.d.cfg.WriteHealth.Observe(perr)
 			if perr == nil {
 				w.d.log.Warn("write-back found no history partition for its rows; created it (is partition upkeep running?)",
 					zap.Int("items", len(buf)))
@@ -280,7 +281,9 @@ func (w *writer) release(ctx context.Context, buf []result, ids []string) (int64
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	return releaseLeases(rctx, w.d.pool, cs)
+	n, err := releaseLeases(rctx, w.d.pool, cs)
+	w.d.cfg.WriteHealth.Observe(err)
+	return n, err
 }
 
 func itemIDs(rs []result) []string {

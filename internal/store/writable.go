@@ -76,10 +76,17 @@ type WriteState struct {
 
 // WriteHealth tracks whether the database takes this process's writes: every write path
 // reports its outcome (Observe), and the last refusal stands until a write succeeds. A probe
-// (ProbeWritable) adds what a read can tell before any write fails. Safe for concurrent use.
+// (ProbeWritable) adds what a read can tell before any write fails. A lack of space or other
+// resources (class 53) stands until a write that needed them succeeds (ProbeSpace): an update
+// that fits in its page succeeds on a full disk, and clearing on it made the state flap. Safe
+// for concurrent use.
 type WriteHealth struct {
-	mu      sync.Mutex
-	state   WriteState
+	mu    sync.Mutex
+	state WriteState
+	// short is the class-53 refusal standing until ObserveSpace proves space again (zero:
+	// none); it outlives other causes seen meanwhile, so a restart of a server whose disk is
+	// full ends in short again, not in writable.
+	short   WriteState
 	changed chan struct{} // closed and replaced on every change
 	// OnChange, when set before use, hears every change of state (metrics, logs).
 	OnChange func(WriteState)
@@ -123,44 +130,96 @@ func (h *WriteHealth) Hold(ctx context.Context) (held bool, err error) {
 	return true, nil
 }
 
-// Observe records a write's outcome: nil marks the database writable; an error RefusedCause
-// names marks it refused; any other error (the write's own data) tells nothing and is ignored.
+// Observe records a write's outcome: an error RefusedCause names marks the database refused;
+// nil marks it writable, unless a lack of space stands (SpaceShort): that only ObserveSpace
+// clears. Any other error (the write's own data) tells nothing and is ignored.
 func (h *WriteHealth) Observe(err error) {
 	if h == nil {
 		return
 	}
 	if err == nil {
-		h.set(WriteState{Writable: true})
+		h.clear(false)
 		return
 	}
 	if c := RefusedCause(err); c != "" {
-		h.set(WriteState{Cause: c, Detail: err.Error()})
+		h.refuse(WriteState{Cause: c, Detail: err.Error()})
 	}
 }
 
 // ObserveProbe records ProbeWritable's answer: a refusal it sees is set; a clean answer clears
 // what a probe can see (read-only, standby, a server shutting down or unreachable), whoever
-// reported it. A full disk or another lack of resources shows only on a real write, so it
-// stands until a write succeeds.
+// reported it, back to writable or to a lack of space still standing.
 func (h *WriteHealth) ObserveProbe(cause WriteCause, detail string) {
 	if h == nil {
 		return
 	}
 	if cause != "" {
-		h.set(WriteState{Cause: cause, Detail: detail})
+		h.refuse(WriteState{Cause: cause, Detail: detail})
 		return
 	}
 	h.mu.Lock()
 	seen := h.state.Cause
 	h.mu.Unlock()
-	if seen != "" && seen != CauseDiskFull && seen != CauseResources {
-		h.set(WriteState{Writable: true})
+	if seen != "" && !lacking(seen) {
+		h.clear(false)
 	}
 }
 
-func (h *WriteHealth) set(s WriteState) {
+// ObserveSpace records ProbeSpace's answer: nil proves the database takes a write that needs
+// new space, and clears every cause; an error is recorded as Observe records it.
+func (h *WriteHealth) ObserveSpace(err error) {
+	if h == nil {
+		return
+	}
+	if err == nil {
+		h.clear(true)
+		return
+	}
+	h.Observe(err)
+}
+
+// SpaceShort reports a lack of space or resources standing until ObserveSpace proves otherwise.
+func (h *WriteHealth) SpaceShort() bool {
+	if h == nil {
+		return false
+	}
 	h.mu.Lock()
-	prev := h.state
+	defer h.mu.Unlock()
+	return h.short.Cause != ""
+}
+
+// lacking is whether c is a lack of space or resources, which only a write that needed them
+// disproves.
+func lacking(c WriteCause) bool { return c == CauseDiskFull || c == CauseResources }
+
+func (h *WriteHealth) refuse(s WriteState) {
+	h.update(func() WriteState {
+		if lacking(s.Cause) {
+			h.short = s
+		}
+		return s
+	})
+}
+
+// clear marks the database writable, or short of space while that stands and space is not
+// proven.
+func (h *WriteHealth) clear(spaceProven bool) {
+	h.update(func() WriteState {
+		if spaceProven {
+			h.short = WriteState{}
+		}
+		if h.short.Cause != "" {
+			return h.short
+		}
+		return WriteState{Writable: true}
+	})
+}
+
+// update sets the state next returns, next running under the lock so that concurrent reports
+// apply in one order.
+func (h *WriteHealth) update(next func() WriteState) {
+	h.mu.Lock()
+	s, prev := next(), h.state
 	if prev.Writable == s.Writable && prev.Cause == s.Cause {
 		h.state.Detail = s.Detail // same state, fresher words
 		h.mu.Unlock()
@@ -217,4 +276,36 @@ func ProbeWritable(ctx context.Context, db RowQuerier) (WriteCause, string) {
 		return CauseReadOnly, "new transactions are read-only (transaction_read_only is on: default_transaction_read_only is set for this database, role or server)"
 	}
 	return "", ""
+}
+
+// TxBeginner is a pool or a single connection.
+type TxBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// spaceProbeSQL writes about a megabyte into a table created in the same transaction: a new
+// table's file starts empty, so every block it gets is new space in the database's default
+// tablespace, which no update in place, reused page or temporary table (temp_tablespaces)
+// would prove. The margin keeps a disk with a few pages free from passing for one with room
+// (the state would flap). UNLOGGED keeps the megabyte out of the WAL; the caller's rollback
+// unlinks the file, so nothing is left behind.
+const spaceProbeSQL = `
+CREATE UNLOGGED TABLE collector_space_probe (b text);
+INSERT INTO collector_space_probe SELECT repeat('x', 1000) FROM generate_series(1, 1000)`
+
+// ProbeSpace makes a write that certainly needs new space in the database's default tablespace
+// and rolls it back: nil when the database took it. Its error says why not; RefusedCause reads
+// it (53100 disk_full on a full disk). It runs in one transaction in the simple protocol, so it
+// works behind PgBouncer in transaction mode. The role needs CREATE on the first schema of its
+// search_path, as the migrations do.
+func ProbeSpace(ctx context.Context, db TxBeginner) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("space probe: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, spaceProbeSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("space probe: %w", err)
+	}
+	return nil
 }

@@ -39,8 +39,8 @@ func TestRefusedCauseNamesTheServerState(t *testing.T) {
 	}
 }
 
-// The last refusal stands until a write succeeds; a data error changes nothing, and a clean
-// probe clears only what a probe can see.
+// The last refusal stands until a write succeeds (for a full disk: the space probe's); a data
+// error changes nothing, and a clean probe clears only what a probe can see.
 func TestWriteHealthKeepsTheLastRefusal(t *testing.T) {
 	h := store.NewWriteHealth()
 	var changes []store.WriteState
@@ -51,9 +51,9 @@ func TestWriteHealthKeepsTheLastRefusal(t *testing.T) {
 	if s := h.State(); s.Writable || s.Cause != store.CauseDiskFull || s.Since.IsZero() {
 		t.Fatalf("state %+v: want disk_full kept", s)
 	}
-	h.Observe(nil)
+	h.ObserveSpace(nil)
 	if s := h.State(); !s.Writable {
-		t.Fatalf("state %+v after a successful write", s)
+		t.Fatalf("state %+v after the space probe's write", s)
 	}
 	h.ObserveProbe(store.CauseStandby, "in recovery")
 	h.ObserveProbe("", "")
@@ -68,6 +68,85 @@ func TestWriteHealthKeepsTheLastRefusal(t *testing.T) {
 	if len(changes) != 6 {
 		t.Fatalf("%d changes %+v, want 6", len(changes), changes)
 	}
+}
+
+// A full disk is one state from its first refusal to the space probe's success: writes that
+// succeed meanwhile (updates in place) and causes seen on the way (the server restarting) do
+// not end it, so it starts and ends once.
+func TestLackOfSpaceStandsUntilTheSpaceProbeSucceeds(t *testing.T) {
+	h := store.NewWriteHealth()
+	var changes []store.WriteCause
+	h.OnChange = func(s store.WriteState) { changes = append(changes, s.Cause) }
+	h.Observe(&pgconn.PgError{Code: "53100", Message: "could not extend file"})
+	for range 3 {
+		h.Observe(nil)
+		h.ObserveProbe("", "")
+	}
+	if s := h.State(); s.Cause != store.CauseDiskFull || !h.SpaceShort() {
+		t.Fatalf("state %+v after writes in place succeeded: want disk_full standing", s)
+	}
+	h.Observe(&pgconn.PgError{Code: "57P01"}) // the server restarts meanwhile
+	h.ObserveProbe("", "")
+	if s := h.State(); s.Cause != store.CauseDiskFull {
+		t.Fatalf("state %+v once the restarted server answers: want disk_full again, not writable", s)
+	}
+	h.ObserveSpace(&pgconn.PgError{Code: "53100"})
+	if s := h.State(); s.Cause != store.CauseDiskFull {
+		t.Fatalf("state %+v after a failed space probe", s)
+	}
+	h.ObserveSpace(nil)
+	if s := h.State(); !s.Writable || h.SpaceShort() {
+		t.Fatalf("state %+v after the space probe's write succeeded: want writable", s)
+	}
+	want := []store.WriteCause{store.CauseDiskFull, store.CauseShutdown, store.CauseDiskFull, ""}
+	if fmt.Sprint(changes) != fmt.Sprint(want) {
+		t.Fatalf("changes %q, want %q", changes, want)
+	}
+	h.Observe(&pgconn.PgError{Code: "53300"}) // too many connections: a lack of resources stands as well
+	h.Observe(nil)
+	if s := h.State(); s.Cause != store.CauseResources {
+		t.Fatalf("state %+v after a write succeeded: want insufficient_resources standing", s)
+	}
+}
+
+// The space probe fails on a full disk while an update in place succeeds, succeeds once space
+// is back, leaves nothing behind, and works behind PgBouncer in transaction mode.
+func TestProbeSpaceNeedsNewSpace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, url := storetest.NewPool(t)
+	if err := store.ProbeSpace(ctx, pool); err != nil {
+		t.Fatalf("space probe on a database with room: %v", err)
+	}
+	free := storetest.FillDisk(t, pool, "tracked_items")
+	err := store.ProbeSpace(ctx, pool)
+	if c := store.RefusedCause(err); c != store.CauseDiskFull {
+		t.Fatalf("space probe on a full disk: %v, cause %q, want disk_full", err, c)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE packing_state SET enabled = enabled`); err != nil {
+		t.Fatalf("an update in place on the full disk: %v", err)
+	}
+	free()
+	if err := store.ProbeSpace(ctx, pool); err != nil {
+		t.Fatalf("space probe once space is back: %v", err)
+	}
+	var left bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('collector_space_probe') IS NOT NULL`).Scan(&left); err != nil || left {
+		t.Fatalf("the probe's table left behind: %v %v", left, err)
+	}
+
+	t.Run("behind PgBouncer", func(t *testing.T) {
+		bouncer, err := store.Open(ctx, store.PoolConfig{URL: storetest.PgBouncer(t, url, 1), MaxConns: 2, ApplicationName: "duecollector-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bouncer.Close()
+		for range 3 { // one server connection: a probe that left its transaction open would block the next
+			if err := store.ProbeSpace(ctx, bouncer); err != nil {
+				t.Fatalf("space probe through PgBouncer: %v", err)
+			}
+		}
+	})
 }
 
 // The probe names a database whose new sessions are read-only, and nothing on a writable one.

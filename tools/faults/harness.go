@@ -43,6 +43,7 @@ type harness struct {
 	dbs                []*database
 	simProc            *proc
 	extraCleanup       []func()
+	afterDrop          []func() // cleanups that need the databases dropped first (tablespaces)
 }
 
 func newHarness(ctx context.Context, o options) (*harness, error) {
@@ -161,11 +162,11 @@ type database struct {
 	pool      *pgxpool.Pool
 }
 
-// newDB clones the migrated template.
-func (h *harness) newDB(ctx context.Context, suffix string) (*database, error) {
+// newDB clones the migrated template; options (a TABLESPACE clause) are appended.
+func (h *harness) newDB(ctx context.Context, suffix string, options ...string) (*database, error) {
 	name := h.prefix + "_" + suffix
-	if _, err := h.admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
-		pgx.Identifier{name}.Sanitize(), pgx.Identifier{h.tpl}.Sanitize())); err != nil {
+	if _, err := h.admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s %s",
+		pgx.Identifier{name}.Sanitize(), pgx.Identifier{h.tpl}.Sanitize(), strings.Join(options, " "))); err != nil {
 		return nil, fmt.Errorf("create database %s: %w", name, err)
 	}
 	d := &database{name: name, url: h.dbURL(name)}
@@ -209,6 +210,9 @@ func (h *harness) cleanup() {
 			}
 		} else {
 			fmt.Printf("databases kept: %s_*\n", h.prefix)
+		}
+		for _, f := range h.afterDrop {
+			f()
 		}
 		_ = h.admin.Close(ctx)
 	}
@@ -384,8 +388,8 @@ func redactURL(s string) string {
 
 // scenarioDB is every scenario's start: a fresh database with the first n catalog items due
 // now (COLD_10M, so none comes due again within a scenario), and the simulator's latency set.
-func (h *harness) scenarioDB(ctx context.Context, suffix string, n int, latency time.Duration) (*database, error) {
-	d, err := h.newDB(ctx, suffix)
+func (h *harness) scenarioDB(ctx context.Context, suffix string, n int, latency time.Duration, options ...string) (*database, error) {
+	d, err := h.newDB(ctx, suffix, options...)
 	if err != nil {
 		return nil, err
 	}

@@ -34,6 +34,11 @@
 //	   and refuses new ones (a restart, without disturbing other work on a shared cluster)
 //	   → not ready, live, no provider request; recovers unaided, every item fetched and stored
 //	   once, no lease left, every outbox event published, per item in order
+//	10 the tablespace under `collector run`'s tables (a small tmpfs) filled up for 10 s while
+//	   updates in place still succeed → /readyz 503 naming disk_full in every sample, metrics
+//	   writable 0, status --check exits 1 naming it, no provider request, one log line when it
+//	   starts and one when it ends; ready again by itself once freed, every item fetched once
+//	   and stored once (skipped where a tmpfs cannot be mounted: not root)
 //	K  the kill matrix: collector run, collect-due, relay-outbox (both modes), prune mid-drop,
 //	   import-items, recalculate-popularity and seed:synthetic each killed with SIGKILL at
 //	   seeded moments, then restarted or re-run → every snapshot published (deduplicated by
@@ -43,7 +48,7 @@
 //	7  a sentinel in both API keys for the whole run, plus runs with the key in the query
 //	   string failing every way → not in any output, /_sim/stats, daemon HTTP or DB row
 //
-// 4b, 6b, 8c, 9 and 9b are skipped when the binary has no `run` command. Every scenario prints PASS or
+// 4b, 6b, 8c, 9, 9b and 10 are skipped when the binary has no `run` command. Every scenario prints PASS or
 // FAIL with the numbers it checked; the exit code is non-zero if any failed. Databases,
 // processes and the broker are cleaned up on every exit path (logs are kept on failure).
 package main
@@ -123,6 +128,7 @@ var scenarios = []scenario{
 	{"8d", "write-back conns killed", scenarioWriteBackKilled},
 	{"9", "daemon: database read-only", scenarioDaemonReadOnly},
 	{"9b", "daemon+relay: postgres restart", scenarioPGRestart},
+	{"10", "daemon: disk full under the tables", scenarioDaemonDiskFull},
 	{"K", "kill matrix: every holder, SIGKILL", scenarioKillMatrix},
 	{"7", "sentinel API key never leaks", scenarioSentinel},
 }
