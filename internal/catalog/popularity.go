@@ -2,11 +2,13 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
@@ -123,8 +125,61 @@ const updateBatch = 2000
 // already was. Leases are never touched. Synthetic items are left as seed:synthetic wrote
 // them, so recalculation can never schedule a fixture. What the tiers it applied predict per
 // tier (demand, popularity-weighted freshness) replaces the stored forecast (ReadForecast).
+//
+// When another process holds the recalculation, it waits for it (up to recalcWait) and skips
+// if that one committed a plan; a holder that died (its session lets go once its statement
+// ends) committed none, so this one recalculates instead of leaving the tiers to the next
+// scheduled run.
 func RecalculatePopularity(ctx context.Context, db DB, p Policy) (Result, error) {
+	res, err := recalculate(ctx, db, p, true)
+	if err != nil || !res.Skipped {
+		return res, err
+	}
+	committed, err := waitForRecalculation(ctx, db)
+	if err != nil || committed {
+		return res, err
+	}
 	return recalculate(ctx, db, p, true)
+}
+
+// recalcWait bounds the wait for another process's recalculation: a live one takes about a
+// second at 20,000 items.
+const recalcWait = time.Minute
+
+// waitForRecalculation waits until no process holds the recalculation and says whether a plan
+// was committed meanwhile (tier_forecast.planned_at moved). A wait past recalcWait is reported
+// as committed: the holder is alive and busy, and this run skips as before.
+func waitForRecalculation(ctx context.Context, db DB) (committed bool, err error) {
+	var before, after *time.Time
+	if err := db.QueryRow(ctx, `SELECT max(planned_at) FROM tier_forecast`).Scan(&before); err != nil {
+		return false, fmt.Errorf("recalculate popularity: read the last plan: %w", err)
+	}
+	recalcWaiting()
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", recalcWait.Milliseconds())); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, recalcLockKey)
+		return err
+	})
+	if isLockTimeout(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("recalculate popularity: wait for another process's recalculation: %w", err)
+	}
+	if err := db.QueryRow(ctx, `SELECT max(planned_at) FROM tier_forecast`).Scan(&after); err != nil {
+		return false, fmt.Errorf("recalculate popularity: read the last plan: %w", err)
+	}
+	return after != nil && (before == nil || after.After(*before)), nil
+}
+
+// recalcWaiting tells tests that a recalculation is about to wait for another's.
+var recalcWaiting = func() {}
+
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
 }
 
 // PlanTiers decides like RecalculatePopularity and reports the moves and the plan, changing

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -75,7 +78,7 @@ func readSchedule(t *testing.T, db DB, id string) schedule {
 
 func recalc(t *testing.T, db DB, p Policy) Result {
 	t.Helper()
-	res, err := recalculate(context.Background(), db, p, true)
+	res, err := RecalculatePopularity(context.Background(), db, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,26 +239,66 @@ func TestTierChangesRescheduleOnPhase(t *testing.T) {
 	}
 }
 
+// One recalculation at a time: one that finds another running waits for it, and skips when
+// it committed a plan.
 func TestRecalculationRunsOneAtATime(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	pool, _ := storetest.NewPool(t)
 	item(t, pool, randomItemID(t), tiers.Warm, storetest.Now(), storetest.Ago(100*time.Hour), storetest.Ago(100*time.Hour))
+	holder := holdRecalculation(t, pool)
+	recalcWaiting = func() {
+		if _, err := holder.Exec(ctx, `INSERT INTO tier_forecast (tier, items, demand, freshness, weight, planned_at)
+			VALUES ('WARM_5M', 1, 0.1, 0.5, 1, now())`); err != nil {
+			t.Error(err)
+		}
+		if err := holder.Commit(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { recalcWaiting = func() {} })
+	if res := recalc(t, pool, testPolicy()); !res.Skipped || res.Scored != 0 {
+		t.Fatalf("recalculation while another commits one: %+v", res)
+	}
+	recalcWaiting = func() {}
+	if res := recalc(t, pool, testPolicy()); res.Skipped || res.Dormant != 1 {
+		t.Fatalf("recalculation after the other one is done: %+v", res)
+	}
+}
+
+// A recalculation whose holder died (its session gone, nothing committed) is done by the
+// next one at once, not left to the next scheduled run.
+func TestRecalculationOfADeadHolderIsTakenOver(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	item(t, pool, randomItemID(t), tiers.Warm, storetest.Now(), storetest.Ago(100*time.Hour), storetest.Ago(100*time.Hour))
+	holder := holdRecalculation(t, pool)
+	var pid int
+	if err := holder.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	recalcWaiting = func() {
+		if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { recalcWaiting = func() {} })
+	if res := recalc(t, pool, testPolicy()); res.Skipped || res.Dormant != 1 {
+		t.Fatalf("recalculation after the holder died: %+v", res)
+	}
+}
+
+// holdRecalculation takes the recalculation's lock in a transaction of its own, as a running
+// recalculation holds it.
+func holdRecalculation(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, recalcLockKey); err != nil {
 		t.Fatal(err)
 	}
-	if res := recalc(t, pool, testPolicy()); !res.Skipped || res.Scored != 0 {
-		t.Fatalf("recalculation while another holds the lock: %+v", res)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if res := recalc(t, pool, testPolicy()); res.Skipped || res.Dormant != 1 {
-		t.Fatalf("recalculation after the lock is released: %+v", res)
-	}
+	return tx
 }
