@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -42,6 +41,10 @@ func killEnv(broker string) []string {
 		"COLLECTOR_KAFKA_LEASE="+killLease.String(),
 		"COLLECTOR_KAFKA_WRITE_TIMEOUT=1s",
 		"COLLECTOR_KAFKA_TOPIC="+topic,
+		// A one-shot claims its next batch when the last one is done, so a dead holder's
+		// items wait for their lease and then one batch: with the default 2m lease a batch of
+		// 100 is nothing beside it, with this 3 s lease and a budget in slow start it is not.
+		"COLLECTOR_COLLECT_BATCH_SIZE=25",
 	)
 }
 
@@ -51,17 +54,19 @@ type killRole struct {
 	name   string
 	target time.Duration // recovery target: the lease it holds + killSlack
 	run    func(ctx context.Context, k *killRun, moment float64) (time.Duration, error)
+	// oneShot: the moments are shares of a calibration run's duration (moment -1).
+	oneShot bool
 }
 
 var killRoles = []killRole{
-	{"run", killLease + killSlack, killDaemon},
-	{"collect-due", killLease + killSlack, killCollectDue},
-	{"relay-outbox", killLease + killSlack, killRelayFollow},
-	{"relay-outbox --once", killLease + killSlack, killRelayOnce},
-	{"prune (mid-drop)", killSlack, killPrune},
-	{"import-items", killSlack, killImport},
-	{"recalculate-popularity", killSlack, killRecalculate},
-	{"seed:synthetic", killSlack, killSeed},
+	{"run", killLease + killSlack, killDaemon, false},
+	{"collect-due", killLease + killSlack, killCollectDue, false},
+	{"relay-outbox", killLease + killSlack, killRelayFollow, false},
+	{"relay-outbox --once", killLease + killSlack, killRelayOnce, false},
+	{"prune (mid-drop)", killSlack, killPrune.run, true},
+	{"import-items", killSlack, killImport.run, true},
+	{"recalculate-popularity", killSlack, killRecalculate.run, true},
+	{"seed:synthetic", killSlack, killSeed.run, true},
 }
 
 // killRun is one kill of one role: its database, its broker and its environment.
@@ -69,6 +74,8 @@ type killRun struct {
 	h     *harness
 	r     *report
 	label string
+	// window is a one-shot role's calibrated duration: its kill moments are shares of it.
+	window time.Duration
 	// salesDropped: retention dropped sales partitions, so the sales rows left are fewer
 	// than the sales the events counted.
 	salesDropped bool
@@ -85,12 +92,21 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 	}
 	worst := map[string]time.Duration{}
 	for i, role := range killRoles {
+		var window time.Duration
+		if role.oneShot {
+			var err error
+			if window, err = h.killOnce(ctx, r, role, role.name+" calibration", -1, 0); err != nil {
+				r.check(false, "%s calibration: %v", role.name, err)
+				continue
+			}
+			h.logf("kill matrix: %s runs %s uninterrupted", role.name, window.Round(time.Millisecond))
+		}
 		rng := rand.New(rand.NewPCG(h.o.killSeed, uint64(i)))
 		for m := range h.o.killMoments {
 			moment := rng.Float64()
 			label := fmt.Sprintf("%s #%d (seed %d, moment %.2f)", role.name, m+1, h.o.killSeed, moment)
 			h.logf("kill matrix: %s", label)
-			took, err := h.killOnce(ctx, r, role, label, moment)
+			took, err := h.killOnce(ctx, r, role, label, moment, window)
 			if err != nil {
 				r.check(false, "%s: %v", label, err)
 				continue
@@ -108,7 +124,7 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 	return nil
 }
 
-func (h *harness) killOnce(ctx context.Context, r *report, role killRole, label string, moment float64) (took time.Duration, err error) {
+func (h *harness) killOnce(ctx context.Context, r *report, role killRole, label string, moment float64, window time.Duration) (took time.Duration, err error) {
 	defer h.killAll()
 	d, err := h.scenarioDB(ctx, "k"+randHex(3), killItems, killSimLatency)
 	if err != nil {
@@ -120,7 +136,7 @@ func (h *harness) killOnce(ctx context.Context, r *report, role killRole, label 
 	}
 	defer cluster.Close()
 	broker := cluster.ListenAddrs()[0]
-	k := &killRun{h: h, r: r, label: label, d: d, broker: broker, env: h.env(d.url, killEnv(broker)...)}
+	k := &killRun{h: h, r: r, label: label, window: window, d: d, broker: broker, env: h.env(d.url, killEnv(broker)...)}
 	if took, err = role.run(ctx, k, moment); err != nil {
 		return took, err
 	}
@@ -171,32 +187,35 @@ func (k *killRun) snapshotsAtLeast(ctx context.Context, n int) func() (bool, err
 	}
 }
 
-// heldAtKill is the work a dead process held: the items it had leased and the outbox rows
-// waiting in lanes (its own among them).
+// heldAtKill is what a dead process held: the leases of items and lanes live at the kill
+// (the dead process's among them), and the highest outbox id pending then.
 type heldAtKill struct {
-	items   []string
-	pending int64 // the highest pending outbox id
+	items, lanes []string // lease tokens
+	pending      int64
 }
 
 func (k *killRun) held(ctx context.Context) (heldAtKill, error) {
 	var w heldAtKill
 	err := k.d.pool.QueryRow(ctx, `
-		SELECT coalesce((SELECT array_agg(item_id) FROM tracked_items WHERE lease_expires_at > now()), '{}'),
-		       coalesce((SELECT max(id) FROM outbox_pending), 0)`).Scan(&w.items, &w.pending)
+		SELECT coalesce((SELECT array_agg(lease_token::text) FROM tracked_items WHERE lease_expires_at > now()), '{}'),
+		       coalesce((SELECT array_agg(lease_token::text) FROM outbox_relay_lanes WHERE lease_expires_at > now()), '{}'),
+		       coalesce((SELECT max(id) FROM outbox_pending), 0)`).Scan(&w.items, &w.lanes, &w.pending)
 	return w, err
 }
 
-// taken waits until every item held at the kill was collected after it and every outbox row
-// pending then was published, and returns how long after the kill that was.
+// taken waits until every item and lane lease live at the kill was taken over (or handed
+// back) and every outbox row pending then was published, and returns how long after the kill
+// that was: the time the dead holder's work waited for another.
 func (k *killRun) taken(ctx context.Context, w heldAtKill, killed time.Time, survivor *proc) (time.Duration, error) {
-	err := poll(ctx, 2*time.Minute, 50*time.Millisecond, func() (bool, error) {
+	err := poll(ctx, 2*time.Minute, 20*time.Millisecond, func() (bool, error) {
 		if survivor != nil && survivor.exited() {
 			return false, fmt.Errorf("%s exited (%d): %s", survivor.name, survivor.code, survivor.tail())
 		}
 		n, err := k.d.count(ctx, `
-			SELECT (SELECT count(*) FROM tracked_items t WHERE item_id = ANY ($1)
-			          AND NOT EXISTS (SELECT FROM auction_snapshots s WHERE s.item_id = t.item_id AND s.collected_at > $2))
-			     + (SELECT count(*) FROM outbox_pending WHERE id <= $3)`, w.items, killed, w.pending)
+			SELECT (SELECT count(*) FROM tracked_items WHERE lease_token::text = ANY ($1))
+			     + (SELECT count(*) FROM outbox_relay_lanes l WHERE lease_token::text = ANY ($2)
+			          AND EXISTS (SELECT FROM outbox_pending p WHERE p.lane = l.lane))
+			     + (SELECT count(*) FROM outbox_pending WHERE id <= $3)`, w.items, w.lanes, w.pending)
 		return n == 0, err
 	})
 	return time.Since(killed), err
@@ -237,7 +256,18 @@ func killDaemon(ctx context.Context, k *killRun, moment float64) (time.Duration,
 }
 
 // killCollectDue: collect-due killed mid-batch; cron runs it again every half second.
+//
+// A third of the items, each answered slowly: the recovery measured is the takeover of the dead
+// run's leases, not how long a fresh budget's slow start takes over a large backlog (a re-run
+// takes the expired leases in whichever batch reaches them, all being equally due).
 func killCollectDue(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	if _, err := k.d.pool.Exec(ctx, `DELETE FROM tracked_items WHERE item_id NOT IN (
+		SELECT item_id FROM tracked_items ORDER BY item_id LIMIT $1)`, killItems/3); err != nil {
+		return 0, err
+	}
+	if err := k.h.sim.setLatency(ctx, 150*time.Millisecond); err != nil {
+		return 0, err
+	}
 	p, err := k.start(ctx, "k-collect", "collect-due", "--concurrency", "4")
 	if err != nil {
 		return 0, err
@@ -343,125 +373,132 @@ func killRelayOnce(ctx context.Context, k *killRun, moment float64) (time.Durati
 	return took, k.allCollectedAndPublished(ctx, nil)
 }
 
-// killPrune: prune killed while it detaches and drops a month of old partitions (its drop
-// lock held on a session of its own); partitions run again at once.
-func killPrune(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
-	if err := k.d.oldPartitions(ctx, -40, 8); err != nil {
-		return 0, err
-	}
-	if err := k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8"); err != nil {
-		return 0, err
-	}
-	p, err := k.start(ctx, "k-prune", "prune", "--snapshots", "96h", "--sales", "96h")
-	if err != nil {
-		return 0, err
-	}
-	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, 2*time.Second, moment)
-	if err != nil {
-		return 0, err
-	}
-	if err := k.finish(ctx, "k-partitions", "partitions"); err != nil {
-		return time.Since(killed), err
-	}
-	took := time.Since(killed)
-	k.salesDropped = true
-	if err := k.finish(ctx, "k-prune-again", "prune", "--snapshots", "96h", "--sales", "96h"); err != nil {
-		return took, err
-	}
-	old, err := k.d.count(ctx, `
-		SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent IN ('auction_snapshots'::regclass, 'auction_sales'::regclass)
-		  AND substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']+)''\)')::timestamptz < now() - interval '120 hours'`)
-	if err != nil {
-		return took, err
-	}
-	k.r.check(old == 0, "%s: %d partitions past retention left after the re-run", k.label, old)
-	if err := k.finish(ctx, "k-prune-relay", "relay-outbox", "--once"); err != nil {
-		return took, err
-	}
-	return took, k.allCollectedAndPublished(ctx, nil)
+// oneShot is a one-shot role: a setup, the command, and what its re-run must leave. Its kill
+// moments are shares of the command's own duration, measured by a calibration run on a
+// database set up the same way, so that every moment lands somewhere in its work.
+type oneShot struct {
+	setup func(ctx context.Context, k *killRun) error
+	args  []string
+	rerun [][]string // what runs after the kill, to the end; the first is the recovery
+	check func(ctx context.Context, k *killRun) error
 }
 
-// killImport: import-items killed while it resolves the targets; run again to the end.
-func killImport(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
-	if _, err := k.d.pool.Exec(ctx, `DELETE FROM tracked_items`); err != nil {
-		return 0, err
+// run calibrates with moment < 0 (runs the command to the end, returns its duration).
+func (o oneShot) run(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	if o.setup != nil {
+		if err := o.setup(ctx, k); err != nil {
+			return 0, err
+		}
 	}
-	if err := k.h.sim.setLatency(ctx, 150*time.Millisecond); err != nil {
-		return 0, err
-	}
-	targets, err := filepath.Abs("configs/import-targets.yaml")
+	t0 := time.Now()
+	p, err := k.start(ctx, "k-"+o.args[0], o.args...)
 	if err != nil {
 		return 0, err
 	}
-	p, err := k.start(ctx, "k-import", "import-items", "--targets", targets)
+	if moment < 0 {
+		if code, err := p.wait(ctx, 3*time.Minute); err != nil || code != 0 {
+			return 0, fmt.Errorf("calibration: collector %s: exit %d %v: %s", strings.Join(o.args, " "), code, err, p.tail())
+		}
+		return time.Since(t0), o.finishAll(ctx, k)
+	}
+	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, k.window, moment)
 	if err != nil {
 		return 0, err
 	}
-	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, 1500*time.Millisecond, moment)
-	if err != nil {
-		return 0, err
+	if p.code == 0 {
+		k.h.logf("%s finished before its kill at %.2f of %s", k.label, moment, k.window)
 	}
-	if err := k.finish(ctx, "k-import-again", "import-items", "--targets", targets); err != nil {
+	if err := k.finish(ctx, "k-again", o.rerun[0]...); err != nil {
 		return time.Since(killed), err
 	}
 	took := time.Since(killed)
-	n, err := k.d.count(ctx, `SELECT count(*) FROM tracked_items`)
-	if err != nil {
-		return took, err
-	}
-	k.r.check(n >= 12, "%s: %d items tracked after the re-run, want every target's", k.label, n)
-	return took, nil
+	return took, o.finishAll(ctx, k)
 }
 
-// killRecalculate: recalculate-popularity killed mid-transaction; run again to the end.
-func killRecalculate(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
-	if err := k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8"); err != nil {
-		return 0, err
+func (o oneShot) finishAll(ctx context.Context, k *killRun) error {
+	for _, args := range o.rerun[1:] {
+		if err := k.finish(ctx, "k-then", args...); err != nil {
+			return err
+		}
 	}
-	p, err := k.start(ctx, "k-recalc", "recalculate-popularity")
-	if err != nil {
-		return 0, err
+	if o.check == nil {
+		return nil
 	}
-	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, 400*time.Millisecond, moment)
-	if err != nil {
-		return 0, err
-	}
-	if err := k.finish(ctx, "k-recalc-again", "recalculate-popularity"); err != nil {
-		return time.Since(killed), err
-	}
-	took := time.Since(killed)
-	if err := k.finish(ctx, "k-recalc-relay", "relay-outbox", "--once"); err != nil {
-		return took, err
-	}
-	return took, k.allCollectedAndPublished(ctx, nil)
+	return o.check(ctx, k)
 }
 
-// killSeed: seed:synthetic killed mid-batch; run again, it completes what was cut short.
-func killSeed(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
-	args := []string{"seed:synthetic", "--items", "200", "--days", "3"}
-	p, err := k.start(ctx, "k-seed", args...)
-	if err != nil {
-		return 0, err
-	}
-	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, 1500*time.Millisecond, moment)
-	if err != nil {
-		return 0, err
-	}
-	if err := k.finish(ctx, "k-seed-again", args...); err != nil {
-		return time.Since(killed), err
-	}
-	took := time.Since(killed)
-	// Every fixture item has one snapshot an hour over its days (give or take the hour the
-	// re-run added), each once.
-	var items, minPer, maxPer int
-	if err := k.d.pool.QueryRow(ctx, `
-		SELECT count(*), coalesce(min(n), 0), coalesce(max(n), 0) FROM (
-		    SELECT count(*) AS n FROM auction_snapshots WHERE item_id LIKE 'seed-%' GROUP BY item_id) s`).Scan(&items, &minPer, &maxPer); err != nil {
-		return took, err
-	}
-	k.r.check(items == 200 && minPer >= 3*24 && maxPer-minPer <= 1, "%s: %d seeded items with %d..%d snapshots each, want 200 with 72+ each and no gaps", k.label, items, minPer, maxPer)
-	return took, nil
+var relayOnce = []string{"relay-outbox", "--once"}
+
+func fill(ctx context.Context, k *killRun) error {
+	return k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8")
+}
+
+// prune past 96h of four months of daily partitions: its drop pass holds its lock on a
+// session of its own while it detaches and drops ~230 partitions.
+var killPrune = oneShot{
+	setup: func(ctx context.Context, k *killRun) error {
+		k.salesDropped = true
+		if err := k.d.oldPartitions(ctx, -120, 8); err != nil {
+			return err
+		}
+		return fill(ctx, k)
+	},
+	args:  []string{"prune", "--snapshots", "96h", "--sales", "96h"},
+	rerun: [][]string{{"partitions"}, {"prune", "--snapshots", "96h", "--sales", "96h"}, relayOnce},
+	check: func(ctx context.Context, k *killRun) error {
+		old, err := k.d.count(ctx, `
+			SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+			WHERE i.inhparent IN ('auction_snapshots'::regclass, 'auction_sales'::regclass)
+			  AND substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']+)''\)')::timestamptz < now() - interval '120 hours'`)
+		k.r.check(err == nil && old == 0, "%s: %d partitions past retention left after the re-run (%v)", k.label, old, err)
+		return k.allCollectedAndPublished(ctx, nil)
+	},
+}
+
+// import-items resolving the targets through a slow provider.
+var killImport = oneShot{
+	setup: func(ctx context.Context, k *killRun) error {
+		if _, err := k.d.pool.Exec(ctx, `DELETE FROM tracked_items`); err != nil {
+			return err
+		}
+		return k.h.sim.setLatency(ctx, 150*time.Millisecond)
+	},
+	args:  []string{"import-items", "--targets", "configs/import-targets.yaml"},
+	rerun: [][]string{{"import-items", "--targets", "configs/import-targets.yaml"}},
+	check: func(ctx context.Context, k *killRun) error {
+		n, err := k.d.count(ctx, `SELECT count(*) FROM tracked_items`)
+		k.r.check(err == nil && n >= 12, "%s: %d items tracked after the re-run, want every target's (%v)", k.label, n, err)
+		return nil
+	},
+}
+
+// recalculate-popularity in its transaction (under its advisory lock).
+var killRecalculate = oneShot{
+	setup: fill,
+	args:  []string{"recalculate-popularity"},
+	rerun: [][]string{{"recalculate-popularity"}, relayOnce},
+	check: func(ctx context.Context, k *killRun) error {
+		n, err := k.d.count(ctx, `SELECT count(*) FROM tier_forecast`)
+		k.r.check(err == nil && n > 0, "%s: no tier forecast after the re-run (%v)", k.label, err)
+		return k.allCollectedAndPublished(ctx, nil)
+	},
+}
+
+// seed:synthetic mid-batch; the re-run completes what was cut short.
+var killSeed = oneShot{
+	args:  []string{"seed:synthetic", "--items", "200", "--days", "3"},
+	rerun: [][]string{{"seed:synthetic", "--items", "200", "--days", "3"}},
+	check: func(ctx context.Context, k *killRun) error {
+		// One snapshot an hour over its days for every fixture item (give or take the hour
+		// a re-run adds), each once.
+		var items, minPer, maxPer int
+		err := k.d.pool.QueryRow(ctx, `
+			SELECT count(*), coalesce(min(n), 0), coalesce(max(n), 0) FROM (
+			    SELECT count(*) AS n FROM auction_snapshots WHERE item_id LIKE 'seed-%' GROUP BY item_id) s`).Scan(&items, &minPer, &maxPer)
+		k.r.check(err == nil && items == 200 && minPer >= 3*24 && maxPer-minPer <= 1,
+			"%s: %d seeded items with %d..%d snapshots each, want 200 with 72+ each and no gaps (%v)", k.label, items, minPer, maxPer, err)
+		return nil
+	},
 }
 
 // cronJob runs a one-shot command again and again, one at a time, as an overlapping-safe
