@@ -74,6 +74,7 @@ type killRun struct {
 	h     *harness
 	r     *report
 	label string
+	seq   int // which of the role's moments this is
 	// drained is how long after the kill everything the dead holder left was done.
 	drained time.Duration
 	// window is a one-shot role's calibrated duration: its kill moments are shares of it.
@@ -97,7 +98,7 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 		var window time.Duration
 		if role.oneShot {
 			var err error
-			if window, _, err = h.killOnce(ctx, r, role, role.name+" calibration", -1, 0); err != nil {
+			if window, _, err = h.killOnce(ctx, r, role, role.name+" calibration", 0, -1, 0); err != nil {
 				r.check(false, "%s calibration: %v", role.name, err)
 				continue
 			}
@@ -108,7 +109,7 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 			moment := rng.Float64()
 			label := fmt.Sprintf("%s #%d (seed %d, moment %.2f)", role.name, m+1, h.o.killSeed, moment)
 			h.logf("kill matrix: %s", label)
-			took, drained, err := h.killOnce(ctx, r, role, label, moment, window)
+			took, drained, err := h.killOnce(ctx, r, role, label, m, moment, window)
 			if err != nil {
 				r.check(false, "%s: %v", label, err)
 				continue
@@ -127,7 +128,7 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 	return nil
 }
 
-func (h *harness) killOnce(ctx context.Context, r *report, role killRole, label string, moment float64, window time.Duration) (took, drained time.Duration, err error) {
+func (h *harness) killOnce(ctx context.Context, r *report, role killRole, label string, seq int, moment float64, window time.Duration) (took, drained time.Duration, err error) {
 	defer h.killAll()
 	d, err := h.scenarioDB(ctx, "k"+randHex(3), killItems, killSimLatency)
 	if err != nil {
@@ -139,7 +140,7 @@ func (h *harness) killOnce(ctx context.Context, r *report, role killRole, label 
 	}
 	defer cluster.Close()
 	broker := cluster.ListenAddrs()[0]
-	k := &killRun{h: h, r: r, label: label, window: window, d: d, broker: broker, env: h.env(d.url, killEnv(broker)...)}
+	k := &killRun{h: h, r: r, label: label, seq: seq, window: window, d: d, broker: broker, env: h.env(d.url, killEnv(broker)...)}
 	if took, err = role.run(ctx, k, moment); err != nil {
 		return took, k.drained, err
 	}
@@ -314,7 +315,8 @@ func killCollectDue(ctx context.Context, k *killRun, moment float64) (time.Durat
 }
 
 // killRelayFollow: relay-outbox killed while it holds every lane; events written after the
-// kill wait in the dead relay's lanes until a restarted relay takes them.
+// kill wait in the dead relay's lanes until a restarted relay takes them (even moments) or a
+// relay-outbox --once from cron does (odd moments).
 func killRelayFollow(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
 	if err := k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8"); err != nil {
 		return 0, err
@@ -336,6 +338,22 @@ func killRelayFollow(ctx context.Context, k *killRun, moment float64) (time.Dura
 	w, err := k.held(ctx)
 	if err != nil {
 		return 0, err
+	}
+	if k.seq%2 == 1 {
+		// The other survivor: relay-outbox --once from cron (or by hand), holding nothing when
+		// it starts, as after the daemon's relay died.
+		cron, err := k.cron(ctx, "k-relay-once-cron", relayOnce...)
+		if err != nil {
+			return 0, err
+		}
+		defer cron.stop()
+		took, all, err := k.taken(ctx, w, killed, nil)
+		k.drained = all
+		if err != nil {
+			return took, err
+		}
+		cron.stop()
+		return took, k.allCollectedAndPublished(ctx, nil)
 	}
 	again, err := k.start(ctx, "k-relay-again", "relay-outbox")
 	if err != nil {
