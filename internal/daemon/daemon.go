@@ -203,7 +203,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		}
 		if d.plan, err = newPlanService(planConfig{Catalog: cfg.Catalog, Market: cfg.Market, Dispatch: cfg.Dispatch, AuctionLimit: client.AuctionLimit(),
 			CheckEvery: cfg.Daemon.GaugeInterval, Planned: &d.cfg.signals.planned},
-			&planService{pool: pool, loop: loop, learned: learned, metrics: d.metrics, log: log, wake: d.wake}); err != nil {
+			&planService{pool: pool, loop: loop, learned: learned, metrics: d.metrics, log: log, wake: d.wake, writes: writeReports{d.writes}}); err != nil {
 			return nil, err
 		}
 	}
@@ -211,6 +211,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	if d.retention, err = newRetentionService(retentionConfig{Retention: cfg.Retention, Pruned: &d.cfg.signals.pruned}, pool, d.metrics, log); err != nil {
 		return nil, err
 	}
+	d.retention.writes = writeReports{d.writes}
 
 	parts, err := partition.New(pool, cfg.DirectPool, cfg.Dispatch.Partitions)
 	if err != nil {
@@ -220,6 +221,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		parts, d.metrics, log); err != nil {
 		return nil, err
 	}
+	d.parts.writes = writeReports{d.writes}
 
 	if cfg.Relay != nil {
 		rc := *cfg.Relay
@@ -229,6 +231,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 			}
 		}
 		rc.OnError = func(reason string) { d.metrics.RelayErrors.WithLabelValues(reason).Inc() }
+		rc.WriteHealth = d.writes
 		if d.relay, err = outbox.NewRelay(pool, rc, log); err != nil {
 			return nil, err
 		}

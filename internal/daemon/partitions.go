@@ -27,6 +27,7 @@ type partitionService struct {
 	parts   *partition.Partitions
 	metrics *telemetry.Metrics
 	log     *zap.Logger
+	writes  writeReports // hears this loop's refused writes
 }
 
 func newPartitionService(cfg partitionConfig, parts *partition.Partitions, m *telemetry.Metrics, log *zap.Logger) (*partitionService, error) {
@@ -66,6 +67,7 @@ func (s *partitionService) Start(ctx context.Context) {
 // growing past the retention is what tells (CollectorHistoryRetentionBehind).
 func (s *partitionService) runOnce(ctx context.Context) ([]partition.TableState, error) {
 	states, err := s.parts.RunOnce(ctx)
+	s.writes.refused(err)
 	for _, st := range states {
 		s.metrics.PartitionsAhead.WithLabelValues(st.Table).Set(st.Ahead.Seconds())
 		if !st.Oldest.IsZero() {

@@ -45,6 +45,7 @@ type planService struct {
 	metrics *telemetry.Metrics
 	log     *zap.Logger
 	wake    chan<- struct{} // promotions may have made items due sooner
+	writes  writeReports    // hears this loop's refused writes
 }
 
 func newPlanService(cfg planConfig, s *planService) (*planService, error) {
@@ -106,6 +107,7 @@ func (s *planService) runOnce(ctx context.Context, now time.Time) (planResult, e
 	}
 	res.Result, err = catalog.RecalculatePopularity(ctx, s.pool, catalog.PolicyFromConfig(s.cfg.Catalog, s.plannedMarket(share), pm))
 	if err != nil {
+		s.writes.refused(err)
 		return res, err
 	}
 	if !res.Skipped {

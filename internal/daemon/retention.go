@@ -38,6 +38,7 @@ type retentionService struct {
 	pool    *pgxpool.Pool
 	metrics *telemetry.Metrics
 	log     *zap.Logger
+	writes  writeReports // hears this loop's refused writes
 }
 
 func newRetentionService(cfg retentionConfig, pool *pgxpool.Pool, m *telemetry.Metrics, log *zap.Logger) (*retentionService, error) {
@@ -74,6 +75,7 @@ func (s *retentionService) Start(ctx context.Context) {
 func (s *retentionService) runOnce(ctx context.Context) (retention.Result, error) {
 	res, err := retention.Prune(ctx, s.pool, s.cfg.Retention, retentionStatements)
 	if err != nil {
+		s.writes.refused(err)
 		return res, err
 	}
 	if res.OutboxExpired > 0 {

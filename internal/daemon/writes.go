@@ -89,6 +89,16 @@ func (d *Daemon) probeSpace(ctx context.Context) {
 	}
 }
 
+// writeReports is how a maintenance loop tells the write health that the database refused
+// one of its writes. Only refusals: a pass that wrote nothing proves nothing by succeeding.
+type writeReports struct{ h *store.WriteHealth }
+
+func (w writeReports) refused(err error) {
+	if err != nil {
+		w.h.Observe(err) // errors that are not the database's state are ignored there
+	}
+}
+
 // writesChanged exports a change of the database's write state and logs it once.
 func (d *Daemon) writesChanged(s store.WriteState) {
 	if s.Writable {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/kafkaconn"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
@@ -16,6 +17,9 @@ type RelayConfig struct {
 	Dial        kafkaconn.Dial       // opens broker connections (a proxy, the benchmarks' network distance)
 	OnPublished func(ages []float64) // per batch, each published row's age at its mark (database clock)
 	OnError     func(reason string)  // each failed attempt's reason (classify) and "rejected"
+	// WriteHealth, when set, hears the database's refusals of the relay's reads and writes
+	// (leases, marks, pruning), so a relay alone on a daemon also tells /readyz.
+	WriteHealth *store.WriteHealth
 	Test        *TestSignals
 }
 

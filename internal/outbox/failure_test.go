@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
 )
 
@@ -377,5 +379,34 @@ func TestRefusedAuthorizationStopsTheRelay(t *testing.T) {
 	// kafka-go sends a request per partition: the refused one's rows stay pending, not failed.
 	if n := countWhere(t, pool, "state = 'pending'"); n == 0 || countWhere(t, pool, "state = 'failed'") != 0 {
 		t.Fatalf("%d rows pending, %d failed; want the refused ones pending", n, countWhere(t, pool, "state = 'failed'"))
+	}
+}
+
+// The relay's refused database writes reach the daemon's write health; a broker that is down
+// does not, being no state of the database.
+func TestRelayReportsTheDatabasesRefusalsOnly(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	ctx := context.Background()
+	enqueue(t, pool, snapshotEvents(5, 1))
+	cfg := testConfig(broker.ListenAddrs(), "relay-a")
+	cfg.WriteHealth = store.NewWriteHealth()
+	r, _ := newTestRelay(t, pool, cfg)
+	free := storetest.FillDisk(t, pool, "outbox_relay_lanes")
+	if _, err := r.RunOnce(ctx); err == nil {
+		t.Fatal("a pass whose lane leases the database refused succeeded")
+	}
+	if s := cfg.WriteHealth.State(); s.Cause != store.CauseDiskFull {
+		t.Fatalf("write state after the relay's refused lease: %+v, want disk_full", s)
+	}
+	free()
+	cfg.WriteHealth.ObserveSpace(nil)
+
+	broker.Close()
+	if _, err := r.RunOnce(ctx); err == nil {
+		t.Fatal("a pass with the broker down succeeded")
+	}
+	if s := cfg.WriteHealth.State(); !s.Writable {
+		t.Fatalf("write state after the broker went down: %+v, want writable", s)
 	}
 }

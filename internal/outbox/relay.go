@@ -232,6 +232,9 @@ func (r *Relay) failed(ctx context.Context, err error) error {
 	r.cfg.Test.PublishError.Signal(err)
 	reason, permanent := classify(err)
 	r.cfg.OnError(reason)
+	if reason == "database" {
+		r.cfg.WriteHealth.Observe(err)
+	}
 	if !permanent {
 		return nil
 	}
