@@ -87,9 +87,10 @@ type itemState struct {
 type Result struct {
 	// Skipped: another process was recalculating at the same moment; this run did nothing.
 	Skipped      bool
-	Now          time.Time // the database clock the run used
-	Scored       int       // items scored (synthetic items are left alone)
-	ScoreChanged int       // items whose stored score changed
+	lastPlan     *time.Time // when Skipped: the last plan committed when this one found the lock held
+	Now          time.Time  // the database clock the run used
+	Scored       int        // items scored (synthetic items are left alone)
+	ScoreChanged int        // items whose stored score changed
 	Promoted     int
 	Demoted      int // includes Dormant
 	Dormant      int
@@ -135,7 +136,7 @@ func RecalculatePopularity(ctx context.Context, db DB, p Policy) (Result, error)
 	if err != nil || !res.Skipped {
 		return res, err
 	}
-	committed, err := waitForRecalculation(ctx, db)
+	committed, err := waitForRecalculation(ctx, db, res.lastPlan)
 	if err != nil || committed {
 		return res, err
 	}
@@ -149,14 +150,14 @@ const recalcWait = time.Minute
 // waitForRecalculation waits until no process holds the recalculation and says whether a plan
 // was committed meanwhile (tier_forecast.planned_at moved). A wait past recalcWait is reported
 // as committed: the holder is alive and busy, and this run skips as before.
-func waitForRecalculation(ctx context.Context, db DB) (committed bool, err error) {
-	var before, after *time.Time
-	if err := db.QueryRow(ctx, `SELECT max(planned_at) FROM tier_forecast`).Scan(&before); err != nil {
-		return false, fmt.Errorf("recalculate popularity: read the last plan: %w", err)
-	}
+func waitForRecalculation(ctx context.Context, db DB, before *time.Time) (committed bool, err error) {
+	var after *time.Time
 	recalcWaiting()
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", recalcWait.Milliseconds())); err != nil {
+		// A statement_timeout of the role or database under the wait would end it first.
+		wait := fmt.Sprintf("%dms", recalcWait.Milliseconds())
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`,
+			wait, fmt.Sprintf("%dms", (recalcWait+10*time.Second).Milliseconds())); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, recalcLockKey)
@@ -200,7 +201,8 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 		}
 		if !locked {
 			res.Skipped = true
-			return nil
+			// Read here, while the holder still holds: a plan it commits after this moves it.
+			return tx.QueryRow(ctx, `SELECT max(planned_at) FROM tier_forecast`).Scan(&res.lastPlan)
 		}
 		items, now, err := readSignals(ctx, tx, p)
 		if err != nil {

@@ -107,6 +107,13 @@ type Daemon struct {
 	writes  *store.WriteHealth // whether the database takes our writes: /readyz, metrics
 	// spaceProbeWarned: the space probe's odd failure is logged (probeSpace's goroutine only).
 	spaceProbeWarned bool
+	// space is the space probe's hysteresis (probeSpace's goroutine only): in a spell of
+	// lacking space, the successes in a row so far and how many end it; when the last ended.
+	space struct {
+		spell    bool
+		ok, need int
+		ended    time.Time
+	}
 
 	collect   *collectService
 	plan      *planService // nil when catalog.recalc_interval is 0

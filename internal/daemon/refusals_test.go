@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
@@ -49,5 +51,28 @@ func TestMaintenanceLoopsReportRefusedWrites(t *testing.T) {
 			freed = true
 			d.writes.ObserveSpace(nil) // the daemon's space probe, once the disk has room
 		})
+	}
+}
+
+// A lack of space ends after spaceQuiet successful space probes in a row, and after twice as
+// many when it came back soon after ending: a disk that write-backs fill again at once settles
+// refused instead of flapping.
+func TestSpaceProbeEndsALackOfSpaceWithHysteresis(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	ctx := context.Background()
+	d := e.build(t, testConfig(), nil)
+	full := &pgconn.PgError{Code: "53100", Message: "could not extend file: No space left on device"}
+	for spell, need := range []int{spaceQuiet, 2 * spaceQuiet, 4 * spaceQuiet} {
+		d.writes.Observe(full)
+		for probe := 1; probe < need; probe++ {
+			d.probeSpace(ctx)
+			if s := d.writes.State(); s.Cause != store.CauseDiskFull {
+				t.Fatalf("spell %d: state %+v after %d of %d successful probes, want disk_full standing", spell, s, probe, need)
+			}
+		}
+		d.probeSpace(ctx)
+		if s := d.writes.State(); !s.Writable {
+			t.Fatalf("spell %d: state %+v after %d successful probes, want writable", spell, s, need)
+		}
 	}
 }

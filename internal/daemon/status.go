@@ -94,7 +94,7 @@ func writeState(ctx context.Context, pool *pgxpool.Pool) (store.WriteCause, stri
 	if c, d := store.ProbeWritable(ctx, pool); c != "" {
 		return c, d
 	}
-	err := store.ProbeSpace(ctx, pool)
+	err := store.ProbeSpace(ctx, pool, store.SpaceBlock)
 	if c := store.RefusedCause(err); c != "" {
 		return c, err.Error()
 	}

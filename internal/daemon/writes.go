@@ -75,10 +75,30 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 // probeSpace runs store.ProbeSpace. A failure that is no refusal (the role may not create a
 // table) leaves the state as it is, said once per spell: writes then resume only after the
 // operator sees why.
+//
+// It ends the lack after spaceQuiet successes in a row, and after twice as many (up to
+// spaceQuietMax) each time the lack came back within spaceRelapse of ending: a disk with a
+// little room that write-backs fill again at once settles refused instead of flapping.
 func (d *Daemon) probeSpace(ctx context.Context) {
-	err := store.ProbeSpace(ctx, d.pool)
+	if !d.space.spell {
+		d.space.spell, d.space.ok = true, 0
+		if !d.space.ended.IsZero() && time.Since(d.space.ended) < spaceRelapse {
+			d.space.need = min(2*d.space.need, spaceQuietMax)
+		} else {
+			d.space.need = spaceQuiet
+		}
+	}
+	err := store.ProbeSpace(ctx, d.pool, store.SpaceMargin)
+	if err == nil {
+		if d.space.ok++; d.space.ok >= d.space.need {
+			d.space.spell, d.space.ended = false, time.Now()
+			d.writes.ObserveSpace(nil)
+		}
+		return
+	}
+	d.space.ok = 0
 	d.writes.ObserveSpace(err)
-	if err == nil || store.RefusedCause(err) != "" || ctx.Err() != nil {
+	if store.RefusedCause(err) != "" || ctx.Err() != nil {
 		d.spaceProbeWarned = false
 		return
 	}
@@ -89,13 +109,20 @@ func (d *Daemon) probeSpace(ctx context.Context) {
 	}
 }
 
+// The space probe's hysteresis (probeSpace).
+const (
+	spaceQuiet    = 3
+	spaceQuietMax = 60
+	spaceRelapse  = 10 * time.Minute
+)
+
 // writeReports is how a maintenance loop tells the write health that the database refused
 // one of its writes. Only refusals: a pass that wrote nothing proves nothing by succeeding.
 type writeReports struct{ h *store.WriteHealth }
 
 func (w writeReports) refused(err error) {
-	if err != nil {
-		w.h.Observe(err) // errors that are not the database's state are ignored there
+	if store.RefusedByServer(err) {
+		w.h.Observe(err)
 	}
 }
 

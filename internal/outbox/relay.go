@@ -232,7 +232,7 @@ func (r *Relay) failed(ctx context.Context, err error) error {
 	r.cfg.Test.PublishError.Signal(err)
 	reason, permanent := classify(err)
 	r.cfg.OnError(reason)
-	if reason == "database" {
+	if store.RefusedByServer(err) {
 		r.cfg.WriteHealth.Observe(err)
 	}
 	if !permanent {

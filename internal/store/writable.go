@@ -66,6 +66,15 @@ func RefusedCause(err error) WriteCause {
 	return ""
 }
 
+// RefusedByServer tells whether the server itself answered err with a refusal (RefusedCause
+// of a PgError). Loops that write now and then report only these: a connection that failed is
+// the probe's to tell, and an error of their own (a timeout, a missing session) is no state of
+// the database.
+func RefusedByServer(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && RefusedCause(err) != ""
+}
+
 // WriteState is whether the database takes writes, as this process last saw it.
 type WriteState struct {
 	Writable bool
@@ -90,6 +99,9 @@ type WriteHealth struct {
 	changed chan struct{} // closed and replaced on every change
 	// OnChange, when set before use, hears every change of state (metrics, logs).
 	OnChange func(WriteState)
+	seq      uint64     // changes made (under mu)
+	notify   sync.Mutex // serialises OnChange
+	told     uint64     // the last change OnChange heard (under notify)
 }
 
 // NewWriteHealth starts writable.
@@ -231,8 +243,18 @@ func (h *WriteHealth) update(next func() WriteState) {
 		close(h.changed)
 	}
 	h.changed = make(chan struct{})
+	h.seq++
+	seq := h.seq
 	h.mu.Unlock()
-	if h.OnChange != nil {
+	if h.OnChange == nil {
+		return
+	}
+	// One change told at a time, never one older than the last told: two changes racing here
+	// must not leave the metric and the log on the earlier state.
+	h.notify.Lock()
+	defer h.notify.Unlock()
+	if seq > h.told {
+		h.told = seq
 		h.OnChange(s)
 	}
 }
@@ -285,26 +307,43 @@ type TxBeginner interface {
 
 // spaceProbeSQL writes about a megabyte into a table created in the same transaction: a new
 // table's file starts empty, so every block it gets is new space in the database's default
-// tablespace, which no update in place, reused page or temporary table (temp_tablespaces)
-// would prove. The margin keeps a disk with a few pages free from passing for one with room
+// tablespace, which no update in place or reused page would prove. The margin keeps a disk with a few pages free from passing for one with room
 // (the state would flap). UNLOGGED keeps the megabyte out of the WAL; the caller's rollback
 // unlinks the file, so nothing is left behind.
 const spaceProbeSQL = `
-CREATE UNLOGGED TABLE collector_space_probe (b text);
-INSERT INTO collector_space_probe SELECT repeat('x', 1000) FROM generate_series(1, 1000)`
+CREATE %[1]s TABLE collector_space_probe (b text) %[2]s;
+INSERT INTO collector_space_probe SELECT repeat('x', 1000) FROM generate_series(1, %[3]d)`
 
-// ProbeSpace makes a write that certainly needs new space in the database's default tablespace
-// and rolls it back: nil when the database took it. Its error says why not; RefusedCause reads
-// it (53100 disk_full on a full disk). It runs in one transaction in the simple protocol, so it
-// works behind PgBouncer in transaction mode. The role needs CREATE on the first schema of its
-// search_path, as the migrations do.
-func ProbeSpace(ctx context.Context, db TxBeginner) error {
+// SpaceMargin is the daemon's probe: a megabyte. SpaceBlock is one block, what a status read
+// needs to tell a full disk from one that takes a write, at a thousandth of the cost.
+const (
+	SpaceMargin = 1000
+	SpaceBlock  = 1
+)
+
+// ProbeSpace makes a write that certainly needs new space in the database's default tablespace,
+// rows of about a kilobyte each (SpaceMargin, SpaceBlock), and rolls it back: nil when the
+// database took it. Its error says why not; RefusedCause reads it (53100 disk_full on a full
+// disk). It runs in one transaction in the simple protocol, so it works behind PgBouncer in
+// transaction mode. A role that may not create a table in its schema (PostgreSQL 15's public
+// schema) makes a temporary one instead, which needs only TEMP and lands in the same
+// tablespace unless temp_tablespaces points elsewhere.
+func ProbeSpace(ctx context.Context, db TxBeginner, rows int) error {
+	err := probeSpace(ctx, db, fmt.Sprintf(spaceProbeSQL, "UNLOGGED", "", rows))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "42") || strings.HasPrefix(pgErr.Code, "3F")) {
+		err = probeSpace(ctx, db, fmt.Sprintf(spaceProbeSQL, "TEMPORARY", "ON COMMIT DROP", rows))
+	}
+	return err
+}
+
+func probeSpace(ctx context.Context, db TxBeginner, sql string) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("space probe: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, spaceProbeSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+	if _, err := tx.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return fmt.Errorf("space probe: %w", err)
 	}
 	return nil

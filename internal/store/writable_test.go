@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -115,11 +117,11 @@ func TestProbeSpaceNeedsNewSpace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, url := storetest.NewPool(t)
-	if err := store.ProbeSpace(ctx, pool); err != nil {
+	if err := store.ProbeSpace(ctx, pool, store.SpaceMargin); err != nil {
 		t.Fatalf("space probe on a database with room: %v", err)
 	}
 	free := storetest.FillDisk(t, pool, "tracked_items")
-	err := store.ProbeSpace(ctx, pool)
+	err := store.ProbeSpace(ctx, pool, store.SpaceMargin)
 	if c := store.RefusedCause(err); c != store.CauseDiskFull {
 		t.Fatalf("space probe on a full disk: %v, cause %q, want disk_full", err, c)
 	}
@@ -127,13 +129,39 @@ func TestProbeSpaceNeedsNewSpace(t *testing.T) {
 		t.Fatalf("an update in place on the full disk: %v", err)
 	}
 	free()
-	if err := store.ProbeSpace(ctx, pool); err != nil {
+	if err := store.ProbeSpace(ctx, pool, store.SpaceMargin); err != nil {
 		t.Fatalf("space probe once space is back: %v", err)
 	}
 	var left bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass('collector_space_probe') IS NOT NULL`).Scan(&left); err != nil || left {
 		t.Fatalf("the probe's table left behind: %v %v", left, err)
 	}
+
+	t.Run("a role that may not create tables", func(t *testing.T) {
+		role := fmt.Sprintf("dc_noprobe_%d", time.Now().UnixNano())
+		if _, err := pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN; REVOKE CREATE ON SCHEMA public FROM PUBLIC`); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) })
+		u, err := neturl.Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = neturl.User(role)
+		limited, err := store.Open(ctx, store.PoolConfig{URL: u.String(), MaxConns: 1, ApplicationName: "duecollector-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer limited.Close()
+		if err := store.ProbeSpace(ctx, limited, store.SpaceBlock); err != nil {
+			t.Fatalf("space probe of a role without CREATE: %v, want its temporary table", err)
+		}
+		free := storetest.FillDisk(t, pool)
+		defer free()
+		if c := store.RefusedCause(store.ProbeSpace(ctx, limited, store.SpaceBlock)); c != store.CauseDiskFull {
+			t.Fatalf("space probe of a role without CREATE on a full disk: cause %q, want disk_full", c)
+		}
+	})
 
 	t.Run("behind PgBouncer", func(t *testing.T) {
 		bouncer, err := store.Open(ctx, store.PoolConfig{URL: storetest.PgBouncer(t, url, 1), MaxConns: 2, ApplicationName: "duecollector-test"})
@@ -142,7 +170,7 @@ func TestProbeSpaceNeedsNewSpace(t *testing.T) {
 		}
 		defer bouncer.Close()
 		for range 3 { // one server connection: a probe that left its transaction open would block the next
-			if err := store.ProbeSpace(ctx, bouncer); err != nil {
+			if err := store.ProbeSpace(ctx, bouncer, store.SpaceMargin); err != nil {
 				t.Fatalf("space probe through PgBouncer: %v", err)
 			}
 		}
