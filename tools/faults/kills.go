@@ -71,10 +71,12 @@ var killRoles = []killRole{
 
 // killRun is one kill of one role: its database, its broker and its environment.
 type killRun struct {
-	h     *harness
-	r     *report
-	label string
-	seq   int // which of the role's moments this is
+	h        *harness
+	r        *report
+	label    string
+	seq      int  // which of the role's moments this is
+	hit      int  // kills that found the process alive
+	heldWork bool // the kill left leases, lanes or pending events to take over
 	// drained is how long after the kill everything the dead holder left was done.
 	drained time.Duration
 	// window is a one-shot role's calibrated duration: its kill moments are shares of it.
@@ -98,26 +100,33 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 		var window time.Duration
 		if role.oneShot {
 			var err error
-			if window, _, err = h.killOnce(ctx, r, role, role.name+" calibration", 0, -1, 0); err != nil {
+			if _, window, err = h.killOnce(ctx, r, role, role.name+" calibration", 0, -1, 0); err != nil {
 				r.check(false, "%s calibration: %v", role.name, err)
 				continue
 			}
 			h.logf("kill matrix: %s runs %s uninterrupted", role.name, window.Round(time.Millisecond))
 		}
 		rng := rand.New(rand.NewPCG(h.o.killSeed, uint64(i)))
+		met := 0
 		for m := range h.o.killMoments {
 			moment := rng.Float64()
 			label := fmt.Sprintf("%s #%d (seed %d, moment %.2f)", role.name, m+1, h.o.killSeed, moment)
 			h.logf("kill matrix: %s", label)
-			took, drained, err := h.killOnce(ctx, r, role, label, m, moment, window)
+			k, took, err := h.killOnce(ctx, r, role, label, m, moment, window)
+			if k.hit > 0 && (role.oneShot || k.heldWork) {
+				met++
+			}
 			if err != nil {
 				r.check(false, "%s: %v", label, err)
 				continue
 			}
 			r.check(took <= role.target, "%s: recovered in %s, target %s", label, took.Round(100*time.Millisecond), role.target)
 			worst[role.name] = max(worst[role.name], took)
-			worstDrained[role.name] = max(worstDrained[role.name], drained)
+			worstDrained[role.name] = max(worstDrained[role.name], k.drained)
 		}
+		// A matrix whose kills all missed (the process done, or holding nothing yet) tested
+		// no takeover: at least one kill per role must meet a live holder.
+		r.check(met > 0, "%s: none of %d kills met the process alive and holding work", role.name, h.o.killMoments)
 	}
 	for _, role := range killRoles {
 		if w, ok := worst[role.name]; ok {
@@ -128,24 +137,26 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 	return nil
 }
 
-func (h *harness) killOnce(ctx context.Context, r *report, role killRole, label string, seq int, moment float64, window time.Duration) (took, drained time.Duration, err error) {
+// killOnce kills role once at moment and returns the run (what the kill met) and its recovery.
+func (h *harness) killOnce(ctx context.Context, r *report, role killRole, label string, seq int, moment float64, window time.Duration) (k *killRun, took time.Duration, err error) {
 	defer h.killAll()
-	d, err := h.scenarioDB(ctx, "k"+randHex(3), killItems, killSimLatency)
-	if err != nil {
-		return 0, 0, err
+	k = &killRun{h: h, r: r, label: label, seq: seq, window: window}
+	if k.d, err = h.scenarioDB(ctx, "k"+randHex(3), killItems, killSimLatency); err != nil {
+		return k, 0, err
 	}
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topic))
 	if err != nil {
-		return 0, 0, fmt.Errorf("start kfake: %w", err)
+		return k, 0, fmt.Errorf("start kfake: %w", err)
 	}
 	defer cluster.Close()
-	broker := cluster.ListenAddrs()[0]
-	k := &killRun{h: h, r: r, label: label, seq: seq, window: window, d: d, broker: broker, env: h.env(d.url, killEnv(broker)...)}
+	k.broker = cluster.ListenAddrs()[0]
+	k.env = h.env(k.d.url, killEnv(k.broker)...)
 	if took, err = role.run(ctx, k, moment); err != nil {
-		return took, k.drained, err
+		return k, took, err
 	}
+	k.drained = max(k.drained, took)
 	h.killAll()
-	return took, max(k.drained, took), k.verify(ctx)
+	return k, took, k.verify(ctx)
 }
 
 // start runs `collector args...` in the run's environment.
@@ -167,7 +178,7 @@ func (k *killRun) finish(ctx context.Context, name string, args ...string) error
 
 // killAt waits for p's first sign of work, then moment of window, and kills it with SIGKILL.
 // It returns when the process is gone.
-func killAt(ctx context.Context, p *proc, started func() (bool, error), window time.Duration, moment float64) (time.Time, error) {
+func (k *killRun) killAt(ctx context.Context, p *proc, started func() (bool, error), window time.Duration, moment float64) (time.Time, error) {
 	if err := poll(ctx, time.Minute, 20*time.Millisecond, func() (bool, error) {
 		ok, err := started()
 		return ok || p.exited(), err
@@ -178,6 +189,11 @@ func killAt(ctx context.Context, p *proc, started func() (bool, error), window t
 	case <-ctx.Done():
 		return time.Time{}, ctx.Err()
 	case <-time.After(time.Duration(moment * float64(window))):
+	}
+	if p.exited() {
+		k.h.logf("%s: %s had exited before its kill", k.label, p.name)
+	} else {
+		k.hit++
 	}
 	p.signal(syscall.SIGKILL)
 	<-p.done
@@ -201,9 +217,10 @@ type heldAtKill struct {
 func (k *killRun) held(ctx context.Context) (heldAtKill, error) {
 	var w heldAtKill
 	err := k.d.pool.QueryRow(ctx, `
-		SELECT coalesce((SELECT array_agg(lease_token::text) FROM tracked_items WHERE lease_expires_at > now()), '{}'),
-		       coalesce((SELECT array_agg(lease_token::text) FROM outbox_relay_lanes WHERE lease_expires_at > now()), '{}'),
+		SELECT coalesce((SELECT array_agg(lease_token::text) FROM tracked_items WHERE lease_token IS NOT NULL), '{}'),
+		       coalesce((SELECT array_agg(lease_token::text) FROM outbox_relay_lanes WHERE lease_token IS NOT NULL), '{}'),
 		       coalesce((SELECT max(id) FROM outbox_pending), 0)`).Scan(&w.items, &w.lanes, &w.pending)
+	k.heldWork = len(w.items) > 0 || len(w.lanes) > 0 || w.pending > 0
 	return w, err
 }
 
@@ -243,7 +260,7 @@ func killDaemon(ctx context.Context, k *killRun, moment float64) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
-	killed, err := killAt(ctx, p, k.snapshotsAtLeast(ctx, 1), 3*time.Second, moment)
+	killed, err := k.killAt(ctx, p, k.snapshotsAtLeast(ctx, 1), 3*time.Second, moment)
 	if err != nil {
 		return 0, err
 	}
@@ -288,7 +305,7 @@ func killCollectDue(ctx context.Context, k *killRun, moment float64) (time.Durat
 	if err != nil {
 		return 0, err
 	}
-	killed, err := killAt(ctx, p, k.snapshotsAtLeast(ctx, 1), 2*time.Second, moment)
+	killed, err := k.killAt(ctx, p, k.snapshotsAtLeast(ctx, 1), 2*time.Second, moment)
 	if err != nil {
 		return 0, err
 	}
@@ -314,99 +331,97 @@ func killCollectDue(ctx context.Context, k *killRun, moment float64) (time.Durat
 	return took, k.allCollectedAndPublished(ctx, nil)
 }
 
-// killRelayFollow: relay-outbox killed while it holds every lane; events written after the
-// kill wait in the dead relay's lanes until a restarted relay takes them (even moments) or a
-// relay-outbox --once from cron does (odd moments).
+// ballast puts n events of fixture items (seed-…, left out of the snapshot checks) in the
+// outbox, so that a relay is still publishing when it is killed and leaves work in its lanes.
+func (k *killRun) ballast(ctx context.Context, n int) error {
+	_, err := k.d.pool.Exec(ctx, `
+		WITH o AS (
+		    INSERT INTO outbox (event_type, item_id, payload)
+		    SELECT 'auction.snapshot', 'seed-ballast-' || (g % 500), jsonb_build_object('snapshot_id', -g, 'item_id', 'seed-ballast-' || (g % 500))
+		    FROM generate_series(1, $1::int) g
+		    RETURNING id, lane)
+		INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o`, n)
+	if err != nil {
+		return fmt.Errorf("outbox ballast: %w", err)
+	}
+	return nil
+}
+
+const relayBallast = 30000
+
+// killRelayFollow: relay-outbox killed while it holds every lane and publishes; what waits in
+// the dead relay's lanes, and the events written after the kill, go when a restarted relay
+// takes them (even moments) or a relay-outbox --once from cron does (odd moments: it holds
+// nothing when it starts, as after the daemon's relay died).
 func killRelayFollow(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
-	if err := k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8"); err != nil {
-		return 0, err
-	}
-	p, err := k.start(ctx, "k-relay", "relay-outbox")
-	if err != nil {
-		return 0, err
-	}
-	killed, err := killAt(ctx, p, k.lanesHeld(ctx), time.Second, moment)
-	if err != nil {
-		return 0, err
-	}
-	if err := k.d.makeDue(ctx, k.h.catalog[:killItems/2]); err != nil {
-		return 0, err
-	}
-	if err := k.finish(ctx, "k-more", "collect-due", "--concurrency", "8"); err != nil {
-		return 0, err
-	}
-	w, err := k.held(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if k.seq%2 == 1 {
-		// The other survivor: relay-outbox --once from cron (or by hand), holding nothing when
-		// it starts, as after the daemon's relay died.
-		cron, err := k.cron(ctx, "k-relay-once-cron", relayOnce...)
-		if err != nil {
-			return 0, err
+	survivor := func(ctx context.Context) (stop func() error, p *proc, err error) {
+		if k.seq%2 == 1 {
+			cron, err := k.cron(ctx, "k-relay-once-cron", relayOnce...)
+			return func() error { cron.stop(); return nil }, nil, err
 		}
-		defer cron.stop()
-		took, all, err := k.taken(ctx, w, killed, nil)
-		k.drained = all
-		if err != nil {
-			return took, err
-		}
-		cron.stop()
-		return took, k.allCollectedAndPublished(ctx, nil)
+		again, err := k.start(ctx, "k-relay-again", "relay-outbox")
+		return func() error {
+			again.signal(syscall.SIGTERM)
+			if code, err := again.wait(ctx, 30*time.Second); err != nil || code != 0 {
+				return fmt.Errorf("restarted relay: exit %d %v after SIGTERM: %s", code, err, again.tail())
+			}
+			return nil
+		}, again, err
 	}
-	again, err := k.start(ctx, "k-relay-again", "relay-outbox")
-	if err != nil {
-		return 0, err
-	}
-	took, all, err := k.taken(ctx, w, killed, again)
-	k.drained = all
-	if err != nil {
-		return took, err
-	}
-	k.checkNoStuckHolder(ctx)
-	again.signal(syscall.SIGTERM)
-	if code, err := again.wait(ctx, 30*time.Second); err != nil || code != 0 {
-		return took, fmt.Errorf("restarted relay: exit %d %v after SIGTERM: %s", code, err, again.tail())
-	}
-	return took, k.allCollectedAndPublished(ctx, nil)
+	return k.killRelay(ctx, moment, []string{"relay-outbox"}, survivor)
 }
 
 // killRelayOnce: relay-outbox --once killed mid-pass; cron runs it again every half second.
 func killRelayOnce(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	return k.killRelay(ctx, moment, relayOnce, func(ctx context.Context) (func() error, *proc, error) {
+		cron, err := k.cron(ctx, "k-once-cron", relayOnce...)
+		return func() error { cron.stop(); return nil }, nil, err
+	})
+}
+
+// killRelay kills a relay (args) publishing a backlog once it holds lanes, starts the survivor
+// at once, writes more events into the dead relay's lanes, and measures the takeover.
+func (k *killRun) killRelay(ctx context.Context, moment float64, args []string,
+	survivor func(context.Context) (stop func() error, p *proc, err error)) (time.Duration, error) {
 	if err := k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8"); err != nil {
 		return 0, err
 	}
-	p, err := k.start(ctx, "k-once", "relay-outbox", "--once")
+	if err := k.ballast(ctx, relayBallast); err != nil {
+		return 0, err
+	}
+	p, err := k.start(ctx, "k-relay", args...)
 	if err != nil {
 		return 0, err
 	}
-	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, 500*time.Millisecond, moment)
+	killed, err := k.killAt(ctx, p, k.lanesHeld(ctx), time.Second, moment)
 	if err != nil {
-		return 0, err
-	}
-	if err := k.d.makeDue(ctx, k.h.catalog[:killItems/2]); err != nil {
-		return 0, err
-	}
-	if err := k.finish(ctx, "k-more", "collect-due", "--concurrency", "8"); err != nil {
 		return 0, err
 	}
 	w, err := k.held(ctx)
 	if err != nil {
 		return 0, err
 	}
-	cron, err := k.cron(ctx, "k-once-cron", "relay-outbox", "--once")
+	stop, again, err := survivor(ctx)
 	if err != nil {
 		return 0, err
 	}
-	defer cron.stop()
-	took, all, err := k.taken(ctx, w, killed, nil)
-	k.drained = all
-	if err != nil {
-		return took, err
+	if err := k.d.makeDue(ctx, k.h.catalog[:killItems/2]); err != nil {
+		_ = stop()
+		return 0, err
 	}
-	cron.stop()
-	return took, k.allCollectedAndPublished(ctx, nil)
+	if err := k.finish(ctx, "k-more", "collect-due", "--concurrency", "8"); err != nil {
+		_ = stop()
+		return 0, err
+	}
+	took, all, err := k.taken(ctx, w, killed, again)
+	k.drained = all
+	if err == nil {
+		err = k.allCollectedAndPublished(ctx, again)
+	}
+	if err == nil && again != nil {
+		k.checkNoStuckHolder(ctx)
+	}
+	return took, errors.Join(err, stop())
 }
 
 // oneShot is a one-shot role: a setup, the command, and what its re-run must leave. Its kill
@@ -437,7 +452,7 @@ func (o oneShot) run(ctx context.Context, k *killRun, moment float64) (time.Dura
 		}
 		return time.Since(t0), o.finishAll(ctx, k)
 	}
-	killed, err := killAt(ctx, p, func() (bool, error) { return true, nil }, k.window, moment)
+	killed, err := k.killAt(ctx, p, func() (bool, error) { return true, nil }, k.window, moment)
 	if err != nil {
 		return 0, err
 	}
@@ -469,12 +484,12 @@ func fill(ctx context.Context, k *killRun) error {
 	return k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8")
 }
 
-// prune past 96h of four months of daily partitions: its drop pass holds its lock on a
-// session of its own while it detaches and drops ~230 partitions.
+// prune past 96h of thirteen months of daily partitions: its drop pass holds its lock on a
+// session of its own while it detaches and drops ~800 partitions.
 var killPrune = oneShot{
 	setup: func(ctx context.Context, k *killRun) error {
 		k.salesDropped = true
-		if err := k.d.oldPartitions(ctx, -120, 8); err != nil {
+		if err := k.d.oldPartitions(ctx, -400, 8); err != nil {
 			return err
 		}
 		return fill(ctx, k)
@@ -832,7 +847,7 @@ func consumeEvents(ctx context.Context, broker string, want int) ([]event, error
 				bad = fmt.Errorf("event at offset %d: %w", rec.Offset, err)
 				return
 			}
-			if !seen[e.SnapshotID] {
+			if !seen[e.SnapshotID] && !strings.HasPrefix(e.ItemID, "seed-") {
 				seen[e.SnapshotID] = true
 				out = append(out, e)
 			}
