@@ -136,42 +136,58 @@ func scenarioKafkaDown(ctx context.Context, h *harness, r *report) error {
 
 type record struct{ key, id string }
 
-// consumeAll reads the topic from the start until want distinct events arrived or nothing new
-// comes for a while.
+// consumeAll reads the topic from the start until want distinct events arrived or a minute
+// passed.
 func consumeAll(ctx context.Context, broker string, want int) ([]record, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
 	var out []record
 	seen := map[string]bool{}
-	deadline := time.Now().Add(time.Minute)
-	for len(seen) < want && time.Now().Before(deadline) {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err := readTopic(ctx, broker, func() bool { return len(seen) < want }, func(rec *kgo.Record) error {
+		var id string
+		for _, hd := range rec.Headers {
+			if hd.Key == "ce_id" {
+				id = string(hd.Value)
+			}
+		}
+		out = append(out, record{key: string(rec.Key), id: id})
+		seen[id] = true
+		return nil
+	})
+	return out, err
+}
+
+// readTopic reads the topic from the start with a real consumer, handing each record to each
+// in offset order within its partition, while more says so (asked before every poll) and for
+// at most a minute.
+func readTopic(ctx context.Context, broker string, more func() bool, each func(*kgo.Record) error) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(300*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for deadline := time.Now().Add(time.Minute); more() && time.Now().Before(deadline); {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollFetches(pctx)
 		cancel()
 		if ctx.Err() != nil {
-			return out, ctx.Err()
+			return ctx.Err()
 		}
 		for _, fe := range fs.Errors() {
 			if !errors.Is(fe.Err, context.DeadlineExceeded) {
-				return out, fmt.Errorf("fetch %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+				return fmt.Errorf("fetch %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
 			}
 		}
+		var bad error
 		fs.EachRecord(func(rec *kgo.Record) {
-			var id string
-			for _, hd := range rec.Headers {
-				if hd.Key == "ce_id" {
-					id = string(hd.Value)
-				}
+			if bad == nil {
+				bad = each(rec)
 			}
-			out = append(out, record{key: string(rec.Key), id: id})
-			seen[id] = true
 		})
+		if bad != nil {
+			return bad
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // compareOutbox checks the consumed records against the outbox: every event present, and for
