@@ -1,0 +1,11 @@
+// Command collector-dev is collector plus the project's development tools: `demo`, the main job
+// on an embedded default (local PostgreSQL via devpg, the built-in simulator, in-process Kafka),
+// and `sim`, the simulated Neople API. Every other command is the shipped collector's own.
+package main
+
+import "github.com/duecollector/duecollector/internal/cli"
+
+// tree is the shipped tree plus the development commands.
+var tree = cli.Tree{Name: "collector-dev", Extra: []cli.Extension{newDemoCmd, newSimCmd}}
+
+func main() { tree.Main() }

@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/provider"
+)
+
+// newDispatcher builds the dispatcher from the validated config with the market workload's
+// own client (its key, its limiter). With daemon.budget.enabled a one-shot takes its share of
+// the key's cluster-wide budget like a daemon does, so cron runs beside daemons never push
+// the key over; stop ends that share (call it when the pass is over).
+func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop func(), err error) {
+	// Configuration and keys first, so every start-up problem shows before the database is touched.
+	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket, a.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := a.db(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var fetch dispatcher.Fetcher = client
+	stop = func() {}
+	owner := dispatcher.OwnerString()
+	if b := a.cfg.Daemon.Budget; b.Enabled {
+		share, err := budget.New(pool, budget.ConfigFor(b, a.cfg.Provider.Market, marketKeyLabel(a), owner), a.log)
+		if err != nil {
+			return nil, nil, err
+		}
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); _ = share.Run(sctx) }()
+		stop = func() { cancel(); <-done }
+		fetch = &budget.Fetcher{Next: client, Share: share, Within: a.cfg.Collect.Lease}
+	}
+	dc := dispatcher.FromConfig(a.cfg)
+	dc.Owner, dc.MaxBatches, dc.Grace = owner, a.cfg.Collect.MaxBatches, a.cfg.Collect.ShutdownGrace
+	if dc.DirectPool, err = a.directPool(ctx, pool); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	d, err = dispatcher.New(pool, fetch, dc, a.log)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return d, stop, nil
+}
+
+func newCollectDueCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "collect-due",
+		Short: "Claim every due item, collect it and reschedule it by its tier, then exit",
+		Long: `collect-due claims due items in batches (safe to run from several processes or schedulers
+at once: each item goes to exactly one of them), collects current listings and recent sales,
+stores a snapshot and an outbox event per item, and reschedules every claimed item by its tier.
+When the provider is not HEALTHY or RECOVERING it claims nothing, says why, and exits 0.`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			d, stop, err := a.newDispatcher(ctx)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			sum, err := d.RunOnce(ctx)
+			a.printf("%s\n", sum)
+			if err == nil {
+				a.log.Info("collect-due finished", summaryFields(sum)...)
+			}
+			return err
+		}),
+	}
+	f := cmd.Flags()
+	f.Int("batch-size", 0, "items claimed per statement (collect.batch_size)")
+	f.Duration("lease", 0, "lease per claimed item (collect.lease)")
+	f.Int("concurrency", 0, "provider calls in flight (collect.concurrency)")
+	f.Int("max-batches", 0, "stop after N batches; 0 = until nothing is due (collect.max_batches)")
+	a.bindFlag("collect.batch_size", f.Lookup("batch-size"))
+	a.bindFlag("collect.lease", f.Lookup("lease"))
+	a.bindFlag("collect.concurrency", f.Lookup("concurrency"))
+	a.bindFlag("collect.max_batches", f.Lookup("max-batches"))
+	return cmd
+}
+
+func newCollectCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "collect ITEM_ID",
+		Short: "Collect one item now, through the same lease, budget and write path as collect-due",
+		Args:  oneItemID,
+		RunE: a.runArgs(func(ctx context.Context, args []string) error {
+			d, stop, err := a.newDispatcher(ctx)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			sum, err := d.CollectOne(ctx, args[0])
+			if errors.Is(err, dispatcher.ErrNotClaimable) {
+				return err // nothing was collected: no summary line before the reason
+			}
+			a.printf("%s\n", sum)
+			if err == nil && sum.Failed > 0 {
+				return fmt.Errorf("collect %s failed; see the log and `collector items` for its last error", args[0])
+			}
+			return err
+		}),
+	}
+}
+
+// oneItemID names the missing argument and where ids come from, for collect and touch.
+func oneItemID(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) == 0:
+		return fmt.Errorf("missing ITEM_ID: give one tracked item's id (`collector items` lists them)")
+	case len(args) > 1:
+		return fmt.Errorf("%s takes one ITEM_ID, got %d arguments", cmd.Name(), len(args))
+	}
+	return nil
+}
+
+func summaryFields(s dispatcher.Summary) []zap.Field {
+	return []zap.Field{
+		zap.Int("claimed", s.Claimed), zap.Int("collected", s.Collected), zap.Int("failed", s.Failed),
+		zap.Int("fenced_out", s.Fenced), zap.Int("released", s.Released), zap.Int("batches", s.Batches),
+		zap.Duration("duration_seconds", s.Duration), zap.Stringer("stop", s.Stop),
+		zap.Duration("claim_p50_seconds", s.Claim.P50), zap.Duration("claim_p95_seconds", s.Claim.P95),
+		zap.Duration("fetch_p50_seconds", s.Fetch.P50), zap.Duration("fetch_p95_seconds", s.Fetch.P95),
+		zap.Duration("persist_p50_seconds", s.Persist.P50), zap.Duration("persist_p95_seconds", s.Persist.P95),
+	}
+}
+
+// collectOncePass is seed:real's collect step: a plain collect-due pass.
+func (a *app) collectOncePass(ctx context.Context) error {
+	d, stop, err := a.newDispatcher(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	sum, err := d.RunOnce(ctx)
+	a.printf("collect-due: %s\n", sum)
+	return err
+}

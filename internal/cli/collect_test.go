@@ -1,0 +1,373 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
+)
+
+func TestCollectDueEndToEnd(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCollector(t, "collect-due", "--database-url", db, "--concurrency", "4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "claimed=12 collected=12 failed=0 fenced_out=0") {
+		t.Fatalf("summary %q", out)
+	}
+	for _, stage := range []string{"claim p50=", "fetch p50=", "persist p50="} {
+		if !strings.Contains(out, stage) {
+			t.Fatalf("summary %q lacks %s timings", out, stage)
+		}
+	}
+	out, _, err = runCollector(t, "collect-due", "--database-url", db)
+	if err != nil || !strings.Contains(out, "claimed=0") {
+		t.Fatalf("second run: %q %v; nothing is due any more", out, err)
+	}
+
+	if _, _, err := runCollector(t, "provider", "set", "maintenance", "--reason", "weekly inspection", "--database-url", db); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runCollector(t, "provider", "status", "--database-url", db)
+	if err != nil || !strings.Contains(out, "MAINTENANCE") || !strings.Contains(out, "weekly inspection") || !strings.Contains(out, "paused") {
+		t.Fatalf("provider status: %q %v", out, err)
+	}
+	out, _, err = runCollector(t, "collect-due", "--database-url", db)
+	if err != nil || !strings.Contains(out, "collection paused: provider MAINTENANCE since") {
+		t.Fatalf("paused run must exit 0 and say why: %q %v", out, err)
+	}
+	if _, _, err := runCollector(t, "provider", "set", "auto", "--database-url", db); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCollectDueWithoutMarketKeyNamesTheVariable(t *testing.T) {
+	db := catalogEnv(t, false)
+	t.Setenv("NEOPLE_ITEM_API_KEY", "an-item-key-is-not-a-market-key")
+	_, _, err := runCollector(t, "collect-due", "--database-url", db)
+	if err == nil || !strings.Contains(err.Error(), "NEOPLE_MARKET_API_KEY") {
+		t.Fatalf("err = %v, want it to name NEOPLE_MARKET_API_KEY", err)
+	}
+	if strings.Contains(err.Error(), "an-item-key-is-not-a-market-key") {
+		t.Fatal("the item key must never stand in for the market key, nor be printed")
+	}
+}
+
+// A sentinel key used for a whole run, including failures, never appears in output or errors.
+func TestSentinelKeyNeverAppears(t *testing.T) {
+	const sentinel = "SENTINEL-7f3a9c-KEY"
+	_, db := storetest.NewPool(t)
+	sim := neoplesim.New(neoplesim.Options{Items: 20, Seed: 3, MarketKey: "the-real-one", ItemKey: sentinel})
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	t.Setenv("COLLECTOR_CONFIG", "")
+	t.Setenv("NEOPLE_ITEM_API_KEY", sentinel)
+	t.Setenv("NEOPLE_MARKET_API_KEY", sentinel)    // refused by the simulator: a config error
+	t.Setenv("COLLECTOR_PROVIDER_KEY_IN", "query") // the key travels in the URL: worst case
+
+	var all strings.Builder
+	check := func(args ...string) {
+		t.Helper()
+		out, errOut, err := runCollector(t, append(args, "--database-url", db, "--log-level", "debug")...)
+		all.WriteString(out + errOut)
+		if err != nil {
+			all.WriteString(err.Error())
+		}
+	}
+	t.Setenv("NEOPLE_API_BASE_URL", srv.URL)
+	check("import-items", "--targets", "../../configs/import-targets.yaml")
+	check("collect-due")
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	check("collect-due")
+	// A provider URL that does not answer at all.
+	t.Setenv("NEOPLE_API_BASE_URL", "http://127.0.0.1:1")
+	check("collect-due")
+	check("import-items", "--targets", "../../configs/import-targets.yaml")
+	if strings.Contains(all.String(), sentinel) {
+		t.Fatalf("the API key leaked:\n%s", all.String())
+	}
+	if !strings.Contains(all.String(), "NEOPLE_MARKET_API_KEY") && !strings.Contains(all.String(), "API00") {
+		t.Fatalf("the refused key was not reported at all:\n%s", all.String())
+	}
+}
+
+// A one-shot that meets a key cool-down longer than its leases exits promptly with 0, saying
+// until when, instead of sleeping through it; both status commands show the cool-down.
+func TestCollectDueStopsAtALongCooldown(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `INSERT INTO budget_cooldowns (key_label, until, reason)
+		VALUES ($1, now() + interval '1 hour', 'API002 APIKEY_USAGE_EXCEEDED')`, budget.KeyLabel("market", neoplesim.DefaultMarketKey)); err != nil {
+		t.Fatal(err)
+	}
+	done := startCollector(context.Background(), "collect-due", "--database-url", db, "--lease", "10s")
+	select {
+	case r := <-done:
+		if r.err != nil || !strings.Contains(r.out, "the key cools down until") || !strings.Contains(r.out, "claimed=12 collected=0") {
+			t.Fatalf("collect-due: %q %v; want exit 0 with the cool-down's end", r.out, r.err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("collect-due sat out an hour-long cool-down instead of exiting")
+	}
+	for _, cmd := range [][]string{{"status"}, {"provider", "status"}} {
+		out, _, err := runCollector(t, append(cmd, "--database-url", db)...)
+		if err != nil || !strings.Contains(out, "cooling down until") || !strings.Contains(out, "APIKEY_USAGE_EXCEEDED") {
+			t.Fatalf("%v: %q %v; want the cool-down with its end and reason", cmd, out, err)
+		}
+	}
+	if n := countRows(t, conn, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); n != 0 {
+		t.Fatalf("%d items left leased; the run must hand them back", n)
+	}
+}
+
+func countRows(t *testing.T, conn *pgx.Conn, sql string) int {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// collect-due on SIGTERM stops claiming, lets the calls in flight finish within
+// collect.shutdown_grace, writes what they brought and hands every other item back.
+func TestCollectDueShutdownHonoursTheGracePeriod(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	inFlight, release := holdingProvider(t)
+	ctx, sigterm := context.WithCancel(context.Background())
+	done := startCollector(ctx, "collect-due", "--database-url", db, "--concurrency", "2")
+	testkit.Recv(t, inFlight, 30*time.Second, "the first call in flight")
+	testkit.Recv(t, inFlight, 30*time.Second, "the second call in flight")
+	sigterm()
+	close(release) // the calls in flight answer within the grace period
+	r := testkit.Recv(t, done, time.Minute, "collect-due to exit")
+	if r.err != nil || !strings.Contains(r.out, "claimed=12 collected=2 ") || !strings.Contains(r.out, "released=10") {
+		t.Fatalf("collect-due after SIGTERM: %q %v; want the 2 calls in flight written and 10 items handed back", r.out, r.err)
+	}
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if n := countRows(t, conn, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); n != 0 {
+		t.Fatalf("%d items left leased", n)
+	}
+	if n := countRows(t, conn, `SELECT count(*) FROM auction_snapshots`); n != 2 {
+		t.Fatalf("%d snapshots, want the 2 in flight at SIGTERM", n)
+	}
+}
+
+// holdingProvider serves the simulator, holding every /df/auction call until release is
+// closed and reporting each on inFlight.
+func holdingProvider(t *testing.T) (inFlight chan struct{}, release chan struct{}) {
+	t.Helper()
+	sim := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1})
+	inFlight, release = make(chan struct{}, 16), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/df/auction" {
+			inFlight <- struct{}{}
+			<-release
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	t.Setenv("NEOPLE_API_BASE_URL", srv.URL)
+	return inFlight, release
+}
+
+type cmdResult struct {
+	out string
+	err error
+}
+
+// startCollector runs the collector with args until ctx ends (ctx's cancellation is SIGTERM).
+func startCollector(ctx context.Context, args ...string) <-chan cmdResult {
+	done := make(chan cmdResult, 1)
+	go func() {
+		var out, errOut bytes.Buffer
+		cmd := newRootCmd(&out, &errOut)
+		cmd.SetArgs(append(args, "--log-format", "console"))
+		err := cmd.ExecuteContext(ctx)
+		done <- cmdResult{out.String(), err}
+	}()
+	return done
+}
+
+// collect ITEM_ID on SIGTERM gives its call in flight collect.shutdown_grace: an answer within
+// it is written, and without one the item is handed back, never left leased.
+func TestCollectOneShutdownHonoursTheGracePeriod(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var ids []string
+	rows, _ := conn.Query(context.Background(), `SELECT item_id FROM tracked_items ORDER BY item_id LIMIT 2`)
+	if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(ids) != 2 {
+		t.Fatalf("two tracked items: %v %v", ids, err)
+	}
+	collected := func(id string) (snapshots, leased int) {
+		t.Helper()
+		err := conn.QueryRow(context.Background(), `SELECT
+			(SELECT count(*) FROM auction_snapshots WHERE item_id = $1),
+			(SELECT count(*) FROM tracked_items WHERE item_id = $1 AND lease_token IS NOT NULL)`, id).Scan(&snapshots, &leased)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snapshots, leased
+	}
+
+	t.Run("answer within the grace", func(t *testing.T) {
+		inFlight, release := holdingProvider(t)
+		ctx, sigterm := context.WithCancel(context.Background())
+		defer sigterm()
+		done := startCollector(ctx, "collect", ids[0], "--database-url", db)
+		testkit.Recv(t, inFlight, 30*time.Second, "the call in flight")
+		sigterm()
+		close(release)
+		if r := testkit.Recv(t, done, time.Minute, "collect to exit"); r.err != nil || !strings.Contains(r.out, "collected=1 ") {
+			t.Fatalf("collect after SIGTERM: %q %v; want the answer written", r.out, r.err)
+		}
+		if s, l := collected(ids[0]); s != 1 || l != 0 {
+			t.Fatalf("%d snapshots, %d leased; want 1 and 0", s, l)
+		}
+	})
+	t.Run("no answer within the grace", func(t *testing.T) {
+		t.Setenv("COLLECTOR_COLLECT_SHUTDOWN_GRACE", "200ms")
+		inFlight, _ := holdingProvider(t)
+		ctx, sigterm := context.WithCancel(context.Background())
+		defer sigterm()
+		done := startCollector(ctx, "collect", ids[1], "--database-url", db)
+		testkit.Recv(t, inFlight, 30*time.Second, "the call in flight")
+		sigterm()
+		r := testkit.Recv(t, done, time.Minute, "collect to exit after the grace")
+		if s, l := collected(ids[1]); s != 0 || l != 0 {
+			t.Fatalf("collect abandoned after the grace (%q %v): %d snapshots, %d leased; want 0 and 0", r.out, r.err, s, l)
+		}
+		if !strings.Contains(r.out, "released=1") {
+			t.Fatalf("collect abandoned after the grace: %q %v; want the item handed back", r.out, r.err)
+		}
+	})
+}
+
+// A process with no Kafka configured still writes every snapshot's event (a relay may run on
+// another host); only COLLECTOR_OUTBOX_ENABLED=false writes none. status (text and JSON) says
+// which it is, and a relay beside "off" is refused naming the key.
+func TestOutboxEnabledAloneDecidesWhetherCollectionsWriteEvents(t *testing.T) {
+	db := catalogEnv(t, true)
+	t.Setenv("COLLECTOR_KAFKA_BROKERS", "")
+	t.Setenv("COLLECTOR_HISTORY_MODE", "every") // every collection a snapshot, so every one could have an event
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	collectAll := func() {
+		t.Helper()
+		if _, err := conn.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now()`); err != nil {
+			t.Fatal(err)
+		}
+		if out, _, err := runCollector(t, "collect-due", "--database-url", db); err != nil || !strings.Contains(out, "collected=12 failed=0") {
+			t.Fatalf("collect-due: %q %v", out, err)
+		}
+	}
+	statusLine := func() string {
+		t.Helper()
+		out, _, err := runCollector(t, "status", "--database-url", db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "events ") {
+				return line
+			}
+		}
+		t.Fatalf("status says nothing about events:\n%s", out)
+		return ""
+	}
+
+	collectAll()
+	snaps, events := countRows(t, conn, `SELECT count(*) FROM auction_snapshots`), countRows(t, conn, `SELECT count(*) FROM outbox`)
+	if snaps != 12 || events != 12 {
+		t.Fatalf("defaults, no kafka.brokers: %d snapshots, %d events; want 12 and an event each", snaps, events)
+	}
+	if line := statusLine(); !strings.HasPrefix(line, "events published through the outbox; outbox: 12 unpublished") {
+		t.Errorf("status with the defaults: %q", line)
+	}
+
+	t.Setenv("COLLECTOR_OUTBOX_ENABLED", "false")
+	collectAll()
+	snaps, events = countRows(t, conn, `SELECT count(*) FROM auction_snapshots`), countRows(t, conn, `SELECT count(*) FROM outbox`)
+	if snaps != 24 || events != 12 {
+		t.Fatalf("outbox.enabled=false: %d snapshots, %d events; want 12 more snapshots and no new event", snaps, events)
+	}
+	// The 12 events from before stay, and status still shows them: nothing will publish them.
+	if line := statusLine(); !strings.HasPrefix(line, "events off: outbox.enabled=false, no outbox rows written; outbox: 12 unpublished") {
+		t.Errorf("status with outbox.enabled=false: %q", line)
+	}
+	out, _, err := runCollector(t, "status", "--database-url", db, "-o", "json")
+	var v statusJSON
+	if err != nil || json.Unmarshal([]byte(out), &v) != nil || v.Outbox.Enabled || v.Outbox.Unpublished != 12 {
+		t.Errorf("status -o json with outbox.enabled=false: outbox %+v (%v)\n%s", v.Outbox, err, out)
+	}
+
+	for _, args := range [][]string{
+		{"relay-outbox", "--once", "--database-url", db},
+		{"relay-outbox", "--once", "--database-url", db, "--brokers", "127.0.0.1:9"},
+		{"run", "--database-url", db},
+	} {
+		if args[0] == "run" {
+			t.Setenv("COLLECTOR_KAFKA_BROKERS", "127.0.0.1:9")
+		}
+		_, _, err := runCollector(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "outbox.enabled") || !strings.Contains(err.Error(), "COLLECTOR_OUTBOX_ENABLED") {
+			t.Errorf("%v with outbox.enabled=false: %v; want a refusal naming outbox.enabled", args, err)
+		}
+	}
+}

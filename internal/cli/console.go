@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/console"
+)
+
+func newConsoleCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve the operator console against the database, with no daemon running",
+		Long: `console serves the operator console (docs/console.md) on console.addr until SIGTERM/SIGINT:
+the overview (provider, budgets, tiers, lag, outbox, relay, instances), the items with search
+and filters, and each item's estimates, sales and price chart. collector run serves the same
+console at / on daemon.http_addr.
+
+It is read-only unless a console password is set (COLLECTOR_CONSOLE_PASSWORD or
+console.password_file): then a login enables pin/unpin, provider pause/resume, packing on/off
+and outbox retry.`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", a.cfg.Console.Addr)
+			if err != nil {
+				return fmt.Errorf("console.addr %s: %w", a.cfg.Console.Addr, err)
+			}
+			c, err := a.newConsole(ctx, pool)
+			if err != nil {
+				_ = ln.Close()
+				return err
+			}
+			a.printf("console: %s\n", hostURL(ln.Addr().String()))
+			return serveUntilDone(ctx, ln, c.Handler(), a.log)
+		}),
+	}
+	f := cmd.Flags()
+	f.String("addr", "", "listen on `HOST:PORT` (console.addr)")
+	a.bindFlag("console.addr", f.Lookup("addr"))
+	return cmd
+}
+
+// newConsole builds the console from the validated config and starts its status refresh,
+// which ends with ctx.
+func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool) (*console.Console, error) {
+	cfg := console.Config{
+		ProviderName: a.cfg.Provider.Name,
+		Market:       a.cfg.Provider.Market,
+		PackSize:     a.cfg.Collect.PackSize,
+		NoOutbox:     !a.cfg.Outbox.Enabled,
+		User:         a.cfg.Console.User,
+		Password:     a.cfg.Console.Password,
+		Refresh:      a.cfg.Console.Refresh,
+		Session:      a.cfg.Console.Session,
+	}
+	if a.cfg.Daemon.Budget.Enabled {
+		cfg.LearnedShare = func(ctx context.Context) (float64, error) {
+			_, f, err := a.learnedMarket(ctx, pool)
+			return f, err
+		}
+	}
+	c, err := console.New(pool, cfg, a.log)
+	if err != nil {
+		return nil, err
+	}
+	go c.Start(ctx)
+	return c, nil
+}
+
+// hostURL is the URL people open for a listen address: a wildcard host is reached on localhost.
+func hostURL(hostPort string) string {
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return "http://" + hostPort + "/"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
+}
+
+// serveUntilDone serves h on ln until ctx ends, then lets requests in flight finish.
+func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, log *zap.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("console server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("console: shutdown", zap.Error(err))
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("console server: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/duecollector/duecollector/internal/history"
+)
+
+func newHistoryCmd(a *app) *cobra.Command {
+	var interval, since, output string
+	cmd := &cobra.Command{
+		Use:   "history ITEM_ID",
+		Short: "Print an item's stored series: raw snapshots or hourly / daily price candles",
+		Long: `Prints one item's history since --since (a duration such as 36h or 30d), oldest first.
+
+--interval raw prints the stored snapshots: each holds from its collected_at until the next one
+(history.mode changes writes one only when the market changed, or every history.heartbeat).
+--interval 1h or 1d prints price candles: open / high / low / close of the lowest unit price over
+the bucket's snapshots, the listing count range, and the sales sold in it with their VWAP.
+Candles are kept when raw partitions are dropped (retention.candles_*).`,
+		Args: cobra.ExactArgs(1),
+		RunE: a.runArgs(func(ctx context.Context, args []string) error {
+			age, err := parseAge(since)
+			if err != nil {
+				return usageError{cmd: "collector history", err: fmt.Errorf("--since %q: %w", since, err)}
+			}
+			if interval != "raw" && interval != history.Hourly && interval != history.Daily {
+				return usageError{cmd: "collector history", err: fmt.Errorf("--interval %q: allowed raw, 1h, 1d", interval)}
+			}
+			if output != "table" && output != "csv" && output != "json" {
+				return usageError{cmd: "collector history", err: fmt.Errorf("-o %q: allowed table, csv, json", output)}
+			}
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			return a.printHistory(ctx, pool, args[0], interval, age, output)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&interval, "interval", "1h", "raw, 1h or 1d")
+	f.StringVar(&since, "since", "7d", "how far back: a duration (36h) or whole days (30d)")
+	f.StringVarP(&output, "output", "o", "table", "table, csv or json")
+	return cmd
+}
+
+// parseAge reads a Go duration or a whole number of days ("30d").
+func parseAge(s string) (time.Duration, error) {
+	var d time.Duration
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil {
+			return 0, errors.New("want a duration such as 36h or whole days such as 30d")
+		}
+		d = time.Duration(days) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, errors.New("want a duration such as 36h or whole days such as 30d")
+		}
+	}
+	if d <= 0 {
+		return 0, errors.New("must be positive")
+	}
+	return d, nil
+}
+
+func (a *app) printHistory(ctx context.Context, pool *pgxpool.Pool, item, interval string, age time.Duration, output string) error {
+	var now time.Time
+	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return fmt.Errorf("read the database clock: %w", err)
+	}
+	s, err := history.Read(ctx, pool, item, interval, now.Add(-age))
+	if err != nil {
+		return err
+	}
+	header, rows := historyRows(s, interval)
+	switch output {
+	case "json":
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		if interval == "raw" {
+			return enc.Encode(struct {
+				ItemID    string          `json:"item_id"`
+				SeenUntil *time.Time      `json:"seen_until"`
+				Snapshots []history.Point `json:"snapshots"`
+			}{s.ItemID, s.SeenUntil, nonNil(s.Points)})
+		}
+		return enc.Encode(struct {
+			ItemID     string           `json:"item_id"`
+			Resolution string           `json:"resolution"`
+			SeenUntil  *time.Time       `json:"seen_until"`
+			Candles    []history.Candle `json:"candles"`
+		}{s.ItemID, interval, s.SeenUntil, nonNil(s.Candle)})
+	case "csv":
+		w := csv.NewWriter(a.stdout)
+		_ = w.Write(header)
+		_ = w.WriteAll(rows)
+		return w.Error()
+	}
+	tw := tabwriter.NewWriter(a.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case s.SeenUntil == nil:
+		a.printf("item %s has not been collected yet\n", item)
+	case len(rows) > 0:
+		a.printf("seen until %s (the last row held at least until then)\n", s.SeenUntil.UTC().Format(time.RFC3339))
+	default:
+		a.printf("nothing stored since %s; last collected %s\n", now.Add(-age).UTC().Format(time.RFC3339), s.SeenUntil.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+func nonNil[T any](xs []T) []T {
+	if xs == nil {
+		return []T{}
+	}
+	return xs
+}
+
+func historyRows(s history.Series, interval string) ([]string, [][]string) {
+	if interval == "raw" {
+		header := []string{"collected_at", "reason", "lowest", "median", "weighted", "api_average", "listings", "quantity", "truncated", "sales", "sales_qty", "sales_vwap"}
+		var rows [][]string
+		for _, p := range s.Points {
+			rows = append(rows, []string{p.At.UTC().Format(time.RFC3339), p.Reason, num(p.Lowest), num(p.Median), flt(p.Weighted),
+				num(p.APIAverage), strconv.Itoa(p.ListingCount), strconv.FormatInt(p.Quantity, 10), strconv.FormatBool(p.Truncated),
+				strconv.Itoa(p.SalesCount), strconv.FormatInt(p.SalesQuantity, 10), flt(p.SalesVWAP)})
+		}
+		return header, rows
+	}
+	header := []string{"bucket", "snapshots", "open", "high", "low", "close", "listings_min", "listings_max", "sales", "sales_qty", "sales_vwap"}
+	var rows [][]string
+	for _, c := range s.Candle {
+		rows = append(rows, []string{c.Bucket.UTC().Format(time.RFC3339), strconv.Itoa(c.Snapshots), num(c.Open), num(c.High), num(c.Low), num(c.Close),
+			num(c.ListingsMin), num(c.ListingsMax), strconv.Itoa(c.SalesCount), strconv.FormatInt(c.SalesQuantity, 10), flt(c.SalesVWAP)})
+	}
+	return header, rows
+}
+
+func num[T int | int64](p *T) string {
+	if p == nil {
+		return ""
+	}
+	return strconv.FormatInt(int64(*p), 10)
+}
+
+func flt(p *float64) string {
+	if p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*p, 'f', 2, 64)
+}

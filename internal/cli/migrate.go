@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/history/partition"
+	"github.com/duecollector/duecollector/internal/store"
+)
+
+// migrateFlags are shared by up and down.
+type migrateFlags struct {
+	to      int32
+	dryRun  bool
+	showSQL bool
+}
+
+func newMigrateCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply, revert or inspect the database schema migrations",
+		Long: `Apply, revert or inspect the embedded schema migrations (tern, advisory-locked, so several
+processes may run them at once). Run them against PostgreSQL directly (database.direct_url), not
+through a transaction-pooling PgBouncer.`,
+		Args: cobra.NoArgs,
+		// A bare `collector migrate` only prints help: applying needs an explicit `up`.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	var upF, downF migrateFlags
+	up := &cobra.Command{
+		Use:   "up [--to N] [--dry-run] [--show-sql]",
+		Short: "Apply pending migrations, all of them or up to version N",
+		Args:  cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			return withMigrateHint(runMigrate(ctx, a, upF, "up"))
+		}),
+	}
+	down := &cobra.Command{
+		Use:   "down [--to N] [--dry-run] [--show-sql]",
+		Short: "Revert migrations down to version N (default: the latest one only)",
+		Args:  cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			return withMigrateHint(runMigrate(ctx, a, downF, "down"))
+		}),
+	}
+	for _, c := range []struct {
+		cmd *cobra.Command
+		f   *migrateFlags
+		to  string
+	}{{up, &upF, "version to migrate up to (default: the latest)"}, {down, &downF, "version to migrate down to (default: one below the current)"}} {
+		c.cmd.Flags().Int32Var(&c.f.to, "to", -1, c.to)
+		c.cmd.Flags().BoolVar(&c.f.dryRun, "dry-run", false, "print the migrations that would run and change nothing")
+		c.cmd.Flags().BoolVar(&c.f.showSQL, "show-sql", false, "print each migration's SQL")
+	}
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show the applied schema version; exits 1 while migrations are pending",
+		Args:  cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			st, err := store.Status(ctx, migrateURL(a))
+			if err != nil {
+				return withMigrateHint(err)
+			}
+			a.printf("schema at version %d of %d\n", st.Current, st.Latest)
+			if len(st.Pending) > 0 {
+				a.printf("pending: %s\n", strings.Join(st.Pending, ", "))
+				return fmt.Errorf("%d migrations pending: run `collector migrate up`", len(st.Pending))
+			}
+			return nil
+		}),
+	}
+	cmd.AddCommand(up, down, status)
+	return cmd
+}
+
+// migrateURL: migrations need a session (advisory lock), so they prefer the direct URL; on
+// database.url they use database.query_exec_mode like every other connection.
+func migrateURL(a *app) string {
+	if a.cfg.Database.DirectURL != "" {
+		return a.cfg.Database.DirectURL
+	}
+	return store.WithExecMode(a.cfg.Database.URL, a.cfg.Database.QueryExecMode)
+}
+
+func runMigrate(ctx context.Context, a *app, f migrateFlags, direction string) error {
+	url := migrateURL(a)
+	target := f.to
+	if direction == "up" && target < 0 {
+		target = store.Latest
+	}
+	if direction == "down" && target < 0 {
+		cur, _, err := store.Plan(ctx, url, store.Latest)
+		if err != nil {
+			return err
+		}
+		target = max(cur-1, 0)
+	}
+	cur, steps, err := store.Plan(ctx, url, target)
+	if err != nil {
+		return err
+	}
+	for _, s := range steps {
+		if s.Direction != direction {
+			return fmt.Errorf("--to %d is %s from version %d: use `collector migrate %s`", target, s.Direction, cur, s.Direction)
+		}
+	}
+	if f.dryRun {
+		a.printf("schema at version %d; %d migrations would run (dry run, nothing changed)\n", cur, len(steps))
+		for _, s := range steps {
+			printStep(a, s, f.showSQL)
+		}
+		return nil
+	}
+	err = store.MigrateTo(ctx, url, target, func(s store.Step) {
+		a.log.Info("applying migration", zap.Int32("seq", s.Sequence), zap.String("name", s.Name), zap.String("direction", s.Direction))
+		if f.showSQL {
+			printStep(a, s, true)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	st, err := store.Status(ctx, url)
+	if err != nil {
+		return err
+	}
+	a.printf("schema at version %d of %d\n", st.Current, st.Latest)
+	if direction == "up" && st.Current == st.Latest {
+		// A new database is ready to write at once, not only once a daemon has run.
+		return a.createPartitions(ctx, url)
+	}
+	return nil
+}
+
+// createPartitions creates the history partitions up to history.partition_ahead (dropping
+// nothing: that is `collector partitions`' and the daemon's).
+func (a *app) createPartitions(ctx context.Context, url string) error {
+	pool, err := store.Open(ctx, store.PoolConfig{URL: url, MaxConns: 2, ApplicationName: "duecollector-migrate"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cfg := partition.FromConfig(a.cfg)
+	for i := range cfg.Tables {
+		cfg.Tables[i].Retention = 0
+	}
+	parts, err := partition.New(pool, pool, cfg)
+	if err != nil {
+		return err
+	}
+	states, err := parts.RunOnce(ctx)
+	for _, st := range states {
+		a.printf("%s: %d partitions, ready %s ahead\n", st.Table, st.Partitions, st.Ahead.Round(time.Minute))
+	}
+	return err
+}
+
+func printStep(a *app, s store.Step, showSQL bool) {
+	a.printf("%s %03d %s\n", s.Direction, s.Sequence, s.Name)
+	if showSQL {
+		a.printf("%s\n", strings.TrimSpace(s.SQL))
+	}
+}

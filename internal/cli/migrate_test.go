@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+// emptyDB is a fresh database with no schema at all.
+func emptyDB(t *testing.T) string {
+	t.Helper()
+	_, url := storetest.NewPool(t)
+	migrateCmd(t, url, "down", "--to", "0")
+	if v := schemaVersion(t, url); v != 0 {
+		t.Fatalf("schema at %d after down --to 0", v)
+	}
+	return url
+}
+
+func migrateCmd(t *testing.T, url string, args ...string) string {
+	t.Helper()
+	t.Setenv("COLLECTOR_CONFIG", "")
+	out, errOut, err := runCollector(t, append([]string{"migrate", "--database-url", url}, args...)...)
+	if err != nil {
+		t.Fatalf("migrate %v: %v\n%s%s", args, err, out, errOut)
+	}
+	return out
+}
+
+func schemaVersion(t *testing.T, url string) int32 {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	v, err := store.CurrentVersion(context.Background(), conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func tableExists(t *testing.T, url, table string) bool {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var ok bool
+	if err := conn.QueryRow(context.Background(), `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// Every migration's down section runs, and up brings the schema back: a full round trip, then
+// steps with --to, and the dry run changes nothing.
+func TestMigrateDownUpRoundTrip(t *testing.T) {
+	url := emptyDB(t)
+	latest, err := store.LatestVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tableExists(t, url, "tracked_items") {
+		t.Fatal("tracked_items survived down --to 0")
+	}
+	out := migrateCmd(t, url, "up", "--to", "1", "--dry-run", "--show-sql")
+	if !strings.Contains(out, "up 001 001_schema.sql") || !strings.Contains(out, "CREATE TABLE") || strings.Contains(out, "002_") {
+		t.Fatalf("dry run output:\n%s", out)
+	}
+	if v := schemaVersion(t, url); v != 0 {
+		t.Fatalf("--dry-run changed the schema to %d", v)
+	}
+	migrateCmd(t, url, "up", "--to", "1")
+	if v := schemaVersion(t, url); v != 1 {
+		t.Fatalf("up --to 1: version %d", v)
+	}
+	migrateCmd(t, url, "up")
+	if v := schemaVersion(t, url); v != latest || !tableExists(t, url, "tracked_items") {
+		t.Fatalf("up: version %d, want %d", v, latest)
+	}
+	migrateCmd(t, url, "down")
+	if v := schemaVersion(t, url); v != latest-1 {
+		t.Fatalf("down without --to: version %d, want %d", v, latest-1)
+	}
+	out, _, err = runCollector(t, "migrate", "--database-url", url, "down", "--to", "99")
+	if err == nil || !strings.Contains(err.Error(), "target version 99") {
+		t.Fatalf("down --to 99: %v\n%s", err, out)
+	}
+	migrateCmd(t, url, "up")
+	if v := schemaVersion(t, url); v != latest {
+		t.Fatalf("up again: version %d", v)
+	}
+}
+
+// A bare `collector migrate` prints its help and applies nothing; status exits non-zero while
+// migrations are pending.
+func TestBareMigrateAppliesNothingAndStatusFailsWhilePending(t *testing.T) {
+	url := emptyDB(t)
+	out := migrateCmd(t, url)
+	if !strings.Contains(out, "Usage:") || !strings.Contains(out, "migrate up") {
+		t.Fatalf("bare migrate printed:\n%s", out)
+	}
+	if v := schemaVersion(t, url); v != 0 {
+		t.Fatalf("bare migrate moved the schema to %d", v)
+	}
+	out, _, err := runCollector(t, "migrate", "--database-url", url, "status")
+	if err == nil || !strings.Contains(err.Error(), "migrations pending") || !strings.Contains(out, "pending: 001_schema.sql") {
+		t.Fatalf("status with pending migrations: err %v\n%s", err, out)
+	}
+	migrateCmd(t, url, "up")
+	if out := migrateCmd(t, url, "status"); strings.Contains(out, "pending") {
+		t.Fatalf("status after up:\n%s", out)
+	}
+}
+
+// A database the pre-release chain of migrations made gets one message from every command that
+// migrates or checks the schema: what it is, how to make it again, and what to run then.
+func TestPreReleaseDatabaseSaysRecreate(t *testing.T) {
+	catalogEnv(t, true)
+	db := storetest.NewPreReleaseDatabase(t)
+	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14 of the old migration chain); "+
+		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
+		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it; run `collector migrate up`", store.Where(db))
+	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "up", "--dry-run"}, {"migrate", "down"}, {"migrate", "status"}, {"status"}, {"collect-due"}} {
+		out, _, err := runCollector(t, append(args, "--database-url", db)...)
+		if err == nil || err.Error() != want {
+			t.Errorf("%v: err = %v, want %q", args, err, want)
+		}
+		if out != "" {
+			t.Errorf("%v printed %q before the error", args, out)
+		}
+	}
+	if v := schemaVersion(t, db); v != 14 {
+		t.Fatalf("schema version %d after the refused commands, want 14 untouched", v)
+	}
+}

@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/duecollector/duecollector/internal/outbox"
+)
+
+// newRelay builds the outbox relay from the validated kafka.* configuration.
+func (a *app) newRelay(ctx context.Context) (*outbox.Relay, error) {
+	// First: with outbox.enabled false, asking for brokers would send the operator the wrong way.
+	if err := a.cfg.Outbox.CheckRelay(); err != nil {
+		return nil, err
+	}
+	if len(a.cfg.Kafka.Brokers) == 0 {
+		return nil, errors.New("kafka.brokers is empty: set --brokers or COLLECTOR_KAFKA_BROKERS (host:port,host:port)")
+	}
+	pool, err := a.db(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return outbox.NewRelay(pool, outbox.RelayConfig{KafkaConfig: a.cfg.Kafka}, a.log)
+}
+
+func newRelayOutboxCmd(a *app) *cobra.Command {
+	var once bool
+	cmd := &cobra.Command{
+		Use:   "relay-outbox",
+		Short: "Publish outbox events to Kafka (at least once, in order per item)",
+		Long: `relay-outbox publishes the snapshot events in the outbox table to Kafka (docs/events.md) and
+marks each one published only after the broker acknowledged it (acks=all). Without --once it
+keeps following the table until interrupted, backing off while the broker is unavailable, and
+prunes published rows after kafka.outbox_retention.
+
+Several relays may run at once: each holds a share of the outbox lanes (all events of one item
+share a lane), so per-item order holds. With --once, lanes another relay holds are left to it;
+the command says so and exits 0. It exits non-zero when the broker stays unreachable after
+kafka.retry.attempts tries; unpublished rows stay in the outbox for the next run.`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			r, err := a.newRelay(ctx)
+			if err != nil {
+				return err
+			}
+			defer r.Close() //nolint:errcheck // nothing left to flush after Run/RunOnce returned
+			if !once {
+				return r.Run(ctx)
+			}
+			res, err := r.RunOnce(ctx)
+			if err == nil || res.Batches > 0 {
+				a.printf("published %d, failed %d, in %d batches\n", res.Published, res.Failed, res.Batches)
+			}
+			if err == nil {
+				err = a.printLanesLeft(ctx)
+			}
+			if res.Failed > 0 {
+				a.printf("see `collector outbox list --failed`\n")
+			}
+			return err
+		}),
+	}
+	f := cmd.Flags()
+	f.BoolVar(&once, "once", false, "publish what is pending, then exit (for cron and scripts)")
+	f.Int("batch-size", 0, "events per batch (kafka.batch_size)")
+	f.StringSlice("brokers", nil, "publish to the Kafka brokers at `HOST:PORT,...` (kafka.brokers)")
+	f.String("topic", "", "topic (kafka.topic)")
+	a.bindFlag("kafka.batch_size", f.Lookup("batch-size"))
+	a.bindFlag("kafka.brokers", f.Lookup("brokers"))
+	a.bindFlag("kafka.topic", f.Lookup("topic"))
+	return cmd
+}
+
+// printLanesLeft names the lanes --once left to other relays: its own are released by now.
+func (a *app) printLanesLeft(ctx context.Context) error {
+	pool, err := a.db(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := outbox.ReadRelayState(ctx, pool)
+	if err != nil || st.LanesHeld == 0 {
+		return err
+	}
+	a.printf("%d of %d lanes are held by another relay (%s) with %d pending events; left to it\n",
+		st.LanesHeld, outbox.Lanes, strings.Join(st.Owners, ", "), st.Pending)
+	return nil
+}
+
+// relayOncePass is seed:real's relay step: it drains the outbox once, like `relay-outbox --once`.
+func (a *app) relayOncePass(ctx context.Context) error {
+	r, err := a.newRelay(ctx)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	res, err := r.RunOnce(ctx)
+	a.printf("relay-outbox: published %d, failed %d\n", res.Published, res.Failed)
+	return err
+}

@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/spf13/cobra"
+
+	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/daemon"
+	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/retention"
+)
+
+func newRunCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the collector daemon: database-timed collection, relay, recalculation, metrics",
+		Long: `run keeps collecting until SIGTERM/SIGINT. After each pass it asks the database when the next
+item becomes claimable and sleeps exactly that long (at most daemon.max_sleep); with
+daemon.notify it also wakes when items are imported, touched or promoted. It relays the outbox
+to Kafka when kafka.brokers is set, recalculates popularity every catalog.recalc_interval,
+moves the provider status by itself (daemon.health.*), shares each API key's budget with every
+other running instance (daemon.budget.*), and serves /metrics, /healthz, /readyz and the
+operator console (/, docs/console.md) on daemon.http_addr. Any number of instances may run side by side, next to one-shot collect-due
+and relay-outbox runs.
+
+On SIGTERM/SIGINT it stops claiming, lets calls in flight finish within daemon.shutdown_grace,
+writes their results, hands unfinished items back at once, flushes the relay and exits 0.`,
+		Args: cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context) error {
+			d, err := a.newDaemon(ctx)
+			if err != nil {
+				return err
+			}
+			return d.Run(ctx)
+		}),
+	}
+	f := cmd.Flags()
+	f.String("http-addr", "", "serve /metrics, /healthz and /readyz on `HOST:PORT` (daemon.http_addr)")
+	f.Duration("max-sleep", 0, "longest sleep between passes (daemon.max_sleep)")
+	f.Bool("notify", true, "wake on tracked_items notifications (daemon.notify)")
+	a.bindFlag("daemon.http_addr", f.Lookup("http-addr"))
+	a.bindFlag("daemon.max_sleep", f.Lookup("max-sleep"))
+	a.bindFlag("daemon.notify", f.Lookup("notify"))
+	return cmd
+}
+
+// newDaemon builds the daemon from the validated config: the market workload's own client, the
+// relay when kafka.brokers is set.
+func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
+	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket, a.log)
+	if err != nil {
+		return nil, err
+	}
+	var relay *outbox.RelayConfig
+	if len(a.cfg.Kafka.Brokers) > 0 {
+		relay = &outbox.RelayConfig{KafkaConfig: a.cfg.Kafka}
+	}
+	pool, err := a.waitForDB(ctx) // after the configuration checks, so all of them show in one round
+	if err != nil {
+		return nil, err
+	}
+	direct, err := a.directPool(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var con http.Handler
+	if a.cfg.Console.Enabled && a.cfg.Daemon.HTTPAddr != "" {
+		c, err := a.newConsole(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		con = c.Handler()
+	}
+	ver, rev, _ := buildInfo()
+	return daemon.New(pool, client, daemon.Config{
+		Daemon:     a.cfg.Daemon,
+		Dispatch:   dispatcher.FromConfig(a.cfg),
+		Catalog:    a.cfg.Catalog,
+		Retention:  retention.FromConfig(a.cfg),
+		History:    a.cfg.History,
+		DirectPool: direct,
+		Relay:      relay,
+		Market:     a.cfg.Provider.Market,
+		KeyLabel:   marketKeyLabel(a),
+		Version:    ver,
+		Commit:     rev,
+		ListenURL:  a.cfg.Database.DirectURL,
+		SchemaHint: migrateHint,
+		Console:    con,
+	}, a.log)
+}
+
+func marketKeyLabel(a *app) string {
+	return budget.KeyLabel(string(provider.WorkloadMarket), a.cfg.Provider.MarketKey.Reveal())
+}
+
+// waitForDB opens the pool like every command, but a daemon may start before its database:
+// it retries with back-off (1s doubling to 30s), logging each attempt, while /healthz answers
+// and /readyz says why it is not ready. One-shots keep failing fast through a.db.
+func (a *app) waitForDB(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := a.db(ctx)
+	if err == nil || ctx.Err() != nil {
+		return pool, err
+	}
+	var why atomic.Pointer[string]
+	setWhy := func(err error) { msg := "database not ready: " + err.Error(); why.Store(&msg) }
+	setWhy(err)
+	stop := a.serveNotReady(&why)
+	defer stop()
+	backoff := time.Second
+	for attempt := 1; ; attempt++ {
+		setWhy(err)
+		a.log.Warn("database not reachable yet; retrying", zap.Int("attempt", attempt),
+			zap.Duration("retry_in_seconds", backoff), zap.Error(err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("stopped while waiting for the database: %w", err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 30*time.Second)
+		if pool, err = a.db(ctx); err == nil {
+			a.log.Info("database reachable; starting", zap.Int("attempts", attempt+1))
+			return pool, nil
+		}
+	}
+}
+
+// serveNotReady answers /healthz (up) and /readyz (503 with why) on daemon.http_addr until the
+// daemon takes the address over; stop frees it.
+func (a *app) serveNotReady(why *atomic.Pointer[string]) (stop func()) {
+	if a.cfg.Daemon.HTTPAddr == "" {
+		return func() {}
+	}
+	ln, err := net.Listen("tcp", a.cfg.Daemon.HTTPAddr)
+	if err != nil {
+		a.log.Warn("cannot serve /healthz while waiting for the database", zap.Error(err))
+		return func() {}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, *why.Load(), http.StatusServiceUnavailable)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}
+}

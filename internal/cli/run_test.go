@@ -1,0 +1,181 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/testkit"
+)
+
+// collector run collects what import-items tracked, collector status shows it, and a
+// cancelled context (SIGTERM) ends run with exit 0.
+func TestRunAndStatus(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cmd := newRootCmd(&out, &errOut)
+	cmd.SetArgs([]string{"run", "--database-url", db, "--http-addr", "127.0.0.1:0", "--max-sleep", "1s", "--log-format", "console"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	stopped := false
+	t.Cleanup(func() { // on failure: stop run before the database goes away, then show its log
+		if !stopped {
+			cancel()
+			testkit.Recv(t, done, testkit.Timeout, "run to stop")
+			t.Logf("collector run log:\n%s", errOut.String())
+		}
+	})
+	testkit.Eventually(t, 30*time.Second, "collector run to collect every imported item", func() bool {
+		var left int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NULL`).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		return left == 0
+	})
+
+	status, _, err := runCollector(t, "status", "--database-url", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("collector status:\n%s", status)
+	for _, want := range []string{"provider neople: HEALTHY", "total", "due → claim lag, last 10m0s: p50", "outbox: 12 unpublished",
+		"live instances: 1", "budget market:", "history: ", "auction_snapshots ", "raw snapshots kept from "} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status lacks %q", want)
+		}
+	}
+
+	cancel()
+	stopped = true
+	if err := testkit.Recv(t, done, testkit.Timeout, "run to stop"); err != nil {
+		t.Fatalf("run after cancellation: %v, want nil (exit 0)", err)
+	}
+	if strings.Contains(errOut.String(), "sim-market-key") {
+		t.Fatal("the market key appears in the log")
+	}
+}
+
+// `collector run` started before its database is reachable waits for it, with /healthz up and
+// /readyz saying why it is not ready, and starts once PostgreSQL answers.
+func TestRunWaitsForItsDatabase(t *testing.T) {
+	db := catalogEnv(t, true)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbAddr := u.Host
+	// A port where nothing listens yet; the test opens it later as a proxy to the server.
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = free.Addr().String()
+	_ = free.Close()
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := httpLn.Addr().String()
+	_ = httpLn.Close()
+
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var stderr lockedBuffer
+	go func() {
+		var out bytes.Buffer
+		cmd := newRootCmd(&out, &stderr)
+		cmd.SetArgs([]string{"run", "--database-url", u.String(), "--http-addr", httpAddr, "--log-format", "console"})
+		done <- cmd.ExecuteContext(ctx)
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + httpAddr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testkit.Eventually(t, 30*time.Second, "two logged attempts with /healthz up and /readyz not ready", func() bool {
+		hc, _ := get("/healthz")
+		rc, body := get("/readyz")
+		return strings.Count(stderr.String(), "database not reachable yet") >= 2 && hc == 200 && rc == 503 &&
+			strings.Contains(body, "database not ready")
+	})
+
+	proxy, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	go func() {
+		for {
+			c, err := proxy.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				s, err := net.Dial("tcp", dbAddr)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() { _, _ = io.Copy(s, c) }()
+				_, _ = io.Copy(c, s)
+			}()
+		}
+	}()
+	testkit.Eventually(t, 60*time.Second, "the daemon to start and be ready", func() bool {
+		rc, _ := get("/readyz")
+		return rc == 200
+	})
+	// The console is served at / beside /metrics.
+	for path, want := range map[string]string{"/": "<h1>Overview</h1>", "/items": `<table id="items">`, "/metrics": "collector_"} {
+		if rc, body := get(path); rc != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d, want 200 with %q:\n%.300s", path, rc, want, body)
+		}
+	}
+	stop()
+	if err := testkit.Recv(t, done, time.Minute, "run to stop"); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+// lockedBuffer lets the test read what a running command has printed so far.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
