@@ -16,11 +16,41 @@ ARG COMMIT=unknown
 ARG BUILD_DATE=unknown
 ARG TARGETOS=linux
 ARG TARGETARCH
-# Static (no cgo), stripped, reproducible paths; the same ldflags as the Makefile.
+# Static (no cgo), stripped, reproducible paths; the same ldflags as the Makefile. collector-dev
+# (collector plus demo and sim) is for the compose stack's simulator, the dev target below; the
+# shipped image copies collector alone.
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    for cmd in collector collector-dev; do \
+      CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} GOFLAGS=-buildvcs=false go build -trimpath \
+        -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.buildDate=${BUILD_DATE}" \
+        -o /out/$cmd ./cmd/$cmd || exit 1; \
+    done
+
+# The simulator image: docker build --target dev -t duecollector-dev .
+FROM gcr.io/distroless/static-debian12:nonroot AS dev
+COPY --from=build /out/collector-dev /usr/local/bin/collector-dev
+USER nonroot:nonroot
+ENTRYPOINT ["collector-dev"]
+CMD ["sim", "--addr", "0.0.0.0:8080"]
+
+# collector-dev (collector plus demo and sim) for the compose stack's simulator only; the
+# default target below never builds it: docker build --target dev -t duecollector-dev .
+FROM build AS build-dev
+ARG VERSION=dev
+ARG COMMIT=unknown
+ARG BUILD_DATE=unknown
+ARG TARGETOS=linux
+ARG TARGETARCH
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} GOFLAGS=-buildvcs=false go build -trimpath \
       -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.buildDate=${BUILD_DATE}" \
-      -o /out/collector ./cmd/collector
+      -o /out/collector-dev ./cmd/collector-dev
+
+FROM gcr.io/distroless/static-debian12:nonroot AS dev
+COPY --from=build-dev /out/collector-dev /usr/local/bin/collector-dev
+USER nonroot:nonroot
+ENTRYPOINT ["collector-dev"]
+CMD ["sim", "--addr", "0.0.0.0:8080"]
 
 # distroless/static: CA certificates (for https://api.neople.co.kr), tzdata, /etc/passwd with
 # the nonroot user (65532) and nothing else — no shell, no package manager.
@@ -42,7 +72,7 @@ USER nonroot:nonroot
 # /metrics, /healthz and /readyz of `collector run` (daemon.http_addr, default :9090).
 EXPOSE 9090
 # No curl in distroless: the binary probes its own /readyz (daemon.http_addr). One-shot
-# commands (migrate, import-items) exit before the first check; the sim overrides it.
+# commands (migrate, import-items) exit before the first check.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["collector", "healthcheck"]
 ENTRYPOINT ["collector"]
 CMD ["run"]

@@ -2,19 +2,24 @@
 GO        ?= go
 BIN       ?= bin/collector
 PKG       := ./cmd/collector
+DEV_BIN   ?= bin/collector-dev
+DEV_PKG   := ./cmd/collector-dev
 STATICCHECK_VERSION ?= v0.8.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 DATE      ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(DATE)
 
-.PHONY: help build test test-short demo lint lint-staticcheck vet fmt bench ci clean alerts-test
+.PHONY: help build build-dev test test-short demo lint lint-staticcheck vet fmt bench ci clean alerts-test
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-build: ## build the collector binary into bin/
+build: ## build the collector binary into bin/ (what production ships)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) $(PKG)
+
+build-dev: ## build collector-dev into bin/: collector plus demo and sim (the simulator)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DEV_BIN) $(DEV_PKG)
 
 test: ## run every test against the local PostgreSQL (race detector on)
 	$(GO) test -race -count=1 -timeout 30m ./...
@@ -27,7 +32,7 @@ test-short: ## inner loop, seconds: -short tests of the packages that need no da
 	$(GO) test -short $(PURE_PKGS)
 
 demo: ## the main job on the embedded default: simulator, in-process Kafka, demo items
-	$(GO) run $(PKG) demo
+	$(GO) run $(DEV_PKG) demo
 
 vet: ## go vet
 	$(GO) vet ./...

@@ -1,4 +1,4 @@
-// Package configs embeds the demo's import targets, so `collector demo` works from any
+// Package configs embeds the demo's import targets, so `collector-dev demo` works from any
 // directory; a configs/import-targets.yaml on disk still wins.
 package configs
 

@@ -8,4 +8,10 @@ import "github.com/duecollector/duecollector/internal/cli"
 // tree is the shipped tree plus the development commands.
 var tree = cli.Tree{Name: "collector-dev", Extra: []cli.Extension{newDemoCmd, newSimCmd}}
 
-func main() { tree.Main() }
+// Set by the linker, as collector's are.
+var version, commit, buildDate string
+
+func main() {
+	cli.SetBuild(version, commit, buildDate)
+	tree.Main()
+}

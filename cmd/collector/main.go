@@ -5,4 +5,10 @@ package main
 
 import "github.com/duecollector/duecollector/internal/cli"
 
-func main() { cli.Collector.Main() }
+// Set by the linker (Makefile LDFLAGS, Dockerfile).
+var version, commit, buildDate string
+
+func main() {
+	cli.SetBuild(version, commit, buildDate)
+	cli.Collector.Main()
+}

@@ -7,10 +7,13 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Set by the linker: go build -ldflags "-X main.version=… -X main.commit=… -X main.buildDate=…"
-// (see Makefile LDFLAGS and the Dockerfile). Left empty by a plain `go build` / `go install`,
-// when the module and VCS information Go embeds is used instead.
+// Set by SetBuild from the main package's linker-set values. Left empty by a plain `go build` /
+// `go install`, when the module and VCS information Go embeds is used instead.
 var version, commit, buildDate string
+
+// SetBuild records what the linker wrote into the main package: go build -ldflags "-X
+// main.version=… -X main.commit=… -X main.buildDate=…" (see Makefile LDFLAGS and the Dockerfile).
+func SetBuild(ver, rev, date string) { version, commit, buildDate = ver, rev, date }
 
 func newVersionCmd(a *app) *cobra.Command {
 	return &cobra.Command{

@@ -13,7 +13,7 @@ import (
 
 // benchAdaptive measures the adaptive budget against providers whose real limit is far below
 // the configured one: one `collector run` with the default budget (500/s, 30,000/min) against
-// `collector sim --rate N`, for N = 5, 50 and 400. Once the daemon has learned the limit (its
+// `collector-dev sim --rate N`, for N = 5, 50 and 400. Once the daemon has learned the limit (its
 // rate came down to N) and settled, it reports the share of N the provider served and the share
 // of answers refused over a minute, and how long learning took. Then the first minute of a
 // cold start (nothing learned, so the slow start's ramp) against the same providers.
@@ -46,7 +46,7 @@ func benchAdaptive(ctx context.Context, e *env, sz sizes, rep *report) error {
 }
 
 // adaptiveFirstMinute starts one `collector run` with the default budget and nothing learned
-// for its key (no budget_rates row) against `collector sim --rate N` and counts, over the first
+// for its key (no budget_rates row) against `collector-dev sim --rate N` and counts, over the first
 // window from the daemon's start, the answers the provider refused and the requests it served
 // (targets: ≤ 2 % refused, ≥ 80 % of N × window served).
 func adaptiveFirstMinute(ctx context.Context, e *env, bin string, limit int, window time.Duration, rep *report) error {
@@ -102,7 +102,7 @@ func adaptiveFirstMinute(ctx context.Context, e *env, bin string, limit int, win
 		fmt.Sprintf("%.2f%% of answers (%d of %d) / %.0f%% of %d × %.0f s (%s items collected; %s, rate %.1f/s at the end)",
 			100*float64(ks.RateLimited)/float64(max(ks.Total, 1)), ks.RateLimited, ks.Total,
 			100*float64(served)/(float64(limit)*took), limit, took, count(collected), endedAt, learned),
-		fmt.Sprintf("targets over the first minute (a shorter window, BENCH_QUICK, counts more of the ramp): ≤ 2 %% refused, ≥ 80 %% served. One `collector run` of the built binary with the default budget (500/s, daemon.budget.adaptive and slow_start on, slow_start_share 0.01: from 4.85/s) and no budget_rates row, `collector sim --rate %d` as a separate process (token bucket, burst one second), %s HOT_1M items all due (first collections, alone: twice the limit's worth of work); the simulator's counts for the key over the first %s from the daemon's start (its start-up and the budget's 2 s join delay included); served = answered, not refused, ÷ (limit × that time)",
+		fmt.Sprintf("targets over the first minute (a shorter window, BENCH_QUICK, counts more of the ramp): ≤ 2 %% refused, ≥ 80 %% served. One `collector run` of the built binary with the default budget (500/s, daemon.budget.adaptive and slow_start on, slow_start_share 0.01: from 4.85/s) and no budget_rates row, `collector-dev sim --rate %d` as a separate process (token bucket, burst one second), %s HOT_1M items all due (first collections, alone: twice the limit's worth of work); the simulator's counts for the key over the first %s from the daemon's start (its start-up and the budget's 2 s join delay included); served = answered, not refused, ÷ (limit × that time)",
 			limit, count(len(ids)), window))
 	return nil
 }
@@ -188,7 +188,7 @@ func adaptiveRun(ctx context.Context, e *env, bin string, limit int, warmup, win
 	rep.add(fmt.Sprintf("Adaptive budget against a provider limited to %d req/s (configured 500/s): served / refused", limit),
 		fmt.Sprintf("%.0f%% of %d req/s / %.2f%% of answers (learned %.1f/s; %s)", 100*served/float64(limit), limit,
 			100*float64(refused)/float64(max(sent, 1)), learned, note),
-		fmt.Sprintf("one `collector run` of the built binary with the default budget (daemon.budget.adaptive on, 500/s, 30,000/min, 3%% headroom, concurrency 16), `collector sim --rate %d` as a separate process (token bucket, burst one second), %s HOT_1M items all due (twice the limit's worth of work); converged = from the daemon's start (nothing learned: daemon.budget.slow_start's ramp from 4.85/s) until the slow start had ended and the learned rate (budget_rates) first came down to the limit (or 30 s passed at the ceiling with no refusal: the daemon could not send faster); then %s to settle, and the simulator's served and refused (API002) counts for the key over %s; learned = budget_rates at the end",
+		fmt.Sprintf("one `collector run` of the built binary with the default budget (daemon.budget.adaptive on, 500/s, 30,000/min, 3%% headroom, concurrency 16), `collector-dev sim --rate %d` as a separate process (token bucket, burst one second), %s HOT_1M items all due (twice the limit's worth of work); converged = from the daemon's start (nothing learned: daemon.budget.slow_start's ramp from 4.85/s) until the slow start had ended and the learned rate (budget_rates) first came down to the limit (or 30 s passed at the ceiling with no refusal: the daemon could not send faster); then %s to settle, and the simulator's served and refused (API002) counts for the key over %s; learned = budget_rates at the end",
 			limit, count(len(ids)), warmup, window))
 	return nil
 }

@@ -293,7 +293,7 @@ func budgetFidelity(ctx context.Context, e *env, bin string, window time.Duratio
 	}
 	steady := endAt.Sub(steadyAt).Seconds()
 	util := float64(end.Total-steadyTotal) / (steady * fidelityRate)
-	how := fmt.Sprintf("%d `collector run` processes of the built binary started at once (COLLECTOR_PROVIDER_MARKET_RATE=%d, budget sharing on with its default 3%% headroom, concurrency 16 each), one fresh database (`collector migrate up`) with %s HOT_1M items all due (2 market requests each, so the work exceeds the budget for the whole run), `collector sim` as a separate process; SIGTERM after %s of traffic",
+	how := fmt.Sprintf("%d `collector run` processes of the built binary started at once (COLLECTOR_PROVIDER_MARKET_RATE=%d, budget sharing on with its default 3%% headroom, concurrency 16 each), one fresh database (`collector migrate up`) with %s HOT_1M items all due (2 market requests each, so the work exceeds the budget for the whole run), `collector-dev sim` as a separate process; SIGTERM after %s of traffic",
 		fidelityProcs, fidelityRate, count(len(ids)), window)
 	rep.add(fmt.Sprintf("Budget fidelity, %d processes sharing one key: worst second / budget", fidelityProcs),
 		fmt.Sprintf("%d / %d req/s (%.2f×)", after.MaxPerSecond, fidelityRate, float64(after.MaxPerSecond)/fidelityRate),
@@ -361,7 +361,7 @@ func daemonRSS(ctx context.Context, e *env, bin string, n int, window time.Durat
 		load = fmt.Sprintf("more than the %d items/s the budget allows, so work is always waiting and this is the RSS of a daemon with a backlog", rssRate/2)
 	}
 	rep.add(fmt.Sprintf("Daemon peak RSS, %s tracked items", count(n)), fmt.Sprintf("%.1f MiB", float64(p.maxRSSKiB())/1024),
-		fmt.Sprintf("one `collector run` process of the built binary (COLLECTOR_PROVIDER_MARKET_RATE=%d, concurrency 16) for %s, then SIGTERM; %s COLD_10M items (seeded in %s) due evenly over the next 10 minutes, so ~%d/s come due (%s); `collector sim --items 1000` as a separate process (most ids unknown to it: empty listings); it served %d market requests (2 per item); peak VmHWM from /proc/PID/status polled every 50 ms until SIGTERM",
+		fmt.Sprintf("one `collector run` process of the built binary (COLLECTOR_PROVIDER_MARKET_RATE=%d, concurrency 16) for %s, then SIGTERM; %s COLD_10M items (seeded in %s) due evenly over the next 10 minutes, so ~%d/s come due (%s); `collector-dev sim --items 1000` as a separate process (most ids unknown to it: empty listings); it served %d market requests (2 per item); peak VmHWM from /proc/PID/status polled every 50 ms until SIGTERM",
 			rssRate, window, count(n), seeded.Round(time.Second), n/600, load, ks.Total))
 	return nil
 }

@@ -36,7 +36,7 @@ func benchRequests(ctx context.Context, e *env, sz sizes, rep *report) error {
 			incomplete++
 		}
 	}
-	how := fmt.Sprintf("in-process collect-due passes (dispatcher.RunOnce, batch 500, concurrency 16) over %s tracked items on `collector sim --market realistic` (simulated clock, +10 min between passes, the database's last collection moved back with it, every item made due each pass; %.0f%% of items had under 20 listings at their first collection), %d passes after a first one in which every item is fetched alone; requests = what the simulator served",
+	how := fmt.Sprintf("in-process collect-due passes (dispatcher.RunOnce, batch 500, concurrency 16) over %s tracked items on `collector-dev sim --market realistic` (simulated clock, +10 min between passes, the database's last collection moved back with it, every item made due each pass; %.0f%% of items had under 20 listings at their first collection), %d passes after a first one in which every item is fetched alone; requests = what the simulator served",
 		count(items), 100*on.thinShare, rounds-1)
 	rep.add("Requests per collected item, packing on (collect.pack_size 10) / off",
 		fmt.Sprintf("%.2f / %.2f (%d of %d snapshots from packed answers)", on.perItem(), off.perItem(), on.packed, on.collected),
@@ -144,7 +144,7 @@ func requestsRun(ctx context.Context, e *env, items, rounds, packSize int) (requ
 	return res, err
 }
 
-// realisticSim is `collector sim --market realistic` served in-process on a simulated clock,
+// realisticSim is `collector-dev sim --market realistic` served in-process on a simulated clock,
 // with a client that the simulator alone limits, and its catalog's ids in catalog order.
 type realisticSim struct {
 	sim    *neoplesim.Server

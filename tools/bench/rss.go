@@ -17,16 +17,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// buildCollector builds the product binary once per run.
+// buildCollector builds the product binary once per run, and beside it collector-dev
+// (devBinary), whose `sim` the benchmarks run: the product binary does not link the simulator.
 func buildCollector(ctx context.Context) (string, error) {
 	bin := filepath.Join(os.TempDir(), "duecollector-bench-collector")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/collector").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build ./cmd/collector: %v\n%s", err, out)
+	for pkg, out := range map[string]string{"./cmd/collector": bin, "./cmd/collector-dev": devBinary(bin)} {
+		if msg, err := exec.CommandContext(ctx, "go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s: %v\n%s", pkg, err, msg)
+		}
 	}
 	return bin, nil
 }
 
-// simProcess is `collector sim` as a separate process, so its memory is not the collector's.
+// devBinary is where buildCollector put collector-dev.
+func devBinary(bin string) string { return bin + "-dev" }
+
+// simProcess is `collector-dev sim` as a separate process, so its memory is not the collector's.
 type simProcess struct {
 	cmd  *exec.Cmd
 	base string
@@ -40,7 +46,7 @@ func startSim(ctx context.Context, bin string, items int, extra ...string) (*sim
 	addr := ln.Addr().String()
 	ln.Close()
 	args := append([]string{"sim", "--addr", addr, "--items", strconv.Itoa(items), "--seed", "1"}, extra...)
-	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd := exec.CommandContext(ctx, devBinary(bin), args...)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -218,7 +224,7 @@ func rssCollectDue(ctx context.Context, e *env, bin string, sz rssSize, rep *rep
 	}
 	rep.note("collect-due at %s tracked items said: %s", count(tracked), bytes.TrimSpace(out))
 	rep.add(fmt.Sprintf("collect-due peak RSS, %s tracked items all due", count(tracked)), fmt.Sprintf("%.1f MiB", float64(peakKiB)/1024),
-		fmt.Sprintf("the built binary (`collector collect-due --batch-size %d --concurrency 32 --max-batches %d`) over a table of %s tracked items, all due (seeded in %s): the %s items of the simulator's catalog due first, then %s ids it does not know; the simulator is a separate process (`collector sim --items %d`, ~100 sales per item) over HTTP, sized to the capped pass (a 1M-item simulator holds ~0.5 GB and serves a 300 MB catalog for items the pass never reaches); no filler item was collected (checked); peak VmHWM from /proc/PID/status polled every 50 ms; the pass collected %d items in %s (%.0f items/s end to end)",
+		fmt.Sprintf("the built binary (`collector collect-due --batch-size %d --concurrency 32 --max-batches %d`) over a table of %s tracked items, all due (seeded in %s): the %s items of the simulator's catalog due first, then %s ids it does not know; the simulator is a separate process (`collector-dev sim --items %d`, ~100 sales per item) over HTTP, sized to the capped pass (a 1M-item simulator holds ~0.5 GB and serves a 300 MB catalog for items the pass never reaches); no filler item was collected (checked); peak VmHWM from /proc/PID/status polled every 50 ms; the pass collected %d items in %s (%.0f items/s end to end)",
 			rssBatch, batches, count(tracked), seeded.Round(time.Second), count(known), count(filler), sz.collected, collected, took.Round(time.Second), float64(collected)/took.Seconds()))
 	return nil
 }

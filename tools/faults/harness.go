@@ -25,7 +25,8 @@ import (
 type harness struct {
 	o      options
 	dir    string
-	bin    string
+	bin    string // the shipped collector, the binary under test
+	simBin string // collector-dev, for `sim` alone: the shipped binary does not link the simulator
 	prefix string // database name prefix, dc_faults_<random>
 	tpl    string // migrated template database
 	admin  *pgx.Conn
@@ -55,14 +56,11 @@ func newHarness(ctx context.Context, o options) (*harness, error) {
 	h := &harness{o: o, dir: dir, prefix: "dc_faults_" + rnd, sentinel: "SENTINEL-" + strings.ToUpper(randHex(8))}
 	h.marketKey, h.itemKey = h.sentinel+"-market", h.sentinel+"-item"
 
-	h.bin = o.bin
-	if h.bin == "" {
-		h.bin = filepath.Join(dir, "collector")
-		h.logf("building ./cmd/collector")
-		build := exec.CommandContext(ctx, "go", "build", "-o", h.bin, "./cmd/collector")
-		if out, err := build.CombinedOutput(); err != nil {
-			return h, fmt.Errorf("go build -o %s ./cmd/collector (run from the repository root): %w\n%s", h.bin, err, out)
-		}
+	if h.bin, err = h.build(ctx, o.bin, "collector"); err != nil {
+		return h, err
+	}
+	if h.simBin, err = h.build(ctx, o.simBin, "collector-dev"); err != nil {
+		return h, err
 	}
 
 	if h.admin, err = pgx.Connect(ctx, o.adminURL); err != nil {
@@ -89,16 +87,29 @@ func newHarness(ctx context.Context, o options) (*harness, error) {
 	return h, nil
 }
 
+// build returns bin when given, else builds ./cmd/<name> into the run's directory.
+func (h *harness) build(ctx context.Context, bin, name string) (string, error) {
+	if bin != "" {
+		return bin, nil
+	}
+	bin = filepath.Join(h.dir, name)
+	h.logf("building ./cmd/%s", name)
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/"+name).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build -o %s ./cmd/%s (run from the repository root): %w\n%s", bin, name, err, out)
+	}
+	return bin, nil
+}
+
 func (h *harness) logf(format string, args ...any) {
 	if h.o.verbose {
 		fmt.Printf("    [%s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}
 }
 
-// startSim runs `collector sim` with the sentinel keys (from the environment, so they are not
+// startSim runs `collector-dev sim` with the sentinel keys (from the environment, so they are not
 // in its argv) on a port it picks, and reads the address from its log.
 func (h *harness) startSim(ctx context.Context) error {
-	p, err := h.start(ctx, "sim", h.env(""), "sim", "--addr", "127.0.0.1:0", "--items", "2000")
+	p, err := h.startBin(ctx, h.simBin, "sim", h.env(""), "sim", "--addr", "127.0.0.1:0", "--items", "2000")
 	if err != nil {
 		return err
 	}
@@ -236,7 +247,12 @@ var procSeq struct {
 	n int
 }
 
-func (h *harness) start(_ context.Context, name string, env []string, args ...string) (*proc, error) {
+// start runs the collector under test.
+func (h *harness) start(ctx context.Context, name string, env []string, args ...string) (*proc, error) {
+	return h.startBin(ctx, h.bin, name, env, args...)
+}
+
+func (h *harness) startBin(_ context.Context, bin, name string, env []string, args ...string) (*proc, error) {
 	procSeq.Lock()
 	procSeq.n++
 	n := procSeq.n
@@ -246,18 +262,18 @@ func (h *harness) start(_ context.Context, name string, env []string, args ...st
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(h.bin, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("start collector %s: %w", strings.Join(args, " "), err)
+		return nil, fmt.Errorf("start %s %s: %w", filepath.Base(bin), strings.Join(args, " "), err)
 	}
 	p := &proc{name: name, cmd: cmd, out: out, done: make(chan struct{})}
 	h.mu.Lock()
 	h.procs = append(h.procs, p)
 	h.mu.Unlock()
-	h.logf("started %s (pid %d): collector %s", name, cmd.Process.Pid, strings.Join(args, " "))
+	h.logf("started %s (pid %d): %s %s", name, cmd.Process.Pid, filepath.Base(bin), strings.Join(args, " "))
 	go func() {
 		err := cmd.Wait()
 		_ = f.Close()

@@ -1,5 +1,6 @@
-// Command faults is the fault suite behind `make faults`: it builds the collector, starts real
-// processes of it against the simulator (also a real process), a fresh database on the local
+// Command faults is the fault suite behind `make faults`: it builds the collector (and
+// collector-dev, for the simulator), starts real processes of it against the simulator (also a
+// real process), a fresh database on the local
 // PostgreSQL and an in-process Kafka (kfake), injects one fault per scenario and checks what
 // the issue promises: nothing stuck, nothing lost, nothing collected twice, keys never leaked.
 //
@@ -69,6 +70,7 @@ import (
 type options struct {
 	adminURL  string
 	bin       string
+	simBin    string
 	only      map[string]bool
 	kafkaDown time.Duration
 	keep      bool
@@ -139,6 +141,7 @@ func main() {
 	flag.StringVar(&o.adminURL, "admin-url", envOr("FAULTS_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		"PostgreSQL URL with CREATE DATABASE rights (env FAULTS_ADMIN_URL)")
 	flag.StringVar(&o.bin, "bin", "", "use this collector binary instead of building ./cmd/collector")
+	flag.StringVar(&o.simBin, "sim-bin", "", "run the simulator from this collector-dev binary instead of building ./cmd/collector-dev")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run, e.g. 1,4 (4 includes 4b); default all; 7 always runs and scans what ran")
 	flag.DurationVar(&o.kafkaDown, "kafka-down", 60*time.Second,
 		"how long the broker stays down in scenario 3 (the issue's 60s; CI runs it too)")

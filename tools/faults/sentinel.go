@@ -70,7 +70,7 @@ func scenarioSentinel(ctx context.Context, h *harness, r *report) error {
 	}
 
 	// A simulator that does not know the key: refused with 401, the run stops with an error.
-	other, err := h.start(ctx, "sim-other-keys", withoutKeys(h.env("")), "sim", "--addr", "127.0.0.1:0", "--items", "50")
+	other, err := h.startBin(ctx, h.simBin, "sim-other-keys", withoutKeys(h.env("")), "sim", "--addr", "127.0.0.1:0", "--items", "50")
 	if err != nil {
 		return err
 	}
