@@ -77,11 +77,7 @@ func parseAge(s string) (time.Duration, error) {
 }
 
 func (a *app) printHistory(ctx context.Context, pool *pgxpool.Pool, item, interval string, age time.Duration, output string) error {
-	var now time.Time
-	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return fmt.Errorf("read the database clock: %w", err)
-	}
-	s, err := history.Read(ctx, pool, item, interval, now.Add(-age))
+	s, since, err := history.ReadRecent(ctx, pool, item, interval, age)
 	if err != nil {
 		return err
 	}
@@ -123,7 +119,7 @@ func (a *app) printHistory(ctx context.Context, pool *pgxpool.Pool, item, interv
 	case len(rows) > 0:
 		a.printf("seen until %s (the last row held at least until then)\n", s.SeenUntil.UTC().Format(time.RFC3339))
 	default:
-		a.printf("nothing stored since %s; last collected %s\n", now.Add(-age).UTC().Format(time.RFC3339), s.SeenUntil.UTC().Format(time.RFC3339))
+		a.printf("nothing stored since %s; last collected %s\n", since.UTC().Format(time.RFC3339), s.SeenUntil.UTC().Format(time.RFC3339))
 	}
 	return nil
 }
