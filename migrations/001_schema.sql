@@ -470,6 +470,14 @@ SELECT o.id, o.event_id, o.event_type, o.item_id, o.snapshot_id, o.payload, o.cr
             ELSE 'published' END AS state
 FROM outbox o LEFT JOIN outbox_pending p ON p.id = o.id;
 
+-- Fixtures (seed:synthetic's seed-…, integration tests' integration-item-…) share the item id
+-- space with real items; this is the one rule that tells them apart, and every statement that
+-- ranks, counts, probes or purges calls it. Real Neople ids are 32 lowercase hex characters,
+-- which never hold '-'. A one-expression IMMUTABLE SQL function: the planner inlines it.
+CREATE FUNCTION synthetic_item(text) RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT $1 LIKE 'seed-%' OR $1 LIKE 'integration-item-%'
+$$;
+
 ---- create above / drop below ----
 
 DROP VIEW outbox_events;
@@ -495,3 +503,4 @@ DROP TABLE tracked_items;
 DROP FUNCTION item_browse_insert();
 DROP FUNCTION item_browse_update();
 DROP FUNCTION tracked_items_due_notify();
+DROP FUNCTION synthetic_item(text);

@@ -58,7 +58,7 @@ func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor,
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
-	where := []string{"NOT t.item_id LIKE ANY(" + arg(SyntheticPatterns()) + "::text[])"}
+	where := []string{"NOT synthetic_item(t.item_id)"}
 	// The orders every item takes part in walk item_browse's indexes (the schema says why they
 	// are not on tracked_items); the others walk partial indexes of tracked_items.
 	from, tierCol := "tracked_items t", "t.collection_tier"

@@ -51,10 +51,10 @@ func ListItems(ctx context.Context, db DB, q ItemsQuery) ([]ItemRow, error) {
 		SELECT `+itemColumns+`
 		FROM tracked_items
 		WHERE ($1 = '' OR collection_tier = $1)
-		  AND ($2 OR NOT item_id LIKE ANY($5::text[]) OR item_id = $4)
+		  AND ($2 OR NOT synthetic_item(item_id) OR item_id = $4)
 		  AND ($4 = '' OR item_id = $4)
 		ORDER BY popularity_score DESC, item_id
-		LIMIT $3`, string(q.Tier), q.IncludeSynthetic, limit, q.ItemID, SyntheticPatterns())
+		LIMIT $3`, string(q.Tier), q.IncludeSynthetic, limit, q.ItemID)
 	if err != nil {
 		return nil, fmt.Errorf("list tracked items: %w", err)
 	}

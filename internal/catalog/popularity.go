@@ -312,10 +312,10 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 			         * power(0.5, greatest(0, extract(epoch FROM now() - i.occurred_at)) / $5::float8)), 0)::float8 AS interest
 			FROM item_interest i WHERE i.item_id = t.item_id AND i.occurred_at > now() - $6::float8 * interval '1 second'
 		) ia
-		WHERE NOT t.item_id LIKE ANY($7::text[])
+		WHERE NOT synthetic_item(t.item_id)
 		ORDER BY t.item_id`,
 		p.Window.Seconds(), p.Weights.View, p.Weights.Watch, p.Weights.Touch,
-		p.InterestHalfLife.Seconds(), horizon.Seconds(), SyntheticPatterns())
+		p.InterestHalfLife.Seconds(), horizon.Seconds())
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read popularity signals: %w", err)
 	}

@@ -19,20 +19,25 @@ func randomItemID(t *testing.T) string {
 	return hex.EncodeToString(b[:])
 }
 
-// The Go and SQL predicates must agree on every id, and no real (32 hex) id may match.
-func TestSyntheticPredicateGoAndSQLAgree(t *testing.T) {
+// The schema's synthetic_item is the one rule: it knows both fixture prefixes, the ids
+// seed:synthetic writes, and no real (32 hex) id.
+func TestSyntheticItemRule(t *testing.T) {
 	t.Parallel()
 	pool, _ := storetest.NewPool(t)
-	ids := []string{
-		"seed-0001", "seed-", "integration-item-42", "integration-item-",
-		"SEED-0001", "seedx-1", "xseed-1", "integration-items", "integration", "", "seed",
-		"785e56a0ed4e3efd573da1f56a45217d",
+	want := map[string]bool{
+		"seed-0001": true, "seed-": true, "integration-item-42": true, "integration-item-": true,
+		SyntheticPrefix + "1000000": true,
+		"SEED-0001":                 false, "seedx-1": false, "xseed-1": false, "integration-items": false, "integration": false,
+		"": false, "seed": false, "785e56a0ed4e3efd573da1f56a45217d": false,
 	}
 	for range 200 {
-		ids = append(ids, randomItemID(t))
+		want[randomItemID(t)] = false
 	}
-	rows, err := pool.Query(context.Background(),
-		`SELECT id, id LIKE ANY ($2) FROM unnest($1::text[]) AS u(id)`, ids, SyntheticPatterns())
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	rows, err := pool.Query(context.Background(), `SELECT id, synthetic_item(id) FROM unnest($1::text[]) AS u(id)`, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,16 +45,16 @@ func TestSyntheticPredicateGoAndSQLAgree(t *testing.T) {
 	n := 0
 	for rows.Next() {
 		var id string
-		var inSQL bool
-		if err := rows.Scan(&id, &inSQL); err != nil {
+		var got bool
+		if err := rows.Scan(&id, &got); err != nil {
 			t.Fatal(err)
 		}
 		n++
-		if inGo := IsSynthetic(id); inGo != inSQL {
-			t.Errorf("%q: IsSynthetic = %v, SQL predicate = %v", id, inGo, inSQL)
+		if got != want[id] {
+			t.Errorf("synthetic_item(%q) = %v, want %v", id, got, want[id])
 		}
-		if isItemID(id) && inSQL {
-			t.Errorf("real id %q matches the synthetic predicate", id)
+		if isItemID(id) && got {
+			t.Errorf("real id %q is synthetic", id)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -58,20 +63,7 @@ func TestSyntheticPredicateGoAndSQLAgree(t *testing.T) {
 	if n != len(ids) {
 		t.Fatalf("checked %d ids, want %d", n, len(ids))
 	}
-	for _, id := range []string{"seed-0001", "integration-item-42"} {
-		if !IsSynthetic(id) {
-			t.Errorf("%q must be synthetic", id)
-		}
-	}
-}
-
-func TestSyntheticPrefixesAreSafeInLIKEAndNeverHex(t *testing.T) {
-	for _, p := range SyntheticPrefixes {
-		if strings.ContainsAny(p, `%_\'`) {
-			t.Errorf("prefix %q holds a LIKE wildcard or a quote", p)
-		}
-		if !strings.Contains(p, "-") {
-			t.Errorf("prefix %q has no '-': it could collide with a 32-hex id", p)
-		}
+	if strings.ContainsAny(SyntheticPrefix, `%_\'`) || !strings.Contains(SyntheticPrefix, "-") {
+		t.Errorf("prefix %q holds a LIKE wildcard or a quote, or no '-' (it could collide with a 32-hex id)", SyntheticPrefix)
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/budget"
-	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
@@ -269,15 +268,15 @@ func (s *collectService) keyRefused(ctx context.Context, pe *provider.Error) {
 	}
 }
 
-// probeItemSQL picks the item a probe asks for: a real one when there is any ($1: fixture
-// id patterns), the soonest due first.
+// probeItemSQL picks the item a probe asks for: a real one when there is any, the soonest due
+// first.
 const probeItemSQL = `SELECT item_id FROM tracked_items
-ORDER BY item_id LIKE ANY($1::text[]), next_collect_at NULLS LAST LIMIT 1`
+ORDER BY synthetic_item(item_id), next_collect_at NULLS LAST LIMIT 1`
 
 // probeItem is the item a probe or a key re-check asks the provider for.
 func probeItem(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	var id string
-	if err := pool.QueryRow(ctx, probeItemSQL, catalog.SyntheticPatterns()).Scan(&id); err != nil {
+	if err := pool.QueryRow(ctx, probeItemSQL).Scan(&id); err != nil {
 		return "", fmt.Errorf("pick a tracked item: %w", err)
 	}
 	return id, nil

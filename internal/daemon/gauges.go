@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/budget"
-	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
@@ -84,7 +83,7 @@ func (s *gaugeService) runOnce(ctx context.Context) (gaugeResult, error) {
 		s.metrics.BudgetInstances.WithLabelValues(workload()).Set(float64(st.Live))
 		s.metrics.BudgetClusterRate.WithLabelValues(workload()).Set(st.ClusterRate)
 	}
-	counts, err := dispatcher.DueByTier(ctx, s.pool, OverdueAfter, catalog.SyntheticPatterns())
+	counts, err := dispatcher.DueByTier(ctx, s.pool, OverdueAfter)
 	if err != nil {
 		return res, err
 	}

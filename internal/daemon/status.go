@@ -113,7 +113,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, err
 	}
 
-	counts, err := dispatcher.DueByTier(ctx, pool, OverdueAfter, catalog.SyntheticPatterns())
+	counts, err := dispatcher.DueByTier(ctx, pool, OverdueAfter)
 	if err != nil {
 		return st, err
 	}
@@ -134,7 +134,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		}
 	}
 
-	if st.Activity, err = dispatcher.ReadActivity(ctx, pool, catalog.SyntheticPatterns()); err != nil {
+	if st.Activity, err = dispatcher.ReadActivity(ctx, pool); err != nil {
 		return st, err
 	}
 
@@ -142,14 +142,14 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	// exists even with no claims) and per tier (the item's tier now).
 	rows, err := pool.Query(ctx, `
 		SELECT now(),
-		       (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now() AND NOT item_id LIKE ANY($2::text[])),
+		       (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now() AND NOT synthetic_item(item_id)),
 		       coalesce(collection_tier, ''), GROUPING(collection_tier) = 1, count(*),
 		       percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag)
 		FROM (SELECT collection_tier, greatest(extract(epoch FROM last_claimed_at - last_due_at), 0) AS lag FROM tracked_items
 		      WHERE last_claimed_at > now() - $1 * interval '1 millisecond'
-		        AND last_due_at <= last_claimed_at + $3 * interval '1 millisecond' AND NOT item_id LIKE ANY($2::text[])) s
+		        AND last_due_at <= last_claimed_at + $2 * interval '1 millisecond' AND NOT synthetic_item(item_id)) s
 		GROUP BY GROUPING SETS ((), (collection_tier))`,
-		LagWindow.Milliseconds(), catalog.SyntheticPatterns(), dispatcher.MaxAhead.Milliseconds())
+		LagWindow.Milliseconds(), dispatcher.MaxAhead.Milliseconds())
 	if err != nil {
 		return st, fmt.Errorf("claim lag: %w", err)
 	}

@@ -27,9 +27,9 @@ func (r PurgeResult) Total() int64 {
 	return n
 }
 
-// purgeTable is one item-keyed table: ids finds its synthetic item ids in one scan ($1 the
-// LIKE patterns), del deletes a batch of their rows through the item_id index ($1 ids, $2 the
-// patterns again so a real row can never go, $3 the batch size).
+// purgeTable is one item-keyed table: ids finds its synthetic item ids in one scan, del
+// deletes a batch of their rows through the item_id index ($1 ids, $2 the batch size; the
+// rule is checked again so a real row can never go).
 type purgeTable struct{ name, ids, del string }
 
 // purgeTables are every table keyed by item_id, tracked_items last so that an interrupted
@@ -39,28 +39,28 @@ type purgeTable struct{ name, ids, del string }
 // (tableoid, ctid).
 var purgeTables = []purgeTable{
 	{"auction_snapshots",
-		`SELECT DISTINCT item_id FROM auction_snapshots WHERE item_id LIKE ANY ($1)`,
+		`SELECT DISTINCT item_id FROM auction_snapshots WHERE synthetic_item(item_id)`,
 		`DELETE FROM auction_snapshots WHERE (tableoid, ctid) IN (
-		     SELECT tableoid, ctid FROM auction_snapshots WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3)`},
+		     SELECT tableoid, ctid FROM auction_snapshots WHERE item_id = ANY ($1) AND synthetic_item(item_id) LIMIT $2)`},
 	{"auction_sales",
-		`SELECT DISTINCT item_id FROM auction_sales WHERE item_id LIKE ANY ($1)`,
+		`SELECT DISTINCT item_id FROM auction_sales WHERE synthetic_item(item_id)`,
 		`DELETE FROM auction_sales WHERE (tableoid, ctid) IN (
-		     SELECT tableoid, ctid FROM auction_sales WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3)`},
+		     SELECT tableoid, ctid FROM auction_sales WHERE item_id = ANY ($1) AND synthetic_item(item_id) LIMIT $2)`},
 	{"price_candles",
-		`SELECT DISTINCT item_id FROM price_candles WHERE item_id LIKE ANY ($1)`,
+		`SELECT DISTINCT item_id FROM price_candles WHERE synthetic_item(item_id)`,
 		`DELETE FROM price_candles WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM price_candles WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
+		     SELECT ctid FROM price_candles WHERE item_id = ANY ($1) AND synthetic_item(item_id) LIMIT $2))`},
 	{"item_interest",
-		`SELECT DISTINCT item_id FROM item_interest WHERE item_id LIKE ANY ($1)`,
+		`SELECT DISTINCT item_id FROM item_interest WHERE synthetic_item(item_id)`,
 		`DELETE FROM item_interest WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM item_interest WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
+		     SELECT ctid FROM item_interest WHERE item_id = ANY ($1) AND synthetic_item(item_id) LIMIT $2))`},
 	{"tracked_items",
-		`SELECT DISTINCT item_id FROM tracked_items WHERE item_id LIKE ANY ($1)`,
+		`SELECT DISTINCT item_id FROM tracked_items WHERE synthetic_item(item_id)`,
 		`DELETE FROM tracked_items WHERE ctid = ANY (ARRAY(
-		     SELECT ctid FROM tracked_items WHERE item_id = ANY ($1) AND item_id LIKE ANY ($2) LIMIT $3))`},
+		     SELECT ctid FROM tracked_items WHERE item_id = ANY ($1) AND synthetic_item(item_id) LIMIT $2))`},
 }
 
-// PurgeSynthetic deletes every row of every synthetic item id (see catalog.IsSynthetic) from every
+// PurgeSynthetic deletes every row of every synthetic item id (the schema's synthetic_item) from every
 // table, batchSize rows per statement (default 5000) so locks stay short and a big purge
 // does not stall collection. Each table is scanned once for its synthetic ids; batches then
 // go through the item_id index.
@@ -84,15 +84,14 @@ func PurgeSynthetic(ctx context.Context, db catalog.DB, batchSize int) (PurgeRes
 }
 
 func (t purgeTable) purge(ctx context.Context, db catalog.DB, batchSize int) (int64, error) {
-	patterns := catalog.SyntheticPatterns()
-	rows, _ := db.Query(ctx, t.ids, patterns)
+	rows, _ := db.Query(ctx, t.ids)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
 	var total int64
 	for {
-		tag, err := db.Exec(ctx, t.del, ids, patterns, batchSize)
+		tag, err := db.Exec(ctx, t.del, ids, batchSize)
 		if err != nil {
 			return total, err
 		}
@@ -106,7 +105,6 @@ func (t purgeTable) purge(ctx context.Context, db catalog.DB, batchSize int) (in
 // purgeOutbox deletes the synthetic items' events and their pending entries. The outbox has no
 // item_id index (enqueuing is on the write path), so the batches walk it once in id order.
 func purgeOutbox(ctx context.Context, db catalog.DB, batchSize int) (int64, error) {
-	patterns := catalog.SyntheticPatterns()
 	var total, after int64
 	for {
 		var n int64
@@ -114,10 +112,10 @@ func purgeOutbox(ctx context.Context, db catalog.DB, batchSize int) (int64, erro
 		err := db.QueryRow(ctx, `
 			WITH d AS (
 			    DELETE FROM outbox WHERE id IN (
-			        SELECT id FROM outbox WHERE id > $1 AND item_id LIKE ANY ($2) ORDER BY id LIMIT $3)
+			        SELECT id FROM outbox WHERE id > $1 AND synthetic_item(item_id) ORDER BY id LIMIT $2)
 			    RETURNING id),
 			p AS (DELETE FROM outbox_pending WHERE id IN (SELECT id FROM d))
-			SELECT count(*), max(id) FROM d`, after, patterns, batchSize).Scan(&n, &last)
+			SELECT count(*), max(id) FROM d`, after, batchSize).Scan(&n, &last)
 		if err != nil {
 			return total, err
 		}

@@ -2,7 +2,7 @@
 // fixtures (items with ids seed-NNNN, their hourly snapshots, sales and interest, from a
 // deterministic market generator), purge:synthetic, which deletes every fixture row, and the
 // seed:real workflow that fills a database from the real provider. What counts as synthetic is
-// decided once, by catalog.IsSynthetic.
+// decided once, by the schema's synthetic_item(item_id).
 package devdata
 
 import (

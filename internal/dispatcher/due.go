@@ -26,7 +26,7 @@ type TierDue struct {
 	Requests float64
 }
 
-// dueByTierSQL: $1 the overdue threshold in ms, $2 LIKE patterns of item ids to leave out.
+// dueByTierSQL: $1 the overdue threshold in ms.
 const dueByTierSQL = `
 SELECT collection_tier, count(*),
        count(*) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now())),
@@ -34,13 +34,12 @@ SELECT collection_tier, count(*),
                           AND (lease_expires_at IS NULL OR lease_expires_at <= now())),
        sum(requests_per_collection)::float8
 FROM tracked_items
-WHERE NOT item_id LIKE ANY($2::text[])
+WHERE NOT synthetic_item(item_id)
 GROUP BY collection_tier`
 
-// DueByTier counts tracked items per tier, most urgent tier first, leaving out ids that match
-// any LIKE pattern in exclude (fixtures).
-func DueByTier(ctx context.Context, pool *pgxpool.Pool, overdue time.Duration, exclude []string) ([]TierDue, error) {
-	rows, err := pool.Query(ctx, dueByTierSQL, overdue.Milliseconds(), exclude)
+// DueByTier counts tracked items per tier, most urgent tier first, leaving fixtures out.
+func DueByTier(ctx context.Context, pool *pgxpool.Pool, overdue time.Duration) ([]TierDue, error) {
+	rows, err := pool.Query(ctx, dueByTierSQL, overdue.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("items by tier: %w", err)
 	}
@@ -102,18 +101,16 @@ type Activity struct {
 	OldestDue     time.Time
 }
 
-// activitySQL: $1 LIKE patterns of item ids to leave out.
 const activitySQL = `
 SELECT max(last_collected_at),
        min(next_collect_at) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
 FROM tracked_items
-WHERE NOT item_id LIKE ANY($1::text[])`
+WHERE NOT synthetic_item(item_id)`
 
-// ReadActivity reads the collection activity, leaving out ids that match any LIKE pattern in
-// exclude (fixtures).
-func ReadActivity(ctx context.Context, pool *pgxpool.Pool, exclude []string) (Activity, error) {
+// ReadActivity reads the collection activity, leaving fixtures out.
+func ReadActivity(ctx context.Context, pool *pgxpool.Pool) (Activity, error) {
 	var last, oldest *time.Time
-	if err := pool.QueryRow(ctx, activitySQL, exclude).Scan(&last, &oldest); err != nil {
+	if err := pool.QueryRow(ctx, activitySQL).Scan(&last, &oldest); err != nil {
 		return Activity{}, fmt.Errorf("collection activity: %w", err)
 	}
 	var a Activity

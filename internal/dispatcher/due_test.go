@@ -18,10 +18,10 @@ func TestDueByTierCountsWhatAClaimTakes(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = 'HOT_1M' WHERE item_id = $1`, e.items[0].ItemID); err != nil {
 		t.Fatal(err)
 	}
-	storetest.Items(t, e.pool, storetest.Item{ID: "fixture-1", Name: "fixture", Tier: tiers.Cold, NextCollectAt: storetest.In(time.Hour)})
+	storetest.Items(t, e.pool, storetest.Item{ID: "seed-fixture-1", Name: "fixture", Tier: tiers.Cold, NextCollectAt: storetest.In(time.Hour)})
 	due := func() []TierDue {
 		t.Helper()
-		got, err := DueByTier(ctx, e.pool, time.Minute, []string{"fixture-%"})
+		got, err := DueByTier(ctx, e.pool, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,8 +92,8 @@ func TestReadActivity(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 2, tiers.Cold, nil)
 	ctx := context.Background()
-	storetest.Items(t, e.pool, storetest.Item{ID: "fixture-1", Name: "fixture", Tier: tiers.Cold, NextCollectAt: storetest.Ago(time.Hour)})
-	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET last_collected_at = now() - interval '1 hour' WHERE item_id = 'fixture-1'`); err != nil {
+	storetest.Items(t, e.pool, storetest.Item{ID: "seed-fixture-1", Name: "fixture", Tier: tiers.Cold, NextCollectAt: storetest.Ago(time.Hour)})
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET last_collected_at = now() - interval '1 hour' WHERE item_id = 'seed-fixture-1'`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '5 minutes',
@@ -108,7 +108,7 @@ func TestReadActivity(t *testing.T) {
 		if err := e.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 			t.Fatal(err)
 		}
-		a, err := ReadActivity(ctx, e.pool, []string{"fixture-%"})
+		a, err := ReadActivity(ctx, e.pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestReadActivity(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_expires_at = now() + interval '1 minute', last_collected_at = NULL`); err != nil {
 		t.Fatal(err)
 	}
-	a, err := ReadActivity(ctx, e.pool, []string{"fixture-%"})
+	a, err := ReadActivity(ctx, e.pool)
 	if err != nil || a != (Activity{}) {
 		t.Fatalf("nothing collected, nothing waiting: %+v %v", a, err)
 	}

@@ -547,7 +547,7 @@ var killSeed = oneShot{
 		var items, minPer, maxPer int
 		err := k.d.pool.QueryRow(ctx, `
 			SELECT count(*), coalesce(min(n), 0), coalesce(max(n), 0) FROM (
-			    SELECT count(*) AS n FROM auction_snapshots WHERE item_id LIKE 'seed-%' GROUP BY item_id) s`).Scan(&items, &minPer, &maxPer)
+			    SELECT count(*) AS n FROM auction_snapshots WHERE synthetic_item(item_id) GROUP BY item_id) s`).Scan(&items, &minPer, &maxPer)
 		k.r.check(err == nil && items == 200 && minPer >= 3*24 && maxPer-minPer <= 1,
 			"%s: %d seeded items with %d..%d snapshots each, want 200 with 72+ each and no gaps (%v)", k.label, items, minPer, maxPer, err)
 		return nil
@@ -605,7 +605,7 @@ func (k *killRun) allCollectedAndPublished(ctx context.Context, survivor *proc) 
 			return false, fmt.Errorf("%s exited (%d): %s", survivor.name, survivor.code, survivor.tail())
 		}
 		n, err := k.d.count(ctx, `
-			SELECT (SELECT count(*) FROM tracked_items t WHERE item_id NOT LIKE 'seed-%'
+			SELECT (SELECT count(*) FROM tracked_items t WHERE NOT synthetic_item(item_id)
 			          AND NOT EXISTS (SELECT FROM auction_snapshots s WHERE s.item_id = t.item_id))
 			     + (SELECT count(*) FROM outbox_pending)`)
 		return n == 0, err
@@ -630,8 +630,8 @@ func (k *killRun) verify(ctx context.Context) error {
 	var twice, salesRows, salesInSnapshots, overdue, stuck, pending int
 	err := d.pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM (SELECT FROM auction_snapshots GROUP BY item_id, collected_at HAVING count(*) > 1) x),
-		       (SELECT count(*) FROM auction_sales WHERE item_id NOT LIKE 'seed-%'),
-		       (SELECT coalesce(sum(sales_count), 0) FROM auction_snapshots WHERE item_id NOT LIKE 'seed-%'),
+		       (SELECT count(*) FROM auction_sales WHERE NOT synthetic_item(item_id)),
+		       (SELECT coalesce(sum(sales_count), 0) FROM auction_snapshots WHERE NOT synthetic_item(item_id)),
 		       (SELECT count(*) FROM tracked_items t
 		        WHERE t.next_collect_at < now() - $1 * interval '1 millisecond' - CASE t.collection_tier
 		            WHEN 'HOT_1M' THEN interval '1 minute' WHEN 'ACTIVE_3M' THEN interval '3 minutes'
@@ -768,7 +768,7 @@ type event struct {
 // previous event's collected_at) and the sales they count equal the sales rows.
 func (k *killRun) verifyEvents(ctx context.Context) error {
 	var stored []int64
-	rows, err := k.d.pool.Query(ctx, `SELECT snapshot_id FROM auction_snapshots WHERE item_id NOT LIKE 'seed-%'`)
+	rows, err := k.d.pool.Query(ctx, `SELECT snapshot_id FROM auction_snapshots WHERE NOT synthetic_item(item_id)`)
 	if err != nil {
 		return err
 	}
@@ -805,7 +805,7 @@ func (k *killRun) verifyEvents(ctx context.Context) error {
 			}
 		}
 	}
-	salesRows, err := k.d.count(ctx, `SELECT count(*) FROM auction_sales WHERE item_id NOT LIKE 'seed-%'`)
+	salesRows, err := k.d.count(ctx, `SELECT count(*) FROM auction_sales WHERE NOT synthetic_item(item_id)`)
 	if err != nil {
 		return err
 	}
