@@ -112,26 +112,11 @@ func SeedSynthetic(ctx context.Context, db catalog.DB, opt SyntheticOptions) (Sy
 	return res, nil
 }
 
-// fixtureRows holds generated rows column by column, ready for unnest.
+// fixtureRows holds generated rows column by column, in the types their owners write.
 type fixtureRows struct {
-	items struct {
-		ids, names, tiers, reasons []string
-		scores                     []float64
-		created, lastCollected     []time.Time
-	}
-	snaps struct {
-		ids, tokens, tiers                 []string
-		at                                 []time.Time
-		count, salesCount                  []int32
-		qty, lowest, median, avg, salesQty []int64
-		weighted, vwap                     []float64
-	}
-	sales struct {
-		ids              []string
-		at               []time.Time
-		seq              []int32
-		qty, unit, total []int64
-	}
+	items    catalog.FixtureItems
+	snaps    history.SnapshotRows
+	sales    history.SaleRows
 	interest struct {
 		ids []string
 		at  []time.Time
@@ -185,17 +170,17 @@ func (fx *fixtureRows) addItem(id string, n int, end time.Time, opt SyntheticOpt
 		for j, s := range secs {
 			seq := int32(0)
 			if j > 0 && secs[j-1] == s {
-				seq = fx.sales.seq[len(fx.sales.seq)-1] + 1
+				seq = fx.sales.Seq[len(fx.sales.Seq)-1] + 1
 			}
 			qty := int64(1 + r.IntN(10))
 			unit := int64(math.Max(1, math.Round(p*(1+0.03*r.NormFloat64()))))
 			at := h.Add(time.Duration(s) * time.Second)
-			fx.sales.ids = append(fx.sales.ids, id)
-			fx.sales.at = append(fx.sales.at, at)
-			fx.sales.seq = append(fx.sales.seq, seq)
-			fx.sales.qty = append(fx.sales.qty, qty)
-			fx.sales.unit = append(fx.sales.unit, unit)
-			fx.sales.total = append(fx.sales.total, unit*qty)
+			fx.sales.ItemIDs = append(fx.sales.ItemIDs, id)
+			fx.sales.At = append(fx.sales.At, at)
+			fx.sales.Seq = append(fx.sales.Seq, seq)
+			fx.sales.Qty = append(fx.sales.Qty, qty)
+			fx.sales.Unit = append(fx.sales.Unit, unit)
+			fx.sales.Total = append(fx.sales.Total, unit*qty)
 			qtySum += qty
 			goldSum += unit * qty
 			if end.Sub(at) <= opt.Policy.Window {
@@ -207,23 +192,23 @@ func (fx *fixtureRows) addItem(id string, n int, end time.Time, opt SyntheticOpt
 		count := int32(math.Max(1, math.Round(m.listings*(1+0.2*math.Sin(float64(h.Unix())/7200+m.phase))+r.NormFloat64()*3)))
 		at := h.Add(m.offset)
 		lastSnap = at
-		fx.snaps.ids = append(fx.snaps.ids, id)
-		fx.snaps.tokens = append(fx.snaps.tokens, fixtureUUID(id, at))
-		fx.snaps.tiers = append(fx.snaps.tiers, string(tiers.Warm))
-		fx.snaps.at = append(fx.snaps.at, at)
-		fx.snaps.count = append(fx.snaps.count, count)
-		fx.snaps.qty = append(fx.snaps.qty, int64(count)*int64(1+r.IntN(20)))
-		fx.snaps.lowest = append(fx.snaps.lowest, int64(math.Round(p*0.96)))
-		fx.snaps.median = append(fx.snaps.median, int64(math.Round(p*1.01)))
-		fx.snaps.weighted = append(fx.snaps.weighted, p*1.005)
-		fx.snaps.avg = append(fx.snaps.avg, int64(math.Round(p)))
-		fx.snaps.salesCount = append(fx.snaps.salesCount, int32(k))
-		fx.snaps.salesQty = append(fx.snaps.salesQty, qtySum)
+		fx.snaps.ItemIDs = append(fx.snaps.ItemIDs, id)
+		fx.snaps.ClaimTokens = append(fx.snaps.ClaimTokens, fixtureUUID(id, at))
+		fx.snaps.Tiers = append(fx.snaps.Tiers, string(tiers.Warm))
+		fx.snaps.At = append(fx.snaps.At, at)
+		fx.snaps.Count = append(fx.snaps.Count, count)
+		fx.snaps.Qty = append(fx.snaps.Qty, int64(count)*int64(1+r.IntN(20)))
+		fx.snaps.Lowest = append(fx.snaps.Lowest, int64(math.Round(p*0.96)))
+		fx.snaps.Median = append(fx.snaps.Median, int64(math.Round(p*1.01)))
+		fx.snaps.Weighted = append(fx.snaps.Weighted, p*1.005)
+		fx.snaps.APIAverage = append(fx.snaps.APIAverage, int64(math.Round(p)))
+		fx.snaps.SalesCount = append(fx.snaps.SalesCount, int32(k))
+		fx.snaps.SalesQty = append(fx.snaps.SalesQty, qtySum)
 		vwap := math.NaN()
 		if qtySum > 0 {
 			vwap = float64(goldSum) / float64(qtySum)
 		}
-		fx.snaps.vwap = append(fx.snaps.vwap, vwap)
+		fx.snaps.SalesVWAP = append(fx.snaps.SalesVWAP, vwap)
 	}
 	// A third of the fixtures were looked at recently, so screens show interest too.
 	if n%3 == 0 {
@@ -235,90 +220,43 @@ func (fx *fixtureRows) addItem(id string, n int, end time.Time, opt SyntheticOpt
 	}
 	score := catalog.Score(sig, opt.Policy.Weights, opt.Policy.Window)
 	tier, reason := tiers.ForScore(score, opt.Policy.Thresholds)
-	for i := len(fx.snaps.tiers) - hours; i < len(fx.snaps.tiers); i++ {
-		fx.snaps.tiers[i] = string(tier)
+	for i := len(fx.snaps.Tiers) - hours; i < len(fx.snaps.Tiers); i++ {
+		fx.snaps.Tiers[i] = string(tier)
 	}
-	fx.items.ids = append(fx.items.ids, id)
-	fx.items.names = append(fx.items.names, fmt.Sprintf("[synthetic] %s %04d", syntheticNames[n%len(syntheticNames)], n))
-	fx.items.tiers = append(fx.items.tiers, string(tier))
-	fx.items.reasons = append(fx.items.reasons, "seed:synthetic fixture, never collected; "+reason)
-	fx.items.scores = append(fx.items.scores, score)
-	fx.items.created = append(fx.items.created, start)
-	fx.items.lastCollected = append(fx.items.lastCollected, lastSnap)
+	fx.items.IDs = append(fx.items.IDs, id)
+	fx.items.Names = append(fx.items.Names, fmt.Sprintf("[synthetic] %s %04d", syntheticNames[n%len(syntheticNames)], n))
+	fx.items.Tiers = append(fx.items.Tiers, string(tier))
+	fx.items.Reasons = append(fx.items.Reasons, "seed:synthetic fixture, never collected; "+reason)
+	fx.items.Scores = append(fx.items.Scores, score)
+	fx.items.Created = append(fx.items.Created, start)
+	fx.items.LastCollected = append(fx.items.LastCollected, lastSnap)
 }
 
-// insertChunk bounds each statement's arrays.
-const insertChunk = 5000
-
 func (fx *fixtureRows) insert(ctx context.Context, tx pgx.Tx, res *SyntheticResult) error {
-	it := fx.items
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, popularity_score,
-		                           tier_changed_at, tier_reason, created_at, last_collected_at)
-		SELECT u.id, u.name, u.tier, NULL, u.score, u.created, u.reason, u.created, u.last
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::timestamptz[], $7::timestamptz[])
-		     AS u(id, name, tier, score, reason, created, last)
-		ON CONFLICT (item_id) DO NOTHING`,
-		it.ids, it.names, it.tiers, it.scores, it.reasons, it.created, it.lastCollected)
+	items, err := catalog.InsertFixtureItems(ctx, tx, fx.items)
 	if err != nil {
-		return fmt.Errorf("insert synthetic tracked items: %w", err)
+		return err
 	}
-	res.Inserted += int(tag.RowsAffected())
-
-	s := fx.snaps
-	for lo := 0; lo < len(s.ids); lo += insertChunk {
-		hi := min(lo+insertChunk, len(s.ids))
-		tag, err := tx.Exec(ctx, `
-			INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity,
-			       lowest_unit_price, median_unit_price, weighted_unit_price, api_average_price,
-			       sales_count, sales_quantity, sales_vwap)
-			SELECT u.id, u.token::uuid, u.at, u.tier, u.cnt, u.qty, u.lowest, u.median, u.weighted, u.avg,
-			       u.scount, u.sqty, CASE WHEN u.vwap = 'NaN' THEN NULL ELSE u.vwap END
-			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::int[], $6::bigint[], $7::bigint[],
-			            $8::bigint[], $9::float8[], $10::bigint[], $11::int[], $12::bigint[], $13::float8[])
-			     AS u(id, token, at, tier, cnt, qty, lowest, median, weighted, avg, scount, sqty, vwap)
-			ON CONFLICT (claim_token, collected_at) DO NOTHING`,
-			s.ids[lo:hi], s.tokens[lo:hi], s.at[lo:hi], s.tiers[lo:hi], s.count[lo:hi], s.qty[lo:hi], s.lowest[lo:hi],
-			s.median[lo:hi], s.weighted[lo:hi], s.avg[lo:hi], s.salesCount[lo:hi], s.salesQty[lo:hi], s.vwap[lo:hi])
-		if err != nil {
-			return fmt.Errorf("insert synthetic snapshots: %w", err)
-		}
-		res.Snapshots += tag.RowsAffected()
+	snaps, err := history.InsertSnapshotRows(ctx, tx, fx.snaps)
+	if err != nil {
+		return err
 	}
-
-	sa := fx.sales
-	for lo := 0; lo < len(sa.ids); lo += insertChunk {
-		hi := min(lo+insertChunk, len(sa.ids))
-		tag, err := tx.Exec(ctx, `
-			INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price, first_seen_at)
-			SELECT u.id, u.at, u.seq, u.qty, u.unit, u.total, u.at
-			FROM unnest($1::text[], $2::timestamptz[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[])
-			     AS u(id, at, seq, qty, unit, total)
-			ON CONFLICT (item_id, sold_at, seq) DO NOTHING`,
-			sa.ids[lo:hi], sa.at[lo:hi], sa.seq[lo:hi], sa.qty[lo:hi], sa.unit[lo:hi], sa.total[lo:hi])
-		if err != nil {
-			return fmt.Errorf("insert synthetic sales: %w", err)
-		}
-		res.Sales += tag.RowsAffected()
+	sales, err := history.InsertSaleRows(ctx, tx, fx.sales)
+	if err != nil {
+		return err
 	}
 	// The write-back keeps candles in step with the rows it writes; these rows came another way.
-	if err := history.RebuildCandles(ctx, tx, uniq(s.ids)); err != nil {
+	if err := history.RebuildCandles(ctx, tx, uniq(fx.snaps.ItemIDs)); err != nil {
 		return fmt.Errorf("synthetic items: %w", err)
 	}
-
-	// item_interest has no natural key: an event already there (same item, time, source)
-	// is not written again.
-	tag, err = tx.Exec(ctx, `
-		INSERT INTO item_interest (item_id, kind, weight, occurred_at, source)
-		SELECT u.id, 'view', 1, u.at, $3
-		FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at)
-		WHERE NOT EXISTS (SELECT 1 FROM item_interest i
-		                  WHERE i.item_id = u.id AND i.occurred_at = u.at AND i.source = $3)`,
-		fx.interest.ids, fx.interest.at, syntheticSource)
+	views, err := catalog.InsertViews(ctx, tx, fx.interest.ids, fx.interest.at, syntheticSource)
 	if err != nil {
-		return fmt.Errorf("insert synthetic interest: %w", err)
+		return err
 	}
-	res.Interest += tag.RowsAffected()
+	res.Inserted += int(items)
+	res.Snapshots += snaps
+	res.Sales += sales
+	res.Interest += views
 	return nil
 }
 
