@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // FixtureItems are tracked items written by seed:synthetic, column by column: never
@@ -44,4 +46,23 @@ func InsertViews(ctx context.Context, db DB, ids []string, at []time.Time, sourc
 		return 0, fmt.Errorf("insert views: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// syntheticPurges: tracked_items last, so that an interrupted purge can simply be run again
+// (item_browse goes with its item: ON DELETE CASCADE).
+var syntheticPurges = []store.ItemPurge{
+	{Table: "item_interest",
+		IDs: `SELECT DISTINCT item_id FROM item_interest WHERE synthetic_item(item_id)`,
+		Delete: `DELETE FROM item_interest WHERE ctid = ANY (ARRAY(
+		     SELECT ctid FROM item_interest WHERE item_id = ANY ($1) AND synthetic_item(item_id) LIMIT $2))`},
+	{Table: "tracked_items",
+		IDs: `SELECT DISTINCT item_id FROM tracked_items WHERE synthetic_item(item_id)`,
+		Delete: `DELETE FROM tracked_items WHERE ctid = ANY (ARRAY(
+		     SELECT ctid FROM tracked_items WHERE item_id = ANY ($1) AND synthetic_item(item_id) LIMIT $2))`},
+}
+
+// PurgeSynthetic deletes every synthetic item and its interest events, batch rows per
+// statement. Purge the tables that refer to the items first.
+func PurgeSynthetic(ctx context.Context, db store.Execer, batch int) ([]store.Purged, error) {
+	return store.Purge(ctx, db, batch, syntheticPurges...)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // SnapshotRows are snapshots written other than by a collection (seed:synthetic's fixtures),
@@ -74,4 +76,27 @@ func InsertSaleRows(ctx context.Context, tx pgx.Tx, s SaleRows) (int64, error) {
 		n += tag.RowsAffected()
 	}
 	return n, nil
+}
+
+// syntheticPurges are this package's item-keyed tables; a ctid is unique only within one
+// partition, so the partitioned tables name rows by (tableoid, ctid).
+var syntheticPurges = []store.ItemPurge{
+	{Table: "auction_snapshots",
+		IDs: `SELECT DISTINCT item_id FROM auction_snapshots WHERE synthetic_item(item_id)`,
+		Delete: `DELETE FROM auction_snapshots WHERE (tableoid, ctid) IN (
+		     SELECT tableoid, ctid FROM auction_snapshots WHERE item_id = ANY ($1) AND synthetic_item(item_id) LIMIT $2)`},
+	{Table: "auction_sales",
+		IDs: `SELECT DISTINCT item_id FROM auction_sales WHERE synthetic_item(item_id)`,
+		Delete: `DELETE FROM auction_sales WHERE (tableoid, ctid) IN (
+		     SELECT tableoid, ctid FROM auction_sales WHERE item_id = ANY ($1) AND synthetic_item(item_id) LIMIT $2)`},
+	{Table: "price_candles",
+		IDs: `SELECT DISTINCT item_id FROM price_candles WHERE synthetic_item(item_id)`,
+		Delete: `DELETE FROM price_candles WHERE ctid = ANY (ARRAY(
+		     SELECT ctid FROM price_candles WHERE item_id = ANY ($1) AND synthetic_item(item_id) LIMIT $2))`},
+}
+
+// PurgeSynthetic deletes every snapshot, sale and candle of a synthetic item, batch rows per
+// statement.
+func PurgeSynthetic(ctx context.Context, db store.Execer, batch int) ([]store.Purged, error) {
+	return store.Purge(ctx, db, batch, syntheticPurges...)
 }
