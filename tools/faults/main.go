@@ -1,8 +1,8 @@
-// Command faults is the fault suite behind `make faults`: it builds the collector (and
-// collector-dev, for the simulator), starts real processes of it against the simulator (also a
-// real process), a fresh database on the local
-// PostgreSQL and an in-process Kafka (kfake), injects one fault per scenario and checks what
-// the issue promises: nothing stuck, nothing lost, nothing collected twice, keys never leaked.
+// Command faults is the fault suite behind `make faults`: it builds the collector, starts real
+// processes of it against the simulator (also a real process, of collector-dev: the shipped
+// binary does not link it), a fresh database on the local PostgreSQL and an in-process Kafka
+// (kfake), injects one fault per scenario and checks what the issue promises: nothing stuck,
+// nothing lost, nothing collected twice, keys never leaked.
 //
 // Scenarios (numbers as printed):
 //

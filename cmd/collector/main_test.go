@@ -1,0 +1,25 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// The shipped binary links what production runs: not the simulator, not the development
+// database helper, not the development commands.
+func TestShipsNoDevelopmentCode(t *testing.T) {
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, dev := range []string{"/internal/provider/neoplesim", "/internal/devpg", "/cmd/collector-dev"} {
+			if strings.Contains(pkg, dev) {
+				t.Errorf("collector links %s", pkg)
+			}
+		}
+	}
+}
