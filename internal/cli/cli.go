@@ -49,6 +49,12 @@ func isCobraUsage(err error) bool {
 
 // usageHint is the line printed after a usage error.
 func usageHint(err error) string {
+	for _, dev := range []string{"demo", "sim"} {
+		// collector-dev has them, so only the shipped binary can miss them.
+		if strings.HasPrefix(err.Error(), fmt.Sprintf("unknown command %q ", dev)) {
+			return fmt.Sprintf("%s is a development command, in collector-dev (make build-dev): go run ./cmd/collector-dev %s", dev, dev)
+		}
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		return fmt.Sprintf("Run '%s --help' for usage.", ue.cmd)

@@ -127,7 +127,11 @@ func TestExitCodes(t *testing.T) {
 			t.Errorf("%v: exit %d (%v), want %d", args, code, err, exitUsage)
 		}
 	}
-	_, _, err := runCollector(t, "status", "--database-url", "postgres://u@127.0.0.1:1/x?connect_timeout=2")
+	_, _, err := runCollector(t, "demo")
+	if code, hint := exitCode(err), usageHint(err); code != exitUsage || !strings.Contains(hint, "go run ./cmd/collector-dev demo") {
+		t.Errorf("demo in the shipped binary: exit %d, hint %q; want %d and where it went", code, hint, exitUsage)
+	}
+	_, _, err = runCollector(t, "status", "--database-url", "postgres://u@127.0.0.1:1/x?connect_timeout=2")
 	if code := exitCode(err); code != exitRuntime {
 		t.Errorf("unreachable database: exit %d (%v), want %d", code, err, exitRuntime)
 	}
