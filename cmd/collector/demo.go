@@ -179,7 +179,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 	// Slow start protects a real provider from a new client's burst; the built-in simulator
 	// needs no protecting, and a short demo run would spend its seconds on the ramp.
 	a.cfg.Daemon.Budget.SlowStart = false
-	dm, err := a.newDaemon(ctx)
+	dm, err := a.newDaemon(ctx, false)
 	if err != nil {
 		return err
 	}

@@ -145,15 +145,11 @@ func (a *app) createPartitions(ctx context.Context, url string) error {
 		return err
 	}
 	defer pool.Close()
-	cfg := partition.FromConfig(a.cfg)
-	for i := range cfg.Tables {
-		cfg.Tables[i].Retention = 0
-	}
-	parts, err := partition.New(pool, pool, cfg)
+	parts, err := partition.New(pool, pool, partition.FromConfig(a.cfg))
 	if err != nil {
 		return err
 	}
-	states, err := parts.RunOnce(ctx)
+	states, err := parts.CreateAhead(ctx)
 	for _, st := range states {
 		a.printf("%s: %d partitions, ready %s ahead\n", st.Table, st.Partitions, st.Ahead.Round(time.Minute))
 	}

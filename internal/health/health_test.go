@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -23,7 +22,7 @@ import (
 
 func testConfig(owner string) Config {
 	return Config{
-		HealthConfig: config.HealthConfig{
+		Thresholds: Thresholds{
 			Window: 10 * time.Second, ErrorRatio: 0.5, MinSamples: 4,
 			ProbeBackoff: 50 * time.Millisecond, ProbeBackoffMax: 400 * time.Millisecond,
 			RecoverFactor: 0.1, RecoverFor: 300 * time.Millisecond, RecoverSuccessRatio: 0.9, CheckInterval: 10 * time.Millisecond,

@@ -14,7 +14,7 @@ import (
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
-// Old rows go, recent rows stay, in statements of at most retention.batch rows; a table
+// Old rows go, recent rows stay, in statements of at most Config.Batch rows; a table
 // whose age is 0 is not touched; a bounded pass says that more is left.
 func TestPruneDeletesOnlyRowsPastTheirAge(t *testing.T) {
 	t.Parallel()
