@@ -292,3 +292,21 @@ func TestEachStatusChangeIsLoggedOnce(t *testing.T) {
 		t.Fatalf("status change lines %v, want each change once; all lines: %v", seen, logs.All())
 	}
 }
+
+// Zero thresholds take the defaults (no operator turns them); a threshold that would stall the
+// state machine is a programming error.
+func TestZeroThresholdsTakeTheDefaults(t *testing.T) {
+	m := New(nil, Config{Thresholds: Thresholds{RecoverFor: time.Second}, Provider: "neople"}, nil, nil, nil)
+	want := Thresholds{Window: WindowDefault, ErrorRatio: ErrorRatioDefault, MinSamples: MinSamplesDefault,
+		ProbeBackoff: ProbeBackoffDefault, ProbeBackoffMax: ProbeBackoffMaxDefault, RecoverFactor: RecoverFactorDefault,
+		RecoverFor: time.Second, RecoverSuccessRatio: RecoverSuccessRatioDefault, CheckInterval: CheckIntervalDefault}
+	if m.cfg.Thresholds != want {
+		t.Fatalf("thresholds %+v, want %+v", m.cfg.Thresholds, want)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a probe back-off cap under the back-off was accepted")
+		}
+	}()
+	New(nil, Config{Thresholds: Thresholds{ProbeBackoff: time.Minute, ProbeBackoffMax: time.Second}}, nil, nil, nil)
+}

@@ -57,6 +57,8 @@ type Config struct {
 	Interval time.Duration
 	// TurnStatements bounds one of Start's turns; 0 = TurnStatementsDefault.
 	TurnStatements int
+	// BacklogWait is the pause between Start's turns while a backlog lasts; 0 = BacklogWaitDefault.
+	BacklogWait time.Duration
 }
 
 // FromConfig takes the ages the pruner reads.
@@ -70,14 +72,15 @@ func (c Config) WithDefaults() Config {
 	c.OutboxBatch = cmp.Or(c.OutboxBatch, OutboxBatchDefault)
 	c.Interval = cmp.Or(c.Interval, IntervalDefault)
 	c.TurnStatements = cmp.Or(c.TurnStatements, TurnStatementsDefault)
+	c.BacklogWait = cmp.Or(c.BacklogWait, BacklogWaitDefault)
 	return c
 }
 
 // Validate refuses sizes that would stall pruning.
 func (c Config) Validate() error {
-	if c.Batch < 1 || c.OutboxBatch < 1 || c.Interval <= 0 || c.TurnStatements < 1 {
-		return fmt.Errorf("retention: batch %d, outbox batch %d, interval %s and statements per turn %d must be > 0",
-			c.Batch, c.OutboxBatch, c.Interval, c.TurnStatements)
+	if c.Batch < 1 || c.OutboxBatch < 1 || c.Interval <= 0 || c.TurnStatements < 1 || c.BacklogWait <= 0 {
+		return fmt.Errorf("retention: batch %d, outbox batch %d, interval %s, statements per turn %d and backlog wait %s must be > 0",
+			c.Batch, c.OutboxBatch, c.Interval, c.TurnStatements, c.BacklogWait)
 	}
 	return nil
 }
@@ -110,7 +113,7 @@ func (p *Pruner) RunOnce(ctx context.Context) (Result, error) {
 	return res, err
 }
 
-// Start prunes every Interval (BacklogWaitDefault apart while a backlog lasts) until ctx ends.
+// Start prunes every Interval (BacklogWait apart while a backlog lasts) until ctx ends.
 func (p *Pruner) Start(ctx context.Context) {
 	wait := p.cfg.Interval
 	for {
@@ -123,7 +126,7 @@ func (p *Pruner) Start(ctx context.Context) {
 		}
 		wait = p.cfg.Interval
 		if res, err := p.RunOnce(ctx); err == nil && res.More {
-			wait = BacklogWaitDefault
+			wait = p.cfg.BacklogWait
 		}
 	}
 }
