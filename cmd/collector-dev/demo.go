@@ -192,7 +192,7 @@ func (d demo) run(ctx context.Context, o demoOptions) error {
 	// Slow start protects a real provider from a new client's burst; the built-in simulator
 	// needs no protecting, and a short demo run would spend its seconds on the ramp.
 	d.cfg.Daemon.Budget.SlowStart = false
-	dm, err := d.h.NewDaemon(ctx)
+	dm, err := d.h.NewDaemon(ctx, false)
 	if err != nil {
 		return err
 	}

@@ -21,11 +21,15 @@ type ItemSearcher interface {
 type ImportOptions struct {
 	// DefaultTier is the starting tier of targets that name none (catalog.default_tier).
 	DefaultTier tiers.Tier
-	// Concurrency bounds searches in flight (catalog.import_concurrency); default 4.
+	// Concurrency bounds searches in flight; 0 = ImportConcurrencyDefault.
 	Concurrency int
 	// Progress, if set, is called after each target is resolved, from one goroutine at a time.
 	Progress func(done, total, failed int)
 }
+
+// ImportConcurrencyDefault bounds an import's searches in flight: the item workload's budget,
+// not this, limits the request rate.
+const ImportConcurrencyDefault = 4
 
 // TargetFailure is a target that imported nothing.
 type TargetFailure struct {
@@ -162,7 +166,7 @@ func Import(ctx context.Context, db DB, search ItemSearcher, targets []Target, o
 func resolveAll(ctx context.Context, search ItemSearcher, targets []Target, opt ImportOptions) ([]resolved, error) {
 	workers := opt.Concurrency
 	if workers < 1 {
-		workers = 4
+		workers = ImportConcurrencyDefault
 	}
 	workers = min(workers, len(targets))
 	ctx, cancel := context.WithCancelCause(ctx)

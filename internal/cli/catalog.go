@@ -49,7 +49,6 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	step := max(1, (len(targets)+19)/20)
 	rep, err := catalog.Import(ctx, pool, client, targets, catalog.ImportOptions{
 		DefaultTier: def,
-		Concurrency: a.cfg.Catalog.ImportConcurrency,
 		Progress: func(done, total, failed int) {
 			if total >= 40 && (done%step == 0 || done == total) {
 				fmt.Fprintf(a.stderr, "import-items: %d/%d targets resolved, %d failed\n", done, total, failed)

@@ -279,7 +279,7 @@ func TestEveryFlagIsDocumented(t *testing.T) {
 	}
 	walk(root, func(c *cobra.Command) {
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
-			if f.Name == "help" {
+			if f.Name == "help" || f.Hidden { // hidden: for tools/faults, not operators
 				return
 			}
 			cmd := strings.TrimPrefix(c.CommandPath(), "collector ")

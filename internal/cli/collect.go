@@ -47,6 +47,10 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		stop()
 		return nil, nil, err
 	}
+	if dc.Keeper, err = a.keeper(ctx, pool); err != nil {
+		stop()
+		return nil, nil, err
+	}
 	d, err = dispatcher.New(pool, fetch, dc, a.log)
 	if err != nil {
 		stop()

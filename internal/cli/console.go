@@ -62,7 +62,6 @@ func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool) (*console.Cons
 		NoOutbox:     !a.cfg.Outbox.Enabled,
 		User:         a.cfg.Console.User,
 		Password:     a.cfg.Console.Password,
-		Refresh:      a.cfg.Console.Refresh,
 		Session:      a.cfg.Console.Session,
 	}
 	if a.cfg.Daemon.Budget.Enabled {

@@ -44,7 +44,9 @@ func (h Host) ConfigPath() string { return h.a.configPath() }
 func (h Host) DB(ctx context.Context) (*pgxpool.Pool, error) { return h.a.db(ctx) }
 
 // NewDaemon builds `collector run`'s daemon from the config.
-func (h Host) NewDaemon(ctx context.Context) (*daemon.Daemon, error) { return h.a.newDaemon(ctx) }
+func (h Host) NewDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, error) {
+	return h.a.newDaemon(ctx, testTimings)
+}
 
 // PrintStatus prints `collector status`'s table.
 func (h Host) PrintStatus(ctx context.Context, pool *pgxpool.Pool) error {

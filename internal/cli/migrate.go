@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store"
 )
 
@@ -132,28 +131,24 @@ func runMigrate(ctx context.Context, a *app, f migrateFlags, direction string) e
 	a.printf("schema at version %d of %d\n", st.Current, st.Latest)
 	if direction == "up" && st.Current == st.Latest {
 		// A new database is ready to write at once, not only once a daemon has run.
-		return a.createPartitions(ctx, url)
+		return a.createPartitions(ctx)
 	}
 	return nil
 }
 
-// createPartitions creates the history partitions up to history.partition_ahead (dropping
-// nothing: that is `collector partitions`' and the daemon's).
-func (a *app) createPartitions(ctx context.Context, url string) error {
-	pool, err := store.Open(ctx, store.PoolConfig{URL: url, MaxConns: 2, ApplicationName: "duecollector-migrate"})
+// createPartitions creates the history partitions up to history.partition_ahead with the
+// process's one keeper (DDL over database.direct_url when set, as the migration itself), dropping
+// nothing: that is `collector partitions`' and the daemon's.
+func (a *app) createPartitions(ctx context.Context) error {
+	pool, err := a.db(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	cfg := partition.FromConfig(a.cfg)
-	for i := range cfg.Tables {
-		cfg.Tables[i].Retention = 0
-	}
-	parts, err := partition.New(pool, pool, cfg)
+	parts, err := a.keeper(ctx, pool)
 	if err != nil {
 		return err
 	}
-	states, err := parts.RunOnce(ctx)
+	states, err := parts.CreateAhead(ctx)
 	for _, st := range states {
 		a.printf("%s: %d partitions, ready %s ahead\n", st.Table, st.Partitions, st.Ahead.Round(time.Minute))
 	}

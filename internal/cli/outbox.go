@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/retention"
 )
 
 func newOutboxCmd(a *app) *cobra.Command {
@@ -112,25 +113,31 @@ outbox id, so they are published after newer events of the same item that went o
 }
 
 func newOutboxPruneCmd(a *app) *cobra.Command {
+	var batch int
 	cmd := &cobra.Command{
 		Use:   "prune",
 		Short: "Delete published events older than the retention, in small batches",
-		Args:  cobra.NoArgs,
+		Long: `Deletes the published events older than kafka.outbox_retention, as collector prune and the
+daemon's pruner do, and nothing else.`,
+		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
+			if batch < 0 {
+				return usageError{cmd: "collector outbox prune", err: fmt.Errorf("--batch %d: must be >= 1 (0 = %d)", batch, retention.OutboxBatchDefault)}
+			}
 			pool, err := a.db(ctx)
 			if err != nil {
 				return err
 			}
-			n, err := outbox.Prune(ctx, pool, a.cfg.Kafka.OutboxRetention, a.cfg.Kafka.PruneBatch)
-			a.printf("deleted %d published events older than %s\n", n, a.cfg.Kafka.OutboxRetention)
+			cfg := retention.Config{OutboxRetention: a.cfg.Kafka.OutboxRetention, OutboxBatch: batch}
+			res, err := retention.Prune(ctx, pool, cfg, 0)
+			a.printf("deleted %d published events older than %s\n", res.OutboxPublished, a.cfg.Kafka.OutboxRetention)
 			return err
 		}),
 	}
 	f := cmd.Flags()
 	f.Duration("older-than", 0, "delete published events older than this (kafka.outbox_retention)")
-	f.Int("batch", 0, "rows per DELETE (kafka.prune_batch)")
+	f.IntVar(&batch, "batch", 0, "rows per DELETE (0 = the default)")
 	a.bindFlag("kafka.outbox_retention", f.Lookup("older-than"))
-	a.bindFlag("kafka.prune_batch", f.Lookup("batch"))
 	return cmd
 }
 

@@ -20,7 +20,7 @@ func newPartitionsCmd(a *app) *cobra.Command {
 history.partition_ahead (history.partition_interval each), and drops the partitions whose whole
 range is older than retention.snapshots / retention.sales (DETACH … CONCURRENTLY, then DROP;
 judged from the bounds in the catalog). Creation comes first, so a drop that fails or waits
-never holds it back. The daemon does the same every history.maintenance_interval; run this
+never holds it back. The daemon does the same every hour; run this
 from cron where no daemon runs, at least daily. Safe from several processes at once (one drops,
 the others skip the drop). All partition DDL goes over database.direct_url when it is set;
 behind PgBouncer in transaction mode without it, partitions are created but not dropped.`,
@@ -61,18 +61,31 @@ func (a *app) directPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool
 	return a.direct, nil
 }
 
-// keepPartitions runs partition upkeep once, dropping over database.direct_url when set; it
-// returns the pool it opened for the caller's further work.
+// keeper is the one partition keeper of this process, built on first use and shared by every
+// command that keeps or writes the history tables (partitions, prune, run, collect-due): DDL
+// over database.direct_url when set, bounds from history.partition_*, drops by retention.*.
+func (a *app) keeper(ctx context.Context, pool *pgxpool.Pool) (*partition.Partitions, error) {
+	if a.parts != nil {
+		return a.parts, nil
+	}
+	direct, err := a.directPool(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	if a.parts, err = partition.New(pool, direct, partition.FromConfig(a.cfg)); err != nil {
+		return nil, err
+	}
+	return a.parts, nil
+}
+
+// keepPartitions runs partition upkeep once; it returns the pool it opened for the caller's
+// further work.
 func (a *app) keepPartitions(ctx context.Context) (*pgxpool.Pool, []partition.TableState, error) {
 	pool, err := a.db(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	direct, err := a.directPool(ctx, pool)
-	if err != nil {
-		return nil, nil, err
-	}
-	parts, err := partition.New(pool, direct, partition.FromConfig(a.cfg))
+	parts, err := a.keeper(ctx, pool)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,14 +2,15 @@ package cli
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/retention"
 )
 
 func newPruneCmd(a *app) *cobra.Command {
+	var batch int
 	cmd := &cobra.Command{
 		Use:   "prune",
 		Short: "Drop history past its retention: whole snapshot and sales partitions, old outbox events, interest events and candles",
@@ -19,11 +20,14 @@ ahead as well), then deletes published outbox events older than kafka.outbox_ret
 unpublished ones (pending or failed) older than retention.outbox_unpublished when it is set
 (off by default; their snapshots stay), and interest events and price candles older than retention.interest,
 retention.candles_hourly and retention.candles_daily, oldest first, in short statements
-(kafka.prune_batch outbox rows, retention.batch other rows each). 0 keeps a table's rows. The
-daemon does the same (partitions every history.maintenance_interval, rows every
-retention.interval); this one-shot is for cron-only setups.`,
+(1000 outbox rows, --batch other rows each). 0 keeps a table's rows. The daemon does the same
+(partitions every hour, rows every ten minutes) with the same partition keeper and pruner;
+this one-shot is for cron-only setups.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
+			if batch < 0 {
+				return usageError{cmd: "collector prune", err: fmt.Errorf("--batch %d: must be >= 1 (0 = %d)", batch, retention.BatchDefault)}
+			}
 			pool, states, err := a.keepPartitions(ctx)
 			for _, st := range states {
 				a.printf("%s: dropped %d partitions\n", st.Table, len(st.Dropped))
@@ -32,11 +36,9 @@ retention.interval); this one-shot is for cron-only setups.`,
 				return err
 			}
 			cfg := retention.FromConfig(a.cfg)
+			cfg.Batch = batch
 			res, err := retention.Prune(ctx, pool, cfg, 0)
-			if res.OutboxExpired > 0 {
-				a.log.Warn("dropped unpublished outbox events past retention.outbox_unpublished; their snapshots stay in auction_snapshots",
-					zap.Int64("expired", res.OutboxExpired), zap.Duration("older_than_seconds", cfg.OutboxUnpublished))
-			}
+			retention.LogExpired(a.log, cfg, res.OutboxExpired)
 			a.printf("deleted %d published and %d unpublished (expired) outbox events, %d interest events, %d hourly candles, %d daily candles\n",
 				res.OutboxPublished, res.OutboxExpired, res.Interest, res.CandlesHourly, res.CandlesDaily)
 			return err
@@ -46,10 +48,9 @@ retention.interval); this one-shot is for cron-only setups.`,
 	f.Duration("snapshots", 0, "drop snapshot partitions wholly older than this (retention.snapshots)")
 	f.Duration("sales", 0, "drop sales partitions wholly older than this (retention.sales)")
 	f.Duration("interest", 0, "delete interest events older than this (retention.interest)")
-	f.Int("batch", 0, "rows per DELETE (retention.batch)")
+	f.IntVar(&batch, "batch", 0, "interest events or candles per DELETE (0 = the default)")
 	a.bindFlag("retention.snapshots", f.Lookup("snapshots"))
 	a.bindFlag("retention.sales", f.Lookup("sales"))
 	a.bindFlag("retention.interest", f.Lookup("interest"))
-	a.bindFlag("retention.batch", f.Lookup("batch"))
 	return cmd
 }

@@ -6,8 +6,10 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/retention"
 )
 
 // newRelay builds the outbox relay from the validated kafka.* configuration.
@@ -34,12 +36,13 @@ func newRelayOutboxCmd(a *app) *cobra.Command {
 		Long: `relay-outbox publishes the snapshot events in the outbox table to Kafka (docs/events.md) and
 marks each one published only after the broker acknowledged it (acks=all). Without --once it
 keeps following the table until interrupted, backing off while the broker is unavailable, and
-prunes published rows after kafka.outbox_retention.
+runs the one pruner beside it (as collector run does): published rows go after
+kafka.outbox_retention, and what retention.* ages are set.
 
 Several relays may run at once: each holds a share of the outbox lanes (all events of one item
 share a lane), so per-item order holds. With --once, lanes another relay holds are left to it;
 the command says so and exits 0. It exits non-zero when the broker stays unreachable after
-kafka.retry.attempts tries; unpublished rows stay in the outbox for the next run.`,
+outbox.RetryAttemptsDefault (5) tries; unpublished rows stay in the outbox for the next run.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			r, err := a.newRelay(ctx)
@@ -48,7 +51,7 @@ kafka.retry.attempts tries; unpublished rows stay in the outbox for the next run
 			}
 			defer r.Close() //nolint:errcheck // nothing left to flush after Run/RunOnce returned
 			if !once {
-				return r.Run(ctx)
+				return a.followWithPruner(ctx, r)
 			}
 			res, err := r.RunOnce(ctx)
 			if err == nil || res.Batches > 0 {
@@ -72,6 +75,33 @@ kafka.retry.attempts tries; unpublished rows stay in the outbox for the next run
 	a.bindFlag("kafka.brokers", f.Lookup("brokers"))
 	a.bindFlag("kafka.topic", f.Lookup("topic"))
 	return cmd
+}
+
+// followWithPruner follows the outbox with r and runs the one pruner beside it, so a relay
+// without a daemon still bounds the outbox.
+func (a *app) followWithPruner(ctx context.Context, r *outbox.Relay) error {
+	pool, err := a.db(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := retention.New(pool, retention.FromConfig(a.cfg))
+	if err != nil {
+		return err
+	}
+	p.OnTurn = func(res retention.Result, err error) {
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn("pruning collected history failed; next run after the interval", zap.Error(err))
+			return
+		}
+		retention.LogTurn(a.log, p.Config(), res)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Start(pctx) }()
+	err = r.Run(ctx)
+	stop()
+	<-done
+	return err
 }
 
 // printLanesLeft names the lanes --once left to other relays: its own are released by now.

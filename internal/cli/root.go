@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
@@ -25,7 +26,8 @@ type app struct {
 	cfg    *config.Config
 	log    *zap.Logger
 	pool   *pgxpool.Pool
-	direct *pgxpool.Pool // database.direct_url, opened on first use
+	direct *pgxpool.Pool         // database.direct_url, opened on first use
+	parts  *partition.Partitions // the partition keeper (keeper), built on first use
 }
 
 // subcommands is every command under the root, in one explicit list.
@@ -157,6 +159,7 @@ func (a *app) db(ctx context.Context) (*pgxpool.Pool, error) {
 }
 
 func (a *app) close() {
+	a.parts = nil // built on the pools closed here
 	if a.direct != nil {
 		a.direct.Close()
 		a.direct = nil

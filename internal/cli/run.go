@@ -16,12 +16,19 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/retention"
 )
 
+// testHealth is --test-timings' provider health: probes and recovery within about a second,
+// so fault scenarios against the binary need no configuration key for what no operator turns.
+var testHealth = health.Thresholds{CheckInterval: 100 * time.Millisecond, ProbeBackoff: 200 * time.Millisecond,
+	ProbeBackoffMax: time.Second, RecoverFor: time.Second}
+
 func newRunCmd(a *app) *cobra.Command {
+	var testTimings bool
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the collector daemon: database-timed collection, relay, recalculation, metrics",
@@ -29,7 +36,7 @@ func newRunCmd(a *app) *cobra.Command {
 item becomes claimable and sleeps exactly that long (at most daemon.max_sleep); with
 daemon.notify it also wakes when items are imported, touched or promoted. It relays the outbox
 to Kafka when kafka.brokers is set, recalculates popularity every catalog.recalc_interval,
-moves the provider status by itself (daemon.health.*), shares each API key's budget with every
+moves the provider status by itself (internal/health), shares each API key's budget with every
 other running instance (daemon.budget.*), and serves /metrics, /healthz, /readyz and the
 operator console (/, docs/console.md) on daemon.http_addr. Any number of instances may run side by side, next to one-shot collect-due
 and relay-outbox runs.
@@ -38,7 +45,7 @@ On SIGTERM/SIGINT it stops claiming, lets calls in flight finish within daemon.s
 writes their results, hands unfinished items back at once, flushes the relay and exits 0.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
-			d, err := a.newDaemon(ctx)
+			d, err := a.newDaemon(ctx, testTimings)
 			if err != nil {
 				return err
 			}
@@ -46,6 +53,8 @@ writes their results, hands unfinished items back at once, flushes the relay and
 		}),
 	}
 	f := cmd.Flags()
+	f.BoolVar(&testTimings, "test-timings", false, "react at test speed: health probes and recovery within about a second (tools/faults)")
+	_ = f.MarkHidden("test-timings")
 	f.String("http-addr", "", "serve /metrics, /healthz and /readyz on `HOST:PORT` (daemon.http_addr)")
 	f.Duration("max-sleep", 0, "longest sleep between passes (daemon.max_sleep)")
 	f.Bool("notify", true, "wake on tracked_items notifications (daemon.notify)")
@@ -57,7 +66,7 @@ writes their results, hands unfinished items back at once, flushes the relay and
 
 // newDaemon builds the daemon from the validated config: the market workload's own client, the
 // relay when kafka.brokers is set.
-func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
+func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, error) {
 	client, err := provider.FromConfig(a.cfg.Provider, provider.WorkloadMarket, a.log)
 	if err != nil {
 		return nil, err
@@ -74,6 +83,14 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	parts, err := a.keeper(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var h health.Thresholds
+	if testTimings {
+		h = testHealth
+	}
 	var con http.Handler
 	if a.cfg.Console.Enabled && a.cfg.Daemon.HTTPAddr != "" {
 		c, err := a.newConsole(ctx, pool)
@@ -88,7 +105,8 @@ func (a *app) newDaemon(ctx context.Context) (*daemon.Daemon, error) {
 		Dispatch:   dispatcher.FromConfig(a.cfg),
 		Catalog:    a.cfg.Catalog,
 		Retention:  retention.FromConfig(a.cfg),
-		History:    a.cfg.History,
+		Partitions: parts,
+		Health:     h,
 		DirectPool: direct,
 		Relay:      relay,
 		Market:     a.cfg.Provider.Market,

@@ -14,9 +14,6 @@ type CatalogConfig struct {
 	Targets string `mapstructure:"targets"`
 	// DefaultTier is the starting tier of an imported item whose target names none.
 	DefaultTier string `mapstructure:"default_tier"`
-	// ImportConcurrency bounds the /df/items searches in flight; the item workload's
-	// limiter still decides the request rate.
-	ImportConcurrency int `mapstructure:"import_concurrency"`
 
 	// RecalcInterval is how often the daemon runs recalculate-popularity.
 	RecalcInterval time.Duration `mapstructure:"recalc_interval"`
@@ -80,7 +77,6 @@ type ScoreWeights struct {
 var catalogDefaults = map[string]any{
 	"catalog.targets":            "configs/import-targets.yaml",
 	"catalog.default_tier":       "WARM_5M",
-	"catalog.import_concurrency": 4,
 	"catalog.recalc_interval":    "3m",
 	"catalog.signal_window":      "24h",
 	"catalog.dormant_after":      "72h",
@@ -108,9 +104,6 @@ func (c CatalogConfig) validate() error {
 	errs := []error{tierKey("catalog.default_tier", c.DefaultTier)}
 	if c.Targets == "" {
 		errs = append(errs, invalid("catalog.targets", `""`, "required (a YAML targets file such as configs/import-targets.yaml)"))
-	}
-	if c.ImportConcurrency < 1 || c.ImportConcurrency > 256 {
-		errs = append(errs, invalid("catalog.import_concurrency", c.ImportConcurrency, "must be between 1 and 256"))
 	}
 	for _, d := range []struct {
 		key string

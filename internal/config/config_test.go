@@ -51,8 +51,8 @@ func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 	if cfg.Collect.Lease.String() != "1m0s" {
 		t.Errorf("lease = %v, want 1m from the flag", cfg.Collect.Lease)
 	}
-	if cfg.Collect.FlushSize != 50 {
-		t.Errorf("flush_size = %d, want the default 50", cfg.Collect.FlushSize)
+	if cfg.Collect.PackSize != 10 {
+		t.Errorf("pack_size = %d, want the default 10", cfg.Collect.PackSize)
 	}
 }
 
@@ -93,9 +93,9 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"daemon:\n  budget:\n    slow_start_share: 0\n", "daemon.budget.slow_start_share"},
 		{"history:\n  mode: sometimes\n", "history.mode"},
 		{"history:\n  heartbeat: 10s\n", "history.heartbeat"},
-		{"history:\n  partition_interval: 5h\n", "history.partition_interval"}, // does not divide a day
-		{"history:\n  partition_ahead: 1h\n", "history.partition_ahead"},       // under one partition
-		{"history:\n  maintenance_interval: 0s\n", "history.maintenance_interval"},
+		{"history:\n  partition_interval: 5h\n", "history.partition_interval"},              // does not divide a day
+		{"history:\n  partition_ahead: 1h\n", "history.partition_ahead"},                    // under one partition
+		{"history:\n  maintenance_interval: 1h\n", "maintenance_interval"},                  // removed: now a constant
 		{"retention:\n  snapshots: 1h\n", "retention.snapshots"},                            // under catalog.signal_window
 		{"history:\n  heartbeat: 48h\nretention:\n  snapshots: 36h\n", "history.heartbeat"}, // under the heartbeat
 		{"retention:\n  sales: 1h\n", "retention.sales"},

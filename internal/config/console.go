@@ -20,9 +20,6 @@ type ConsoleConfig struct {
 	User         string `mapstructure:"user"`
 	PasswordFile string `mapstructure:"password_file"`
 	Password     Secret `mapstructure:"-"`
-	// Refresh is how often the console re-reads the cluster status its overview shows; pages
-	// read that copy, so requests never count over the catalog.
-	Refresh time.Duration `mapstructure:"refresh"`
 	// Session is how long a login lasts.
 	Session time.Duration `mapstructure:"session"`
 }
@@ -32,7 +29,6 @@ var consoleDefaults = map[string]any{
 	"console.addr":          "127.0.0.1:8080",
 	"console.user":          "admin",
 	"console.password_file": "",
-	"console.refresh":       "5s",
 	"console.session":       "12h",
 }
 
@@ -65,9 +61,6 @@ func (c *ConsoleConfig) loadPassword() error {
 
 func (c ConsoleConfig) validate() error {
 	var errs []error
-	if c.Refresh < time.Second || c.Refresh > 10*time.Minute {
-		errs = append(errs, invalid("console.refresh", c.Refresh, "must be between 1s and 10m"))
-	}
 	if c.Session < time.Minute || c.Session > 30*24*time.Hour {
 		errs = append(errs, invalid("console.session", c.Session, "must be between 1m and 720h"))
 	}

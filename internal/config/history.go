@@ -18,12 +18,9 @@ type HistoryConfig struct {
 	// PartitionInterval is the time range of one partition of auction_snapshots and
 	// auction_sales; retention drops whole partitions, so it is also retention's granularity.
 	PartitionInterval time.Duration `mapstructure:"partition_interval"`
-	// PartitionAhead is how far past now partitions exist; the daemon keeps it so every
-	// history.maintenance_interval, `collector partitions` from cron.
+	// PartitionAhead is how far past now partitions exist; the daemon keeps it so (every
+	// partition.KeepIntervalDefault), `collector partitions` from cron.
 	PartitionAhead time.Duration `mapstructure:"partition_ahead"`
-	// MaintenanceInterval is how often the daemon creates partitions ahead and drops those
-	// past retention.
-	MaintenanceInterval time.Duration `mapstructure:"maintenance_interval"`
 }
 
 // History modes.
@@ -33,11 +30,10 @@ const (
 )
 
 var historyDefaults = map[string]any{
-	"history.mode":                 HistoryChanges,
-	"history.heartbeat":            "1h",
-	"history.partition_interval":   "24h",
-	"history.partition_ahead":      "168h",
-	"history.maintenance_interval": "1h",
+	"history.mode":               HistoryChanges,
+	"history.heartbeat":          "1h",
+	"history.partition_interval": "24h",
+	"history.partition_ahead":    "168h",
 }
 
 func (c HistoryConfig) validate() error {
@@ -56,9 +52,6 @@ func (c HistoryConfig) validate() error {
 	}
 	if c.PartitionAhead < iv || c.PartitionAhead > 366*day {
 		errs = append(errs, invalid("history.partition_ahead", c.PartitionAhead, "must be at least history.partition_interval and at most 8784h"))
-	}
-	if c.MaintenanceInterval < time.Minute || c.MaintenanceInterval >= c.PartitionAhead {
-		errs = append(errs, invalid("history.maintenance_interval", c.MaintenanceInterval, "must be at least 1m and less than history.partition_ahead"))
 	}
 	return errors.Join(errs...)
 }

@@ -24,7 +24,6 @@ type KafkaConfig struct {
 	BatchBytes   int64         `mapstructure:"batch_bytes"`
 	Compression  string        `mapstructure:"compression"`
 	WriteTimeout time.Duration `mapstructure:"write_timeout"`
-	DialTimeout  time.Duration `mapstructure:"dial_timeout"`
 
 	// Topic creation when it is missing; otherwise a missing topic is an error naming it.
 	CreateTopic       bool              `mapstructure:"create_topic"`
@@ -37,21 +36,17 @@ type KafkaConfig struct {
 	Lease        time.Duration `mapstructure:"lease"`
 	PollInterval time.Duration `mapstructure:"poll_interval"`
 
-	// Published outbox rows are deleted after OutboxRetention, PruneBatch rows per statement.
+	// OutboxRetention: published outbox rows older than this are deleted (internal/retention).
 	OutboxRetention time.Duration `mapstructure:"outbox_retention"`
-	PruneInterval   time.Duration `mapstructure:"prune_interval"`
-	PruneBatch      int           `mapstructure:"prune_batch"`
 
 	Retry KafkaRetryConfig `mapstructure:"retry"`
 	TLS   KafkaTLSConfig   `mapstructure:"tls"`
 	SASL  KafkaSASLConfig  `mapstructure:"sasl"`
 }
 
-// KafkaRetryConfig: follow mode retries a failing broker forever with this backoff; --once
-// gives up after Attempts tries and exits non-zero.
+// KafkaRetryConfig: follow mode retries a failing broker forever, backing off up to
+// BackoffMax; --once gives up after outbox.RetryAttemptsDefault tries and exits non-zero.
 type KafkaRetryConfig struct {
-	Attempts   int           `mapstructure:"attempts"`
-	BackoffMin time.Duration `mapstructure:"backoff_min"`
 	BackoffMax time.Duration `mapstructure:"backoff_max"`
 }
 
@@ -88,7 +83,6 @@ var kafkaDefaults = map[string]any{
 	"kafka.batch_bytes":              1 << 20,
 	"kafka.compression":              "none",
 	"kafka.write_timeout":            "10s",
-	"kafka.dial_timeout":             "5s",
 	"kafka.create_topic":             false,
 	"kafka.partitions":               12,
 	"kafka.replication_factor":       3,
@@ -96,10 +90,6 @@ var kafkaDefaults = map[string]any{
 	"kafka.lease":                    "30s",
 	"kafka.poll_interval":            "1s",
 	"kafka.outbox_retention":         "168h",
-	"kafka.prune_interval":           "10m",
-	"kafka.prune_batch":              1000,
-	"kafka.retry.attempts":           5,
-	"kafka.retry.backoff_min":        "200ms",
 	"kafka.retry.backoff_max":        "30s",
 	"kafka.tls.enabled":              false,
 	"kafka.tls.ca_file":              "",
@@ -138,13 +128,10 @@ func (c KafkaConfig) Validate() error {
 	}
 	errs = append(errs,
 		kafkaDuration("kafka.write_timeout", c.WriteTimeout, 100*time.Millisecond, 5*time.Minute),
-		kafkaDuration("kafka.dial_timeout", c.DialTimeout, 100*time.Millisecond, time.Minute),
 		kafkaDuration("kafka.lease", c.Lease, time.Second, time.Hour),
 		kafkaDuration("kafka.poll_interval", c.PollInterval, time.Millisecond, time.Hour),
 		kafkaDuration("kafka.outbox_retention", c.OutboxRetention, time.Minute, 10*365*24*time.Hour),
-		kafkaDuration("kafka.prune_interval", c.PruneInterval, time.Second, 24*time.Hour),
-		kafkaDuration("kafka.retry.backoff_min", c.Retry.BackoffMin, time.Millisecond, time.Hour),
-		kafkaDuration("kafka.retry.backoff_max", c.Retry.BackoffMax, c.Retry.BackoffMin, time.Hour),
+		kafkaDuration("kafka.retry.backoff_max", c.Retry.BackoffMax, 10*time.Millisecond, time.Hour),
 	)
 	if c.Lease < 3*c.WriteTimeout {
 		errs = append(errs, invalid("kafka.lease", c.Lease, fmt.Sprintf("must be at least 3 × kafka.write_timeout (%s), so a produce call always ends within its lease", c.WriteTimeout)))
@@ -154,12 +141,6 @@ func (c KafkaConfig) Validate() error {
 	}
 	if c.ReplicationFactor < 1 || c.ReplicationFactor > 100 {
 		errs = append(errs, invalid("kafka.replication_factor", c.ReplicationFactor, "must be between 1 and 100"))
-	}
-	if c.PruneBatch < 1 || c.PruneBatch > 100000 {
-		errs = append(errs, invalid("kafka.prune_batch", c.PruneBatch, "must be between 1 and 100000"))
-	}
-	if c.Retry.Attempts < 1 || c.Retry.Attempts > 1000 {
-		errs = append(errs, invalid("kafka.retry.attempts", c.Retry.Attempts, "must be between 1 and 1000"))
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, invalid("kafka.tls.cert_file", c.TLS.CertFile, "kafka.tls.cert_file and kafka.tls.key_file go together"))

@@ -14,8 +14,8 @@ const referenceDoc = "../../docs/configuration.md"
 
 // docRow is one key's row in the reference: | `key` | `ENV`… | flag | `default` | meaning |.
 type docRow struct {
-	line      int
-	env, dflt string
+	line               int
+	env, dflt, meaning string
 }
 
 func readReference(t *testing.T) map[string]docRow {
@@ -45,10 +45,14 @@ func readReference(t *testing.T) map[string]docRow {
 		if prev, dup := rows[key]; dup {
 			t.Errorf("%s:%d: %s is listed twice (also line %d)", referenceDoc, i+1, key, prev.line)
 		}
-		rows[key] = docRow{line: i + 1, env: cells[1], dflt: cells[3]}
+		rows[key] = docRow{line: i + 1, env: cells[1], dflt: cells[3], meaning: cells[4]}
 	}
 	return rows
 }
+
+// changeMark starts the sentence of every key's row that says when an operator should change
+// it: a key nobody needs to turn is a constant, not a key.
+const changeMark = "**Change:**"
 
 // docDefault is how the reference writes a key's default.
 func docDefault(v any) string {
@@ -86,6 +90,8 @@ func TestReferenceListsEveryKey(t *testing.T) {
 			t.Errorf("%s:%d: %s: environment cell %q lacks `%s`", referenceDoc, row.line, k, row.env, EnvName(k))
 		case row.dflt != want:
 			t.Errorf("%s:%d: %s: default cell is %s, the code's default is %s", referenceDoc, row.line, k, row.dflt, want)
+		case !strings.Contains(row.meaning, changeMark):
+			t.Errorf("%s:%d: %s: the meaning does not say when an operator should change it (%s …)", referenceDoc, row.line, k, changeMark)
 		}
 	}
 	if len(missing) > 0 {

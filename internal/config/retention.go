@@ -24,9 +24,6 @@ type RetentionConfig struct {
 	// consumers their events unless the operator chose that; the outbox-age alert is the safety.
 	// Their snapshots stay in auction_snapshots either way.
 	OutboxUnpublished time.Duration `mapstructure:"outbox_unpublished"`
-	// Interval is how often the daemon prunes; Batch how many rows one statement deletes.
-	Interval time.Duration `mapstructure:"interval"`
-	Batch    int           `mapstructure:"batch"`
 }
 
 var retentionDefaults = map[string]any{
@@ -36,8 +33,6 @@ var retentionDefaults = map[string]any{
 	"retention.candles_hourly":     "0s",
 	"retention.candles_daily":      "0s",
 	"retention.outbox_unpublished": "0s",
-	"retention.interval":           "10m",
-	"retention.batch":              5000,
 }
 
 // validate checks the ages against what popularity reads: recent snapshots and sales
@@ -64,12 +59,6 @@ func (c RetentionConfig) validate(cat CatalogConfig, h HistoryConfig) error {
 		if d.v != 0 && (d.v < d.least || d.v > most) {
 			errs = append(errs, invalid(d.key, d.v, "must be 0 (keep) or between "+d.least.String()+" ("+d.why+") and 87600h"))
 		}
-	}
-	if c.Interval < time.Minute || c.Interval > 24*time.Hour {
-		errs = append(errs, invalid("retention.interval", c.Interval, "must be between 1m and 24h"))
-	}
-	if c.Batch < 100 || c.Batch > 100000 {
-		errs = append(errs, invalid("retention.batch", c.Batch, "must be between 100 and 100000"))
 	}
 	return errors.Join(errs...)
 }

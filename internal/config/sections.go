@@ -95,19 +95,14 @@ func (w WorkloadLimits) validate(prefix string) error {
 // NEOPLE_ITEM_API_KEY, never from a file or a flag, so they do not end up in shell history or
 // in a committed config.
 type ProviderConfig struct {
-	Name         string        `mapstructure:"name"`
-	BaseURL      string        `mapstructure:"base_url"`
-	Timeout      time.Duration `mapstructure:"timeout"`
-	MaxBodyBytes int64         `mapstructure:"max_body_bytes"`
-	KeyIn        string        `mapstructure:"key_in"`
-	AuctionLimit int           `mapstructure:"auction_limit"`
-	SoldLimit    int           `mapstructure:"sold_limit"`
-	// FutureTolerance: a sale or listing dated further ahead than this is dropped.
-	FutureTolerance time.Duration `mapstructure:"future_tolerance"`
-	// MaxRetryAfter caps the provider's Retry-After.
-	MaxRetryAfter time.Duration  `mapstructure:"max_retry_after"`
-	Market        WorkloadLimits `mapstructure:"market"`
-	Item          WorkloadLimits `mapstructure:"item"`
+	Name         string         `mapstructure:"name"`
+	BaseURL      string         `mapstructure:"base_url"`
+	Timeout      time.Duration  `mapstructure:"timeout"`
+	KeyIn        string         `mapstructure:"key_in"`
+	AuctionLimit int            `mapstructure:"auction_limit"`
+	SoldLimit    int            `mapstructure:"sold_limit"`
+	Market       WorkloadLimits `mapstructure:"market"`
+	Item         WorkloadLimits `mapstructure:"item"`
 
 	MarketKey Secret `mapstructure:"-"`
 	ItemKey   Secret `mapstructure:"-"`
@@ -117,12 +112,9 @@ var providerDefaults = map[string]any{
 	"provider.name":              "neople",
 	"provider.base_url":          "https://api.neople.co.kr",
 	"provider.timeout":           "10s",
-	"provider.max_body_bytes":    8 << 20,
 	"provider.key_in":            "header",
 	"provider.auction_limit":     400,
 	"provider.sold_limit":        100,
-	"provider.future_tolerance":  "24h",
-	"provider.max_retry_after":   "5m",
 	"provider.market.rate":       500.0,
 	"provider.market.burst":      50,
 	"provider.market.per_minute": 30000,
@@ -142,9 +134,6 @@ func (c ProviderConfig) validate() error {
 	if c.Timeout <= 0 || c.Timeout > 5*time.Minute {
 		errs = append(errs, invalid("provider.timeout", c.Timeout, "must be > 0 and <= 5m"))
 	}
-	if c.MaxBodyBytes < 1024 {
-		errs = append(errs, invalid("provider.max_body_bytes", c.MaxBodyBytes, "must be >= 1024"))
-	}
 	if c.KeyIn != "header" && c.KeyIn != "query" {
 		errs = append(errs, invalid("provider.key_in", c.KeyIn, "allowed: header, query"))
 	}
@@ -153,12 +142,6 @@ func (c ProviderConfig) validate() error {
 	}
 	if c.SoldLimit < 1 || c.SoldLimit > 100 {
 		errs = append(errs, invalid("provider.sold_limit", c.SoldLimit, "must be between 1 and 100 (the API's cap)"))
-	}
-	if c.FutureTolerance < time.Minute || c.FutureTolerance > 30*24*time.Hour {
-		errs = append(errs, invalid("provider.future_tolerance", c.FutureTolerance, "must be between 1m and 720h"))
-	}
-	if c.MaxRetryAfter < time.Second || c.MaxRetryAfter > 24*time.Hour {
-		errs = append(errs, invalid("provider.max_retry_after", c.MaxRetryAfter, "must be between 1s and 24h"))
 	}
 	errs = append(errs, c.Market.validate("provider.market"), c.Item.validate("provider.item"))
 	return errors.Join(errs...)
@@ -170,40 +153,28 @@ type CollectConfig struct {
 	Lease       time.Duration `mapstructure:"lease"`
 	Concurrency int           `mapstructure:"concurrency"`
 	MaxBatches  int           `mapstructure:"max_batches"` // 0 = until nothing is due
-	FlushSize   int           `mapstructure:"flush_size"`  // results written per transaction
 	// ShutdownGrace: after SIGTERM/SIGINT a one-shot's calls in flight get this long to finish.
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
-	// Packing (itemIds): small items share calls of up to PackSize ids (1 = off).
-	PackSize        int     `mapstructure:"pack_size"`
-	PackMaxListings int     `mapstructure:"pack_max_listings"` // small: at most this many listings last time
-	PackMaxSales    float64 `mapstructure:"pack_max_sales"`    // small: at most this many new sales per collection
-	ShadowFraction  float64 `mapstructure:"shadow_fraction"`   // packed items also fetched alone and compared
+	// Packing (itemIds): small items (internal/packing) share calls of up to PackSize ids (1 = off).
+	PackSize int `mapstructure:"pack_size"`
 }
 
 var collectDefaults = map[string]any{
-	"collect.batch_size":        100,
-	"collect.lease":             "2m",
-	"collect.concurrency":       16,
-	"collect.max_batches":       0,
-	"collect.flush_size":        50,
-	"collect.shutdown_grace":    "20s",
-	"collect.pack_size":         10,
-	"collect.pack_max_listings": 100,
-	"collect.pack_max_sales":    5,
-	"collect.shadow_fraction":   0.01,
+	"collect.batch_size":     100,
+	"collect.lease":          "2m",
+	"collect.concurrency":    16,
+	"collect.max_batches":    0,
+	"collect.shutdown_grace": "20s",
+	"collect.pack_size":      10,
 }
 
 // The ranges of the collect.* keys the dispatcher is handed; it checks them again with these.
 var (
-	CollectBatchSize       = Range[int]{Key: "collect.batch_size", Min: 1, Max: 10000}
-	CollectLease           = Range[time.Duration]{Key: "collect.lease", Min: time.Second, Max: time.Hour}
-	CollectConcurrency     = Range[int]{Key: "collect.concurrency", Min: 1, Max: 1000}
-	CollectMaxBatches      = Range[int]{Key: "collect.max_batches", Min: 0, Note: "0 = until nothing is due"}
-	CollectFlushSize       = Range[int]{Key: "collect.flush_size", Min: 1, Max: 5000}
-	CollectPackSize        = Range[int]{Key: "collect.pack_size", Min: 1, Max: 10, Note: "1 = packing off; 10 is the API's itemIds cap"}
-	CollectPackMaxListings = Range[int]{Key: "collect.pack_max_listings", Min: 0, Max: 399}
-	CollectPackMaxSales    = Range[float64]{Key: "collect.pack_max_sales", Min: 0, Max: 99}
-	CollectShadowFraction  = Range[float64]{Key: "collect.shadow_fraction", Min: 0, Max: 1}
+	CollectBatchSize   = Range[int]{Key: "collect.batch_size", Min: 1, Max: 10000}
+	CollectLease       = Range[time.Duration]{Key: "collect.lease", Min: time.Second, Max: time.Hour}
+	CollectConcurrency = Range[int]{Key: "collect.concurrency", Min: 1, Max: 1000}
+	CollectMaxBatches  = Range[int]{Key: "collect.max_batches", Min: 0, Note: "0 = until nothing is due"}
+	CollectPackSize    = Range[int]{Key: "collect.pack_size", Min: 1, Max: 10, Note: "1 = packing off; 10 is the API's itemIds cap"}
 )
 
 func (c CollectConfig) validate() error {
@@ -212,11 +183,7 @@ func (c CollectConfig) validate() error {
 		CollectLease.Check(c.Lease),
 		CollectConcurrency.Check(c.Concurrency),
 		CollectMaxBatches.Check(c.MaxBatches),
-		CollectFlushSize.Check(c.FlushSize),
 		CollectPackSize.Check(c.PackSize),
-		CollectPackMaxListings.Check(c.PackMaxListings),
-		CollectPackMaxSales.Check(c.PackMaxSales),
-		CollectShadowFraction.Check(c.ShadowFraction),
 	}
 	if c.ShutdownGrace < 0 || c.ShutdownGrace > 10*time.Minute {
 		errs = append(errs, invalid("collect.shutdown_grace", c.ShutdownGrace, "must be between 0 and 10m"))

@@ -52,7 +52,7 @@ type Config struct {
 	// User and Password enable the actions; an empty password makes the console read-only.
 	User     string
 	Password config.Secret
-	// Refresh is how often the status copy is re-read (console.refresh).
+	// Refresh is how often the status copy is re-read; 0 = RefreshDefault.
 	Refresh time.Duration
 	// Session is how long a login lasts (console.session).
 	Session time.Duration
@@ -82,9 +82,16 @@ type Console struct {
 	every  atomic.Int64 // the time between status reads, ns (see refreshCost)
 }
 
+// RefreshDefault is how often the console re-reads the cluster status its pages show: pages
+// read that copy, so requests never count over the catalog.
+const RefreshDefault = 5 * time.Second
+
 // New builds a console over pool.
 func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Console, error) {
-	if cfg.Refresh <= 0 {
+	if cfg.Refresh == 0 {
+		cfg.Refresh = RefreshDefault
+	}
+	if cfg.Refresh < 0 {
 		return nil, fmt.Errorf("console: refresh %s must be > 0", cfg.Refresh)
 	}
 	if cfg.Session <= 0 {

@@ -118,7 +118,7 @@ func TestPlanCountsWhatCollectionsReallyCost(t *testing.T) {
 	cfg := testConfig()
 	cfg.Catalog = config.Default().Catalog
 	cfg.Catalog.RecalcInterval = time.Hour
-	cfg.Daemon.GaugeInterval = 100 * time.Millisecond
+	cfg.GaugeInterval = 100 * time.Millisecond
 	cfg.Dispatch.PackSize = 1
 	const budget = 12.0 // 10.8 req/s to plan with
 	cfg.Market.Rate, cfg.Market.PerMinute = budget, budget*60

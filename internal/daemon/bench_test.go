@@ -14,6 +14,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -98,8 +99,8 @@ func steadyState(b *testing.B, budget float64, pack bool) {
 		if pack {
 			def := config.Default()
 			cfg.Daemon.PackWait = def.Daemon.PackWait
-			cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = def.Collect.PackSize, def.Collect.PackMaxListings, def.Collect.PackMaxSales
-			cfg.Dispatch.ShadowFraction = def.Collect.ShadowFraction
+			cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = def.Collect.PackSize, packing.MaxListingsDefault, packing.MaxSalesDefault
+			cfg.Dispatch.ShadowFraction = packing.ShadowFractionDefault
 		}
 		rs = append(rs, e.start(b, cfg, zaptest.NewLogger(b, zaptest.Level(zap.WarnLevel))))
 	}

@@ -24,7 +24,7 @@ type collectConfig struct {
 	// MaxSleep caps the database-computed sleep between passes (daemon.max_sleep).
 	MaxSleep time.Duration
 	// PausedSleep is how long to wait after a pass the provider's status paused: the status is
-	// re-read that often (the shorter of daemon.max_sleep and daemon.health.check_interval).
+	// re-read that often (the shorter of daemon.max_sleep and health's check interval).
 	PausedSleep time.Duration
 	// Ahead is how long before their due time items are claimed; passes then start at least
 	// that far apart, so items gather and share packed calls (daemon.pack_wait with packing
@@ -32,7 +32,7 @@ type collectConfig struct {
 	Ahead time.Duration
 	// Cooldown is the least pause after a rate-limit answer (daemon.budget.cooldown).
 	Cooldown time.Duration
-	// KeyRecheck: while the provider refuses the key, one call this often (daemon.key_recheck).
+	// KeyRecheck: while the provider refuses the key, one call this often (Config.KeyRecheck).
 	KeyRecheck time.Duration
 	// KeyLabel names the market key's cool-down row (budget.KeyLabel).
 	KeyLabel string
@@ -45,7 +45,7 @@ func (c collectConfig) validate() error {
 	for _, d := range []struct {
 		key string
 		v   time.Duration
-	}{{"daemon.max_sleep", c.MaxSleep}, {"daemon.health.check_interval", c.PausedSleep}, {"daemon.budget.cooldown", c.Cooldown}, {"daemon.key_recheck", c.KeyRecheck}} {
+	}{{"daemon.max_sleep", c.MaxSleep}, {"health check interval", c.PausedSleep}, {"daemon.budget.cooldown", c.Cooldown}, {"key re-check", c.KeyRecheck}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s must be > 0", d.key, d.v))
 		}
@@ -242,7 +242,7 @@ func (s *collectService) sleep(ctx context.Context, d time.Duration) {
 // keyRefused holds collection while the provider refuses the market key (a configuration
 // error, not an outage): /readyz says why, the key's cool-down in the database shows it to
 // `collector status` and pauses the other instances, the error is logged at most once a
-// minute, and one call every daemon.key_recheck tells when the key works again.
+// minute, and one call every Config.KeyRecheck tells when the key works again.
 func (s *collectService) keyRefused(ctx context.Context, pe *provider.Error) {
 	since := time.Now()
 	var logged time.Time

@@ -20,6 +20,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,14 +55,30 @@ type Config struct {
 	// Catalog drives popularity recalculation; Catalog.RecalcInterval 0 = never.
 	Catalog config.CatalogConfig
 	// Retention deletes outbox rows, and interest events and candles when an age is set, every
-	// Retention.Interval (retention.FromConfig).
+	// Retention.Interval (retention.FromConfig): the one pruner.
 	Retention retention.Config
-	// History is history.*: partitions are kept every History.MaintenanceInterval, as
-	// Dispatch.Partitions says.
-	History config.HistoryConfig
+	// Partitions is the partition keeper, built once by the caller and shared by upkeep and the
+	// write path; nil = built here from Dispatch.Partitions over DirectPool (tests).
+	Partitions *partition.Partitions
+	// PartitionInterval is how often partitions are kept; 0 = partition.KeepIntervalDefault.
+	PartitionInterval time.Duration
 	// DirectPool reaches PostgreSQL itself (database.direct_url) for partition DDL (upkeep and
 	// the write path's); nil = the pool.
 	DirectPool *pgxpool.Pool
+	// Health is the provider health thresholds; zero fields take health's defaults.
+	Health health.Thresholds
+	// GaugeInterval is how often the SQL gauges refresh and the planner asks whether to plan
+	// sooner; 0 = GaugeIntervalDefault.
+	GaugeInterval time.Duration
+	// KeyRecheck: while the provider refuses the market key, one call this often tells whether
+	// it works again; 0 = KeyRecheckDefault.
+	KeyRecheck time.Duration
+	// ClaimHorizon: how much of this process's budget one claim takes, and how little provider
+	// work still queued lets the next claim in. When more is due than the budget serves, an
+	// item falling due (HOT first) is claimed within about this long instead of behind a batch
+	// that takes seconds to drain; shorter means more claim statements a second. 0 =
+	// ClaimHorizonDefault.
+	ClaimHorizon time.Duration
 	// Relay, when set, runs the outbox relay in follow mode (kafka.brokers configured).
 	Relay *outbox.RelayConfig
 	// Market is the market key's budget for the whole cluster (provider.market.*).
@@ -82,6 +99,28 @@ type Config struct {
 	// signals, when initialised (tests), hear what the services did.
 	signals signals
 }
+
+// Timings no operator needs to turn (configuration keys before issue 37); tests set Config's
+// fields instead.
+const (
+	GaugeIntervalDefault = 15 * time.Second
+	KeyRecheckDefault    = 5 * time.Minute
+	ClaimHorizonDefault  = 250 * time.Millisecond
+)
+
+// withDefaults fills the zero timings.
+func (c Config) withDefaults() Config {
+	c.Health = c.Health.WithDefaults()
+	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
+	c.KeyRecheck = cmp.Or(c.KeyRecheck, KeyRecheckDefault)
+	c.ClaimHorizon = cmp.Or(c.ClaimHorizon, ClaimHorizonDefault)
+	c.PartitionInterval = cmp.Or(c.PartitionInterval, partition.KeepIntervalDefault)
+	return c
+}
+
+// service is a periodic job in River's maintenance shape: a config validated once by its
+// constructor, a runOnce tests call, and Start, its loop until ctx ends.
+type service interface{ Start(ctx context.Context) }
 
 // signals let tests wait on what the services did instead of polling; off in production.
 type signals struct {
@@ -115,11 +154,22 @@ type Daemon struct {
 		ended    time.Time
 	}
 
-	collect   *collectService
+	collect *collectService
+	// The periodic jobs beside collection, started together by Run (maintenance).
+	gauges    *gaugeService
 	plan      *planService // nil when catalog.recalc_interval is 0
 	retention *retentionService
 	parts     *partitionService
-	gauges    *gaugeService
+}
+
+// maintenance lists the periodic jobs beside collection: the gauges, the planner, the one
+// pruner and the one partition keeper.
+func (d *Daemon) maintenance() []service {
+	s := []service{d.gauges, d.retention, d.parts}
+	if d.plan != nil {
+		s = append(s, d.plan)
+	}
+	return s
 }
 
 // New builds the daemon and binds its HTTP address (so a busy port fails at start).
@@ -133,6 +183,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	if cfg.Dispatch.Provider == "" {
 		return nil, errors.New("daemon: provider.name is required")
 	}
+	cfg = cfg.withDefaults()
 	loop, err := newCostLoop(costLoopConfig{PackSize: max(cfg.Dispatch.PackSize, 1)})
 	if err != nil {
 		return nil, err
@@ -160,7 +211,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	}
 	calls := new(atomic.Int64)
 	f := &budget.Fetcher{Next: client, Share: d.share, Observer: fetchMetrics{d.metrics, calls}}
-	d.health = health.New(pool, health.Config{HealthConfig: cfg.Daemon.Health, Provider: cfg.Dispatch.Provider, Owner: cfg.Dispatch.Owner},
+	d.health = health.New(pool, health.Config{Thresholds: cfg.Health, Provider: cfg.Dispatch.Provider, Owner: cfg.Dispatch.Owner},
 		probe(pool, f), rate, log)
 	d.health.Checked = cfg.HealthChecked
 	d.health.OnChange = func(from, to provider.Status, _ string) {
@@ -182,24 +233,31 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc.Ahead = d.ahead()
 	dc.Gather = dc.Ahead > 0
 	dc.ClaimLimit = func() int { return loop.ClaimLimit(d.perSecond()) }
-	dc.ClaimRequests = func() float64 { return loop.ClaimRequests(d.perSecond(), cfg.Daemon.ClaimHorizon) }
-	dc.TopAhead = min(cfg.Daemon.ClaimHorizon, dispatcher.MaxAhead-time.Millisecond)
+	dc.ClaimRequests = func() float64 { return loop.ClaimRequests(d.perSecond(), cfg.ClaimHorizon) }
+	dc.TopAhead = min(cfg.ClaimHorizon, dispatcher.MaxAhead-time.Millisecond)
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	dc.WriteHealth = d.writes
 	dc.DirectPool = cfg.DirectPool
+	parts := cfg.Partitions
+	if parts == nil {
+		if parts, err = partition.New(pool, cfg.DirectPool, cfg.Dispatch.Partitions); err != nil {
+			return nil, err
+		}
+	}
+	dc.Keeper = parts
 	disp, err := dispatcher.New(pool, f, dc, log)
 	if err != nil {
 		return nil, err
 	}
 	d.collect, err = newCollectService(collectConfig{
-		MaxSleep: cfg.Daemon.MaxSleep, PausedSleep: min(cfg.Daemon.MaxSleep, cfg.Daemon.Health.CheckInterval), Ahead: d.ahead(),
-		Cooldown: cfg.Daemon.Budget.Cooldown, KeyRecheck: cfg.Daemon.KeyRecheck, KeyLabel: cfg.KeyLabel, Passed: &d.cfg.signals.passed,
+		MaxSleep: cfg.Daemon.MaxSleep, PausedSleep: min(cfg.Daemon.MaxSleep, cfg.Health.CheckInterval), Ahead: d.ahead(),
+		Cooldown: cfg.Daemon.Budget.Cooldown, KeyRecheck: cfg.KeyRecheck, KeyLabel: cfg.KeyLabel, Passed: &d.cfg.signals.passed,
 	}, &collectService{pool: pool, disp: disp, client: client, share: d.share, loop: loop, calls: calls, metrics: d.metrics, log: log,
 		wake: d.wake, changed: d.health.Changed, writes: d.writes})
 	if err != nil {
 		return nil, err
 	}
-	if d.gauges, err = newGaugeService(gaugeConfig{Interval: cfg.Daemon.GaugeInterval, Market: cfg.Market, Refreshed: &d.cfg.signals.refreshed},
+	if d.gauges, err = newGaugeService(gaugeConfig{Interval: cfg.GaugeInterval, Market: cfg.Market, Refreshed: &d.cfg.signals.refreshed},
 		&gaugeService{pool: pool, share: d.share, loop: loop, metrics: d.metrics}); err != nil {
 		return nil, err
 	}
@@ -209,7 +267,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 			learned = d.share.LearnedShare
 		}
 		if d.plan, err = newPlanService(planConfig{Catalog: cfg.Catalog, Market: cfg.Market, Dispatch: cfg.Dispatch, AuctionLimit: client.AuctionLimit(),
-			CheckEvery: cfg.Daemon.GaugeInterval, Planned: &d.cfg.signals.planned},
+			CheckEvery: cfg.GaugeInterval, Planned: &d.cfg.signals.planned},
 			&planService{pool: pool, loop: loop, learned: learned, metrics: d.metrics, log: log, wake: d.wake, writes: writeReports{d.writes}}); err != nil {
 			return nil, err
 		}
@@ -219,13 +277,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	d.retention.writes = writeReports{d.writes}
-
-	parts, err := partition.New(pool, cfg.DirectPool, cfg.Dispatch.Partitions)
-	if err != nil {
-		return nil, err
-	}
-	if d.parts, err = newPartitionService(partitionConfig{Interval: cfg.History.MaintenanceInterval, Maintained: &d.cfg.signals.kept},
-		parts, d.metrics, log); err != nil {
+	if d.parts, err = newPartitionService(partitionConfig{Interval: cfg.PartitionInterval, Maintained: &d.cfg.signals.kept}, parts, d.metrics, log); err != nil {
 		return nil, err
 	}
 	d.parts.writes = writeReports{d.writes}
@@ -311,17 +363,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	spawn("health", d.health.Run)
 	start(d.probeWrites)
-	start(d.gauges.Start)
 	if d.cfg.Daemon.Notify {
 		start(func(ctx context.Context) {
 			listenNotifications(ctx, d.pool, d.cfg.ListenURL, d.wake, d.metrics, d.log, d.cfg.Daemon.MaxSleep)
 		})
 	}
-	if d.plan != nil {
-		start(d.plan.Start)
+	for _, s := range d.maintenance() {
+		start(s.Start)
 	}
-	start(d.retention.Start)
-	start(d.parts.Start)
 	var srv *http.Server
 	if d.ln != nil {
 		srv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 10 * time.Second}

@@ -309,7 +309,7 @@ func TestPrunesInterestPastItsAge(t *testing.T) {
 }
 
 // The daemon always runs the retention service (the outbox is bounded by default), and deletes
-// interest events only once retention.interest is set, every retention.interval.
+// interest events only once retention.interest is set, every Retention.Interval.
 func TestDaemonPrunesInterestOnlyWithAnAgeSet(t *testing.T) {
 	e := newEnv(t, 1, neoplesim.Options{})
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
@@ -89,8 +90,8 @@ func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur 
 	// Collections share packed calls as the product's defaults make them (collect.pack_*,
 	// provider.*_limit, daemon.pack_wait).
 	def := config.Default()
-	cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = def.Collect.PackSize, def.Collect.PackMaxListings, def.Collect.PackMaxSales
-	cfg.Dispatch.ShadowFraction = def.Collect.ShadowFraction
+	cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = def.Collect.PackSize, packing.MaxListingsDefault, packing.MaxSalesDefault
+	cfg.Dispatch.ShadowFraction = packing.ShadowFractionDefault
 	e.sim.ResetStats()
 	start := time.Now()
 	b.Logf("fresh-start-ms %d", start.UnixMilli())

@@ -23,7 +23,7 @@ const OverdueAfter = 30 * time.Second
 
 // gaugeConfig configures the gauge service.
 type gaugeConfig struct {
-	// Interval is how often the gauges refresh (daemon.gauge_interval).
+	// Interval is how often the gauges refresh (Config.GaugeInterval).
 	Interval time.Duration
 	// Market is the market key's configured budget, exported as collector_budget_rate.
 	Market config.WorkloadLimits
@@ -43,7 +43,7 @@ type gaugeService struct {
 
 func newGaugeService(cfg gaugeConfig, s *gaugeService) (*gaugeService, error) {
 	if cfg.Interval <= 0 {
-		return nil, fmt.Errorf("gauges: daemon.gauge_interval %s must be > 0", cfg.Interval)
+		return nil, fmt.Errorf("gauges: interval %s must be > 0", cfg.Interval)
 	}
 	s.cfg = cfg
 	return s, nil

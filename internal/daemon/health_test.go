@@ -42,8 +42,8 @@ func TestMaintenancePausesEveryInstanceAndTheProbeBringsThemBack(t *testing.T) {
 		cfg := testConfig()
 		cfg.Dispatch.Concurrency = concurrency
 		cfg.Dispatch.BatchSize = 10
-		cfg.Daemon.Health.RecoverFor = time.Second
-		cfg.Daemon.Health.RecoverFactor = 0.2
+		cfg.Health.RecoverFor = time.Second
+		cfg.Health.RecoverFactor = 0.2
 		cfg.Market.Rate = 200 // ramp visible: RECOVERING starts at 40/s per instance
 		rs = append(rs, e.start(t, cfg, nil))
 	}
@@ -101,8 +101,8 @@ func TestErrorRatioDegradesAndRecovers(t *testing.T) {
 	cfg := testConfig()
 	cfg.Dispatch.Concurrency = 2
 	cfg.Dispatch.BatchSize = 10
-	cfg.Daemon.Health.MinSamples = 10
-	cfg.Daemon.Health.RecoverFor = 500 * time.Millisecond
+	cfg.Health.MinSamples = 10
+	cfg.Health.RecoverFor = 500 * time.Millisecond
 	r := e.start(t, cfg, nil)
 	// A lucky probe may already have moved it on; the counted transition is what matters.
 	testkit.Eventually(t, 20*time.Second, "HEALTHY → DEGRADED", func() bool {

@@ -15,6 +15,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -90,13 +91,11 @@ func testConfig() Config {
 	d := config.Default().Daemon
 	d.HTTPAddr = ""
 	d.Notify = false
-	d.GaugeInterval = 200 * time.Millisecond
-	d.Health.CheckInterval = 50 * time.Millisecond
-	d.Health.ProbeBackoff = 100 * time.Millisecond
-	d.Health.ProbeBackoffMax = 400 * time.Millisecond
 	d.Budget.Enabled = false
 	return Config{
-		Daemon: d,
+		Daemon:        d,
+		GaugeInterval: 200 * time.Millisecond,
+		Health:        health.Thresholds{CheckInterval: 50 * time.Millisecond, ProbeBackoff: 100 * time.Millisecond, ProbeBackoffMax: 400 * time.Millisecond},
 		Dispatch: dispatcher.Config{
 			BatchSize: 50, Lease: 30 * time.Second, Concurrency: 8, FlushSize: 20, EstimateWindow: config.Default().Catalog.EstimateWindow,
 			Owner:      fmt.Sprintf("test-daemon-%d", owners.Add(1)),
@@ -104,7 +103,6 @@ func testConfig() Config {
 			History:    history.FromConfig(config.Default()),
 			Partitions: partition.FromConfig(config.Default()),
 		},
-		History:   config.Default().History,
 		Retention: retention.FromConfig(config.Default()),
 		Market:    config.WorkloadLimits{Rate: 100000, Burst: 10000, PerMinute: 100000000},
 		KeyLabel:  budget.KeyLabel("market", marketKey),

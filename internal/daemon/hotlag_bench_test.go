@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -77,8 +78,8 @@ func hotUnderBacklog(b *testing.B, pack bool) {
 	if pack {
 		def := config.Default()
 		cfg.Daemon.PackWait = def.Daemon.PackWait
-		cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = def.Collect.PackSize, def.Collect.PackMaxListings, def.Collect.PackMaxSales
-		cfg.Dispatch.ShadowFraction = def.Collect.ShadowFraction
+		cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = def.Collect.PackSize, packing.MaxListingsDefault, packing.MaxSalesDefault
+		cfg.Dispatch.ShadowFraction = packing.ShadowFractionDefault
 	}
 	claims := countClaims(b, &cfg)
 	e.sim.ResetStats()

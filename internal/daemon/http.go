@@ -52,7 +52,7 @@ func (d *Daemon) handler() http.Handler {
 		}
 		if r := d.collect.refused.Load(); r != nil {
 			http.Error(w, fmt.Sprintf("collection stopped: the provider refuses the market key (%s) since %s, re-checked every %s: %s",
-				provider.WorkloadMarket.KeyEnv(), r.since.UTC().Format(time.RFC3339), d.cfg.Daemon.KeyRecheck, r.reason), http.StatusServiceUnavailable)
+				provider.WorkloadMarket.KeyEnv(), r.since.UTC().Format(time.RFC3339), d.cfg.KeyRecheck, r.reason), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

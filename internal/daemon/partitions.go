@@ -14,8 +14,8 @@ import (
 
 // partitionConfig configures the partition service.
 type partitionConfig struct {
-	// Interval (> 0) is history.maintenance_interval: how often partitions are created ahead
-	// and those past retention dropped.
+	// Interval (> 0) is how often partitions are created ahead and those past retention
+	// dropped (partition.KeepIntervalDefault).
 	Interval time.Duration
 	// Maintained, when initialised (tests), hears every pass.
 	Maintained *testkit.Signal[[]partition.TableState]
@@ -32,7 +32,7 @@ type partitionService struct {
 
 func newPartitionService(cfg partitionConfig, parts *partition.Partitions, m *telemetry.Metrics, log *zap.Logger) (*partitionService, error) {
 	if cfg.Interval <= 0 {
-		return nil, fmt.Errorf("partitions: history.maintenance_interval %s must be > 0", cfg.Interval)
+		return nil, fmt.Errorf("partitions: interval %s must be > 0", cfg.Interval)
 	}
 	pc := parts.Config()
 	m.PartitionInterval.Set(pc.Interval.Seconds())
@@ -50,7 +50,7 @@ func (s *partitionService) Start(ctx context.Context) {
 	for {
 		if _, err := s.runOnce(ctx); err != nil && ctx.Err() == nil {
 			s.metrics.LoopErrors.WithLabelValues("partitions").Inc()
-			s.log.Warn("history partition upkeep failed; next try in history.maintenance_interval", zap.Error(err))
+			s.log.Warn("history partition upkeep failed; next try after the interval", zap.Duration("interval_seconds", s.cfg.Interval), zap.Error(err))
 		}
 		t := time.NewTimer(s.cfg.Interval)
 		select {

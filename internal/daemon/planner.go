@@ -29,7 +29,7 @@ type planConfig struct {
 	Dispatch     dispatcher.Config
 	AuctionLimit int
 	// CheckEvery is how often the cost loop is asked whether to plan sooner
-	// (daemon.gauge_interval, the pace at which it learns the item count).
+	// (Config.GaugeInterval, the pace at which it learns the item count).
 	CheckEvery time.Duration
 	// Planned, when initialised (tests), hears every plan.
 	Planned *testkit.Signal[planResult]
@@ -53,7 +53,7 @@ func newPlanService(cfg planConfig, s *planService) (*planService, error) {
 		return nil, fmt.Errorf("plan: catalog.recalc_interval %s must be > 0", cfg.Catalog.RecalcInterval)
 	}
 	if cfg.CheckEvery <= 0 {
-		return nil, fmt.Errorf("plan: daemon.gauge_interval %s must be > 0", cfg.CheckEvery)
+		return nil, fmt.Errorf("plan: check interval %s must be > 0", cfg.CheckEvery)
 	}
 	s.cfg = cfg
 	return s, nil

@@ -66,7 +66,7 @@ func TestRefusedKeyStopsCollectionLoudlyAndResumes(t *testing.T) {
 	cfg := testConfig()
 	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
 	cfg.Daemon.Notify = true
-	cfg.Daemon.KeyRecheck = 300 * time.Millisecond
+	cfg.KeyRecheck = 300 * time.Millisecond
 	cfg.signals.passed.Init(t)
 	core, logs := zapobserver.New(zapcore.WarnLevel)
 	r := e.start(t, cfg, zap.New(core))
@@ -87,7 +87,7 @@ func TestRefusedKeyStopsCollectionLoudlyAndResumes(t *testing.T) {
 	sent, took := requests.Load()-n0, time.Since(t0)
 	// One call per re-check (plus one in flight at each end); a loop woken by its own lease
 	// releases sent hundreds.
-	if limit := int64(took/cfg.Daemon.KeyRecheck) + 2; sent > limit {
+	if limit := int64(took/cfg.KeyRecheck) + 2; sent > limit {
 		t.Fatalf("%d requests in %s with a refused key; at most %d re-checks", sent, took, limit)
 	}
 	if n := logs.FilterMessage("the provider refuses the market key: collection stopped until it works again").Len(); n != 1 {

@@ -129,6 +129,6 @@ func TestStoppedRelayFailsReadiness(t *testing.T) {
 func relayConfig(brokers []string, topic string) *outbox.RelayConfig {
 	k := config.Default().Kafka
 	k.Brokers, k.Topic, k.WriteTimeout, k.Lease, k.PollInterval = brokers, topic, 3*time.Second, 9*time.Second, 100*time.Millisecond
-	k.Retry.BackoffMin, k.Retry.BackoffMax = 10*time.Millisecond, 200*time.Millisecond
-	return &outbox.RelayConfig{KafkaConfig: k}
+	k.Retry.BackoffMax = 200 * time.Millisecond
+	return &outbox.RelayConfig{KafkaConfig: k, RetryBackoffMin: 10 * time.Millisecond}
 }

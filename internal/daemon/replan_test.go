@@ -80,7 +80,7 @@ func TestPlanServicePlansWhenTheCostLoopAsks(t *testing.T) {
 	cfg := testConfig()
 	cfg.Catalog = config.Default().Catalog
 	cfg.Catalog.RecalcInterval = time.Hour
-	cfg.Daemon.GaugeInterval = 100 * time.Millisecond
+	cfg.GaugeInterval = 100 * time.Millisecond
 	cfg.signals.planned.Init(t)
 	d := e.build(t, cfg, nil)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -2,8 +2,7 @@ package daemon
 
 import (
 	"context"
-	"fmt"
-	"time"
+	"errors"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
@@ -13,81 +12,57 @@ import (
 	"github.com/duecollector/duecollector/internal/testkit"
 )
 
-// retentionStatements bounds one turn of pruning, so a large first backlog (retention turned
-// on for an old database) is worked off in short turns a second apart rather than in one long
-// run of deletes.
-const retentionStatements = 20
-
-// retentionBacklogWait is the pause between turns while a backlog is worked off.
-const retentionBacklogWait = time.Second
-
 // retentionConfig configures the retention service.
 type retentionConfig struct {
-	// Retention is the ages to keep and the turn's size; Interval (> 0) is the pause between
-	// turns once nothing is left over.
+	// Retention is the ages to keep, the statements' sizes and the pause between turns (zero
+	// sizes take retention's defaults).
 	Retention retention.Config
 	// Pruned, when initialised (tests), hears every turn.
 	Pruned *testkit.Signal[retention.Result]
 }
 
-// retentionService deletes outbox rows, interest events and candles older than the configured
-// ages (snapshots and sales are partitioned: partitionService drops them). It runs on every
-// daemon, relay or not: published outbox rows need no relay here to be pruned.
+// retentionService is the one pruner (retention.Pruner) with the daemon's metrics: it deletes
+// outbox rows, interest events and candles older than the configured ages (snapshots and sales
+// are partitioned: partitionService drops them). It runs on every daemon, relay or not:
+// published outbox rows need no relay here to be pruned.
 type retentionService struct {
 	cfg     retentionConfig
-	pool    *pgxpool.Pool
+	pruner  *retention.Pruner
 	metrics *telemetry.Metrics
 	log     *zap.Logger
 	writes  writeReports // hears this loop's refused writes
 }
 
 func newRetentionService(cfg retentionConfig, pool *pgxpool.Pool, m *telemetry.Metrics, log *zap.Logger) (*retentionService, error) {
-	if cfg.Retention.Interval <= 0 {
-		return nil, fmt.Errorf("retention: retention.interval %s must be > 0", cfg.Retention.Interval)
+	p, err := retention.New(pool, cfg.Retention)
+	if err != nil {
+		return nil, err
 	}
-	return &retentionService{cfg: cfg, pool: pool, metrics: m, log: log}, nil
+	s := &retentionService{cfg: cfg, pruner: p, metrics: m, log: log}
+	p.OnTurn = s.report
+	return s, nil
 }
 
-// Start prunes every retention.interval (a second apart while a backlog lasts) until ctx ends.
-func (s *retentionService) Start(ctx context.Context) {
-	wait := s.cfg.Retention.Interval
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		res, err := s.runOnce(ctx)
-		wait = s.cfg.Retention.Interval
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.metrics.LoopErrors.WithLabelValues("retention").Inc()
-			s.log.Warn("pruning collected history failed; next run in retention.interval", zap.Error(err))
-		case err == nil && res.More:
-			wait = retentionBacklogWait
-		}
-	}
-}
+// Start prunes until ctx ends (retention.Pruner.Start).
+func (s *retentionService) Start(ctx context.Context) { s.pruner.Start(ctx) }
 
 // runOnce prunes one turn.
 func (s *retentionService) runOnce(ctx context.Context) (retention.Result, error) {
-	res, err := retention.Prune(ctx, s.pool, s.cfg.Retention, retentionStatements)
+	return s.pruner.RunOnce(ctx)
+}
+
+// report counts, logs and signals one turn.
+func (s *retentionService) report(res retention.Result, err error) {
 	if err != nil {
 		s.writes.refused(err)
-		return res, err
+		if !errors.Is(err, context.Canceled) {
+			s.metrics.LoopErrors.WithLabelValues("retention").Inc()
+			s.log.Warn("pruning collected history failed; next run after the interval",
+				zap.Duration("interval_seconds", s.pruner.Config().Interval), zap.Error(err))
+		}
+		return
 	}
-	if res.OutboxExpired > 0 {
-		s.metrics.OutboxExpired.Add(float64(res.OutboxExpired))
-		s.log.Warn("dropped unpublished outbox events past retention.outbox_unpublished; their snapshots stay in auction_snapshots",
-			zap.Int64("expired", res.OutboxExpired), zap.Duration("older_than_seconds", s.cfg.Retention.OutboxUnpublished))
-	}
-	if res.Total() > 0 {
-		s.log.Info("pruned collected history", zap.Int64("interest", res.Interest),
-			zap.Int64("candles_hourly", res.CandlesHourly), zap.Int64("candles_daily", res.CandlesDaily),
-			zap.Int64("outbox_published", res.OutboxPublished), zap.Int64("outbox_expired", res.OutboxExpired), zap.Bool("more", res.More))
-	}
+	s.metrics.OutboxExpired.Add(float64(res.OutboxExpired))
+	retention.LogTurn(s.log, s.pruner.Config(), res)
 	s.cfg.Pruned.Signal(res)
-	return res, nil
 }

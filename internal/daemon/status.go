@@ -28,7 +28,7 @@ type ClusterStatus struct {
 	PlannedAt time.Time
 	Leased    int64
 	// Lag is due → claim over the claims of the last LagWindow (each item's latest claim); a
-	// claim made ahead of its due time (daemon.pack_wait; HOT also daemon.claim_horizon) counts as 0.
+	// claim made ahead of its due time (daemon.pack_wait; HOT also Config.ClaimHorizon) counts as 0.
 	LagN           int64
 	LagP50, LagP99 time.Duration
 	OutboxBacklog  int64

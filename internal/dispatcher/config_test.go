@@ -15,7 +15,7 @@ func TestNewRefusesABadValueNamingItsKey(t *testing.T) {
 		t.Fatal("a zero config was accepted")
 	}
 	for _, key := range []string{"provider.name", "collect.batch_size", "collect.lease", "collect.concurrency",
-		"collect.flush_size", "catalog.estimate_window", "collect.pack_size"} {
+		"flush size", "catalog.estimate_window", "collect.pack_size"} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("error does not name %s: %v", key, err)
 		}

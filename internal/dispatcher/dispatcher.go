@@ -24,6 +24,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/history/partition"
+	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
@@ -72,7 +73,7 @@ type Config struct {
 	Lease       time.Duration // lease per claim (collect.lease)
 	Concurrency int           // provider calls in flight (collect.concurrency)
 	MaxBatches  int           // 0 = until nothing is due (collect.max_batches)
-	FlushSize   int           // results per write-back transaction (collect.flush_size)
+	FlushSize   int           // results per write-back transaction (FlushSizeDefault)
 	Owner       string        // recorded in leased_by; "" = this process (host:pid)
 	// Grace is how long in-flight provider calls may finish after ctx is cancelled (shutdown)
 	// before they are abandoned and their leases released. 0: abandon at once.
@@ -90,14 +91,14 @@ type Config struct {
 	// still collects count that many requests or fewer, not when the whole batch is done: the
 	// provider always has the next short stretch of work queued, and an item that falls due
 	// meanwhile (a HOT one is claimed first) waits about that stretch, not a batch. The daemon
-	// passes daemon.claim_horizon of its budget.
+	// passes its claim horizon (daemon.ClaimHorizonDefault) of its budget.
 	ClaimRequests func() float64
 	// TopAhead, with ClaimRequests, claims items of the most urgent tier this long before their
 	// due time when it is longer than Ahead, and while the pending work holds the next claim
 	// back, claims that tier alone TopAhead after the last claim, as long as the pending work
 	// stays under topPending times ClaimRequests: a HOT item is then claimed about at its due time,
 	// without waiting for the other tiers' work, and a tier over the budget still cannot pile
-	// claims up (the daemon sets it to daemon.claim_horizon). Under MaxAhead, as Ahead.
+	// claims up (the daemon sets it to its claim horizon). Under MaxAhead, as Ahead.
 	TopAhead time.Duration
 	// Gather ends a pass after a batch smaller than it asked for, instead of claiming again
 	// what fell due while that batch was collected: those items wait for the next pass, where
@@ -115,12 +116,12 @@ type Config struct {
 	EstimateWindow time.Duration
 	// PackSize: items whose recent answers were small (PackMaxListings listings, PackMaxSales
 	// new sales per collection) share itemIds calls of up to PackSize ids, as far as the
-	// fetcher's PackLimit allows (collect.pack_*). 0, like 1: every item alone.
+	// fetcher's PackLimit allows (collect.pack_size; packing.*Default). 0, like 1: every item alone.
 	PackSize        int
 	PackMaxListings int
 	PackMaxSales    float64
 	// ShadowFraction of packed items are fetched alone as well and compared; a mismatch
-	// switches packing off cluster-wide (collect.shadow_fraction).
+	// switches packing off cluster-wide (packing.ShadowFractionDefault).
 	ShadowFraction float64
 	// History decides which collections write a snapshot and an event (history.mode,
 	// history.heartbeat).
@@ -128,6 +129,9 @@ type Config struct {
 	// Partitions is how the write path creates a history partition its rows found missing
 	// (history.partition_interval, history.partition_ahead).
 	Partitions partition.Config
+	// Keeper, when set, is the partition keeper the caller built once and shares with upkeep;
+	// nil = New builds one from Partitions over DirectPool.
+	Keeper *partition.Partitions
 	// DirectPool, when set, is database.direct_url: the write path creates partitions over it.
 	DirectPool *pgxpool.Pool
 	// WriteHealth, when set, hears the outcome of every claim, lease renewal and release and
@@ -165,6 +169,17 @@ func (nopObserver) SalesGap(Claim)                       {}
 func (nopObserver) Stored(map[history.Reason]int)        {}
 func (nopObserver) Shadowed(string, bool)                {}
 
+// FlushSizeDefault is the results written per transaction: large enough to amortise a commit,
+// small enough that a write-back never holds its locks for long.
+const FlushSizeDefault = 50
+
+// The bounds of the fields no configuration key sets; tests set them directly.
+const (
+	flushSizeMax       = 5000
+	packMaxListingsMax = 399
+	packMaxSalesMax    = 99.0
+)
+
 // FromConfig is the dispatcher's configuration from provider.name, collect.* and
 // catalog.estimate_window, shared by the daemon and the one-shots. MaxBatches, Grace, Owner and
 // the daemon's own fields (PrioritizeTiers, ClaimLimit, Gather, Ahead, Observer) are the
@@ -173,9 +188,9 @@ func FromConfig(c *config.Config) Config {
 	cc := c.Collect
 	return Config{
 		Provider: c.Provider.Name, BatchSize: cc.BatchSize, Lease: cc.Lease, Concurrency: cc.Concurrency,
-		FlushSize: cc.FlushSize, EstimateWindow: c.Catalog.EstimateWindow,
-		PackSize: cc.PackSize, PackMaxListings: cc.PackMaxListings, PackMaxSales: cc.PackMaxSales,
-		ShadowFraction: cc.ShadowFraction,
+		FlushSize: FlushSizeDefault, EstimateWindow: c.Catalog.EstimateWindow,
+		PackSize: cc.PackSize, PackMaxListings: packing.MaxListingsDefault, PackMaxSales: packing.MaxSalesDefault,
+		ShadowFraction: packing.ShadowFractionDefault,
 		History:        history.FromConfig(c),
 		Partitions:     partition.FromConfig(c),
 	}
@@ -187,16 +202,22 @@ func (c Config) validate() error {
 		config.CollectLease.Check(c.Lease),
 		config.CollectConcurrency.Check(c.Concurrency),
 		config.CollectMaxBatches.Check(c.MaxBatches),
-		config.CollectFlushSize.Check(c.FlushSize),
 		config.CatalogEstimateWindow.Check(c.EstimateWindow),
-		config.CollectPackMaxListings.Check(c.PackMaxListings),
-		config.CollectPackMaxSales.Check(c.PackMaxSales),
-		config.CollectShadowFraction.Check(c.ShadowFraction),
 		c.History.Validate(),
 		c.Partitions.Validate(),
 	}
 	if c.Provider == "" {
 		errs = append(errs, errors.New(`provider.name "": required`))
+	}
+	if c.FlushSize < 1 || c.FlushSize > flushSizeMax {
+		errs = append(errs, fmt.Errorf("flush size %d: must be between 1 and %d", c.FlushSize, flushSizeMax))
+	}
+	if c.PackMaxListings < 0 || c.PackMaxListings > packMaxListingsMax || c.PackMaxSales < 0 || c.PackMaxSales > packMaxSalesMax {
+		errs = append(errs, fmt.Errorf("pack thresholds %d listings, %v sales: must be between 0 and %d, 0 and %v",
+			c.PackMaxListings, c.PackMaxSales, packMaxListingsMax, packMaxSalesMax))
+	}
+	if c.ShadowFraction < 0 || c.ShadowFraction > 1 {
+		errs = append(errs, fmt.Errorf("shadow fraction %v: must be between 0 and 1", c.ShadowFraction))
 	}
 	if c.PackSize != 0 { // 0 is packing off, as 1 is
 		errs = append(errs, config.CollectPackSize.Check(c.PackSize))
@@ -245,9 +266,12 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 	if cfg.Owner == "" {
 		cfg.Owner = OwnerString()
 	}
-	parts, err := partition.New(pool, cfg.DirectPool, cfg.Partitions)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher config: %w", err)
+	parts := cfg.Keeper
+	if parts == nil {
+		var err error
+		if parts, err = partition.New(pool, cfg.DirectPool, cfg.Partitions); err != nil {
+			return nil, fmt.Errorf("dispatcher config: %w", err)
+		}
 	}
 	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log, partitions: parts,
 		auctionLimit: fetch.AuctionLimit(), soldLimit: fetch.SoldLimit(), packSize: min(cfg.PackSize, fetch.PackLimit())}, nil

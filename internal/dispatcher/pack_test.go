@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -154,7 +153,7 @@ func TestPackingSwitchIsReadByEveryPass(t *testing.T) {
 func TestSmallItemsShareCallsOnceTheirAnswersAreKnown(t *testing.T) {
 	e := setup(t, 30, tiers.Cold, nil)
 	ctx := context.Background()
-	cfg := Config{BatchSize: 30, Concurrency: 4, PackSize: 10, PackMaxListings: 60, PackMaxSales: config.CollectPackMaxSales.Max, ShadowFraction: 1,
+	cfg := Config{BatchSize: 30, Concurrency: 4, PackSize: 10, PackMaxListings: 60, PackMaxSales: packMaxSalesMax, ShadowFraction: 1,
 		History: everyCollection}
 	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -191,7 +190,7 @@ func TestShadowMismatchSwitchesPackingOff(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: config.CollectPackMaxSales.Max, ShadowFraction: 1}
+	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: packMaxSalesMax, ShadowFraction: 1}
 	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +227,7 @@ func TestShadowCheckIgnoresAMarketThatMovedMeanwhile(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: config.CollectPackMaxSales.Max, ShadowFraction: 1}
+	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: packMaxSalesMax, ShadowFraction: 1}
 	for pass := 0; pass < 2; pass++ {
 		if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
 			t.Fatal(err)

@@ -23,6 +23,7 @@
 package health
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/backoff"
-	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/testkit"
 )
@@ -45,11 +45,75 @@ type Prober func(ctx context.Context) error
 // RateSetter scales the request rate (the client's limiter or the cluster budget share).
 type RateSetter interface{ SetRateFactor(f float64) }
 
-// Config is the state machine's thresholds (daemon.health.*) plus who this instance is.
+// Config is the state machine's thresholds plus who this instance is.
 type Config struct {
-	config.HealthConfig
+	Thresholds
 	Provider string
 	Owner    string
+}
+
+// Thresholds drive the state machine. Zero fields take the …Default constants: no operator
+// needs to turn them, and tests set the fields directly to run at test speed.
+type Thresholds struct {
+	Window          time.Duration // sliding window of outcomes
+	ErrorRatio      float64       // transient share that means DEGRADED
+	MinSamples      int           // fewer outcomes decide nothing
+	ProbeBackoff    time.Duration // first probe after this, doubled per failure
+	ProbeBackoffMax time.Duration
+	RecoverFactor   float64       // rate fraction at the start of RECOVERING
+	RecoverFor      time.Duration // RECOVERING's ramp-up to the full rate
+	// RecoverSuccessRatio: after RecoverFor, this share of the last Window's outcomes must
+	// have succeeded for RECOVERING → HEALTHY.
+	RecoverSuccessRatio float64
+	CheckInterval       time.Duration // status re-read / probe check
+}
+
+// The thresholds' defaults.
+const (
+	WindowDefault              = 30 * time.Second
+	ErrorRatioDefault          = 0.5
+	MinSamplesDefault          = 20
+	ProbeBackoffDefault        = 5 * time.Second
+	ProbeBackoffMaxDefault     = 5 * time.Minute
+	RecoverFactorDefault       = 0.1
+	RecoverForDefault          = time.Minute
+	RecoverSuccessRatioDefault = 0.95
+	CheckIntervalDefault       = time.Second
+)
+
+// WithDefaults fills the zero fields with the defaults.
+func (t Thresholds) WithDefaults() Thresholds {
+	t.Window = cmp.Or(t.Window, WindowDefault)
+	t.ErrorRatio = cmp.Or(t.ErrorRatio, ErrorRatioDefault)
+	t.MinSamples = cmp.Or(t.MinSamples, MinSamplesDefault)
+	t.ProbeBackoff = cmp.Or(t.ProbeBackoff, ProbeBackoffDefault)
+	t.ProbeBackoffMax = cmp.Or(t.ProbeBackoffMax, ProbeBackoffMaxDefault)
+	t.RecoverFactor = cmp.Or(t.RecoverFactor, RecoverFactorDefault)
+	t.RecoverFor = cmp.Or(t.RecoverFor, RecoverForDefault)
+	t.RecoverSuccessRatio = cmp.Or(t.RecoverSuccessRatio, RecoverSuccessRatioDefault)
+	t.CheckInterval = cmp.Or(t.CheckInterval, CheckIntervalDefault)
+	return t
+}
+
+// mustValidate refuses what would stall the state machine. Only code sets thresholds, so a bad
+// one is a programming error, as in River's maintenance services.
+func (t Thresholds) mustValidate() {
+	var errs []error
+	if t.Window <= 0 || t.ProbeBackoff <= 0 || t.CheckInterval <= 0 || t.RecoverFor <= 0 || t.MinSamples < 1 {
+		errs = append(errs, fmt.Errorf("window %s, probe back-off %s, check interval %s, recovery %s and min samples %d must be > 0",
+			t.Window, t.ProbeBackoff, t.CheckInterval, t.RecoverFor, t.MinSamples))
+	}
+	if t.ProbeBackoffMax < t.ProbeBackoff {
+		errs = append(errs, fmt.Errorf("probe back-off max %s must be >= the probe back-off %s", t.ProbeBackoffMax, t.ProbeBackoff))
+	}
+	for _, r := range []float64{t.ErrorRatio, t.RecoverFactor, t.RecoverSuccessRatio} {
+		if r <= 0 || r > 1 {
+			errs = append(errs, fmt.Errorf("ratio %v must be > 0 and <= 1", r))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		panic("provider health: " + err.Error())
+	}
 }
 
 // Monitor watches outcomes and the status row; Run drives it.
@@ -83,11 +147,13 @@ type sample struct {
 	bad bool
 }
 
-// New builds a monitor. rate may be nil.
+// New builds a monitor; zero thresholds take their defaults. rate may be nil.
 func New(pool *pgxpool.Pool, cfg Config, probe Prober, rate RateSetter, log *zap.Logger) *Monitor {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	cfg.Thresholds = cfg.Thresholds.WithDefaults()
+	cfg.Thresholds.mustValidate()
 	return &Monitor{pool: pool, cfg: cfg, probe: probe, rate: rate, log: log,
 		kick: make(chan struct{}, 1), changed: make(chan struct{}, 1)}
 }

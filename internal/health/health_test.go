@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -23,7 +22,7 @@ import (
 
 func testConfig(owner string) Config {
 	return Config{
-		HealthConfig: config.HealthConfig{
+		Thresholds: Thresholds{
 			Window: 10 * time.Second, ErrorRatio: 0.5, MinSamples: 4,
 			ProbeBackoff: 50 * time.Millisecond, ProbeBackoffMax: 400 * time.Millisecond,
 			RecoverFactor: 0.1, RecoverFor: 300 * time.Millisecond, RecoverSuccessRatio: 0.9, CheckInterval: 10 * time.Millisecond,
@@ -292,4 +291,22 @@ func TestEachStatusChangeIsLoggedOnce(t *testing.T) {
 	if !slices.Equal(seen, []string{"MAINTENANCE→RECOVERING", "RECOVERING→HEALTHY"}) {
 		t.Fatalf("status change lines %v, want each change once; all lines: %v", seen, logs.All())
 	}
+}
+
+// Zero thresholds take the defaults (no operator turns them); a threshold that would stall the
+// state machine is a programming error.
+func TestZeroThresholdsTakeTheDefaults(t *testing.T) {
+	m := New(nil, Config{Thresholds: Thresholds{RecoverFor: time.Second}, Provider: "neople"}, nil, nil, nil)
+	want := Thresholds{Window: WindowDefault, ErrorRatio: ErrorRatioDefault, MinSamples: MinSamplesDefault,
+		ProbeBackoff: ProbeBackoffDefault, ProbeBackoffMax: ProbeBackoffMaxDefault, RecoverFactor: RecoverFactorDefault,
+		RecoverFor: time.Second, RecoverSuccessRatio: RecoverSuccessRatioDefault, CheckInterval: CheckIntervalDefault}
+	if m.cfg.Thresholds != want {
+		t.Fatalf("thresholds %+v, want %+v", m.cfg.Thresholds, want)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a probe back-off cap under the back-off was accepted")
+		}
+	}()
+	New(nil, Config{Thresholds: Thresholds{ProbeBackoff: time.Minute, ProbeBackoffMax: time.Second}}, nil, nil, nil)
 }

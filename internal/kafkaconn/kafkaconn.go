@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
@@ -20,11 +21,14 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 )
 
+// DialTimeoutDefault bounds a connection attempt to a broker; a refused one fails at once anyway.
+const DialTimeoutDefault = 5 * time.Second
+
 // Dial opens a connection to a broker (a net.Dialer, a proxy, a simulated network distance).
 type Dial func(ctx context.Context, network, address string) (net.Conn, error)
 
 // Transport loads the TLS files and prepares SASL; errors name the key behind the problem.
-// A nil dial uses a net.Dialer with kafka.dial_timeout.
+// A nil dial uses a net.Dialer with DialTimeoutDefault.
 func Transport(cfg config.KafkaConfig, dial Dial) (*kafka.Transport, error) {
 	tc, err := tlsConfig(cfg.TLS)
 	if err != nil {
@@ -35,9 +39,9 @@ func Transport(cfg config.KafkaConfig, dial Dial) (*kafka.Transport, error) {
 		return nil, err
 	}
 	if dial == nil {
-		dial = (&net.Dialer{Timeout: cfg.DialTimeout}).DialContext
+		dial = (&net.Dialer{Timeout: DialTimeoutDefault}).DialContext
 	}
-	return &kafka.Transport{Dial: dial, DialTimeout: cfg.DialTimeout, ClientID: cfg.ClientID, TLS: tc, SASL: mech}, nil
+	return &kafka.Transport{Dial: dial, DialTimeout: DialTimeoutDefault, ClientID: cfg.ClientID, TLS: tc, SASL: mech}, nil
 }
 
 // Compression is kafka-go's codec for kafka.compression (config validates the name).

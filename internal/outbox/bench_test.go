@@ -416,7 +416,7 @@ func BenchmarkRelayLatency(b *testing.B) {
 }
 
 // benchTxRows is how many events one transaction enqueues in the benchmarks: a write-back of
-// the collector's default collect.flush_size.
+// the collector's dispatcher.FlushSizeDefault.
 // BENCH_OUTBOX_TX overrides it.
 func benchTxRows() int {
 	if v, _ := strconv.Atoi(os.Getenv("BENCH_OUTBOX_TX")); v > 0 {

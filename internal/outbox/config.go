@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/kafkaconn"
@@ -18,10 +20,22 @@ type RelayConfig struct {
 	OnPublished func(ages []float64) // per batch, each published row's age at its mark (database clock)
 	OnError     func(reason string)  // each failed attempt's reason (classify) and "rejected"
 	// WriteHealth, when set, hears the database's refusals of the relay's reads and writes
-	// (leases, marks, pruning), so a relay alone on a daemon also tells /readyz.
+	// (leases and marks), so a relay alone on a daemon also tells /readyz.
 	WriteHealth *store.WriteHealth
-	Test        *TestSignals
+	// RetryAttempts is how many failed attempts a pass (--once) makes before it gives up; 0 =
+	// RetryAttemptsDefault. Follow mode retries for ever.
+	RetryAttempts int
+	// RetryBackoffMin is the first back-off after a failure, doubling up to kafka.retry.backoff_max;
+	// 0 = RetryBackoffMinDefault (or kafka.retry.backoff_max when that is smaller).
+	RetryBackoffMin time.Duration
+	Test            *TestSignals
 }
+
+// Retry defaults no operator needs to turn; tests set RelayConfig's fields instead.
+const (
+	RetryAttemptsDefault   = 5
+	RetryBackoffMinDefault = 200 * time.Millisecond
+)
 
 // check: no brokers means no Kafka for package config, but a relay needs them.
 func (c *RelayConfig) check() error {
@@ -39,6 +53,15 @@ func (c *RelayConfig) check() error {
 	}
 	if c.OnError == nil {
 		c.OnError = func(string) {}
+	}
+	if c.RetryAttempts < 0 || c.RetryBackoffMin < 0 {
+		return fmt.Errorf("outbox relay: retry attempts %d and back-off %s must be >= 0", c.RetryAttempts, c.RetryBackoffMin)
+	}
+	if c.RetryAttempts == 0 {
+		c.RetryAttempts = RetryAttemptsDefault
+	}
+	if c.RetryBackoffMin == 0 {
+		c.RetryBackoffMin = min(RetryBackoffMinDefault, c.Retry.BackoffMax)
 	}
 	return c.Validate()
 }

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// weekSeconds is a retention.outbox_unpublished an operator might choose, as ExpireSQL takes it.
-var weekSeconds = (7 * 24 * time.Hour).Seconds()
+// week is a retention.outbox_unpublished an operator might choose.
+const week = 7 * 24 * time.Hour
 
 // Rows that expire while a relay has them in flight are published once: the relay's mark finds
 // their entries gone and reports them unmarked, without an error, and no later pass sends them
@@ -32,9 +32,9 @@ func TestExpiryUnderAPublishingRelayPublishesOnce(t *testing.T) {
 	if err := r.publish(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
-	tag, err := pool.Exec(ctx, ExpireSQL, weekSeconds, 1000)
-	if err != nil || tag.RowsAffected() != 10 {
-		t.Fatalf("expired %d rows (%v), want the 10 in flight", tag.RowsAffected(), err)
+	n, err := DeleteExpired(ctx, pool, week, 1000)
+	if err != nil || n != 10 {
+		t.Fatalf("expired %d rows (%v), want the 10 in flight", n, err)
 	}
 	_, lost, err := markSettled(ctx, pool, r.lanes.tokens(), rows, nil)
 	if err != nil || !lost {
@@ -83,9 +83,9 @@ func TestExpiryNeverWaitsOnARelayMarking(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	tag, err := pool.Exec(wctx, ExpireSQL, weekSeconds, 1000)
-	if err != nil || tag.RowsAffected() != 2 {
-		t.Fatalf("expired %d rows (%v), want the 2 nobody holds, without waiting", tag.RowsAffected(), err)
+	n, err := DeleteExpired(wctx, pool, week, 1000)
+	if err != nil || n != 2 {
+		t.Fatalf("expired %d rows (%v), want the 2 nobody holds, without waiting", n, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestExpiryNeverWaitsOnARelayMarking(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending p WHERE NOT EXISTS (SELECT FROM outbox o WHERE o.id = p.id)`).Scan(&orphans); err != nil || orphans != 0 {
 		t.Fatalf("%d pending entries point at no outbox row (%v)", orphans, err)
 	}
-	if tag, err := pool.Exec(ctx, ExpireSQL, weekSeconds, 1000); err != nil || tag.RowsAffected() != 2 {
-		t.Fatalf("the next pass expired %d rows (%v), want the 2 left", tag.RowsAffected(), err)
+	if n, err := DeleteExpired(ctx, pool, week, 1000); err != nil || n != 2 {
+		t.Fatalf("the next pass expired %d rows (%v), want the 2 left", n, err)
 	}
 }

@@ -106,12 +106,12 @@ func TestPruneKeepsUnpublishedRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	dequeue(t, pool, "id % 4 IN (0, 1)")
-	if n, err := pruneBatch(ctx, pool, 7*24*time.Hour, 2); err != nil || n != 2 || countWhere(t, pool, "id % 4 = 0") != 5-2 {
+	if n, err := DeletePublished(ctx, pool, 7*24*time.Hour, 2); err != nil || n != 2 || countWhere(t, pool, "id % 4 = 0") != 5-2 {
 		t.Fatalf("one prune statement of 2 rows: %d %v, %d old rows left", n, err, countWhere(t, pool, "id % 4 = 0"))
 	}
-	n, err := Prune(ctx, pool, 7*24*time.Hour, 2)
+	n, err := DeletePublished(ctx, pool, 7*24*time.Hour, 5)
 	if err != nil || n != 3 {
-		t.Fatalf("Prune: %d %v, want 3", n, err)
+		t.Fatalf("DeletePublished: %d %v, want 3", n, err)
 	}
 	if left := countWhere(t, pool, "true"); left != 15 || countWhere(t, pool, "id % 4 = 0") != 0 {
 		t.Fatalf("%d rows left, want 15", left)
@@ -125,8 +125,8 @@ func TestPruneKeepsUnpublishedRows(t *testing.T) {
 	if b, err := ReadBacklog(ctx, pool, false); err != nil || b.Published != 0 || b.Pending != 5 || b.Oldest < 29*24*time.Hour {
 		t.Fatalf("ReadBacklog without the published rows: %+v %v", b, err)
 	}
-	if n, err := Prune(ctx, pool, 7*24*time.Hour, 2); err != nil || n != 0 {
-		t.Fatalf("second Prune: %d %v", n, err)
+	if n, err := DeletePublished(ctx, pool, 7*24*time.Hour, 2); err != nil || n != 0 {
+		t.Fatalf("second DeletePublished: %d %v", n, err)
 	}
 }
 
@@ -267,8 +267,9 @@ func TestRunOnceLeavesLanesHeldElsewhere(t *testing.T) {
 	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
 }
 
-// Follow mode publishes rows as they commit and prunes old published rows.
-func TestRunFollowsAndPrunes(t *testing.T) {
+// Follow mode publishes rows as they commit, and leaves old published rows to the one pruner
+// (internal/retention).
+func TestRunFollowsAndLeavesPruning(t *testing.T) {
 	pool := newDB(t)
 	broker := newBroker(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -285,8 +286,8 @@ func TestRunFollowsAndPrunes(t *testing.T) {
 	go func() { done <- r.Run(ctx) }()
 
 	sig.Idle.Wait(t)
-	if n := countWhere(t, pool, "true"); n != 0 {
-		t.Fatalf("%d old published rows left after the first prune", n)
+	if n := countWhere(t, pool, "true"); n != 2 {
+		t.Fatalf("%d old published rows left, want the 2: the relay does not prune", n)
 	}
 	enqueue(t, pool, snapshotEvents(3, 2))
 	got := 0

@@ -38,8 +38,8 @@ func testConfig(brokers []string, owner string) RelayConfig {
 	k := config.Default().Kafka
 	k.Brokers, k.Topic, k.BatchSize = brokers, testTopic, 100
 	k.WriteTimeout, k.Lease, k.PollInterval = 3*time.Second, 9*time.Second, 100*time.Millisecond
-	k.Retry.Attempts, k.Retry.BackoffMin, k.Retry.BackoffMax = 3, 10*time.Millisecond, 200*time.Millisecond
-	return RelayConfig{KafkaConfig: k, Owner: owner}
+	k.Retry.BackoffMax = 200 * time.Millisecond
+	return RelayConfig{KafkaConfig: k, Owner: owner, RetryAttempts: 3, RetryBackoffMin: 10 * time.Millisecond}
 }
 
 func newTestRelay(tb testing.TB, pool *pgxpool.Pool, cfg RelayConfig) (*Relay, *TestSignals) {

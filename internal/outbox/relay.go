@@ -81,7 +81,7 @@ func (r *Relay) Close() error {
 
 var errRunning = errors.New("outbox relay: RunOnce or Run called while the relay is running")
 
-// RunOnce drains the lanes it can lease and releases them, giving up after kafka.retry.attempts.
+// RunOnce drains the lanes it can lease and releases them, giving up after RelayConfig.RetryAttempts.
 func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 	if !r.running.CompareAndSwap(false, true) {
 		return Result{}, errRunning
@@ -117,10 +117,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	return err
 }
 
-// schedule is when a loop next acquires free lanes and prunes; a pass acquires once, never prunes.
+// schedule is when a loop next acquires free lanes; a pass acquires once.
 type schedule struct {
-	follow                 bool
-	nextAcquire, nextPrune time.Time
+	follow      bool
+	nextAcquire time.Time
 }
 
 // loop takes turns until ctx ends, a permanent error or, in a pass (no wake), idleness.
@@ -146,8 +146,8 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			if err := r.failed(ctx, err); err != nil {
 				return err
 			}
-			if !s.follow && failures >= r.cfg.Retry.Attempts {
-				return fmt.Errorf("outbox relay gave up after %d attempts (kafka.retry.attempts); unpublished rows stay in the outbox: %w", failures, err)
+			if !s.follow && failures >= r.cfg.RetryAttempts {
+				return fmt.Errorf("outbox relay gave up after %d attempts; unpublished rows stay in the outbox: %w", failures, err)
 			}
 			d := r.retry().Delay(failures)
 			r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff_seconds", d))
@@ -165,12 +165,8 @@ func (r *Relay) turn(ctx context.Context, s *schedule) (idle bool, err error) {
 	if err := r.leaseIfDue(ctx, s); err != nil {
 		return false, err
 	}
-	pruning, err := r.pruneIfDue(ctx, s)
-	if err != nil {
-		return false, err
-	}
 	n, err := r.step(ctx)
-	return n == 0 && err == nil && !pruning, err
+	return n == 0 && err == nil, err
 }
 
 // leaseIfDue renews a quarter of a lease after the last renewal and, with s, acquires free lanes when due.
@@ -191,22 +187,6 @@ func (r *Relay) leaseIfDue(ctx context.Context, s *schedule) error {
 		s.nextAcquire = now.Add(min(r.cfg.PollInterval, r.cfg.Lease/4))
 	}
 	return err
-}
-
-// pruneIfDue runs one statement a turn, so that old rows do not hold up publishing.
-func (r *Relay) pruneIfDue(ctx context.Context, s *schedule) (more bool, err error) {
-	now := time.Now()
-	if !s.follow || now.Before(s.nextPrune) {
-		return false, nil
-	}
-	n, err := pruneBatch(ctx, r.pool, r.cfg.OutboxRetention, r.cfg.PruneBatch)
-	if n > 0 {
-		r.log.Info("pruned published outbox rows", zap.Int64("deleted", n), zap.Duration("older_than_seconds", r.cfg.OutboxRetention))
-	}
-	if more = n == int64(r.cfg.PruneBatch); !more {
-		s.nextPrune = now.Add(r.cfg.PruneInterval)
-	}
-	return more, err
 }
 
 // checkTopic: a relay that gets past it works, so it clears the stop notes.
@@ -277,7 +257,7 @@ func (r *Relay) step(ctx context.Context) (int, error) {
 		r.recorded(rows, now)
 	}
 	if lost {
-		// Or retention.outbox_unpublished dropped them meanwhile (ExpireSQL): published once, gone.
+		// Or retention.outbox_unpublished dropped them meanwhile (DeleteExpired): published once, gone.
 		r.log.Warn("outbox rows not marked: their lanes went to another relay, or they expired (retention.outbox_unpublished)")
 		_, _, err = r.lanes.renew(ctx, false) // forgets those lanes
 	}
@@ -418,7 +398,7 @@ func (r *Relay) wait(ctx context.Context, d time.Duration, wake <-chan struct{})
 
 // retry is jittered so that relays restarted together do not retry in lockstep.
 func (r *Relay) retry() backoff.Policy {
-	return backoff.Policy{Min: r.cfg.Retry.BackoffMin, Max: r.cfg.Retry.BackoffMax, Jitter: true}
+	return backoff.Policy{Min: r.cfg.RetryBackoffMin, Max: r.cfg.Retry.BackoffMax, Jitter: true}
 }
 
 // releaseLanes hands the lanes back even when ctx is already cancelled (the usual way out).

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // Lanes is the number of lanes (outbox.lane, outbox_relay_lanes: migrations/001_schema.sql).
@@ -147,43 +149,41 @@ func RetryFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64, e
 	return n, nil
 }
 
-// Prune deletes published rows created more than olderThan ago, batch rows per statement.
-func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, batch int) (int64, error) {
-	if batch < 1 {
-		return 0, fmt.Errorf("prune outbox: batch %d must be >= 1", batch)
-	}
-	var deleted int64
-	for {
-		n, err := pruneBatch(ctx, pool, olderThan, batch)
-		if deleted += n; err != nil || n < int64(batch) {
-			return deleted, err
-		}
-	}
-}
-
-// pruneBatch is a short statement of its own, so that it never holds up the relay for long.
-func pruneBatch(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, batch int) (int64, error) {
-	tag, err := pool.Exec(ctx, PruneSQL, olderThan.Seconds(), batch)
+// DeletePublished deletes up to limit published rows created more than olderThan ago, in one
+// short statement of its own, and returns how many went. internal/retention is its one caller
+// (kafka.outbox_retention), for daemons and cron jobs alike.
+func DeletePublished(ctx context.Context, db store.Execer, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, deletePublishedSQL, olderThan.Seconds(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("prune outbox rows created before %s ago: %w", olderThan, err)
+		return 0, fmt.Errorf("delete published outbox rows created before %s ago: %w", olderThan, err)
 	}
 	return tag.RowsAffected(), nil
 }
 
-// PruneSQL deletes up to $2 published rows created more than $1 seconds ago (the relay, and
-// internal/retention for daemons and cron jobs that run none).
+// DeleteExpired drops unpublished rows created more than olderThan ago among the limit oldest
+// unpublished ones (retention.outbox_unpublished), with their outbox_pending entries, and
+// returns how many outbox rows went.
+func DeleteExpired(ctx context.Context, db store.Execer, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, deleteExpiredSQL, olderThan.Seconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("drop unpublished outbox rows created before %s ago: %w", olderThan, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// deletePublishedSQL deletes up to $2 published rows created more than $1 seconds ago.
 //
 // = ANY (ARRAY(…)), not IN (…): the planner hashes an IN list and scans the whole outbox for it.
-const PruneSQL = `
+const deletePublishedSQL = `
 DELETE FROM outbox WHERE id = ANY (ARRAY(
     SELECT o.id FROM outbox o
     WHERE o.created_at < now() - $1::float8 * interval '1 second' AND o.failed_at IS NULL
       AND NOT EXISTS (SELECT FROM outbox_pending p WHERE p.id = o.id)
     LIMIT $2))`
 
-// ExpireSQL drops unpublished rows (pending or failed) created more than $1 seconds ago, with
-// their outbox_pending entries, among the $2 oldest unpublished rows (internal/retention,
-// retention.outbox_unpublished). Its command tag counts the outbox rows dropped.
+// deleteExpiredSQL drops unpublished rows (pending or failed) created more than $1 seconds ago,
+// with their outbox_pending entries, among the $2 oldest unpublished rows. Its command tag
+// counts the outbox rows dropped.
 //
 // Candidates are the $2 lowest ids in outbox_pending and outbox_failed_idx: ids follow
 // created_at but for a write-back's few seconds, so fewer than $2 dropped means the old ones
@@ -201,7 +201,7 @@ DELETE FROM outbox WHERE id = ANY (ARRAY(
 // reports it unmarked (as for a lane it lost), which the relay logs and nothing retries: the
 // row is gone, so nothing reads it again and nothing is published twice. Consumers deduplicate
 // by event_id anyway, and the snapshot stays in auction_snapshots either way.
-const ExpireSQL = `
+const deleteExpiredSQL = `
 WITH oldest AS MATERIALIZED (
     (SELECT id FROM outbox_pending ORDER BY id LIMIT $2)
     UNION ALL

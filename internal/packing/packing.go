@@ -11,6 +11,17 @@ import (
 	"time"
 )
 
+// What makes an item small enough to pack, and how many packed items are checked alone: fixed
+// by the API's limits and the shadow check's cost, not by a deployment (no configuration key).
+const (
+	// MaxListingsDefault: at most this many listings in the item's last answer.
+	MaxListingsDefault = 100
+	// MaxSalesDefault: at most this many new sales per collection.
+	MaxSalesDefault = 5.0
+	// ShadowFractionDefault of packed items are fetched alone as well and compared.
+	ShadowFractionDefault = 0.01
+)
+
 // Split groups rows by item id, each item's rows in answer order. Rows of ids not asked for
 // are dropped and counted: a packed answer must never put one item's rows under another.
 func Split[R any](rows []R, itemID func(R) string, asked []string) (parts map[string][]R, foreign int) {
@@ -92,9 +103,9 @@ func Groups(ids []string, size int) [][]string {
 type Model struct {
 	PackSize     int     // ids per call (collect.pack_size); 1 = packing off
 	AuctionLimit int     // rows a /df/auction answer holds (provider.auction_limit)
-	MaxListings  int     // collect.pack_max_listings
-	MaxSales     float64 // collect.pack_max_sales: new sales per collection
-	Shadow       float64 // collect.shadow_fraction: packed items also fetched alone
+	MaxListings  int     // MaxListingsDefault
+	MaxSales     float64 // MaxSalesDefault: new sales per collection
+	Shadow       float64 // ShadowFractionDefault: packed items also fetched alone
 	// Listings and Sales are the endpoints' cluster-wide switches (packing_state).
 	Listings, Sales bool
 }

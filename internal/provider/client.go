@@ -25,7 +25,7 @@ type ClientConfig struct {
 	Key          string
 	KeyIn        string        // "header" (default) or "query"
 	Timeout      time.Duration // per HTTP request, limiter waits excluded; default 10s
-	MaxBodyBytes int64         // default 8 MiB
+	MaxBodyBytes int64         // default MaxBodyBytesDefault
 	Rate         float64       // requests per second; default 500
 	Burst        int           // default 50
 	PerMinute    int           // requests in any rolling 60 s; default 30000
@@ -33,13 +33,23 @@ type ClientConfig struct {
 	SoldLimit    int           // rows per /df/auction-sold call; default and cap 100
 	HTTPClient   *http.Client  // optional; its Timeout and redirect policy then apply
 	// FutureTolerance is how far past our clock a sale or listing may be dated before the
-	// row is dropped; default provider.future_tolerance.
+	// row is dropped; default FutureToleranceDefault.
 	FutureTolerance time.Duration
-	// MaxRetryAfter caps a Retry-After the provider asks for; default provider.max_retry_after.
+	// MaxRetryAfter caps a Retry-After the provider asks for; default MaxRetryAfterDefault.
 	MaxRetryAfter time.Duration
 	// Log hears about rows dropped at the boundary (one line per answer); default none.
 	Log *zap.Logger
 }
+
+// Limits no operator needs to turn; tests set ClientConfig's fields instead.
+const (
+	// MaxBodyBytesDefault caps an answer's body: the largest real answer is far below it.
+	MaxBodyBytesDefault int64 = 8 << 20
+	// FutureToleranceDefault: a sale or listing dated further ahead than this is dropped.
+	FutureToleranceDefault = 24 * time.Hour
+	// MaxRetryAfterDefault caps the provider's Retry-After, so a bogus one cannot park a key.
+	MaxRetryAfterDefault = 5 * time.Minute
+)
 
 // Client calls the endpoints of one workload with that workload's key and budget. It is safe
 // for concurrent use.
@@ -119,14 +129,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	// Zero fields take the provider.* defaults, which config owns.
 	def := config.Default().Provider
 	cfg.Timeout = orDefault(cfg.Timeout, def.Timeout)
-	cfg.MaxBodyBytes = orDefault(cfg.MaxBodyBytes, def.MaxBodyBytes)
+	cfg.MaxBodyBytes = orDefault(cfg.MaxBodyBytes, MaxBodyBytesDefault)
 	cfg.Rate = orDefault(cfg.Rate, def.Market.Rate)
 	cfg.Burst = orDefault(cfg.Burst, def.Market.Burst)
 	cfg.PerMinute = orDefault(cfg.PerMinute, def.Market.PerMinute)
 	cfg.AuctionLimit = min(orDefault(cfg.AuctionLimit, def.AuctionLimit), MaxAuctionLimit)
 	cfg.SoldLimit = min(orDefault(cfg.SoldLimit, def.SoldLimit), MaxSoldLimit)
-	cfg.FutureTolerance = orDefault(cfg.FutureTolerance, def.FutureTolerance)
-	cfg.MaxRetryAfter = orDefault(cfg.MaxRetryAfter, def.MaxRetryAfter)
+	cfg.FutureTolerance = orDefault(cfg.FutureTolerance, FutureToleranceDefault)
+	cfg.MaxRetryAfter = orDefault(cfg.MaxRetryAfter, MaxRetryAfterDefault)
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
@@ -165,10 +175,10 @@ func FromConfig(pc config.ProviderConfig, w Workload, log *zap.Logger) (*Client,
 	}
 	return NewClient(ClientConfig{
 		Workload: w, BaseURL: pc.BaseURL, Key: key.Reveal(), KeyIn: pc.KeyIn,
-		Timeout: pc.Timeout, MaxBodyBytes: pc.MaxBodyBytes,
-		Rate: lim.Rate, Burst: lim.Burst, PerMinute: lim.PerMinute,
+		Timeout: pc.Timeout,
+		Rate:    lim.Rate, Burst: lim.Burst, PerMinute: lim.PerMinute,
 		AuctionLimit: pc.AuctionLimit, SoldLimit: pc.SoldLimit,
-		FutureTolerance: pc.FutureTolerance, MaxRetryAfter: pc.MaxRetryAfter, Log: log,
+		Log: log,
 	})
 }
 
@@ -406,7 +416,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	fail := func(class Class, err error) *Error {
 		return &Error{Class: class, Endpoint: endpoint, Status: resp.StatusCode, Err: err}
 	}
-	tooBig := fmt.Errorf("response body exceeds %d bytes (provider.max_body_bytes)", c.cfg.MaxBodyBytes)
+	tooBig := fmt.Errorf("response body exceeds %d bytes (provider.MaxBodyBytesDefault)", c.cfg.MaxBodyBytes)
 	if resp.ContentLength > c.cfg.MaxBodyBytes {
 		return nil, fail(ClassTransient, tooBig)
 	}

@@ -222,7 +222,7 @@ func TestErrorClassesFromSimulator(t *testing.T) {
 	}{
 		{neoplesim.Faults{ErrorRate: 1}, "DNF999"},
 		{neoplesim.Faults{MalformedRate: 1}, "malformed"},
-		{neoplesim.Faults{OversizeRate: 1}, "max_body_bytes"},
+		{neoplesim.Faults{OversizeRate: 1}, "MaxBodyBytes"},
 	} {
 		e.sim.SetFaults(c.faults)
 		_, _, err := market.Auction(ctx, id)

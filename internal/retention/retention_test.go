@@ -3,6 +3,7 @@ package retention
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,9 +13,10 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
-// Old rows go, recent rows stay, in statements of at most retention.batch rows; a table
+// Old rows go, recent rows stay, in statements of at most Config.Batch rows; a table
 // whose age is 0 is not touched; a bounded pass says that more is left.
 func TestPruneDeletesOnlyRowsPastTheirAge(t *testing.T) {
 	t.Parallel()
@@ -201,5 +203,46 @@ func TestOutboxUnpublishedIsOffUnlessChosen(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
 		}
+	}
+}
+
+// The pruner's loop works a backlog off in turns of TurnStatements statements, a short wait
+// apart, then waits Interval; each turn is heard by OnTurn.
+func TestPrunerWorksABacklogOffInTurns(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	seedOutbox(t, pool, []outboxRow{{"published", 30 * 24 * time.Hour, 5}})
+	cfg := FromConfig(config.Default())
+	cfg.OutboxBatch, cfg.TurnStatements, cfg.Interval, cfg.BacklogWait = 2, 1, time.Millisecond, time.Millisecond
+	p, err := New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var turns testkit.Signal[Result]
+	turns.Init(t)
+	p.OnTurn = func(res Result, err error) {
+		if err != nil {
+			t.Errorf("turn: %v", err)
+		}
+		turns.Signal(res)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Start(ctx) }()
+	var deleted []int64
+	for _, wantMore := range []bool{true, true, false} {
+		res := turns.Wait(t)
+		if res.More != wantMore {
+			t.Fatalf("turn %d: %+v, want more=%v", len(deleted)+1, res, wantMore)
+		}
+		deleted = append(deleted, res.OutboxPublished)
+	}
+	cancel()
+	testkit.Recv(t, done, testkit.Timeout, "the pruner to stop")
+	if !slices.Equal(deleted, []int64{2, 2, 1}) {
+		t.Fatalf("turns deleted %v, want [2 2 1]", deleted)
+	}
+	if _, err := New(pool, Config{Batch: -1}); err == nil {
+		t.Fatal("a negative batch was accepted")
 	}
 }

@@ -423,8 +423,8 @@ func collect(sim *neoplesim.Server, it *replayItem, now int64, window time.Durat
 
 // defaultPacking is the packing the product ships with (collect.pack_*), both endpoints on.
 func defaultPacking(cfg *config.Config) packing.Model {
-	return packing.Model{PackSize: cfg.Collect.PackSize, AuctionLimit: cfg.Provider.AuctionLimit, MaxListings: cfg.Collect.PackMaxListings,
-		MaxSales: cfg.Collect.PackMaxSales, Shadow: cfg.Collect.ShadowFraction, Listings: true, Sales: true}
+	return packing.Model{PackSize: cfg.Collect.PackSize, AuctionLimit: cfg.Provider.AuctionLimit, MaxListings: packing.MaxListingsDefault,
+		MaxSales: packing.MaxSalesDefault, Shadow: packing.ShadowFractionDefault, Listings: true, Sales: true}
 }
 
 // group is a pass's open packed call.

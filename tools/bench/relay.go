@@ -23,7 +23,7 @@ func benchRelay(ctx context.Context, e *env, sz sizes, rep *report) error {
 	if relay == 0 || raw == 0 {
 		return fmt.Errorf("outbox benchmarks reported no msgs/s: %v", thr)
 	}
-	how := fmt.Sprintf("go test -bench internal/outbox, %d snapshot events over 50 items enqueued 50 per transaction (one write-back at the default collect.flush_size), kfake broker in-process (1 broker, 12 partitions, 1 MiB segments trimmed before each timed run), acks=all, 500 messages per produce call", sz.relayN)
+	how := fmt.Sprintf("go test -bench internal/outbox, %d snapshot events over 50 items enqueued 50 per transaction (one write-back at dispatcher.FlushSizeDefault), kfake broker in-process (1 broker, 12 partitions, 1 MiB segments trimmed before each timed run), acks=all, 500 messages per produce call", sz.relayN)
 	rep.add("Relay throughput, one pass in a fresh process", rate(relay, "msgs/s"), "BenchmarkRelay: one RunOnce draining the pending rows: read (4 produce calls' worth per statement), publish, mark published; "+how)
 	rep.add("Raw kafka-go writer, same messages, fresh process", rate(raw, "msgs/s"), "BenchmarkRawKafkaGoWriter: the same messages and writer settings written from memory; "+how)
 	rep.add("Ratio relay / raw writer, one pass each", fmt.Sprintf("%.2f", relay/raw), "for information, not a target: the two rows above; both include a fresh process's warm-up (page faults, pools, caches), so the alternating rounds below are the steady state")

@@ -43,7 +43,7 @@ func benchRequests(ctx context.Context, e *env, sz sizes, rep *report) error {
 		how+"; target ≤ 0.5 with packing on")
 	rep.add("Packed snapshots that differ from the single-item run / shadow-verification mismatches",
 		fmt.Sprintf("%d / %d", incomplete, on.mismatches),
-		"same runs: each snapshot (item, pass) of the packing run compared with the packing-off run's (listing count, lowest and median unit price, quantity, new sales count and volume); mismatches = endpoints switched off by shadow verification (collect.shadow_fraction 1 %)")
+		"same runs: each snapshot (item, pass) of the packing run compared with the packing-off run's (listing count, lowest and median unit price, quantity, new sales count and volume); mismatches = endpoints switched off by shadow verification (packing.ShadowFractionDefault, 1 %)")
 	return nil
 }
 

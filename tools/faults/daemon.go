@@ -20,16 +20,16 @@ func (h *harness) hasRun(ctx context.Context) bool {
 	return exec.CommandContext(ctx, h.bin, "run", "--help").Run() == nil
 }
 
-// daemonEnv makes the daemon react at test speed: short sleeps, probes and recovery.
+// daemonArgs starts the daemon with its probes and recovery at test speed (a hidden flag: no
+// operator turns them, so they are no configuration keys).
+var daemonArgs = []string{"run", "--test-timings"}
+
+// daemonEnv makes the daemon react at test speed: short sleeps and leases.
 func daemonEnv() []string {
 	return []string{
 		"COLLECTOR_DAEMON_HTTP_ADDR=127.0.0.1:0",
 		"COLLECTOR_DAEMON_MAX_SLEEP=500ms",
 		"COLLECTOR_DAEMON_SHUTDOWN_GRACE=5s",
-		"COLLECTOR_DAEMON_HEALTH_CHECK_INTERVAL=100ms",
-		"COLLECTOR_DAEMON_HEALTH_PROBE_BACKOFF=200ms",
-		"COLLECTOR_DAEMON_HEALTH_PROBE_BACKOFF_MAX=1s",
-		"COLLECTOR_DAEMON_HEALTH_RECOVER_FOR=1s",
 		"COLLECTOR_COLLECT_CONCURRENCY=8",
 		"COLLECTOR_COLLECT_LEASE=5s",
 	}
@@ -102,7 +102,7 @@ func scenarioDaemonMaintenance(ctx context.Context, h *harness, r *report) error
 	}
 	w := watchStatus(ctx, d)
 	defer w.close()
-	p, err := h.start(ctx, "daemon-maint", h.env(d.url, daemonEnv()...), "run")
+	p, err := h.start(ctx, "daemon-maint", h.env(d.url, daemonEnv()...), daemonArgs...)
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func scenarioDaemonPG(ctx context.Context, h *harness, r *report) error {
 	if err != nil {
 		return err
 	}
-	p, err := h.start(ctx, "daemon-pg", h.env(d.url, daemonEnv()...), "run")
+	p, err := h.start(ctx, "daemon-pg", h.env(d.url, daemonEnv()...), daemonArgs...)
 	if err != nil {
 		return err
 	}

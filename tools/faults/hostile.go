@@ -88,7 +88,7 @@ func scenarioHostileAnswers(ctx context.Context, h *harness, r *report) error {
 }
 
 // scenarioRetryAfter: every answer is 429 with Retry-After: 999999999. Proves: the key cools
-// down for at most provider.max_retry_after (5m), collect-due exits 0 at once saying until
+// down for at most provider.MaxRetryAfterDefault (5m), collect-due exits 0 at once saying until
 // when, and a second run facing that cool-down (longer than its leases) exits 0 at once too,
 // sending nothing.
 func scenarioRetryAfter(ctx context.Context, h *harness, r *report) error {
@@ -160,7 +160,7 @@ func scenarioRefusedKey(ctx context.Context, h *harness, r *report) error {
 		return err
 	}
 	env := append(daemonEnv(), "NEOPLE_MARKET_API_KEY=refused-"+randHex(8))
-	p, err := h.start(ctx, "daemon-refused", h.env(d.url, env...), "run")
+	p, err := h.start(ctx, "daemon-refused", h.env(d.url, env...), daemonArgs...)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func scenarioRefusedKey(ctx context.Context, h *harness, r *report) error {
 	p.signal(syscall.SIGTERM)
 	exit, werr := p.wait(ctx, 30*time.Second)
 	sent := after.Requests - before.Requests
-	r.check(sent <= 20, "%d requests in %s with a refused key (want a handful: one pass, then one re-check per daemon.key_recheck)", sent, window)
+	r.check(sent <= 20, "%d requests in %s with a refused key (want a handful: one pass, then one re-check per daemon.KeyRecheckDefault)", sent, window)
 	r.check(code == http.StatusServiceUnavailable && strings.Contains(body, "refuses the market key"), "/readyz %d %q, want 503 naming the refused key", code, truncate(body, 120))
 	r.check(errLines == 1, "%d error lines for the refused key in %s, want 1", errLines, window)
 	r.check(werr == nil && exit == 0, "daemon exit %d %v after SIGTERM: %s", exit, werr, p.tail())

@@ -24,7 +24,6 @@ func relayEnv(broker string) []string {
 	return []string{
 		"COLLECTOR_KAFKA_BROKERS=" + broker,
 		"COLLECTOR_KAFKA_RETRY_BACKOFF_MAX=1s",
-		"COLLECTOR_KAFKA_DIAL_TIMEOUT=1s",
 		"COLLECTOR_KAFKA_WRITE_TIMEOUT=3s",
 		"COLLECTOR_KAFKA_POLL_INTERVAL=200ms",
 	}

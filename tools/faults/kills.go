@@ -256,7 +256,7 @@ func (k *killRun) taken(ctx context.Context, w heldAtKill, killed time.Time, sur
 // killDaemon: `collector run` with collection, relay, planner and partition upkeep, killed
 // while collecting and publishing, then started again.
 func killDaemon(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
-	p, err := k.start(ctx, "k-run", "run")
+	p, err := k.start(ctx, "k-run", daemonArgs...)
 	if err != nil {
 		return 0, err
 	}
@@ -268,7 +268,7 @@ func killDaemon(ctx context.Context, k *killRun, moment float64) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
-	again, err := k.start(ctx, "k-run-again", "run")
+	again, err := k.start(ctx, "k-run-again", daemonArgs...)
 	if err != nil {
 		return 0, err
 	}

@@ -84,7 +84,7 @@ func (h *harness) onceEach(ctx context.Context, r *report, d *database, items in
 // startWriteDaemon starts `collector run` on dbURL with env and the lease writeLease, and
 // waits for its HTTP address and some progress.
 func (h *harness) startWriteDaemon(ctx context.Context, d *database, name, dbURL string, env ...string) (*proc, string, error) {
-	p, err := h.start(ctx, name, h.env(dbURL, append(append(daemonEnv(), env...), "COLLECTOR_COLLECT_LEASE="+writeLease.String())...), "run")
+	p, err := h.start(ctx, name, h.env(dbURL, append(append(daemonEnv(), env...), "COLLECTOR_COLLECT_LEASE="+writeLease.String())...), daemonArgs...)
 	if err != nil {
 		return nil, "", err
 	}

@@ -43,6 +43,10 @@ const (
 	DropStatementTimeoutDefault = 10 * time.Minute
 )
 
+// KeepIntervalDefault is how often the daemon keeps the partitions: far more often than
+// history.partition_ahead runs out, so a failed pass is retried long before writes need it.
+const KeepIntervalDefault = time.Hour
+
 // createLockTimeout bounds a creation's wait for the parent (ATTACH takes SHARE UPDATE
 // EXCLUSIVE, which only other DDL holds); the next pass retries, well before the ahead runs out.
 const createLockTimeout = "5s"
@@ -151,14 +155,7 @@ type TableState struct {
 // retention, for every table: a drop that fails or waits never holds creation back, and one
 // table's failure does not skip the other's work. Several instances may run it at once.
 func (p *Partitions) RunOnce(ctx context.Context) ([]TableState, error) {
-	states := make([]TableState, len(p.cfg.Tables))
-	var errs []error
-	for i, t := range p.cfg.Tables {
-		states[i].Table = t.Name
-		created, err := p.create(ctx, t.Name, p.cfg.Ahead, time.Time{})
-		states[i].Created = created
-		errs = append(errs, err)
-	}
+	states, errs := p.createAhead(ctx)
 	errs = append(errs, p.dropPast(ctx, states))
 	for i := range states {
 		if len(states[i].Dropped) > 0 {
@@ -170,6 +167,29 @@ func (p *Partitions) RunOnce(ctx context.Context) ([]TableState, error) {
 		errs = append(errs, p.describe(ctx, &states[i]))
 	}
 	return states, errors.Join(errs...)
+}
+
+// CreateAhead creates what is missing up to Ahead past now in every table and drops nothing:
+// a database just migrated is ready to write at once.
+func (p *Partitions) CreateAhead(ctx context.Context) ([]TableState, error) {
+	states, errs := p.createAhead(ctx)
+	for i := range states {
+		errs = append(errs, p.describe(ctx, &states[i]))
+	}
+	return states, errors.Join(errs...)
+}
+
+// createAhead creates what is missing up to Ahead past now, table by table.
+func (p *Partitions) createAhead(ctx context.Context) ([]TableState, []error) {
+	states := make([]TableState, len(p.cfg.Tables))
+	var errs []error
+	for i, t := range p.cfg.Tables {
+		states[i].Table = t.Name
+		created, err := p.create(ctx, t.Name, p.cfg.Ahead, time.Time{})
+		states[i].Created = created
+		errs = append(errs, err)
+	}
+	return states, errs
 }
 
 // EnsureCovering creates, in every table, the partitions rows at the given times need: the
