@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
-
-	"github.com/duecollector/duecollector/internal/config"
 )
 
 // LearnedShare is the share of the configured budget the provider has been found to allow:
@@ -49,14 +47,6 @@ func learnedShare(rate, ceiling float64) float64 {
 		return 1
 	}
 	return math.Min(rate/ceiling, 1)
-}
-
-// Scale is limits shrunk to share f of themselves: what planning should assume once the
-// provider turned out to allow only that share (per_minute at least 1).
-func Scale(limits config.WorkloadLimits, f float64) config.WorkloadLimits {
-	limits.Rate *= f
-	limits.PerMinute = max(int(math.Round(float64(limits.PerMinute)*f)), 1)
-	return limits
 }
 
 // cut lowers the key's cluster rate multiplicatively, once per hold across the cluster.

@@ -72,7 +72,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -250,11 +249,7 @@ func (s *Share) hold() time.Duration { return max(2*s.cfg.Heartbeat, 250*time.Mi
 func (s *Share) total() float64 { return s.cfg.ceiling() }
 
 func (c Config) ceiling() float64 {
-	r := c.Rate
-	if c.PerMinute > 0 {
-		r = math.Min(r, float64(c.PerMinute)/60)
-	}
-	return r * (1 - c.Headroom)
+	return Ceiling(config.WorkloadLimits{Rate: c.Rate, PerMinute: c.PerMinute}, c.Headroom)
 }
 
 // Pacing spreads a second's quota over its first 80 %; nothing is granted in its last 10 %.
