@@ -1,7 +1,11 @@
-// Package budget divides one API key's budget among every process that spends it, through
-// PostgreSQL, so that together they never exceed it: the rate sharer at run time. (Package
-// tierplan is the tier optimiser, which decides how often each item may be collected within a
-// budget; the daemon's cost loop decides which share of the budget that plan may assume.)
+// Package budget is the provider budget's feedback loop, in one place: the ceiling (Ceiling,
+// the one headroom), the rate sharer below, what collections cost and the one number the tier
+// plan receives (Loop, PlanLimit), and the recovery ramp (RecoveryFactor). Package tierplan,
+// the tier optimiser, decides how often each item may be collected within that number.
+//
+// The rate sharer (Share) divides one API key's budget among every process that spends it,
+// through PostgreSQL, so that together they never exceed it. Its rate arithmetic and waits run
+// on Config.Clock (the wall clock, or a test's); liveness and cool-downs on the database's.
 //
 // Design: each process heartbeats a row in collector_instances for the key (key_label is a
 // hash of the key) every Heartbeat. A row whose heartbeat is older than 3 × Heartbeat is dead.
