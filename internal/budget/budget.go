@@ -380,8 +380,9 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	var a attempt
 	for {
-		d, err := s.admit(s.clock.Now(), window)
+		d, err := s.admit(&a, s.clock.Now(), window)
 		if err != nil {
 			return nil, err
 		}
@@ -389,6 +390,7 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 			break
 		}
 		if !s.sleep(ctx, d) {
+			a.abandon(s.clock.Now())
 			return nil, ctx.Err()
 		}
 	}
@@ -397,31 +399,47 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 	return func() { once.Do(s.done) }, nil
 }
 
-// admit is one attempt to send a request at now: 0 when granted, else how long to wait before
-// trying again; a *CooldownError when a cool-down outlasts window (0: no limit).
-func (s *Share) admit(now time.Time, window time.Duration) (time.Duration, error) {
-	s.mu.Lock()
-	d := s.coolTill.Sub(now)
-	if stale := now.Sub(s.lastBeat) - 2*s.cfg.Heartbeat; stale > 0 {
-		d = max(d, s.cfg.Heartbeat/4) // our heartbeat is failing: others may count us dead
+// attempt is one caller's wait for a request, taken step by step (admit).
+type attempt struct {
+	res *rate.Reservation // the spread limiter's token, held across its delay
+}
+
+// abandon hands back the limiter's token of an attempt given up.
+func (a *attempt) abandon(now time.Time) {
+	if a.res != nil {
+		a.res.CancelAt(now)
+		a.res = nil
 	}
-	s.mu.Unlock()
-	if window > 0 && d > window {
-		return 0, &CooldownError{Until: now.Add(d)}
+}
+
+// admit is one step of attempt a at now: 0 when the request is granted, else how long to wait
+// before the next step; a *CooldownError when a cool-down outlasts window (0: no limit). The
+// spread limiter's token, once reserved, is kept across its delay (as rate.Limiter.Wait
+// does), so that callers queue on it instead of all waking for each token.
+func (s *Share) admit(a *attempt, now time.Time, window time.Duration) (time.Duration, error) {
+	if a.res == nil {
+		s.mu.Lock()
+		d := s.coolTill.Sub(now)
+		if stale := now.Sub(s.lastBeat) - 2*s.cfg.Heartbeat; stale > 0 {
+			d = max(d, s.cfg.Heartbeat/4) // our heartbeat is failing: others may count us dead
+		}
+		s.mu.Unlock()
+		if window > 0 && d > window {
+			return 0, &CooldownError{Until: now.Add(d)}
+		}
+		if d > 0 {
+			return d, nil
+		}
+		r := s.lim.ReserveN(now, 1)
+		if !r.OK() {
+			return s.cfg.Heartbeat / 4, nil
+		}
+		if wait := r.DelayFrom(now); wait > 0 {
+			a.res = r
+			return wait, nil
+		}
 	}
-	if d > 0 {
-		return d, nil
-	}
-	// A token the spread's pace has not refilled yet is handed back, so that the caller can
-	// wait for it on the share's clock and ask again.
-	r := s.lim.ReserveN(now, 1)
-	if !r.OK() {
-		return s.cfg.Heartbeat / 4, nil
-	}
-	if wait := r.DelayFrom(now); wait > 0 {
-		r.CancelAt(now)
-		return wait, nil
-	}
+	a.res = nil
 	return s.grant(now), nil
 }
 

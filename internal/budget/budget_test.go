@@ -112,7 +112,7 @@ func TestCooldownIsShared(t *testing.T) {
 	if got := b.share.CooldownRemaining(); got <= 3*time.Second {
 		t.Fatalf("the other process cools down %s after its heartbeat, want the shared 5 s", got)
 	}
-	if d, err := b.share.admit(r.clk.Now(), 0); err != nil || d <= 3*time.Second {
+	if d, err := b.share.admit(&attempt{}, r.clk.Now(), 0); err != nil || d <= 3*time.Second {
 		t.Fatalf("asking during the cool-down: wait %s, %v; want to wait it out", d, err)
 	}
 }

@@ -82,6 +82,7 @@ type worker struct {
 	arriveAt, doneAt time.Time
 	arrived, refused bool
 	done             func()
+	attempt          attempt // WaitWithin's, step by step
 }
 
 const runStep = time.Millisecond
@@ -192,7 +193,7 @@ func (r *fakeRun) work(ctx context.Context, s *Share, w *worker, now time.Time) 
 	if now.Before(w.tryAt) {
 		return
 	}
-	d, err := s.admit(now, 0)
+	d, err := s.admit(&w.attempt, now, 0)
 	if err != nil {
 		r.t.Fatalf("admit: %v", err)
 	}
