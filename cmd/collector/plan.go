@@ -50,14 +50,13 @@ under the budget policy).`,
 			if err != nil {
 				return err
 			}
-			market, learned := a.cfg.Provider.Market, 1.0
+			market := config.WorkloadLimits{Rate: perSecond, PerMinute: int(math.Round(perSecond * 60))}
+			learned := 1.0
 			if perSecond == 0 {
 				// Plan as the daemon does: within what the provider was found to allow.
 				if market, learned, err = a.learnedMarket(ctx, pool); err != nil {
 					return err
 				}
-			} else {
-				market = config.WorkloadLimits{Rate: perSecond, PerMinute: int(math.Round(perSecond * 60))}
 			}
 			p, err := a.policy(ctx, pool, budget.PlanLimit(market, a.cfg.Daemon.Budget.Headroom, learned))
 			if err != nil {
