@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
-
-	"github.com/duecollector/duecollector/internal/config"
 )
 
 // LearnedShare is the share of the configured budget the provider has been found to allow:
@@ -51,22 +49,15 @@ func learnedShare(rate, ceiling float64) float64 {
 	return math.Min(rate/ceiling, 1)
 }
 
-// Scale is limits shrunk to share f of themselves: what planning should assume once the
-// provider turned out to allow only that share (per_minute at least 1).
-func Scale(limits config.WorkloadLimits, f float64) config.WorkloadLimits {
-	limits.Rate *= f
-	limits.PerMinute = max(int(math.Round(float64(limits.PerMinute)*f)), 1)
-	return limits
-}
-
 // cut lowers the key's cluster rate multiplicatively, once per hold across the cluster.
 func (s *Share) cut(ctx context.Context, reason string) {
 	s.mu.Lock()
-	if time.Since(s.lastCut) < s.hold() {
+	now := s.clock.Now()
+	if now.Sub(s.lastCut) < s.hold() {
 		s.mu.Unlock()
 		return
 	}
-	s.lastCut = time.Now()
+	s.lastCut = now
 	local, slow := s.rate(), s.slowStart
 	s.mu.Unlock()
 	// A slow start's ramp is cut deeper (SlowStartCut), once: the answer ends it. Without a
@@ -74,14 +65,14 @@ func (s *Share) cut(ctx context.Context, reason string) {
 	var rate, from float64
 	err := s.pool.QueryRow(context.WithoutCancel(ctx), `
 		INSERT INTO budget_rates AS b (key_label, rate, cut_from, cut_at, changed_at, reason)
-		VALUES ($1, greatest($3::float8, $7::float8 * CASE WHEN $8::bool THEN $9::float8 ELSE $4::float8 END), $7, now(), now(), $5)
+		VALUES ($1, greatest($3::float8, $7::float8 * CASE WHEN $8::bool THEN $9::float8 ELSE $4::float8 END), $7, $10, $10, $5)
 		ON CONFLICT (key_label) DO UPDATE
 		SET rate = greatest($3::float8, least(b.rate, $2::float8) * CASE WHEN b.slow_start THEN $9::float8 ELSE $4::float8 END),
-		    cut_from = least(b.rate, $2::float8), cut_at = now(), changed_at = now(), reason = $5, slow_start = false
-		WHERE b.cut_at IS NULL OR b.cut_at <= now() - $6 * interval '1 millisecond'
+		    cut_from = least(b.rate, $2::float8), cut_at = $10, changed_at = $10, reason = $5, slow_start = false
+		WHERE b.cut_at IS NULL OR b.cut_at <= $10::timestamptz - $6 * interval '1 millisecond'
 		RETURNING rate, cut_from`,
 		s.cfg.KeyLabel, s.total(), s.cfg.MinRate, s.cfg.Decrease, reason, s.hold().Milliseconds(),
-		local, slow, SlowStartCut).Scan(&rate, &from)
+		local, slow, SlowStartCut, now).Scan(&rate, &from)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return // another process cut within the hold; our heartbeat brings its rate
 	}
@@ -136,21 +127,21 @@ const busyShare = 0.5
 //     heartbeat: one additive step toward the ceiling.
 //
 // It returns the rate and whether it is still a slow start.
-func (s *Share) probe(ctx context.Context, held, busy bool) (float64, bool, error) {
+func (s *Share) probe(ctx context.Context, now time.Time, held, busy bool) (float64, bool, error) {
 	ss := s.cfg.SlowStart
 	growCap := min(s.cfg.Heartbeat, time.Second).Seconds()
 	var rate float64
 	var slow bool
 	const (
-		grown  = `b.rate * power(2::float8, least(extract(epoch FROM now() - b.changed_at)::float8, $9::float8))`
-		ssStep = `(b.slow_start AND $6::bool AND $8::bool AND b.changed_at <= now() - $4::float8 * interval '0.5 millisecond')`
+		grown  = `b.rate * power(2::float8, least(extract(epoch FROM $10::timestamptz - b.changed_at)::float8, $9::float8))`
+		ssStep = `(b.slow_start AND $6::bool AND $8::bool AND b.changed_at <= $10::timestamptz - $4::float8 * interval '0.5 millisecond')`
 		// Recovery (TCP's slow start up to ssthresh): below half the rate the last cut started
 		// from, which only SlowStartCut leaves, the rate doubles back to that half.
-		rcStep = `(NOT b.slow_start AND $3::bool AND b.rate < 0.5 * b.cut_from AND b.changed_at <= now() - $4::float8 * interval '0.5 millisecond')`
-		aiStep = `(NOT b.slow_start AND $3::bool AND b.changed_at <= now() - $4::float8 * interval '1 millisecond')`
+		rcStep = `(NOT b.slow_start AND $3::bool AND b.rate < 0.5 * b.cut_from AND b.changed_at <= $10::timestamptz - $4::float8 * interval '0.5 millisecond')`
+		aiStep = `(NOT b.slow_start AND $3::bool AND b.changed_at <= $10::timestamptz - $4::float8 * interval '1 millisecond')`
 	)
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO budget_rates AS b (key_label, rate, slow_start) VALUES ($1, CASE WHEN $6::bool THEN least($2::float8, $7::float8) ELSE $2::float8 END, $6::bool AND $7::float8 < $2::float8)
+		INSERT INTO budget_rates AS b (key_label, rate, slow_start, changed_at) VALUES ($1, CASE WHEN $6::bool THEN least($2::float8, $7::float8) ELSE $2::float8 END, $6::bool AND $7::float8 < $2::float8, $10)
 		ON CONFLICT (key_label) DO UPDATE
 		SET rate = CASE WHEN b.slow_start AND NOT $6::bool THEN $2::float8
 		                WHEN `+ssStep+` THEN least($2::float8, `+grown+`)
@@ -158,10 +149,10 @@ func (s *Share) probe(ctx context.Context, held, busy bool) (float64, bool, erro
 		                WHEN `+aiStep+` THEN least($2::float8, b.rate + $5::float8 * coalesce(b.cut_from, $2::float8))
 		                ELSE least($2::float8, b.rate) END,
 		    slow_start = b.slow_start AND $6::bool AND CASE WHEN `+ssStep+` THEN `+grown+` < $2::float8 ELSE b.rate < $2::float8 END,
-		    changed_at = CASE WHEN `+ssStep+` OR `+rcStep+` OR `+aiStep+` THEN now() ELSE b.changed_at END
+		    changed_at = CASE WHEN `+ssStep+` OR `+rcStep+` OR `+aiStep+` THEN $10 ELSE b.changed_at END
 		RETURNING rate, slow_start`,
 		s.cfg.KeyLabel, s.total(), held, s.cfg.Heartbeat.Milliseconds(), s.cfg.Increase*s.cfg.Heartbeat.Seconds(),
-		ss, s.startRate(), busy, growCap).Scan(&rate, &slow)
+		ss, s.startRate(), busy, growCap, now).Scan(&rate, &slow)
 	if err != nil {
 		return 0, false, fmt.Errorf("budget rate for %s: %w", s.cfg.KeyLabel, err)
 	}

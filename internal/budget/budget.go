@@ -1,7 +1,11 @@
-// Package budget divides one API key's budget among every process that spends it, through
-// PostgreSQL, so that together they never exceed it: the rate sharer at run time. (Package
-// tierplan is the tier optimiser, which decides how often each item may be collected within a
-// budget; the daemon's cost loop decides which share of the budget that plan may assume.)
+// Package budget is the provider budget's feedback loop, in one place: the ceiling (Ceiling,
+// the one headroom), the rate sharer below, what collections cost and the one number the tier
+// plan receives (Loop, PlanLimit), and the recovery ramp (RecoveryFactor). Package tierplan,
+// the tier optimiser, decides how often each item may be collected within that number.
+//
+// The rate sharer (Share) divides one API key's budget among every process that spends it,
+// through PostgreSQL, so that together they never exceed it. Its rate arithmetic and waits run
+// on Config.Clock (the wall clock, or a test's); liveness and cool-downs on the database's.
 //
 // Design: each process heartbeats a row in collector_instances for the key (key_label is a
 // hash of the key) every Heartbeat. A row whose heartbeat is older than 3 × Heartbeat is dead.
@@ -72,7 +76,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -82,7 +85,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
-	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -112,6 +114,8 @@ type Config struct {
 	PID      int
 	// WriteHealth, when set, hears every heartbeat's outcome: it is a write.
 	WriteHealth *store.WriteHealth
+	// Clock is what the share's rate arithmetic and waits run on; nil is Wall.
+	Clock Clock
 }
 
 // ConfigFor is the share's configuration from daemon.budget.* and the market key's limits,
@@ -146,12 +150,14 @@ func KeyLabel(workload, key string) string {
 
 // Share is this process's part of a key's budget.
 type Share struct {
-	pool *pgxpool.Pool
-	cfg  Config
-	log  *zap.Logger
-	lim  *rate.Limiter
+	pool  *pgxpool.Pool
+	cfg   Config
+	log   *zap.Logger
+	lim   *rate.Limiter
+	clock Clock
 
 	ready     chan struct{} // closed once the join delay has passed
+	joined    time.Time     // local clock of the first successful heartbeat
 	mu        sync.Mutex
 	live      int
 	factor    float64
@@ -198,7 +204,10 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Share, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Share{pool: pool, cfg: cfg, log: log, lim: rate.NewLimiter(0, 1), ready: make(chan struct{}), factor: 1, live: 1}
+	if cfg.Clock == nil {
+		cfg.Clock = Wall
+	}
+	s := &Share{pool: pool, cfg: cfg, log: log, lim: rate.NewLimiter(0, 1), clock: cfg.Clock, ready: make(chan struct{}), factor: 1, live: 1}
 	s.learned = s.total()
 	if cfg.Adaptive && cfg.SlowStart {
 		// Until the first heartbeat reads the key's row (nothing is sent before it).
@@ -244,11 +253,7 @@ func (s *Share) hold() time.Duration { return max(2*s.cfg.Heartbeat, 250*time.Mi
 func (s *Share) total() float64 { return s.cfg.ceiling() }
 
 func (c Config) ceiling() float64 {
-	r := c.Rate
-	if c.PerMinute > 0 {
-		r = math.Min(r, float64(c.PerMinute)/60)
-	}
-	return r * (1 - c.Headroom)
+	return Ceiling(config.WorkloadLimits{Rate: c.Rate, PerMinute: c.PerMinute}, c.Headroom)
 }
 
 // Pacing spreads a second's quota over its first 80 %; nothing is granted in its last 10 %.
@@ -270,7 +275,7 @@ func (s *Share) apply() {
 	perSec := float64(s.milli) / 1000 / float64(max(s.live, 1))
 	if perSec != s.perSec {
 		s.perSec = perSec
-		s.lim.SetLimit(rate.Limit(perSec / spread))
+		s.lim.SetLimitAt(s.clock.Now(), rate.Limit(perSec/spread))
 	}
 }
 
@@ -310,7 +315,7 @@ func (s *Share) grant(now time.Time) time.Duration {
 func (s *Share) done() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rollover(time.Now())
+	s.rollover(s.clock.Now())
 	s.inflight--
 }
 
@@ -342,7 +347,7 @@ func (s *Share) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{PerSecond: s.perSec, Live: s.live, Used: s.used.Load(), Waited: time.Duration(s.waited.Load()),
-		Cooldown: max(time.Until(s.coolTill), 0), ClusterRate: s.rate(), Ceiling: s.total(), Cuts: s.cuts,
+		Cooldown: max(s.coolTill.Sub(s.clock.Now()), 0), ClusterRate: s.rate(), Ceiling: s.total(), Cuts: s.cuts,
 		SlowStart: s.slowStart}
 }
 
@@ -350,7 +355,7 @@ func (s *Share) Stats() Stats {
 func (s *Share) CooldownRemaining() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return max(time.Until(s.coolTill), 0)
+	return max(s.coolTill.Sub(s.clock.Now()), 0)
 }
 
 // Wait blocks until this process may send one request on the key; call done once its answer
@@ -368,32 +373,24 @@ func (e *CooldownError) Error() string {
 // whose leases end): a cool-down that outlasts it returns a *CooldownError at once instead of
 // sleeping through it. window 0 means no limit.
 func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func(), err error) {
-	start := time.Now()
-	defer func() { s.waited.Add(int64(time.Since(start))) }()
+	start := s.clock.Now()
+	defer func() { s.waited.Add(int64(s.clock.Now().Sub(start))) }()
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	var a attempt
 	for {
-		s.mu.Lock()
-		d := time.Until(s.coolTill)
-		if stale := time.Since(s.lastBeat) - 2*s.cfg.Heartbeat; stale > 0 {
-			d = max(d, s.cfg.Heartbeat/4) // our heartbeat is failing: others may count us dead
+		d, err := s.admit(&a, s.clock.Now(), window)
+		if err != nil {
+			return nil, err
 		}
-		s.mu.Unlock()
-		if window > 0 && d > window {
-			return nil, &CooldownError{Until: time.Now().Add(d)}
+		if d == 0 {
+			break
 		}
-		if d <= 0 {
-			if err := s.lim.Wait(ctx); err != nil {
-				return nil, err
-			}
-			if d = s.grant(time.Now()); d == 0 {
-				break
-			}
-		}
-		if !backoff.Sleep(ctx, d) {
+		if !s.sleep(ctx, d) {
+			a.abandon(s.clock.Now())
 			return nil, ctx.Err()
 		}
 	}
@@ -402,42 +399,100 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 	return func() { once.Do(s.done) }, nil
 }
 
+// attempt is one caller's wait for a request, taken step by step (admit).
+type attempt struct {
+	res *rate.Reservation // the spread limiter's token, held across its delay
+}
+
+// abandon hands back the limiter's token of an attempt given up.
+func (a *attempt) abandon(now time.Time) {
+	if a.res != nil {
+		a.res.CancelAt(now)
+		a.res = nil
+	}
+}
+
+// admit is one step of attempt a at now: 0 when the request is granted, else how long to wait
+// before the next step; a *CooldownError when a cool-down outlasts window (0: no limit). The
+// spread limiter's token, once reserved, is kept across its delay (as rate.Limiter.Wait
+// does), so that callers queue on it instead of all waking for each token.
+func (s *Share) admit(a *attempt, now time.Time, window time.Duration) (time.Duration, error) {
+	if a.res == nil {
+		s.mu.Lock()
+		d := s.coolTill.Sub(now)
+		if stale := now.Sub(s.lastBeat) - 2*s.cfg.Heartbeat; stale > 0 {
+			d = max(d, s.cfg.Heartbeat/4) // our heartbeat is failing: others may count us dead
+		}
+		s.mu.Unlock()
+		if window > 0 && d > window {
+			return 0, &CooldownError{Until: now.Add(d)}
+		}
+		if d > 0 {
+			return d, nil
+		}
+		r := s.lim.ReserveN(now, 1)
+		if !r.OK() {
+			return s.cfg.Heartbeat / 4, nil
+		}
+		if wait := r.DelayFrom(now); wait > 0 {
+			a.res = r
+			return wait, nil
+		}
+	}
+	a.res = nil
+	return s.grant(now), nil
+}
+
 // Run registers the process, heartbeats until ctx ends, then deregisters so the others take
 // over its share at once. Database errors are logged and retried.
 func (s *Share) Run(ctx context.Context) error {
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := s.pool.Exec(dctx, `DELETE FROM collector_instances WHERE key_label = $1 AND instance = $2`,
-			s.cfg.KeyLabel, s.cfg.Instance); err != nil {
-			s.log.Warn("could not deregister from the budget; the row expires by itself", zap.Error(err))
-		}
-	}()
-	joined := time.Time{}
-	t := time.NewTicker(s.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		err := s.beat(ctx)
+	defer s.leave(ctx)
+	for next := s.clock.Now(); ; {
+		s.heartbeat(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.cfg.WriteHealth.Observe(err)
-		if err != nil {
-			s.log.Warn("budget heartbeat failed; retrying", zap.String("key", s.cfg.KeyLabel), zap.Error(err))
-		} else if joined.IsZero() {
-			joined = time.Now()
+		// A heartbeat's pace, as a ticker's: a slow one does not push the next ones back.
+		now := s.clock.Now()
+		if next = next.Add(s.cfg.Heartbeat); next.Before(now) {
+			next = now
 		}
-		if !joined.IsZero() && time.Since(joined) >= 2*s.cfg.Heartbeat {
-			select {
-			case <-s.ready:
-			default:
-				close(s.ready)
-			}
-		}
-		select {
-		case <-ctx.Done():
+		if !s.sleep(ctx, next.Sub(now)) {
 			return nil
-		case <-t.C:
+		}
+	}
+}
+
+// leave deregisters the process, so that the others take over its share on their next
+// heartbeat.
+func (s *Share) leave(ctx context.Context) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.pool.Exec(dctx, `DELETE FROM collector_instances WHERE key_label = $1 AND instance = $2`,
+		s.cfg.KeyLabel, s.cfg.Instance); err != nil {
+		s.log.Warn("could not deregister from the budget; the row expires by itself", zap.Error(err))
+	}
+}
+
+// heartbeat is one pass of Run: it heartbeats once, and lets requests go once the others have
+// had 2 × Heartbeat to count this process.
+func (s *Share) heartbeat(ctx context.Context) {
+	err := s.beat(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	s.cfg.WriteHealth.Observe(err)
+	now := s.clock.Now()
+	if err != nil {
+		s.log.Warn("budget heartbeat failed; retrying", zap.String("key", s.cfg.KeyLabel), zap.Error(err))
+	} else if s.joined.IsZero() {
+		s.joined = now
+	}
+	if !s.joined.IsZero() && now.Sub(s.joined) >= 2*s.cfg.Heartbeat {
+		select {
+		case <-s.ready:
+		default:
+			close(s.ready)
 		}
 	}
 }
@@ -473,14 +528,15 @@ func (s *Share) beat(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.lastBeat = time.Now()
+	now := s.clock.Now()
+	s.lastBeat = now
 	if s.live != others+1 {
 		s.log.Info("budget share changed", zap.String("key", s.cfg.KeyLabel), zap.Int("instances", others+1),
 			zap.Float64("per_second", s.total()*s.factor/float64(others+1)))
 	}
 	s.live, s.rank = others+1, rank
 	if coolMS > 0 {
-		if until := time.Now().Add(time.Duration(coolMS * float64(time.Millisecond))); until.After(s.coolTill) {
+		if until := now.Add(time.Duration(coolMS * float64(time.Millisecond))); until.After(s.coolTill) {
 			s.coolTill = until
 		}
 	}
@@ -491,12 +547,12 @@ func (s *Share) beat(ctx context.Context) error {
 	waited := s.waited.Load()
 	held := waited > s.waitedAt
 	s.waitedAt = waited
-	used, now := s.used.Load(), time.Now()
+	used := s.used.Load()
 	busy := !s.beatAt.IsZero() && float64(used-s.beatUsed) >= busyShare*s.perSec*now.Sub(s.beatAt).Seconds()
 	s.beatUsed, s.beatAt = used, now
 	cuts := s.cuts
 	s.mu.Unlock()
-	rate, slow, err := s.probe(ctx, held, busy)
+	rate, slow, err := s.probe(ctx, now, held, busy)
 	s.mu.Lock()
 	if err != nil {
 		return err

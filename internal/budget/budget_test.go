@@ -2,17 +2,14 @@ package budget
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/duecollector/duecollector/internal/provider"
@@ -34,93 +31,39 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster { return newLimitedCluster(t, 0, 0) }
 
-type member struct {
-	share *Share
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
+// hb is the heartbeat of the tests' processes.
+const hb = 500 * time.Millisecond
+
+// procConfig is a process's configuration sharing a budget of rate per second.
+func procConfig(name string, rate float64) Config {
+	return Config{Rate: rate, Headroom: 0.03, Heartbeat: hb, Cooldown: time.Second, Instance: name}
 }
 
-// join starts one process: its share heartbeating and `workers` callers that send as fast as
-// the share lets them, each call a real request to the simulator.
-func (c *cluster) join(t *testing.T, name string, rate float64, workers int) *member {
-	t.Helper()
-	return c.start(t, Config{KeyLabel: c.label, Rate: rate, Headroom: 0.03, Heartbeat: 500 * time.Millisecond, Cooldown: time.Second, Instance: name}, workers)
-}
-
-// start runs a share with cfg and its callers, which report rate-limit answers to it as the
-// daemon does.
-func (c *cluster) start(t *testing.T, cfg Config, workers int) *member {
-	t.Helper()
-	s, err := New(c.pool, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &member{share: s, stop: cancel}
-	m.wg.Go(func() { _ = s.Run(ctx) })
-	for range workers {
-		m.wg.Go(func() {
-			for {
-				done, err := s.Wait(ctx)
-				if err != nil {
-					return
-				}
-				_, _, err = c.client.Auction(ctx, c.item)
-				done()
-				var pe *provider.Error
-				if errors.As(err, &pe) && pe.Class == provider.ClassRateLimited {
-					s.RateLimited(ctx, pe.RetryAfter, pe.Error())
-				} else if err != nil && ctx.Err() == nil {
-					t.Errorf("auction: %v", err)
-					return
-				}
-			}
-		})
-	}
-	t.Cleanup(m.leave)
-	return m
-}
-
-func (m *member) leave() {
-	m.stop()
-	m.wg.Wait()
-}
-
-// untilSecond waits for the start of the wall-clock second after t0 + d, the unit the
-// simulator counts in.
-func untilSecond(t *testing.T, t0 time.Time, d time.Duration) time.Time {
-	t.Helper()
-	at := t0.Add(d).Truncate(time.Second).Add(time.Second)
-	testkit.Eventually(t, d+5*time.Second, "the measurement second", func() bool { return !time.Now().Before(at) })
-	return at
-}
-
-// Three processes on one key with a budget of 100/s: the simulator never serves more than 100
-// in any wall-clock second, and the shares add up to more than any one process's share could
-// (how close to the budget they get is a speed figure: make bench's budget-fidelity row).
+// Three processes on one key with a budget of 100/s: the provider never serves more than 100
+// in any second, and the shares add up to more than any one process's share could (how close
+// to the budget they get is a speed figure: make bench's budget-fidelity row).
 func TestThreeProcessesShareOneKeyBudget(t *testing.T) {
 	const budget = 100.0
-	c := newCluster(t)
-	var ms []*member
+	r := newCluster(t).fakeRun(t, 0)
+	var ps []*proc
 	for i := range 3 {
-		ms = append(ms, c.join(t, fmt.Sprintf("p%d", i), budget, 16))
+		ps = append(ps, r.join(procConfig(fmt.Sprintf("p%d", i), budget), 16))
 	}
-	testkit.Eventually(t, 15*time.Second, "all three live and sending", func() bool {
-		for _, m := range ms {
-			if m.share.Stats().Live != 3 {
+	r.until(15*time.Second, "all three live and sending", func() bool {
+		for _, p := range ps {
+			if p.share.Stats().Live != 3 {
 				return false
 			}
 		}
-		return c.sim.KeyStats(marketKey).Total > 0
+		return r.prov.total > 0
 	})
-	start := untilSecond(t, time.Now(), time.Second)
-	c.sim.ResetStats()
-	end := untilSecond(t, start, 8*time.Second-time.Millisecond)
-	ks := c.sim.KeyStats(marketKey)
-	rate := float64(ks.Total) / end.Sub(start).Seconds()
-	t.Logf("served %d in %s: %.1f/s (%.1f%% of the budget); busiest second %d", ks.Total, end.Sub(start), rate, 100*rate/budget, ks.MaxPerSecond)
-	if ks.MaxPerSecond > budget {
-		t.Errorf("%d requests in one second, budget %v", ks.MaxPerSecond, budget)
+	start := r.toSecond()
+	r.prov.reset()
+	r.runFor(8 * time.Second)
+	rate := float64(r.prov.total) / r.clk.Now().Sub(start).Seconds()
+	t.Logf("served %d in 8 s: %.1f/s (%.1f%% of the budget); busiest second %d", r.prov.total, rate, 100*rate/budget, r.prov.busiest())
+	if r.prov.busiest() > budget {
+		t.Errorf("%d requests in one second, budget %v", r.prov.busiest(), budget)
 	}
 	if rate <= budget/2 {
 		t.Errorf("%.1f/s served, want more than half of %v/s: the processes do not pool their shares", rate, budget)
@@ -131,45 +74,46 @@ func TestThreeProcessesShareOneKeyBudget(t *testing.T) {
 // others have lowered their shares; a leaver's share is taken over on the next heartbeat.
 func TestJoiningAndLeavingStayWithinBudget(t *testing.T) {
 	const budget = 60.0
-	c := newCluster(t)
-	a := c.join(t, "a", budget, 8)
-	b := c.join(t, "b", budget, 8)
-	testkit.Eventually(t, 15*time.Second, "two live and sending", func() bool {
-		return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 && c.sim.KeyStats(marketKey).Total > 0
+	r := newCluster(t).fakeRun(t, 0)
+	a := r.join(procConfig("a", budget), 8)
+	b := r.join(procConfig("b", budget), 8)
+	r.until(15*time.Second, "two live and sending", func() bool {
+		return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 && r.prov.total > 0
 	})
-	c.sim.ResetStats()
-	d := c.join(t, "c", budget, 8)
-	testkit.Eventually(t, 15*time.Second, "the newcomer sending", func() bool { return d.share.Stats().Used > 0 })
-	b.leave()
-	testkit.Eventually(t, 15*time.Second, "the others to take over the leaver's share", func() bool {
+	r.prov.reset()
+	d := r.join(procConfig("c", budget), 8)
+	r.until(15*time.Second, "the newcomer sending", func() bool { return d.share.Stats().Used > 0 })
+	r.leave(b)
+	r.until(15*time.Second, "the others to take over the leaver's share", func() bool {
 		return a.share.Stats().Live == 2 && d.share.Stats().Live == 2
 	})
 	before := a.share.Stats().Used + d.share.Stats().Used
-	t0 := time.Now()
-	untilSecond(t, t0, 2*time.Second)
+	t0 := r.clk.Now()
+	r.toSecond()
+	r.runFor(2 * time.Second)
 	after := a.share.Stats().Used + d.share.Stats().Used
-	ks := c.sim.KeyStats(marketKey)
-	t.Logf("busiest second %d; after the leave %.1f/s", ks.MaxPerSecond, float64(after-before)/time.Since(t0).Seconds())
-	if ks.MaxPerSecond > budget {
-		t.Errorf("%d requests in one second while processes joined and left, budget %v", ks.MaxPerSecond, budget)
+	t.Logf("busiest second %d; after the leave %.1f/s", r.prov.busiest(), float64(after-before)/r.clk.Now().Sub(t0).Seconds())
+	if r.prov.busiest() > budget {
+		t.Errorf("%d requests in one second while processes joined and left, budget %v", r.prov.busiest(), budget)
 	}
 }
 
 // A rate-limit answer seen by one process cools the key down for all of them.
 func TestCooldownIsShared(t *testing.T) {
-	c := newCluster(t)
-	a := c.join(t, "a", 50, 0)
-	b := c.join(t, "b", 50, 0)
-	testkit.Eventually(t, 15*time.Second, "both live", func() bool { return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 })
+	r := newCluster(t).fakeRun(t, 0)
+	a := r.join(procConfig("a", 50), 0)
+	b := r.join(procConfig("b", 50), 0)
+	r.until(15*time.Second, "both live", func() bool { return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 })
 	a.share.RateLimited(context.Background(), 5*time.Second, "test: API002")
 	if a.share.CooldownRemaining() == 0 {
 		t.Fatal("the process that saw the answer is not cooling down")
 	}
-	testkit.Eventually(t, 5*time.Second, "the other process to cool down", func() bool { return b.share.CooldownRemaining() > 3*time.Second })
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if _, err := b.share.Wait(ctx); err == nil {
-		t.Fatal("Wait granted a request during the cool-down")
+	b.share.heartbeat(context.Background())
+	if got := b.share.CooldownRemaining(); got <= 3*time.Second {
+		t.Fatalf("the other process cools down %s after its heartbeat, want the shared 5 s", got)
+	}
+	if d, err := b.share.admit(&attempt{}, r.clk.Now(), 0); err != nil || d <= 3*time.Second {
+		t.Fatalf("asking during the cool-down: wait %s, %v; want to wait it out", d, err)
 	}
 }
 
@@ -255,7 +199,53 @@ func TestHeartbeatReportsToWriteHealth(t *testing.T) {
 	wh, full := storetest.WatchWrites(t, store.CauseDiskFull)
 	free := storetest.FillDisk(t, c.pool, "collector_instances")
 	defer free()
-	m := c.start(t, Config{KeyLabel: c.label, Rate: 10, Heartbeat: 200 * time.Millisecond, Cooldown: time.Second, Instance: "a", WriteHealth: wh}, 0)
-	defer func() { m.stop(); m.wg.Wait() }()
+	cfg := procConfig("a", 10)
+	cfg.WriteHealth = wh
+	c.fakeRun(t, 0).join(cfg, 0).share.heartbeat(context.Background())
 	full.WaitWithin(t, time.Minute)
+}
+
+// Run heartbeats on its clock, and lets requests go once the others have had two heartbeats
+// to count the process; it deregisters when it ends.
+func TestRunHeartbeatsOnItsClockAndOpensAfterTheJoinDelay(t *testing.T) {
+	c := newCluster(t)
+	clk := newFakeClock()
+	cfg := procConfig("a", 10)
+	cfg.KeyLabel, cfg.Clock = c.label, clk
+	s, err := New(c.pool, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(ended) }()
+	live := func() int {
+		is, err := LiveInstances(context.Background(), c.pool, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(is)
+	}
+	for i := range 3 {
+		testkit.Recv(t, clk.waiting, testkit.Timeout, "Run to sleep until its next heartbeat")
+		if live() != 1 {
+			t.Fatalf("heartbeat %d: no row in collector_instances", i)
+		}
+		select {
+		case <-s.ready:
+			if i < 2 {
+				t.Fatalf("requests allowed after %d heartbeats, before the join delay", i+1)
+			}
+		default:
+			if i == 2 {
+				t.Fatal("requests still held after the join delay")
+			}
+		}
+		clk.Advance(hb)
+	}
+	cancel()
+	testkit.Recv(t, ended, testkit.Timeout, "Run to end")
+	if live() != 0 {
+		t.Fatal("Run left its row behind")
+	}
 }

@@ -27,7 +27,7 @@ func (s *Share) RateLimited(ctx context.Context, retryAfter time.Duration, reaso
 		retryAfter = s.cfg.Cooldown
 	}
 	s.mu.Lock()
-	if until := time.Now().Add(retryAfter); until.After(s.coolTill) {
+	if until := s.clock.Now().Add(retryAfter); until.After(s.coolTill) {
 		s.coolTill = until
 	}
 	s.mu.Unlock()

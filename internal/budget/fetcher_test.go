@@ -7,15 +7,22 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/provider"
-	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // A one-shot (Within set) facing a cool-down longer than its leases gets a rate-limit error at
 // once and sends nothing, so its pass hands the claims back; the daemon (Within 0) waits.
 func TestFetcherEndsOnACooldownPastItsWindow(t *testing.T) {
 	c := newCluster(t)
-	a := c.join(t, "a", 50, 0)
-	testkit.Eventually(t, 15*time.Second, "the share live", func() bool { return a.share.Stats().Live == 1 })
+	r := c.fakeRun(t, 0)
+	a := r.join(procConfig("a", 50), 0)
+	r.until(15*time.Second, "the share open", func() bool {
+		select {
+		case <-a.share.ready:
+			return true
+		default:
+			return false
+		}
+	})
 	ctx := context.Background()
 	a.share.RateLimited(ctx, time.Minute, "test: API002")
 	before := c.sim.KeyStats(marketKey).Total
@@ -28,9 +35,13 @@ func TestFetcherEndsOnACooldownPastItsWindow(t *testing.T) {
 	}
 
 	daemon := &Fetcher{Next: c.client, Share: a.share}
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if _, _, err := daemon.Auction(wctx, c.item); provider.ClassOf(err) != provider.ClassTransient || !errors.Is(err, context.DeadlineExceeded) {
+	go func() {
+		<-r.clk.waiting // the daemon's call waits out the cool-down on the share's clock
+		cancel()
+	}()
+	if _, _, err := daemon.Auction(wctx, c.item); provider.ClassOf(err) != provider.ClassTransient || !errors.Is(err, context.Canceled) {
 		t.Fatalf("daemon during the cool-down: %v, want it to wait until its context ends", err)
 	}
 	if n := c.sim.KeyStats(marketKey).Total - before; n != 0 {

@@ -10,14 +10,23 @@ import (
 )
 
 // slowStarter is an adaptive share with slow start on (the daemon's defaults: 1 % of the
-// ceiling), heartbeating every 100 ms, whose heartbeats a test hears.
-func (c *cluster) slowStarter(t *testing.T, name string, ceiling float64, workers int) (*member, *testkit.Signal[Probe]) {
-	t.Helper()
+// ceiling), heartbeating every 100 ms; probed, when initialised, hears its heartbeats.
+func (r *fakeRun) slowStarter(name string, ceiling float64, workers int, probed *testkit.Signal[Probe]) *proc {
+	cfg := adaptive(name, ceiling)
+	cfg.Heartbeat, cfg.SlowStart, cfg.SlowStartShare, cfg.Probed = 100*time.Millisecond, true, 0.01, probed
+	return r.join(cfg, workers)
+}
+
+// beat is one heartbeat of p now, then a heartbeat's time passes.
+func (r *fakeRun) beat(p *proc) {
+	p.share.heartbeat(context.Background())
+	r.clk.Advance(p.share.cfg.Heartbeat)
+}
+
+func newProbed(t *testing.T) *testkit.Signal[Probe] {
 	probed := &testkit.Signal[Probe]{}
 	probed.Init(t)
-	m := c.start(t, Config{KeyLabel: c.label, Rate: ceiling, Headroom: 0.03, Heartbeat: 100 * time.Millisecond, Cooldown: time.Second,
-		Instance: name, Adaptive: true, SlowStart: true, SlowStartShare: 0.01, Probed: probed}, workers)
-	return m, probed
+	return probed
 }
 
 // row is the key's budget_rates row.
@@ -59,8 +68,11 @@ func TestStartRateIsTheShareOfTheCeilingAtLeastMinRate(t *testing.T) {
 // nothing uses it.
 func TestSlowStartBeginsLowAndDoesNotRaiseAnUnusedRate(t *testing.T) {
 	c := newCluster(t)
-	a, probed := c.slowStarter(t, "a", 500, 0)
+	r := c.fakeRun(t, 0)
+	probed := newProbed(t)
+	a := r.slowStarter("a", 500, 0, probed)
 	for i := range 10 {
+		r.beat(a)
 		if p := probed.Wait(t); !p.SlowStart || !near(p.Rate, 4.85) || p.Busy {
 			t.Fatalf("heartbeat %d read %+v, want slow start at 4.85/s, unused", i, p)
 		}
@@ -80,34 +92,40 @@ func TestSlowStartBeginsLowAndDoesNotRaiseAnUnusedRate(t *testing.T) {
 	}
 }
 
+// rampBound fails the test when p's rate has more than doubled per second since began.
+func (r *fakeRun) rampBound(p *proc, from float64, began time.Time) {
+	r.t.Helper()
+	st := p.share.Stats()
+	if bound := from * math.Pow(2, r.clk.Now().Sub(began).Seconds()); st.ClusterRate > bound*1.001 {
+		r.t.Fatalf("%s read %v %s after the start: more than doubled each second (%v)", p.name, st.ClusterRate, r.clk.Now().Sub(began), bound)
+	}
+}
+
 // Served without refusal and used, the ramp grows (never by more than doubling per second since
 // the row was written) up to the ceiling, where the slow start ends with nothing learned.
 func TestSlowStartRampsWhileServedUpToTheCeiling(t *testing.T) {
 	c := newCluster(t)
-	began := time.Now()
-	_, probed := c.slowStarter(t, "a", 500, 8)
+	r := c.fakeRun(t, 0)
+	began := r.clk.Now()
+	a := r.slowStarter("a", 500, 8, nil)
 	last := 0.0
-	for {
-		p := probed.Wait(t)
-		if bound := 4.85 * math.Pow(2, time.Since(began).Seconds()); p.Rate > bound*1.001 {
-			t.Fatalf("rate %v %s after the start: more than doubled each second (%v)", p.Rate, time.Since(began), bound)
+	r.onBeat = func(p *proc) {
+		r.rampBound(p, 4.85, began)
+		rate := p.share.Stats().ClusterRate
+		if rate < last {
+			t.Fatalf("rate fell from %v to %v with no refusal", last, rate)
 		}
-		if p.Rate < last {
-			t.Fatalf("rate fell from %v to %v with no refusal", last, p.Rate)
-		}
-		last = p.Rate
-		if !p.SlowStart {
-			break
-		}
+		last = rate
 	}
+	r.until(time.Minute, "the slow start to end", func() bool { return !a.share.Stats().SlowStart })
 	if !near(last, 485) {
 		t.Fatalf("slow start ended at %v without a refusal, want the ceiling 485", last)
 	}
 	if rate, cutFrom, slow := c.row(t); slow || !near(rate, 485) || cutFrom != nil {
 		t.Fatalf("budget_rates holds %v (cut from %v, slow start %v), want the ceiling, no cut, slow start over", rate, cutFrom, slow)
 	}
-	if ks := c.sim.KeyStats(marketKey); ks.RateLimited != 0 || ks.Total == 0 {
-		t.Fatalf("simulator stats %+v: want requests and no refusal", ks)
+	if r.prov.refused != 0 || r.prov.total == 0 {
+		t.Fatalf("provider answered %d, refused %d: want requests and no refusal", r.prov.total, r.prov.refused)
 	}
 }
 
@@ -116,11 +134,14 @@ func TestSlowStartRampsWhileServedUpToTheCeiling(t *testing.T) {
 func TestSlowStartStopsAndCutsAtTheFirstRefusal(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
+	r := c.fakeRun(t, 0)
 	// A ramp that got to 80/s before this process joined.
-	if _, err := c.pool.Exec(ctx, `INSERT INTO budget_rates (key_label, rate, slow_start) VALUES ($1, 80, true)`, c.label); err != nil {
+	if _, err := c.pool.Exec(ctx, `INSERT INTO budget_rates (key_label, rate, slow_start, changed_at) VALUES ($1, 80, true, $2)`, c.label, r.clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	a, probed := c.slowStarter(t, "a", 500, 0)
+	probed := newProbed(t)
+	a := r.slowStarter("a", 500, 0, probed)
+	r.beat(a)
 	if p := probed.Wait(t); !p.SlowStart || p.Rate != 80 {
 		t.Fatalf("first heartbeat read %+v, want the shared ramp at 80", p)
 	}
@@ -132,10 +153,8 @@ func TestSlowStartStopsAndCutsAtTheFirstRefusal(t *testing.T) {
 	if slow || !near(rate, 80*SlowStartCut) || cutFrom == nil || *cutFrom != 80 {
 		t.Fatalf("budget_rates holds %v (cut from %v, slow start %v), want %v cut from 80", rate, cutFrom, slow, 80*SlowStartCut)
 	}
-	// Heartbeats read before the cut may still be queued; then every one stays cut.
-	for p := probed.Wait(t); p.SlowStart; p = probed.Wait(t) {
-	}
 	for range 5 {
+		r.beat(a)
 		if p := probed.Wait(t); p.SlowStart || !near(p.Rate, 80*SlowStartCut) {
 			t.Fatalf("heartbeat after the cut read %+v: the ramp must not resume", p)
 		}
@@ -148,17 +167,16 @@ func TestSlowStartStopsAndCutsAtTheFirstRefusal(t *testing.T) {
 // Against a provider allowing 40/s, a cold start ramps from 4.85/s and ends its slow start on
 // the provider's answer, below the ceiling, with a cut recorded.
 func TestColdStartAgainstALimitedProviderEndsItsSlowStart(t *testing.T) {
-	c := newLimitedCluster(t, 40, 429)
-	a, probed := c.slowStarter(t, "a", 500, 8)
-	for p := probed.Wait(t); p.SlowStart; p = probed.Wait(t) {
-	}
+	c := newCluster(t)
+	r := c.fakeRun(t, 40)
+	a := r.slowStarter("a", 500, 8, nil)
+	r.until(time.Minute, "the slow start to end", func() bool { return !a.share.Stats().SlowStart })
 	rate, cutFrom, _ := c.row(t)
 	if cutFrom == nil || *cutFrom <= 4.85 || rate >= 485 || a.share.Stats().Cuts == 0 {
 		t.Fatalf("budget_rates holds %v cut from %v: want a ramp above the start cut on a refusal", rate, cutFrom)
 	}
-	ks := c.sim.KeyStats(marketKey)
-	t.Logf("slow start ended: %v cut from %v; %d of %d answers refused", rate, *cutFrom, ks.RateLimited, ks.Total)
-	if ks.RateLimited == 0 {
+	t.Logf("slow start ended: %v cut from %v; %d of %d answers refused", rate, *cutFrom, r.prov.refused, r.prov.total)
+	if r.prov.refused == 0 {
 		t.Fatal("the slow start ended with no refusal from the provider")
 	}
 }
@@ -169,7 +187,10 @@ func TestRestartWithALearnedRateSkipsSlowStart(t *testing.T) {
 	if _, err := c.pool.Exec(context.Background(), `INSERT INTO budget_rates (key_label, rate, cut_from, cut_at) VALUES ($1, 40, 57, now())`, c.label); err != nil {
 		t.Fatal(err)
 	}
-	a, probed := c.slowStarter(t, "a", 500, 0)
+	r := c.fakeRun(t, 0)
+	probed := newProbed(t)
+	a := r.slowStarter("a", 500, 0, probed)
+	r.beat(a)
 	if p := probed.Wait(t); p.SlowStart || p.Rate != 40 {
 		t.Fatalf("first heartbeat read %+v, want the learned 40/s and no slow start", p)
 	}
@@ -180,11 +201,11 @@ func TestRestartWithALearnedRateSkipsSlowStart(t *testing.T) {
 
 // With slow start off, a key with nothing learned starts at the ceiling, as before.
 func TestSlowStartOffStartsAtTheCeiling(t *testing.T) {
-	c := newCluster(t)
-	probed := &testkit.Signal[Probe]{}
-	probed.Init(t)
-	c.start(t, Config{KeyLabel: c.label, Rate: 500, Headroom: 0.03, Heartbeat: 100 * time.Millisecond, Cooldown: time.Second,
-		Instance: "a", Adaptive: true, Probed: probed}, 0)
+	r := newCluster(t).fakeRun(t, 0)
+	probed := newProbed(t)
+	cfg := adaptive("a", 500)
+	cfg.Probed = probed
+	r.beat(r.join(cfg, 0))
 	if p := probed.Wait(t); p.SlowStart || !near(p.Rate, 485) {
 		t.Fatalf("first heartbeat read %+v, want the ceiling", p)
 	}
@@ -193,27 +214,14 @@ func TestSlowStartOffStartsAtTheCeiling(t *testing.T) {
 // Two processes starting together share one ramp: the cluster's rate grows no faster than one
 // process's would (at most doubling per second), not once per process.
 func TestTwoSharesOnOneKeyShareOneRamp(t *testing.T) {
-	c := newCluster(t)
-	began := time.Now()
-	a, pa := c.slowStarter(t, "a", 500, 8)
-	b, pb := c.slowStarter(t, "b", 500, 8)
-	check := func(who string, p Probe) {
-		if bound := 4.85 * math.Pow(2, time.Since(began).Seconds()); p.Rate > bound*1.001 {
-			t.Fatalf("%s read %v %s after the start: the cluster ramped faster than doubling each second (%v)", who, p.Rate, time.Since(began), bound)
-		}
-	}
-	for doneA, doneB := false, false; !doneA || !doneB; {
-		select {
-		case p := <-pa.C():
-			check("a", p)
-			doneA = doneA || !p.SlowStart
-		case p := <-pb.C():
-			check("b", p)
-			doneB = doneB || !p.SlowStart
-		case <-time.After(testkit.Timeout):
-			t.Fatal("timed out waiting for both shares to end their slow start")
-		}
-	}
+	r := newCluster(t).fakeRun(t, 0)
+	began := r.clk.Now()
+	a := r.slowStarter("a", 500, 8, nil)
+	b := r.slowStarter("b", 500, 8, nil)
+	r.onBeat = func(p *proc) { r.rampBound(p, 4.85, began) }
+	r.until(time.Minute, "both shares to end their slow start", func() bool {
+		return !a.share.Stats().SlowStart && !b.share.Stats().SlowStart
+	})
 	if ra, rb := a.share.Stats().ClusterRate, b.share.Stats().ClusterRate; !near(ra, 485) || !near(rb, 485) {
 		t.Fatalf("cluster rates %v and %v after the ramp, want both at the ceiling", ra, rb)
 	}
@@ -228,42 +236,38 @@ func TestTwoSharesOnOneKeyShareOneRamp(t *testing.T) {
 func TestAfterTheSlowStartCutTheRateDoublesBackToHalfTheRefusedRate(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	if _, err := c.pool.Exec(ctx, `INSERT INTO budget_rates (key_label, rate, slow_start) VALUES ($1, 80, true)`, c.label); err != nil {
+	r := c.fakeRun(t, 0)
+	if _, err := c.pool.Exec(ctx, `INSERT INTO budget_rates (key_label, rate, slow_start, changed_at) VALUES ($1, 80, true, $2)`, c.label, r.clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	a, probed := c.slowStarter(t, "a", 500, 8) // 8 workers: always held back at 20-40/s
-	for p := probed.Wait(t); !p.SlowStart || p.Rate != 80; p = probed.Wait(t) {
+	a := r.slowStarter("a", 500, 8, nil) // 8 workers: always held back at 20-40/s
+	r.step()
+	if st := a.share.Stats(); !st.SlowStart || st.ClusterRate != 80 {
+		t.Fatalf("first heartbeat read %+v, want the shared ramp at 80", st)
 	}
-	cutAt := time.Now()
+	cutAt := r.clk.Now()
 	a.share.RateLimited(ctx, 0, "test: API002")
 	if st := a.share.Stats(); st.SlowStart || !near(st.ClusterRate, 80*SlowStartCut) {
 		t.Fatalf("after the first refusal %+v, want %v", st, 80*SlowStartCut)
 	}
-	last := 0.0
-	for {
-		p := probed.Wait(t)
-		if p.SlowStart {
-			continue // read before the cut
+	last, above := 0.0, -1
+	r.onBeat = func(p *proc) {
+		rate := p.share.Stats().ClusterRate
+		if above < 0 {
+			r.rampBound(p, 20, cutAt)
+			if rate > 40*1.000001 && last < 40*0.999999 {
+				t.Fatalf("rate jumped from %v past half the refused rate to %v", last, rate)
+			}
+		} else if rate < last || rate > last+DefaultIncrease*80*0.2+1e-9 {
+			// From half the refused rate on, AIMD: one step of Increase × 80 per heartbeat second at most.
+			t.Fatalf("rate went from %v to %v: want additive steps of at most %v per heartbeat above half the refused rate", last, rate, DefaultIncrease*80*0.2)
 		}
-		if bound := 20 * math.Pow(2, time.Since(cutAt).Seconds()); p.Rate > bound*1.001 {
-			t.Fatalf("rate %v %s after the cut: more than doubled each second (%v)", p.Rate, time.Since(cutAt), bound)
-		}
-		if p.Rate > 40*1.000001 && last < 40*0.999999 {
-			t.Fatalf("rate jumped from %v past half the refused rate to %v", last, p.Rate)
-		}
-		last = p.Rate
-		if near(p.Rate, 40) {
-			break
+		last = rate
+		if near(rate, 40) || above >= 0 {
+			above++
 		}
 	}
-	// From half the refused rate on, AIMD: one step of Increase × 80 per heartbeat second at most.
-	for range 4 {
-		p := probed.Wait(t)
-		if p.Rate < last || p.Rate > last+DefaultIncrease*80*0.2+1e-9 {
-			t.Fatalf("rate went from %v to %v: want additive steps of at most %v per heartbeat above half the refused rate", last, p.Rate, DefaultIncrease*80*0.2)
-		}
-		last = p.Rate
-	}
+	r.until(time.Minute, "half the refused rate and four heartbeats more", func() bool { return above >= 4 })
 	if rate, cutFrom, slow := c.row(t); slow || cutFrom == nil || *cutFrom != 80 || rate < 40 {
 		t.Fatalf("budget_rates holds %v cut from %v (slow start %v)", rate, cutFrom, slow)
 	}

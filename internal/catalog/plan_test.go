@@ -17,9 +17,8 @@ import (
 
 func budgetPolicy(perSecond float64) Policy {
 	c := config.Default()
-	p := PolicyFromConfig(c.Catalog, c.Provider.Market, packing.Model{})
+	p := PolicyFromConfig(c.Catalog, perSecond*0.9, packing.Model{}) // 10 % left unplanned
 	p.Mode = config.PolicyBudget
-	p.Budget.PerSecond, p.Budget.PerMinute, p.Budget.Headroom = perSecond, perSecond*60, 0.1
 	return p
 }
 
@@ -107,8 +106,8 @@ func TestBudgetPolicyKeepsDemandWithinBudgetAndFavoursHeavyItems(t *testing.T) {
 		iv, _ := tiers.Tier(r.tier).Interval()
 		demand += packing.Alone / iv.Seconds()
 	}
-	if demand > p.Budget.Limit()+1e-9 {
-		t.Errorf("demand after the plan %.4f requests/s, budget %.4f", demand, p.Budget.Limit())
+	if demand > p.Limit+1e-9 {
+		t.Errorf("demand after the plan %.4f requests/s, budget %.4f", demand, p.Limit)
 	}
 	if rows["plan-00"].tier != string(tiers.Hot) {
 		t.Errorf("pinned item moved to %s", rows["plan-00"].tier)
@@ -234,8 +233,8 @@ func TestBudgetPolicyPlansNewItemsWithAPrior(t *testing.T) {
 			t.Errorf("%s, viewed, got COLD_10M although the budget has room", id)
 		}
 	}
-	if demand > p.Budget.Limit()+1e-9 {
-		t.Errorf("stored tiers ask %v requests/s, the budget %v", demand, p.Budget.Limit())
+	if demand > p.Limit+1e-9 {
+		t.Errorf("stored tiers ask %v requests/s, the budget %v", demand, p.Limit)
 	}
 	// A move does not put off a first collection: the new items are still due.
 	var later int

@@ -26,17 +26,17 @@ type Policy struct {
 	tierplan.Rules
 	// Mode is config.PolicyBudget or config.PolicyThresholds (catalog.policy).
 	Mode string
-	// Budget is the market key's budget the budget policy plans within.
-	Budget tierplan.Budget
+	// Limit is the requests per second the budget policy plans within (budget.PlanLimit).
+	Limit float64
 	// Packing is how the dispatcher shares calls now (dispatcher.PackingModelNow): what a
 	// collection costs, for the plan and the demand.
 	Packing packing.Model
 }
 
-// PolicyFromConfig converts the validated catalog section, the market key's limits
-// (provider.market.* or what was learned of them), which the budget policy plans within, and
-// how the dispatcher packs calls now (dispatcher.PackingModelNow).
-func PolicyFromConfig(c config.CatalogConfig, market config.WorkloadLimits, pack packing.Model) Policy {
+// PolicyFromConfig converts the validated catalog section, the requests per second the budget
+// policy plans within (budget.PlanLimit), and how the dispatcher packs calls now
+// (dispatcher.PackingModelNow).
+func PolicyFromConfig(c config.CatalogConfig, limit float64, pack packing.Model) Policy {
 	rt, err := tiers.Parse(c.ReactivateTier)
 	if err != nil {
 		rt = tiers.Active
@@ -45,8 +45,7 @@ func PolicyFromConfig(c config.CatalogConfig, market config.WorkloadLimits, pack
 		Window: c.SignalWindow, InterestHalfLife: c.InterestHalfLife, Weights: c.Weights, Mode: c.Policy,
 		Rules: tierplan.Rules{DormantAfter: c.DormantAfter, DemotionHold: c.DemotionHold, ReactivateTier: rt,
 			Thresholds: c.Thresholds.Tiers()},
-		Budget:  tierplan.Budget{PerSecond: market.Rate, PerMinute: float64(market.PerMinute), Headroom: c.BudgetHeadroom},
-		Packing: pack,
+		Limit: limit, Packing: pack,
 	}
 }
 
@@ -219,7 +218,7 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 			ds[i] = tierplan.Decide(now, it.State, scores[i], p.Rules)
 		}
 		if p.Mode == config.PolicyBudget {
-			res.Plan = tierplan.ApplyBudget(states, scores, ds, p.Budget, p.Packing)
+			res.Plan = tierplan.ApplyBudget(states, scores, ds, p.Limit, p.Packing)
 		}
 		var batch updates
 		for i, it := range items {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -20,7 +21,7 @@ import (
 // check; the budget policy has its own tests (plan_test.go).
 func testPolicy() Policy {
 	c := config.Default()
-	p := PolicyFromConfig(c.Catalog, c.Provider.Market, packing.Model{})
+	p := PolicyFromConfig(c.Catalog, budget.ConfiguredPlanLimit(c), packing.Model{})
 	p.Mode = config.PolicyThresholds
 	return p
 }

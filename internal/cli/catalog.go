@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/devdata"
@@ -162,7 +163,7 @@ scheduled for collection, are hidden from ranking read paths, and purge:syntheti
 			if err != nil {
 				return err
 			}
-			if opt.Policy, err = a.policy(ctx, pool, a.cfg.Provider.Market); err != nil {
+			if opt.Policy, err = a.policy(ctx, pool, budget.ConfiguredPlanLimit(a.cfg)); err != nil {
 				return err
 			}
 			// A line every 5 % of a long run; each batch is committed when it is reported.
@@ -214,16 +215,16 @@ func newPurgeSyntheticCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// policy is the tier policy as configured, planning within market and counting what
-// collections cost with the cluster's packing as it is now.
-func (a *app) policy(ctx context.Context, pool *pgxpool.Pool, market config.WorkloadLimits) (catalog.Policy, error) {
+// policy is the tier policy as configured, planning within limit requests per second
+// (budget.PlanLimit) and counting what collections cost with the cluster's packing as it is now.
+func (a *app) policy(ctx context.Context, pool *pgxpool.Pool, limit float64) (catalog.Policy, error) {
 	m, err := dispatcher.PackingModelNow(ctx, pool, dispatcher.FromConfig(a.cfg), a.cfg.Provider.AuctionLimit)
-	return catalog.PolicyFromConfig(a.cfg.Catalog, market, m), err
+	return catalog.PolicyFromConfig(a.cfg.Catalog, limit, m), err
 }
 
 // recalculateOn recalculates popularity and applies tiers under the configured policy.
 func (a *app) recalculateOn(ctx context.Context, pool *pgxpool.Pool) (catalog.Result, error) {
-	p, err := a.policy(ctx, pool, a.cfg.Provider.Market)
+	p, err := a.policy(ctx, pool, budget.ConfiguredPlanLimit(a.cfg))
 	if err != nil {
 		return catalog.Result{}, err
 	}

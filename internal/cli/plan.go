@@ -27,8 +27,8 @@ func newPlanCmd(a *app) *cobra.Command {
 		Use:   "plan [--budget R] [--apply]",
 		Short: "Show what the budget policy would do: today's demand against the budget, the tier moves, predicted freshness before and after",
 		Long: `plan runs the budget policy (catalog.policy: budget) over every tracked item and prints, without
-changing anything, the request demand of today's tiers against the market key's budget (less
-catalog.budget_headroom), the tier moves the policy would make, and the predicted
+changing anything, the request demand of today's tiers against the market key's budget (as the plan receives it:
+less daemon.budget.headroom and the plan's reserve, budget.PlanReserve), the tier moves the policy would make, and the predicted
 popularity-weighted freshness before and after. It plans, as the daemon does, within
 provider.market.rate / per_minute scaled down to what the adaptive budget learned the provider
 allows (budget_rates); --budget R plans for R requests per second instead. --apply makes the moves (as recalculate-popularity does
@@ -50,21 +50,19 @@ under the budget policy).`,
 			if err != nil {
 				return err
 			}
-			market, learned := a.cfg.Provider.Market, 1.0
+			market := config.WorkloadLimits{Rate: perSecond, PerMinute: int(math.Round(perSecond * 60))}
+			learned := 1.0
 			if perSecond == 0 {
 				// Plan as the daemon does: within what the provider was found to allow.
 				if market, learned, err = a.learnedMarket(ctx, pool); err != nil {
 					return err
 				}
 			}
-			p, err := a.policy(ctx, pool, market)
+			p, err := a.policy(ctx, pool, budget.PlanLimit(market, a.cfg.Daemon.Budget.Headroom, learned))
 			if err != nil {
 				return err
 			}
 			p.Mode = config.PolicyBudget
-			if perSecond != 0 {
-				p.Budget.PerSecond, p.Budget.PerMinute = perSecond, perSecond*60
-			}
 			if learned < 1 {
 				a.printf("learned: the provider allows %.0f%% of the configured budget (daemon.budget.adaptive); planning for that\n", 100*learned)
 			}
@@ -80,7 +78,7 @@ under the budget policy).`,
 			if res.Skipped {
 				return fmt.Errorf("plan: another process is recalculating right now; try again")
 			}
-			printPlan(a, p, res, apply, show)
+			printPlan(a, market, learned, res, apply, show)
 			return nil
 		}),
 	}
@@ -91,11 +89,11 @@ under the budget policy).`,
 	return cmd
 }
 
-func printPlan(a *app, p catalog.Policy, res catalog.Result, applied bool, show int) {
+// printPlan says what a plan within share of market did.
+func printPlan(a *app, market config.WorkloadLimits, share float64, res catalog.Result, applied bool, show int) {
 	s := res.Plan
-	b := p.Budget
-	a.printf("budget: %.0f requests/s, %.0f/min, headroom %.0f%% → %.1f requests/s to plan with\n",
-		b.PerSecond, b.PerMinute, b.Headroom*100, s.Limit)
+	a.printf("budget: %.0f requests/s, %.0f/min, less daemon.budget.headroom %.0f%% and the plan's reserve %.0f%% → %.1f requests/s to plan with\n",
+		market.Rate*share, float64(market.PerMinute)*share, a.cfg.Daemon.Budget.Headroom*100, budget.PlanReserve*100, s.Limit)
 	a.printf("cost: %.2f requests per collection on average; %d of %d items share packed calls at their planned tier, the others cost 2"+
 		" (a running daemon also divides the budget by what its calls really cost against this: collector_collection_cost_ratio)\n",
 		s.Requests, s.Packed, s.Items)
@@ -234,8 +232,8 @@ func newUnpinCmd(a *app) *cobra.Command {
 	}
 }
 
-// learnedMarket is the market key's budget scaled to the share of it the adaptive budget
-// learned the provider allows (budget_rates), and that share: what the daemon plans within.
+// learnedMarket is the market key's configured budget and the share of it the adaptive budget
+// learned the provider allows (budget_rates): the daemon plans within that share of it.
 func (a *app) learnedMarket(ctx context.Context, pool *pgxpool.Pool) (config.WorkloadLimits, float64, error) {
 	m := a.cfg.Provider.Market
 	if !a.cfg.Daemon.Budget.Enabled {
@@ -245,5 +243,5 @@ func (a *app) learnedMarket(ctx context.Context, pool *pgxpool.Pool) (config.Wor
 	if err != nil {
 		return m, 1, err
 	}
-	return budget.Scale(m, f), f, nil
+	return m, f, nil
 }

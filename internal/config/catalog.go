@@ -34,9 +34,6 @@ type CatalogConfig struct {
 	// freshness the market key's budget buys, internal/tierplan) or "thresholds" (score
 	// thresholds, ignoring the budget).
 	Policy string `mapstructure:"policy"`
-	// BudgetHeadroom is the fraction of the market key's budget the budget policy leaves
-	// unplanned, for retries, imports and collect ITEM_ID.
-	BudgetHeadroom float64 `mapstructure:"budget_headroom"`
 	// EstimateWindow is how fast the per-item change and sales counts decay: observations
 	// this old count 1/e.
 	EstimateWindow time.Duration `mapstructure:"estimate_window"`
@@ -84,7 +81,6 @@ var catalogDefaults = map[string]any{
 	"catalog.interest_half_life": "24h",
 	"catalog.reactivate_tier":    "ACTIVE_3M",
 	"catalog.policy":             "budget",
-	"catalog.budget_headroom":    0.1,
 	"catalog.estimate_window":    "24h",
 	"catalog.thresholds.hot":     30.0,
 	"catalog.thresholds.active":  10.0,
@@ -126,9 +122,6 @@ func (c CatalogConfig) validate() error {
 	}
 	if c.Policy != PolicyBudget && c.Policy != PolicyThresholds {
 		errs = append(errs, invalid("catalog.policy", c.Policy, "allowed: budget, thresholds"))
-	}
-	if !(c.BudgetHeadroom >= 0 && c.BudgetHeadroom < 1) {
-		errs = append(errs, invalid("catalog.budget_headroom", c.BudgetHeadroom, "must be a fraction in [0, 1)"))
 	}
 	if err := c.Thresholds.Tiers().Validate(); err != nil {
 		errs = append(errs, invalid("catalog.thresholds", c.Thresholds, err.Error()))

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/console"
@@ -258,7 +259,7 @@ func TestOverviewShowsThePlansEstimatedFreshness(t *testing.T) {
 	var planned []catalog.TierForecast
 	e := setupWith(t, "", func(ctx context.Context, pool *pgxpool.Pool) {
 		c := config.Default()
-		p := catalog.PolicyFromConfig(c.Catalog, c.Provider.Market, packing.Model{})
+		p := catalog.PolicyFromConfig(c.Catalog, budget.ConfiguredPlanLimit(c), packing.Model{})
 		if _, err := catalog.RecalculatePopularity(ctx, pool, p); err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -120,12 +121,13 @@ func TestPlanCountsWhatCollectionsReallyCost(t *testing.T) {
 	cfg.Catalog.RecalcInterval = time.Hour
 	cfg.GaugeInterval = 100 * time.Millisecond
 	cfg.Dispatch.PackSize = 1
-	const budget = 12.0 // 10.8 req/s to plan with
-	cfg.Market.Rate, cfg.Market.PerMinute = budget, budget*60
+	const perSecond = 12.0
+	cfg.Market.Rate, cfg.Market.PerMinute = perSecond, perSecond*60
+	limit := budget.PlanLimit(cfg.Market, cfg.Daemon.Budget.Headroom, 1) // what the plan may use
 	cfg.signals.planned.Init(t)
 	e.start(t, cfg, nil)
 	// Nothing asks for a plan until the measured cost ratio has cut the plan's share.
-	if res := cfg.signals.planned.Wait(t); res.Skipped || res.Share >= replanBelowDefault {
+	if res := cfg.signals.planned.Wait(t); res.Skipped || res.Share >= budget.ReplanBelowDefault {
 		t.Fatalf("first plan %+v: want one made after collections cost more than counted", res)
 	}
 	var demand float64 // at the 2 requests a collection really costs
@@ -135,7 +137,7 @@ func TestPlanCountsWhatCollectionsReallyCost(t *testing.T) {
 		FROM tracked_items`).Scan(&demand); err != nil {
 		t.Fatal(err)
 	}
-	if demand > budget*0.9 {
-		t.Fatalf("real demand after the new plan %.2f req/s, over the %.1f req/s the budget allows", demand, budget*0.9)
+	if demand > limit {
+		t.Fatalf("real demand after the new plan %.2f req/s, over the %.1f req/s the budget allows", demand, limit)
 	}
 }

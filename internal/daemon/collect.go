@@ -69,7 +69,7 @@ type collectService struct {
 	disp    *dispatcher.Dispatcher
 	client  *provider.Client // the key re-check's calls, past the budget
 	share   *budget.Share    // nil without a cluster budget
-	loop    *costLoop
+	loop    *budget.Loop
 	calls   *atomic.Int64 // provider calls made, counted by the fetcher
 	metrics *telemetry.Metrics
 	log     *zap.Logger
@@ -169,7 +169,7 @@ func (s *collectService) runOnce(ctx context.Context) passResult {
 	passStart, calls := time.Now(), s.calls.Load()
 	sum, err := s.disp.RunOnce(ctx)
 	res := passResult{Summary: sum, Calls: s.calls.Load() - calls, Err: err}
-	s.metrics.CostRatio.Set(s.loop.Learn(passCost{Collections: sum.Collected + sum.Failed, Calls: res.Calls, Planned: sum.PlannedRequests}))
+	s.metrics.CostRatio.Set(s.loop.Learn(budget.PassCost{Collections: sum.Collected + sum.Failed, Calls: res.Calls, Planned: sum.PlannedRequests}))
 	if ctx.Err() != nil {
 		s.logPass(sum)
 		return res

@@ -7,7 +7,7 @@
 // planService (planner.go), gaugeService (gauges.go), retentionService (retention.go), and the
 // notification listener (listen.go). The budget feedback loop they share — what a collection
 // costs, the share of the budget the plan may assume, the claim size, when to plan again — is
-// costLoop (costloop.go), which has no database and no clock.
+// budget.Loop, which has no database and no clock.
 //
 // The collection loop runs a dispatcher pass until nothing is due, then asks the database when
 // the next item becomes claimable (the earliest next_collect_at among unleased rows, or the
@@ -139,7 +139,7 @@ type Daemon struct {
 	metrics *telemetry.Metrics
 	health  *health.Monitor
 	share   *budget.Share // nil when daemon.budget.enabled is false
-	loop    *costLoop
+	loop    *budget.Loop
 	relay   *outbox.Relay
 	ln      net.Listener
 	wake    chan struct{}
@@ -184,7 +184,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		return nil, errors.New("daemon: provider.name is required")
 	}
 	cfg = cfg.withDefaults()
-	loop, err := newCostLoop(costLoopConfig{PackSize: max(cfg.Dispatch.PackSize, 1)})
+	loop, err := budget.NewLoop(budget.LoopConfig{PackSize: max(cfg.Dispatch.PackSize, 1), Market: cfg.Market, Headroom: cfg.Daemon.Budget.Headroom})
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +266,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		if d.share != nil {
 			learned = d.share.LearnedShare
 		}
-		if d.plan, err = newPlanService(planConfig{Catalog: cfg.Catalog, Market: cfg.Market, Dispatch: cfg.Dispatch, AuctionLimit: client.AuctionLimit(),
+		if d.plan, err = newPlanService(planConfig{Catalog: cfg.Catalog, Dispatch: cfg.Dispatch, AuctionLimit: client.AuctionLimit(),
 			CheckEvery: cfg.GaugeInterval, Planned: &d.cfg.signals.planned},
 			&planService{pool: pool, loop: loop, learned: learned, metrics: d.metrics, log: log, wake: d.wake, writes: writeReports{d.writes}}); err != nil {
 			return nil, err

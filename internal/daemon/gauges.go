@@ -37,7 +37,7 @@ type gaugeService struct {
 	cfg     gaugeConfig
 	pool    *pgxpool.Pool
 	share   *budget.Share // nil without a cluster budget
-	loop    *costLoop
+	loop    *budget.Loop
 	metrics *telemetry.Metrics
 }
 

@@ -21,9 +21,6 @@ type planConfig struct {
 	// Catalog is the popularity and tier policy; Catalog.RecalcInterval (> 0) is how often a
 	// plan is made whatever happens.
 	Catalog config.CatalogConfig
-	// Market is the market key's configured budget (provider.market.*), before the cost loop
-	// scales it.
-	Market config.WorkloadLimits
 	// Dispatch is the dispatcher's configuration, whose packing settings the plan's cost model
 	// reads; AuctionLimit is the listings limit the market client asks for.
 	Dispatch     dispatcher.Config
@@ -40,7 +37,7 @@ type planConfig struct {
 type planService struct {
 	cfg     planConfig
 	pool    *pgxpool.Pool
-	loop    *costLoop
+	loop    *budget.Loop
 	learned func() float64 // the adaptive budget's learned share (1 without one)
 	metrics *telemetry.Metrics
 	log     *zap.Logger
@@ -96,7 +93,7 @@ func (s *planService) Start(ctx context.Context) {
 	}
 }
 
-// runOnce plans once, at now, within the share of the budget the cost loop allows.
+// runOnce plans once, at now, within the share of the budget the feedback loop allows.
 func (s *planService) runOnce(ctx context.Context, now time.Time) (planResult, error) {
 	share := s.loop.PlanShare(s.learned())
 	s.loop.Planned(now, share)
@@ -105,7 +102,7 @@ func (s *planService) runOnce(ctx context.Context, now time.Time) (planResult, e
 	if err != nil {
 		return res, err
 	}
-	res.Result, err = catalog.RecalculatePopularity(ctx, s.pool, catalog.PolicyFromConfig(s.cfg.Catalog, s.plannedMarket(share), pm))
+	res.Result, err = catalog.RecalculatePopularity(ctx, s.pool, catalog.PolicyFromConfig(s.cfg.Catalog, s.loop.PlanLimit(share), pm))
 	if err != nil {
 		s.writes.refused(err)
 		return res, err
@@ -117,10 +114,4 @@ func (s *planService) runOnce(ctx context.Context, now time.Time) (planResult, e
 	}
 	s.cfg.Planned.Signal(res)
 	return res, nil
-}
-
-// plannedMarket is the market budget the tier plan assumes: the configured one scaled to the
-// share the cost loop allows.
-func (s *planService) plannedMarket(share float64) config.WorkloadLimits {
-	return budget.Scale(s.cfg.Market, share)
 }

@@ -93,10 +93,10 @@ func TestReadOnlyDatabaseMakesTheDaemonNotReady(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, "the items made due collected after writes came back", func() bool { return collected(t, e.pool) == 20 })
 }
 
-// Every provider call the daemon makes is held while the database refuses writes, down to one
-// already past the dispatcher's check (queued on the budget when writes stopped): the
-// provider hears nothing whose answer could not be stored, and the call goes out once writes
-// come back.
+// Every provider call the daemon makes is held while the database refuses writes, in one layer:
+// the client's hold, the last moment before a request goes out (so also a call queued on the
+// budget when writes stopped). The provider hears nothing whose answer could not be stored, and
+// the call goes out once writes come back.
 func TestProviderCallsAreHeldWhileWritesAreRefused(t *testing.T) {
 	e := newEnv(t, 3, neoplesim.Options{})
 	d := e.build(t, testConfig(), nil)

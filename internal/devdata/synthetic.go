@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
@@ -83,7 +84,7 @@ func SeedSynthetic(ctx context.Context, db catalog.DB, opt SyntheticOptions) (Sy
 			MaxSyntheticItems, MaxSyntheticDays, opt.Items, opt.Days)
 	}
 	if opt.Policy.Window == 0 {
-		opt.Policy = catalog.PolicyFromConfig(config.Default().Catalog, config.Default().Provider.Market, packing.Model{})
+		opt.Policy = catalog.PolicyFromConfig(config.Default().Catalog, budget.ConfiguredPlanLimit(config.Default()), packing.Model{})
 	}
 	res := SyntheticResult{Items: opt.Items}
 	end := opt.Until.Truncate(time.Hour)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
@@ -70,7 +71,7 @@ func realItemWithHistory(t *testing.T, db catalog.DB, id string) {
 // thresholdsPolicy is the default configuration under the thresholds policy.
 func thresholdsPolicy() catalog.Policy {
 	c := config.Default()
-	p := catalog.PolicyFromConfig(c.Catalog, c.Provider.Market, packing.Model{})
+	p := catalog.PolicyFromConfig(c.Catalog, budget.ConfiguredPlanLimit(c), packing.Model{})
 	p.Mode = config.PolicyThresholds
 	return p
 }

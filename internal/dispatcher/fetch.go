@@ -74,13 +74,11 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 		go func() {
 			defer wg.Done()
 			for group := range jobs {
-				// While the database refuses writes, a result could not be stored: ask the
-				// provider nothing until it takes them again (the leases are renewed meanwhile
-				// when it can).
-				healthy := d.cfg.WriteHealth.Wait(ctx)
 				// The slot first: a stop (in any batch of the pass) may come while waiting for it.
+				// (While the database refuses writes the provider client holds every call, the
+				// one layer that does: see provider.Hold.)
 				f.slots <- struct{}{}
-				if !healthy || ctx.Err() != nil || fctx.Err() != nil || f.stopped() != nil {
+				if ctx.Err() != nil || fctx.Err() != nil || f.stopped() != nil {
 					<-f.slots
 					mu.Lock()
 					unprocessed = append(unprocessed, group...)

@@ -13,9 +13,8 @@
 //	RECOVERING → DEGRADED     as from HEALTHY: transient failures above ErrorRatio of the
 //	                          outcomes in the last Window (at least MinSamples of them)
 //
-// While RECOVERING the request rate starts at RecoverFactor of the budget and ramps up
-// linearly over RecoverFor, so a short outage on a small catalog ends in RecoverFor, not
-// after a number of collections a small catalog takes long to make. Transitions are compare-and-set on the previous status, so
+// While RECOVERING the request rate follows budget.RecoveryFactor: RecoverFactor of the budget
+// at the start, all of it after RecoverFor. Transitions are compare-and-set on the previous status, so
 // instances racing on the same observation make one transition, not several. An active manual
 // override (collector provider set … --for) wins: the monitor neither probes nor transitions
 // while one is in force. Every status change an instance sees is logged with its reason and
@@ -35,6 +34,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/backoff"
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/testkit"
 )
@@ -223,14 +223,12 @@ func (m *Monitor) ratioLocked() float64 {
 	return float64(bad) / float64(max(len(m.window), 1))
 }
 
-// rampLocked sets the rate for the time spent RECOVERING: RecoverFactor at the start, the
-// full budget after RecoverFor.
+// rampLocked sets the rate for the time spent RECOVERING.
 func (m *Monitor) rampLocked(now time.Time) {
 	if m.rate == nil {
 		return
 	}
-	f := m.cfg.RecoverFactor + (1-m.cfg.RecoverFactor)*float64(now.Sub(m.recSince))/float64(m.cfg.RecoverFor)
-	m.rate.SetRateFactor(min(f, 1))
+	m.rate.SetRateFactor(budget.RecoveryFactor(m.cfg.RecoverFactor, m.cfg.RecoverFor, now.Sub(m.recSince)))
 }
 
 // Run re-reads the status every CheckInterval (or at once when an outcome calls for a
@@ -304,7 +302,7 @@ func (m *Monitor) see(row provider.StatusRow) {
 		m.window = m.window[:0]
 		if m.rate != nil {
 			if row.Status == provider.Recovering {
-				m.rate.SetRateFactor(m.cfg.RecoverFactor)
+				m.rate.SetRateFactor(budget.RecoveryFactor(m.cfg.RecoverFactor, m.cfg.RecoverFor, 0))
 			} else {
 				m.rate.SetRateFactor(1)
 			}

@@ -41,7 +41,7 @@ func observedSalesRate(it State) float64 {
 // PlanSummary is what the budget policy planned, for `collector plan`, status and metrics.
 type PlanSummary struct {
 	Items        int     // items planned (not DORMANT)
-	Limit        float64 // requests/s the plan may use (budget less headroom)
+	Limit        float64 // requests/s the plan may use (budget.PlanLimit)
 	DemandBefore float64 // requests/s of the tiers as they were
 	DemandAfter  float64 // requests/s of the planned tiers
 	// MinDemand is the least any plan could ask: pinned and reactivated items where they are,
@@ -70,12 +70,12 @@ type PlanSummary struct {
 }
 
 // ApplyBudget is the budget policy: it replaces the threshold decisions ds of plannable items
-// by the optimiser's tiers within budget b, in place. Pinned, reactivated and DORMANT items keep
+// by the optimiser's tiers within limit requests per second (budget.PlanLimit), in place. Pinned, reactivated and DORMANT items keep
 // their decision. Items whose change rate is not known yet are planned with the catalog's
 // prior (PriorOf) rather than held where they are, so a mass import cannot hold the plan over
 // the budget; each plan re-estimates them as their collections are observed. scores are the
 // items' popularity scores, the optimiser's weights.
-func ApplyBudget(items []State, scores []float64, ds []Decision, b Budget, m packing.Model) *PlanSummary {
+func ApplyBudget(items []State, scores []float64, ds []Decision, limit float64, m packing.Model) *PlanSummary {
 	s := &PlanSummary{Prior: PriorOf(items)}
 	var in []Item
 	var idx []int
@@ -102,7 +102,7 @@ func ApplyBudget(items []State, scores []float64, ds []Decision, b Budget, m pac
 		before = append(before, it.Tier)
 		unobserved = append(unobserved, !known && pi.Pinned == "")
 	}
-	plan := Solve(in, b)
+	plan := Solve(in, limit)
 	s.Items, s.Limit, s.DemandAfter, s.MinDemand = len(in), plan.Limit, plan.Demand, plan.MinDemand
 	s.PinsExceed = s.PinnedDemand > plan.Limit
 	s.FreshnessAfter, s.SalesUnsafe = plan.Freshness, plan.SalesUnsafe

@@ -35,7 +35,7 @@ func observedState(tier tiers.Tier, sales float64) State {
 func TestApplyBudgetMovesUnobservedItemsIntoTheBudget(t *testing.T) {
 	// 2,000 HOT items alone cost 66.7 requests/s; at COLD 6.7, within the 18 to plan with.
 	items, scores, ds := newImports(2000)
-	b := Budget{PerSecond: 20, PerMinute: 1200, Headroom: 0.1}
+	b := limitOf(20, 1200, 0.1)
 	s := ApplyBudget(items, scores, ds, b, packing.Model{})
 	if math.Abs(s.DemandBefore-2000*packing.Alone/60) > 1e-9 {
 		t.Errorf("demand before %v, want the 66.7 of 2,000 HOT items", s.DemandBefore)
@@ -82,7 +82,7 @@ func TestApplyBudgetPlansUnobservedItemsWithTheObservedMedian(t *testing.T) {
 	if p.Observed != 3 || math.Abs(p.ChangeRate-wantChange) > 1e-15 || math.Abs(p.SalesRate-0.2) > 1e-12 {
 		t.Fatalf("prior %+v, want 3 observed items' median: %v changes/s, 0.2 sales/s", p, wantChange)
 	}
-	s := ApplyBudget(items, scores, ds, Budget{PerSecond: 1, PerMinute: 60}, packing.Model{})
+	s := ApplyBudget(items, scores, ds, limitOf(1, 60, 0), packing.Model{})
 	if s.Prior != p || s.Unobserved != 1 || s.Pinned != 1 || s.PinsExceed {
 		t.Fatalf("summary %+v", s)
 	}

@@ -93,7 +93,7 @@ func TestForecastOfTheBudgetPlanIsThePlansPrediction(t *testing.T) {
 		}
 	}
 	m := packing.Model{}
-	s := ApplyBudget(items, scores, ds, Budget{PerSecond: 10, PerMinute: 600, Headroom: 0.1}, m)
+	s := ApplyBudget(items, scores, ds, limitOf(10, 600, 0.1), m)
 	fs := Forecast(items, scores, ds, s.Prior, m)
 	n := 0
 	for _, tf := range fs {

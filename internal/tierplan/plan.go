@@ -8,8 +8,6 @@
 package tierplan
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -60,36 +58,6 @@ func (it Item) RequestsAt(interval float64) float64 {
 	return it.Requests
 }
 
-// Budget is one key's request budget.
-type Budget struct {
-	PerSecond float64
-	PerMinute float64
-	// Headroom is the fraction of the budget left unplanned (retries, imports, jitter).
-	Headroom float64
-}
-
-// Validate rejects budgets the planner cannot work with.
-func (b Budget) Validate() error {
-	var errs []error
-	if !(b.PerSecond > 0) || math.IsInf(b.PerSecond, 0) {
-		errs = append(errs, fmt.Errorf("budget per second must be a positive number, got %v", b.PerSecond))
-	}
-	if !(b.PerMinute > 0) || math.IsInf(b.PerMinute, 0) {
-		errs = append(errs, fmt.Errorf("budget per minute must be a positive number, got %v", b.PerMinute))
-	}
-	if !(b.Headroom >= 0 && b.Headroom < 1) {
-		errs = append(errs, fmt.Errorf("budget headroom must be in [0, 1), got %v", b.Headroom))
-	}
-	return errors.Join(errs...)
-}
-
-// Limit is the steady demand the plan may use, in requests per second: the tighter of the two
-// budgets less the headroom. Phase-pinned slots spread each tier evenly over its interval, so a
-// steady demand within it also stays within each second's and each minute's budget.
-func (b Budget) Limit() float64 {
-	return math.Min(b.PerSecond, b.PerMinute/60) * (1 - b.Headroom)
-}
-
 // TierDemand is the steady request rate of tier t when collecting each of its items once costs
 // requests in all (0 for DORMANT).
 func TierDemand(t tiers.Tier, requests float64) float64 {
@@ -127,7 +95,7 @@ type Plan struct {
 	Demand float64
 	// PinnedDemand is the pinned items' share of Demand.
 	PinnedDemand float64
-	// Limit is Budget.Limit(): what the plan may use.
+	// Limit is what the plan may use, in requests per second.
 	Limit float64
 	// PinsExceed is true when pinned items alone ask for more than Limit.
 	PinsExceed bool
@@ -241,8 +209,11 @@ func Overall(fs []TierForecast) (demand, freshness float64) {
 // items first while the budget allows; the rest of the budget goes where it buys the most weighted freshness, by a Lagrange
 // multiplier found by bisection over each item's four choices, and the slack that bisection
 // leaves is filled greedily by the best gain per request.
-func Solve(items []Item, b Budget) Plan {
-	limit := b.Limit()
+//
+// limit is the steady demand the plan may use, in requests per second (budget.PlanLimit).
+// Phase-pinned slots spread each tier evenly over its interval, so a steady demand within it
+// also stays within each second's and each minute's budget.
+func Solve(items []Item, limit float64) Plan {
 	p := Plan{Tiers: make([]tiers.Tier, len(items)), Limit: limit}
 	n := len(items)
 	// floor[i] is the slowest choice index the item may take; -1 marks pinned items.

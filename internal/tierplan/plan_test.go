@@ -33,7 +33,7 @@ func TestPlanRespectsBudgetOnRandomCatalogs(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 200; trial++ {
 		items := randomCatalog(r, 1+r.IntN(3000))
-		b := Budget{PerSecond: 1 + r.Float64()*100, PerMinute: 60 + r.Float64()*6000, Headroom: r.Float64() * 0.3}
+		b := limitOf(1+r.Float64()*100, 60+r.Float64()*6000, r.Float64()*0.3)
 		p := Solve(items, b)
 		demand, fresh := Predict(items, p.Tiers)
 		if math.Abs(demand-p.Demand) > 1e-9*(1+demand) || math.Abs(fresh-p.Freshness) > 1e-9 {
@@ -54,11 +54,11 @@ func TestPlanRespectsBudgetOnRandomCatalogs(t *testing.T) {
 		if math.Abs(p.MinDemand-floorDemand) > 1e-9*(1+floorDemand) {
 			t.Fatalf("trial %d: MinDemand %v, the cheapest tiers cost %v", trial, p.MinDemand, floorDemand)
 		}
-		if p.Demand > b.Limit()*(1+1e-9) && p.Demand > floorDemand*(1+1e-9) {
-			t.Fatalf("trial %d: demand %v over limit %v although the cheapest tiers cost %v", trial, p.Demand, b.Limit(), floorDemand)
+		if p.Demand > b*(1+1e-9) && p.Demand > floorDemand*(1+1e-9) {
+			t.Fatalf("trial %d: demand %v over limit %v although the cheapest tiers cost %v", trial, p.Demand, b, floorDemand)
 		}
-		if p.PinsExceed != (p.PinnedDemand > b.Limit()) {
-			t.Fatalf("trial %d: PinsExceed=%v with pinned demand %v, limit %v", trial, p.PinsExceed, p.PinnedDemand, b.Limit())
+		if p.PinsExceed != (p.PinnedDemand > b) {
+			t.Fatalf("trial %d: PinsExceed=%v with pinned demand %v, limit %v", trial, p.PinsExceed, p.PinnedDemand, b)
 		}
 		for i, it := range items {
 			if it.Pinned != "" && p.Tiers[i] != it.Pinned {
@@ -68,13 +68,10 @@ func TestPlanRespectsBudgetOnRandomCatalogs(t *testing.T) {
 	}
 }
 
-func TestLimitIsTheTighterBudgetLessHeadroom(t *testing.T) {
-	if got := (Budget{PerSecond: 500, PerMinute: 30000, Headroom: 0.1}).Limit(); math.Abs(got-450) > 1e-9 {
-		t.Errorf("500/s, 30000/min, 10%% headroom: limit %v, want 450", got)
-	}
-	if got := (Budget{PerSecond: 500, PerMinute: 6000, Headroom: 0}).Limit(); got != 100 {
-		t.Errorf("500/s, 6000/min: limit %v, want 100 (the minute budget binds)", got)
-	}
+// limitOf is what a budget of perSecond and perMinute less headroom leaves a plan, as
+// budget.PlanLimit computes it (tested there).
+func limitOf(perSecond, perMinute, headroom float64) float64 {
+	return math.Min(perSecond, perMinute/60) * (1 - headroom)
 }
 
 func TestPlanUsesTheBudgetWhenItBuysFreshness(t *testing.T) {
@@ -83,12 +80,12 @@ func TestPlanUsesTheBudgetWhenItBuysFreshness(t *testing.T) {
 	for i := range items {
 		items[i].Pinned = ""
 	}
-	b := Budget{PerSecond: 20, PerMinute: 1200, Headroom: 0}
+	b := limitOf(20, 1200, 0)
 	p := Solve(items, b)
 	// The smallest single upgrade costs 2/300 − 2/600 requests/s; a plan leaving more slack than
 	// a few of those unspent while items could go faster is wasting budget.
-	if slack := b.Limit() - p.Demand; slack > 0.05 {
-		t.Errorf("plan leaves %v req/s of %v unspent", slack, b.Limit())
+	if slack := b - p.Demand; slack > 0.05 {
+		t.Errorf("plan leaves %v req/s of %v unspent", slack, b)
 	}
 	all := make([]tiers.Tier, len(items))
 	for i := range all {
@@ -111,7 +108,7 @@ func TestPlanPrefersHeavierItems(t *testing.T) {
 		for i := 0; i+1 < len(items); i += 2 {
 			items[i+1].ChangeRate, items[i+1].Packed, items[i+1].PackedUpTo = items[i].ChangeRate, items[i].Packed, items[i].PackedUpTo
 		}
-		p := Solve(items, Budget{PerSecond: 1 + r.Float64()*5, PerMinute: 1e9, Headroom: 0})
+		p := Solve(items, limitOf(1+r.Float64()*5, 1e9, 0))
 		for i := 0; i+1 < len(items); i += 2 {
 			light, heavy := i, i+1
 			if items[light].Weight > items[heavy].Weight {
@@ -134,7 +131,7 @@ func TestPlanNeverLosesSalesWhenASafeChoiceFits(t *testing.T) {
 			items[i].SalesRate = math.Exp(r.NormFloat64()*1.5) / 10
 			items[i].Pinned = ""
 		}
-		b := Budget{PerSecond: r.Float64() * 40, PerMinute: 1e9, Headroom: 0}
+		b := limitOf(r.Float64()*40, 1e9, 0)
 		p := Solve(items, b)
 		unsafe := 0
 		for i, it := range items {
@@ -147,9 +144,9 @@ func TestPlanNeverLosesSalesWhenASafeChoiceFits(t *testing.T) {
 			if s < 0 {
 				continue // not even HOT is safe
 			}
-			if extra := cost(it, s) - cost(it, k); p.Demand+extra <= b.Limit() {
+			if extra := cost(it, s) - cost(it, k); p.Demand+extra <= b {
 				t.Fatalf("trial %d: item %d (%.3g sales/s) left at %s losing sales; %s fits (demand %v + %v ≤ %v)",
-					trial, i, it.SalesRate, p.Tiers[i], Choices[s], p.Demand, extra, b.Limit())
+					trial, i, it.SalesRate, p.Tiers[i], Choices[s], p.Demand, extra, b)
 			}
 		}
 		if unsafe != p.SalesUnsafe {
@@ -160,7 +157,7 @@ func TestPlanNeverLosesSalesWhenASafeChoiceFits(t *testing.T) {
 
 func TestPinsAloneOverBudgetAreReported(t *testing.T) {
 	items := []Item{{Weight: 1, ChangeRate: 0.01, Requests: 2, Pinned: tiers.Hot}, {Weight: 5, ChangeRate: 0.01, Requests: 2}}
-	p := Solve(items, Budget{PerSecond: 0.02, PerMinute: 1e9})
+	p := Solve(items, limitOf(0.02, 1e9, 0))
 	if !p.PinsExceed || p.Tiers[0] != tiers.Hot || p.Tiers[1] != tiers.Cold {
 		t.Errorf("pins over budget: got %+v", p)
 	}
@@ -190,7 +187,7 @@ func indexOf(t tiers.Tier) int {
 
 func BenchmarkSolveMillionItems(b *testing.B) {
 	items := randomCatalog(rand.New(rand.NewPCG(9, 10)), 1_000_000)
-	budget := Budget{PerSecond: 500, PerMinute: 30000, Headroom: 0.1}
+	budget := limitOf(500, 30000, 0.1)
 	b.ResetTimer()
 	for b.Loop() {
 		Solve(items, budget)
@@ -204,7 +201,7 @@ func TestPlanCountsPackedCosts(t *testing.T) {
 	for i := range items {
 		items[i] = Item{Weight: 1, ChangeRate: 1.0 / 600, Requests: 2}
 	}
-	b := Budget{PerSecond: 10, PerMinute: 1e9}
+	b := limitOf(10, 1e9, 0)
 	alone := Solve(items, b)
 	for i := range items {
 		items[i].Packed, items[i].PackedUpTo = 0.4, math.Inf(1)
@@ -224,8 +221,8 @@ func TestPlanCountsPackedCosts(t *testing.T) {
 	if got := count(packed); got != 600 {
 		t.Errorf("packed: %d of 600 items HOT, want all (600 × 0.4 / 60 s = 4 req/s)", got)
 	}
-	if packed.Freshness <= alone.Freshness || packed.Demand > b.Limit() {
-		t.Errorf("packed plan: freshness %v (alone %v), demand %v of %v", packed.Freshness, alone.Freshness, packed.Demand, b.Limit())
+	if packed.Freshness <= alone.Freshness || packed.Demand > b {
+		t.Errorf("packed plan: freshness %v (alone %v), demand %v of %v", packed.Freshness, alone.Freshness, packed.Demand, b)
 	}
 }
 
@@ -233,7 +230,7 @@ func TestPlanTakesAFasterTierThatPacksWhenItIsCheaper(t *testing.T) {
 	// Sells 1 a minute: packs up to 5 sales a collection, i.e. at intervals up to 300 s. COLD
 	// alone costs 2/600 req/s, WARM packed 0.2/300: WARM is fresher and cheaper.
 	it := Item{Weight: 1, ChangeRate: 1.0 / 3600, SalesRate: 1.0 / 60, Requests: 2, Packed: 0.2, PackedUpTo: 300}
-	p := Solve([]Item{it}, Budget{PerSecond: 0.004, PerMinute: 1e9})
+	p := Solve([]Item{it}, limitOf(0.004, 1e9, 0))
 	if p.Tiers[0].Rank() > tiers.Warm.Rank() || p.Demand > p.Limit {
 		t.Errorf("got %s at %v req/s (limit %v); want WARM_5M or faster within the limit", p.Tiers[0], p.Demand, p.Limit)
 	}

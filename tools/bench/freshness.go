@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	budgetpkg "github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
@@ -77,7 +78,7 @@ func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 	}
 	cfg := config.Default()
 	pack := defaultPacking(cfg)
-	policy := catalog.PolicyFromConfig(cfg.Catalog, cfg.Provider.Market, pack)
+	policy := catalog.PolicyFromConfig(cfg.Catalog, budgetpkg.ConfiguredPlanLimit(cfg), pack)
 
 	// The budget: half the thresholds policy's demand on the true signals, each collection
 	// costing what packing makes it cost.
@@ -91,7 +92,7 @@ func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 	}
 	budget := math.Round(thrDemand/2*10) / 10
 	rep.note("freshness: %d items, thresholds demand %.1f req/s, budget %.1f req/s (headroom %.0f%%), %d h simulated (%d h warm-up); collections share packed calls as collect.pack_* defaults make them",
-		len(ids), thrDemand, budget, cfg.Catalog.BudgetHeadroom*100, fs.hours, fs.hours/2)
+		len(ids), thrDemand, budget, cfg.Daemon.Budget.Headroom*100, fs.hours, fs.hours/2)
 
 	res := map[string]freshResult{}
 	for _, c := range []string{cOracle, cSeed, cThresholds, cBudget, cBudgetAlone} {
@@ -104,7 +105,7 @@ func benchFreshness(ctx context.Context, _ *env, sz sizes, rep *report) error {
 			contender, planAlone = cBudget, true
 		}
 		r := replay(contender, ids, truths, policy, replayRun{seed: 16, start: start, seconds: int64(fs.hours) * 3600, warmup: int64(fs.hours) * 1800,
-			window: cfg.Catalog.EstimateWindow, budget: budget, headroom: cfg.Catalog.BudgetHeadroom, replanSeconds: replanEvery,
+			window: cfg.Catalog.EstimateWindow, budget: budget, headroom: cfg.Daemon.Budget.Headroom, replanSeconds: replanEvery,
 			pack: pack, planAlone: planAlone})
 		res[c] = r
 		fmt.Fprintf(os.Stderr, "  replay %-10s freshness %.3f, %.0f requests (%s)\n", c, r.rep.Freshness, r.requests, time.Since(t0).Round(time.Second))
@@ -214,6 +215,12 @@ type replayRun struct {
 	planAlone bool
 }
 
+// planLimit is what a plan receives from a budget of perSecond (and 60 × that a minute) less
+// headroom (daemon.budget.headroom), as the daemon computes it.
+func planLimit(perSecond, headroom float64) float64 {
+	return budgetpkg.PlanLimit(config.WorkloadLimits{Rate: perSecond, PerMinute: int(math.Round(perSecond * 60))}, headroom, 1)
+}
+
 // cFixed keeps given tiers (the setting of the real daemon run it predicts).
 const cFixed = "fixed"
 
@@ -222,7 +229,7 @@ func replay(contender string, ids []string, truths map[string]market.Truth, p ca
 	now := start.Unix()
 	sim := neoplesim.New(neoplesim.Options{Items: len(ids), Seed: run.seed, Market: market.Realistic,
 		Now: func() time.Time { return time.Unix(now, 0) }})
-	b := tierplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: run.headroom}
+	limit := planLimit(budget, run.headroom)
 	items := make([]*replayItem, len(ids))
 	var heaps [4]dueHeap
 	for i, id := range ids {
@@ -284,7 +291,7 @@ func replay(contender string, ids []string, truths map[string]market.Truth, p ca
 			costRatio = 0.7*costRatio + 0.3*min(max(spent/planned, 1), 10)
 		}
 		spent, planned = 0, 0
-		pl := tierplan.Solve(in, tierplan.Budget{PerSecond: b.PerSecond / costRatio, PerMinute: b.PerMinute / costRatio, Headroom: b.Headroom})
+		pl := tierplan.Solve(in, limit/costRatio)
 		for i, it := range items {
 			move(it, pl.Tiers[i])
 			iv, _ := pl.Tiers[i].Interval()
@@ -528,7 +535,7 @@ func freshnessRealRun(ctx context.Context, fs freshSize, p catalog.Policy, cfg *
 		thrDemand += tierplan.TierDemand(t, pi.RequestsAt(iv.Seconds()))
 	}
 	budget := math.Round(thrDemand / 2)
-	plan := tierplan.Solve(in, tierplan.Budget{PerSecond: budget, PerMinute: budget * 60, Headroom: cfg.Catalog.BudgetHeadroom})
+	plan := tierplan.Solve(in, planLimit(budget, cfg.Daemon.Budget.Headroom))
 	assigned := map[string]string{}
 	for i, id := range ids {
 		assigned[id] = string(plan.Tiers[i])
@@ -556,7 +563,7 @@ func freshnessRealRun(ctx context.Context, fs freshSize, p catalog.Policy, cfg *
 	startMs, _ := strconv.ParseInt(sm[1], 10, 64)
 	start := time.UnixMilli(startMs).Truncate(time.Second)
 	pred := replay(cFixed, ids, truths, p, replayRun{seed: 7, start: start, seconds: int64(math.Round(m["seconds"])),
-		fixed: plan.Tiers, window: cfg.Catalog.EstimateWindow, budget: budget, headroom: cfg.Catalog.BudgetHeadroom, replanSeconds: replanEvery,
+		fixed: plan.Tiers, window: cfg.Catalog.EstimateWindow, budget: budget, headroom: cfg.Daemon.Budget.Headroom, replanSeconds: replanEvery,
 		pack: pack})
 	diff := (m["freshness"] - pred.rep.Freshness) / pred.rep.Freshness
 	how := fmt.Sprintf("one `collector run` daemon (in process, internal/daemon BenchmarkFreshnessRun, packing on as by default, daemon.pack_wait 1s) for %s against the realistic market over HTTP (seed 7, %d items, the oracle's tiers at %.0f req/s, every item due at the start, its size and newest sale known as if collected before), measured by GET /_sim/freshness; the replay runs the same setting from the same start time, one pass a second grouping small items into packed calls",

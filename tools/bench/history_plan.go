@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
@@ -22,7 +23,8 @@ type dayPlan struct {
 	truths  map[string]market.Truth
 	tiers   map[string]tiers.Tier
 	summary *tierplan.PlanSummary
-	budget  tierplan.Budget
+	market  config.WorkloadLimits // the configured market key, which the plan took its share of
+	limit   float64               // what the plan received: budget.ConfiguredPlanLimit
 	// changeShare is the expected share of the catalog's collections at the planned tiers that
 	// see a listing change or a sale, from the simulator's true rates.
 	changeShare float64
@@ -31,7 +33,7 @@ type dayPlan struct {
 // planRealistic plans the realistic market's first n items as recalculate-popularity (and
 // `collector plan --apply`) does under config.Default(): scores and threshold decisions
 // (catalog.Score, tierplan.Decide), then tierplan.ApplyBudget within provider.market's budget
-// less catalog.budget_headroom, with collect.pack_* packing. Each item is planned as the
+// as budget.ConfiguredPlanLimit leaves it, with collect.pack_* packing. Each item is planned as the
 // estimator would know it after a steady day at HOT_1M: its true rate of collections that see
 // a change (listing changes and sales, which is what the write-back counts), its sales rate
 // and order-book size; its score is the freshness section's (sales and views).
@@ -41,7 +43,7 @@ func planRealistic(n int, seed int64) (dayPlan, error) {
 		return dayPlan{}, err
 	}
 	cfg := config.Default()
-	p := catalog.PolicyFromConfig(cfg.Catalog, cfg.Provider.Market, defaultPacking(cfg))
+	p := catalog.PolicyFromConfig(cfg.Catalog, budget.ConfiguredPlanLimit(cfg), defaultPacking(cfg))
 	from, err := tiers.Parse(cfg.Catalog.DefaultTier)
 	if err != nil {
 		return dayPlan{}, err
@@ -60,8 +62,8 @@ func planRealistic(n int, seed int64) (dayPlan, error) {
 		scores[i] = replayScore(tr.SalesPerHour, tr.Weight, p)
 		ds[i] = tierplan.Decide(now, states[i], scores[i], p.Rules)
 	}
-	plan := dayPlan{truths: truths, tiers: make(map[string]tiers.Tier, n), budget: p.Budget}
-	plan.summary = tierplan.ApplyBudget(states, scores, ds, p.Budget, p.Packing)
+	plan := dayPlan{truths: truths, tiers: make(map[string]tiers.Tier, n), market: cfg.Provider.Market, limit: p.Limit}
+	plan.summary = tierplan.ApplyBudget(states, scores, ds, p.Limit, p.Packing)
 	var changed, collections float64
 	for i, it := range m.Items() {
 		plan.ids = append(plan.ids, it.ItemID)

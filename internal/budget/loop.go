@@ -1,25 +1,27 @@
-package daemon
+package budget
 
 import (
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
 )
 
-// costLoop is the budget feedback loop, in one place: what a collection really costs, what
+// Loop is the budget feedback loop, in one place: what a collection really costs, what
 // share of the configured budget the tier plan may assume, how many items a claim takes, and
-// when the plan must be made again. It has no database and no clock: the daemon's services
-// feed it what they measured and the time, and ask it what to do.
+// when the plan must be made again, and the one number the plan receives (PlanLimit). It has
+// no database and no clock: the daemon's services feed it what they measured and the time, and
+// ask it what to do.
 //
 // The loop closes like this: the collection service reports each pass's provider calls
 // (Learn); the gauge refresh reports how many items are tracked (SawTracked); the plan service
-// asks whether to plan now (ReplanDue), plans with PlanShare of the budget and says so
-// (Planned); the dispatcher sizes its claims by ClaimLimit (items) and ClaimRequests (their
+// asks whether to plan now (ReplanDue), plans within PlanLimit of PlanShare of the budget and
+// says so (Planned); the dispatcher sizes its claims by ClaimLimit (items) and ClaimRequests (their
 // planned cost).
-type costLoop struct {
-	cfg costLoopConfig
+type Loop struct {
+	cfg LoopConfig
 
 	mu sync.Mutex
 	// perItem is what a collection has cost lately in calls: packed collections share calls,
@@ -34,35 +36,40 @@ type costLoop struct {
 	grew      bool      // items were added since the last plan
 }
 
-// costLoopConfig configures the feedback loop.
-type costLoopConfig struct {
+// LoopConfig configures the feedback loop.
+type LoopConfig struct {
 	// PackSize is how many items one packed call carries (collect.pack_size): a claim is never
 	// smaller, or it could not fill one.
 	PackSize int
 	// ReplanBelow: a plan share under this fraction of the one the last plan assumed asks for
-	// a new plan. Default replanBelowDefault.
+	// a new plan. Default ReplanBelowDefault.
 	ReplanBelow float64
 	// MinReplanGap spaces the plans that new items or a falling budget ask for: a budget that
 	// keeps falling (cut after cut) would otherwise ask again and again. Default
-	// minReplanGapDefault.
+	// MinReplanGapDefault.
 	MinReplanGap time.Duration
+	// Market is the market key's configured limits (provider.market.*) and Headroom
+	// daemon.budget.headroom: the ceiling the plan takes its share of.
+	Market   config.WorkloadLimits
+	Headroom float64
 }
 
 const (
-	replanBelowDefault  = 0.8
-	minReplanGapDefault = 15 * time.Second
+	ReplanBelowDefault  = 0.8
+	MinReplanGapDefault = 15 * time.Second
 	// minLearnItems: a pass with fewer collections than this tells nothing about their cost.
 	minLearnItems = 10
 	// minLearnPlanned: nor does one whose plan counted fewer requests than this.
 	minLearnPlanned = 5
 )
 
-func newCostLoop(cfg costLoopConfig) (*costLoop, error) {
+// NewLoop builds the loop; a value out of range is refused naming its key.
+func NewLoop(cfg LoopConfig) (*Loop, error) {
 	if cfg.ReplanBelow == 0 {
-		cfg.ReplanBelow = replanBelowDefault
+		cfg.ReplanBelow = ReplanBelowDefault
 	}
 	if cfg.MinReplanGap == 0 {
-		cfg.MinReplanGap = minReplanGapDefault
+		cfg.MinReplanGap = MinReplanGapDefault
 	}
 	switch {
 	case cfg.PackSize < 1:
@@ -73,11 +80,11 @@ func newCostLoop(cfg costLoopConfig) (*costLoop, error) {
 		return nil, fmt.Errorf("cost loop: replan gap %s must be >= 0", cfg.MinReplanGap)
 	}
 	// The tiers as found were planned (if at all) for the whole configured budget.
-	return &costLoop{cfg: cfg, perItem: packing.Alone, costRatio: 1, planned: 1, tracked: -1}, nil
+	return &Loop{cfg: cfg, perItem: packing.Alone, costRatio: 1, planned: 1, tracked: -1}, nil
 }
 
-// passCost is what one collection pass measured.
-type passCost struct {
+// PassCost is what one collection pass measured.
+type PassCost struct {
 	Collections int     // items collected or failed
 	Calls       int64   // provider calls made, retries and shadow checks included
 	Planned     float64 // the requests the plan counted the claimed collections as costing
@@ -86,7 +93,7 @@ type passCost struct {
 // Learn follows what collections cost, smoothed over passes, and returns the cost ratio.
 // Passes too small to tell are skipped. The ratio never goes below 1: a plan may under-use the
 // budget when its costs were too high, but must not over-commit it.
-func (l *costLoop) Learn(p passCost) float64 {
+func (l *Loop) Learn(p PassCost) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p.Collections < minLearnItems {
@@ -103,7 +110,7 @@ func (l *costLoop) Learn(p passCost) float64 {
 func ewma(v, x float64) float64 { return 0.7*v + 0.3*x }
 
 // CostRatio is calls made ÷ calls the plan counted, smoothed (1 until measured).
-func (l *costLoop) CostRatio() float64 {
+func (l *Loop) CostRatio() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.costRatio
@@ -113,7 +120,7 @@ func (l *costLoop) CostRatio() float64 {
 // second: when more is due than the budget allows, a HOT item that falls due just after a
 // claim waits for the next one, which comes when this batch has drained. At least a full
 // packed call's worth: a smaller claim could never fill one.
-func (l *costLoop) ClaimLimit(perSec float64) int {
+func (l *Loop) ClaimLimit(perSec float64) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return max(int(perSec/2/l.perItem), l.cfg.PackSize)
@@ -124,7 +131,7 @@ func (l *costLoop) ClaimLimit(perSec float64) int {
 // really been than the plan counted. The dispatcher also claims again only once the work still
 // pending is this small, so when more is due than the budget serves, an item falling due (HOT
 // first) is claimed within about a horizon of its due time however its batch is packed.
-func (l *costLoop) ClaimRequests(perSec float64, horizon time.Duration) float64 {
+func (l *Loop) ClaimRequests(perSec float64, horizon time.Duration) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return perSec * horizon.Seconds() / l.costRatio
@@ -135,14 +142,20 @@ func (l *costLoop) ClaimRequests(perSec float64, horizon time.Duration) float64 
 // collections have really cost than the plan counted. A provider whose real limit is lower,
 // or collections dearer than the plan's cost model, then get a plan the budget can serve (HOT
 // first) instead of a standing backlog.
-func (l *costLoop) PlanShare(learned float64) float64 {
+func (l *Loop) PlanShare(learned float64) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return learned / l.costRatio
 }
 
+// PlanLimit is the requests per second a plan made with share (PlanShare) of the budget
+// may use: the one number the tier plan receives.
+func (l *Loop) PlanLimit(share float64) float64 {
+	return PlanLimit(l.cfg.Market, l.cfg.Headroom, share)
+}
+
 // SawTracked records how many items are tracked; more than last time asks for a plan.
-func (l *costLoop) SawTracked(n int64) {
+func (l *Loop) SawTracked(n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tracked >= 0 && n > l.tracked {
@@ -155,7 +168,7 @@ func (l *costLoop) SawTracked(n int64) {
 // budget's share: new items add demand, and a budget well below the one planned for leaves
 // demand unserved, so either plans now rather than at the next catalog.recalc_interval — but
 // not sooner than MinReplanGap after the last plan.
-func (l *costLoop) ReplanDue(now time.Time, learned float64) bool {
+func (l *Loop) ReplanDue(now time.Time, learned float64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	asked := l.grew || learned/l.costRatio < l.cfg.ReplanBelow*l.planned
@@ -163,7 +176,7 @@ func (l *costLoop) ReplanDue(now time.Time, learned float64) bool {
 }
 
 // Planned records that a plan was made at now assuming share of the budget.
-func (l *costLoop) Planned(now time.Time, share float64) {
+func (l *Loop) Planned(now time.Time, share float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lastPlan, l.planned, l.grew = now, share, false

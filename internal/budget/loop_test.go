@@ -1,4 +1,4 @@
-package daemon
+package budget
 
 import (
 	"testing"
@@ -7,9 +7,9 @@ import (
 	"github.com/duecollector/duecollector/internal/packing"
 )
 
-func newTestCostLoop(t *testing.T, packSize int) *costLoop {
+func newTestLoop(t *testing.T, packSize int) *Loop {
 	t.Helper()
-	l, err := newCostLoop(costLoopConfig{PackSize: packSize})
+	l, err := NewLoop(LoopConfig{PackSize: packSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,10 +19,10 @@ func newTestCostLoop(t *testing.T, packSize int) *costLoop {
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestCostLoopRefusesABadPackSize(t *testing.T) {
-	if _, err := newCostLoop(costLoopConfig{}); err == nil {
+	if _, err := NewLoop(LoopConfig{}); err == nil {
 		t.Fatal("pack size 0 accepted")
 	}
-	if _, err := newCostLoop(costLoopConfig{PackSize: 1, ReplanBelow: 1.5}); err == nil {
+	if _, err := NewLoop(LoopConfig{PackSize: 1, ReplanBelow: 1.5}); err == nil {
 		t.Fatal("a replan threshold above 1 accepted")
 	}
 }
@@ -30,13 +30,13 @@ func TestCostLoopRefusesABadPackSize(t *testing.T) {
 // Before anything is measured a collection counts as costing packing.Alone: 40 req/s buys 20
 // items a second, 10 a claim.
 func TestClaimTakesHalfASecondOfBudget(t *testing.T) {
-	l := newTestCostLoop(t, 1)
+	l := newTestLoop(t, 1)
 	if got := l.ClaimLimit(40); got != 10 {
 		t.Fatalf("claim limit %d at 40 req/s, want 10 (half a second at %v requests each)", got, packing.Alone)
 	}
 	// Collections that turn out to cost 0.5 calls each make a claim of the same half second larger.
 	for range 50 {
-		l.Learn(passCost{Collections: 100, Calls: 50})
+		l.Learn(PassCost{Collections: 100, Calls: 50})
 	}
 	if got := l.ClaimLimit(40); got < 39 || got > 40 {
 		t.Fatalf("claim limit %d at 40 req/s and 0.5 calls an item, want about 40", got)
@@ -44,15 +44,15 @@ func TestClaimTakesHalfASecondOfBudget(t *testing.T) {
 }
 
 func TestClaimIsNeverSmallerThanOnePackedCall(t *testing.T) {
-	l := newTestCostLoop(t, 10)
+	l := newTestLoop(t, 10)
 	if got := l.ClaimLimit(2); got != 10 {
 		t.Fatalf("claim limit %d at 2 req/s with packs of 10, want 10", got)
 	}
 }
 
 func TestPassesTooSmallTeachNothing(t *testing.T) {
-	l := newTestCostLoop(t, 1)
-	l.Learn(passCost{Collections: minLearnItems - 1, Calls: 1000, Planned: 100})
+	l := newTestLoop(t, 1)
+	l.Learn(PassCost{Collections: minLearnItems - 1, Calls: 1000, Planned: 100})
 	if r := l.CostRatio(); r != 1 {
 		t.Fatalf("cost ratio %v after a pass of %d items, want 1", r, minLearnItems-1)
 	}
@@ -61,7 +61,7 @@ func TestPassesTooSmallTeachNothing(t *testing.T) {
 	}
 	// Enough items, but the plan counted too few requests to compare: the per-item cost moves,
 	// the ratio does not.
-	l.Learn(passCost{Collections: 20, Calls: 40, Planned: minLearnPlanned - 1})
+	l.Learn(PassCost{Collections: 20, Calls: 40, Planned: minLearnPlanned - 1})
 	if r := l.CostRatio(); r != 1 {
 		t.Fatalf("cost ratio %v after a pass whose plan counted %v requests, want 1", r, minLearnPlanned-1)
 	}
@@ -70,13 +70,13 @@ func TestPassesTooSmallTeachNothing(t *testing.T) {
 // Collections four times dearer than the plan counted bring the plan share towards a quarter of
 // the learned budget, smoothed over passes.
 func TestDearCollectionsShrinkThePlanShare(t *testing.T) {
-	l := newTestCostLoop(t, 1)
-	r1 := l.Learn(passCost{Collections: 100, Calls: 200, Planned: 50})
+	l := newTestLoop(t, 1)
+	r1 := l.Learn(PassCost{Collections: 100, Calls: 200, Planned: 50})
 	if r1 <= 1 || r1 >= 4 {
 		t.Fatalf("cost ratio %v after one pass 4× dearer, want between 1 and 4 (smoothed)", r1)
 	}
 	for range 50 {
-		l.Learn(passCost{Collections: 100, Calls: 200, Planned: 50})
+		l.Learn(PassCost{Collections: 100, Calls: 200, Planned: 50})
 	}
 	if s := l.PlanShare(0.8); s < 0.19 || s > 0.21 {
 		t.Fatalf("plan share %v with a learned 0.8 and collections 4× dearer, want 0.2", s)
@@ -86,15 +86,15 @@ func TestDearCollectionsShrinkThePlanShare(t *testing.T) {
 // A plan may under-use the budget when its costs were counted too high, but never over-commit
 // it: cheaper collections than counted leave the ratio at 1; absurd ones are capped at 10.
 func TestCostRatioStaysBetweenOneAndTen(t *testing.T) {
-	l := newTestCostLoop(t, 1)
+	l := newTestLoop(t, 1)
 	for range 50 {
-		l.Learn(passCost{Collections: 100, Calls: 10, Planned: 100})
+		l.Learn(PassCost{Collections: 100, Calls: 10, Planned: 100})
 	}
 	if r := l.CostRatio(); r != 1 {
 		t.Fatalf("cost ratio %v when collections cost less than counted, want 1", r)
 	}
 	for range 50 {
-		l.Learn(passCost{Collections: 100, Calls: 100000, Planned: 10})
+		l.Learn(PassCost{Collections: 100, Calls: 100000, Planned: 10})
 	}
 	if r := l.CostRatio(); r > 10 {
 		t.Fatalf("cost ratio %v, want at most 10", r)
@@ -102,7 +102,7 @@ func TestCostRatioStaysBetweenOneAndTen(t *testing.T) {
 }
 
 func TestNewItemsAskForAPlanOnce(t *testing.T) {
-	l := newTestCostLoop(t, 1)
+	l := newTestLoop(t, 1)
 	l.SawTracked(10)
 	if l.ReplanDue(t0, 1) {
 		t.Fatal("the first count asked for a plan: there is nothing to compare it with")
@@ -128,7 +128,7 @@ func TestNewItemsAskForAPlanOnce(t *testing.T) {
 // A learned budget falling below 80 % of the one the last plan assumed asks for a plan; one
 // above it does not.
 func TestAFallingBudgetAsksForAPlan(t *testing.T) {
-	l := newTestCostLoop(t, 1)
+	l := newTestLoop(t, 1)
 	l.Planned(t0, 1)
 	later := t0.Add(time.Minute)
 	if l.ReplanDue(later, 0.81) {
@@ -145,12 +145,12 @@ func TestAFallingBudgetAsksForAPlan(t *testing.T) {
 
 // Cut after cut, the budget asks again and again: one plan per MinReplanGap.
 func TestPlansAreSpacedByTheGap(t *testing.T) {
-	l := newTestCostLoop(t, 1)
+	l := newTestLoop(t, 1)
 	l.Planned(t0, 1)
-	if l.ReplanDue(t0.Add(minReplanGapDefault-time.Millisecond), 0.5) {
+	if l.ReplanDue(t0.Add(MinReplanGapDefault-time.Millisecond), 0.5) {
 		t.Fatal("asked for a plan within the gap")
 	}
-	if !l.ReplanDue(t0.Add(minReplanGapDefault), 0.5) {
+	if !l.ReplanDue(t0.Add(MinReplanGapDefault), 0.5) {
 		t.Fatal("no plan once the gap had passed")
 	}
 }
