@@ -251,7 +251,7 @@ func (r *walReader) close() { r.slot.Hijack().Close(context.Background()) }
 // read adds the records from the last read up to now.
 func (r *walReader) read(ctx context.Context) error {
 	var to string
-	if err := r.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&to); err != nil {
+	if err := r.pool.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&to); err != nil {
 		return err
 	}
 	rows, err := r.pool.Query(ctx, `
