@@ -242,6 +242,8 @@ func cycleOurs(ctx context.Context, e *env, c cycleSize) (float64, time.Duration
 	return float64(c.timed) / took.Seconds(), cloned, nil
 }
 
+var tierEvery = map[string]time.Duration{"HOT_1M": time.Minute, "ACTIVE_3M": 3 * time.Minute, "WARM_5M": 5 * time.Minute, "COLD_10M": 10 * time.Minute}
+
 func cycleCeiling(ctx context.Context, e *env, c cycleSize) (float64, error) {
 	u, err := e.cloneDB(ctx, "bench_cycle_ceiling", cycleSeedDB)
 	if err != nil {
