@@ -2,11 +2,9 @@
 
 -- Items and their schedule ---------------------------------------------------------------------
 
--- tracked_items is the item's identity, tier, schedule, lease and last outcome. Every
--- write-back moves next_collect_at, which is indexed, so that update is never HOT: it writes the
--- whole row again and an entry into each index. The row is therefore kept narrow, and what a
--- collection learns about the market (item_state, internal/history) lives beside it, updated HOT.
--- The claim's update (lease columns only) is HOT while its page has room.
+-- tracked_items is rewritten on every claim and every reschedule: a lower fillfactor keeps
+-- those updates HOT (heap-only, no index churn) as long as no indexed column changes, which is
+-- why none of the per-collection columns below is indexed.
 CREATE TABLE tracked_items (
     item_id                 text PRIMARY KEY,
     item_name               text NOT NULL,
@@ -43,6 +41,37 @@ CREATE TABLE tracked_items (
     last_outcome            text,                 -- ok | item_error | transient | rate_limited | config | ...
     failure_streak          integer NOT NULL DEFAULT 0,
     last_error              text,
+    -- The newest sale stored. A re-fetch of /df/auction-sold returns up to 100 sales, nearly all
+    -- stored already; with this watermark only the sales of that second and newer are offered to
+    -- the insert, instead of a page of rows that all conflict.
+    last_sale_at            timestamptz,
+    -- How many sales of last_sale_at's second are stored (their positions 0..n-1, the key's seq):
+    -- with it the write-back knows which sales of a response are new before it writes anything,
+    -- so it decides change or no change up front and fences with the item's own UPDATE.
+    last_second_sales       integer NOT NULL DEFAULT 0,
+
+    -- What write-backs learn, for the estimators in internal/tierplan: decayed counts of
+    -- collections, detected changes and the time they spanned (the change rate), new sales over
+    -- that time (the sales rate), and lost-sale gaps.
+    est_collections         double precision NOT NULL DEFAULT 0,
+    est_changes             double precision NOT NULL DEFAULT 0,
+    est_changed_seconds     double precision NOT NULL DEFAULT 0,
+    est_unchanged_seconds   double precision NOT NULL DEFAULT 0,
+    est_sales               double precision NOT NULL DEFAULT 0,
+    sales_gaps              bigint NOT NULL DEFAULT 0,
+
+    -- The market of the item's last snapshot (internal/history): a collection that sees the
+    -- same, and no new sale, writes no snapshot, only last_collected_at, so the last snapshot
+    -- held at least until then. last_snapshot_at is that snapshot's collected_at, for the
+    -- heartbeat.
+    seen_lowest_price       bigint,
+    seen_median_price       bigint,
+    seen_weighted_price     double precision,
+    seen_api_average_price  bigint,
+    seen_listing_count      integer,
+    seen_listing_quantity   bigint,
+    seen_truncated          boolean,
+    last_snapshot_at        timestamptz,
 
     created_at              timestamptz NOT NULL DEFAULT now(),
     updated_at              timestamptz NOT NULL DEFAULT now(),
@@ -55,64 +84,12 @@ CREATE INDEX tracked_items_due_idx ON tracked_items (next_collect_at) WHERE next
 -- The console's item list (catalog.BrowseItems) pages by keyset, each filter down an index in
 -- its own order, so a page never costs the catalog's size. Every write-back moves
 -- next_collect_at, so it is never a HOT update and adds an entry to each index on
--- tracked_items: only partial indexes whose rows are few (pinned items) live here. The orders every item takes part in (popularity, tier and popularity, name) live
+-- tracked_items: only partial indexes whose rows are few (pinned items, items with sales gaps)
+-- live here. The orders every item takes part in (popularity, tier and popularity, name) live
 -- on item_browse, a copy of the columns they sort by that only imports, recalculations and
 -- tier changes write (a trigger keeps it, so no writer can forget).
 CREATE INDEX tracked_items_pinned_idx ON tracked_items (popularity_score, item_id) WHERE pinned_tier IS NOT NULL;
-
--- What write-backs learn about an item's market (internal/history owns it): the sales watermark,
--- the decayed counts behind the estimators and the market of the last snapshot. Every successful
--- collection rewrites the row; no indexed column changes then (sales_gaps rarely), so the update
--- is HOT, and the columns every collection changes come last and together, so the WAL record
--- holds little more than them (PostgreSQL logs only what differs from the old tuple's prefix
--- and suffix on the same page). A row is made with its item (a trigger, so no writer can forget).
-CREATE TABLE item_state (
-    item_id                 text PRIMARY KEY REFERENCES tracked_items (item_id) ON DELETE CASCADE,
-    -- Collections whose sales page was full of sales newer than any stored: sales were lost.
-    sales_gaps              bigint NOT NULL DEFAULT 0,
-
-    -- The market of the item's last snapshot: a collection that sees the same, and no new sale,
-    -- writes no snapshot, only tracked_items.last_collected_at, so the last snapshot held at
-    -- least until then. last_snapshot_at is that snapshot's collected_at, for the heartbeat.
-    seen_truncated          boolean,
-    seen_listing_count      integer,
-    seen_listing_quantity   bigint,
-    seen_lowest_price       bigint,
-    seen_median_price       bigint,
-    seen_weighted_price     double precision,
-    seen_api_average_price  bigint,
-    last_snapshot_at        timestamptz,
-
-    -- The newest sale stored. A re-fetch of /df/auction-sold returns up to 100 sales, nearly all
-    -- stored already; with this watermark only the sales of that second and newer are offered to
-    -- the insert, instead of a page of rows that all conflict.
-    last_sale_at            timestamptz,
-    -- How many sales of last_sale_at's second are stored (their positions 0..n-1, the key's seq):
-    -- with it the write-back knows which sales of a response are new before it writes anything,
-    -- so it decides change or no change up front.
-    last_second_sales       integer NOT NULL DEFAULT 0,
-
-    -- For the estimators in internal/tierplan: decayed counts of collections, detected changes
-    -- and the time they spanned (the change rate), and new sales over that time (the sales rate).
-    est_collections         double precision NOT NULL DEFAULT 0,
-    est_changes             double precision NOT NULL DEFAULT 0,
-    est_changed_seconds     double precision NOT NULL DEFAULT 0,
-    est_unchanged_seconds   double precision NOT NULL DEFAULT 0,
-    est_sales               double precision NOT NULL DEFAULT 0
-) WITH (fillfactor = 80);
-
--- The console's "sales gaps" order; few rows.
-CREATE INDEX item_state_gaps_idx ON item_state (sales_gaps, item_id) WHERE sales_gaps > 0;
-
-CREATE FUNCTION item_state_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO item_state (item_id) SELECT item_id FROM new_items ON CONFLICT (item_id) DO NOTHING;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER item_state_insert AFTER INSERT ON tracked_items
-    REFERENCING NEW TABLE AS new_items FOR EACH STATEMENT EXECUTE FUNCTION item_state_insert();
+CREATE INDEX tracked_items_gaps_idx ON tracked_items (sales_gaps, item_id) WHERE sales_gaps > 0;
 
 CREATE TABLE item_browse (
     item_id  text PRIMARY KEY REFERENCES tracked_items (item_id) ON DELETE CASCADE,
@@ -514,9 +491,7 @@ DROP TABLE provider_status_log;
 DROP FUNCTION provider_status_log_write();
 DROP TABLE item_interest;
 DROP TABLE item_browse;
-DROP TABLE item_state;
 DROP TABLE tracked_items;
-DROP FUNCTION item_state_insert();
 DROP FUNCTION item_browse_insert();
 DROP FUNCTION item_browse_update();
 DROP FUNCTION tracked_items_due_notify();

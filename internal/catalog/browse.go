@@ -61,9 +61,9 @@ func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor,
 	where := []string{"NOT t.item_id LIKE ANY(" + arg(SyntheticPatterns()) + "::text[])"}
 	// The orders every item takes part in walk item_browse's indexes (the schema says why they
 	// are not on tracked_items); the others walk partial indexes of tracked_items.
-	from, tierCol := "tracked_items t JOIN item_state s USING (item_id)", "t.collection_tier"
+	from, tierCol := "tracked_items t", "t.collection_tier"
 	if q.Search != "" || q.Filter == BrowseAll {
-		from, tierCol = from+" JOIN item_browse b USING (item_id)", "b.tier"
+		from, tierCol = "tracked_items t JOIN item_browse b USING (item_id)", "b.tier"
 	}
 	if q.Tier != "" {
 		where = append(where, tierCol+" = "+arg(string(q.Tier)))
@@ -100,11 +100,11 @@ func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor,
 		}
 		order = `t.next_collect_at, t.item_id`
 	case q.Filter == BrowseGaps:
-		where = append(where, "s.sales_gaps > 0")
+		where = append(where, "t.sales_gaps > 0")
 		if c != nil {
-			where = append(where, "(s.sales_gaps, s.item_id) < ("+arg(c.Gaps)+", "+arg(c.ID)+")")
+			where = append(where, "(t.sales_gaps, t.item_id) < ("+arg(c.Gaps)+", "+arg(c.ID)+")")
 		}
-		order = `s.sales_gaps DESC, s.item_id DESC`
+		order = `t.sales_gaps DESC, t.item_id DESC`
 	default:
 		return nil, nil, fmt.Errorf("browse items: filter %q: allowed %q, %q, %q or none", q.Filter, BrowsePinned, BrowseOverdue, BrowseGaps)
 	}

@@ -26,12 +26,10 @@ func TestBrowseItemsPagesEachFilterInOrder(t *testing.T) {
 		storetest.Item{ID: "seed-0001", Name: "Apple fixture", Tier: tiers.Hot, NextCollectAt: storetest.Ago(time.Hour)},
 	)
 	if _, err := pool.Exec(ctx, `
-		WITH v(id, score, pin, gaps) AS (
-			VALUES ('a', 5.0, NULL, 0), ('b', 5.0, 'HOT_1M', 3), ('c', 1.0, NULL, 3), ('d', 9.0, 'COLD_10M', 0),
-			       ('e', 2.0, NULL, 1), ('f', 0.0, NULL, 0), ('seed-0001', 99.0, 'HOT_1M', 9)),
-		s AS (UPDATE item_state s SET sales_gaps = v.gaps FROM v WHERE s.item_id = v.id)
-		UPDATE tracked_items t SET popularity_score = v.score, pinned_tier = v.pin
-		FROM v WHERE t.item_id = v.id`); err != nil {
+		UPDATE tracked_items t SET popularity_score = v.score, pinned_tier = v.pin, sales_gaps = v.gaps
+		FROM (VALUES ('a', 5.0, NULL, 0), ('b', 5.0, 'HOT_1M', 3), ('c', 1.0, NULL, 3), ('d', 9.0, 'COLD_10M', 0),
+		             ('e', 2.0, NULL, 1), ('f', 0.0, NULL, 0), ('seed-0001', 99.0, 'HOT_1M', 9)) v(id, score, pin, gaps)
+		WHERE t.item_id = v.id`); err != nil {
 		t.Fatal(err)
 	}
 	// c is overdue but leased by a live claim: not claimable, so not overdue.

@@ -49,7 +49,7 @@ func ListItems(ctx context.Context, db DB, q ItemsQuery) ([]ItemRow, error) {
 	}
 	rows, err := db.Query(ctx, `
 		SELECT `+itemColumns+`
-		FROM tracked_items JOIN item_state USING (item_id)
+		FROM tracked_items
 		WHERE ($1 = '' OR collection_tier = $1)
 		  AND ($2 OR NOT item_id LIKE ANY($5::text[]) OR item_id = $4)
 		  AND ($4 = '' OR item_id = $4)

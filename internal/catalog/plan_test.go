@@ -147,7 +147,7 @@ func TestBudgetPolicyCountsPackedCosts(t *testing.T) {
 	}
 	packedPool := plannedCatalog(t, n)
 	// Ten listings last time, no sales: a tenth of a packed call each, 0.2 requests a collection.
-	if _, err := packedPool.Exec(ctx, `UPDATE item_state SET seen_listing_count = 10 WHERE item_id <> 'plan-00'`); err != nil {
+	if _, err := packedPool.Exec(ctx, `UPDATE tracked_items SET seen_listing_count = 10 WHERE item_id <> 'plan-00'`); err != nil {
 		t.Fatal(err)
 	}
 	p := budgetPolicy(0.3)

@@ -285,13 +285,12 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 	horizon := 10 * p.InterestHalfLife // older events weigh under 0.1 %
 	rows, err := tx.Query(ctx, `
 		SELECT t.item_id, t.collection_tier, t.next_collect_at, t.popularity_score, t.created_at, t.tier_changed_at,
-		       st.last_sale_at,
+		       t.last_sale_at,
 		       li.occurred_at, coalesce(li.kind, ''),
 		       sa.n, sa.gold, ch.churn, ia.interest, now(), coalesce(t.pinned_tier, ''),
-		       st.est_collections, st.est_changes, st.est_changed_seconds, st.est_unchanged_seconds, st.est_sales,
-		       st.seen_listing_count, t.requests_per_collection
+		       t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.est_sales,
+		       t.seen_listing_count, t.requests_per_collection
 		FROM tracked_items t
-		JOIN item_state st USING (item_id)
 		LEFT JOIN LATERAL (
 			SELECT occurred_at, kind FROM item_interest i WHERE i.item_id = t.item_id
 			ORDER BY occurred_at DESC LIMIT 1

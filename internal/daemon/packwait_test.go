@@ -27,7 +27,7 @@ func TestItemsFallingDueApartShareCalls(t *testing.T) {
 	e.start(t, cfg, nil)
 	// The first collection of each item is alone: nothing is known of its size yet.
 	waitCollected(t, cfg, e.pool, n)
-	small := count(t, e.pool, `SELECT count(*) FROM item_state WHERE seen_listing_count <= 100`)
+	small := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE seen_listing_count <= 100`)
 	if small < n/2 {
 		t.Fatalf("only %d of %d items have at most 100 listings; the market model changed", small, n)
 	}

@@ -134,10 +134,7 @@ func TestFullDiskIsOneStateUntilTheSpaceProbeWrites(t *testing.T) {
 
 	free := storetest.FillDisk(t, e.pool, "auction_snapshots")
 	// Due again, with no snapshot known: each collection is a first one and needs a new row.
-	if _, err := e.pool.Exec(context.Background(), `UPDATE item_state SET last_snapshot_at = NULL`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+	if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 second', last_snapshot_at = NULL`); err != nil {
 		t.Fatal(err)
 	}
 	retries := func() int {
@@ -161,7 +158,7 @@ func TestFullDiskIsOneStateUntilTheSpaceProbeWrites(t *testing.T) {
 	})
 	testkit.Eventually(t, 30*time.Second, "every item stored", func() bool {
 		var n int
-		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM item_state WHERE last_snapshot_at IS NOT NULL`).Scan(&n)
+		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM tracked_items WHERE last_snapshot_at IS NOT NULL`).Scan(&n)
 		return err == nil && n == 20
 	})
 	refused := logs.FilterMessageSnippet("the database refuses writes").Len()

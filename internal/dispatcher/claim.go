@@ -48,8 +48,7 @@ type Claim struct {
 // reads ($2 the lease in ms, $3 the owner). The CTE hands over each locked row's ctid, not its
 // key: the row stays locked until commit, so its ctid cannot move, and a TID lookup costs a
 // third of a primary-key probe (a tenth of the claim at 1M items). last_due_at keeps when the
-// item was due, for the due→claim lag. What history knows of the item (item_state) comes along
-// for the fetch and the write-back; it is read, not locked.
+// item was due, for the due→claim lag.
 const claimDueUpdate = `
 UPDATE tracked_items t
 SET lease_expires_at = now() + $2 * interval '1 millisecond',
@@ -57,12 +56,12 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
     leased_by = $3,
     last_claimed_at = now(),
     last_due_at = t.next_collect_at
-FROM due, item_state s
-WHERE t.ctid = due.tid AND s.item_id = t.item_id
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), s.last_sale_at, s.last_second_sales,
-          s.seen_listing_count, s.est_sales, s.est_changed_seconds + s.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection, s.last_snapshot_at, s.seen_listing_quantity, s.seen_lowest_price,
-          s.seen_median_price, s.seen_weighted_price, s.seen_api_average_price, s.seen_truncated, t.ctid`
+FROM due
+WHERE t.ctid = due.tid
+RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at, t.last_second_sales,
+          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
+          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
+          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
 
 // ClaimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
 // "due" includes what falls due within the next $4 milliseconds (Config.Ahead).
@@ -132,13 +131,12 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
     leased_by = $3,
     last_claimed_at = now(),
     last_due_at = t.next_collect_at
-FROM item_state s
-WHERE t.item_id = $1 AND s.item_id = t.item_id
+WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
-RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), s.last_sale_at, s.last_second_sales,
-          s.seen_listing_count, s.est_sales, s.est_changed_seconds + s.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection, s.last_snapshot_at, s.seen_listing_quantity, s.seen_lowest_price,
-          s.seen_median_price, s.seen_weighted_price, s.seen_api_average_price, s.seen_truncated, t.ctid`
+RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at, t.last_second_sales,
+          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
+          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
+          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
 
 // MaxAhead bounds Config.Ahead: half the shortest tier interval (Ahead says why).
 var MaxAhead = func() time.Duration {

@@ -133,7 +133,7 @@ func gapsAndChanges(t *testing.T, cfg Config) {
 	if rep.Gaps == 0 {
 		t.Fatal("no sales were lost: the test proves nothing")
 	}
-	rows, err := pool.Query(ctx, `SELECT item_id, sales_gaps, est_collections, est_changes, seen_listing_count FROM item_state`)
+	rows, err := pool.Query(ctx, `SELECT item_id, sales_gaps, est_collections, est_changes, seen_listing_count FROM tracked_items`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,11 +61,8 @@ func gapsAfterOnePass(t *testing.T, hostile bool, cfg Config) (gaps int, truncat
 	e = setup(t, 2, tiers.Hot, fullPages(&e, hostile))
 	ctx := context.Background()
 	// Collected before: a few listings, no recent sales (small enough to share calls).
-	if _, err := e.pool.Exec(ctx, `UPDATE item_state SET seen_listing_count = 3, est_sales = 0, est_unchanged_seconds = 3600,
-		est_collections = 1, last_sale_at = now() - interval '1 day'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET last_collected_at = now() - interval '1 hour'`); err != nil {
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET seen_listing_count = 3, est_sales = 0, est_unchanged_seconds = 3600,
+		est_collections = 1, last_sale_at = now() - interval '1 day', last_collected_at = now() - interval '1 hour'`); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil || s.Collected != 2 {
@@ -73,8 +70,8 @@ func gapsAfterOnePass(t *testing.T, hostile bool, cfg Config) (gaps int, truncat
 	}
 	if err := e.pool.QueryRow(ctx, `
 		SELECT t.sales_gaps, s.listings_truncated, (o.payload->>'sales_gap')::bool,
-		       (SELECT sales_gaps FROM item_state WHERE item_id = $2)
-		FROM item_state t JOIN auction_snapshots s USING (item_id) JOIN outbox o USING (snapshot_id)
+		       (SELECT sales_gaps FROM tracked_items WHERE item_id = $2)
+		FROM tracked_items t JOIN auction_snapshots s USING (item_id) JOIN outbox o USING (snapshot_id)
 		WHERE t.item_id = $1`, e.items[0].ItemID, e.items[1].ItemID).Scan(&gaps, &truncated, &evGap, &other); err != nil {
 		t.Fatal(err)
 	}

@@ -89,12 +89,12 @@ func TestUnchangedCollectionsWriteNothingButTheirTimeUntilTheHeartbeat(t *testin
 		t.Fatalf("an unchanged market wrote %d events in all", total)
 	}
 	// Seen unchanged: last_collected_at moved on past the last snapshot, which stayed.
-	if k := count(t, e.pool, `SELECT count(*) FROM tracked_items JOIN item_state USING (item_id) WHERE last_collected_at > $1 AND last_snapshot_at < last_collected_at`, firstSeen); k != n {
+	if k := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at > $1 AND last_snapshot_at < last_collected_at`, firstSeen); k != n {
 		t.Fatalf("%d of %d items record that they were seen unchanged", k, n)
 	}
 
 	// The last snapshots are two hours old as far as the items know: the heartbeat is due.
-	if _, err := e.pool.Exec(ctx, `UPDATE item_state SET last_snapshot_at = last_snapshot_at - interval '2 hours'`); err != nil {
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET last_snapshot_at = last_snapshot_at - interval '2 hours'`); err != nil {
 		t.Fatal(err)
 	}
 	pass(Config{})

@@ -137,7 +137,7 @@ func TestImpossibleRowsNeverReachTheDatabase(t *testing.T) {
 			t.Fatalf("pass %d: %s, %v; want 1 collected, 1 failed", pass, s, err)
 		}
 		var last time.Time
-		if err := e.pool.QueryRow(ctx, `SELECT last_sale_at FROM item_state WHERE item_id = $1`, e.items[0].ItemID).Scan(&last); err != nil {
+		if err := e.pool.QueryRow(ctx, `SELECT last_sale_at FROM tracked_items WHERE item_id = $1`, e.items[0].ItemID).Scan(&last); err != nil {
 			t.Fatal(err)
 		}
 		if want := soldAt.Load().(time.Time).Truncate(time.Second); !last.Equal(want) {

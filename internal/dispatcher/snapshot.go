@@ -119,3 +119,19 @@ func newSales(rows []history.Sale, lastStored *time.Time, known int32) []history
 	}
 	return out
 }
+
+// lastSecondOf is the newest second among sales and how many of its positions they fill (the
+// item's new last_sale_at and last_second_sales when they are stored); nil without sales.
+func lastSecondOf(sales []history.Sale) (*time.Time, int32) {
+	var last *time.Time
+	var n int32
+	for i := range sales {
+		switch s := &sales[i]; {
+		case last == nil || s.SoldAt.After(*last):
+			last, n = &s.SoldAt, s.Seq+1
+		case s.SoldAt.Equal(*last):
+			n = max(n, s.Seq+1)
+		}
+	}
+	return last, n
+}

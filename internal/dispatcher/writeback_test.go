@@ -95,7 +95,7 @@ func TestWriteBackRetriesAKilledConnection(t *testing.T) {
 		var killed bool
 		err := e.pool.QueryRow(ctx, `
 			SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%AS u(item_id, token, tier, next_at, attempt_at%'
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%extract(epoch FROM u.attempt_at - u.prev_at)%'
 			LIMIT 1`).Scan(&killed)
 		if err != nil && err != pgx.ErrNoRows {
 			t.Fatal(err)

@@ -36,9 +36,6 @@ type Collection struct {
 	// one, which saw Last's state unchanged.
 	Last   *Written
 	SeenAt *time.Time
-	// Window is how fast the item's decayed counts forget (catalog.estimate_window); zero
-	// leaves the counts as they are.
-	Window time.Duration
 }
 
 // Stored is what Write did with one collection.
@@ -54,10 +51,9 @@ func (p Policy) Outcome(c Collection) Stored {
 	return Stored{Reason: p.Decide(c.Last, c.State, len(c.Sales), c.At), NewSales: len(c.Sales)}
 }
 
-// Write stores a batch of collections in the caller's transaction: the new sales, what each
-// collection learnt on its item_state row (updateState), then a snapshot, its candles and its
-// event (none with NoOutbox) for each collection the policy writes (Outcome). The caller
-// records on the item that it was seen at c.At, whatever the reason.
+// Write stores a batch of collections in the caller's transaction: the new sales, then a
+// snapshot, its candles and its event (none with NoOutbox) for each collection the policy
+// writes (Outcome). The caller records on the item that it was seen at c.At, whatever the reason.
 func (p Policy) Write(ctx context.Context, tx pgx.Tx, cs []Collection) ([]Stored, error) {
 	out := make([]Stored, len(cs))
 	agg, err := insertSales(ctx, tx, cs)
@@ -71,9 +67,6 @@ func (p Policy) Write(ctx context.Context, tx pgx.Tx, cs []Collection) ([]Stored
 		if out[i].Reason != Skip {
 			write = append(write, i)
 		}
-	}
-	if err := updateState(ctx, tx, cs, out); err != nil {
-		return nil, err
 	}
 	if len(write) == 0 {
 		return out, nil

@@ -167,20 +167,16 @@ func openPool(ctx context.Context, u string, maxConns int32) (*pgxpool.Pool, err
 // minutes ago. It vacuums so every contender starts from the same clean table.
 func seedDue(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	if _, err := pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, last_collected_at)
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, last_collected_at, last_snapshot_at,
+		    seen_listing_count, seen_listing_quantity, seen_lowest_price, seen_median_price, seen_weighted_price,
+		    seen_api_average_price, seen_truncated)
 		SELECT md5(i::text), 'item ' || i,
 		       (ARRAY['HOT_1M','ACTIVE_3M','WARM_5M','COLD_10M'])[1 + i % 4], now() - interval '1 second',
-		       now() - interval '1 minute'
-		FROM generate_series(1, $1) AS i`, n); err != nil {
+		       now() - interval '1 minute', now() - interval '10 minutes', 1, $2, $3, $3, $4, $5, false
+		FROM generate_series(1, $1) AS i`, n, cycleQuantity, cyclePrice, float64(cyclePrice), cycleAPIAverage); err != nil {
 		return fmt.Errorf("seed %d tracked items: %w", n, err)
 	}
-	if _, err := pool.Exec(ctx, `
-		UPDATE item_state SET last_snapshot_at = now() - interval '10 minutes', seen_listing_count = 1, seen_listing_quantity = $1,
-		    seen_lowest_price = $2, seen_median_price = $2, seen_weighted_price = $3, seen_api_average_price = $4, seen_truncated = false`,
-		cycleQuantity, cyclePrice, float64(cyclePrice), cycleAPIAverage); err != nil {
-		return fmt.Errorf("seed %d items' state: %w", n, err)
-	}
-	if _, err := pool.Exec(ctx, `VACUUM ANALYZE tracked_items, item_state`); err != nil {
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE tracked_items`); err != nil {
 		return fmt.Errorf("vacuum: %w", err)
 	}
 	// The seed's WAL is flushed now, not by a checkpoint in the middle of the measured run.

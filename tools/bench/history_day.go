@@ -275,12 +275,10 @@ func historyDayRun(ctx context.Context, e *env, ids []string, plan dayPlan, due 
 			    next_collect_at = CASE WHEN u.due THEN $3::timestamptz - interval '1 hour' + u.ord * interval '1 millisecond'
 			                           ELSE $3::timestamptz + interval '1 day' END,
 			    last_collected_at = CASE WHEN u.due AND t.last_collected_at IS NOT NULL THEN $3::timestamptz - u.gap * interval '1 millisecond'
-			                             ELSE t.last_collected_at END
+			                             ELSE t.last_collected_at END,
+			    last_snapshot_at = t.last_snapshot_at - $5 * interval '1 microsecond'
 			FROM unnest($1::text[], $2::bool[], $4::bigint[]) WITH ORDINALITY AS u(id, due, gap, ord) WHERE t.item_id = u.id`,
-			ids, isDue, passAt[k], gapMs); err != nil {
-			return res, err
-		}
-		if _, err := pool.Exec(ctx, `UPDATE item_state SET last_snapshot_at = last_snapshot_at - $1 * interval '1 microsecond'`, shift.Microseconds()); err != nil {
+			ids, isDue, passAt[k], gapMs, shift.Microseconds()); err != nil {
 			return res, err
 		}
 		tp := time.Now()

@@ -106,7 +106,7 @@ func requestsRun(ctx context.Context, e *env, items, rounds, packSize int) (requ
 		}
 		if round == 0 {
 			var thin int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM item_state WHERE seen_listing_count < 20`).Scan(&thin); err != nil {
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE seen_listing_count < 20`).Scan(&thin); err != nil {
 				return res, err
 			}
 			res.thinShare = float64(thin) / float64(items)

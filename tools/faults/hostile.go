@@ -43,7 +43,7 @@ func scenarioHostileAnswers(ctx context.Context, h *harness, r *report) error {
 		SELECT (SELECT count(*) FROM tracked_items WHERE last_error LIKE '%' || chr(65533) || '%'),
 		       (SELECT coalesce(max(char_length(last_error)), 0) FROM tracked_items),
 		       (SELECT count(*) FROM auction_sales WHERE sold_at < '2005-01-01' OR sold_at > now() + interval '1 day'),
-		       (SELECT count(*) FROM item_state WHERE last_sale_at > now() + interval '1 day')`).
+		       (SELECT count(*) FROM tracked_items WHERE last_sale_at > now() + interval '1 day')`).
 		Scan(&replaced, &longest, &badSales, &future)
 	if err != nil {
 		return err

@@ -54,9 +54,7 @@ func (v Time) or(def Time) Time {
 // read from the rows by a function, so the statement's columns and the row type's fields stay
 // side by side.
 type insert struct {
-	table string
-	// upsert overwrites the row of the same item_id (one a trigger made) with the columns given.
-	upsert  bool
+	table   string
 	columns []string
 	exprs   []string
 	args    []any
@@ -110,13 +108,6 @@ func (s *insert) exec(tb testing.TB, db Execer) {
 	}
 	sql := fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM unnest(%s) AS u(%s)", s.table,
 		strings.Join(s.columns, ", "), strings.Join(s.exprs, ", "), strings.Join(params, ", "), strings.Join(aliases, ", "))
-	if s.upsert {
-		set := make([]string, 0, len(s.columns))
-		for _, c := range s.columns {
-			set = append(set, c+" = excluded."+c)
-		}
-		sql += " ON CONFLICT (item_id) DO UPDATE SET " + strings.Join(set, ", ")
-	}
 	if _, err := db.Exec(context.Background(), sql, s.args...); err != nil {
 		tb.Fatalf("storetest: insert into %s: %v", s.table, err)
 	}
@@ -188,16 +179,13 @@ func Items(tb testing.TB, db Execer, items ...Item) {
 	timeCol(&s, "created_at", rows, func(r Item) Time { return r.CreatedAt })
 	timeCol(&s, "tier_changed_at", rows, func(r Item) Time { return r.TierChangedAt })
 	col(&s, "tier_reason", rows, func(r Item) *string { return nullIfEmpty(r.TierReason) })
+	timeCol(&s, "last_sale_at", rows, func(r Item) Time { return r.LastSaleAt })
+	col(&s, "seen_listing_count", rows, func(r Item) *int32 { return r.SeenListingCount })
+	col(&s, "est_collections", rows, func(r Item) float64 { return r.EstCollections })
+	col(&s, "est_changes", rows, func(r Item) float64 { return r.EstChanges })
+	col(&s, "est_changed_seconds", rows, func(r Item) float64 { return r.EstChangedSeconds })
+	col(&s, "est_unchanged_seconds", rows, func(r Item) float64 { return r.EstUnchangedSeconds })
 	s.exec(tb, db)
-	st := insert{table: "item_state", upsert: true}
-	col(&st, "item_id", rows, func(r Item) string { return r.ID })
-	timeCol(&st, "last_sale_at", rows, func(r Item) Time { return r.LastSaleAt })
-	col(&st, "seen_listing_count", rows, func(r Item) *int32 { return r.SeenListingCount })
-	col(&st, "est_collections", rows, func(r Item) float64 { return r.EstCollections })
-	col(&st, "est_changes", rows, func(r Item) float64 { return r.EstChanges })
-	col(&st, "est_changed_seconds", rows, func(r Item) float64 { return r.EstChangedSeconds })
-	col(&st, "est_unchanged_seconds", rows, func(r Item) float64 { return r.EstUnchangedSeconds })
-	st.exec(tb, db)
 }
 
 // Sale is an auction_sales row; a zero field takes the default noted beside it.
@@ -241,7 +229,7 @@ func Sales(tb testing.TB, db Execer, sales ...Sale) {
 		ids[i] = r.ItemID
 	}
 	if _, err := db.Exec(context.Background(), `
-		UPDATE item_state t SET last_sale_at = s.sold_at, last_second_sales = s.n
+		UPDATE tracked_items t SET last_sale_at = s.sold_at, last_second_sales = s.n
 		FROM (SELECT DISTINCT ON (item_id) item_id, sold_at, count(*) OVER (PARTITION BY item_id, sold_at) AS n
 		      FROM auction_sales WHERE item_id = ANY($1) ORDER BY item_id, sold_at DESC) s
 		WHERE t.item_id = s.item_id AND (t.last_sale_at IS NULL OR s.sold_at > t.last_sale_at)`, ids); err != nil {

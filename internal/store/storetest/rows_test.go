@@ -37,7 +37,7 @@ func TestItemsDefaultsAndTimes(t *testing.T) {
 			SELECT item_name, collection_tier, coalesce(tier_reason, ''),
 			       extract(epoch FROM next_collect_at - now()), extract(epoch FROM now() - created_at),
 			       extract(epoch FROM now() - last_sale_at), tier_changed_at, seen_listing_count, est_collections
-			FROM tracked_items JOIN item_state USING (item_id) WHERE item_id = $1`, id).
+			FROM tracked_items WHERE item_id = $1`, id).
 			Scan(&r.name, &r.tier, &r.reason, &r.nextIn, &r.createdAgo, &r.saleAgo, &r.changed, &r.seen, &r.est)
 		if err != nil {
 			t.Fatalf("read %s: %v", id, err)
