@@ -60,6 +60,9 @@ func benchWAL(ctx context.Context, e *env, sz sizes, rep *report) error {
 	how := fmt.Sprintf("%d items of `collector sim --market realistic` (seed %d), all HOT_1M, collected by in-process collect-due passes (dispatcher.FromConfig(config.Default()) with history.mode set, PrioritizeTiers, concurrency 16, shadow checks off; the relay not running) in real time: one pass collects every item (first collections), then passes run whenever an item is due, measured for %s starting %s after the first pass; WAL: the records pg_walinspect's pg_get_wal_records_info reads between the window's ends that touch the database's relations or belong to its transactions (their commits), each counted MAXALIGNed as it lies in the WAL, ÷ collections in the window (dispatcher pass summaries). A temporary physical replication slot keeps the segments until read; no CHECKPOINT forced (but every CREATE DATABASE on the server checkpoints), so full-page images count as they fall",
 		w.items, walSeed, w.window, w.warm)
 	ch, ev := res[config.HistoryChanges], res[config.HistoryEvery]
+	if w.changesOnly {
+		rep.note("wal: history.mode every is not run in BENCH_QUICK mode (its figures read 0)")
+	}
 	rep.add(fmt.Sprintf("WAL per collection without full-page images, history.mode changes / every, %d HOT items", w.items),
 		fmt.Sprintf("%.0f / %.0f bytes", ch.per(ch.wal.bytes-ch.wal.fpi), ev.per(ev.wal.bytes-ev.wal.fpi)),
 		"the same runs as the next row, less the full-page images: what the collections themselves log, whatever the server's checkpoints (each of which makes the next change of every page log it whole)")
