@@ -40,7 +40,7 @@ type Claim struct {
 	// Requests is what the plan counted one collection of the item as costing.
 	Requests float64
 	// tid is where the claim left the row: the write-back finds it there unless something
-	// else updated the item meanwhile (WriteItemsSQL).
+	// else updated the item meanwhile (writeItemsSQL).
 	tid pgtype.TID
 }
 
@@ -63,13 +63,13 @@ RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
 
-// ClaimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
+// claimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
 // "due" includes what falls due within the next $4 milliseconds (Config.Ahead).
 // The MATERIALIZED CTE makes PostgreSQL lock exactly the rows it picked (SKIP LOCKED passes over
 // rows another collector is claiming at this moment), so any number of collectors can run side
 // by side and each item goes to exactly one of them. An expired lease counts as no lease: a
-// crashed worker's items come back by themselves. Exported for the benchmark's raw-SQL ceiling.
-const ClaimByDueSQL = `
+// crashed worker's items come back by themselves.
+const claimByDueSQL = `
 WITH due AS MATERIALIZED (
 	SELECT ctid AS tid
 	FROM tracked_items
@@ -80,7 +80,7 @@ WITH due AS MATERIALIZED (
 	FOR UPDATE SKIP LOCKED
 )` + claimDueUpdate
 
-// claimByTierSQL is ClaimByDueSQL taking the most urgent tier first: $5 lists the tiers in
+// claimByTierSQL is claimByDueSQL taking the most urgent tier first: $5 lists the tiers in
 // urgency order (tiers.All), so the order lives in one place.
 const claimByTierSQL = `
 WITH due AS MATERIALIZED (
@@ -159,7 +159,7 @@ var tierOrder = func() []string {
 }()
 
 func claimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, byTier bool, ahead time.Duration) ([]Claim, error) {
-	q, args := ClaimByDueSQL, []any{n, lease.Milliseconds(), owner, ahead.Milliseconds()}
+	q, args := claimByDueSQL, []any{n, lease.Milliseconds(), owner, ahead.Milliseconds()}
 	if byTier {
 		q, args = claimByTierSQL, append(args, tierOrder)
 	}

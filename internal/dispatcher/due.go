@@ -12,7 +12,7 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// What "claimable" means — due and not leased by a live lease — is the dispatcher's: ClaimByDueSQL
+// What "claimable" means — due and not leased by a live lease — is the dispatcher's: claimByDueSQL
 // takes such items, and the statements below count them or find the next one for status,
 // metrics and the daemon's wake-up, so they cannot disagree with the claim.
 

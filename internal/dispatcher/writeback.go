@@ -371,7 +371,7 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, res
 	return ws, nil
 }
 
-// WriteItemsSQL writes each item of a batch once, fenced by its lease token, and returns the
+// writeItemsSQL writes each item of a batch once, fenced by its lease token, and returns the
 // items it wrote (those still ours, now locked until commit): its next slot and outcome with
 // the lease cleared; if the tier changed while the item was leased, whoever changed
 // it also set the new schedule, which is kept. For a collection it also adds one interval to the
@@ -386,12 +386,12 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, res
 // It finds each row by the ctid its claim returned ($24), a TID lookup instead of a
 // primary-key probe (a fifth of the statement's time at 1M items); a row that something else
 // updated since the claim (a re-plan, a pin) has moved, is not matched, and is written by
-// writeItemsByKeySQL. Exported for the benchmark's raw-SQL ceiling.
-const WriteItemsSQL = writeItemsSet + `
+// writeItemsByKeySQL.
+const writeItemsSQL = writeItemsSet + `
 WHERE t.ctid = o.tid AND t.item_id = o.item_id AND t.lease_token = o.token
 RETURNING t.item_id`
 
-// writeItemsByKeySQL is WriteItemsSQL finding the rows by key: for the items whose row moved.
+// writeItemsByKeySQL is writeItemsSQL finding the rows by key: for the items whose row moved.
 const writeItemsByKeySQL = writeItemsSet + `
 WHERE t.item_id = o.item_id AND t.lease_token = o.token
 RETURNING t.item_id`
@@ -481,7 +481,7 @@ func writeItems(ctx context.Context, tx pgx.Tx, results []result, outcomes map[s
 	args := []any{ids, tokens, tierNames, nextAt, attemptAt, oks, outcomesText, errTexts, lastSale,
 		prevAt, lowest, median, weighted, apiAvg, counts, qty, truncated, changed, newSales, gaps, windows, writtenAt, lastSecond, tids}
 	live := make(map[string]bool, n)
-	if err := collectWritten(ctx, tx, WriteItemsSQL, args, live); err != nil {
+	if err := collectWritten(ctx, tx, writeItemsSQL, args, live); err != nil {
 		return nil, err
 	}
 	if len(live) < n {

@@ -183,12 +183,12 @@ const candleFigures = `
 	FROM (` + candleObservations + `) o
 	GROUP BY 1, 2, 3`
 
-// InsertSnapshotsSQL (exported for the benchmark's raw-SQL ceiling) stores a batch's
+// insertSnapshotsSQL stores a batch's
 // snapshots, once per claim, and folds exactly the stored ones into their hours' and days'
 // candles (candleObservations; open and close by time, so the order write-backs commit in does
 // not matter); $18-$20 are each item's previous snapshot (collected_at, lowest price, listing
 // count; NULL on a first one). It returns the new snapshot ids.
-const InsertSnapshotsSQL = `
+const insertSnapshotsSQL = `
 WITH s AS (
 	INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, reason, listing_count, listing_quantity,
 		lowest_unit_price, median_unit_price, weighted_unit_price, api_average_price,
@@ -271,7 +271,7 @@ func insertSnapshots(ctx context.Context, tx pgx.Tx, cs []Collection, write []in
 		events[k] = ev
 		byID[c.ItemID] = k
 	}
-	rows, err := tx.Query(ctx, InsertSnapshotsSQL,
+	rows, err := tx.Query(ctx, insertSnapshotsSQL,
 		ids, tokens, at, tierNames, reasons, counts, quantities, lowest, median, weighted, apiAvg,
 		salesCount, salesQty, vwap, truncated, packed, prevSeen, prevAt, prevLowest, prevCount)
 	if err != nil {

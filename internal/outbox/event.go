@@ -63,14 +63,14 @@ func EnqueueSnapshots(ctx context.Context, tx pgx.Tx, events []SnapshotEvent) er
 		}
 		items[i], snaps[i], payloads[i] = ev.ItemID, ev.SnapshotID, string(b)
 	}
-	if _, err := tx.Exec(ctx, EnqueueSQL, EventTypeSnapshot, items, snaps, payloads); err != nil {
+	if _, err := tx.Exec(ctx, enqueueSQL, EventTypeSnapshot, items, snaps, payloads); err != nil {
 		return fmt.Errorf("enqueue %d snapshot events: %w", len(events), err)
 	}
 	return nil
 }
 
-// EnqueueSQL ($1 type, $2 item ids, $3 snapshot ids, $4 payloads) is exported for the benchmarks.
-const EnqueueSQL = `
+// enqueueSQL: $1 type, $2 item ids, $3 snapshot ids, $4 payloads.
+const enqueueSQL = `
 WITH o AS (
     INSERT INTO outbox (event_type, item_id, snapshot_id, payload)
     SELECT $1, u.item_id, u.snapshot_id, u.payload::json

@@ -15,14 +15,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/history"
-	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
@@ -131,7 +128,7 @@ func cycleAt(ctx context.Context, e *env, c cycleSize, rep *report) error {
 	rep.add("Claim+reschedule cycle, collector, "+label, spread(mo, ours, "items/s"),
 		fmt.Sprintf("dispatcher.RunOnce (one collect-due pass, zero-latency in-process provider, batch %d, flush %d, concurrency 8, pool %d, MaxBatches %d) %s: claim, one fenced write per item (next slot, change counts, seen state; its row locks hold until commit), then snapshot + candles + outbox insert per changed item; %s; %s items / wall time (the snapshots written checked against the changed answers); %s", cycleBatch, cycleFlush, cyclePool, (k+cycleBatch-1)/cycleBatch, table, share, items, rounds))
 	rep.add("Claim+reschedule cycle, raw-SQL ceiling, "+label, spread(mc, ceil, "items/s"),
-		fmt.Sprintf("the same claim statement (dispatcher.ClaimByDueSQL) and write-back statements (writeback.go: dispatcher.WriteItemsSQL for every item, fencing by lease token; history.InsertSnapshotsSQL with its candles and outbox.EnqueueSQL for the same changed share, %.1f %%) driven by %d plain pgx loops (claim %d → two %d-row transactions) until %s items are written back, none of our code, a copy of the same seed, same pool size; %s", 100*cycleShare(), ceilingLoops, cycleBatch, cycleFlush, items, rounds))
+		fmt.Sprintf("the same claim statement (dispatcher.ClaimDue) and write-back transaction (dispatcher.WriteCollected: the fenced item write for every item, then history.Policy.Write, a snapshot with its candles and outbox event for the same changed share, %.1f %%) driven by %d plain loops (claim %d → two %d-row transactions) until %s items are written back, without the pass's fetch and writer queue, a copy of the same seed, same pool size; %s", 100*cycleShare(), ceilingLoops, cycleBatch, cycleFlush, items, rounds))
 	rep.add("Ratio collector / ceiling, "+label, fmt.Sprintf("%.2f", mo/mc), "the two medians above")
 	rep.note("cycle at %s tracked items: seeding took %s (generate_series insert, VACUUM ANALYZE, CHECKPOINT; not timed), each contender's copy %s (CREATE DATABASE … TEMPLATE, CHECKPOINT)", count(n), seeded.Round(100*time.Millisecond), cloned.Round(100*time.Millisecond))
 	riverHow := fmt.Sprintf("bench/river: rivermigrate into a fresh database, InsertManyFast %s no-op jobs (not timed), then a client (default queue, MaxWorkers 10000, default fetch settings) from Start to the last JobCompleted event; completed count checked in river_job", count(n))
@@ -244,14 +241,6 @@ func cycleOurs(ctx context.Context, e *env, c cycleSize) (float64, time.Duration
 	return float64(c.timed) / took.Seconds(), cloned, nil
 }
 
-var tierEvery = map[string]time.Duration{"HOT_1M": time.Minute, "ACTIVE_3M": 3 * time.Minute, "WARM_5M": 5 * time.Minute, "COLD_10M": 10 * time.Minute}
-
-type ceilClaim struct {
-	id, name, tier string
-	token          pgtype.UUID
-	tid            pgtype.TID
-}
-
 func cycleCeiling(ctx context.Context, e *env, c cycleSize) (float64, error) {
 	u, err := e.cloneDB(ctx, "bench_cycle_ceiling", cycleSeedDB)
 	if err != nil {
@@ -294,108 +283,29 @@ func cycleCeiling(ctx context.Context, e *env, c cycleSize) (float64, error) {
 	return float64(n) / took.Seconds(), nil
 }
 
-func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]ceilClaim, error) {
-	rows, err := pool.Query(ctx, dispatcher.ClaimByDueSQL, k, int64(120_000), "ceiling", 0)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ceilClaim, error) {
-		// The rest of the claim (schedule, estimates, last snapshot) is what the dispatcher
-		// decides with; the ceiling writes by its fixed share instead.
-		var c ceilClaim
-		dest := make([]any, len(r.FieldDescriptions()))
-		dest[0], dest[1], dest[2], dest[4], dest[len(dest)-1] = &c.id, &c.name, &c.tier, &c.token, &c.tid
-		return c, r.Scan(dest...)
-	})
+func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]dispatcher.Claim, error) {
+	return dispatcher.ClaimDue(ctx, pool, k, 2*time.Minute, "ceiling")
 }
 
 // ceilWriteBack is writeback.go's write-back for all-successful results with one listing and
-// no sales, through the product's own statements (dispatcher.WriteItemsSQL, which fences and
-// locks, then history.InsertSnapshotsSQL and outbox.EnqueueSQL) in one transaction, driven by
-// plain pgx: every item written once, a snapshot and an event for the items in the changed share. It passes no previous collection, so the change counts stay as they are.
-func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []ceilClaim) error {
-	n := len(claims)
-	now := time.Now()
-	ids, tokens, tierNames := make([]string, n), make([]pgtype.UUID, n), make([]string, n)
-	nextAt, at, oks, outcomes, errs := make([]time.Time, n), make([]time.Time, n), make([]bool, n), make([]string, n), make([]*string, n)
-	lastSale, tids := make([]*time.Time, n), make([]pgtype.TID, n)
+// no sales (dispatcher.WriteCollected: the fenced item write, then history.Policy.Write, a
+// snapshot with its candles and event for the items in the changed share) without the pass's
+// writer queue around it.
+func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []dispatcher.Claim) error {
+	cfg := config.Default()
+	states := make([]history.State, len(claims))
 	for i, c := range claims {
-		ids[i], tokens[i], tierNames[i], tids[i] = c.id, c.token, c.tier, c.tid
-		nextAt[i], at[i], oks[i], outcomes[i] = now.Add(tierEvery[c.tier]), now, true, "ok"
+		price := int64(cyclePrice)
+		if changedShare(c.ItemID, cycleShare()) {
+			price = cycleChangedPrice
+		}
+		weighted, api := float64(price), int64(cycleAPIAverage)
+		states[i] = history.State{Count: 1, Quantity: cycleQuantity, Lowest: &price, Median: &price, Weighted: &weighted, APIAverage: &api}
 	}
-	var changed []ceilClaim
-	for _, c := range claims {
-		if changedShare(c.id, cycleShare()) {
-			changed = append(changed, c)
-		}
+	n, err := dispatcher.WriteCollected(ctx, pool, history.FromConfig(cfg), claims, states, time.Now(), cfg.Catalog.EstimateWindow)
+	if err == nil && n != len(claims) {
+		err = fmt.Errorf("fence matched %d of %d", n, len(claims))
 	}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		price, lowest := int64(100), make([]*int64, n)
-		prevAt, writtenAt, weighted := make([]*time.Time, n), make([]*time.Time, n), make([]*float64, n)
-		counts, newSales, qty, lastSecond := make([]int32, n), make([]int32, n), make([]int64, n), make([]int32, n)
-		truncated, changedFlags, gaps, windows := make([]bool, n), make([]bool, n), make([]bool, n), make([]float64, n)
-		for i := range n {
-			lowest[i], counts[i], qty[i], windows[i] = &price, 1, 3, 86400
-		}
-		rows, err := tx.Query(ctx, dispatcher.WriteItemsSQL, ids, tokens, tierNames, nextAt, at, oks, outcomes, errs, lastSale,
-			prevAt, lowest, lowest, weighted, lowest, counts, qty, truncated, changedFlags, newSales, gaps, windows, writtenAt, lastSecond, tids)
-		if err != nil {
-			return err
-		}
-		live, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		if len(live) != n {
-			return fmt.Errorf("fence matched %d of %d", len(live), n)
-		}
-		if len(changed) > 0 {
-			return ceilSnapshots(ctx, tx, changed, now)
-		}
-		return nil
-	})
-}
-
-// ceilSnapshots stores a snapshot (with its candles) and an event for each changed claim.
-func ceilSnapshots(ctx context.Context, tx pgx.Tx, claims []ceilClaim, now time.Time) error {
-	n := len(claims)
-	ids, tokens, tierNames, at, reasons := make([]string, n), make([]pgtype.UUID, n), make([]string, n), make([]time.Time, n), make([]string, n)
-	counts, qty, lowest, median, apiAvg := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	weighted, salesCount, salesQty, vwap := make([]float64, n), make([]int32, n), make([]int64, n), make([]*float64, n)
-	truncated, packed := make([]bool, n), make([]bool, n)
-	// The seeded last snapshot (ten minutes ago, at cyclePrice) and last collection (a minute ago).
-	prev, seen := now.Add(-10*time.Minute).UTC(), now.Add(-time.Minute).UTC()
-	prevAt, prevSeen, prevLowest, prevCount := make([]time.Time, n), make([]time.Time, n), make([]int64, n), make([]int32, n)
-	byID := make(map[string]int, n)
-	for i, c := range claims {
-		ids[i], tokens[i], tierNames[i], at[i], reasons[i] = c.id, c.token, c.tier, now, string(history.Change)
-		counts[i], qty[i], lowest[i], median[i], apiAvg[i], weighted[i] = 1, cycleQuantity, cycleChangedPrice, cycleChangedPrice, cycleAPIAverage, cycleChangedPrice
-		prevAt[i], prevSeen[i], prevLowest[i], prevCount[i] = prev, seen, cyclePrice, 1
-		byID[c.id] = i
-	}
-	rows, err := tx.Query(ctx, history.InsertSnapshotsSQL, ids, tokens, at, tierNames, reasons, counts, qty, lowest, median, weighted, apiAvg,
-		salesCount, salesQty, vwap, truncated, packed, prevSeen, prevAt, prevLowest, prevCount)
-	if err != nil {
-		return err
-	}
-	var evItems, payloads []string
-	var snaps []int64
-	var snap int64
-	var item string
-	_, err = pgx.ForEachRow(rows, []any{&snap, &item}, func() error {
-		c := claims[byID[item]]
-		b, err := json.Marshal(map[string]any{"schema_version": outbox.SchemaVersion, "snapshot_id": snap, "item_id": item, "item_name": c.name,
-			"tier": c.tier, "reason": history.Change, "collected_at": now.UTC(), "previous_snapshot_at": prev, "unchanged_until": seen,
-			"listing_count": 1, "listing_quantity": cycleQuantity, "lowest_unit_price": cycleChangedPrice,
-			"median_unit_price": cycleChangedPrice, "weighted_unit_price": float64(cycleChangedPrice), "api_average_price": cycleAPIAverage,
-			"sales_count": 0, "sales_quantity": 0, "sales_vwap": nil, "listings_truncated": false, "packed": false, "sales_gap": false})
-		evItems, snaps, payloads = append(evItems, item), append(snaps, snap), append(payloads, string(b))
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, outbox.EnqueueSQL, outbox.EventTypeSnapshot, evItems, snaps, payloads)
 	return err
 }
 
