@@ -58,7 +58,7 @@ const (
 	OrderGrouped = "grouped"
 )
 
-// Validate refuses values the simulator cannot serve, naming the option (and its collector sim
+// Validate refuses values the simulator cannot serve, naming the option (and its collector-dev sim
 // flag) and what it allows; it changes nothing. New panics on what it refuses.
 func (o Options) Validate() error {
 	var errs []string
