@@ -268,24 +268,10 @@ func (s *collectService) keyRefused(ctx context.Context, pe *provider.Error) {
 	}
 }
 
-// probeItemSQL picks the item a probe asks for: a real one when there is any, the soonest due
-// first.
-const probeItemSQL = `SELECT item_id FROM tracked_items
-ORDER BY synthetic_item(item_id), next_collect_at NULLS LAST LIMIT 1`
-
-// probeItem is the item a probe or a key re-check asks the provider for.
-func probeItem(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-	var id string
-	if err := pool.QueryRow(ctx, probeItemSQL).Scan(&id); err != nil {
-		return "", fmt.Errorf("pick a tracked item: %w", err)
-	}
-	return id, nil
-}
-
 // probeKey makes one call with the market key, past the budget (whose cool-down the refusal
 // itself set).
 func (s *collectService) probeKey(ctx context.Context) error {
-	id, err := probeItem(ctx, s.pool)
+	id, err := dispatcher.ProbeItem(ctx, s.pool)
 	if err != nil {
 		return fmt.Errorf("key re-check: %w", err)
 	}

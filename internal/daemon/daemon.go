@@ -432,7 +432,7 @@ func orUnknown(s string) string {
 // probe asks the provider for one tracked item's listings, through the budget.
 func probe(pool *pgxpool.Pool, f *budget.Fetcher) health.Prober {
 	return func(ctx context.Context) error {
-		id, err := probeItem(ctx, pool)
+		id, err := dispatcher.ProbeItem(ctx, pool)
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
 		}

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -138,47 +137,16 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, err
 	}
 
-	// One pass over the window's claims gives the lag overall (the empty grouping set, whose row
-	// exists even with no claims) and per tier (the item's tier now).
-	rows, err := pool.Query(ctx, `
-		SELECT now(),
-		       (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now() AND NOT synthetic_item(item_id)),
-		       coalesce(collection_tier, ''), GROUPING(collection_tier) = 1, count(*),
-		       percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag)
-		FROM (SELECT collection_tier, greatest(extract(epoch FROM last_claimed_at - last_due_at), 0) AS lag FROM tracked_items
-		      WHERE last_claimed_at > now() - $1 * interval '1 millisecond'
-		        AND last_due_at <= last_claimed_at + $2 * interval '1 millisecond' AND NOT synthetic_item(item_id)) s
-		GROUP BY GROUPING SETS ((), (collection_tier))`,
-		LagWindow.Milliseconds(), dispatcher.MaxAhead.Milliseconds())
+	lag, err := dispatcher.ReadClaimLag(ctx, pool, LagWindow)
 	if err != nil {
-		return st, fmt.Errorf("claim lag: %w", err)
+		return st, err
 	}
-	for rows.Next() {
-		var tier string
-		var total bool
-		var n int64
-		var p50, p99 *float64
-		if err := rows.Scan(&st.DatabaseNow, &st.Leased, &tier, &total, &n, &p50, &p99); err != nil {
-			rows.Close()
-			return st, fmt.Errorf("claim lag: %w", err)
+	st.DatabaseNow, st.Leased = lag.Now, lag.Leased
+	st.LagN, st.LagP50, st.LagP99 = lag.Overall.N, lag.Overall.P50, lag.Overall.P99
+	for i := range st.Tiers {
+		if l, ok := lag.ByTier[st.Tiers[i].Tier]; ok {
+			st.Tiers[i].Lag = Lag(l)
 		}
-		lag := Lag{N: n}
-		if p50 != nil {
-			lag.P50, lag.P99 = seconds(*p50), seconds(*p99)
-		}
-		if total {
-			st.LagN, st.LagP50, st.LagP99 = lag.N, lag.P50, lag.P99
-			continue
-		}
-		for i := range st.Tiers {
-			if st.Tiers[i].Tier == tier {
-				st.Tiers[i].Lag = lag
-			}
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("claim lag: %w", err)
 	}
 
 	backlog, err := outbox.ReadBacklog(ctx, pool, false)
@@ -204,5 +172,3 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	}
 	return st, nil
 }
-
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -122,3 +122,77 @@ func ReadActivity(ctx context.Context, pool *pgxpool.Pool) (Activity, error) {
 	}
 	return a, nil
 }
+
+// ClaimLag is due → claim over a window's claims: overall and per tier (the item's tier now).
+type ClaimLag struct {
+	Now     time.Time // the database's clock when read
+	Leased  int64     // items under a live lease, fixtures left out
+	Overall Lag
+	ByTier  map[string]Lag
+}
+
+// Lag summarises due → claim delays.
+type Lag struct {
+	N        int64
+	P50, P99 time.Duration
+}
+
+// One pass over the window's claims gives the lag overall (the empty grouping set, whose row
+// exists even with no claims) and per tier. Items claimed early (up to MaxAhead) count as 0.
+const claimLagSQL = `
+SELECT now(),
+       (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now() AND NOT synthetic_item(item_id)),
+       coalesce(collection_tier, ''), GROUPING(collection_tier) = 1, count(*),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag)
+FROM (SELECT collection_tier, greatest(extract(epoch FROM last_claimed_at - last_due_at), 0) AS lag FROM tracked_items
+      WHERE last_claimed_at > now() - $1 * interval '1 millisecond'
+        AND last_due_at <= last_claimed_at + $2 * interval '1 millisecond' AND NOT synthetic_item(item_id)) s
+GROUP BY GROUPING SETS ((), (collection_tier))`
+
+// ReadClaimLag reads the claim lag of the claims made within window, leaving fixtures out.
+func ReadClaimLag(ctx context.Context, pool *pgxpool.Pool, window time.Duration) (ClaimLag, error) {
+	out := ClaimLag{ByTier: map[string]Lag{}}
+	rows, err := pool.Query(ctx, claimLagSQL, window.Milliseconds(), MaxAhead.Milliseconds())
+	if err != nil {
+		return out, fmt.Errorf("claim lag: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tier string
+		var total bool
+		var n int64
+		var p50, p99 *float64
+		if err := rows.Scan(&out.Now, &out.Leased, &tier, &total, &n, &p50, &p99); err != nil {
+			return out, fmt.Errorf("claim lag: %w", err)
+		}
+		lag := Lag{N: n}
+		if p50 != nil {
+			lag.P50, lag.P99 = seconds(*p50), seconds(*p99)
+		}
+		if total {
+			out.Overall = lag
+		} else {
+			out.ByTier[tier] = lag
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("claim lag: %w", err)
+	}
+	return out, nil
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// probeItemSQL picks the item a probe asks for: a real one when there is any, the soonest due
+// first.
+const probeItemSQL = `SELECT item_id FROM tracked_items
+ORDER BY synthetic_item(item_id), next_collect_at NULLS LAST LIMIT 1`
+
+// ProbeItem is the item a provider probe or a key re-check asks the provider for.
+func ProbeItem(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var id string
+	if err := pool.QueryRow(ctx, probeItemSQL).Scan(&id); err != nil {
+		return "", fmt.Errorf("pick a tracked item: %w", err)
+	}
+	return id, nil
+}
