@@ -33,6 +33,10 @@ type each[R any] func(ctx context.Context, db history.Reader, day time.Time, fn 
 // parquetBatch is the rows handed to the Parquet writer at once.
 const parquetBatch = 1024
 
+// parquetRowGroup bounds a row group: the writer holds one in memory until it is flushed, and
+// readers (DuckDB, Spark) split work by row group.
+const parquetRowGroup = 1 << 20
+
 func writer[R any](read each[R]) func(context.Context, DB, time.Time, string, io.Writer) (int64, error) {
 	return func(ctx context.Context, db DB, day time.Time, format string, w io.Writer) (int64, error) {
 		if format == "csv" {
@@ -43,7 +47,7 @@ func writer[R any](read each[R]) func(context.Context, DB, time.Time, string, io
 }
 
 func writeParquet[R any](ctx context.Context, db DB, day time.Time, read each[R], w io.Writer) (int64, error) {
-	pw := parquet.NewGenericWriter[R](w, parquet.Compression(&parquet.Zstd))
+	pw := parquet.NewGenericWriter[R](w, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(parquetRowGroup))
 	var n int64
 	batch := make([]R, 0, parquetBatch)
 	flush := func() error {
