@@ -78,7 +78,7 @@ var groupOf = map[string]string{
 	"import-items": "catalog", "items": "catalog", "touch": "catalog", "recalculate-popularity": "catalog",
 	"seed:real": "catalog", "seed:synthetic": "catalog", "purge:synthetic": "catalog", "plan": "catalog",
 	"prune": "ops", "partitions": "ops", "healthcheck": "ops", "packing": "ops", "api-check": "ops",
-	"history": "catalog",
+	"history": "catalog", "export": "catalog",
 }
 
 // finishTree applies what every command shares: groups, usage errors that exit 2, examples,

@@ -12,6 +12,9 @@ import (
 // examples is each command's Example: section (a command may also set its own). Kept in one
 // place so the invocations read alike; TestEveryCommandHasAnExample keeps it complete.
 var examples = map[string]string{
+	"collector export": `  collector export --day 2026-12-03 --out exports/2026-12-03
+  collector export --day 2026-12-03 --out /tmp/day --format csv
+  collector export --day "$(date -u +%F)" --out /tmp/today --partial   # a day in progress`,
 	"collector history": `  collector items --limit 5                        # find an ITEM_ID
   collector history ITEM_ID --interval 1h --since 7d
   collector history ITEM_ID --interval raw --since 24h -o csv`,

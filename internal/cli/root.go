@@ -38,7 +38,7 @@ var subcommands = []func(a *app) *cobra.Command{
 	newCollectDueCmd, newCollectCmd,
 	newConfigCmd, newConsoleCmd, newHealthcheckCmd, newMigrateCmd, newOutboxCmd, newPackingCmd,
 	newPlanCmd, newProviderCmd, newPruneCmd, newRelayOutboxCmd, newRunCmd,
-	newStatusCmd, newVersionCmd, newHistoryCmd, newPartitionsCmd,
+	newStatusCmd, newVersionCmd, newHistoryCmd, newPartitionsCmd, newExportCmd,
 }
 
 // Tree is one binary's command tree: the shared commands and the ones it adds.

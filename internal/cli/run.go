@@ -16,6 +16,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/export"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -100,6 +101,10 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 		con = c.Handler()
 	}
 	ver, rev, _ := buildInfo()
+	var exp *export.Config
+	if a.cfg.Export.Enabled {
+		exp = &export.Config{Dir: a.cfg.Export.Dir, Format: a.cfg.Export.Format, Version: ver}
+	}
 	return daemon.New(pool, client, daemon.Config{
 		Daemon:     a.cfg.Daemon,
 		Dispatch:   dispatcher.FromConfig(a.cfg),
@@ -116,6 +121,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 		ListenURL:  a.cfg.Database.DirectURL,
 		SchemaHint: migrateHint,
 		Console:    con,
+		Export:     exp,
 	}, a.log)
 }
 

@@ -28,6 +28,7 @@ type Config struct {
 	Retention RetentionConfig `mapstructure:"retention"`
 	History   HistoryConfig   `mapstructure:"history"`
 	Console   ConsoleConfig   `mapstructure:"console"`
+	Export    ExportConfig    `mapstructure:"export"`
 }
 
 // Options says where to read from. Flags maps a config key to the flag that sets it; only
@@ -125,6 +126,7 @@ func setDefaults(v *viper.Viper) {
 	for _, d := range []map[string]any{
 		databaseDefaults, logDefaults, providerDefaults, collectDefaults,
 		kafkaDefaults, outboxDefaults, catalogDefaults, daemonDefaults, retentionDefaults, historyDefaults, consoleDefaults,
+		exportDefaults,
 	} {
 		for k, val := range d {
 			v.SetDefault(k, val)
@@ -146,6 +148,7 @@ func (c *Config) Validate() error {
 		c.Retention.validate(c.Catalog, c.History),
 		c.History.validate(),
 		c.Console.validate(),
+		c.Export.validate(),
 	)
 }
 

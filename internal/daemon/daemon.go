@@ -36,6 +36,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/export"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/outbox"
@@ -79,6 +80,8 @@ type Config struct {
 	// that takes seconds to drain; shorter means more claim statements a second. 0 =
 	// ClaimHorizonDefault.
 	ClaimHorizon time.Duration
+	// Export, when set (export.enabled), writes each past day's files once it settles.
+	Export *export.Config
 	// Relay, when set, runs the outbox relay in follow mode (kafka.brokers configured).
 	Relay *outbox.RelayConfig
 	// Market is the market key's budget for the whole cluster (provider.market.*).
@@ -160,14 +163,18 @@ type Daemon struct {
 	plan      *planService // nil when catalog.recalc_interval is 0
 	retention *retentionService
 	parts     *partitionService
+	export    *exportService // nil unless export.enabled
 }
 
 // maintenance lists the periodic jobs beside collection: the gauges, the planner, the one
-// pruner and the one partition keeper.
+// pruner, the one partition keeper and the exporter.
 func (d *Daemon) maintenance() []service {
 	s := []service{d.gauges, d.retention, d.parts}
 	if d.plan != nil {
 		s = append(s, d.plan)
+	}
+	if d.export != nil {
+		s = append(s, d.export)
 	}
 	return s
 }
@@ -281,6 +288,11 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	d.parts.writes = writeReports{d.writes}
+	if cfg.Export != nil {
+		if d.export, err = newExportService(*cfg.Export, pool, d.metrics, log); err != nil {
+			return nil, err
+		}
+	}
 
 	if cfg.Relay != nil {
 		rc := *cfg.Relay

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/duecollector/duecollector/internal/export"
+)
+
+func newExportCmd(a *app) *cobra.Command {
+	var day, out, format string
+	var partial bool
+	cmd := &cobra.Command{
+		Use:   "export --day YYYY-MM-DD --out DIR",
+		Short: "Write one UTC day of snapshots, sales and candles to Parquet or CSV files with a manifest",
+		Long: `Writes the history of one UTC day to DIR: auction_snapshots, auction_sales and price_candles
+(the day's hourly candles and its daily one), one file per table, then manifest.json with each
+file's row count, size and sha256, the schema and collector versions, and "complete". A day
+is complete an hour after it ends by the database's clock; a day still in progress is refused
+unless --partial (its manifest then says "complete": false). A re-run skips a complete day
+whose manifest still matches the database's row counts, and otherwise writes the same bytes
+again; each file is written under a temporary name and renamed, so nothing half-written ever
+sits under a final name. The daemon exports past days itself when export.enabled is set.
+docs/api.md says how to load a day into DuckDB.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := export.Options{Dir: out, Format: format, Partial: partial}
+			var err error
+			if opts.Day, err = export.ParseDay(day); err != nil {
+				return usageError{cmd: "collector export", err: fmt.Errorf("--day: %w", err)}
+			}
+			if err := export.CheckFormat(format); err != nil {
+				return usageError{cmd: "collector export", err: fmt.Errorf("--format %w", err)}
+			}
+			if out == "" {
+				return usageError{cmd: "collector export", err: errors.New("--out: a directory is required")}
+			}
+			return a.run(func(ctx context.Context) error {
+				pool, err := a.db(ctx)
+				if err != nil {
+					return err
+				}
+				opts.Version, _, _ = buildInfo()
+				res, err := export.Run(ctx, pool, opts)
+				if err != nil {
+					return fmt.Errorf("export --day %s --out %s: %w", day, out, err)
+				}
+				if res.Skipped {
+					a.printf("%s: already exported to %s and complete (the manifest matches the database's row counts); skipped\n", res.Day, out)
+					return nil
+				}
+				for _, t := range res.Manifest.Tables {
+					a.printf("%s: %d rows, %d bytes\n", t.File, t.Rows, t.Bytes)
+				}
+				a.printf("%s: exported to %s (complete: %t)\n", res.Day, out, res.Manifest.Complete)
+				return nil
+			})(cmd, args)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&day, "day", "", "the UTC day to export, YYYY-MM-DD")
+	f.StringVar(&out, "out", "", "the directory to write the day's files to (made if missing)")
+	f.StringVar(&format, "format", "parquet", "parquet or csv")
+	f.BoolVar(&partial, "partial", false, "export a day still in progress; its manifest says \"complete\": false")
+	return cmd
+}

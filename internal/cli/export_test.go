@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+// collector export refuses a bad --day or --format and a missing --out as usage errors naming
+// the flag, before touching the database; an --out it cannot write and a day in progress fail
+// naming what to change, and nothing is left under the out directory.
+func TestExportCommandErrorsNameTheFlag(t *testing.T) {
+	t.Setenv("COLLECTOR_CONFIG", "")
+	out := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--day", "03/12/2026", "--out", out}, "--day"},
+		{[]string{"--day", "2026-12-03", "--out", out, "--format", "xlsx"}, "--format"},
+		{[]string{"--day", "2026-12-03"}, "--out"},
+	} {
+		_, _, err := runCollector(t, append([]string{"export", "--database-url", "postgres://nowhere.invalid/x"}, tc.args...)...)
+		if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("export %v: %v (exit %d); want a usage error naming %s", tc.args, err, exitCode(err), tc.flag)
+		}
+	}
+
+	_, db := storetest.NewPool(t)
+	blocker := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := runCollector(t, "export", "--database-url", db, "--day", "2026-01-01", "--out", filepath.Join(blocker, "day"))
+	if err == nil || !strings.Contains(err.Error(), "--out") || !strings.Contains(err.Error(), "out directory") {
+		t.Errorf("export to an unwritable --out: %v; want an error naming --out", err)
+	}
+	today := time.Now().UTC().Format(time.DateOnly)
+	_, _, err = runCollector(t, "export", "--database-url", db, "--day", today, "--out", out)
+	if err == nil || !strings.Contains(err.Error(), "--partial") {
+		t.Errorf("export of today: %v; want a refusal naming --partial", err)
+	}
+	stdout, _, err := runCollector(t, "export", "--database-url", db, "--day", "2026-01-01", "--out", out, "--format", "csv")
+	if err != nil || !strings.Contains(stdout, "exported") {
+		t.Fatalf("export of a past day: %q, %v", stdout, err)
+	}
+	stdout, _, err = runCollector(t, "export", "--database-url", db, "--day", "2026-01-01", "--out", out, "--format", "csv")
+	if err != nil || !strings.Contains(stdout, "skipped") {
+		t.Fatalf("a re-run of a complete day: %q, %v; want it skipped, saying so", stdout, err)
+	}
+	entries, _ := os.ReadDir(out)
+	if len(entries) != 4 {
+		t.Errorf("the out directory holds %d entries, want 3 files and the manifest", len(entries))
+	}
+}

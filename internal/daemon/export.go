@@ -1,0 +1,46 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/export"
+	"github.com/duecollector/duecollector/internal/telemetry"
+)
+
+// exportService is the daily exporter (export.Exporter) with the daemon's logs and metrics:
+// once a day settles it writes the day's files, catching up the days it missed.
+type exportService struct {
+	exporter *export.Exporter
+	metrics  *telemetry.Metrics
+	log      *zap.Logger
+}
+
+func newExportService(cfg export.Config, pool *pgxpool.Pool, m *telemetry.Metrics, log *zap.Logger) (*exportService, error) {
+	e, err := export.NewExporter(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &exportService{exporter: e, metrics: m, log: log}
+	e.OnTurn = s.report
+	return s, nil
+}
+
+// Start exports until ctx ends (export.Exporter.Start).
+func (s *exportService) Start(ctx context.Context) { s.exporter.Start(ctx) }
+
+func (s *exportService) report(t export.Turn, err error) {
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			s.metrics.LoopErrors.WithLabelValues("export").Inc()
+			s.log.Warn("exporting a past day failed; next try after the interval", zap.Error(err))
+		}
+		return
+	}
+	for _, day := range t.Exported {
+		s.log.Info("exported a day of history", zap.String("day", day))
+	}
+}

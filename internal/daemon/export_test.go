@@ -1,0 +1,41 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/export"
+	"github.com/duecollector/duecollector/internal/history/partition"
+	"github.com/duecollector/duecollector/internal/provider/neoplesim"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+// With export.enabled the daemon starts the exporter among its maintenance jobs, and a turn
+// writes a settled day holding rows into its directory; without it there is no exporter.
+func TestDaemonExportsSettledDaysWhenEnabled(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	if d := e.build(t, testConfig(), nil); d.export != nil || slices.ContainsFunc(d.maintenance(), func(s service) bool { return s == d.export }) {
+		t.Fatal("an exporter was built with export off")
+	}
+	today := storetest.PartitionDays(t, e.pool, -3, 1, partition.Snapshots, partition.Sales).UTC()
+	day := today.AddDate(0, 0, -2)
+	storetest.Snapshots(t, e.pool, storetest.Snapshot{ItemID: "x", CollectedAt: storetest.At(day.Add(time.Hour))})
+	cfg := testConfig()
+	dir := t.TempDir()
+	cfg.Export = &export.Config{Dir: dir, Format: "parquet", Version: "test"}
+	d := e.build(t, cfg, nil)
+	if d.export == nil || !slices.ContainsFunc(d.maintenance(), func(s service) bool { return s == d.export }) {
+		t.Fatal("export enabled, but the exporter is not among the maintenance jobs")
+	}
+	turn, err := d.export.exporter.RunOnce(context.Background())
+	if err != nil || !slices.Contains(turn.Exported, day.Format(time.DateOnly)) {
+		t.Fatalf("a turn: %+v, %v; want %s exported", turn, err, day.Format(time.DateOnly))
+	}
+	if _, err := os.Stat(filepath.Join(dir, day.Format(time.DateOnly), export.ManifestName)); err != nil {
+		t.Fatalf("no manifest for the exported day: %v", err)
+	}
+}

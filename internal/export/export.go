@@ -1,0 +1,265 @@
+// Package export writes one UTC day of the collected history (snapshots, sales, hourly and
+// daily candles) to files a consumer loads as they are: one Parquet or CSV file per table and
+// a manifest.json of row counts and checksums, like EVE Ref's totals.json, so a consumer can
+// tell a complete day from a partial one. Files carry only data, read in key order, so a
+// re-run writes the same bytes; each file goes to a temporary name and is renamed into place,
+// and the manifest goes last, so a day with a complete manifest is a complete day.
+package export
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store"
+)
+
+// Formats are the file formats an export writes.
+var Formats = config.ExportFormats
+
+// SettleDefault is how long after midnight a day counts as complete: a write-back that
+// claimed before midnight commits within it, and an hour's candle is written by the
+// snapshots of the hour.
+const SettleDefault = time.Hour
+
+// ManifestName is the file a complete export ends with.
+const ManifestName = "manifest.json"
+
+// ErrInProgress: the day asked for is not over yet (or not settled), and Partial was not set.
+var ErrInProgress = errors.New("day still in progress")
+
+// Options says which day to export, where and how.
+type Options struct {
+	Day    time.Time // the UTC day's start (ParseDay)
+	Dir    string
+	Format string // one of Formats
+	// Partial allows a day still in progress; its manifest says "complete": false.
+	Partial bool
+	// Version is the collector's version, recorded in the manifest.
+	Version string
+	// Settle is how long after the day's end it counts as complete; 0 = SettleDefault.
+	Settle time.Duration
+	// skipEmpty leaves a day without rows unwritten (the daemon's catch-up).
+	skipEmpty bool
+}
+
+// Result says what Run did.
+type Result struct {
+	Day      string
+	Skipped  bool // a complete export matching the database's counts was already there
+	Manifest Manifest
+}
+
+// Manifest describes one day's export. Every field is derived from the data and the options,
+// never the wall clock, so a re-run writes the same manifest.
+type Manifest struct {
+	Day              string      `json:"day"`
+	Format           string      `json:"format"`
+	Complete         bool        `json:"complete"`
+	SchemaVersion    int32       `json:"schema_version"`
+	CollectorVersion string      `json:"collector_version"`
+	CreatedBy        string      `json:"created_by"`
+	Tables           []TableFile `json:"tables"`
+}
+
+// TableFile is one table's file in a manifest.
+type TableFile struct {
+	Table  string `json:"table"`
+	File   string `json:"file"`
+	Rows   int64  `json:"rows"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// ParseDay reads YYYY-MM-DD as a UTC day.
+func ParseDay(s string) (time.Time, error) {
+	d, err := time.Parse(time.DateOnly, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not a day: want YYYY-MM-DD", s)
+	}
+	return d, nil
+}
+
+// CheckFormat refuses a format export does not write.
+func CheckFormat(f string) error {
+	if !slices.Contains(Formats, f) {
+		return fmt.Errorf("%q: allowed parquet, csv", f)
+	}
+	return nil
+}
+
+// DB is what an export reads: a pool, a connection or a transaction.
+type DB interface {
+	history.Reader
+}
+
+// Run exports one day. It refuses a day in progress unless opts.Partial, skips a day whose
+// complete manifest matches the database's counts, and otherwise (re)writes every file.
+func Run(ctx context.Context, db DB, opts Options) (Result, error) {
+	res := Result{Day: opts.Day.Format(time.DateOnly)}
+	if err := CheckFormat(opts.Format); err != nil {
+		return res, fmt.Errorf("format %w", err)
+	}
+	if opts.Settle == 0 {
+		opts.Settle = SettleDefault
+	}
+	var now time.Time
+	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return res, fmt.Errorf("read the database clock: %w", err)
+	}
+	complete := !now.Before(opts.Day.AddDate(0, 0, 1).Add(opts.Settle))
+	if !complete && !opts.Partial {
+		return res, fmt.Errorf("%s: %w until %s (the database's clock says %s); --partial exports it anyway",
+			res.Day, ErrInProgress, opts.Day.AddDate(0, 0, 1).Add(opts.Settle).Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	counts, err := history.CountDay(ctx, db, opts.Day)
+	if err != nil {
+		return res, err
+	}
+	if opts.skipEmpty && counts == (history.DayCounts{}) {
+		return res, nil
+	}
+	if err := writable(opts.Dir); err != nil {
+		return res, err
+	}
+	if old, ok := readManifest(opts.Dir); ok && complete && old.Complete && old.Format == opts.Format && matches(opts.Dir, old, counts) {
+		res.Skipped, res.Manifest = true, old
+		return res, nil
+	}
+	// The old manifest goes first: until the new one is written, the day is not complete.
+	if err := os.Remove(filepath.Join(opts.Dir, ManifestName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return res, fmt.Errorf("remove the old manifest: %w", err)
+	}
+	version, err := store.CurrentVersion(ctx, db)
+	if err != nil {
+		return res, err
+	}
+	m := Manifest{Day: res.Day, Format: opts.Format, Complete: complete, SchemaVersion: version,
+		CollectorVersion: opts.Version, CreatedBy: "duecollector collector export"}
+	for _, t := range tables {
+		f, err := writeTable(ctx, db, opts, t)
+		if err != nil {
+			return res, err
+		}
+		m.Tables = append(m.Tables, f)
+	}
+	body, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return res, fmt.Errorf("encode the manifest: %w", err)
+	}
+	if err := writeFile(opts.Dir, ManifestName, func(w io.Writer) error {
+		_, err := w.Write(append(body, '\n'))
+		return err
+	}); err != nil {
+		return res, err
+	}
+	res.Manifest = m
+	return res, nil
+}
+
+// writable makes dir and proves a file can be created in it before anything is removed.
+func writable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("out directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("out directory %s is not writable: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+func readManifest(dir string) (Manifest, bool) {
+	var m Manifest
+	body, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil || json.Unmarshal(body, &m) != nil {
+		return m, false
+	}
+	return m, true
+}
+
+// matches says whether a manifest's files are all there, of the recorded sizes, and its row
+// counts those the database holds now.
+func matches(dir string, m Manifest, c history.DayCounts) bool {
+	want := map[string]int64{"auction_snapshots": c.Snapshots, "auction_sales": c.Sales, "price_candles": c.Candles}
+	if len(m.Tables) != len(want) {
+		return false
+	}
+	for _, t := range m.Tables {
+		n, ok := want[t.Table]
+		st, err := os.Stat(filepath.Join(dir, t.File))
+		if !ok || n != t.Rows || err != nil || st.Size() != t.Bytes {
+			return false
+		}
+	}
+	return true
+}
+
+// writeFile writes name in dir through a temporary file renamed into place, so a reader or
+// a crash never sees a half-written file under the final name.
+func writeFile(dir, name string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	tmp := f.Name()
+	err = write(f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// counter counts and hashes what passes through it.
+type counter struct {
+	w    io.Writer
+	n    int64
+	hash hashWriter
+}
+
+type hashWriter interface {
+	io.Writer
+	Sum([]byte) []byte
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.hash.Write(p[:n])
+	return n, err
+}
+
+func writeTable(ctx context.Context, db DB, opts Options, t table) (TableFile, error) {
+	tf := TableFile{Table: t.name, File: t.name + "." + opts.Format}
+	err := writeFile(opts.Dir, tf.File, func(w io.Writer) error {
+		c := &counter{w: w, hash: sha256.New()}
+		n, err := t.write(ctx, db, opts.Day, opts.Format, c)
+		tf.Rows, tf.Bytes, tf.SHA256 = n, c.n, hex.EncodeToString(c.hash.Sum(nil))
+		return err
+	})
+	return tf, err
+}

@@ -1,0 +1,309 @@
+package export_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/export"
+	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+)
+
+// The first snapshot of yesterday in key order (item "a", at midnight plus a microsecond
+// fraction), whose figures must come back exactly.
+const (
+	firstLowest   = int64(9_007_199_254_740_993) // past float64's exact integers
+	firstWeighted = 1234.5678901234567
+)
+
+// bundle is a database holding rows on the day before yesterday, yesterday and today.
+type bundle struct {
+	pool      *pgxpool.Pool
+	today     time.Time
+	yesterday time.Time
+	firstAt   time.Time
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	today := storetest.PartitionDays(t, pool, -3, 2, "auction_snapshots", "auction_sales").UTC()
+	b := bundle{pool: pool, today: today, yesterday: today.AddDate(0, 0, -1), firstAt: today.AddDate(0, 0, -1).Add(123456 * time.Microsecond)}
+	storetest.Items(t, pool, storetest.Item{ID: "a"}, storetest.Item{ID: "b"}, storetest.Item{ID: "c"})
+	var s history.SnapshotRows
+	add := func(id string, at time.Time, lowest int64, weighted, vwap float64) {
+		s.ItemIDs = append(s.ItemIDs, id)
+		s.ClaimTokens = append(s.ClaimTokens, fmt.Sprintf("00000000-0000-0000-0000-%012d", len(s.ItemIDs)))
+		s.Tiers = append(s.Tiers, "HOT_1M")
+		s.At = append(s.At, at)
+		s.Count = append(s.Count, 3)
+		s.SalesCount = append(s.SalesCount, 0)
+		s.Qty = append(s.Qty, 7)
+		s.Lowest = append(s.Lowest, lowest)
+		s.Median = append(s.Median, lowest+1)
+		s.APIAverage = append(s.APIAverage, lowest)
+		s.SalesQty = append(s.SalesQty, 0)
+		s.Weighted = append(s.Weighted, weighted)
+		s.SalesVWAP = append(s.SalesVWAP, vwap)
+	}
+	y := b.yesterday
+	add("a", b.firstAt, firstLowest, firstWeighted, math.NaN())
+	add("a", y.Add(10*time.Hour+30*time.Minute), 120, 121.5, 119.25)
+	add("a", y.Add(24*time.Hour-time.Microsecond), 130, 130, math.NaN())
+	add("b", y.Add(12*time.Hour), 50, 50.5, math.NaN())
+	add("c", y.Add(-time.Hour), 10, 10, math.NaN())           // the day before: not exported
+	add("c", today.Add(time.Microsecond), 11, 11, math.NaN()) // today: not exported
+	sales := history.SaleRows{
+		ItemIDs: []string{"a", "a", "b", "c"},
+		At:      []time.Time{y.Add(10 * time.Hour), y.Add(10 * time.Hour), y.Add(23 * time.Hour), today},
+		Seq:     []int32{0, 1, 0, 0},
+		Qty:     []int64{1, 2, 3, 4},
+		Unit:    []int64{100, 101, 50, 9},
+		Total:   []int64{100, 202, 150, 36},
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := history.InsertSnapshotRows(ctx, tx, s); err != nil {
+			return err
+		}
+		if _, err := history.InsertSaleRows(ctx, tx, sales); err != nil {
+			return err
+		}
+		return history.RebuildCandles(ctx, tx, []string{"a", "b", "c"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (b bundle) export(t *testing.T, dir, format string) export.Result {
+	t.Helper()
+	res, err := export.Run(context.Background(), b.pool, export.Options{Day: b.yesterday, Dir: dir, Format: format, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// What DuckDB reads from a day's export, in either format, is what the database holds for
+// that day: the row count of every table, the day's boundaries (a row at midnight is the day's,
+// one a microsecond before the next midnight too), prices past float64's exact integers, a
+// double's every digit, timestamps to the microsecond, and standard column types.
+func TestExportReadBackByDuckDB(t *testing.T) {
+	b := setup(t)
+	counts, err := history.CountDay(context.Background(), b.pool, b.yesterday)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts.Snapshots != 4 || counts.Sales != 3 || counts.Candles == 0 {
+		t.Fatalf("the fixture's day holds %+v; want 4 snapshots, 3 sales and candles", counts)
+	}
+	for _, format := range export.Formats {
+		t.Run(format, func(t *testing.T) {
+			dir := t.TempDir()
+			res := b.export(t, dir, format)
+			if res.Skipped || !res.Manifest.Complete || res.Manifest.SchemaVersion < 1 || res.Manifest.CollectorVersion != "test" {
+				t.Fatalf("manifest: %+v", res.Manifest)
+			}
+			got := duckdbRead(t, dir, format)
+			want := map[string]int64{"auction_snapshots": counts.Snapshots, "auction_sales": counts.Sales, "price_candles": counts.Candles}
+			for _, f := range res.Manifest.Tables {
+				if f.Rows != want[f.Table] || got[f.Table]["rows"] != strconv.FormatInt(want[f.Table], 10) {
+					t.Errorf("%s: manifest %d rows, DuckDB read %v; the database holds %d", f.Table, f.Rows, got[f.Table]["rows"], want[f.Table])
+				}
+			}
+			snap := got["auction_snapshots"]
+			if snap["first_item"] != "a" || snap["first_at"] != strconv.FormatInt(b.firstAt.UnixMicro(), 10) ||
+				snap["first_lowest"] != strconv.FormatInt(firstLowest, 10) || snap["with_vwap"] != "1" {
+				t.Errorf("snapshots read back: %v; want a at %d µs, lowest %d, one vwap", snap, b.firstAt.UnixMicro(), firstLowest)
+			}
+			if w, ok := snap["first_weighted"].(float64); !ok || w != firstWeighted {
+				t.Errorf("weighted price read back %v (%T), want %v exactly", snap["first_weighted"], snap["first_weighted"], firstWeighted)
+			}
+			if snap["sum_lowest"] != strconv.FormatInt(firstLowest+120+130+50, 10) {
+				t.Errorf("sum of lowest prices read back %v", snap["sum_lowest"])
+			}
+			sales := got["auction_sales"]
+			if sales["sum_unit"] != "251" || sales["last_at"] != strconv.FormatInt(b.yesterday.Add(23*time.Hour).UnixMicro(), 10) {
+				t.Errorf("sales read back: %v", sales)
+			}
+			if got["price_candles"]["daily"] != "2" {
+				t.Errorf("daily candles read back: %v; want a and b's", got["price_candles"])
+			}
+			if format == "parquet" {
+				for col, typ := range map[string]string{"type_collected_at": "TIMESTAMP WITH TIME ZONE", "type_lowest_unit_price": "BIGINT",
+					"type_weighted_unit_price": "DOUBLE", "type_item_id": "VARCHAR", "type_listings_truncated": "BOOLEAN"} {
+					if snap[col] != typ {
+						t.Errorf("parquet %s: DuckDB reads %v, want %s", col, snap[col], typ)
+					}
+				}
+			}
+		})
+	}
+}
+
+func checksums(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		body, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = body
+	}
+	return out
+}
+
+// A re-run over a complete day skips it while its manifest matches the database; without the
+// manifest (an interrupted run) it writes the same bytes again, manifest included; once the
+// day's rows change it writes them anew. No temporary file is left behind.
+func TestExportRerunSkipsOrWritesTheSameBytes(t *testing.T) {
+	b := setup(t)
+	for _, format := range export.Formats {
+		t.Run(format, func(t *testing.T) {
+			dir := t.TempDir()
+			b.export(t, dir, format)
+			first := checksums(t, dir)
+			if len(first) != 4 {
+				t.Fatalf("the export wrote %d files, want 3 tables and the manifest: %v", len(first), slices.Sorted(maps.Keys(first)))
+			}
+			if res := b.export(t, dir, format); !res.Skipped {
+				t.Fatal("a complete day matching the database was written again, not skipped")
+			}
+			if err := os.Remove(filepath.Join(dir, export.ManifestName)); err != nil {
+				t.Fatal(err)
+			}
+			if res := b.export(t, dir, format); res.Skipped {
+				t.Fatal("a day without its manifest was skipped")
+			}
+			again := checksums(t, dir)
+			for name, body := range first {
+				if string(again[name]) != string(body) {
+					t.Errorf("%s: the re-run wrote different bytes", name)
+				}
+			}
+			if len(again) != len(first) {
+				t.Errorf("the re-run left %d files, want %d", len(again), len(first))
+			}
+		})
+	}
+	dir := t.TempDir()
+	b.export(t, dir, "csv")
+	storetest.Sales(t, b.pool, storetest.Sale{ItemID: "b", SoldAt: storetest.At(b.yesterday.Add(time.Hour)), UnitPrice: 7})
+	res := b.export(t, dir, "csv")
+	if res.Skipped || res.Manifest.Tables[1].Rows != 4 {
+		t.Fatalf("after a new sale the day was %+v; want it written with 4 sales", res)
+	}
+}
+
+// Today is refused until it settles, naming --partial; with Partial it is written and its
+// manifest says it is not complete, so a later run does not skip it.
+func TestExportRefusesADayInProgress(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	_, err := export.Run(context.Background(), b.pool, export.Options{Day: b.today, Dir: dir, Format: "parquet"})
+	if !errors.Is(err, export.ErrInProgress) || !containsAll(err.Error(), "in progress", "--partial") {
+		t.Fatalf("exporting today: %v; want a refusal naming --partial", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a refused export wrote %d files", len(entries))
+	}
+	res, err := export.Run(context.Background(), b.pool, export.Options{Day: b.today, Dir: dir, Format: "parquet", Partial: true})
+	if err != nil || res.Manifest.Complete || res.Manifest.Tables[0].Rows != 1 {
+		t.Fatalf("a partial export of today: %+v, %v; want one snapshot, complete false", res.Manifest, err)
+	}
+	if res, err := export.Run(context.Background(), b.pool, export.Options{Day: b.today, Dir: dir, Format: "parquet", Partial: true}); err != nil || res.Skipped {
+		t.Fatalf("a partial day was skipped on a re-run (%v)", err)
+	}
+}
+
+// An out directory that cannot be written fails before anything is removed: a complete export
+// already there stays as it was.
+func TestExportToAnUnwritableDirectoryLosesNothing(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	b.export(t, dir, "parquet")
+	before := checksums(t, dir)
+	blocker := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(blocker, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := export.Run(context.Background(), b.pool, export.Options{Day: b.yesterday, Dir: filepath.Join(blocker, "day"), Format: "parquet"})
+	if err == nil || !containsAll(err.Error(), "out directory") {
+		t.Fatalf("an out directory under a file: %v; want an error naming the out directory", err)
+	}
+	if _, err := export.Run(context.Background(), b.pool, export.Options{Day: b.yesterday, Dir: dir, Format: "xlsx"}); err == nil {
+		t.Fatal("format xlsx was accepted")
+	}
+	after := checksums(t, dir)
+	if len(after) != len(before) {
+		t.Fatalf("failed exports changed the day's files: %d before, %d after", len(before), len(after))
+	}
+	for name, body := range before {
+		if string(after[name]) != string(body) {
+			t.Errorf("%s changed", name)
+		}
+	}
+}
+
+// The daemon's exporter writes each settled day holding rows into its own directory, skips
+// them on the next turn, and leaves today and days without rows alone.
+func TestExporterCatchesUpMissedDays(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	e, err := export.NewExporter(b.pool, export.Config{Dir: dir, Format: "csv", Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Before 01:00 UTC yesterday has not settled yet; the day before always has.
+	var settled bool
+	if err := b.pool.QueryRow(context.Background(), `SELECT now() >= $1`, b.today.Add(export.SettleDefault)).Scan(&settled); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{b.yesterday.AddDate(0, 0, -1).Format(time.DateOnly)}
+	if settled {
+		want = append(want, b.yesterday.Format(time.DateOnly))
+	}
+	turn, err := e.RunOnce(context.Background())
+	if err != nil || !slices.Equal(turn.Exported, want) || len(turn.Skipped) != 0 {
+		t.Fatalf("first turn: %+v, %v; want %v exported", turn, err, want)
+	}
+	turn, err = e.RunOnce(context.Background())
+	if err != nil || len(turn.Exported) != 0 || !slices.Equal(turn.Skipped, want) {
+		t.Fatalf("second turn: %+v, %v; want %v skipped", turn, err, want)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != len(want) {
+		t.Fatalf("the exporter made %d day directories, want %d", len(entries), len(want))
+	}
+	if _, err := export.NewExporter(b.pool, export.Config{Dir: dir, Format: "xml"}); err == nil {
+		t.Fatal("an exporter with format xml was built")
+	}
+}
+
+func containsAll(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,126 @@
+package export
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// Sizes and pacing of the daemon's exporter no operator needs to turn; tests set Config's
+// fields instead.
+const (
+	// CatchUpDaysDefault is how many past days a turn looks at: a daemon down over a few
+	// midnights exports what it missed, and no more (`collector export` does older days).
+	CatchUpDaysDefault = 7
+	// IntervalDefault is the pause between the daemon's turns.
+	IntervalDefault = 10 * time.Minute
+)
+
+// Config is what the daemon's exporter reads (export.*). Zero sizes take the …Default
+// constants.
+type Config struct {
+	// Dir holds one directory per day, named YYYY-MM-DD (export.dir).
+	Dir string
+	// Format is one of Formats (export.format).
+	Format string
+	// Version is the collector's version, recorded in each manifest.
+	Version string
+	// CatchUpDays is how many complete days before today a turn exports; 0 = CatchUpDaysDefault.
+	CatchUpDays int
+	// Interval is the pause between Start's turns; 0 = IntervalDefault.
+	Interval time.Duration
+	// Settle is how long after its end a day is complete; 0 = SettleDefault.
+	Settle time.Duration
+}
+
+// WithDefaults fills the zero sizes.
+func (c Config) WithDefaults() Config {
+	c.CatchUpDays = cmp.Or(c.CatchUpDays, CatchUpDaysDefault)
+	c.Interval = cmp.Or(c.Interval, IntervalDefault)
+	c.Settle = cmp.Or(c.Settle, SettleDefault)
+	return c
+}
+
+// Validate refuses a configuration that could not export.
+func (c Config) Validate() error {
+	if c.Dir == "" {
+		return fmt.Errorf("export: a directory is required")
+	}
+	if err := CheckFormat(c.Format); err != nil {
+		return fmt.Errorf("export: format %w", err)
+	}
+	if c.CatchUpDays < 1 || c.Interval <= 0 || c.Settle <= 0 {
+		return fmt.Errorf("export: catch-up days %d, interval %s and settle %s must be > 0", c.CatchUpDays, c.Interval, c.Settle)
+	}
+	return nil
+}
+
+// Exporter is the daemon's exporter: each turn exports the complete days of the last
+// CatchUpDays that hold rows and are not yet exported, oldest first.
+type Exporter struct {
+	db  DB
+	cfg Config
+	// OnTurn, when set before Start, hears every turn's result (logs, metrics, test signals).
+	OnTurn func(Turn, error)
+}
+
+// Turn is what one pass did: the days it wrote and the days already exported.
+type Turn struct {
+	Exported, Skipped []string
+}
+
+// NewExporter fills cfg's defaults and validates it once.
+func NewExporter(db DB, cfg Config) (*Exporter, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Exporter{db: db, cfg: cfg, OnTurn: func(Turn, error) {}}, nil
+}
+
+// RunOnce exports the missed days of one turn. Days without rows (before the collector ran)
+// are left alone.
+func (e *Exporter) RunOnce(ctx context.Context) (Turn, error) {
+	t, err := e.runOnce(ctx)
+	e.OnTurn(t, err)
+	return t, err
+}
+
+func (e *Exporter) runOnce(ctx context.Context) (Turn, error) {
+	var t Turn
+	var today time.Time
+	if err := e.db.QueryRow(ctx, `SELECT date_trunc('day', now() - $1::interval, 'UTC')`, e.cfg.Settle).Scan(&today); err != nil {
+		return t, fmt.Errorf("read the database clock: %w", err)
+	}
+	today = today.UTC()
+	for i := e.cfg.CatchUpDays; i >= 1; i-- {
+		day := today.AddDate(0, 0, -i)
+		res, err := Run(ctx, e.db, Options{Day: day, Dir: filepath.Join(e.cfg.Dir, day.Format(time.DateOnly)),
+			Format: e.cfg.Format, Version: e.cfg.Version, Settle: e.cfg.Settle, skipEmpty: true})
+		switch {
+		case err != nil:
+			return t, err
+		case res.Skipped:
+			t.Skipped = append(t.Skipped, res.Day)
+		case res.Manifest.Day != "":
+			t.Exported = append(t.Exported, res.Day)
+		}
+	}
+	return t, nil
+}
+
+// Start runs a turn at once and every Interval after, until ctx ends.
+func (e *Exporter) Start(ctx context.Context) {
+	for {
+		e.RunOnce(ctx)
+		t := time.NewTimer(e.cfg.Interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The rows of one UTC day, as exports publish them: every stored column a consumer can use
+// (claim tokens and sales_value, bookkeeping of the write-back, are left out). Tags name the
+// Parquet columns; timestamps are microseconds in UTC, as PostgreSQL stores them.
+
+// SnapshotRow is one row of auction_snapshots.
+type SnapshotRow struct {
+	SnapshotID        int64      `parquet:"snapshot_id"`
+	ItemID            string     `parquet:"item_id"`
+	CollectedAt       time.Time  `parquet:"collected_at,timestamp(microsecond)"`
+	Tier              string     `parquet:"tier"`
+	Reason            string     `parquet:"reason"`
+	ListingCount      int64      `parquet:"listing_count"`
+	ListingQuantity   int64      `parquet:"listing_quantity"`
+	LowestUnitPrice   *int64     `parquet:"lowest_unit_price,optional"`
+	MedianUnitPrice   *int64     `parquet:"median_unit_price,optional"`
+	WeightedUnitPrice *float64   `parquet:"weighted_unit_price,optional"`
+	APIAveragePrice   *int64     `parquet:"api_average_price,optional"`
+	SalesCount        int64      `parquet:"sales_count"`
+	SalesQuantity     int64      `parquet:"sales_quantity"`
+	SalesVWAP         *float64   `parquet:"sales_vwap,optional"`
+	ListingsTruncated bool       `parquet:"listings_truncated"`
+	Packed            bool       `parquet:"packed"`
+	PreviousSeenAt    *time.Time `parquet:"previous_seen_at,optional,timestamp(microsecond)"`
+}
+
+// SaleRow is one row of auction_sales.
+type SaleRow struct {
+	ItemID      string    `parquet:"item_id"`
+	SoldAt      time.Time `parquet:"sold_at,timestamp(microsecond)"`
+	Seq         int64     `parquet:"seq"`
+	Quantity    int64     `parquet:"quantity"`
+	UnitPrice   int64     `parquet:"unit_price"`
+	TotalPrice  int64     `parquet:"total_price"`
+	FirstSeenAt time.Time `parquet:"first_seen_at,timestamp(microsecond)"`
+}
+
+// CandleRow is one row of price_candles.
+type CandleRow struct {
+	ItemID        string     `parquet:"item_id"`
+	Resolution    string     `parquet:"resolution"`
+	Bucket        time.Time  `parquet:"bucket,timestamp(microsecond)"`
+	Snapshots     int64      `parquet:"snapshots"`
+	OpenAt        *time.Time `parquet:"open_at,optional,timestamp(microsecond)"`
+	OpenPrice     *int64     `parquet:"open_price,optional"`
+	HighPrice     *int64     `parquet:"high_price,optional"`
+	LowPrice      *int64     `parquet:"low_price,optional"`
+	CloseAt       *time.Time `parquet:"close_at,optional,timestamp(microsecond)"`
+	ClosePrice    *int64     `parquet:"close_price,optional"`
+	ListingsMin   *int64     `parquet:"listings_min,optional"`
+	ListingsMax   *int64     `parquet:"listings_max,optional"`
+	SalesCount    int64      `parquet:"sales_count"`
+	SalesQuantity int64      `parquet:"sales_quantity"`
+	SalesVWAP     *float64   `parquet:"sales_vwap,optional"`
+}
+
+// Day's statements: one ordered range over the day's partitions each, in key order, so a
+// re-read yields the same rows in the same order and pgx streams them rather than the day
+// being held in memory. $1 is the day's start, $2 the next day's.
+const (
+	daySnapshots = `
+		SELECT snapshot_id, item_id, collected_at, tier, reason, listing_count, listing_quantity, lowest_unit_price,
+		       median_unit_price, weighted_unit_price, api_average_price, sales_count, sales_quantity, sales_vwap,
+		       listings_truncated, packed, previous_seen_at
+		FROM auction_snapshots WHERE collected_at >= $1 AND collected_at < $2
+		ORDER BY item_id, collected_at, snapshot_id`
+	daySales = `
+		SELECT item_id, sold_at, seq, quantity, unit_price, total_price, first_seen_at
+		FROM auction_sales WHERE sold_at >= $1 AND sold_at < $2
+		ORDER BY item_id, sold_at, seq`
+	// A day's candles are its 24 hours and the day itself.
+	dayCandles = `
+		SELECT item_id, resolution, bucket, snapshots, open_at, open_price, high_price, low_price, close_at,
+		       close_price, listings_min, listings_max, sales_count, sales_quantity, sales_vwap
+		FROM price_candles WHERE bucket >= $1 AND bucket < $2
+		ORDER BY item_id, resolution, bucket`
+	dayCounts = `
+		SELECT (SELECT count(*) FROM auction_snapshots WHERE collected_at >= $1 AND collected_at < $2),
+		       (SELECT count(*) FROM auction_sales WHERE sold_at >= $1 AND sold_at < $2),
+		       (SELECT count(*) FROM price_candles WHERE bucket >= $1 AND bucket < $2)`
+)
+
+// DayCounts is how many rows each history table holds for one UTC day.
+type DayCounts struct {
+	Snapshots, Sales, Candles int64
+}
+
+// CountDay counts the rows of the UTC day starting at day.
+func CountDay(ctx context.Context, db Reader, day time.Time) (DayCounts, error) {
+	var c DayCounts
+	if err := db.QueryRow(ctx, dayCounts, day, day.AddDate(0, 0, 1)).Scan(&c.Snapshots, &c.Sales, &c.Candles); err != nil {
+		return c, fmt.Errorf("count the rows of %s: %w", day.Format(time.DateOnly), err)
+	}
+	return c, nil
+}
+
+// EachSnapshotOfDay calls fn with every snapshot collected in the UTC day starting at day, by
+// item, then time.
+func EachSnapshotOfDay(ctx context.Context, db Reader, day time.Time, fn func(SnapshotRow) error) error {
+	return eachOfDay(ctx, db, "snapshots", daySnapshots, day, fn, func(r pgx.Rows, s *SnapshotRow) error {
+		return r.Scan(&s.SnapshotID, &s.ItemID, &s.CollectedAt, &s.Tier, &s.Reason, &s.ListingCount, &s.ListingQuantity,
+			&s.LowestUnitPrice, &s.MedianUnitPrice, &s.WeightedUnitPrice, &s.APIAveragePrice, &s.SalesCount,
+			&s.SalesQuantity, &s.SalesVWAP, &s.ListingsTruncated, &s.Packed, &s.PreviousSeenAt)
+	})
+}
+
+// EachSaleOfDay calls fn with every sale sold in the UTC day starting at day, by item, then
+// time and position.
+func EachSaleOfDay(ctx context.Context, db Reader, day time.Time, fn func(SaleRow) error) error {
+	return eachOfDay(ctx, db, "sales", daySales, day, fn, func(r pgx.Rows, s *SaleRow) error {
+		return r.Scan(&s.ItemID, &s.SoldAt, &s.Seq, &s.Quantity, &s.UnitPrice, &s.TotalPrice, &s.FirstSeenAt)
+	})
+}
+
+// EachCandleOfDay calls fn with the UTC day's hourly candles and its daily one, by item,
+// resolution and bucket.
+func EachCandleOfDay(ctx context.Context, db Reader, day time.Time, fn func(CandleRow) error) error {
+	return eachOfDay(ctx, db, "candles", dayCandles, day, fn, func(r pgx.Rows, c *CandleRow) error {
+		return r.Scan(&c.ItemID, &c.Resolution, &c.Bucket, &c.Snapshots, &c.OpenAt, &c.OpenPrice, &c.HighPrice,
+			&c.LowPrice, &c.CloseAt, &c.ClosePrice, &c.ListingsMin, &c.ListingsMax, &c.SalesCount, &c.SalesQuantity,
+			&c.SalesVWAP)
+	})
+}
+
+func eachOfDay[R any](ctx context.Context, db Reader, what, sql string, day time.Time, fn func(R) error,
+	scan func(pgx.Rows, *R) error) error {
+	rows, err := db.Query(ctx, sql, day, day.AddDate(0, 0, 1))
+	if err != nil {
+		return fmt.Errorf("read the %s of %s: %w", what, day.Format(time.DateOnly), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r R
+		if err := scan(rows, &r); err != nil {
+			return fmt.Errorf("read the %s of %s: %w", what, day.Format(time.DateOnly), err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the %s of %s: %w", what, day.Format(time.DateOnly), err)
+	}
+	return nil
+}
