@@ -25,7 +25,9 @@ type State struct {
 	Median     *int64
 	Weighted   *float64
 	APIAverage *int64
-	Truncated  bool
+	// Truncated: the answer reached the API's row cap, so the figures describe only the
+	// cheapest rows it returned.
+	Truncated bool
 }
 
 // Equal compares every field a snapshot stores.

@@ -1,37 +1,17 @@
-package dispatcher
+package history
 
 import (
-	"github.com/duecollector/duecollector/internal/history"
 	"sort"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
-// listingSummary is what a snapshot keeps of the current listings (its history.State).
-type listingSummary struct {
-	Count      int
-	Quantity   int64
-	Lowest     *int64
-	Median     *int64
-	Weighted   *float64 // unit price weighted by quantity on offer
-	APIAverage *int64
-	// Truncated: the answer reached the API's row cap, so the figures describe only the
-	// cheapest rows it returned.
-	Truncated   bool
-	hasListings bool
-}
-
-func (s listingSummary) state() history.State {
-	return history.State{Count: s.Count, Quantity: s.Quantity, Lowest: s.Lowest, Median: s.Median,
-		Weighted: s.Weighted, APIAverage: s.APIAverage, Truncated: s.Truncated}
-}
-
-// summarizeListings reduces /df/auction rows to the snapshot's price figures; full says the
+// Summarize reduces /df/auction rows to a snapshot's State; full says the
 // answer reached its row cap, so listings past it were cut off. Rows with a non-positive unit price or quantity are
 // ignored: the API reports price -1 on some rows and such a row says nothing about the market.
-func summarizeListings(rows []provider.Listing, full bool) listingSummary {
-	s := listingSummary{Truncated: full}
+func Summarize(rows []provider.Listing, full bool) State {
+	s := State{Truncated: full}
 	prices := make([]int64, 0, len(rows))
 	var weightedSum float64
 	for _, r := range rows {
@@ -50,7 +30,6 @@ func summarizeListings(rows []provider.Listing, full bool) listingSummary {
 	if s.Count == 0 {
 		return s
 	}
-	s.hasListings = true
 	sort.Slice(prices, func(i, j int) bool { return prices[i] < prices[j] })
 	lowest, median := prices[0], prices[(len(prices)-1)/2]
 	weighted := weightedSum / float64(s.Quantity)
@@ -58,14 +37,14 @@ func summarizeListings(rows []provider.Listing, full bool) listingSummary {
 	return s
 }
 
-// sequenceSales keys each sale by (second, position within that second). The API has no sale
+// SequenceSales keys each sale by (second, position within that second). The API has no sale
 // id and identical rows are real separate sales, so position is the only identity there is:
 // a re-fetch that sees the same sales yields the same keys and the insert ignores them.
 //
 // Rows come newest first. When the response is full (its limit reached) the oldest second in it
 // may be cut off part-way, which would shift positions, so that second is left out; it was fully
 // visible in an earlier fetch. A response that is one single second is kept whole.
-func sequenceSales(rows []provider.Sale, full bool) []history.Sale {
+func SequenceSales(rows []provider.Sale, full bool) []Sale {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -84,7 +63,7 @@ func sequenceSales(rows []provider.Sale, full bool) []history.Sale {
 			start = 0
 		}
 	}
-	out := make([]history.Sale, 0, len(chrono)-start)
+	out := make([]Sale, 0, len(chrono)-start)
 	var cur time.Time
 	var seq int32
 	for _, r := range chrono[start:] {
@@ -97,17 +76,17 @@ func sequenceSales(rows []provider.Sale, full bool) []history.Sale {
 		if unit <= 0 && qty > 0 {
 			unit = r.Price / qty
 		}
-		out = append(out, history.Sale{SoldAt: sec, Seq: seq, Quantity: qty, UnitPrice: unit, Total: r.Price})
+		out = append(out, Sale{SoldAt: sec, Seq: seq, Quantity: qty, UnitPrice: unit, Total: r.Price})
 		seq++
 	}
 	return out
 }
 
-// newSales keeps the sales not stored yet: those after the newest second already stored, and
+// NewSales keeps the sales not stored yet: those after the newest second already stored, and
 // in that second those past the positions stored (known of them). Positions within a second
 // are the sales' keys and always stored from 0 up, so this is exactly what the insert would
 // find new, known before anything is written.
-func newSales(rows []history.Sale, lastStored *time.Time, known int32) []history.Sale {
+func NewSales(rows []Sale, lastStored *time.Time, known int32) []Sale {
 	if lastStored == nil {
 		return rows
 	}
@@ -122,7 +101,7 @@ func newSales(rows []history.Sale, lastStored *time.Time, known int32) []history
 
 // lastSecondOf is the newest second among sales and how many of its positions they fill (the
 // item's new last_sale_at and last_second_sales when they are stored); nil without sales.
-func lastSecondOf(sales []history.Sale) (*time.Time, int32) {
+func lastSecondOf(sales []Sale) (*time.Time, int32) {
 	var last *time.Time
 	var n int32
 	for i := range sales {

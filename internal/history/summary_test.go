@@ -1,7 +1,6 @@
-package dispatcher
+package history
 
 import (
-	"github.com/duecollector/duecollector/internal/history"
 	"testing"
 	"time"
 
@@ -15,7 +14,7 @@ func TestSummarizeListings(t *testing.T) {
 		{UnitPrice: 70, Count: 10},
 		{UnitPrice: -1, Count: 3}, // price -1 rows say nothing
 	}
-	s := summarizeListings(rows, false)
+	s := Summarize(rows, false)
 	if s.Count != 3 || s.Quantity != 20010 || s.Truncated {
 		t.Fatalf("count/quantity = %d/%d, want 3/20010", s.Count, s.Quantity)
 	}
@@ -26,10 +25,10 @@ func TestSummarizeListings(t *testing.T) {
 	if d := *s.Weighted - want; d > 1e-9 || d < -1e-9 {
 		t.Fatalf("weighted = %v, want %v", *s.Weighted, want)
 	}
-	if s := summarizeListings(rows, true); !s.Truncated {
+	if s := Summarize(rows, true); !s.Truncated {
 		t.Fatal("an answer that reached the limit must be flagged truncated")
 	}
-	if e := summarizeListings(nil, false); e.Lowest != nil || e.Median != nil || e.Weighted != nil || e.Count != 0 {
+	if e := Summarize(nil, false); e.Lowest != nil || e.Median != nil || e.Weighted != nil || e.Count != 0 {
 		t.Fatalf("empty listings must give null prices: %+v", e)
 	}
 }
@@ -41,7 +40,7 @@ func TestSequenceSalesKeysDuplicatesByPosition(t *testing.T) {
 	}
 	// Newest first, as the API returns them; three identical sales in second 5.
 	rows := []provider.Sale{sale(9, 1, 100), sale(5, 2, 50), sale(5, 2, 50), sale(5, 2, 50), sale(1, 1, 10)}
-	got := sequenceSales(rows, false)
+	got := SequenceSales(rows, false)
 	if len(got) != 5 {
 		t.Fatalf("got %d sales, want 5", len(got))
 	}
@@ -53,7 +52,7 @@ func TestSequenceSalesKeysDuplicatesByPosition(t *testing.T) {
 	}
 	// A later fetch with one more sale in second 5 keeps the old keys and adds seq 3.
 	rows2 := append([]provider.Sale{sale(9, 1, 100), sale(5, 2, 50)}, rows[1:]...)
-	got2 := sequenceSales(rows2, false)
+	got2 := SequenceSales(rows2, false)
 	keys := map[[2]int64]bool{}
 	for _, s := range got {
 		keys[[2]int64{s.SoldAt.Unix(), int64(s.Seq)}] = true
@@ -77,28 +76,28 @@ func TestSequenceSalesDropsCutOffOldestSecondWhenFull(t *testing.T) {
 		{SoldAt: t0, Count: 1, UnitPrice: 1, Price: 1},
 		{SoldAt: t0, Count: 1, UnitPrice: 1, Price: 1},
 	}
-	if got := sequenceSales(rows, true); len(got) != 1 {
+	if got := SequenceSales(rows, true); len(got) != 1 {
 		t.Fatalf("full response: got %d sales, want only the uncut newest second", len(got))
 	}
-	if got := sequenceSales(rows, false); len(got) != 3 {
+	if got := SequenceSales(rows, false); len(got) != 3 {
 		t.Fatalf("response under the limit: got %d sales, want 3", len(got))
 	}
 }
 
 func TestNewSalesKeepsTheWatermarkSecond(t *testing.T) {
 	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, time.UTC)
-	rows := []history.Sale{{SoldAt: t0}, {SoldAt: t0.Add(time.Second)}, {SoldAt: t0.Add(time.Second), Seq: 1}, {SoldAt: t0.Add(2 * time.Second)}}
+	rows := []Sale{{SoldAt: t0}, {SoldAt: t0.Add(time.Second)}, {SoldAt: t0.Add(time.Second), Seq: 1}, {SoldAt: t0.Add(2 * time.Second)}}
 	wm := t0.Add(time.Second)
-	if got := newSales(append([]history.Sale(nil), rows...), &wm, 0); len(got) != 3 || !got[0].SoldAt.Equal(wm) {
+	if got := NewSales(append([]Sale(nil), rows...), &wm, 0); len(got) != 3 || !got[0].SoldAt.Equal(wm) {
 		t.Fatalf("got %+v: want the watermark second and newer", got)
 	}
-	if got := newSales(append([]history.Sale(nil), rows...), &wm, 1); len(got) != 2 || got[0].Seq != 1 {
+	if got := NewSales(append([]Sale(nil), rows...), &wm, 1); len(got) != 2 || got[0].Seq != 1 {
 		t.Fatalf("got %+v: want the watermark second's second sale (one of it stored) and newer", got)
 	}
-	if got := newSales(append([]history.Sale(nil), rows...), &wm, 2); len(got) != 1 || !got[0].SoldAt.After(wm) {
+	if got := NewSales(append([]Sale(nil), rows...), &wm, 2); len(got) != 1 || !got[0].SoldAt.After(wm) {
 		t.Fatalf("got %+v: want only the newer second (the watermark second fully stored)", got)
 	}
-	if got := newSales(append([]history.Sale(nil), rows...), nil, 0); len(got) != 4 {
+	if got := NewSales(append([]Sale(nil), rows...), nil, 0); len(got) != 4 {
 		t.Fatal("no watermark: every sale is offered")
 	}
 }
@@ -108,7 +107,7 @@ func TestLastSecondCountsItsPositions(t *testing.T) {
 	if at, n := lastSecondOf(nil); at != nil || n != 0 {
 		t.Fatalf("no sales: got %v, %d", at, n)
 	}
-	at, n := lastSecondOf([]history.Sale{{SoldAt: t0.Add(time.Second), Seq: 2}, {SoldAt: t0, Seq: 5}, {SoldAt: t0.Add(time.Second), Seq: 3}})
+	at, n := lastSecondOf([]Sale{{SoldAt: t0.Add(time.Second), Seq: 2}, {SoldAt: t0, Seq: 5}, {SoldAt: t0.Add(time.Second), Seq: 3}})
 	if !at.Equal(t0.Add(time.Second)) || n != 4 {
 		t.Fatalf("got %v, %d: want the newest second with 4 positions filled", at, n)
 	}
