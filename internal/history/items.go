@@ -138,7 +138,7 @@ func writeItems(ctx context.Context, tx pgx.Tx, p Policy, items []Item) (map[str
 			continue
 		}
 		lastSale[i], lastSecond[i] = lastSecondOf(it.Sales)
-		l, st := it.State, p.Outcome(it.Collection)
+		l, st := it.State, p.outcome(it.Collection)
 		prevAt[i] = it.SeenAt
 		lowest[i], median[i], weighted[i], apiAvg[i] = l.Lowest, l.Median, l.Weighted, l.APIAverage
 		counts[i], qty[i], truncated[i] = int32(l.Count), l.Quantity, l.Truncated

@@ -28,7 +28,7 @@ type Collection struct {
 	At                     time.Time   // when the answers were read (database time)
 	State                  State
 	// Sales are the new sales: the caller tells them from the item's last stored sale, so the
-	// decision (Outcome) is known before anything is written. The insert still skips any that
+	// decision (Decide) is known before anything is written. The insert still skips any that
 	// is stored already.
 	Sales            []Sale
 	Packed, SalesGap bool
@@ -45,15 +45,16 @@ type Stored struct {
 	SnapshotID int64
 }
 
-// Outcome is what Write will store for c, known before anything is written, so the caller can
+// outcome is what Write will store for c, known before anything is written, so WriteItems can
 // record it on the item in the same statement that fences the batch.
-func (p Policy) Outcome(c Collection) Stored {
+func (p Policy) outcome(c Collection) Stored {
 	return Stored{Reason: p.Decide(c.Last, c.State, len(c.Sales), c.At), NewSales: len(c.Sales)}
 }
 
 // Write stores a batch of collections in the caller's transaction: the new sales, then a
 // snapshot, its candles and its event (none with NoOutbox) for each collection the policy
-// writes (Outcome). The caller records on the item that it was seen at c.At, whatever the reason.
+// writes (Decide). The caller (WriteItems, in the same transaction) records on the item that it
+// was seen at c.At, whatever the reason.
 func (p Policy) Write(ctx context.Context, tx pgx.Tx, cs []Collection) ([]Stored, error) {
 	out := make([]Stored, len(cs))
 	agg, err := insertSales(ctx, tx, cs)
@@ -62,7 +63,7 @@ func (p Policy) Write(ctx context.Context, tx pgx.Tx, cs []Collection) ([]Stored
 	}
 	var write []int
 	for i, c := range cs {
-		out[i] = p.Outcome(c)
+		out[i] = p.outcome(c)
 		out[i].NewSales = agg[c.ItemID].count // the ones the insert stored
 		if out[i].Reason != Skip {
 			write = append(write, i)
