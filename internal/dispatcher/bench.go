@@ -22,9 +22,7 @@ func ClaimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duratio
 func WriteCollected(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, claims []Claim, states []history.State, at time.Time, window time.Duration) (int, error) {
 	rs := make([]result, len(claims))
 	for i, c := range claims {
-		s := states[i]
-		rs[i] = result{claim: c, at: at, outcome: "ok", window: window, listings: listingSummary{Count: s.Count, Quantity: s.Quantity,
-			Lowest: s.Lowest, Median: s.Median, Weighted: s.Weighted, APIAverage: s.APIAverage, Truncated: s.Truncated, hasListings: s.Count > 0}}
+		rs[i] = result{claim: c, at: at, outcome: "ok", window: window, listings: states[i]}
 	}
 	ws, err := writeBack(ctx, pool, hist, rs)
 	if err != nil {

@@ -40,7 +40,7 @@ type Claim struct {
 	// Requests is what the plan counted one collection of the item as costing.
 	Requests float64
 	// tid is where the claim left the row: the write-back finds it there unless something
-	// else updated the item meanwhile (writeItemsSQL).
+	// else updated the item meanwhile (history.WriteItems).
 	tid pgtype.TID
 }
 

@@ -16,7 +16,7 @@ import (
 type result struct {
 	claim    Claim
 	at       time.Time // database time when the fetch finished
-	listings listingSummary
+	listings history.State
 	sales    []history.Sale
 	packed   bool  // fetched in an itemIds call shared with other items
 	err      error // nil = collected
@@ -179,17 +179,17 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 		return r
 	}
 	r.listings = listings
-	r.sales = newSales(sales, c.LastSaleAt, c.LastSecondSales)
+	r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales)
 	return r
 }
 
 // listingsAlone asks for one item's listings in a call of its own.
-func (d *Dispatcher) listingsAlone(ctx context.Context, c Claim) (listingSummary, error) {
+func (d *Dispatcher) listingsAlone(ctx context.Context, c Claim) (history.State, error) {
 	a, err := untilAnswered(ctx, func() (answer[provider.Listing], error) {
 		rows, sent, err := d.fetch.Auction(ctx, c.ItemID)
 		return answer[provider.Listing]{rows, sent}, err
 	})
-	return summarizeListings(a.rows, full(a.sent, d.auctionLimit)), err
+	return history.Summarize(a.rows, full(a.sent, d.auctionLimit)), err
 }
 
 // salesAlone asks for one item's sales in a call of its own and reports whether sales were lost
@@ -204,7 +204,7 @@ func (d *Dispatcher) salesAlone(ctx context.Context, c Claim) (sales []history.S
 		return nil, false, err
 	}
 	f := full(a.sent, d.soldLimit)
-	return sequenceSales(a.rows, f), salesGap(a.rows, f, c.LastSaleAt, c.LastCollectedAt), nil
+	return history.SequenceSales(a.rows, f), salesGap(a.rows, f, c.LastSaleAt, c.LastCollectedAt), nil
 }
 
 // answer carries a call's rows and how many the provider sent through untilAnswered.

@@ -205,7 +205,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 		listings, lpacked := lparts[c.ItemID], lok
 		var err error
 		if lpacked {
-			r.listings = summarizeListings(listings, false) // complete: the answer was not cut
+			r.listings = history.Summarize(listings, false) // complete: the answer was not cut
 		} else {
 			r.listings, err = d.listingsAlone(ctx, c)
 		}
@@ -221,7 +221,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 				if v.DropOldestSecond {
 					part = dropOldestSecond(part)
 				}
-				sales, spacked = sequenceSales(part, false), true
+				sales, spacked = history.SequenceSales(part, false), true
 			} else {
 				sales, r.salesGap, err = d.salesAlone(ctx, c)
 			}
@@ -237,7 +237,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 			d.verify(ctx, c, listings, prior, lpacked && shadowed, sales, spacked, newest)
 		}
 		r.packed = lpacked || spacked
-		r.sales = newSales(sales, c.LastSaleAt, c.LastSecondSales)
+		r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales)
 		out[i] = r
 	}
 	return out
@@ -308,7 +308,7 @@ func (d *Dispatcher) verify(ctx context.Context, c Claim, listings, prior []prov
 	if spacked {
 		alone, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
 		if err == nil {
-			bad := !sameSales(sales, sequenceSales(alone, full(sent, d.soldLimit)), c.LastSaleAt, upTo)
+			bad := !sameSales(sales, history.SequenceSales(alone, full(sent, d.soldLimit)), c.LastSaleAt, upTo)
 			d.cfg.Observer.Shadowed(provider.EndpointAuctionSold, bad)
 			if bad {
 				d.packingMismatch(ctx, provider.EndpointAuctionSold, c.ItemID, "new sales differ between the packed and the single-item answer")

@@ -320,50 +320,28 @@ type writeStats struct {
 	stored []history.Stored
 }
 
-// writeBack stores a group of results in one short transaction. History's decision for each
-// collection (a snapshot when the market changed, first or on the heartbeat; nothing new
-// otherwise) is known before it starts, so one statement writes every item whose lease is still
-// ours and fences the rest out: its next slot, outcome, change and sales counts and the market
-// of its last snapshot. Its row locks hold off any other worker until history has stored what
-// the items' collections bring (new sales, snapshots with their candles and events). Success or
-// failure, every item that is still ours is rescheduled by its tier, so nothing can stay due
-// forever.
+// writeBack stores a group of results in one short transaction: history writes back every item
+// whose lease is still ours and stores what its collection brings; the rest are fenced out.
+// Success or failure, every item that is still ours is rescheduled by its tier, so nothing can
+// stay due forever.
 func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, results []result) (writeStats, error) {
-	var ws writeStats
-	cs := make([]history.Collection, 0, len(results))
-	outcomes := make(map[string]history.Stored, len(results))
-	for _, r := range results {
-		if r.err != nil {
-			continue
-		}
-		c := history.Collection{ItemID: r.claim.ItemID, ItemName: r.claim.ItemName, Tier: string(r.claim.Tier),
-			Token: r.claim.Token, At: r.at, State: r.listings.state(), Sales: r.sales, Packed: r.packed,
-			SalesGap: r.salesGap, Last: r.claim.LastSnapshot, SeenAt: r.claim.LastCollectedAt}
-		cs = append(cs, c)
-		outcomes[c.ItemID] = hist.Outcome(c)
+	items := make([]history.Item, len(results))
+	for i, r := range results {
+		items[i] = r.item()
 	}
+	var ws writeStats
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		live, err := writeItems(ctx, tx, results, outcomes)
+		live, stored, err := hist.WriteItems(ctx, tx, items)
 		if err != nil {
 			return err
 		}
-		ws.fenced = ws.fenced[:0]
+		ws = writeStats{stored: stored}
 		for _, r := range results {
 			if !live[r.claim.ItemID] {
 				ws.fenced = append(ws.fenced, r.claim.ItemID)
 			}
 		}
-		ours := cs[:0:0]
-		for _, c := range cs {
-			if live[c.ItemID] {
-				ours = append(ours, c)
-			}
-		}
-		if len(ours) == 0 {
-			return nil
-		}
-		ws.stored, err = hist.Write(ctx, tx, ours)
-		return err
+		return nil
 	})
 	if err != nil {
 		return writeStats{}, fmt.Errorf("write back %d items: %w", len(results), err)
@@ -371,139 +349,20 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, res
 	return ws, nil
 }
 
-// writeItemsSQL writes each item of a batch once, fenced by its lease token, and returns the
-// items it wrote (those still ours, now locked until commit): its next slot and outcome with
-// the lease cleared; if the tier changed while the item was leased, whoever changed
-// it also set the new schedule, which is kept. For a collection it also adds one interval to the
-// decayed counts (the same arithmetic as tierplan.Observations.Decay then Observe): the interval
-// since the previous successful collection ($10, from the claim), whether the market changed in
-// it (history's decision), and the new sales; and it records the market of the item's last
-// snapshot and, when one was written, its time, and where its stored sales end. last_collected_at
-// is also when that snapshot was last seen unchanged. The first collection only records the
-// market. Each count repeats the test "observed" (a successful collection with an earlier one
-// to measure from) so the batch meets the table once, in the UPDATE, not in a join before it.
-//
-// It finds each row by the ctid its claim returned ($24), a TID lookup instead of a
-// primary-key probe (a fifth of the statement's time at 1M items); a row that something else
-// updated since the claim (a re-plan, a pin) has moved, is not matched, and is written by
-// writeItemsByKeySQL.
-const writeItemsSQL = writeItemsSet + `
-WHERE t.ctid = o.tid AND t.item_id = o.item_id AND t.lease_token = o.token
-RETURNING t.item_id`
-
-// writeItemsByKeySQL is writeItemsSQL finding the rows by key: for the items whose row moved.
-const writeItemsByKeySQL = writeItemsSet + `
-WHERE t.item_id = o.item_id AND t.lease_token = o.token
-RETURNING t.item_id`
-
-const writeItemsSet = `
-WITH o AS (
-	SELECT u.*, extract(epoch FROM u.attempt_at - u.prev_at)::float8 AS secs
-	FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[],
-	            $9::timestamptz[], $10::timestamptz[], $11::bigint[], $12::bigint[], $13::float8[], $14::bigint[], $15::int[],
-	            $16::bigint[], $17::bool[], $18::bool[], $19::int[], $20::bool[], $21::float8[], $22::timestamptz[], $23::int[],
-	            $24::tid[])
-	     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err, last_sale,
-	          prev_at, lowest, median, weighted, api_avg, cnt, qty, truncated, changed, new_sales, gap, win, written_at,
-	          last_second, tid)
-)
-UPDATE tracked_items t
-SET next_collect_at = CASE WHEN t.collection_tier = o.tier THEN o.next_at ELSE t.next_collect_at END,
-    lease_expires_at = NULL, lease_token = NULL, leased_by = NULL,
-    last_attempt_at = o.attempt_at,
-    last_collected_at = CASE WHEN o.ok THEN o.attempt_at ELSE t.last_collected_at END,
-    last_outcome = o.outcome,
-    failure_streak = CASE WHEN o.ok THEN 0 ELSE t.failure_streak + 1 END,
-    last_error = o.err,
-    last_sale_at = greatest(t.last_sale_at, o.last_sale),
-    last_second_sales = CASE WHEN o.last_sale IS NULL OR o.last_sale < t.last_sale_at THEN t.last_second_sales
-                             WHEN o.last_sale = t.last_sale_at THEN greatest(t.last_second_sales, o.last_second)
-                             ELSE o.last_second END,
-    updated_at = now(),
-    est_collections = CASE WHEN o.ok AND t.seen_listing_count IS NOT NULL AND o.secs > 0
-                           THEN t.est_collections * exp(-o.secs / o.win) + 1 ELSE t.est_collections END,
-    est_changes = CASE WHEN o.ok AND t.seen_listing_count IS NOT NULL AND o.secs > 0
-                       THEN t.est_changes * exp(-o.secs / o.win) + o.changed::int ELSE t.est_changes END,
-    est_changed_seconds = CASE WHEN o.ok AND t.seen_listing_count IS NOT NULL AND o.secs > 0
-                               THEN t.est_changed_seconds * exp(-o.secs / o.win) + CASE WHEN o.changed THEN o.secs ELSE 0 END
-                               ELSE t.est_changed_seconds END,
-    est_unchanged_seconds = CASE WHEN o.ok AND t.seen_listing_count IS NOT NULL AND o.secs > 0
-                                 THEN t.est_unchanged_seconds * exp(-o.secs / o.win) + CASE WHEN o.changed THEN 0 ELSE o.secs END
-                                 ELSE t.est_unchanged_seconds END,
-    est_sales = CASE WHEN o.ok AND t.seen_listing_count IS NOT NULL AND o.secs > 0
-                     THEN t.est_sales * exp(-o.secs / o.win) + o.new_sales ELSE t.est_sales END,
-    seen_lowest_price = CASE WHEN o.ok THEN o.lowest ELSE t.seen_lowest_price END,
-    seen_median_price = CASE WHEN o.ok THEN o.median ELSE t.seen_median_price END,
-    seen_weighted_price = CASE WHEN o.ok THEN o.weighted ELSE t.seen_weighted_price END,
-    seen_api_average_price = CASE WHEN o.ok THEN o.api_avg ELSE t.seen_api_average_price END,
-    seen_listing_count = CASE WHEN o.ok THEN o.cnt ELSE t.seen_listing_count END,
-    seen_listing_quantity = CASE WHEN o.ok THEN o.qty ELSE t.seen_listing_quantity END,
-    seen_truncated = CASE WHEN o.ok THEN o.truncated ELSE t.seen_truncated END,
-    last_snapshot_at = coalesce(o.written_at, t.last_snapshot_at),
-    sales_gaps = t.sales_gaps + (o.ok AND o.gap)::int
-FROM o`
-
-// writeItems writes every result's item whose lease is still ours, and returns those; outcomes
-// is history's decision for each successful collection.
-func writeItems(ctx context.Context, tx pgx.Tx, results []result, outcomes map[string]history.Stored) (map[string]bool, error) {
-	n := len(results)
-	ids, tokens, tierNames := make([]string, n), make([]pgtype.UUID, n), make([]string, n)
-	nextAt, attemptAt := make([]pgtype.Timestamptz, n), make([]time.Time, n)
-	oks, outcomesText, errTexts := make([]bool, n), make([]string, n), make([]*string, n)
-	lastSale, prevAt, writtenAt := make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
-	lowest, median, apiAvg := make([]*int64, n), make([]*int64, n), make([]*int64, n)
-	weighted := make([]*float64, n)
-	counts, newSales, lastSecond := make([]int32, n), make([]int32, n), make([]int32, n)
-	qty := make([]int64, n)
-	truncated, changed, gaps := make([]bool, n), make([]bool, n), make([]bool, n)
-	windows, tids := make([]float64, n), make([]pgtype.TID, n)
-	for i, r := range results {
-		ids[i], tokens[i], tierNames[i], attemptAt[i], tids[i] = r.claim.ItemID, r.claim.Token, string(r.claim.Tier), r.at, r.claim.tid
-		if next, ok := tiers.NextDue(r.claim.ItemID, r.claim.Tier, r.at); ok {
-			nextAt[i] = pgtype.Timestamptz{Time: next, Valid: true}
-		}
-		oks[i], outcomesText[i], windows[i] = r.err == nil, r.outcome, r.window.Seconds()
-		if r.err != nil {
-			s := provider.Clean(r.err.Error(), provider.MaxErrorRunes)
-			errTexts[i] = &s
-			continue
-		}
-		lastSale[i], lastSecond[i] = lastSecondOf(r.sales)
-		l, st := r.listings, outcomes[r.claim.ItemID]
-		prevAt[i] = r.claim.LastCollectedAt
-		lowest[i], median[i], weighted[i], apiAvg[i] = l.Lowest, l.Median, l.Weighted, l.APIAverage
-		counts[i], qty[i], truncated[i] = int32(l.Count), l.Quantity, l.Truncated
-		changed[i], newSales[i], gaps[i] = st.Reason == history.Change, int32(st.NewSales), r.salesGap
-		if st.Reason != history.Skip {
-			writtenAt[i] = &results[i].at
-		}
+// item is what history writes back for r: the claim's lease and next slot, and what the fetch saw.
+func (r result) item() history.Item {
+	c := r.claim
+	it := history.Item{Collection: history.Collection{ItemID: c.ItemID, Tier: string(c.Tier), Token: c.Token, At: r.at},
+		TID: c.tid, Outcome: r.outcome, Window: r.window}
+	if next, ok := tiers.NextDue(c.ItemID, c.Tier, r.at); ok {
+		it.NextAt = pgtype.Timestamptz{Time: next, Valid: true}
 	}
-	args := []any{ids, tokens, tierNames, nextAt, attemptAt, oks, outcomesText, errTexts, lastSale,
-		prevAt, lowest, median, weighted, apiAvg, counts, qty, truncated, changed, newSales, gaps, windows, writtenAt, lastSecond, tids}
-	live := make(map[string]bool, n)
-	if err := collectWritten(ctx, tx, writeItemsSQL, args, live); err != nil {
-		return nil, err
+	if r.err != nil {
+		s := provider.Clean(r.err.Error(), provider.MaxErrorRunes)
+		it.Err = &s
+		return it
 	}
-	if len(live) < n {
-		// Rows that moved since their claim (or whose lease was lost, which the key finds no
-		// better). The rows just written no longer hold their token, so passing the whole batch
-		// again writes none twice; this path is rare enough not to be worth trimming the arrays.
-		if err := collectWritten(ctx, tx, writeItemsByKeySQL, args, live); err != nil {
-			return nil, err
-		}
-	}
-	return live, nil
-}
-
-// collectWritten runs one of the write-items statements and adds the items it wrote to live.
-func collectWritten(ctx context.Context, tx pgx.Tx, sql string, args []any, live map[string]bool) error {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return fmt.Errorf("write items: %w", err)
-	}
-	var id string
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { live[id] = true; return nil }); err != nil {
-		return fmt.Errorf("write items: %w", err)
-	}
-	return nil
+	it.ItemName, it.State, it.Sales, it.Packed, it.SalesGap = c.ItemName, r.listings, r.sales, r.packed, r.salesGap
+	it.Last, it.SeenAt = c.LastSnapshot, c.LastCollectedAt
+	return it
 }

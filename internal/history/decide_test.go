@@ -3,6 +3,8 @@ package history
 import (
 	"testing"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/provider"
 )
 
 func p64(v int64) *int64                { return &v }
@@ -65,5 +67,111 @@ func TestEveryModeWritesRepeats(t *testing.T) {
 	p := Policy{Every: true, Heartbeat: time.Hour}
 	if got := p.Decide(written(base, 0), base, 0, at(1)); got != Repeat {
 		t.Errorf("%q, want repeat", got)
+	}
+}
+
+func TestSummarizeListings(t *testing.T) {
+	rows := []provider.Listing{
+		{UnitPrice: 49, Count: 15000, AveragePrice: 40},
+		{UnitPrice: 50, Count: 5000, AveragePrice: 40},
+		{UnitPrice: 70, Count: 10},
+		{UnitPrice: -1, Count: 3}, // price -1 rows say nothing
+	}
+	s := Summarize(rows, false)
+	if s.Count != 3 || s.Quantity != 20010 || s.Truncated {
+		t.Fatalf("count/quantity = %d/%d, want 3/20010", s.Count, s.Quantity)
+	}
+	if *s.Lowest != 49 || *s.Median != 50 || *s.APIAverage != 40 {
+		t.Fatalf("lowest/median/avg = %d/%d/%d", *s.Lowest, *s.Median, *s.APIAverage)
+	}
+	want := (49.0*15000 + 50.0*5000 + 70.0*10) / 20010
+	if d := *s.Weighted - want; d > 1e-9 || d < -1e-9 {
+		t.Fatalf("weighted = %v, want %v", *s.Weighted, want)
+	}
+	if s := Summarize(rows, true); !s.Truncated {
+		t.Fatal("an answer that reached the limit must be flagged truncated")
+	}
+	if e := Summarize(nil, false); e.Lowest != nil || e.Median != nil || e.Weighted != nil || e.Count != 0 {
+		t.Fatalf("empty listings must give null prices: %+v", e)
+	}
+}
+
+func TestSequenceSalesKeysDuplicatesByPosition(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, provider.KST)
+	sale := func(sec int, qty, unit int64) provider.Sale {
+		return provider.Sale{SoldAt: t0.Add(time.Duration(sec) * time.Second), Count: qty, UnitPrice: unit, Price: qty * unit}
+	}
+	// Newest first, as the API returns them; three identical sales in second 5.
+	rows := []provider.Sale{sale(9, 1, 100), sale(5, 2, 50), sale(5, 2, 50), sale(5, 2, 50), sale(1, 1, 10)}
+	got := SequenceSales(rows, false)
+	if len(got) != 5 {
+		t.Fatalf("got %d sales, want 5", len(got))
+	}
+	wantSeq := []int32{0, 0, 1, 2, 0} // chronological: s1, s5#0, s5#1, s5#2, s9
+	for i, s := range got {
+		if s.Seq != wantSeq[i] {
+			t.Fatalf("sale %d seq = %d, want %d (%+v)", i, s.Seq, wantSeq[i], got)
+		}
+	}
+	// A later fetch with one more sale in second 5 keeps the old keys and adds seq 3.
+	rows2 := append([]provider.Sale{sale(9, 1, 100), sale(5, 2, 50)}, rows[1:]...)
+	got2 := SequenceSales(rows2, false)
+	keys := map[[2]int64]bool{}
+	for _, s := range got {
+		keys[[2]int64{s.SoldAt.Unix(), int64(s.Seq)}] = true
+	}
+	var added int
+	for _, s := range got2 {
+		if !keys[[2]int64{s.SoldAt.Unix(), int64(s.Seq)}] {
+			added++
+		}
+	}
+	// Only (5,3), the fourth sale in second 5, is new.
+	if added != 1 {
+		t.Fatalf("re-fetch added %d new keys, want 1", added)
+	}
+}
+
+func TestSequenceSalesDropsCutOffOldestSecondWhenFull(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, provider.KST)
+	rows := []provider.Sale{
+		{SoldAt: t0.Add(2 * time.Second), Count: 1, UnitPrice: 1, Price: 1},
+		{SoldAt: t0, Count: 1, UnitPrice: 1, Price: 1},
+		{SoldAt: t0, Count: 1, UnitPrice: 1, Price: 1},
+	}
+	if got := SequenceSales(rows, true); len(got) != 1 {
+		t.Fatalf("full response: got %d sales, want only the uncut newest second", len(got))
+	}
+	if got := SequenceSales(rows, false); len(got) != 3 {
+		t.Fatalf("response under the limit: got %d sales, want 3", len(got))
+	}
+}
+
+func TestNewSalesKeepsTheWatermarkSecond(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, time.UTC)
+	rows := []Sale{{SoldAt: t0}, {SoldAt: t0.Add(time.Second)}, {SoldAt: t0.Add(time.Second), Seq: 1}, {SoldAt: t0.Add(2 * time.Second)}}
+	wm := t0.Add(time.Second)
+	if got := NewSales(append([]Sale(nil), rows...), &wm, 0); len(got) != 3 || !got[0].SoldAt.Equal(wm) {
+		t.Fatalf("got %+v: want the watermark second and newer", got)
+	}
+	if got := NewSales(append([]Sale(nil), rows...), &wm, 1); len(got) != 2 || got[0].Seq != 1 {
+		t.Fatalf("got %+v: want the watermark second's second sale (one of it stored) and newer", got)
+	}
+	if got := NewSales(append([]Sale(nil), rows...), &wm, 2); len(got) != 1 || !got[0].SoldAt.After(wm) {
+		t.Fatalf("got %+v: want only the newer second (the watermark second fully stored)", got)
+	}
+	if got := NewSales(append([]Sale(nil), rows...), nil, 0); len(got) != 4 {
+		t.Fatal("no watermark: every sale is offered")
+	}
+}
+
+func TestLastSecondCountsItsPositions(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, time.UTC)
+	if at, n := lastSecondOf(nil); at != nil || n != 0 {
+		t.Fatalf("no sales: got %v, %d", at, n)
+	}
+	at, n := lastSecondOf([]Sale{{SoldAt: t0.Add(time.Second), Seq: 2}, {SoldAt: t0, Seq: 5}, {SoldAt: t0.Add(time.Second), Seq: 3}})
+	if !at.Equal(t0.Add(time.Second)) || n != 4 {
+		t.Fatalf("got %v, %d: want the newest second with 4 positions filled", at, n)
 	}
 }
