@@ -2,9 +2,14 @@ package catalog
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -45,9 +50,34 @@ type Cursor struct {
 	ID    string     `json:"i"`
 }
 
+// Encode is the cursor as an opaque URL-safe token.
+func (c *Cursor) Encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodeCursor reads a token Encode wrote; anything else is an error naming no internals.
+func DecodeCursor(s string) (*Cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, errors.New("not a page cursor")
+	}
+	var c Cursor
+	if err := json.Unmarshal(b, &c); err != nil || c.ID == "" {
+		return nil, errors.New("not a page cursor")
+	}
+	return &c, nil
+}
+
+// Reader is what a read needs: a pool, a connection, a transaction or a read replica's router.
+type Reader interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // BrowseItems returns one page of items and the cursor of the next page (nil on the last).
 // Keyset pagination: page N costs what page 1 does. Synthetic fixtures are left out.
-func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor, error) {
+func BrowseItems(ctx context.Context, db Reader, q BrowseQuery) ([]ItemRow, *Cursor, error) {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}

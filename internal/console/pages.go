@@ -3,7 +3,6 @@ package console
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -322,7 +321,7 @@ func (c *Console) itemsPage(r *http.Request, d *pageData) (string, error) {
 		return "", httpError{http.StatusBadRequest, fmt.Sprintf("filter %q: allowed pinned, overdue, gaps or none", v.Filter)}
 	}
 	if a := q.Get("after"); a != "" {
-		cur, err := decodeCursor(a)
+		cur, err := catalog.DecodeCursor(a)
 		if err != nil {
 			return "", httpError{http.StatusBadRequest, "after: not a page cursor"}
 		}
@@ -351,7 +350,7 @@ func (c *Console) itemsPage(r *http.Request, d *pageData) (string, error) {
 				nq.Set(k, q.Get(k))
 			}
 		}
-		nq.Set("after", encodeCursor(next))
+		nq.Set("after", next.Encode())
 		v.Next = template.URL("/items?" + nq.Encode())
 	}
 	if ov, err := c.current(r.Context()); err == nil {
@@ -370,23 +369,6 @@ func validFilter(f string) bool {
 		}
 	}
 	return false
-}
-
-func encodeCursor(c *catalog.Cursor) string {
-	b, _ := json.Marshal(c)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeCursor(s string) (*catalog.Cursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return nil, err
-	}
-	var c catalog.Cursor
-	if err := json.Unmarshal(b, &c); err != nil || c.ID == "" {
-		return nil, errors.New("bad cursor")
-	}
-	return &c, nil
 }
 
 // Item ----------------------------------------------------------------------------------------

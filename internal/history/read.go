@@ -75,6 +75,12 @@ type Reader interface {
 // within a day before `since` (partitions outside are pruned); only an item quiet for longer
 // takes a second, unbounded probe.
 func Read(ctx context.Context, db Reader, itemID, resolution string, since time.Time) (Series, error) {
+	return ReadBetween(ctx, db, itemID, resolution, since, time.Time{})
+}
+
+// ReadBetween is Read up to until (exclusive; zero = no end): the read API's window. Candles
+// are those whose bucket starts before until.
+func ReadBetween(ctx context.Context, db Reader, itemID, resolution string, since, until time.Time) (Series, error) {
 	s := Series{ItemID: itemID}
 	if err := db.QueryRow(ctx, `SELECT last_collected_at FROM tracked_items WHERE item_id = $1`, itemID).Scan(&s.SeenUntil); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -85,9 +91,9 @@ func Read(ctx context.Context, db Reader, itemID, resolution string, since time.
 	var err error
 	switch resolution {
 	case "raw":
-		s.Points, err = readPoints(ctx, db, itemID, since)
+		s.Points, err = readPoints(ctx, db, itemID, since, endOf(until))
 	case Hourly, Daily:
-		s.Candle, err = readCandles(ctx, db, itemID, resolution, since)
+		s.Candle, err = readCandles(ctx, db, itemID, resolution, since, endOf(until))
 	default:
 		return s, fmt.Errorf("resolution %q: allowed raw, 1h, 1d", resolution)
 	}
@@ -101,16 +107,25 @@ func Read(ctx context.Context, db Reader, itemID, resolution string, since time.
 // the read itself). Only an item quiet for longer needs the unbounded search.
 const inForceLookback = 25 * time.Hour
 
+// endOf turns "no end" into a time past every row, so one statement serves both.
+func endOf(until time.Time) time.Time {
+	if until.IsZero() {
+		return time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return until
+}
+
 const pointCols = `collected_at, reason, listing_count, listing_quantity, lowest_unit_price, median_unit_price,
 	weighted_unit_price, api_average_price, listings_truncated, sales_count, sales_quantity, sales_vwap`
 
-func readPoints(ctx context.Context, db Reader, itemID string, since time.Time) ([]Point, error) {
+func readPoints(ctx context.Context, db Reader, itemID string, since, until time.Time) ([]Point, error) {
 	pts, err := queryPoints(ctx, db, itemID, `
 		(SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at < $2 AND collected_at >= $3
 		 ORDER BY collected_at DESC LIMIT 1)
 		UNION ALL
-		(SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2 ORDER BY collected_at)
-		ORDER BY collected_at`, since, since.Add(-inForceLookback))
+		(SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2 AND collected_at < $4
+		 ORDER BY collected_at)
+		ORDER BY collected_at`, since, since.Add(-inForceLookback), until)
 	if err != nil || (len(pts) > 0 && pts[0].At.Before(since)) {
 		return pts, err
 	}
@@ -137,14 +152,15 @@ func queryPoints(ctx context.Context, db Reader, itemID, sql string, args ...any
 	return pts, nil
 }
 
-func readCandles(ctx context.Context, db Reader, itemID, resolution string, since time.Time) ([]Candle, error) {
+func readCandles(ctx context.Context, db Reader, itemID, resolution string, since, until time.Time) ([]Candle, error) {
 	rows, err := db.Query(ctx, `
 		SELECT bucket, snapshots, open_price, high_price, low_price, close_price, listings_min, listings_max,
 		       sales_count, sales_quantity, sales_vwap
 		FROM price_candles
 		WHERE item_id = $1 AND resolution = $2
 		  AND bucket >= date_bin(CASE $2 WHEN '1h' THEN interval '1 hour' ELSE interval '1 day' END, $3::timestamptz, '2000-01-01 00:00:00+00')
-		ORDER BY bucket`, itemID, resolution, since)
+		  AND bucket < $4
+		ORDER BY bucket`, itemID, resolution, since, until)
 	if err != nil {
 		return nil, fmt.Errorf("read %s candles of %q: %w", resolution, itemID, err)
 	}
