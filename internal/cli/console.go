@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/api"
 	"github.com/duecollector/duecollector/internal/console"
 )
 
@@ -26,7 +27,8 @@ console at / on daemon.http_addr.
 
 It is read-only unless a console password is set (COLLECTOR_CONSOLE_PASSWORD or
 console.password_file): then a login enables pin/unpin, provider pause/resume, packing on/off
-and outbox retry.`,
+and outbox retry. The read API (docs/api.md) is served beside it at /api/v1/ unless
+api.enabled is false.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			pool, err := a.db(ctx)
@@ -42,14 +44,39 @@ and outbox retry.`,
 				_ = ln.Close()
 				return err
 			}
+			site, err := a.withAPI(ctx, pool, c.Handler())
+			if err != nil {
+				_ = ln.Close()
+				return err
+			}
 			a.printf("console: %s\n", hostURL(ln.Addr().String()))
-			return serveUntilDone(ctx, ln, c.Handler(), a.log)
+			return serveUntilDone(ctx, ln, site, a.log)
 		}),
 	}
 	f := cmd.Flags()
 	f.String("addr", "", "listen on `HOST:PORT` (console.addr)")
 	a.bindFlag("console.addr", f.Lookup("addr"))
 	return cmd
+}
+
+// withAPI serves the read API (internal/api) at /api/v1/ beside console, when api.enabled;
+// console may be nil (the console is off), and the result is nil when both are. The API's
+// /latest refresh runs until ctx ends.
+func (a *app) withAPI(ctx context.Context, pool *pgxpool.Pool, console http.Handler) (http.Handler, error) {
+	if !a.cfg.API.Enabled {
+		return console, nil
+	}
+	ap, err := api.New(pool, api.Config{APIConfig: a.cfg.API}, a.log)
+	if err != nil {
+		return nil, err
+	}
+	go ap.Start(ctx)
+	mux := http.NewServeMux()
+	mux.Handle(api.Prefix, ap.Handler())
+	if console != nil {
+		mux.Handle("/", console)
+	}
+	return mux, nil
 }
 
 // newConsole builds the console from the validated config and starts its status refresh,

@@ -100,6 +100,11 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 		}
 		con = c.Handler()
 	}
+	if a.cfg.Daemon.HTTPAddr != "" {
+		if con, err = a.withAPI(ctx, pool, con); err != nil {
+			return nil, err
+		}
+	}
 	ver, rev, _ := buildInfo()
 	var exp *export.Config
 	if a.cfg.Export.Enabled {

@@ -29,6 +29,7 @@ type Config struct {
 	History   HistoryConfig   `mapstructure:"history"`
 	Console   ConsoleConfig   `mapstructure:"console"`
 	Export    ExportConfig    `mapstructure:"export"`
+	API       APIConfig       `mapstructure:"api"`
 }
 
 // Options says where to read from. Flags maps a config key to the flag that sets it; only
@@ -64,7 +65,7 @@ func Load(opts Options) (*Config, error) {
 		*k.dst = v
 		keyErrs = append(keyErrs, err)
 	}
-	keyErrs = append(keyErrs, cfg.Console.loadPassword())
+	keyErrs = append(keyErrs, cfg.Console.loadPassword(), cfg.API.loadTokens())
 	if err := errors.Join(keyErrs...); err != nil {
 		return nil, err
 	}
@@ -126,7 +127,7 @@ func setDefaults(v *viper.Viper) {
 	for _, d := range []map[string]any{
 		databaseDefaults, logDefaults, providerDefaults, collectDefaults,
 		kafkaDefaults, outboxDefaults, catalogDefaults, daemonDefaults, retentionDefaults, historyDefaults, consoleDefaults,
-		exportDefaults,
+		exportDefaults, apiDefaults,
 	} {
 		for k, val := range d {
 			v.SetDefault(k, val)
@@ -149,6 +150,7 @@ func (c *Config) Validate() error {
 		c.History.validate(),
 		c.Console.validate(),
 		c.Export.validate(),
+		c.API.validate(),
 	)
 }
 

@@ -104,6 +104,9 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"retention:\n  outbox_unpublished: 30m\n", "retention.outbox_unpublished"}, // under 1h
 		{"outbox:\n  enabled: maybe\n", "outbox.enabled"},
 		{"outbox:\n  enabled: false\nkafka:\n  brokers: [k:9092]\n", "outbox.enabled"}, // the daemon would run a relay
+		{"api:\n  rate: -1\n", "api.rate"},
+		{"api:\n  cors_origins: [https://prices.example.org/path]\n", "api.cors_origins"},
+		{"api:\n  cors_origins: [prices.example.org]\n", "api.cors_origins"},
 	} {
 		_, err := Load(Options{File: writeFile(t, tc.yaml)})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -197,6 +200,29 @@ func TestAPIKeysFromFiles(t *testing.T) {
 	t.Setenv("NEOPLE_MARKET_API_KEY_FILE", filepath.Join(dir, "missing"))
 	if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), "NEOPLE_MARKET_API_KEY_FILE") {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// Read API tokens come from the environment or a file, split on commas and new lines; a short
+// one is refused without printing it.
+func TestAPITokens(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("first-token-0123456789\nsecond-token-0123456789, third-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(APITokensEnv, "")
+	t.Setenv(APITokensEnv+"_FILE", file)
+	cfg, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.API.Tokens) != 3 || cfg.API.Tokens[2].Reveal() != "third-token-0123456789" {
+		t.Fatalf("%d tokens", len(cfg.API.Tokens))
+	}
+	t.Setenv(APITokensEnv+"_FILE", "")
+	t.Setenv(APITokensEnv, "shorty")
+	if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), APITokensEnv) || strings.Contains(err.Error(), "shorty") {
+		t.Fatalf("short token: %v", err)
 	}
 }
 

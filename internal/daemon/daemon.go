@@ -95,7 +95,8 @@ type Config struct {
 	ListenURL string
 	// SchemaHint is added to /readyz's answer when migrations are pending: what to run.
 	SchemaHint string
-	// Console, when set, is served at / on daemon.http_addr beside /metrics (internal/console).
+	// Console, when set, is served at / on daemon.http_addr beside /metrics: the console
+	// (internal/console) and the read API at /api/v1/ (internal/api).
 	Console http.Handler
 	// HealthChecked, when initialised (tests), hears every provider health check.
 	HealthChecked testkit.Signal[provider.Status]

@@ -1,0 +1,223 @@
+// Package api is the read API under /api/v1/: every item's current market in one cheap poll
+// (/latest), an item's series (/items/{id}/timeseries) and item search (/items). It is a read
+// model like the console: the history and catalog packages own every query, and a request never
+// counts over a table. Answers carry ETags so a client polling an unchanged market costs one
+// hash comparison; errors are RFC 9457 problems; openapi.json describes it all.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"errors"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/config"
+)
+
+// DB is where the API reads: a pool, or a read replica's router. It never writes.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures an API; the zero value of each optional field takes its default.
+type Config struct {
+	config.APIConfig
+	// MaxAge is how old the /latest copy may be when a request reads it; 0 = MaxAgeDefault.
+	MaxAge time.Duration
+	// Now is the clock of rate limits and the copy's age; nil = time.Now.
+	Now func() time.Time
+}
+
+// MaxAgeDefault bounds how far /latest may trail the database: a snapshot committed now is in
+// every answer from a second on.
+const MaxAgeDefault = time.Second
+
+// API serves /api/v1/. Start keeps the /latest copy fresh while clients poll it.
+type API struct {
+	cfg    Config
+	db     DB
+	log    *zap.Logger
+	latest *latestCache
+	limit  *limiter
+	tokens [][32]byte
+}
+
+// New builds an API over db.
+func New(db DB, cfg Config, log *zap.Logger) (*API, error) {
+	if cfg.MaxAge == 0 {
+		cfg.MaxAge = MaxAgeDefault
+	}
+	if cfg.MaxAge < 0 {
+		return nil, errors.New("api: MaxAge must be > 0")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &API{cfg: cfg, db: db, log: log, limit: newLimiter(cfg.Rate, cfg.Now)}
+	a.latest = newLatestCache(db, cfg.MaxAge, cfg.Now)
+	// Tokens are compared by their hashes in constant time, so neither a token's length nor
+	// its prefix leaks through timing.
+	for _, t := range cfg.Tokens {
+		a.tokens = append(a.tokens, sha256.Sum256([]byte(t.Reveal())))
+	}
+	return a, nil
+}
+
+// Start refreshes the /latest copy every half MaxAge while it is being polled, so a poll
+// finds it current instead of waiting for a read; it returns when ctx ends.
+func (a *API) Start(ctx context.Context) {
+	t := time.NewTicker(a.cfg.MaxAge / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !a.latest.polled(idleAfter) {
+			continue
+		}
+		if err := a.latest.refresh(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("api: refresh the latest markets", zap.Error(err))
+		}
+	}
+}
+
+// idleAfter is how long after the last poll of /latest the copy stops being refreshed: an
+// unpolled API reads nothing.
+const idleAfter = 30 * time.Second
+
+// Prefix is where the API is mounted.
+const Prefix = "/api/v1/"
+
+//go:embed openapi.json
+var openapiDoc []byte
+
+// Handler serves the API at Prefix; mount it beside the console.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(Prefix+"openapi.json", get(func(w http.ResponseWriter, r *http.Request) {
+		serve(w, r, openapi)
+	}))
+	mux.HandleFunc(Prefix+"latest", get(a.getLatest))
+	mux.HandleFunc(Prefix+"items", get(a.getItems))
+	mux.HandleFunc(Prefix+"items/{id}/timeseries", get(a.getTimeseries))
+	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, probNotFound, "no such endpoint: "+r.URL.Path+" (see "+Prefix+"openapi.json)", "")
+	})
+	return a.cors(a.guard(mux))
+}
+
+var openapi = newBody(openapiDoc, time.Time{})
+
+// get answers anything but GET and HEAD with a problem, not ServeMux's plain-text 405.
+func get(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeProblem(w, http.StatusMethodNotAllowed, probMethod, "the API is read-only: use GET", "")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// guard checks the bearer token (when tokens are configured) and then the client's rate.
+// The OpenAPI document is public: it says how to call, not what the data is.
+func (a *API) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client := clientAddr(r)
+		if len(a.tokens) > 0 && r.URL.Path != Prefix+"openapi.json" {
+			tok, ok := a.bearer(r)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="duecollector"`)
+				writeProblem(w, http.StatusUnauthorized, probUnauthorized,
+					"this API requires a bearer token: send Authorization: Bearer <token>", "")
+				return
+			}
+			client = "token:" + tok
+		}
+		if a.limit != nil {
+			d := a.limit.take(client)
+			a.limit.headers(w.Header(), d)
+			if !d.ok {
+				writeProblem(w, http.StatusTooManyRequests, probRateLimited,
+					"too many requests from this client: wait Retry-After seconds (RateLimit-Policy says the quota)", "")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bearer returns which configured token the request carries (by index, never the token).
+func (a *API) bearer(r *http.Request) (string, bool) {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	found := -1
+	for i, t := range a.tokens {
+		if subtle.ConstantTimeCompare(sum[:], t[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return "", false
+	}
+	return strconv.Itoa(found), true
+}
+
+// clientAddr is the client's IP address. Behind a reverse proxy every client shares the
+// proxy's: give clients tokens, or limit at the proxy.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// cors answers preflights and marks answers readable by the configured origins' pages.
+func (a *API) cors(next http.Handler) http.Handler {
+	if len(a.cfg.CORSOrigins) == 0 {
+		return next
+	}
+	any := slices.Contains(a.cfg.CORSOrigins, "*")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		h := w.Header()
+		h.Add("Vary", "Origin")
+		allowed := origin != "" && (any || slices.Contains(a.cfg.CORSOrigins, origin))
+		if allowed {
+			if any {
+				h.Set("Access-Control-Allow-Origin", "*")
+			} else {
+				h.Set("Access-Control-Allow-Origin", origin)
+			}
+			h.Set("Access-Control-Expose-Headers", "ETag, Last-Modified, RateLimit, RateLimit-Policy, Retry-After")
+		}
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			if allowed {
+				h.Set("Access-Control-Allow-Methods", "GET, HEAD")
+				h.Set("Access-Control-Allow-Headers", "Authorization, If-None-Match, If-Modified-Since")
+				h.Set("Access-Control-Max-Age", "600")
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,547 @@
+package api_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/duecollector/duecollector/internal/api"
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
+)
+
+// env is an API over a seeded database, served by httptest, with a client whose every
+// response is held to openapi.json.
+type env struct {
+	pool   *pgxpool.Pool
+	db     *countingDB
+	srv    *httptest.Server
+	client *http.Client
+	clock  *fakeClock
+}
+
+// countingDB is the real pool, counting the statements the API sends: a bad parameter must
+// be refused before any reaches the database.
+type countingDB struct {
+	*pgxpool.Pool
+	n atomic.Int64
+}
+
+func (c *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.n.Add(1)
+	return c.Pool.Query(ctx, sql, args...)
+}
+
+func (c *countingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.n.Add(1)
+	return c.Pool.QueryRow(ctx, sql, args...)
+}
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+const (
+	hotItem   = "4f0c7a3e2b1d9c8a7f6e5d4c3b2a1f0e"
+	quietItem = "quiet-item"
+	newItem   = "never-collected"
+)
+
+func setup(t *testing.T, configure func(*api.Config)) *env {
+	t.Helper()
+	pool, _ := storetest.NewPool(t)
+	items := []storetest.Item{
+		{ID: hotItem, Name: "Golden \"Needle\"", Tier: tiers.Hot},
+		{ID: quietItem, Name: "Silver Thread", Tier: tiers.Cold},
+		{ID: newItem, Name: "Unseen", Tier: tiers.Warm},
+		{ID: "seed-0001", Name: "Synthetic fixture"},
+	}
+	for i := range 30 {
+		items = append(items, storetest.Item{ID: fmt.Sprintf("filler-%02d", i), Name: fmt.Sprintf("Filler %02d", i), Tier: tiers.Cold})
+	}
+	storetest.Items(t, pool, items...)
+	// What write-backs leave on the rows: the last snapshot's figures and when it was seen.
+	mustExec(t, pool, `
+		UPDATE tracked_items SET seen_lowest_price = 1200, seen_median_price = 1500, seen_weighted_price = 1333.5,
+		       seen_api_average_price = 1400, seen_listing_count = 7, seen_listing_quantity = 30, seen_truncated = false,
+		       last_snapshot_at = now() - interval '10 minutes', last_collected_at = now() - interval '1 minute',
+		       popularity_score = CASE item_id WHEN $1 THEN 9 ELSE 1 END
+		WHERE item_id <> $2`, hotItem, newItem)
+	mustExec(t, pool, `
+		INSERT INTO price_candles (item_id, resolution, bucket, snapshots, open_price, high_price, low_price, close_price,
+		                           listings_min, listings_max, sales_count, sales_quantity, sales_value)
+		SELECT $1, '1h', date_trunc('hour', now()) - h * interval '1 hour', 1, 1000 + h, 1100 + h, 900 + h, 1000 + h, 3, 5, h % 3, h % 4, (h % 4) * 1000
+		FROM generate_series(0, 47) h`, hotItem)
+	mustExec(t, pool, `
+		INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity, lowest_unit_price, sales_quantity)
+		SELECT $1, gen_random_uuid(), now() - h * interval '2 hours', 'HOT_1M', 4, 10, 500 + h, h % 2
+		FROM generate_series(0, 23) h`, hotItem)
+	clock := &fakeClock{t: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
+	cfg := api.Config{APIConfig: config.Default().API, Now: clock.Now}
+	cfg.Rate = 0
+	if configure != nil {
+		configure(&cfg)
+	}
+	db := &countingDB{Pool: pool}
+	a, err := api.New(db, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	return &env{pool: pool, db: db, srv: srv, clock: clock,
+		client: &http.Client{Transport: checking{t: t, spec: loadSpec(t), base: http.DefaultTransport}}}
+}
+
+func mustExec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// get requests path with the headers given as name, value pairs.
+func (e *env) get(t *testing.T, path string, headers ...string) (*http.Response, []byte) {
+	t.Helper()
+	return e.do(t, http.MethodGet, path, headers...)
+}
+
+func (e *env) do(t *testing.T, method, path string, headers ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+type latestItem struct {
+	ItemID      string     `json:"item_id"`
+	Name        string     `json:"name"`
+	Tier        string     `json:"tier"`
+	CollectedAt *time.Time `json:"collected_at"`
+	SeenAt      *time.Time `json:"seen_at"`
+	Lowest      *int64     `json:"lowest_unit_price"`
+	Weighted    *float64   `json:"weighted_unit_price"`
+	Listings    *int       `json:"listing_count"`
+}
+
+type latestBody struct {
+	Items   []latestItem `json:"items"`
+	Unknown []string     `json:"unknown_ids"`
+}
+
+func decode[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	return v
+}
+
+// /latest holds every tracked item but the synthetic fixtures, in id order, with the figures
+// its row holds; ids= narrows it and names the ids nobody tracks.
+func TestLatestHoldsEveryItemAndFilters(t *testing.T) {
+	e := setup(t, nil)
+	resp, b := e.get(t, "/api/v1/latest")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	all := decode[latestBody](t, b)
+	if len(all.Items) != 33 {
+		t.Fatalf("%d items, want 33 (the synthetic fixture left out)", len(all.Items))
+	}
+	for i := 1; i < len(all.Items); i++ {
+		if all.Items[i-1].ItemID >= all.Items[i].ItemID {
+			t.Fatalf("not in id order at %d: %s then %s", i, all.Items[i-1].ItemID, all.Items[i].ItemID)
+		}
+	}
+	resp, b = e.get(t, "/api/v1/latest?ids="+hotItem+","+newItem+",nobody-tracks-this&ids="+hotItem)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	some := decode[latestBody](t, b)
+	if len(some.Items) != 2 || some.Items[0].ItemID != hotItem || some.Items[1].ItemID != newItem {
+		t.Fatalf("filtered: %+v", some.Items)
+	}
+	hot, unseen := some.Items[0], some.Items[1]
+	if hot.Name != `Golden "Needle"` || hot.Tier != "HOT_1M" || hot.Lowest == nil || *hot.Lowest != 1200 ||
+		hot.Weighted == nil || *hot.Weighted != 1333.5 || hot.Listings == nil || *hot.Listings != 7 ||
+		hot.CollectedAt == nil || hot.SeenAt == nil || !hot.SeenAt.After(*hot.CollectedAt) {
+		t.Fatalf("hot item: %+v", hot)
+	}
+	if unseen.Lowest != nil || unseen.SeenAt != nil || unseen.CollectedAt != nil {
+		t.Fatalf("an item never collected has no figures: %+v", unseen)
+	}
+	if len(some.Unknown) != 1 || some.Unknown[0] != "nobody-tracks-this" {
+		t.Fatalf("unknown ids: %v", some.Unknown)
+	}
+}
+
+// A poller that sends back its ETag gets 304 and no body until a write-back changes the
+// market; then 200 with the new figures. If-Modified-Since works the same by time.
+func TestLatestAnswers304UntilTheMarketChanges(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.MaxAge = time.Nanosecond }) // every request reads
+	resp, b := e.get(t, "/api/v1/latest")
+	tag, modified := resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
+	if resp.StatusCode != 200 || tag == "" || modified == "" {
+		t.Fatalf("first poll: %d ETag %q Last-Modified %q", resp.StatusCode, tag, modified)
+	}
+	e.clock.Advance(time.Second)
+	resp, b2 := e.get(t, "/api/v1/latest", "If-None-Match", tag)
+	if resp.StatusCode != http.StatusNotModified || len(b2) != 0 || resp.Header.Get("ETag") != tag {
+		t.Fatalf("unchanged: %d, %d bytes, ETag %q; want 304, none, %q", resp.StatusCode, len(b2), resp.Header.Get("ETag"), tag)
+	}
+	resp, _ = e.get(t, "/api/v1/latest", "If-Modified-Since", modified)
+	if resp.StatusCode != http.StatusNotModified {
+		t.Fatalf("If-Modified-Since %s: %d, want 304", modified, resp.StatusCode)
+	}
+	// A collection of the hot item that saw a new price.
+	mustExec(t, e.pool, `UPDATE tracked_items SET seen_lowest_price = 1100, last_snapshot_at = now(), last_collected_at = now() + interval '2 seconds' WHERE item_id = $1`, hotItem)
+	e.clock.Advance(time.Second)
+	resp, b3 := e.get(t, "/api/v1/latest", "If-None-Match", tag)
+	if resp.StatusCode != 200 || resp.Header.Get("ETag") == tag || bytes.Equal(b, b3) {
+		t.Fatalf("after a change: %d, ETag %q (was %q)", resp.StatusCode, resp.Header.Get("ETag"), tag)
+	}
+	if got := decode[latestBody](t, b3); *got.Items[0].Lowest != 1100 {
+		t.Fatalf("after a change, lowest %d; want 1100", *got.Items[0].Lowest)
+	}
+	resp, _ = e.get(t, "/api/v1/latest", "If-Modified-Since", modified)
+	if resp.StatusCode != 200 {
+		t.Fatalf("If-Modified-Since before the change: %d, want 200", resp.StatusCode)
+	}
+	// A filtered poll has its own validator, and answers 304 the same way.
+	resp, _ = e.get(t, "/api/v1/latest?ids="+quietItem)
+	qtag := resp.Header.Get("ETag")
+	if resp, _ = e.get(t, "/api/v1/latest?ids="+quietItem, "If-None-Match", `"other", `+qtag); resp.StatusCode != http.StatusNotModified {
+		t.Fatalf("filtered poll with its ETag in a list: %d, want 304", resp.StatusCode)
+	}
+}
+
+// The answer is gzip-compressed for a client that asks, and decompresses to the same JSON.
+func TestLatestIsGzippedOnRequest(t *testing.T) {
+	e := setup(t, nil)
+	_, plain := e.get(t, "/api/v1/latest", "Accept-Encoding", "identity")
+	resp, zipped := e.get(t, "/api/v1/latest", "Accept-Encoding", "br;q=1, gzip;q=0.8")
+	if resp.Header.Get("Content-Encoding") != "gzip" || !strings.Contains(resp.Header.Get("Vary"), "Accept-Encoding") {
+		t.Fatalf("Content-Encoding %q Vary %q", resp.Header.Get("Content-Encoding"), resp.Header.Get("Vary"))
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(zipped))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unzipped, _ := io.ReadAll(zr)
+	if !bytes.Equal(unzipped, plain) || len(zipped) >= len(plain) {
+		t.Fatalf("gzip %d bytes → %d, identity %d: want the same JSON, smaller", len(zipped), len(unzipped), len(plain))
+	}
+	if resp, _ := e.get(t, "/api/v1/latest", "Accept-Encoding", "gzip;q=0"); resp.Header.Get("Content-Encoding") != "" {
+		t.Fatal("gzip;q=0 refuses gzip")
+	}
+}
+
+// The copy a poll reads is never older than MaxAge by the API's clock: within it a poll reuses
+// the copy (no statement), past it the next poll reads the database again.
+func TestLatestCopyIsNeverOlderThanMaxAge(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.MaxAge = time.Second })
+	e.get(t, "/api/v1/latest")
+	n := e.db.n.Load()
+	mustExec(t, e.pool, `UPDATE tracked_items SET seen_lowest_price = 999, last_collected_at = now() + interval '5 seconds' WHERE item_id = $1`, hotItem)
+	e.clock.Advance(time.Second)
+	_, b := e.get(t, "/api/v1/latest?ids="+hotItem)
+	if e.db.n.Load() != n || *decode[latestBody](t, b).Items[0].Lowest != 1200 {
+		t.Fatalf("within MaxAge: %d statements, want the copy reused", e.db.n.Load()-n)
+	}
+	e.clock.Advance(time.Millisecond)
+	_, b = e.get(t, "/api/v1/latest?ids="+hotItem)
+	if got := *decode[latestBody](t, b).Items[0].Lowest; got != 999 {
+		t.Fatalf("past MaxAge the poll shows lowest %d, want 999", got)
+	}
+}
+
+type seriesBody struct {
+	ItemID   string           `json:"item_id"`
+	Interval string           `json:"interval"`
+	Since    time.Time        `json:"since"`
+	Points   []history.Point  `json:"points"`
+	Candles  []history.Candle `json:"candles"`
+}
+
+// /timeseries is history's series for the window asked: the same candles and points
+// `collector history` prints.
+func TestTimeseriesIsHistorysSeries(t *testing.T) {
+	e := setup(t, nil)
+	ctx := context.Background()
+	now, err := history.Now(ctx, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := now.Add(-24 * time.Hour).UTC().Truncate(time.Second)
+	until := now.Add(-6 * time.Hour).UTC().Truncate(time.Second)
+	for _, interval := range []string{"raw", "1h"} {
+		want, err := history.ReadBetween(ctx, e.pool, hotItem, interval, since, until)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := url.Values{"interval": {interval}, "since": {since.Format(time.RFC3339)}, "until": {until.Format(time.RFC3339)}}
+		resp, b := e.get(t, "/api/v1/items/"+hotItem+"/timeseries?"+q.Encode())
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", interval, resp.StatusCode, b)
+		}
+		got := decode[seriesBody](t, b)
+		wantJSON, _ := json.Marshal(struct {
+			P []history.Point
+			C []history.Candle
+		}{want.Points, want.Candle})
+		gotJSON, _ := json.Marshal(struct {
+			P []history.Point
+			C []history.Candle
+		}{got.Points, got.Candles})
+		if !bytes.Equal(wantJSON, gotJSON) || len(want.Points)+len(want.Candle) < 9 {
+			t.Fatalf("%s: the API's series differs from history's:\n%s\n%s", interval, gotJSON, wantJSON)
+		}
+		for _, c := range got.Candles {
+			if c.Bucket.Before(since.Truncate(time.Hour)) || !c.Bucket.Before(until) {
+				t.Fatalf("candle %s outside [%s, %s)", c.Bucket, since, until)
+			}
+		}
+	}
+	// Defaults: hourly candles over the last 30 days, up to now.
+	resp, b := e.get(t, "/api/v1/items/"+hotItem+"/timeseries")
+	if got := decode[seriesBody](t, b); resp.StatusCode != 200 || got.Interval != "1h" || len(got.Candles) != 48 {
+		t.Fatalf("defaults: %d, interval %q, %d candles; want 1h and 48", resp.StatusCode, got.Interval, len(got.Candles))
+	}
+	window := "/api/v1/items/" + hotItem + "/timeseries?since=" + since.Format(time.RFC3339)
+	resp, _ = e.get(t, window)
+	if resp, _ := e.get(t, window, "If-None-Match", resp.Header.Get("ETag")); resp.StatusCode != 304 {
+		t.Fatalf("series re-poll with its ETag: %d, want 304", resp.StatusCode)
+	}
+	resp, b = e.get(t, "/api/v1/items/nobody/timeseries")
+	if resp.StatusCode != 404 || decode[problem](t, b).Param != "id" {
+		t.Fatalf("unknown item: %d %s", resp.StatusCode, b)
+	}
+}
+
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Param  string `json:"param"`
+}
+
+// Bad parameters answer a problem naming the parameter, and not one statement reaches the
+// database.
+func TestBadParametersAreRefusedBeforeSQL(t *testing.T) {
+	e := setup(t, nil)
+	many := make([]string, api.MaxIDs+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("id-%d", i)
+	}
+	cases := []struct{ path, param string }{
+		{"/api/v1/latest?ids=" + url.QueryEscape("x'; DROP TABLE tracked_items; --"), "ids"},
+		{"/api/v1/latest?ids=" + strings.Join(many, ","), "ids"},
+		{"/api/v1/latest?ids=a,,b", "ids"},
+		{"/api/v1/latest?ids=" + strings.Repeat("a", 129), "ids"},
+		{"/api/v1/items/" + url.PathEscape("bad id") + "/timeseries", "id"},
+		{"/api/v1/items/" + hotItem + "/timeseries?interval=5m", "interval"},
+		{"/api/v1/items/" + hotItem + "/timeseries?since=yesterday", "since"},
+		{"/api/v1/items/" + hotItem + "/timeseries?until=2026-13-01", "until"},
+		{"/api/v1/items/" + hotItem + "/timeseries?since=2026-12-02&until=2026-12-01", "since"},
+		{"/api/v1/items/" + hotItem + "/timeseries?interval=raw&since=2026-01-01&until=2026-03-01", "since"},
+		{"/api/v1/items?limit=0", "limit"},
+		{"/api/v1/items?limit=201", "limit"},
+		{"/api/v1/items?cursor=not-a-cursor", "cursor"},
+		{"/api/v1/items?q=" + strings.Repeat("x", 201), "q"},
+	}
+	before := e.db.n.Load()
+	for _, c := range cases {
+		resp, b := e.get(t, c.path)
+		p := decode[problem](t, b)
+		if resp.StatusCode != 400 || p.Param != c.param || p.Status != 400 || p.Detail == "" ||
+			resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %s; want 400 naming %s", c.path, resp.StatusCode, b, c.param)
+		}
+	}
+	if n := e.db.n.Load() - before; n != 0 {
+		t.Fatalf("%d statements reached the database for bad parameters", n)
+	}
+	resp, b := e.do(t, http.MethodPost, "/api/v1/latest")
+	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET, HEAD" || decode[problem](t, b).Status != 405 {
+		t.Fatalf("POST: %d %s", resp.StatusCode, b)
+	}
+	if resp, b = e.get(t, "/api/v1/nothing-here"); resp.StatusCode != 404 || decode[problem](t, b).Status != 404 {
+		t.Fatalf("unknown endpoint: %d %s", resp.StatusCode, b)
+	}
+}
+
+type itemsBody struct {
+	Items []struct {
+		ItemID     string `json:"item_id"`
+		Name       string `json:"name"`
+		Latest     string `json:"latest"`
+		Timeseries string `json:"timeseries"`
+	} `json:"items"`
+	Next       string `json:"next"`
+	NextCursor string `json:"next_cursor"`
+}
+
+// /items pages through every item by keyset with no repeat and no gap; q finds by name prefix
+// and puts an exact id first; each item links its own API URLs, which answer.
+func TestItemsSearchPagesByKeyset(t *testing.T) {
+	e := setup(t, nil)
+	seen := map[string]bool{}
+	path, pages := "/api/v1/items?limit=7", 0
+	for path != "" {
+		resp, b := e.get(t, path)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+		}
+		page := decode[itemsBody](t, b)
+		for _, it := range page.Items {
+			if seen[it.ItemID] {
+				t.Fatalf("%s listed twice", it.ItemID)
+			}
+			seen[it.ItemID] = true
+		}
+		path, pages = page.Next, pages+1
+	}
+	if len(seen) != 33 || pages != 5 || seen["seed-0001"] {
+		t.Fatalf("%d items over %d pages; want 33 over 5, no synthetic", len(seen), pages)
+	}
+	_, b := e.get(t, "/api/v1/items?q=filler%201")
+	found := decode[itemsBody](t, b)
+	if len(found.Items) != 10 || found.Items[0].Name != "Filler 10" {
+		t.Fatalf("q=filler 1: %+v", found.Items)
+	}
+	_, b = e.get(t, "/api/v1/items?q="+hotItem)
+	byID := decode[itemsBody](t, b)
+	if len(byID.Items) != 1 || byID.Items[0].ItemID != hotItem {
+		t.Fatalf("q=<id>: %+v", byID.Items)
+	}
+	for _, link := range []string{byID.Items[0].Latest, byID.Items[0].Timeseries} {
+		if resp, b := e.get(t, link); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", link, resp.StatusCode, b)
+		}
+	}
+}
+
+// A client over its rate gets 429 with Retry-After and the RateLimit fields, others do not,
+// and the bucket refills with time.
+func TestRateLimitPerClient(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.Rate = 1; c.Tokens = []config.Secret{"token-of-client-a", "token-of-client-b"} })
+	auth := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	for i := range 2 { // the burst: twice the rate
+		if resp, _ := e.get(t, "/api/v1/items?limit=1", auth("token-of-client-a")...); resp.StatusCode != 200 {
+			t.Fatalf("request %d within the burst: %d", i, resp.StatusCode)
+		}
+	}
+	resp, b := e.get(t, "/api/v1/items?limit=1", auth("token-of-client-a")...)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || decode[problem](t, b).Status != 429 {
+		t.Fatalf("over the rate: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+	if got := resp.Header.Get("RateLimit"); got != `"client";r=0;t=2` {
+		t.Fatalf("RateLimit %q", got)
+	}
+	if got := resp.Header.Get("RateLimit-Policy"); got != `"client";q=2;w=2` {
+		t.Fatalf("RateLimit-Policy %q", got)
+	}
+	if resp, _ := e.get(t, "/api/v1/items?limit=1", auth("token-of-client-b")...); resp.StatusCode != 200 {
+		t.Fatalf("another client: %d", resp.StatusCode)
+	}
+	e.clock.Advance(time.Second)
+	if resp, _ := e.get(t, "/api/v1/items?limit=1", auth("token-of-client-a")...); resp.StatusCode != 200 {
+		t.Fatalf("a second later: %d", resp.StatusCode)
+	}
+}
+
+// With tokens configured every endpoint but the document needs one; the answer never echoes it.
+func TestBearerTokens(t *testing.T) {
+	const token = "a-long-secret-bearer-token"
+	e := setup(t, func(c *api.Config) { c.Tokens = []config.Secret{token} })
+	for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong-token-wrong-token"}, {"Authorization", "Basic " + token}} {
+		resp, b := e.get(t, "/api/v1/latest", hdr...)
+		if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") || strings.Contains(string(b), token) {
+			t.Fatalf("%v: %d %q %s", hdr, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), b)
+		}
+	}
+	if resp, _ := e.get(t, "/api/v1/latest", "Authorization", "Bearer "+token); resp.StatusCode != 200 {
+		t.Fatalf("with the token: %d", resp.StatusCode)
+	}
+	if resp, _ := e.get(t, "/api/v1/openapi.json"); resp.StatusCode != 200 {
+		t.Fatalf("the document without a token: %d", resp.StatusCode)
+	}
+}
+
+// Configured origins' pages may read answers and their validators; others may not.
+func TestCORSOrigins(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.CORSOrigins = []string{"https://prices.example.org"} })
+	resp, _ := e.do(t, http.MethodOptions, "/api/v1/latest", "Origin", "https://prices.example.org",
+		"Access-Control-Request-Method", "GET", "Access-Control-Request-Headers", "if-none-match")
+	if resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "https://prices.example.org" ||
+		!strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "If-None-Match") {
+		t.Fatalf("preflight: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, _ = e.get(t, "/api/v1/latest", "Origin", "https://prices.example.org")
+	if resp.Header.Get("Access-Control-Allow-Origin") != "https://prices.example.org" ||
+		!strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "ETag") {
+		t.Fatalf("simple request: %v", resp.Header)
+	}
+	resp, _ = e.get(t, "/api/v1/latest", "Origin", "https://evil.example")
+	if resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatal("an origin not configured was allowed")
+	}
+}
+
+// The document is served, and it documents what the handler serves.
+func TestOpenAPIIsServed(t *testing.T) {
+	e := setup(t, nil)
+	resp, b := e.get(t, "/api/v1/openapi.json")
+	var doc struct {
+		OpenAPI string         `json:"openapi"`
+		Paths   map[string]any `json:"paths"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(b, &doc) != nil || doc.OpenAPI != "3.1.0" {
+		t.Fatalf("%d %.100s", resp.StatusCode, b)
+	}
+	if resp, _ := e.do(t, http.MethodHead, "/api/v1/latest"); resp.StatusCode != 200 {
+		t.Fatalf("HEAD: %d", resp.StatusCode)
+	}
+}

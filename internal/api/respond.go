@@ -1,0 +1,118 @@
+package api
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// body is one encoded answer: its JSON, its gzip (made on the way out when nil) and the
+// validators a client sends back to learn that nothing changed.
+type body struct {
+	raw      []byte
+	gz       []byte
+	etag     string
+	modified time.Time // zero: no Last-Modified
+}
+
+// newBody hashes the JSON into a weak ETag: weak because the gzip and identity encodings
+// carry the same data, and If-None-Match compares weakly anyway.
+func newBody(raw []byte, modified time.Time) *body {
+	sum := sha256.Sum256(raw)
+	return &body{raw: raw, etag: `W/"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`, modified: modified}
+}
+
+// jsonBody encodes v as a body.
+func jsonBody(v any, modified time.Time) (*body, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return newBody(raw, modified), nil
+}
+
+// gzipMin is the size below which compressing costs more than it saves.
+const gzipMin = 1024
+
+func compress(raw []byte) []byte {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	_, _ = zw.Write(raw)
+	_ = zw.Close()
+	return buf.Bytes()
+}
+
+// serve answers with b, or 304 Not Modified when the client's copy is current: If-None-Match
+// decides when sent, else If-Modified-Since (RFC 9110 §13.2.2).
+func serve(w http.ResponseWriter, r *http.Request, b *body) {
+	h := w.Header()
+	h.Set("ETag", b.etag)
+	// Caches may keep the answer but must ask again each time: the ETag makes asking cheap.
+	h.Set("Cache-Control", "no-cache")
+	h.Add("Vary", "Accept-Encoding")
+	if !b.modified.IsZero() {
+		h.Set("Last-Modified", b.modified.UTC().Format(http.TimeFormat))
+	}
+	if notModified(r, b) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.Set("Content-Type", "application/json")
+	out := b.raw
+	if len(b.raw) >= gzipMin && acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		out = b.gz
+		if out == nil {
+			out = compress(b.raw)
+		}
+		h.Set("Content-Encoding", "gzip")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(out)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(out)
+	}
+}
+
+func notModified(r *http.Request, b *body) bool {
+	if inm := r.Header.Get("If-None-Match"); inm != "" {
+		for tag := range strings.SplitSeq(inm, ",") {
+			tag = strings.TrimSpace(tag)
+			if tag == "*" || strings.TrimPrefix(tag, "W/") == strings.TrimPrefix(b.etag, "W/") {
+				return true
+			}
+		}
+		return false
+	}
+	if ims := r.Header.Get("If-Modified-Since"); ims != "" && !b.modified.IsZero() {
+		t, err := http.ParseTime(ims)
+		return err == nil && !b.modified.Truncate(time.Second).After(t)
+	}
+	return false
+}
+
+// acceptsGzip reads Accept-Encoding: gzip (or *) with a q-value above 0.
+func acceptsGzip(ae string) bool {
+	for part := range strings.SplitSeq(ae, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		name = strings.ToLower(strings.TrimSpace(name))
+		if name != "gzip" && name != "*" {
+			continue
+		}
+		q := 1.0
+		for p := range strings.SplitSeq(params, ";") {
+			if k, v, ok := strings.Cut(strings.TrimSpace(p), "="); ok && strings.EqualFold(k, "q") {
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					q = f
+				}
+			}
+		}
+		return q > 0
+	}
+	return false
+}

@@ -1,0 +1,123 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/duecollector/duecollector/internal/history"
+)
+
+// Windows of /timeseries: the default span when since is absent, and the longest allowed, per
+// interval, so an answer stays a bounded walk of one index range.
+var (
+	defaultSpan = map[string]time.Duration{"raw": 24 * time.Hour, history.Hourly: 30 * 24 * time.Hour, history.Daily: 365 * 24 * time.Hour}
+	maxSpan     = map[string]time.Duration{"raw": 31 * 24 * time.Hour, history.Hourly: 366 * 24 * time.Hour, history.Daily: 10 * 366 * 24 * time.Hour}
+)
+
+// defaultAlign rounds the default since down to whole buckets (minutes for raw).
+var defaultAlign = map[string]time.Duration{"raw": time.Minute, history.Hourly: time.Hour, history.Daily: 24 * time.Hour}
+
+// seriesAnswer is /timeseries's body: the same series `collector history --format json` prints.
+type seriesAnswer struct {
+	ItemID   string           `json:"item_id"`
+	Interval string           `json:"interval"`
+	Since    time.Time        `json:"since"`
+	Until    *time.Time       `json:"until,omitempty"`
+	SeenAt   *time.Time       `json:"seen_until,omitempty"`
+	Points   []history.Point  `json:"points,omitempty"`
+	Candles  []history.Candle `json:"candles,omitempty"`
+}
+
+func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !idPattern.MatchString(id) {
+		badParam(w, "id", fmt.Sprintf("item id %q: 1 to 128 letters, digits, '-', '_', '.' or ':'", truncate(id, 40)))
+		return
+	}
+	q := r.URL.Query()
+	interval := q.Get("interval")
+	if interval == "" {
+		interval = history.Hourly
+	}
+	if _, ok := defaultSpan[interval]; !ok {
+		badParam(w, "interval", fmt.Sprintf("interval %q: allowed raw, 1h, 1d", truncate(interval, 20)))
+		return
+	}
+	since, err := parseTime(q.Get("since"))
+	if err != nil {
+		badParam(w, "since", "since: "+err.Error())
+		return
+	}
+	until, err := parseTime(q.Get("until"))
+	if err != nil {
+		badParam(w, "until", "until: "+err.Error())
+		return
+	}
+	end := until
+	if end.IsZero() || since.IsZero() {
+		now, err := history.Now(r.Context(), a.db)
+		if err != nil {
+			a.unavailable(w, r, "read the database clock", err)
+			return
+		}
+		if end.IsZero() {
+			end = now
+		}
+	}
+	if since.IsZero() {
+		// Whole buckets, so a poll that repeats the default window gets the same answer (and
+		// its 304) until the data changes or a new bucket starts.
+		since = end.Add(-defaultSpan[interval]).Truncate(defaultAlign[interval])
+	}
+	switch {
+	case !since.Before(end):
+		badParam(w, "since", fmt.Sprintf("since %s is not before until %s", since.Format(time.RFC3339), end.Format(time.RFC3339)))
+		return
+	case end.Sub(since) > maxSpan[interval]:
+		badParam(w, "since", fmt.Sprintf("the window since %s until %s is longer than %s, the most one %s request may span; page by until",
+			since.Format(time.RFC3339), end.Format(time.RFC3339), days(maxSpan[interval]), interval))
+		return
+	}
+	s, err := history.ReadBetween(r.Context(), a.db, id, interval, since, until)
+	if errors.Is(err, history.ErrUnknownItem) {
+		writeProblem(w, http.StatusNotFound, probNotFound, fmt.Sprintf("no tracked item has id %q", id), "id")
+		return
+	}
+	if err != nil {
+		a.unavailable(w, r, "read the series", err)
+		return
+	}
+	ans := seriesAnswer{ItemID: id, Interval: interval, Since: since.UTC(), SeenAt: s.SeenUntil, Points: s.Points, Candles: s.Candle}
+	if !until.IsZero() {
+		u := until.UTC()
+		ans.Until = &u
+	}
+	var modified time.Time
+	if s.SeenUntil != nil {
+		modified = *s.SeenUntil
+	}
+	b, err := jsonBody(ans, modified)
+	if err != nil {
+		a.unavailable(w, r, "encode the series", err)
+		return
+	}
+	serve(w, r, b)
+}
+
+func days(d time.Duration) string { return fmt.Sprintf("%d days", int(d/(24*time.Hour))) }
+
+// parseTime reads RFC 3339 ("2026-12-01T10:00:00Z") or a UTC date ("2026-12-01"); "" is zero.
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (2026-12-01T10:00:00Z) or a date (2026-12-01)", truncate(s, 40))
+}

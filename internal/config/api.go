@@ -1,0 +1,79 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// APIConfig configures the read API (internal/api) served under /api/v1/ wherever the console
+// is: by `collector run` on daemon.http_addr and by `collector console`.
+type APIConfig struct {
+	Enabled bool `mapstructure:"enabled"`
+	// CORSOrigins are the browser origins allowed to call the API from their pages
+	// ("https://prices.example.org"), or "*" for any; empty = none (same-origin only).
+	CORSOrigins []string `mapstructure:"cors_origins"`
+	// Rate is the requests per second one client may make (its burst is twice that); 0 = no
+	// limit. A client is its bearer token, or its address without tokens.
+	Rate float64 `mapstructure:"rate"`
+	// Tokens, when any, are required as "Authorization: Bearer …": COLLECTOR_API_TOKENS or the
+	// file COLLECTOR_API_TOKENS_FILE names, several separated by commas or new lines.
+	Tokens []Secret `mapstructure:"-"`
+}
+
+// APITokensEnv holds the read API's bearer tokens.
+const APITokensEnv = EnvPrefix + "_API_TOKENS"
+
+var apiDefaults = map[string]any{
+	"api.enabled":      true,
+	"api.cors_origins": []string{},
+	"api.rate":         25.0,
+}
+
+// loadTokens reads the tokens from the environment or its file, never from the YAML file (so
+// they stay out of committed configs). Errors never include a token.
+func (c *APIConfig) loadTokens() error {
+	all, err := secretEnv(APITokensEnv)
+	if err != nil {
+		return err
+	}
+	c.Tokens = nil
+	for _, t := range strings.FieldsFunc(all.Reveal(), func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
+		if t = strings.TrimSpace(t); t != "" {
+			c.Tokens = append(c.Tokens, Secret(t))
+		}
+	}
+	return nil
+}
+
+func (c APIConfig) validate() error {
+	var errs []error
+	if c.Rate < 0 || c.Rate > 100000 {
+		errs = append(errs, invalid("api.rate", c.Rate, "must be between 0 (no limit) and 100000 requests per second"))
+	}
+	for _, o := range c.CORSOrigins {
+		if err := checkOrigin(o); err != nil {
+			errs = append(errs, invalid("api.cors_origins", o, err.Error()))
+		}
+	}
+	for _, t := range c.Tokens {
+		if len(t) < 16 || strings.ContainsAny(t.Reveal(), " \t") {
+			errs = append(errs, fmt.Errorf("%s: each token must be at least 16 characters without spaces", APITokensEnv))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkOrigin accepts "*" or a browser origin: a scheme and host, a port at most, nothing else.
+func checkOrigin(o string) error {
+	if o == "*" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil {
+		return errors.New(`must be "*" or an origin such as https://prices.example.org (a scheme and host, no path)`)
+	}
+	return nil
+}
