@@ -91,6 +91,9 @@ func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool) (*console.Cons
 		Password:     a.cfg.Console.Password,
 		Session:      a.cfg.Console.Session,
 	}
+	if a.cfg.API.Enabled {
+		cfg.API = api.Prefix
+	}
 	if a.cfg.Daemon.Budget.Enabled {
 		cfg.LearnedShare = func(ctx context.Context) (float64, error) {
 			_, f, err := a.learnedMarket(ctx, pool)

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/duecollector/duecollector/internal/api"
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
@@ -106,7 +107,7 @@ func setupWith(t *testing.T, password string, prepare func(ctx context.Context, 
 		prepare(ctx, pool)
 	}
 	cfg := console.Config{ProviderName: "neople", Market: config.Default().Provider.Market, PackSize: 10,
-		User: testUser, Password: config.Secret(password), Refresh: time.Hour, Session: time.Hour}
+		User: testUser, Password: config.Secret(password), Refresh: time.Hour, Session: time.Hour, API: api.Prefix}
 	if configure != nil {
 		configure(&cfg)
 	}
@@ -117,7 +118,15 @@ func setupWith(t *testing.T, password string, prepare func(ctx context.Context, 
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); c.Start(cctx) }()
-	srv := httptest.NewServer(c.Handler())
+	// The read API beside the console, as collector run and collector console serve them.
+	ap, err := api.New(pool, api.Config{APIConfig: config.Default().API}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(api.Prefix, ap.Handler())
+	mux.Handle("/", c.Handler())
+	srv := httptest.NewServer(mux)
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	return env{pool: pool, srv: srv}
 }
@@ -349,6 +358,30 @@ func TestItemChartDrawsDataPoints(t *testing.T) {
 			t.Errorf("%s: chart has %d points (%d prices) from %q on %d canvases, want %d from %q on 1",
 				c.item, points, prices, source, canvases, c.points, c.source)
 		}
+	}
+}
+
+// The item page links the item's read API answers, and each link opens one about this item.
+func TestItemPageLinksItsAPI(t *testing.T) {
+	e := setup(t, "")
+	b := newBrowser(t)
+	b.do(t, "item page", chromedp.Navigate(e.srv.URL+"/items/"+candleItem), chromedp.WaitVisible(chromedp.CSS("#api-links")))
+	links := get(t, b, "links", chromedp.Evaluate[[]string](`[...document.querySelectorAll("#api-links a")].map(a => a.href)`))
+	if len(links) != 4 {
+		t.Fatalf("API links: %v, want 4", links)
+	}
+	for _, link := range links[:3] {
+		b.do(t, link, chromedp.Navigate(link), chromedp.WaitReady(chromedp.CSS("body")))
+		// Chromium shows JSON as text: parse what it shows.
+		got := get(t, b, link, chromedp.Evaluate[string](`(() => { const d = JSON.parse(document.body.innerText);
+			return d.item_id || (d.items && d.items.length == 1 && d.items[0].item_id) || "" })()`))
+		if got != candleItem {
+			t.Errorf("%s: answers about %q, want %q", link, got, candleItem)
+		}
+	}
+	b.do(t, "openapi", chromedp.Navigate(links[3]), chromedp.WaitReady(chromedp.CSS("body")))
+	if v := get(t, b, "openapi", chromedp.Evaluate[string](`JSON.parse(document.body.innerText).openapi`)); v != "3.1.0" {
+		t.Errorf("%s: openapi %q", links[3], v)
 	}
 }
 

@@ -56,6 +56,9 @@ type Config struct {
 	Refresh time.Duration
 	// Session is how long a login lasts (console.session).
 	Session time.Duration
+	// API is where the read API is served beside the console (api.Prefix), for the item page's
+	// links to it; "" = it is not.
+	API string
 	// Refreshed, when initialised (tests), hears every status refresh.
 	Refreshed *testkit.Signal[time.Time]
 }
@@ -225,6 +228,8 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /items/{id}", c.page(c.itemPage))
 	mux.HandleFunc("GET /items/{id}/chart.json", c.chartJSON)
 	mux.HandleFunc("GET /login", c.page(c.loginPage))
+	// Browsers ask for it on pages without an icon link, such as the API's JSON answers.
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("POST /login", c.login)
 	mux.HandleFunc("POST /logout", c.logout)
 	mux.HandleFunc("POST /actions/{action}", c.action)

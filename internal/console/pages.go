@@ -377,6 +377,7 @@ type itemView struct {
 	ID, Name, Tier, Pinned, Reason, TierChanged, Next, Last string
 	Score, Changes, Sales, Observed, Packing                string
 	Gaps                                                    int64
+	API                                                     string
 	Sales20                                                 []saleView
 	PinTiers                                                []string
 }
@@ -405,7 +406,7 @@ func (c *Console) itemPage(r *http.Request, d *pageData) (string, error) {
 		Score: strconv.FormatFloat(it.Score, 'f', -1, 64), Changes: rateText(it.ChangesPerHour), Sales: rateText(it.SalesPerHour),
 		Observed: fmt.Sprintf("%.1f collections, %.1f changes over %s (decayed)", o.Accesses, o.Changes,
 			(time.Duration(o.ChangedSeconds+o.UnchangedSeconds) * time.Second).Round(time.Second)),
-		Gaps: it.SalesGaps}
+		Gaps: it.SalesGaps, API: c.cfg.API}
 	v.Packing = fmt.Sprintf("%.2f requests a collection (its own calls)", it.Requests)
 	if it.Requests < packing.Alone {
 		v.Packing = fmt.Sprintf("%.2f requests a collection (shares packed calls)", it.Requests)
