@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/duecollector/duecollector/configs"
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/cli"
 	"github.com/duecollector/duecollector/internal/config"
@@ -198,8 +199,8 @@ func (d demo) run(ctx context.Context, o demoOptions) error {
 	}
 	d.printf("running    the daemon (collector run) for %s; metrics at http://%s/metrics\n", o.duration, dm.Addr())
 	d.printf("console    %s\n", cli.HostURL(dm.Addr()))
-	hb := d.cfg.Daemon.Budget.Heartbeat
-	d.printf("           (its first calls wait %s–%s, two to three daemon.budget.heartbeat periods, so that\n"+
+	hb := budget.Tuned(d.cfg.Daemon.Budget).Heartbeat
+	d.printf("           (its first calls wait %s–%s, two to three budget heartbeats, so that\n"+
 		"           instances already sharing the API key's budget lower their share before it sends)\n", 2*hb, 3*hb)
 	runCtx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()

@@ -96,8 +96,8 @@ type Config struct {
 	Rate      float64       // requests per second for the whole cluster
 	PerMinute int           // requests per rolling minute for the whole cluster; 0 = none
 	Headroom  float64       // fraction left unused as margin
-	Heartbeat time.Duration // instance heartbeat and share refresh (daemon.budget.heartbeat)
-	Cooldown  time.Duration // cool-down when Retry-After is absent, when not adaptive (daemon.budget.cooldown)
+	Heartbeat time.Duration // instance heartbeat and share refresh (HeartbeatDefault)
+	Cooldown  time.Duration // cool-down when Retry-After is absent, when not adaptive (CooldownDefault)
 	// Adaptive learns the provider's real limit below Rate (AIMD, see the package doc).
 	Adaptive bool
 	Decrease float64 // adaptive: a cut multiplies the rate by this; default DefaultDecrease
@@ -106,7 +106,7 @@ type Config struct {
 	// SlowStart (adaptive): with nothing learned for the key, start the cluster at
 	// SlowStartShare of the ceiling and double while used, until the first rate-limit answer.
 	SlowStart      bool
-	SlowStartShare float64 // daemon.budget.slow_start_share, in (0, 1]
+	SlowStartShare float64 // in (0, 1]; SlowStartShareDefault
 	// Probed, when initialised (tests), hears the rate each adaptive heartbeat read.
 	Probed   *testkit.Signal[Probe]
 	Instance string // unique per process (and per daemon in tests)
@@ -121,12 +121,41 @@ type Config struct {
 // ConfigFor is the share's configuration from daemon.budget.* and the market key's limits,
 // for this process as instance. The daemon and the one-shots build it here, so they agree.
 func ConfigFor(b config.BudgetConfig, market config.WorkloadLimits, keyLabel, instance string) Config {
+	b = Tuned(b)
 	host, _ := os.Hostname()
 	return Config{
 		KeyLabel: keyLabel, Rate: market.Rate, PerMinute: market.PerMinute,
 		Headroom: b.Headroom, Heartbeat: b.Heartbeat, Cooldown: b.Cooldown, Adaptive: b.Adaptive,
 		SlowStart: b.SlowStart, SlowStartShare: b.SlowStartShare, Instance: instance, Host: host, PID: os.Getpid(),
 	}
+}
+
+// What daemon.budget.* no longer sets (they were keys until issue 37; nobody turned them).
+const (
+	// HeartbeatDefault: an instance's share is handed on 3 heartbeats after it dies, and a
+	// cut reaches every process within one.
+	HeartbeatDefault = time.Second
+	// CooldownDefault is the cluster-wide pause after a rate-limit answer without Retry-After
+	// when not adaptive.
+	CooldownDefault = time.Second
+	// SlowStartShareDefault is where a slow start begins: 4.85 req/s of the default 500/s
+	// ceiling, which doubling reaches in about 7 s of use.
+	SlowStartShareDefault = 0.01
+)
+
+// Tuned fills the budget settings that are not keys with their defaults, keeping what a test
+// set.
+func Tuned(b config.BudgetConfig) config.BudgetConfig {
+	if b.Heartbeat == 0 {
+		b.Heartbeat = HeartbeatDefault
+	}
+	if b.Cooldown == 0 {
+		b.Cooldown = CooldownDefault
+	}
+	if b.SlowStartShare == 0 {
+		b.SlowStartShare = SlowStartShareDefault
+	}
+	return b
 }
 
 // Adaptive defaults.
@@ -225,10 +254,10 @@ func (c Config) validate() error {
 		bad("provider.market.rate", c.Rate, "must be > 0")
 	}
 	if c.Heartbeat <= 0 {
-		bad("daemon.budget.heartbeat", c.Heartbeat, "must be > 0")
+		bad("budget Config.Heartbeat", c.Heartbeat, "must be > 0")
 	}
 	if c.Cooldown <= 0 {
-		bad("daemon.budget.cooldown", c.Cooldown, "must be > 0")
+		bad("budget Config.Cooldown", c.Cooldown, "must be > 0")
 	}
 	if !(c.Decrease > 0 && c.Decrease < 1) {
 		bad("budget Config.Decrease", c.Decrease, "must be in (0, 1)")
@@ -240,7 +269,7 @@ func (c Config) validate() error {
 		bad("budget Config.MinRate", c.MinRate, "must be > 0")
 	}
 	if c.SlowStart && !(c.SlowStartShare > 0 && c.SlowStartShare <= 1) {
-		bad("daemon.budget.slow_start_share", c.SlowStartShare, "must be > 0 and <= 1")
+		bad("budget Config.SlowStartShare", c.SlowStartShare, "must be > 0 and <= 1")
 	}
 	return errors.Join(errs...)
 }

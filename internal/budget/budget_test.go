@@ -179,8 +179,8 @@ func TestNewRefusesBadValuesNamingTheirKey(t *testing.T) {
 		edit func(*Config)
 	}{
 		{"provider.market.rate", func(c *Config) { c.Rate = 0 }},
-		{"daemon.budget.heartbeat", func(c *Config) { c.Heartbeat = 0 }},
-		{"daemon.budget.cooldown", func(c *Config) { c.Cooldown = -time.Second }},
+		{"budget Config.Heartbeat", func(c *Config) { c.Heartbeat = 0 }},
+		{"budget Config.Cooldown", func(c *Config) { c.Cooldown = -time.Second }},
 		{"Decrease", func(c *Config) { c.Decrease = 1.5 }},
 		{"MinRate", func(c *Config) { c.MinRate = -1 }},
 	} {

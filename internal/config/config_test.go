@@ -86,11 +86,11 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"provider:\n  base_url: https://x/?a=b\n", "provider.base_url"}, // NewClient refuses a query later
 		{"provider:\n  market:\n    rate: -1\n", "provider.market.rate"},
 		{"catalog:\n  default_tier: LUKEWARM\n", "catalog.default_tier"},
-		{"kafka:\n  lease: 20s\n", "kafka.lease"},      // under 3 × kafka.write_timeout (10s)
-		{"collect:\n  batchsize: 5\n", "batchsize"},    // unknown key (typo)
-		{"collect:\n  batch_size: [\n", "line"},        // YAML syntax error names the line
-		{"collect:\n  lease: soon\n", "collect.lease"}, // wrong type
-		{"daemon:\n  budget:\n    slow_start_share: 0\n", "daemon.budget.slow_start_share"},
+		{"kafka:\n  lease: 20s\n", "kafka.lease"},                               // under 3 × kafka.write_timeout (10s)
+		{"collect:\n  batchsize: 5\n", "batchsize"},                             // unknown key (typo)
+		{"collect:\n  batch_size: [\n", "line"},                                 // YAML syntax error names the line
+		{"collect:\n  lease: soon\n", "collect.lease"},                          // wrong type
+		{"daemon:\n  budget:\n    slow_start_share: 0.5\n", "slow_start_share"}, // removed: now a constant
 		{"history:\n  mode: sometimes\n", "history.mode"},
 		{"history:\n  heartbeat: 10s\n", "history.heartbeat"},
 		{"history:\n  partition_interval: 5h\n", "history.partition_interval"},              // does not divide a day

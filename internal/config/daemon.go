@@ -26,30 +26,28 @@ type DaemonConfig struct {
 
 // BudgetConfig is the cluster-wide share of each API key's budget (internal/budget).
 type BudgetConfig struct {
-	Enabled   bool          `mapstructure:"enabled"`
-	Heartbeat time.Duration `mapstructure:"heartbeat"` // instance heartbeat and share refresh
-	Headroom  float64       `mapstructure:"headroom"`  // fraction of the budget left unused as margin
-	Cooldown  time.Duration `mapstructure:"cooldown"`  // shared cool-down when Retry-After is absent
-	Adaptive  bool          `mapstructure:"adaptive"`  // learn the provider's real limit below the configured rate (AIMD)
-	// SlowStart: with adaptive on and nothing learned yet for the key, start at SlowStartShare
+	Enabled  bool    `mapstructure:"enabled"`
+	Headroom float64 `mapstructure:"headroom"` // fraction of the budget left unused as margin
+	Adaptive bool    `mapstructure:"adaptive"` // learn the provider's real limit below the configured rate (AIMD)
+	// SlowStart: with adaptive on and nothing learned yet for the key, start at a small share
 	// of the configured rate and double while it is used, until the first rate-limit answer.
-	SlowStart      bool    `mapstructure:"slow_start"`
-	SlowStartShare float64 `mapstructure:"slow_start_share"`
+	SlowStart bool `mapstructure:"slow_start"`
+	// Not keys (budget.Tuned fills the zero values with budget.*Default); tests set them.
+	Heartbeat      time.Duration `mapstructure:"-"` // instance heartbeat and share refresh
+	Cooldown       time.Duration `mapstructure:"-"` // shared cool-down when Retry-After is absent
+	SlowStartShare float64       `mapstructure:"-"` // where a slow start begins, a share of the ceiling
 }
 
 var daemonDefaults = map[string]any{
-	"daemon.http_addr":               ":9090",
-	"daemon.max_sleep":               "30s",
-	"daemon.notify":                  true,
-	"daemon.shutdown_grace":          "20s",
-	"daemon.pack_wait":               "1s",
-	"daemon.budget.enabled":          true,
-	"daemon.budget.heartbeat":        "1s",
-	"daemon.budget.headroom":         0.03,
-	"daemon.budget.cooldown":         "1s",
-	"daemon.budget.adaptive":         true,
-	"daemon.budget.slow_start":       true,
-	"daemon.budget.slow_start_share": 0.01,
+	"daemon.http_addr":         ":9090",
+	"daemon.max_sleep":         "30s",
+	"daemon.notify":            true,
+	"daemon.shutdown_grace":    "20s",
+	"daemon.pack_wait":         "1s",
+	"daemon.budget.enabled":    true,
+	"daemon.budget.headroom":   0.03,
+	"daemon.budget.adaptive":   true,
+	"daemon.budget.slow_start": true,
 }
 
 func (c DaemonConfig) validate() error {
@@ -62,8 +60,6 @@ func (c DaemonConfig) validate() error {
 		{"daemon.max_sleep", c.MaxSleep, 10 * time.Millisecond, time.Hour},
 		{"daemon.shutdown_grace", c.ShutdownGrace, 0, 10 * time.Minute},
 		{"daemon.pack_wait", c.PackWait, 0, 10 * time.Second},
-		{"daemon.budget.heartbeat", c.Budget.Heartbeat, 50 * time.Millisecond, time.Minute},
-		{"daemon.budget.cooldown", c.Budget.Cooldown, 10 * time.Millisecond, time.Hour},
 	}
 	for _, d := range durations {
 		if d.v < d.min || d.v > d.max {
@@ -72,9 +68,6 @@ func (c DaemonConfig) validate() error {
 	}
 	if c.Budget.Headroom < 0 || c.Budget.Headroom >= 0.5 {
 		errs = append(errs, invalid("daemon.budget.headroom", c.Budget.Headroom, "must be >= 0 and < 0.5"))
-	}
-	if !(c.Budget.SlowStartShare > 0 && c.Budget.SlowStartShare <= 1) {
-		errs = append(errs, invalid("daemon.budget.slow_start_share", c.Budget.SlowStartShare, "must be > 0 and <= 1"))
 	}
 	return errors.Join(errs...)
 }

@@ -30,7 +30,7 @@ type collectConfig struct {
 	// that far apart, so items gather and share packed calls (daemon.pack_wait with packing
 	// on). 0 = claim each item as soon as it is due.
 	Ahead time.Duration
-	// Cooldown is the least pause after a rate-limit answer (daemon.budget.cooldown).
+	// Cooldown is the least pause after a rate-limit answer (budget.CooldownDefault).
 	Cooldown time.Duration
 	// KeyRecheck: while the provider refuses the key, one call this often (Config.KeyRecheck).
 	KeyRecheck time.Duration
@@ -45,7 +45,7 @@ func (c collectConfig) validate() error {
 	for _, d := range []struct {
 		key string
 		v   time.Duration
-	}{{"daemon.max_sleep", c.MaxSleep}, {"health check interval", c.PausedSleep}, {"daemon.budget.cooldown", c.Cooldown}, {"key re-check", c.KeyRecheck}} {
+	}{{"daemon.max_sleep", c.MaxSleep}, {"health check interval", c.PausedSleep}, {"budget cooldown", c.Cooldown}, {"key re-check", c.KeyRecheck}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s must be > 0", d.key, d.v))
 		}

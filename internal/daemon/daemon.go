@@ -259,7 +259,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	}
 	d.collect, err = newCollectService(collectConfig{
 		MaxSleep: cfg.Daemon.MaxSleep, PausedSleep: min(cfg.Daemon.MaxSleep, cfg.Health.CheckInterval), Ahead: d.ahead(),
-		Cooldown: cfg.Daemon.Budget.Cooldown, KeyRecheck: cfg.KeyRecheck, KeyLabel: cfg.KeyLabel, Passed: &d.cfg.signals.passed,
+		Cooldown: budget.Tuned(cfg.Daemon.Budget).Cooldown, KeyRecheck: cfg.KeyRecheck, KeyLabel: cfg.KeyLabel, Passed: &d.cfg.signals.passed,
 	}, &collectService{pool: pool, disp: disp, client: client, share: d.share, loop: loop, calls: calls, metrics: d.metrics, log: log,
 		wake: d.wake, changed: d.health.Changed, writes: d.writes})
 	if err != nil {
