@@ -47,7 +47,7 @@ type Cursor struct {
 
 // BrowseItems returns one page of items and the cursor of the next page (nil on the last).
 // Keyset pagination: page N costs what page 1 does. Synthetic fixtures are left out.
-func BrowseItems(ctx context.Context, db DB, q BrowseQuery) ([]ItemRow, *Cursor, error) {
+func BrowseItems(ctx context.Context, db Reader, q BrowseQuery) ([]ItemRow, *Cursor, error) {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}

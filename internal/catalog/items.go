@@ -42,7 +42,7 @@ type ItemRow struct {
 
 // ListItems returns tracked items, most popular first. Synthetic items are excluded unless
 // q.IncludeSynthetic.
-func ListItems(ctx context.Context, db DB, q ItemsQuery) ([]ItemRow, error) {
+func ListItems(ctx context.Context, db Reader, q ItemsQuery) ([]ItemRow, error) {
 	var limit *int
 	if q.Limit > 0 {
 		limit = &q.Limit

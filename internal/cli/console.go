@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/console"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 func newConsoleCmd(a *app) *cobra.Command {
@@ -37,7 +38,13 @@ and outbox retry.`,
 			if err != nil {
 				return fmt.Errorf("console.addr %s: %w", a.cfg.Console.Addr, err)
 			}
-			c, err := a.newConsole(ctx, pool)
+			reads, err := a.reads(ctx)
+			if err != nil {
+				_ = ln.Close()
+				return err
+			}
+			go reads.Start(ctx)
+			c, err := a.newConsole(ctx, pool, reads)
 			if err != nil {
 				_ = ln.Close()
 				return err
@@ -53,8 +60,8 @@ and outbox retry.`,
 }
 
 // newConsole builds the console from the validated config and starts its status refresh,
-// which ends with ctx.
-func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool) (*console.Console, error) {
+// which ends with ctx. Its item pages read through reads; the caller runs its measurements.
+func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool, reads *store.Reads) (*console.Console, error) {
 	cfg := console.Config{
 		ProviderName: a.cfg.Provider.Name,
 		Market:       a.cfg.Provider.Market,
@@ -63,6 +70,7 @@ func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool) (*console.Cons
 		User:         a.cfg.Console.User,
 		Password:     a.cfg.Console.Password,
 		Session:      a.cfg.Console.Session,
+		Reads:        reads,
 	}
 	if a.cfg.Daemon.Budget.Enabled {
 		cfg.LearnedShare = func(ctx context.Context) (float64, error) {
