@@ -14,8 +14,14 @@ import (
 
 // DB is what this package needs from PostgreSQL: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
 type DB interface {
+	Reader
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Reader is what the catalog's reads need: a pool, or a router that may send them to a replica
+// (store.Reads).
+type Reader interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }

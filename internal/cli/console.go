@@ -14,6 +14,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/api"
 	"github.com/duecollector/duecollector/internal/console"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 func newConsoleCmd(a *app) *cobra.Command {
@@ -39,7 +40,13 @@ api.enabled is false.`,
 			if err != nil {
 				return fmt.Errorf("console.addr %s: %w", a.cfg.Console.Addr, err)
 			}
-			c, err := a.newConsole(ctx, pool)
+			reads, err := a.reads(ctx)
+			if err != nil {
+				_ = ln.Close()
+				return err
+			}
+			go reads.Start(ctx)
+			c, err := a.newConsole(ctx, pool, reads)
 			if err != nil {
 				_ = ln.Close()
 				return err
@@ -80,8 +87,8 @@ func (a *app) withAPI(ctx context.Context, pool *pgxpool.Pool, console http.Hand
 }
 
 // newConsole builds the console from the validated config and starts its status refresh,
-// which ends with ctx.
-func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool) (*console.Console, error) {
+// which ends with ctx. Its item pages read through reads; the caller runs its measurements.
+func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool, reads *store.Reads) (*console.Console, error) {
 	cfg := console.Config{
 		ProviderName: a.cfg.Provider.Name,
 		Market:       a.cfg.Provider.Market,
@@ -90,6 +97,7 @@ func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool) (*console.Cons
 		User:         a.cfg.Console.User,
 		Password:     a.cfg.Console.Password,
 		Session:      a.cfg.Console.Session,
+		Reads:        reads,
 	}
 	if a.cfg.API.Enabled {
 		cfg.API = api.Prefix

@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/history"
@@ -41,11 +40,18 @@ Candles are kept when raw partitions are dropped (retention.candles_*).`,
 			if output != "table" && output != "csv" && output != "json" {
 				return usageError{cmd: "collector history", err: fmt.Errorf("-o %q: allowed table, csv, json", output)}
 			}
-			pool, err := a.db(ctx)
+			reads, err := a.reads(ctx)
 			if err != nil {
 				return err
 			}
-			return a.printHistory(ctx, pool, args[0], interval, age, output)
+			reads.RunOnce(ctx)
+			if err := a.printHistory(ctx, reads, args[0], interval, age, output); err != nil {
+				return err
+			}
+			if st := reads.State(); st.Replica && output == "table" {
+				a.printf("read from the %s\n", st)
+			}
+			return nil
 		}),
 	}
 	f := cmd.Flags()
@@ -76,8 +82,8 @@ func parseAge(s string) (time.Duration, error) {
 	return d, nil
 }
 
-func (a *app) printHistory(ctx context.Context, pool *pgxpool.Pool, item, interval string, age time.Duration, output string) error {
-	s, since, err := history.ReadRecent(ctx, pool, item, interval, age)
+func (a *app) printHistory(ctx context.Context, db history.Reader, item, interval string, age time.Duration, output string) error {
+	s, since, err := history.ReadRecent(ctx, db, item, interval, age)
 	if err != nil {
 		return err
 	}

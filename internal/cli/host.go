@@ -64,7 +64,7 @@ func (h Host) PrintStatus(ctx context.Context, pool *pgxpool.Pool) error {
 
 // ServeConsole serves `collector console` on ln until ctx ends.
 func (h Host) ServeConsole(ctx context.Context, ln net.Listener, pool *pgxpool.Pool) error {
-	c, err := h.a.newConsole(ctx, pool)
+	c, err := h.a.newConsole(ctx, pool, nil) // the demo's own database, no replica
 	if err != nil {
 		_ = ln.Close()
 		return err

@@ -26,8 +26,12 @@ type app struct {
 	cfg    *config.Config
 	log    *zap.Logger
 	pool   *pgxpool.Pool
-	direct *pgxpool.Pool         // database.direct_url, opened on first use
-	parts  *partition.Partitions // the partition keeper (keeper), built on first use
+	direct *pgxpool.Pool // database.direct_url, opened on first use
+	// replica is the pool on database.read_url, and readRouter the reads router over it and
+	// pool, both built on first use (reads).
+	replica    *pgxpool.Pool
+	readRouter *store.Reads
+	parts      *partition.Partitions // the partition keeper (keeper), built on first use
 }
 
 // subcommands is every command under the root, in one explicit list.
@@ -160,6 +164,11 @@ func (a *app) db(ctx context.Context) (*pgxpool.Pool, error) {
 
 func (a *app) close() {
 	a.parts = nil // built on the pools closed here
+	a.readRouter = nil
+	if a.replica != nil {
+		a.replica.Close()
+		a.replica = nil
+	}
 	if a.direct != nil {
 		a.direct.Close()
 		a.direct = nil
@@ -171,6 +180,28 @@ func (a *app) close() {
 	if a.log != nil {
 		_ = a.log.Sync()
 	}
+}
+
+// reads builds the read router on first use: over the pool, and the replica on
+// database.read_url when one is set. It routes to the primary until measured: a long-running
+// command runs its measurements (Start), a one-shot measures once (RunOnce) before reading.
+func (a *app) reads(ctx context.Context) (*store.Reads, error) {
+	pool, err := a.db(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if a.readRouter != nil {
+		return a.readRouter, nil
+	}
+	if u := a.cfg.Database.ReadURL; u != "" {
+		a.replica, err = store.OpenReplica(ctx, store.PoolConfig{URL: u, MaxConns: a.cfg.Database.MaxConns,
+			ApplicationName: "duecollector-reads", QueryExecMode: a.cfg.Database.QueryExecMode})
+		if err != nil {
+			return nil, err
+		}
+	}
+	a.readRouter = store.NewReads(pool, a.replica, store.ReadsConfig{}, a.log)
+	return a.readRouter, nil
 }
 
 // withApp wraps a command body: load config, run, always release the pool.

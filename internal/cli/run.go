@@ -92,9 +92,14 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 	if testTimings {
 		h = testHealth
 	}
+	reads, err := a.reads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	go reads.Start(ctx)
 	var con http.Handler
 	if a.cfg.Console.Enabled && a.cfg.Daemon.HTTPAddr != "" {
-		c, err := a.newConsole(ctx, pool)
+		c, err := a.newConsole(ctx, pool, reads)
 		if err != nil {
 			return nil, err
 		}
@@ -126,6 +131,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 		ListenURL:  a.cfg.Database.DirectURL,
 		SchemaHint: migrateHint,
 		Console:    con,
+		Reads:      reads,
 		Export:     exp,
 	}, a.log)
 }

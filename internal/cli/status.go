@@ -57,9 +57,15 @@ outbox event older than --max-outbox-age.`,
 			if err != nil {
 				return err
 			}
+			reads, err := a.reads(ctx)
+			if err != nil {
+				return err
+			}
+			rs := reads.RunOnce(ctx)
 			if output == "json" {
 				v := toStatusJSON(st)
 				v.Packing = toPackingJSON(pk)
+				v.Reads = toReadsJSON(rs)
 				if check {
 					v.Check = &checkJSON{OK: len(problems) == 0, Problems: append([]string{}, problems...)}
 				}
@@ -73,6 +79,9 @@ outbox event older than --max-outbox-age.`,
 				}
 				printStatus(a, st, learned)
 				a.printf("%s", packingLines(pk, a.cfg.Collect.PackSize))
+				if rs.Replica {
+					a.printf("reads (console item pages, API, history): from the %s; replica %s, max lag %s\n", rs, rs.Where, rs.MaxLag)
+				}
 			}
 			if len(problems) > 0 {
 				return fmt.Errorf("%w: %s", errCheckFailed, problems[0])

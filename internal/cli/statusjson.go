@@ -9,6 +9,7 @@ import (
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -30,6 +31,7 @@ type statusJSON struct {
 	History      historyJSON    `json:"history"`
 	Collections  activityJSON   `json:"collections"`
 	Database     databaseJSON   `json:"database"`
+	Reads        readsJSON      `json:"reads"`
 	Check        *checkJSON     `json:"check,omitempty"`
 }
 
@@ -46,6 +48,32 @@ type databaseJSON struct {
 	Writable bool   `json:"writable"`
 	Cause    string `json:"cause,omitempty"`
 	Detail   string `json:"detail,omitempty"`
+}
+
+// readsJSON says where the reads of the console's item pages, the API and history go: source
+// is "replica" or "primary"; with a replica configured (database.read_url), its last measured
+// lag (absent while unknown), the most it may lag, whether its replay is paused, and why reads
+// fall back to the primary (absent while they do not).
+type readsJSON struct {
+	Source        string   `json:"source"`
+	Replica       bool     `json:"replica"`
+	LagSeconds    *float64 `json:"lag_seconds,omitempty"`
+	MaxLagSeconds float64  `json:"max_lag_seconds,omitempty"`
+	ReplayPaused  bool     `json:"replay_paused,omitempty"`
+	Reason        string   `json:"reason,omitempty"`
+}
+
+func toReadsJSON(st store.ReadState) readsJSON {
+	v := readsJSON{Source: string(st.Source), Replica: st.Replica}
+	if !st.Replica {
+		return v
+	}
+	v.MaxLagSeconds, v.ReplayPaused, v.Reason = st.MaxLag.Seconds(), st.Paused, st.Reason
+	if st.LagKnown {
+		lag := st.Lag.Seconds()
+		v.LagSeconds = &lag
+	}
+	return v
 }
 
 // historyJSON is what the stored history takes (catalog sizes and estimates, nothing counted).

@@ -42,10 +42,14 @@ func TestStatusJSONAndCheck(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("status -o json is not JSON: %v\n%s", err, out)
 	}
-	for _, k := range []string{"database_time", "provider", "tiers", "totals", "leases_held", "claim_lag", "outbox", "relay", "budgets", "instances", "packing", "history", "collections", "database"} {
+	for _, k := range []string{"database_time", "provider", "tiers", "totals", "leases_held", "claim_lag", "outbox", "relay", "budgets", "instances", "packing", "history", "collections", "database", "reads"} {
 		if _, ok := v[k]; !ok {
 			t.Errorf("status -o json lacks %q:\n%s", k, out)
 		}
+	}
+	// No database.read_url: every read goes to the primary, and nothing else is said.
+	if r, _ := json.Marshal(v["reads"]); string(r) != `{"replica":false,"source":"primary"}` {
+		t.Errorf("reads without a replica: %s", r)
 	}
 	// The history's size from the catalog, per table, and how far back raw snapshots go.
 	h := v["history"].(map[string]any)

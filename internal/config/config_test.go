@@ -254,3 +254,36 @@ func TestOutboxEnabledIsTheOneKey(t *testing.T) {
 		}
 	}
 }
+
+// database.read_url takes a standby's URL or key=value string, refuses another scheme and
+// database.url itself, and never shows its password: not in an error, not in config print.
+func TestReadURL(t *testing.T) {
+	for _, ok := range []string{"", "postgres://reader:pw@standby:5432/duecollector", "host=standby dbname=duecollector"} {
+		t.Setenv("COLLECTOR_DATABASE_READ_URL", ok)
+		cfg, err := Load(Options{})
+		if err != nil {
+			t.Fatalf("read_url %q: %v", ok, err)
+		}
+		if cfg.Database.ReadURL != ok {
+			t.Fatalf("read_url = %q, want %q", cfg.Database.ReadURL, ok)
+		}
+	}
+	for _, bad := range []string{"http://reader:s3cret@standby/x", "postgres://postgres:s3cret@127.0.0.1:5432/duecollector?sslmode=disable"} {
+		t.Setenv("COLLECTOR_DATABASE_URL", "postgres://postgres:s3cret@127.0.0.1:5432/duecollector?sslmode=disable")
+		t.Setenv("COLLECTOR_DATABASE_READ_URL", bad)
+		_, err := Load(Options{})
+		if err == nil || !strings.Contains(err.Error(), "database.read_url") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("read_url %q: error %v, want one naming database.read_url without the password", bad, err)
+		}
+	}
+	t.Setenv("COLLECTOR_DATABASE_READ_URL", "postgres://reader:s3cret@standby/duecollector")
+	settings, err := Explain(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings {
+		if strings.Contains(fmt.Sprint(s.Value), "s3cret") {
+			t.Errorf("config print shows %s's password: %v", s.Key, s.Value)
+		}
+	}
+}

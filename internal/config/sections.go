@@ -22,6 +22,10 @@ type DatabaseConfig struct {
 	// QueryExecMode is pgx's default_query_exec_mode; simple_protocol works behind PgBouncer in
 	// transaction mode. "" = pgx's default (cache_statement) or what the URL says.
 	QueryExecMode string `mapstructure:"query_exec_mode"`
+	// ReadURL is a streaming replica (a hot standby of URL's primary) for the reads of the
+	// console, the API and `collector history`; "" = they read the primary. Collection never
+	// uses it.
+	ReadURL string `mapstructure:"read_url"`
 }
 
 // QueryExecModes are the values database.query_exec_mode allows.
@@ -32,6 +36,7 @@ var databaseDefaults = map[string]any{
 	"database.max_conns":       8,
 	"database.direct_url":      "",
 	"database.query_exec_mode": "",
+	"database.read_url":        "",
 }
 
 func (c DatabaseConfig) validate() error {
@@ -45,7 +50,29 @@ func (c DatabaseConfig) validate() error {
 	if c.QueryExecMode != "" && !slices.Contains(QueryExecModes, c.QueryExecMode) {
 		errs = append(errs, invalid("database.query_exec_mode", c.QueryExecMode, "allowed "+strings.Join(QueryExecModes, ", ")))
 	}
+	if err := c.validateReadURL(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// validateReadURL checks what can be checked without connecting; the value in an error has
+// its password masked.
+func (c DatabaseConfig) validateReadURL() error {
+	if c.ReadURL == "" {
+		return nil
+	}
+	shown := RedactURL(c.ReadURL)
+	if strings.Contains(c.ReadURL, "://") {
+		u, err := url.Parse(c.ReadURL)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			return invalid("database.read_url", shown, `a postgres:// URL or key=value connection string of a standby; "" reads from the primary`)
+		}
+	}
+	if c.ReadURL == c.URL {
+		return invalid("database.read_url", shown, `a standby of database.url, not database.url itself; "" reads from the primary`)
+	}
+	return nil
 }
 
 // LogConfig selects zap's level and encoder.

@@ -17,7 +17,7 @@ type Setting struct {
 var secretKeys = map[string]bool{"kafka.sasl.password": true}
 
 // Explain reads the layers as Load does and says, for every key, which one set its value.
-// Secrets are redacted and a password in database.url is masked.
+// Secrets are redacted and a password in a database URL is masked.
 func Explain(opts Options) ([]Setting, error) {
 	v, err := newViper(opts)
 	if err != nil {
@@ -43,7 +43,7 @@ func Explain(opts Options) ([]Setting, error) {
 		switch {
 		case secretKeys[k] && s.Value != "":
 			s.Value = "[redacted]"
-		case k == "database.url":
+		case k == "database.url" || k == "database.direct_url" || k == "database.read_url":
 			s.Value = RedactURL(v.GetString(k))
 		}
 		out = append(out, s)

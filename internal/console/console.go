@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -27,6 +28,7 @@ import (
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/testkit"
 )
 
@@ -61,6 +63,10 @@ type Config struct {
 	API string
 	// Refreshed, when initialised (tests), hears every status refresh.
 	Refreshed *testkit.Signal[time.Time]
+	// Reads, when set, serves the item pages' reads, from a replica while it keeps up
+	// (database.read_url), and the overview says where they go. The overview's status and the
+	// actions use the pool: the status asks whether the primary takes writes, and who is alive.
+	Reads *store.Reads
 }
 
 // Console serves the console's pages. Start must run for the overview to have data.
@@ -107,6 +113,19 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Console, error) {
 	return &Console{cfg: cfg, pool: pool, log: log, pages: pages, auth: newSessions(cfg.Session),
 		failedLogins: rate.NewLimiter(rate.Every(loginEvery), loginBurst),
 		ready:        make(chan struct{}), kick: make(chan struct{}, 1)}, nil
+}
+
+// reader is what the item pages read through: Config.Reads, else the pool.
+type reader interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (c *Console) reads() reader {
+	if c.cfg.Reads != nil {
+		return c.cfg.Reads
+	}
+	return c.pool
 }
 
 // overview is the status copy the overview renders.

@@ -22,6 +22,7 @@ import (
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -89,25 +90,29 @@ type overviewView struct {
 	// WriteRefused is why the database refuses writes ("" while it takes them), WriteDetail
 	// its words.
 	WriteRefused, WriteDetail string
-	Tiers                     []tierView
-	Total                     tierView
-	Keys                      []keyView
-	LagN                      int64
-	LagP50                    time.Duration
-	LagP99                    time.Duration
-	LagWindow                 time.Duration
-	Leased                    int64
-	LastCollected             string
-	OldestDue                 string
-	Outbox                    outboxView
-	Events                    string // published through the outbox, or off (outbox.enabled)
-	Relay                     []string
-	RelayStops                []outbox.RelayStop
-	LanesHeld                 int
-	Lanes                     int
-	Packing                   []packingView
-	Instances                 []instanceView
-	History                   string
+	// Reads says where the item pages read from, when a replica is configured ("" otherwise);
+	// ReadsOnReplica whether it serves them now.
+	Reads          string
+	ReadsOnReplica bool
+	Tiers          []tierView
+	Total          tierView
+	Keys           []keyView
+	LagN           int64
+	LagP50         time.Duration
+	LagP99         time.Duration
+	LagWindow      time.Duration
+	Leased         int64
+	LastCollected  string
+	OldestDue      string
+	Outbox         outboxView
+	Events         string // published through the outbox, or off (outbox.enabled)
+	Relay          []string
+	RelayStops     []outbox.RelayStop
+	LanesHeld      int
+	Lanes          int
+	Packing        []packingView
+	Instances      []instanceView
+	History        string
 	// PlannedAt is when the tier plan whose forecast the tiers show was made ("" before any).
 	PlannedAt string
 }
@@ -189,6 +194,9 @@ func (c *Console) overviewView(ov overview) overviewView {
 		Provider: providerView{Name: st.Provider.Provider, Status: string(eff), Reason: reason,
 			Since: ago(now, since), Override: st.Provider.OverrideStatus != "", Automatic: string(st.Provider.Status),
 			Dispatching: eff.CanDispatch()},
+	}
+	if c.cfg.Reads != nil {
+		v.Reads, v.ReadsOnReplica = readsText(c.cfg.Reads.State())
 	}
 	if st.Probe != nil && !eff.CanDispatch() {
 		v.Provider.Probe = fmt.Sprintf("%d failed probes, next in %s", st.Probe.Failures, max(st.Probe.NextProbeAt.Sub(now), 0).Round(time.Second))
@@ -334,7 +342,7 @@ func (c *Console) itemsPage(r *http.Request, d *pageData) (string, error) {
 		}
 		v.First = template.URL("/items?" + base.Encode())
 	}
-	rows, next, err := catalog.BrowseItems(r.Context(), c.pool, bq)
+	rows, next, err := catalog.BrowseItems(r.Context(), c.reads(), bq)
 	if err != nil {
 		return "", err
 	}
@@ -392,7 +400,7 @@ const recentSales = 20
 
 func (c *Console) itemPage(r *http.Request, d *pageData) (string, error) {
 	id := r.PathValue("id")
-	rows, err := catalog.ListItems(r.Context(), c.pool, catalog.ItemsQuery{ItemID: id, IncludeSynthetic: true})
+	rows, err := catalog.ListItems(r.Context(), c.reads(), catalog.ItemsQuery{ItemID: id, IncludeSynthetic: true})
 	if err != nil {
 		return "", err
 	}
@@ -416,7 +424,7 @@ func (c *Console) itemPage(r *http.Request, d *pageData) (string, error) {
 			v.PinTiers = append(v.PinTiers, string(t))
 		}
 	}
-	sales, err := history.RecentSales(r.Context(), c.pool, id, recentSales)
+	sales, err := history.RecentSales(r.Context(), c.reads(), id, recentSales)
 	if err != nil {
 		return "", err
 	}
@@ -472,7 +480,7 @@ func (c *Console) chartJSON(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) readChart(ctx context.Context, id string, since time.Time) (chart, error) {
 	ch := chart{T: []int64{}, Price: []*float64{}, Volume: []float64{}}
-	s, err := history.Read(ctx, c.pool, id, history.Hourly, since)
+	s, err := history.Read(ctx, c.reads(), id, history.Hourly, since)
 	if err != nil {
 		return ch, err
 	}
@@ -485,7 +493,7 @@ func (c *Console) readChart(ctx context.Context, id string, since time.Time) (ch
 		}
 		return ch, nil
 	}
-	if s, err = history.Read(ctx, c.pool, id, "raw", since); err != nil {
+	if s, err = history.Read(ctx, c.reads(), id, "raw", since); err != nil {
 		return ch, err
 	}
 	ch.Source = "snapshots"
@@ -577,4 +585,13 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// readsText says where the item pages read from: the state is read live, not from the status
+// copy, so the line is as fresh as the router's last measurement.
+func readsText(st store.ReadState) (string, bool) {
+	if !st.Replica {
+		return "", false
+	}
+	return fmt.Sprintf("from the %s; replica %s, max lag %s", st, st.Where, st.MaxLag), st.Source == store.SourceReplica
 }

@@ -98,6 +98,9 @@ type Config struct {
 	// Console, when set, is served at / on daemon.http_addr beside /metrics: the console
 	// (internal/console) and the read API at /api/v1/ (internal/api).
 	Console http.Handler
+	// Reads routes the console's reads to a replica (database.read_url); when it has one, its
+	// state is exported as collector_replica_*. Its caller runs its measurements (Start).
+	Reads *store.Reads
 	// HealthChecked, when initialised (tests), hears every provider health check.
 	HealthChecked testkit.Signal[provider.Status]
 	// signals, when initialised (tests), hear what the services did.
@@ -202,6 +205,12 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	d.writesChanged(d.writes.State())
 	d.metrics.CostRatio.Set(loop.CostRatio())
 	d.metrics.RegisterPool(pool)
+	if cfg.Reads != nil && cfg.Reads.State().Replica {
+		d.metrics.RegisterReads(func() (time.Duration, bool, bool) {
+			st := cfg.Reads.State()
+			return st.Lag, st.LagKnown, st.Source == store.SourceReplica
+		})
+	}
 	d.metrics.SetBuildInfo(orUnknown(cfg.Version), orUnknown(cfg.Commit))
 	client.SetObserver(requestMetrics{d.metrics})
 	client.SetHold(d.writes.Hold)

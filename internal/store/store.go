@@ -39,10 +39,30 @@ var execModes = map[string]pgx.QueryExecMode{
 
 // Open connects a pool and checks that the server answers.
 func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
+	pc, err := poolConfig(cfg, "database.url")
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot connect to the database at %s:%d/%s (user %s; database.url): %w",
+			pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, pc.ConnConfig.User, err)
+	}
+	return pool, nil
+}
+
+// poolConfig parses cfg; key names the setting the URL came from in errors.
+func poolConfig(cfg PoolConfig, key string) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		// pgx redacts the password from its parse errors.
-		return nil, fmt.Errorf("database.url: %w", err)
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
@@ -57,18 +77,7 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 		}
 		pc.ConnConfig.DefaultQueryExecMode = mode
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("open database pool: %w", err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("cannot connect to the database at %s:%d/%s (user %s; database.url): %w",
-			pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, pc.ConnConfig.User, err)
-	}
-	return pool, nil
+	return pc, nil
 }
 
 // MigrationStatus is the applied and the latest known schema version.

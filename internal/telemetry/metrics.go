@@ -1,8 +1,10 @@
 package telemetry
 
 import (
+	"math"
 	"net/http"
 	"runtime"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -132,6 +134,29 @@ func (m *Metrics) SetBuildInfo(version, commit string) {
 // RegisterPool exports the pool's statistics (acquired, idle, total, waits).
 func (m *Metrics) RegisterPool(pool *pgxpool.Pool) {
 	m.Registry.MustRegister(&poolCollector{pool: pool})
+}
+
+// RegisterReads exports where the reads of the console, the API and history go, as state
+// tells it at each scrape: collector_replica_in_use and collector_replica_lag_seconds. Only an
+// instance with a replica (database.read_url) exports them: without one there is no lag.
+func (m *Metrics) RegisterReads(state func() (lag time.Duration, lagKnown, inUse bool)) {
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "collector_replica_in_use",
+			Help: "1 while reads (console item pages, read API, history) go to the replica (database.read_url); 0 while they fall back to the primary because it lags more than the maximum, is unreachable or is no standby."},
+			func() float64 {
+				if _, _, on := state(); on {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "collector_replica_lag_seconds",
+			Help: "How far the read replica trailed the primary at its last measurement (every second); NaN while unknown (unreachable, not a standby)."},
+			func() float64 {
+				if lag, known, _ := state(); known {
+					return lag.Seconds()
+				}
+				return math.NaN()
+			}))
 }
 
 // RegisterRowsRejected exports collector_provider_rows_rejected_total{reason} from a count

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +48,7 @@ func registered(t *testing.T) map[string]bool {
 	}
 	t.Cleanup(pool.Close)
 	m.RegisterPool(pool)
+	m.RegisterReads(func() (time.Duration, bool, bool) { return 0, true, true })
 
 	names := map[string]bool{}
 	// What a scrape shows: every family with a series, typed.

@@ -1,0 +1,399 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// Reads routes reads to a streaming replica (database.read_url) while it keeps up with the
+// primary, and to the primary otherwise. It has no Exec and no Begin: a write cannot reach
+// the replica through it. With no replica every read goes to the primary.
+//
+// The replica serves reads only while its last measured lag is at most Config.MaxLag and that
+// measurement is recent; anything else (lagging, unreachable, not a standby, not measured
+// yet) sends reads to the primary, and State says why.
+type Reads struct {
+	primary *pgxpool.Pool
+	replica *pgxpool.Pool // nil: reads go to the primary
+	where   string        // the replica as host:port/dbname, never with its password
+	cfg     ReadsConfig
+	log     *zap.Logger
+
+	mu    sync.Mutex
+	state ReadState
+	kind  readCause
+	// last is the primary's WAL position at the previous measurement: a replica that has
+	// replayed it trails by at most the time since, whatever its last commit's timestamp says.
+	last struct {
+		lsn uint64
+		at  time.Time
+	}
+}
+
+// ReadsConfig tunes a Reads; the zero value takes the defaults.
+type ReadsConfig struct {
+	// MaxLag is how far the replica may trail the primary and still serve reads; 0 = MaxLagDefault.
+	MaxLag time.Duration
+	// Every is how often Start measures the lag; 0 = MeasureEveryDefault.
+	Every time.Duration
+	// Timeout bounds one measurement, so an unreachable replica is found out, not waited on;
+	// 0 = MeasureTimeoutDefault.
+	Timeout time.Duration
+	// Now is the local clock (tests); nil = time.Now.
+	Now func() time.Time
+}
+
+const (
+	// MaxLagDefault is the most a replica may trail and still serve reads: the console, the API
+	// and `collector history` show collections seconds after they happen, so a few seconds of
+	// staleness is invisible, and a replica further behind is not worth reading from.
+	MaxLagDefault = 5 * time.Second
+	// MeasureEveryDefault is how often the lag is measured: well under MaxLagDefault, so a
+	// replica that falls behind stops serving reads within about a second of crossing it.
+	MeasureEveryDefault = time.Second
+	// MeasureTimeoutDefault bounds one measurement (both servers).
+	MeasureTimeoutDefault = 2 * time.Second
+)
+
+// ReadSource is where reads go.
+type ReadSource string
+
+// The two sources.
+const (
+	SourcePrimary ReadSource = "primary"
+	SourceReplica ReadSource = "replica"
+)
+
+// ReadState is where reads go now and why: what the console, `collector status`, the metrics
+// and the API's response header show.
+type ReadState struct {
+	Source ReadSource
+	// Replica is whether one is configured (database.read_url); without one, Source is always
+	// the primary and nothing else is set.
+	Replica bool
+	// Where is the replica as host:port/dbname.
+	Where string
+	// Lag is how far the replica trailed at MeasuredAt, when LagKnown (an upper bound: 0 when it
+	// had replayed all the primary had written when the measurement began).
+	Lag      time.Duration
+	LagKnown bool
+	// Paused is true when the replica's WAL replay is paused (pg_wal_replay_pause()).
+	Paused bool
+	MaxLag time.Duration
+	// Reason says why the primary serves reads although a replica is configured ("" otherwise).
+	Reason     string
+	MeasuredAt time.Time
+}
+
+// String is the state in a few words: "replica (lag 0.2s)", "primary (replica lagging 12s,
+// max 5s)", "primary".
+func (s ReadState) String() string {
+	switch {
+	case s.Source == SourceReplica:
+		return fmt.Sprintf("replica (lag %s)", roundLag(s.Lag))
+	case s.Reason != "":
+		return "primary (" + s.Reason + ")"
+	}
+	return string(s.Source)
+}
+
+func roundLag(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(100 * time.Millisecond)
+}
+
+// readCause tells states apart for logging: a change of cause is logged, a new lag figure is not.
+type readCause string
+
+const (
+	causeNone        readCause = ""
+	causeUnmeasured  readCause = "unmeasured"
+	causeLagging     readCause = "lagging"
+	causeUnreachable readCause = "unreachable"
+	causeNotStandby  readCause = "not a standby"
+	causePrimary     readCause = "primary unreachable"
+)
+
+// NewReads builds a router over primary and replica (nil: reads go to the primary). It starts
+// on the primary until the first measurement (RunOnce, or Start) finds the replica in step.
+func NewReads(primary, replica *pgxpool.Pool, cfg ReadsConfig, log *zap.Logger) *Reads {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if cfg.MaxLag <= 0 {
+		cfg.MaxLag = MaxLagDefault
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = MeasureEveryDefault
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = MeasureTimeoutDefault
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &Reads{primary: primary, replica: replica, cfg: cfg, log: log}
+	r.state = ReadState{Source: SourcePrimary}
+	if replica != nil {
+		r.where = whereOf(replica)
+		r.state = ReadState{Source: SourcePrimary, Replica: true, Where: r.where, MaxLag: cfg.MaxLag,
+			Reason: "replica lag not measured yet"}
+		r.kind = causeUnmeasured
+	}
+	return r
+}
+
+// OpenReplica opens the pool on database.read_url without waiting for the server: a replica
+// that is down at start only sends reads to the primary until it answers.
+func OpenReplica(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
+	pc, err := poolConfig(cfg, "database.read_url")
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open the read replica pool (database.read_url): %w", err)
+	}
+	return pool, nil
+}
+
+// Query runs a read where State says; a replica that fails to answer is marked down and the
+// read runs on the primary instead.
+func (r *Reads) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if !r.onReplica() {
+		return r.primary.Query(ctx, sql, args...)
+	}
+	rows, err := r.replica.Query(ctx, sql, args...)
+	if err != nil && r.replicaFailed(ctx, err) {
+		return r.primary.Query(ctx, sql, args...)
+	}
+	return rows, err
+}
+
+// QueryRow is Query for one row; the fallback happens at Scan, where pgx reports the error.
+func (r *Reads) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if !r.onReplica() {
+		return r.primary.QueryRow(ctx, sql, args...)
+	}
+	return fallbackRow{r: r, ctx: ctx, sql: sql, args: args, row: r.replica.QueryRow(ctx, sql, args...)}
+}
+
+type fallbackRow struct {
+	r    *Reads
+	ctx  context.Context
+	sql  string
+	args []any
+	row  pgx.Row
+}
+
+func (f fallbackRow) Scan(dest ...any) error {
+	err := f.row.Scan(dest...)
+	if err != nil && f.r.replicaFailed(f.ctx, err) {
+		return f.r.primary.QueryRow(f.ctx, f.sql, f.args...).Scan(dest...)
+	}
+	return err
+}
+
+// State is where reads go now and why.
+func (r *Reads) State() ReadState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+func (r *Reads) onReplica() bool {
+	if r.replica == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// A measurement loop that stopped (or hangs) must not leave reads on a replica that may have
+	// fallen behind since.
+	if r.state.Source == SourceReplica && r.cfg.Now().Sub(r.state.MeasuredAt) > r.stale() {
+		r.setLocked(r.primaryState(causeUnmeasured, fmt.Sprintf("replica lag not measured for %s", r.stale())))
+	}
+	return r.state.Source == SourceReplica
+}
+
+// stale is how old a measurement may be before it no longer vouches for the replica.
+func (r *Reads) stale() time.Duration { return 3*r.cfg.Every + r.cfg.Timeout }
+
+// replicaFailed reports whether a read that failed on the replica should run on the primary:
+// the replica did not answer, or cancelled the read for a recovery conflict. The replica is
+// then marked down until the next measurement finds it again.
+func (r *Reads) replicaFailed(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, pgx.ErrNoRows) || !Transient(err) {
+		return false
+	}
+	reason := "replica unreachable: " + err.Error()
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+		reason = "replica refused a read: " + err.Error()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.setLocked(r.primaryState(causeUnreachable, reason))
+	return true
+}
+
+// Start measures the lag at once and then every Config.Every until ctx ends.
+func (r *Reads) Start(ctx context.Context) {
+	if r.replica == nil {
+		return
+	}
+	t := time.NewTicker(r.cfg.Every)
+	defer t.Stop()
+	for {
+		r.RunOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// replicaLag is what one measurement read from the two servers.
+type replicaLag struct {
+	primaryLSN uint64
+	inRecovery bool
+	replayLSN  uint64
+	paused     bool
+	// sinceReplay is now() - pg_last_xact_replay_timestamp() on the replica; nil before it
+	// replayed any transaction.
+	sinceReplay *time.Duration
+}
+
+// RunOnce measures the replica's lag once, routes reads by it and returns the new state.
+func (r *Reads) RunOnce(ctx context.Context) ReadState {
+	if r.replica == nil {
+		return r.State()
+	}
+	start := r.cfg.Now()
+	m, cause, err := r.measure(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.setLocked(r.primaryState(cause, err.Error()))
+		return r.state
+	}
+	if !m.inRecovery {
+		r.setLocked(r.primaryState(causeNotStandby, "replica at "+r.where+" is not a standby (promoted?): its data no longer follows the primary"))
+		return r.state
+	}
+	st := ReadState{Source: SourceReplica, Replica: true, Where: r.where, MaxLag: r.cfg.MaxLag, Paused: m.paused, MeasuredAt: start}
+	st.Lag, st.LagKnown = r.lag(m, start)
+	r.last.lsn, r.last.at = m.primaryLSN, start
+	switch {
+	case !st.LagKnown:
+		st.Source, st.Reason = SourcePrimary, "replica lag unknown: it has replayed no transaction since it started"
+		r.setLocked(st, causeLagging)
+	case st.Lag > r.cfg.MaxLag:
+		st.Source, st.Reason = SourcePrimary, fmt.Sprintf("replica lagging %s, max %s", roundLag(st.Lag), r.cfg.MaxLag)
+		if m.paused {
+			st.Reason += "; its replay is paused"
+		}
+		r.setLocked(st, causeLagging)
+	default:
+		r.setLocked(st, causeNone)
+	}
+	return r.state
+}
+
+// lag is the replica's lag at the start of the measurement: 0 when it had replayed everything
+// the primary had written when the measurement began; otherwise the least of two upper bounds,
+// the time since its last replayed commit (which alone would count an idle primary's quiet
+// spell as lag) and the time since the previous measurement, when it has replayed what the
+// primary had written then.
+func (r *Reads) lag(m replicaLag, now time.Time) (time.Duration, bool) {
+	if m.replayLSN >= m.primaryLSN {
+		return 0, true
+	}
+	var bound time.Duration
+	known := false
+	if m.sinceReplay != nil {
+		bound, known = max(*m.sinceReplay, 0), true
+	}
+	if !r.last.at.IsZero() && m.replayLSN >= r.last.lsn {
+		if d := now.Sub(r.last.at); !known || d < bound {
+			bound, known = d, true
+		}
+	}
+	return bound, known
+}
+
+// measure reads the primary's WAL position, then how far the replica has replayed: in that
+// order, so a replica at or past the position had everything committed before the measurement.
+func (r *Reads) measure(ctx context.Context) (replicaLag, readCause, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	var m replicaLag
+	var lsn string
+	if err := r.primary.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		return m, causePrimary, fmt.Errorf("cannot measure the replica's lag: the primary's WAL position: %w", err)
+	}
+	var err error
+	if m.primaryLSN, err = parseLSN(lsn); err != nil {
+		return m, causePrimary, err
+	}
+	var replay *string
+	var since *time.Duration
+	// pg_is_wal_replay_paused() fails outside recovery; CASE does not call it there.
+	err = r.replica.QueryRow(ctx, `
+		SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text,
+		       CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END,
+		       now() - pg_last_xact_replay_timestamp()`).Scan(&m.inRecovery, &replay, &m.paused, &since)
+	if err != nil {
+		return m, causeUnreachable, fmt.Errorf("replica unreachable at %s: %w", r.where, err)
+	}
+	m.sinceReplay = since
+	if replay != nil {
+		if m.replayLSN, err = parseLSN(*replay); err != nil {
+			return m, causeUnreachable, err
+		}
+	}
+	return m, causeNone, nil
+}
+
+// parseLSN reads PostgreSQL's pg_lsn text form, "16/B374D848".
+func parseLSN(s string) (uint64, error) {
+	var hi, lo uint32
+	if _, err := fmt.Sscanf(s, "%X/%X", &hi, &lo); err != nil {
+		return 0, fmt.Errorf("read WAL position %q: %w", s, err)
+	}
+	return uint64(hi)<<32 | uint64(lo), nil
+}
+
+// primaryState is the state that sends reads to the primary for cause.
+func (r *Reads) primaryState(cause readCause, reason string) (ReadState, readCause) {
+	return ReadState{Source: SourcePrimary, Replica: true, Where: r.where, MaxLag: r.cfg.MaxLag, Reason: reason,
+		MeasuredAt: r.cfg.Now()}, cause
+}
+
+// setLocked stores the state and logs a change of where reads go or of why.
+func (r *Reads) setLocked(st ReadState, cause readCause) {
+	prev, prevCause := r.state, r.kind
+	r.state, r.kind = st, cause
+	if st.Source == prev.Source && cause == prevCause {
+		return
+	}
+	fields := []zap.Field{zap.String("replica", r.where), zap.String("reads_from", string(st.Source)),
+		zap.Duration("max_lag_seconds", r.cfg.MaxLag)}
+	if st.LagKnown {
+		fields = append(fields, zap.Duration("lag_seconds", st.Lag))
+	}
+	if st.Source == SourceReplica {
+		r.log.Info("reads go to the replica", fields...)
+		return
+	}
+	r.log.Warn("reads go to the primary: "+st.Reason, fields...)
+}

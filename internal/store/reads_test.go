@@ -1,0 +1,218 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
+)
+
+// readsEnv is a private primary with a streaming standby and a router over the two. The
+// router's loop is not started: the test measures with RunOnce, so nothing happens between
+// two steps that the test did not ask for. MaxLag is a microsecond: only a replica that has
+// replayed everything counts as keeping up, and one that missed a single write is lagging,
+// without waiting for seconds to pass.
+func readsEnv(t *testing.T) (*store.Reads, *storetest.Standby, *pgx.Conn) {
+	t.Helper()
+	s := storetest.NewStandby(t)
+	ctx := context.Background()
+	open := func(url string) *pgxpool.Pool {
+		p, err := store.OpenReplica(ctx, store.PoolConfig{URL: url, MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	reads := store.NewReads(open(s.PrimaryURL), open(s.StandbyURL),
+		store.ReadsConfig{MaxLag: time.Microsecond, Every: time.Hour, Timeout: 5 * time.Second}, nil)
+	conn, err := pgx.Connect(ctx, s.PrimaryURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return reads, s, conn
+}
+
+// inRecovery says which server answered a read through the router: only the standby is in
+// recovery.
+func inRecovery(t *testing.T, reads *store.Reads) bool {
+	t.Helper()
+	var rec bool
+	if err := reads.QueryRow(context.Background(), `SELECT pg_is_in_recovery()`).Scan(&rec); err != nil {
+		t.Fatalf("read through the router: %v", err)
+	}
+	return rec
+}
+
+func addItem(t *testing.T, conn *pgx.Conn, id string) {
+	t.Helper()
+	storetest.Items(t, conn, storetest.Item{ID: id})
+}
+
+// seen counts the item through the router, with a Query so both read paths are exercised.
+func seen(t *testing.T, reads *store.Reads, id string) bool {
+	t.Helper()
+	rows, err := reads.Query(context.Background(), `SELECT item_id FROM tracked_items WHERE item_id = $1`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ids) == 1
+}
+
+// untilReplica measures until the replica has replayed everything and serves reads again.
+func untilReplica(t *testing.T, reads *store.Reads) store.ReadState {
+	t.Helper()
+	var st store.ReadState
+	testkit.Eventually(t, testkit.Timeout, "reads to go to the replica", func() bool {
+		st = reads.RunOnce(context.Background())
+		return st.Source == store.SourceReplica
+	})
+	return st
+}
+
+// One standby, three situations in turn: keeping up, lagging with its replay paused, and
+// stopped; in each, reads go where the state says and come back to the replica after.
+func TestReadsFollowTheReplicaLag(t *testing.T) {
+	reads, s, conn := readsEnv(t)
+	ctx := context.Background()
+	if st := reads.State(); st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "not measured") {
+		t.Fatalf("before any measurement: %+v, want the primary, not measured yet", st)
+	}
+
+	t.Run("replica keeps up", func(t *testing.T) {
+		addItem(t, conn, "kept-up")
+		st := untilReplica(t, reads)
+		if !st.LagKnown || st.Lag != 0 || st.Paused || st.String() != "replica (lag 0s)" {
+			t.Fatalf("caught up: %+v (%s)", st, st)
+		}
+		if !inRecovery(t, reads) {
+			t.Fatal("the state says replica but the primary answered")
+		}
+		// In step at the measurement means it had replayed the write made before it.
+		if !seen(t, reads, "kept-up") {
+			t.Fatal("the replica serves reads without a write it was measured to have replayed")
+		}
+	})
+
+	t.Run("replica lagging", func(t *testing.T) {
+		sconn, err := pgx.Connect(ctx, s.StandbyURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sconn.Close(ctx)
+		if _, err := sconn.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, testkit.Timeout, "replay to pause", func() bool {
+			var st string
+			return sconn.QueryRow(ctx, `SELECT pg_get_wal_replay_pause_state()`).Scan(&st) == nil && st == "paused"
+		})
+		addItem(t, conn, "behind")
+		st := reads.RunOnce(ctx)
+		if st.Source != store.SourcePrimary || !st.LagKnown || st.Lag <= 0 || !st.Paused ||
+			!strings.Contains(st.Reason, "replica lagging") || !strings.Contains(st.Reason, "replay is paused") {
+			t.Fatalf("paused behind a write: %+v, want the primary, saying the replica lags and its replay is paused", st)
+		}
+		if inRecovery(t, reads) || !seen(t, reads, "behind") {
+			t.Fatal("a lagging replica still serves reads")
+		}
+		var onStandby bool
+		if err := sconn.QueryRow(ctx, `SELECT count(*) > 0 FROM tracked_items WHERE item_id = 'behind'`).Scan(&onStandby); err != nil || onStandby {
+			t.Fatalf("the paused standby has the write (%v, %v): the test proves nothing", onStandby, err)
+		}
+
+		if _, err := sconn.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
+			t.Fatal(err)
+		}
+		untilReplica(t, reads)
+		if !inRecovery(t, reads) || !seen(t, reads, "behind") {
+			t.Fatal("after resuming, the replica does not serve the write it replayed")
+		}
+	})
+
+	t.Run("replica stopped", func(t *testing.T) {
+		untilReplica(t, reads)
+		s.StopStandby(t)
+		// A read the state still sends to the replica meets it down and runs on the primary.
+		if inRecovery(t, reads) {
+			t.Fatal("a read answered by a stopped standby")
+		}
+		// Unreachable, or refused with the shutdown's own error (57P01) when that reached the
+		// client before the connection closed.
+		if st := reads.State(); st.Source != store.SourcePrimary ||
+			!strings.Contains(st.Reason, "replica unreachable") && !strings.Contains(st.Reason, "replica refused a read") {
+			t.Fatalf("after a read met the stopped standby: %+v", st)
+		}
+		start := time.Now()
+		st := reads.RunOnce(ctx)
+		if st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "replica unreachable") || st.LagKnown {
+			t.Fatalf("stopped standby: %+v, want the primary, saying the replica is unreachable", st)
+		}
+		if d := time.Since(start); d > 6*time.Second {
+			t.Fatalf("measuring a stopped standby took %s, beyond its timeout", d)
+		}
+		if !seen(t, reads, "kept-up") {
+			t.Fatal("reads fail while the standby is down")
+		}
+
+		s.StartStandby(t)
+		addItem(t, conn, "after-restart")
+		untilReplica(t, reads)
+		if !inRecovery(t, reads) || !seen(t, reads, "after-restart") {
+			t.Fatal("the restarted standby does not serve reads")
+		}
+	})
+}
+
+// Without a replica every read goes to the primary, and the state says so in one word.
+func TestReadsWithoutReplica(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	reads := store.NewReads(pool, nil, store.ReadsConfig{}, nil)
+	if st := reads.RunOnce(context.Background()); st.Replica || st.Source != store.SourcePrimary || st.String() != "primary" {
+		t.Fatalf("no replica: %+v (%s)", st, st)
+	}
+	if inRecovery(t, reads) {
+		t.Fatal("read from a standby with none configured")
+	}
+}
+
+// A replica nothing answers at sends reads to the primary within the measurement's timeout,
+// and the password in its URL shows nowhere.
+func TestReadsUnreachableReplicaHidesItsPassword(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	replica, err := store.OpenReplica(ctx, store.PoolConfig{URL: "postgres://reader:s3cret-pw@127.0.0.1:1/duecollector?sslmode=disable&connect_timeout=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Close()
+	reads := store.NewReads(pool, replica, store.ReadsConfig{Timeout: 3 * time.Second}, nil)
+	st := reads.RunOnce(ctx)
+	if st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "replica unreachable at 127.0.0.1:1/duecollector") {
+		t.Fatalf("unreachable replica: %+v", st)
+	}
+	if strings.Contains(st.Reason, "s3cret") || strings.Contains(st.String(), "s3cret") {
+		t.Fatalf("the state shows the replica's password: %s", st)
+	}
+	if inRecovery(t, reads) {
+		t.Fatal("read from a standby")
+	}
+	if _, err := store.OpenReplica(ctx, store.PoolConfig{URL: "postgres://reader:s3cret-pw@127.0.0.1:bad/x"}); err == nil ||
+		strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "database.read_url") {
+		t.Fatalf("a bad read_url: %v, want an error naming database.read_url without the password", err)
+	}
+}
