@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -67,12 +65,6 @@ func DecodeCursor(s string) (*Cursor, error) {
 		return nil, errors.New("not a page cursor")
 	}
 	return &c, nil
-}
-
-// Reader is what a read needs: a pool, a connection, a transaction or a read replica's router.
-type Reader interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // BrowseItems returns one page of items and the cursor of the next page (nil on the last).

@@ -51,7 +51,7 @@ api.enabled is false.`,
 				_ = ln.Close()
 				return err
 			}
-			site, err := a.withAPI(ctx, pool, c.Handler())
+			site, err := a.withAPI(ctx, reads, c.Handler())
 			if err != nil {
 				_ = ln.Close()
 				return err
@@ -68,12 +68,13 @@ api.enabled is false.`,
 
 // withAPI serves the read API (internal/api) at /api/v1/ beside console, when api.enabled;
 // console may be nil (the console is off), and the result is nil when both are. The API's
-// /latest refresh runs until ctx ends.
-func (a *app) withAPI(ctx context.Context, pool *pgxpool.Pool, console http.Handler) (http.Handler, error) {
+// /latest refresh runs until ctx ends. It reads through reads (the replica while it keeps up),
+// so with database.read_url /latest trails the primary by the replica's lag as well.
+func (a *app) withAPI(ctx context.Context, reads *store.Reads, console http.Handler) (http.Handler, error) {
 	if !a.cfg.API.Enabled {
 		return console, nil
 	}
-	ap, err := api.New(pool, api.Config{APIConfig: a.cfg.API}, a.log)
+	ap, err := api.New(reads, api.Config{APIConfig: a.cfg.API}, a.log)
 	if err != nil {
 		return nil, err
 	}

@@ -106,7 +106,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 		con = c.Handler()
 	}
 	if a.cfg.Daemon.HTTPAddr != "" {
-		if con, err = a.withAPI(ctx, pool, con); err != nil {
+		if con, err = a.withAPI(ctx, reads, con); err != nil {
 			return nil, err
 		}
 	}

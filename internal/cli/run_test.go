@@ -150,8 +150,9 @@ func TestRunWaitsForItsDatabase(t *testing.T) {
 		rc, _ := get("/readyz")
 		return rc == 200
 	})
-	// The console is served at / beside /metrics.
-	for path, want := range map[string]string{"/": "<h1>Overview</h1>", "/items": `<table id="items">`, "/metrics": "collector_"} {
+	// The console is served at / beside /metrics, and the read API at /api/v1/.
+	for path, want := range map[string]string{"/": "<h1>Overview</h1>", "/items": `<table id="items">`, "/metrics": "collector_",
+		"/api/v1/latest": `{"items":[`, "/api/v1/openapi.json": `"openapi": "3.1.0"`} {
 		if rc, body := get(path); rc != 200 || !strings.Contains(body, want) {
 			t.Errorf("GET %s: %d, want 200 with %q:\n%.300s", path, rc, want, body)
 		}

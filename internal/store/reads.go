@@ -177,7 +177,53 @@ func (r *Reads) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 	if err != nil && r.replicaFailed(ctx, err) {
 		return r.primary.Query(ctx, sql, args...)
 	}
-	return rows, err
+	if err != nil {
+		return rows, err
+	}
+	return &fallbackRows{Rows: rows, r: r, ctx: ctx, sql: sql, args: args}, nil
+}
+
+// fallbackRows runs the query again on the primary when the replica fails before the first
+// row: pgx sends a query lazily, so a replica that died since its last use is only found out
+// at the first Next, and until a row has been handed over the switch is invisible. A failure
+// after that is the caller's error: rows already read cannot be taken back.
+type fallbackRows struct {
+	pgx.Rows
+	r    *Reads // nil once a row was read or the switch made
+	ctx  context.Context
+	sql  string
+	args []any
+	err  error // the primary's own failure to start the query again
+}
+
+func (f *fallbackRows) Next() bool {
+	if f.Rows.Next() {
+		f.r = nil
+		return true
+	}
+	if f.r == nil || f.err != nil {
+		return false
+	}
+	r := f.r
+	f.r = nil
+	if err := f.Rows.Err(); err == nil || !r.replicaFailed(f.ctx, err) {
+		return false
+	}
+	f.Rows.Close()
+	rows, err := r.primary.Query(f.ctx, f.sql, f.args...)
+	if err != nil {
+		f.err = err
+		return false
+	}
+	f.Rows = rows
+	return f.Rows.Next()
+}
+
+func (f *fallbackRows) Err() error {
+	if f.err != nil {
+		return f.err
+	}
+	return f.Rows.Err()
 }
 
 // QueryRow is Query for one row; the fallback happens at Scan, where pgx reports the error.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -23,15 +22,8 @@ func readsEnv(t *testing.T) (*store.Reads, *storetest.Standby, *pgx.Conn) {
 	t.Helper()
 	s := storetest.NewStandby(t)
 	ctx := context.Background()
-	open := func(url string) *pgxpool.Pool {
-		p, err := store.OpenReplica(ctx, store.PoolConfig{URL: url, MaxConns: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		return p
-	}
-	reads := store.NewReads(open(s.PrimaryURL), open(s.StandbyURL),
+	primary, standby := s.Pools(t)
+	reads := store.NewReads(primary, standby,
 		store.ReadsConfig{MaxLag: time.Microsecond, Every: time.Hour, Timeout: 5 * time.Second}, nil)
 	conn, err := pgx.Connect(ctx, s.PrimaryURL)
 	if err != nil {
@@ -107,18 +99,12 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 	})
 
 	t.Run("replica lagging", func(t *testing.T) {
+		s.PauseReplay(t)
 		sconn, err := pgx.Connect(ctx, s.StandbyURL)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sconn.Close(ctx)
-		if _, err := sconn.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
-			t.Fatal(err)
-		}
-		testkit.Eventually(t, testkit.Timeout, "replay to pause", func() bool {
-			var st string
-			return sconn.QueryRow(ctx, `SELECT pg_get_wal_replay_pause_state()`).Scan(&st) == nil && st == "paused"
-		})
 		addItem(t, conn, "behind")
 		st := reads.RunOnce(ctx)
 		if st.Source != store.SourcePrimary || !st.LagKnown || st.Lag <= 0 || !st.Paused ||
@@ -133,9 +119,7 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 			t.Fatalf("the paused standby has the write (%v, %v): the test proves nothing", onStandby, err)
 		}
 
-		if _, err := sconn.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
-			t.Fatal(err)
-		}
+		s.ResumeReplay(t)
 		untilReplica(t, reads)
 		if !inRecovery(t, reads) || !seen(t, reads, "behind") {
 			t.Fatal("after resuming, the replica does not serve the write it replayed")

@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // Standby is a private PostgreSQL primary and its streaming standby, each on a port of its
@@ -119,6 +121,58 @@ func NewStandby(tb testing.TB) *Standby {
 	s.start(tb, standby, standbyPort)
 	tb.Cleanup(func() { s.stop(tb, standby) })
 	return s
+}
+
+// PauseReplay stops the standby applying WAL (pg_wal_replay_pause) and returns once it has:
+// writes made on the primary after it are not on the standby until ResumeReplay.
+func (s *Standby) PauseReplay(tb testing.TB) {
+	tb.Helper()
+	s.onStandby(tb, func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
+			return err
+		}
+		testkit.Eventually(tb, testkit.Timeout, "replay to pause", func() bool {
+			var st string
+			return conn.QueryRow(ctx, `SELECT pg_get_wal_replay_pause_state()`).Scan(&st) == nil && st == "paused"
+		})
+		return nil
+	})
+}
+
+// ResumeReplay lets the standby apply WAL again.
+func (s *Standby) ResumeReplay(tb testing.TB) {
+	tb.Helper()
+	s.onStandby(tb, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `SELECT pg_wal_replay_resume()`)
+		return err
+	})
+}
+
+func (s *Standby) onStandby(tb testing.TB, f func(context.Context, *pgx.Conn) error) {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, s.StandbyURL)
+	if err != nil {
+		tb.Fatalf("storetest: connect to the standby: %v", err)
+	}
+	defer conn.Close(ctx)
+	if err := f(ctx, conn); err != nil {
+		tb.Fatalf("storetest: on the standby: %v", err)
+	}
+}
+
+// Pools opens a pool on each server, closed at cleanup.
+func (s *Standby) Pools(tb testing.TB) (primary, standby *pgxpool.Pool) {
+	tb.Helper()
+	open := func(url string) *pgxpool.Pool {
+		p, err := store.OpenReplica(context.Background(), store.PoolConfig{URL: url, MaxConns: 4})
+		if err != nil {
+			tb.Fatalf("storetest: %v", err)
+		}
+		tb.Cleanup(p.Close)
+		return p
+	}
+	return open(s.PrimaryURL), open(s.StandbyURL)
 }
 
 // StopStandby stops the standby at once (immediate mode), as a crash would.
