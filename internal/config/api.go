@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 )
 
@@ -17,9 +18,11 @@ type APIConfig struct {
 	// Rate is the requests per second one client may make (its burst is twice that); 0 = no
 	// limit. A client is its bearer token, or its address without tokens.
 	Rate float64 `mapstructure:"rate"`
-	// Tokens, when any, are required as "Authorization: Bearer …": COLLECTOR_API_TOKENS or the
-	// file COLLECTOR_API_TOKENS_FILE names, several separated by commas or new lines.
-	Tokens []Secret `mapstructure:"-"`
+	// TokensFile names a file of bearer tokens (its variable is COLLECTOR_API_TOKENS_FILE);
+	// COLLECTOR_API_TOKENS holds them instead. Several are separated by commas or new lines.
+	// With any, every request needs "Authorization: Bearer <token>".
+	TokensFile string   `mapstructure:"tokens_file"`
+	Tokens     []Secret `mapstructure:"-"`
 }
 
 // APITokensEnv holds the read API's bearer tokens.
@@ -29,17 +32,27 @@ var apiDefaults = map[string]any{
 	"api.enabled":      true,
 	"api.cors_origins": []string{},
 	"api.rate":         25.0,
+	"api.tokens_file":  "",
 }
 
-// loadTokens reads the tokens from the environment or its file, never from the YAML file (so
-// they stay out of committed configs). Errors never include a token.
+// loadTokens reads the tokens from the environment or api.tokens_file, never from the YAML
+// file itself (so they stay out of committed configs). Errors never include a token.
 func (c *APIConfig) loadTokens() error {
-	all, err := secretEnv(APITokensEnv)
-	if err != nil {
-		return err
+	all := strings.TrimSpace(os.Getenv(APITokensEnv))
+	if c.TokensFile != "" {
+		if all != "" {
+			return fmt.Errorf("%s and api.tokens_file (%s_FILE) are both set: set one", APITokensEnv, APITokensEnv)
+		}
+		b, err := os.ReadFile(c.TokensFile)
+		if err != nil {
+			return fmt.Errorf("api.tokens_file: %w", err)
+		}
+		if all = strings.TrimSpace(string(b)); all == "" {
+			return fmt.Errorf("api.tokens_file: %s is empty", c.TokensFile)
+		}
 	}
 	c.Tokens = nil
-	for _, t := range strings.FieldsFunc(all.Reveal(), func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
+	for _, t := range strings.FieldsFunc(all, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
 		if t = strings.TrimSpace(t); t != "" {
 			c.Tokens = append(c.Tokens, Secret(t))
 		}

@@ -211,13 +211,17 @@ func TestAPITokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(APITokensEnv, "")
-	t.Setenv(APITokensEnv+"_FILE", file)
+	t.Setenv(APITokensEnv+"_FILE", file) // api.tokens_file
 	cfg, err := Load(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(cfg.API.Tokens) != 3 || cfg.API.Tokens[2].Reveal() != "third-token-0123456789" {
 		t.Fatalf("%d tokens", len(cfg.API.Tokens))
+	}
+	t.Setenv(APITokensEnv, "other-token-0123456789")
+	if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), "both set") {
+		t.Fatalf("variable and file: %v", err)
 	}
 	t.Setenv(APITokensEnv+"_FILE", "")
 	t.Setenv(APITokensEnv, "shorty")

@@ -33,8 +33,10 @@ type KafkaConfig struct {
 
 	// Lease is how long a relay owns its outbox lanes without renewing them; a relay that
 	// dies stops renewing and another one takes over after at most this long.
-	Lease        time.Duration `mapstructure:"lease"`
-	PollInterval time.Duration `mapstructure:"poll_interval"`
+	Lease time.Duration `mapstructure:"lease"`
+	// PollInterval is follow mode's look for new rows when no notification came; not a key
+	// (outbox.PollIntervalDefault fills 0), tests set it.
+	PollInterval time.Duration `mapstructure:"-"`
 
 	// OutboxRetention: published outbox rows older than this are deleted (internal/retention).
 	OutboxRetention time.Duration `mapstructure:"outbox_retention"`
@@ -88,7 +90,6 @@ var kafkaDefaults = map[string]any{
 	"kafka.replication_factor":       3,
 	"kafka.topic_config":             map[string]string{},
 	"kafka.lease":                    "30s",
-	"kafka.poll_interval":            "1s",
 	"kafka.outbox_retention":         "168h",
 	"kafka.retry.backoff_max":        "30s",
 	"kafka.tls.enabled":              false,
@@ -129,7 +130,6 @@ func (c KafkaConfig) Validate() error {
 	errs = append(errs,
 		kafkaDuration("kafka.write_timeout", c.WriteTimeout, 100*time.Millisecond, 5*time.Minute),
 		kafkaDuration("kafka.lease", c.Lease, time.Second, time.Hour),
-		kafkaDuration("kafka.poll_interval", c.PollInterval, time.Millisecond, time.Hour),
 		kafkaDuration("kafka.outbox_retention", c.OutboxRetention, time.Minute, 10*365*24*time.Hour),
 		kafkaDuration("kafka.retry.backoff_max", c.Retry.BackoffMax, 10*time.Millisecond, time.Hour),
 	)

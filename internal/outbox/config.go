@@ -31,10 +31,13 @@ type RelayConfig struct {
 	Test            *TestSignals
 }
 
-// Retry defaults no operator needs to turn; tests set RelayConfig's fields instead.
+// Defaults no operator needs to turn; tests set RelayConfig's fields instead.
 const (
 	RetryAttemptsDefault   = 5
 	RetryBackoffMinDefault = 200 * time.Millisecond
+	// PollIntervalDefault is how often a following relay looks for rows no notification
+	// announced (behind a transaction-pooling PgBouncer without database.direct_url).
+	PollIntervalDefault = time.Second
 )
 
 // check: no brokers means no Kafka for package config, but a relay needs them.
@@ -59,6 +62,9 @@ func (c *RelayConfig) check() error {
 	}
 	if c.RetryAttempts == 0 {
 		c.RetryAttempts = RetryAttemptsDefault
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = PollIntervalDefault
 	}
 	if c.RetryBackoffMin == 0 {
 		c.RetryBackoffMin = min(RetryBackoffMinDefault, c.Retry.BackoffMax)
