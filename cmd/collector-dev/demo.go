@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/duecollector/duecollector/configs"
+	"github.com/duecollector/duecollector/internal/api"
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/cli"
@@ -199,6 +200,7 @@ func (d demo) run(ctx context.Context, o demoOptions) error {
 	}
 	d.printf("running    the daemon (collector run) for %s; metrics at http://%s/metrics\n", o.duration, dm.Addr())
 	d.printf("console    %s\n", cli.HostURL(dm.Addr()))
+	d.printf("read API   %slatest (docs/api.md)\n", strings.TrimSuffix(cli.HostURL(dm.Addr()), "/")+api.Prefix)
 	hb := budget.Tuned(d.cfg.Daemon.Budget).Heartbeat
 	d.printf("           (its first calls wait %s–%s, two to three budget heartbeats, so that\n"+
 		"           instances already sharing the API key's budget lower their share before it sends)\n", 2*hb, 3*hb)
@@ -242,7 +244,7 @@ func (d demo) run(ctx context.Context, o demoOptions) error {
 	if err != nil {
 		return fmt.Errorf("keep the console: %w", err)
 	}
-	d.printf("\nconsole    kept at %s until Ctrl-C\n", cli.HostURL(dm.Addr()))
+	d.printf("\nconsole    kept at %s until Ctrl-C, the read API beside it\n", cli.HostURL(dm.Addr()))
 	return d.h.ServeConsole(ctx, cln, pool)
 }
 

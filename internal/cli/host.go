@@ -6,6 +6,8 @@ import (
 	"net"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -64,12 +66,18 @@ func (h Host) PrintStatus(ctx context.Context, pool *pgxpool.Pool) error {
 
 // ServeConsole serves `collector console` on ln until ctx ends.
 func (h Host) ServeConsole(ctx context.Context, ln net.Listener, pool *pgxpool.Pool) error {
-	c, err := h.a.newConsole(ctx, pool, nil) // the demo's own database, no replica
+	reads := store.NewReads(pool, nil, store.ReadsConfig{}, h.a.log) // the demo's own database, no replica
+	c, err := h.a.newConsole(ctx, pool, reads)
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
-	return serveUntilDone(ctx, ln, c.Handler(), h.a.log)
+	site, err := h.a.withAPI(ctx, reads, c.Handler())
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	return serveUntilDone(ctx, ln, site, h.a.log)
 }
 
 // HostURL is the URL people open for a listen address.
