@@ -472,14 +472,14 @@ func (s *Share) admit(a *attempt, now time.Time, window time.Duration) (time.Dur
 	return s.grant(now), nil
 }
 
-// Run registers the process, heartbeats until ctx ends, then deregisters so the others take
+// Start registers the process, heartbeats until ctx ends, then deregisters so the others take
 // over its share at once. Database errors are logged and retried.
-func (s *Share) Run(ctx context.Context) error {
+func (s *Share) Start(ctx context.Context) {
 	defer s.leave(ctx)
 	for next := s.clock.Now(); ; {
 		s.heartbeat(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		// A heartbeat's pace, as a ticker's: a slow one does not push the next ones back.
 		now := s.clock.Now()
@@ -487,7 +487,7 @@ func (s *Share) Run(ctx context.Context) error {
 			next = now
 		}
 		if !s.sleep(ctx, next.Sub(now)) {
-			return nil
+			return
 		}
 	}
 }

@@ -218,7 +218,7 @@ func TestRunHeartbeatsOnItsClockAndOpensAfterTheJoinDelay(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ended := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(ended) }()
+	go func() { s.Start(ctx); close(ended) }()
 	live := func() int {
 		is, err := LiveInstances(context.Background(), c.pool, time.Minute)
 		if err != nil {

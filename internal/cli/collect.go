@@ -37,7 +37,7 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		}
 		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
-		go func() { defer close(done); _ = share.Run(sctx) }()
+		go func() { defer close(done); share.Start(sctx) }()
 		stop = func() { cancel(); <-done }
 		fetch = &budget.Fetcher{Next: client, Share: share, Within: a.cfg.Collect.Lease}
 	}

@@ -370,20 +370,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	var wg sync.WaitGroup
-	spawn := func(name string, fn func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(bg); err != nil {
-				d.log.Error("daemon component stopped", zap.String("component", name), zap.Error(err))
-			}
-		}()
-	}
 	start := func(fn func(context.Context)) { wg.Go(func() { fn(bg) }) }
 	if d.share != nil {
-		spawn("budget", d.share.Run)
+		start(d.share.Start)
 	}
-	spawn("health", d.health.Run)
+	start(d.health.Start)
 	start(d.probeWrites)
 	if d.cfg.Daemon.Notify {
 		start(func(ctx context.Context) {

@@ -231,10 +231,10 @@ func (m *Monitor) rampLocked(now time.Time) {
 	m.rate.SetRateFactor(budget.RecoveryFactor(m.cfg.RecoverFactor, m.cfg.RecoverFor, now.Sub(m.recSince)))
 }
 
-// Run re-reads the status every CheckInterval (or at once when an outcome calls for a
+// Start re-reads the status every CheckInterval (or at once when an outcome calls for a
 // transition), makes the transitions this instance observed reasons for and probes while the
-// provider is paused. Database errors are logged and retried; Run returns when ctx ends.
-func (m *Monitor) Run(ctx context.Context) error {
+// provider is paused. Database errors are logged and retried; Start returns when ctx ends.
+func (m *Monitor) Start(ctx context.Context) {
 	t := time.NewTicker(m.cfg.CheckInterval)
 	defer t.Stop()
 	for {
@@ -244,7 +244,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		m.Checked.Signal(m.Status())
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 		case <-m.kick:
 		}

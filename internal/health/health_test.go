@@ -55,7 +55,7 @@ func run(t *testing.T, m *Monitor) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
+	go func() { defer close(done); m.Start(ctx) }()
 	t.Cleanup(func() { cancel(); testkit.Recv(t, done, testkit.Timeout, "the monitor to stop") })
 }
 
