@@ -116,7 +116,16 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound, "no such endpoint: "+r.URL.Path+" (see "+Prefix+"openapi.json)", "")
 	})
-	return a.cors(a.guard(mux))
+	return nosniff(a.cors(a.guard(mux)))
+}
+
+// nosniff keeps browsers from reading an answer (which may echo a parameter) as anything but
+// the JSON it says it is.
+func nosniff(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h.ServeHTTP(w, r)
+	})
 }
 
 var openapi = newBody(openapiDoc, time.Time{})

@@ -256,6 +256,25 @@ func TestLatestAnswers304UntilTheMarketChanges(t *testing.T) {
 	}
 }
 
+// An item leaving the catalog changes the answer: its ETag, and its Last-Modified, so a
+// client polling If-Modified-Since does not keep a copy that still lists it.
+func TestLatestChangesWhenAnItemLeaves(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.MaxAge = time.Nanosecond })
+	resp, _ := e.get(t, "/api/v1/latest")
+	tag, modified := resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
+	mustExec(t, e.pool, `DELETE FROM tracked_items WHERE item_id = 'filler-00'`)
+	e.clock.Advance(time.Second)
+	resp, b := e.get(t, "/api/v1/latest", "If-Modified-Since", modified)
+	if resp.StatusCode != 200 || resp.Header.Get("ETag") == tag || resp.Header.Get("Last-Modified") == modified ||
+		len(decode[latestBody](t, b).Items) != 32 {
+		t.Fatalf("after an item left: %d, ETag %q (was %q), Last-Modified %q (was %q)", resp.StatusCode,
+			resp.Header.Get("ETag"), tag, resp.Header.Get("Last-Modified"), modified)
+	}
+	if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatal("no nosniff")
+	}
+}
+
 // The answer is gzip-compressed for a client that asks, and decompresses to the same JSON.
 func TestLatestIsGzippedOnRequest(t *testing.T) {
 	e := setup(t, nil)

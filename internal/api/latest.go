@@ -75,7 +75,7 @@ func (c *latestCache) refresh(ctx context.Context) error {
 		return nil
 	}
 	start := c.now()
-	states, _, err := history.LatestStates(ctx, c.db)
+	states, dbNow, err := history.LatestStates(ctx, c.db)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,14 @@ func (c *latestCache) refresh(ctx context.Context) error {
 			raw = append(raw, it.json...)
 		}
 		raw = append(raw, "]}"...)
-		next.all = newBody(raw, newestSeen(next.items))
+		// Last-Modified is when this read found the change (the database's clock), not only the
+		// newest collection in it: an item leaving the catalog changes the answer too, and a
+		// client asking If-Modified-Since must not get 304 for that.
+		modified := newestSeen(next.items)
+		if prev != nil && dbNow.After(modified) {
+			modified = dbNow
+		}
+		next.all = newBody(raw, modified)
 		next.all.gz = compress(raw)
 	}
 	c.cur.Store(next)
