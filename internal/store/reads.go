@@ -72,8 +72,8 @@ const (
 	SourceReplica ReadSource = "replica"
 )
 
-// ReadState is where reads go now and why: what the console, `collector status`, the metrics
-// and the API's response header show.
+// ReadState is where reads go now and why: what the console, `collector status` and the
+// metrics show.
 type ReadState struct {
 	Source ReadSource
 	// Replica is whether one is configured (database.read_url); without one, Source is always
