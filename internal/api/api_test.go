@@ -319,7 +319,7 @@ type seriesBody struct {
 	ItemID   string           `json:"item_id"`
 	Interval string           `json:"interval"`
 	Since    time.Time        `json:"since"`
-	Points   []history.Point  `json:"points"`
+	Points   []history.Point  `json:"snapshots"`
 	Candles  []history.Candle `json:"candles"`
 }
 

@@ -19,17 +19,6 @@ var (
 // defaultAlign rounds the default since down to whole buckets (minutes for raw).
 var defaultAlign = map[string]time.Duration{"raw": time.Minute, history.Hourly: time.Hour, history.Daily: 24 * time.Hour}
 
-// seriesAnswer is /timeseries's body: the same series `collector history --format json` prints.
-type seriesAnswer struct {
-	ItemID   string           `json:"item_id"`
-	Interval string           `json:"interval"`
-	Since    time.Time        `json:"since"`
-	Until    *time.Time       `json:"until,omitempty"`
-	SeenAt   *time.Time       `json:"seen_until,omitempty"`
-	Points   []history.Point  `json:"points,omitempty"`
-	Candles  []history.Candle `json:"candles,omitempty"`
-}
-
 func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !idPattern.MatchString(id) {
@@ -89,11 +78,8 @@ func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 		a.unavailable(w, r, "read the series", err)
 		return
 	}
-	ans := seriesAnswer{ItemID: id, Interval: interval, Since: since.UTC(), SeenAt: s.SeenUntil, Points: s.Points, Candles: s.Candle}
-	if !until.IsZero() {
-		u := until.UTC()
-		ans.Until = &u
-	}
+	// The same document `collector history -o json` prints.
+	ans := s.Document(interval, since, until)
 	var modified time.Time
 	if s.SeenUntil != nil {
 		modified = *s.SeenUntil

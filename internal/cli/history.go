@@ -92,19 +92,8 @@ func (a *app) printHistory(ctx context.Context, db history.Reader, item, interva
 	case "json":
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
-		if interval == "raw" {
-			return enc.Encode(struct {
-				ItemID    string          `json:"item_id"`
-				SeenUntil *time.Time      `json:"seen_until"`
-				Snapshots []history.Point `json:"snapshots"`
-			}{s.ItemID, s.SeenUntil, nonNil(s.Points)})
-		}
-		return enc.Encode(struct {
-			ItemID     string           `json:"item_id"`
-			Resolution string           `json:"resolution"`
-			SeenUntil  *time.Time       `json:"seen_until"`
-			Candles    []history.Candle `json:"candles"`
-		}{s.ItemID, interval, s.SeenUntil, nonNil(s.Candle)})
+		// The read API's /timeseries answer, the same document.
+		return enc.Encode(s.Document(interval, since, time.Time{}))
 	case "csv":
 		w := csv.NewWriter(a.stdout)
 		_ = w.Write(header)
@@ -128,13 +117,6 @@ func (a *app) printHistory(ctx context.Context, db history.Reader, item, interva
 		a.printf("nothing stored since %s; last collected %s\n", since.UTC().Format(time.RFC3339), s.SeenUntil.UTC().Format(time.RFC3339))
 	}
 	return nil
-}
-
-func nonNil[T any](xs []T) []T {
-	if xs == nil {
-		return []T{}
-	}
-	return xs
 }
 
 func historyRows(s history.Series, interval string) ([]string, [][]string) {

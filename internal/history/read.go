@@ -59,6 +59,40 @@ type Series struct {
 	SeenUntil *time.Time
 }
 
+// Document is a series as readers receive it: the read API's /timeseries answer and
+// `collector history -o json`, one shape for both. Snapshots (interval raw) or Candles (1h, 1d)
+// is present, empty or not; the other is left out.
+type Document struct {
+	ItemID    string     `json:"item_id"`
+	Interval  string     `json:"interval"`
+	Since     time.Time  `json:"since"`
+	Until     *time.Time `json:"until,omitempty"`
+	SeenUntil *time.Time `json:"seen_until"`
+	Snapshots []Point    `json:"snapshots,omitzero"`
+	Candles   []Candle   `json:"candles,omitzero"`
+}
+
+// Document is s as read over [since, until) (until zero: up to now) at interval.
+func (s Series) Document(interval string, since, until time.Time) Document {
+	d := Document{ItemID: s.ItemID, Interval: interval, Since: since.UTC(), SeenUntil: s.SeenUntil}
+	if !until.IsZero() {
+		u := until.UTC()
+		d.Until = &u
+	}
+	if interval == "raw" {
+		d.Snapshots = s.Points
+		if d.Snapshots == nil {
+			d.Snapshots = []Point{}
+		}
+	} else {
+		d.Candles = s.Candle
+		if d.Candles == nil {
+			d.Candles = []Candle{}
+		}
+	}
+	return d
+}
+
 // ErrUnknownItem: no tracked item has that id.
 var ErrUnknownItem = errors.New("no tracked item has that id")
 
