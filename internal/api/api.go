@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,10 @@ type Config struct {
 	MaxAge time.Duration
 	// Now is the clock of rate limits and the copy's age; nil = time.Now.
 	Now func() time.Time
+	// Latest is where /latest reads, when not the DB every other endpoint reads: the primary,
+	// with a read replica configured. A replica may trail by seconds, and /latest promises
+	// one; its one read a refresh for all clients together is a small, bounded cost.
+	Latest DB
 }
 
 // MaxAgeDefault bounds how far /latest may trail the database: a snapshot committed now is in
@@ -51,6 +56,7 @@ type API struct {
 	latest *latestCache
 	limit  *limiter
 	tokens [][32]byte
+	warned atomic.Int64 // unix ns of the last logged read failure
 }
 
 // New builds an API over db.
@@ -65,7 +71,11 @@ func New(db DB, cfg Config, log *zap.Logger) (*API, error) {
 		cfg.Now = time.Now
 	}
 	a := &API{cfg: cfg, db: db, log: log, limit: newLimiter(cfg.Rate, cfg.Now)}
-	a.latest = newLatestCache(db, cfg.MaxAge, cfg.Now)
+	latestDB := cfg.Latest
+	if latestDB == nil {
+		latestDB = db
+	}
+	a.latest = newLatestCache(latestDB, cfg.MaxAge, cfg.Now)
 	// Tokens are compared by their hashes in constant time, so neither a token's length nor
 	// its prefix leaks through timing.
 	for _, t := range cfg.Tokens {
@@ -77,7 +87,7 @@ func New(db DB, cfg Config, log *zap.Logger) (*API, error) {
 // Start refreshes the /latest copy every half MaxAge while it is being polled, so a poll
 // finds it current instead of waiting for a read; it returns when ctx ends.
 func (a *API) Start(ctx context.Context) {
-	t := time.NewTicker(a.cfg.MaxAge / 2)
+	t := time.NewTicker(max(a.cfg.MaxAge/2, 10*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -88,8 +98,8 @@ func (a *API) Start(ctx context.Context) {
 		if !a.latest.polled(idleAfter) {
 			continue
 		}
-		if err := a.latest.refresh(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("api: refresh the latest markets", zap.Error(err))
+		if err := a.latest.refresh(ctx, true); err != nil && ctx.Err() == nil {
+			a.warn("refresh the latest markets", zap.Error(err))
 		}
 	}
 }
@@ -150,6 +160,10 @@ func (a *API) guard(next http.Handler) http.Handler {
 		if len(a.tokens) > 0 && r.URL.Path != Prefix+"openapi.json" {
 			tok, ok := a.bearer(r)
 			if !ok {
+				// Limited by its address like any client, so guessing tokens is paced too.
+				if a.overRate(w, client) {
+					return
+				}
 				w.Header().Set("WWW-Authenticate", `Bearer realm="duecollector"`)
 				writeProblem(w, http.StatusUnauthorized, probUnauthorized,
 					"this API requires a bearer token: send Authorization: Bearer <token>", "")
@@ -157,17 +171,26 @@ func (a *API) guard(next http.Handler) http.Handler {
 			}
 			client = "token:" + tok
 		}
-		if a.limit != nil {
-			d := a.limit.take(client)
-			a.limit.headers(w.Header(), d)
-			if !d.ok {
-				writeProblem(w, http.StatusTooManyRequests, probRateLimited,
-					"too many requests from this client: wait Retry-After seconds (RateLimit-Policy says the quota)", "")
-				return
-			}
+		if a.overRate(w, client) {
+			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// overRate takes one request from client's bucket, sets the RateLimit fields, and answers 429
+// when the bucket is empty.
+func (a *API) overRate(w http.ResponseWriter, client string) bool {
+	if a.limit == nil {
+		return false
+	}
+	d := a.limit.take(client)
+	a.limit.headers(w.Header(), d)
+	if !d.ok {
+		writeProblem(w, http.StatusTooManyRequests, probRateLimited,
+			"too many requests from this client: wait Retry-After seconds (RateLimit-Policy says the quota)", "")
+	}
+	return !d.ok
 }
 
 // bearer returns which configured token the request carries (by index, never the token).
@@ -189,14 +212,19 @@ func (a *API) bearer(r *http.Request) (string, bool) {
 	return strconv.Itoa(found), true
 }
 
-// clientAddr is the client's IP address. Behind a reverse proxy every client shares the
-// proxy's: give clients tokens, or limit at the proxy.
+// clientAddr is the client's IP address, an IPv6 one by its /64 (what one subscriber is
+// given, so a client cannot step through addresses to dodge its limit). Behind a reverse
+// proxy every client shares the proxy's: give clients tokens, or limit at the proxy.
 func clientAddr(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
-	return host
+	ip := net.ParseIP(host)
+	if ip == nil || ip.To4() != nil {
+		return host
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 // cors answers preflights and marks answers readable by the configured origins' pages.

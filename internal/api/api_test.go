@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/duecollector/duecollector/internal/api"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -409,6 +410,11 @@ func TestBadParametersAreRefusedBeforeSQL(t *testing.T) {
 		{"/api/v1/items?limit=201", "limit"},
 		{"/api/v1/items?cursor=not-a-cursor", "cursor"},
 		{"/api/v1/items?q=" + strings.Repeat("x", 201), "q"},
+		{"/api/v1/items?q=%FF", "q"},
+		{"/api/v1/items?q=a%00b", "q"},
+		{"/api/v1/items?cursor=" + (&catalog.Cursor{ID: "a\x00b"}).Encode(), "cursor"},
+		{"/api/v1/items?cursor=" + (&catalog.Cursor{ID: "filler-03", Name: "filler 03"}).Encode(), "cursor"}, // a search's, without q
+		{"/api/v1/items?q=filler&cursor=" + (&catalog.Cursor{ID: "filler-03", Score: 1}).Encode(), "cursor"}, // the list's, with q
 	}
 	before := e.db.n.Load()
 	for _, c := range cases {
@@ -562,5 +568,107 @@ func TestOpenAPIIsServed(t *testing.T) {
 	}
 	if resp, _ := e.do(t, http.MethodHead, "/api/v1/latest"); resp.StatusCode != 200 {
 		t.Fatalf("HEAD: %d", resp.StatusCode)
+	}
+}
+
+// Without tokens a client is its address; with them, a request without a valid one is limited
+// by its address before it is refused, so guessing tokens is paced too.
+func TestRateLimitByAddress(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.Rate = 1 })
+	for i := range 2 {
+		if resp, _ := e.get(t, "/api/v1/items?limit=1"); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	if resp, _ := e.get(t, "/api/v1/items?limit=1"); resp.StatusCode != 429 {
+		t.Fatalf("third request from one address: %d, want 429", resp.StatusCode)
+	}
+	g := setup(t, func(c *api.Config) { c.Rate = 1; c.Tokens = []config.Secret{"a-long-secret-bearer-token"} })
+	for i, want := range []int{401, 401, 429} {
+		if resp, _ := g.get(t, "/api/v1/latest", "Authorization", "Bearer guess-guess-guess-guess"); resp.StatusCode != want {
+			t.Fatalf("guess %d: %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+}
+
+// HEAD answers the headers of GET without the body, 304 included; every answer that may be
+// compressed says it varies by Accept-Encoding.
+func TestHeadAndVary(t *testing.T) {
+	e := setup(t, nil)
+	get, body := e.get(t, "/api/v1/latest", "Accept-Encoding", "identity")
+	head, none := e.do(t, http.MethodHead, "/api/v1/latest", "Accept-Encoding", "identity")
+	if head.StatusCode != 200 || len(none) != 0 || head.Header.Get("Content-Length") != fmt.Sprint(len(body)) ||
+		head.Header.Get("ETag") != get.Header.Get("ETag") {
+		t.Fatalf("HEAD: %d, %d bytes, Content-Length %s (GET %d bytes), ETag %q / %q", head.StatusCode, len(none),
+			head.Header.Get("Content-Length"), len(body), head.Header.Get("ETag"), get.Header.Get("ETag"))
+	}
+	if resp, _ := e.do(t, http.MethodHead, "/api/v1/latest", "If-None-Match", get.Header.Get("ETag")); resp.StatusCode != 304 ||
+		!strings.Contains(resp.Header.Get("Vary"), "Accept-Encoding") {
+		t.Fatalf("HEAD with the ETag: %d, Vary %q", resp.StatusCode, resp.Header.Get("Vary"))
+	}
+	if !strings.Contains(get.Header.Get("Vary"), "Accept-Encoding") {
+		t.Fatalf("GET: Vary %q", get.Header.Get("Vary"))
+	}
+	// An explicit gzip wins over "*;q=0".
+	if resp, _ := e.get(t, "/api/v1/latest", "Accept-Encoding", "*;q=0, gzip"); resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatal("*;q=0, gzip: not compressed")
+	}
+}
+
+// With "*" any origin's pages may read answers; a preflight from an origin not configured gets
+// no permission.
+func TestCORSAnyOriginAndRefusedPreflight(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.CORSOrigins = []string{"*"} })
+	if resp, _ := e.get(t, "/api/v1/latest", "Origin", "https://anyone.example"); resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Fatalf("*: %v", resp.Header)
+	}
+	f := setup(t, func(c *api.Config) { c.CORSOrigins = []string{"https://prices.example.org"} })
+	resp, _ := f.do(t, http.MethodOptions, "/api/v1/latest", "Origin", "https://evil.example", "Access-Control-Request-Method", "GET")
+	if resp.Header.Get("Access-Control-Allow-Origin") != "" || resp.Header.Get("Access-Control-Allow-Methods") != "" {
+		t.Fatalf("preflight from another origin: %v", resp.Header)
+	}
+}
+
+// With the database gone, a poll past MaxAge answers 503 with Retry-After and a problem: the
+// old copy is never passed off as current.
+func TestLatestAnswers503WithoutTheDatabase(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.MaxAge = time.Second })
+	if resp, _ := e.get(t, "/api/v1/latest"); resp.StatusCode != 200 {
+		t.Fatalf("first poll: %d", resp.StatusCode)
+	}
+	e.pool.Close()
+	if resp, _ := e.get(t, "/api/v1/latest"); resp.StatusCode != 200 {
+		t.Fatalf("within MaxAge the copy serves: %d", resp.StatusCode)
+	}
+	e.clock.Advance(2 * time.Second)
+	resp, b := e.get(t, "/api/v1/latest")
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || decode[problem](t, b).Status != 503 {
+		t.Fatalf("without the database: %d %s", resp.StatusCode, b)
+	}
+}
+
+// A filtered poll is dated like the whole answer, so a rename (which moves no collection time)
+// answers If-Modified-Since with the new name; and two answers dated in one second leave
+// If-Modified-Since of that second unanswered by 304 until a later second re-dates the answer.
+func TestIfModifiedSinceNeverHidesAChange(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.MaxAge = time.Nanosecond })
+	resp, _ := e.get(t, "/api/v1/latest?ids="+quietItem)
+	modified := resp.Header.Get("Last-Modified")
+	mustExec(t, e.pool, `UPDATE tracked_items SET item_name = 'Silver Thread II' WHERE item_id = $1`, quietItem)
+	e.clock.Advance(time.Second)
+	resp, b := e.get(t, "/api/v1/latest?ids="+quietItem, "If-Modified-Since", modified)
+	if resp.StatusCode != 200 || decode[latestBody](t, b).Items[0].Name != "Silver Thread II" {
+		t.Fatalf("after a rename: %d %s", resp.StatusCode, b)
+	}
+	// Two more changes back to back land in one second (or in two: then there is nothing to
+	// hide and the check below still holds).
+	mustExec(t, e.pool, `UPDATE tracked_items SET item_name = 'Silver Thread III' WHERE item_id = $1`, quietItem)
+	e.clock.Advance(time.Second)
+	first, _ := e.get(t, "/api/v1/latest?ids="+quietItem)
+	mustExec(t, e.pool, `UPDATE tracked_items SET item_name = 'Silver Thread IV' WHERE item_id = $1`, quietItem)
+	e.clock.Advance(time.Second)
+	second, b := e.get(t, "/api/v1/latest?ids="+quietItem, "If-Modified-Since", first.Header.Get("Last-Modified"))
+	if second.StatusCode != 200 || decode[latestBody](t, b).Items[0].Name != "Silver Thread IV" {
+		t.Fatalf("a change within the second of the copy held: %d %s", second.StatusCode, b)
 	}
 }

@@ -1,11 +1,14 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/duecollector/duecollector/internal/catalog"
 )
@@ -34,11 +37,25 @@ type itemRef struct {
 
 // getItems searches by name prefix (case-insensitive; an exact id first) or, without q, lists
 // every item most popular first; pages follow by keyset, so page N costs what page 1 does.
+// checkText refuses what PostgreSQL would refuse (invalid UTF-8, NUL) and text over max
+// characters, so neither reaches a statement.
+func checkText(s string, max int) error {
+	switch {
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	case strings.ContainsRune(s, 0):
+		return errors.New("contains a NUL character")
+	case utf8.RuneCountInString(s) > max:
+		return fmt.Errorf("at most %d characters", max)
+	}
+	return nil
+}
+
 func (a *API) getItems(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	search := q.Get("q")
-	if len(search) > 200 {
-		badParam(w, "q", "q: at most 200 characters")
+	if err := checkText(search, 200); err != nil {
+		badParam(w, "q", "q: "+err.Error())
 		return
 	}
 	limit := itemsPageDefault
@@ -50,11 +67,16 @@ func (a *API) getItems(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	bq := catalog.BrowseQuery{Search: search, Filter: catalog.BrowseAll, Limit: limit}
+	bq := catalog.BrowseQuery{Search: search, Filter: catalog.BrowseAll, Limit: limit, Public: true}
 	if c := q.Get("cursor"); c != "" {
 		cur, err := catalog.DecodeCursor(c)
+		// A cursor is only ever one this endpoint wrote: an id it would accept, a name key for
+		// a search's pages and none for the list's (keysets of two orders do not mix).
+		if err == nil && (!idPattern.MatchString(cur.ID) || checkText(cur.Name, 400) != nil || (cur.Name != "") != (search != "")) {
+			err = errors.New("not a cursor of this query")
+		}
 		if err != nil {
-			badParam(w, "cursor", "cursor: "+err.Error()+"; pass next_cursor from the previous page as it is")
+			badParam(w, "cursor", "cursor: "+err.Error()+"; pass next_cursor from the previous page of the same q as it is")
 			return
 		}
 		bq.After = cur

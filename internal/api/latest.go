@@ -55,23 +55,34 @@ func (c *latestCache) polled(within time.Duration) bool {
 // current returns a copy no older than maxAge, reading one when the last is older.
 func (c *latestCache) current(ctx context.Context) (*latestCopy, error) {
 	c.lastPoll.Store(c.now().UnixNano())
-	if cp := c.cur.Load(); cp != nil && c.now().Sub(cp.readAt) <= c.maxAge {
+	if cp := c.cur.Load(); c.fresh(cp) {
 		return cp, nil
 	}
-	if err := c.refresh(ctx); err != nil {
+	// The read serves every poll waiting on it: one client hanging up must not cancel it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshTimeout)
+	defer cancel()
+	if err := c.refresh(rctx, false); err != nil {
 		return nil, err
 	}
 	return c.cur.Load(), nil
 }
 
+// refreshTimeout bounds one read of every item's market.
+const refreshTimeout = 10 * time.Second
+
+func (c *latestCache) fresh(cp *latestCopy) bool {
+	return cp != nil && c.now().Sub(cp.readAt) <= c.maxAge
+}
+
 // refresh reads every item's market and rebuilds what changed. Concurrent callers wait for
-// the one read in flight; one that finds a copy read after it began waiting uses that.
-func (c *latestCache) refresh(ctx context.Context) error {
+// the one read in flight: a poll (force false) uses whatever copy is fresh by then, the
+// background refresh (force true) one read after it asked.
+func (c *latestCache) refresh(ctx context.Context, force bool) error {
 	asked := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev := c.cur.Load()
-	if prev != nil && !prev.readAt.Before(asked) {
+	if prev != nil && (!prev.readAt.Before(asked) || !force && c.fresh(prev)) {
 		return nil
 	}
 	start := c.now()
@@ -98,9 +109,16 @@ func (c *latestCache) refresh(ctx context.Context) error {
 		next.items[i] = latestItem{state: s, json: appendLatest(nil, s)}
 		size += len(next.items[i].json) + 1
 	}
-	if !changed {
+	switch {
+	case !changed && prev.all.ambiguous && dbNow.Truncate(time.Second).After(prev.all.modified.Truncate(time.Second)):
+		// Still the same answer a second later: stamped with this second, it answers
+		// If-Modified-Since again (see body.ambiguous).
+		restamped := *prev.all
+		restamped.modified, restamped.ambiguous = dbNow, false
+		next.all = &restamped
+	case !changed:
 		next.all = prev.all
-	} else {
+	default:
 		raw := make([]byte, 0, size)
 		raw = append(raw, `{"items":[`...)
 		for i, it := range next.items {
@@ -118,6 +136,7 @@ func (c *latestCache) refresh(ctx context.Context) error {
 			modified = dbNow
 		}
 		next.all = newBody(raw, modified)
+		next.all.ambiguous = prev != nil && modified.Truncate(time.Second).Equal(prev.all.modified.Truncate(time.Second))
 		next.all.gz = compress(raw)
 	}
 	c.cur.Store(next)
@@ -249,7 +268,11 @@ func (a *API) getLatest(w http.ResponseWriter, r *http.Request) {
 		raw = append(append(raw, `,"unknown_ids":`...), u...)
 	}
 	raw = append(raw, '}')
-	serve(w, r, newBody(raw, newestSeen(items)))
+	// Dated like the whole answer: a rename or an id leaving changes this one too, and neither
+	// moves its items' collection times.
+	b := newBody(raw, cp.all.modified)
+	b.ambiguous = cp.all.ambiguous
+	serve(w, r, b)
 }
 
 // parseIDs reads ids=a,b,c (the parameter may repeat): nil when absent, each id checked, in
@@ -270,10 +293,10 @@ func parseIDs(params []string) ([]string, error) {
 				seen[id] = true
 				out = append(out, id)
 			}
+			if len(out) > MaxIDs {
+				return nil, fmt.Errorf("more than %d ids: at most %d per request (omit ids for every item)", MaxIDs, MaxIDs)
+			}
 		}
-	}
-	if len(out) > MaxIDs {
-		return nil, fmt.Errorf("%d ids: at most %d per request (omit ids for every item)", len(out), MaxIDs)
 	}
 	return out, nil
 }
@@ -285,13 +308,26 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// warnEvery is the least time between two logged read failures.
+const warnEvery = 10 * time.Second
+
+// warn logs a read failure, one line per warnEvery: a database outage must not log every poll
+// of every client.
+func (a *API) warn(what string, fields ...zap.Field) {
+	now := a.cfg.Now()
+	if last := a.warned.Load(); now.Sub(time.Unix(0, last)) < warnEvery || !a.warned.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	a.log.Warn("api: cannot "+what+" (further failures within "+warnEvery.String()+" are not logged)", fields...)
+}
+
 // unavailable answers 503 when the database cannot be read: a stale copy is never passed off
 // as current. The cause is logged; the client learns only that reading failed.
 func (a *API) unavailable(w http.ResponseWriter, r *http.Request, what string, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return
 	}
-	a.log.Warn("api: "+what, zap.String("path", r.URL.Path), zap.Error(err))
+	a.warn(what, zap.String("path", r.URL.Path), zap.Error(err))
 	w.Header().Set("Retry-After", "1")
 	writeProblem(w, http.StatusServiceUnavailable, probUnavailable, "cannot "+what+" now: the database did not answer; try again", "")
 }

@@ -19,6 +19,11 @@ type body struct {
 	gz       []byte
 	etag     string
 	modified time.Time // zero: no Last-Modified
+	// ambiguous: an earlier answer was dated in the same second, so If-Modified-Since naming
+	// that second cannot tell which one the client holds, and gets the answer again. HTTP
+	// dates have a one-second resolution; /latest changes every half second while items are
+	// collected.
+	ambiguous bool
 }
 
 // newBody hashes the JSON into a weak ETag: weak because the gzip and identity encodings
@@ -91,13 +96,16 @@ func notModified(r *http.Request, b *body) bool {
 	}
 	if ims := r.Header.Get("If-Modified-Since"); ims != "" && !b.modified.IsZero() {
 		t, err := http.ParseTime(ims)
-		return err == nil && !b.modified.Truncate(time.Second).After(t)
+		lm := b.modified.Truncate(time.Second)
+		return err == nil && !lm.After(t) && !(b.ambiguous && lm.Equal(t))
 	}
 	return false
 }
 
-// acceptsGzip reads Accept-Encoding: gzip (or *) with a q-value above 0.
+// acceptsGzip reads Accept-Encoding: gzip with a q-value above 0, or else * with one; gzip
+// named outright decides over * (RFC 9110 §12.5.3).
 func acceptsGzip(ae string) bool {
+	star := -1.0
 	for part := range strings.SplitSeq(ae, ",") {
 		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
 		name = strings.ToLower(strings.TrimSpace(name))
@@ -112,7 +120,10 @@ func acceptsGzip(ae string) bool {
 				}
 			}
 		}
-		return q > 0
+		if name == "gzip" {
+			return q > 0
+		}
+		star = q
 	}
-	return false
+	return star > 0
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/history"
@@ -100,6 +101,10 @@ func parseTime(s string) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	// An unescaped "+09:00" in a query string arrives as " 09:00".
+	if t, err := time.Parse(time.RFC3339Nano, strings.Replace(s, " ", "+", 1)); err == nil {
 		return t, nil
 	}
 	if t, err := time.Parse(time.DateOnly, s); err == nil {

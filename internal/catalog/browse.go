@@ -36,6 +36,9 @@ type BrowseQuery struct {
 	Overdue time.Duration
 	After   *Cursor // nil = the first page
 	Limit   int
+	// Public leaves synthetic fixtures out of the exact-id match too (the read API); the
+	// console finds them by id.
+	Public bool
 }
 
 // Cursor is where a page ended: the sort key of its last row. Only the fields of the page's
@@ -162,7 +165,7 @@ func BrowseItems(ctx context.Context, db Reader, q BrowseQuery) ([]ItemRow, *Cur
 	}
 	if q.Search != "" && q.After == nil {
 		// An exact id comes first (and only there): ids are what logs and events name.
-		exact, err := ListItems(ctx, db, ItemsQuery{ItemID: q.Search, IncludeSynthetic: true})
+		exact, err := ListItems(ctx, db, ItemsQuery{ItemID: q.Search, IncludeSynthetic: !q.Public})
 		if err != nil {
 			return nil, nil, err
 		}

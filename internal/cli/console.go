@@ -69,12 +69,12 @@ api.enabled is false.`,
 // withAPI serves the read API (internal/api) at /api/v1/ beside console, when api.enabled;
 // console may be nil (the console is off), and the result is nil when both are. The API's
 // /latest refresh runs until ctx ends. It reads through reads (the replica while it keeps up),
-// so with database.read_url /latest trails the primary by the replica's lag as well.
+// but /latest from the primary: it promises to trail the database by a second at most.
 func (a *app) withAPI(ctx context.Context, reads *store.Reads, console http.Handler) (http.Handler, error) {
 	if !a.cfg.API.Enabled {
 		return console, nil
 	}
-	ap, err := api.New(reads, api.Config{APIConfig: a.cfg.API}, a.log)
+	ap, err := api.New(reads, api.Config{APIConfig: a.cfg.API, Latest: reads.Primary()}, a.log)
 	if err != nil {
 		return nil, err
 	}

@@ -250,6 +250,9 @@ func (f fallbackRow) Scan(dest ...any) error {
 	return err
 }
 
+// Primary is the primary's pool, for a read that must not trail it (the API's /latest).
+func (r *Reads) Primary() *pgxpool.Pool { return r.primary }
+
 // State is where reads go now and why.
 func (r *Reads) State() ReadState {
 	r.mu.Lock()
