@@ -50,13 +50,14 @@ const MaxAgeDefault = time.Second
 
 // API serves /api/v1/. Start keeps the /latest copy fresh while clients poll it.
 type API struct {
-	cfg    Config
-	db     DB
-	log    *zap.Logger
-	latest *latestCache
-	limit  *limiter
-	tokens [][32]byte
-	warned atomic.Int64 // unix ns of the last logged read failure
+	cfg     Config
+	db      DB
+	log     *zap.Logger
+	latest  *latestCache
+	limit   *limiter
+	tokens  [][32]byte
+	warned  atomic.Int64 // unix ns of the last logged read failure
+	metrics *metrics
 }
 
 // New builds an API over db.
@@ -70,12 +71,13 @@ func New(db DB, cfg Config, log *zap.Logger) (*API, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	a := &API{cfg: cfg, db: db, log: log, limit: newLimiter(cfg.Rate, cfg.Now)}
+	a := &API{cfg: cfg, db: db, log: log, limit: newLimiter(cfg.Rate, cfg.Now), metrics: newMetrics()}
 	latestDB := cfg.Latest
 	if latestDB == nil {
 		latestDB = db
 	}
 	a.latest = newLatestCache(latestDB, cfg.MaxAge, cfg.Now)
+	a.latest.refreshed = a.metrics.refresh
 	// Tokens are compared by their hashes in constant time, so neither a token's length nor
 	// its prefix leaks through timing.
 	for _, t := range cfg.Tokens {
@@ -126,7 +128,7 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound, "no such endpoint: "+r.URL.Path+" (see "+Prefix+"openapi.json)", "")
 	})
-	return nosniff(a.cors(a.guard(mux)))
+	return a.observed(nosniff(a.cors(a.guard(mux))))
 }
 
 // nosniff keeps browsers from reading an answer (which may echo a parameter) as anything but

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/duecollector/duecollector/internal/api"
@@ -31,6 +32,7 @@ import (
 // env is an API over a seeded database, served by httptest, with a client whose every
 // response is held to openapi.json.
 type env struct {
+	api    *api.API
 	pool   *pgxpool.Pool
 	db     *countingDB
 	srv    *httptest.Server
@@ -115,7 +117,7 @@ func setup(t *testing.T, configure func(*api.Config)) *env {
 	}
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
-	return &env{pool: pool, db: db, srv: srv, clock: clock,
+	return &env{api: a, pool: pool, db: db, srv: srv, clock: clock,
 		client: &http.Client{Transport: checking{t: t, spec: loadSpec(t), base: http.DefaultTransport}}}
 }
 
@@ -428,6 +430,9 @@ func TestBadParametersAreRefusedBeforeSQL(t *testing.T) {
 	if n := e.db.n.Load() - before; n != 0 {
 		t.Fatalf("%d statements reached the database for bad parameters", n)
 	}
+	if got := counted(t, e.api, "latest", "400"); got != 4 {
+		t.Fatalf("collector_api_requests_total{endpoint=latest,code=400} = %v, want 4", got)
+	}
 	resp, b := e.do(t, http.MethodPost, "/api/v1/latest")
 	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET, HEAD" || decode[problem](t, b).Status != 405 {
 		t.Fatalf("POST: %d %s", resp.StatusCode, b)
@@ -671,4 +676,30 @@ func TestIfModifiedSinceNeverHidesAChange(t *testing.T) {
 	if second.StatusCode != 200 || decode[latestBody](t, b).Items[0].Name != "Silver Thread IV" {
 		t.Fatalf("a change within the second of the copy held: %d %s", second.StatusCode, b)
 	}
+}
+
+// counted reads collector_api_requests_total for an endpoint and code, as /metrics shows it.
+func counted(t *testing.T, a *api.API, endpoint, code string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(a.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "collector_api_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["endpoint"] == endpoint && labels["code"] == code {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/history"
@@ -25,6 +26,8 @@ type latestCache struct {
 	db     DB
 	maxAge time.Duration
 	now    func() time.Time
+
+	refreshed prometheus.Observer // each read's seconds
 
 	mu       sync.Mutex // one refresh at a time
 	cur      atomic.Pointer[latestCopy]
@@ -86,10 +89,12 @@ func (c *latestCache) refresh(ctx context.Context, force bool) error {
 		return nil
 	}
 	start := c.now()
+	t0 := time.Now()
 	states, dbNow, err := history.LatestStates(ctx, c.db)
 	if err != nil {
 		return err
 	}
+	c.refreshed.Observe(time.Since(t0).Seconds())
 	next := &latestCopy{readAt: start, ids: make(map[string]int, len(states)), items: make([]latestItem, len(states))}
 	changed := prev == nil || len(prev.items) != len(states)
 	size := 16

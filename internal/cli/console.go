@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -51,7 +52,7 @@ api.enabled is false.`,
 				_ = ln.Close()
 				return err
 			}
-			site, err := a.withAPI(ctx, reads, c.Handler())
+			site, _, err := a.withAPI(ctx, reads, c.Handler())
 			if err != nil {
 				_ = ln.Close()
 				return err
@@ -68,15 +69,15 @@ api.enabled is false.`,
 
 // withAPI serves the read API (internal/api) at /api/v1/ beside console, when api.enabled;
 // console may be nil (the console is off), and the result is nil when both are. The API's
-// /latest refresh runs until ctx ends. It reads through reads (the replica while it keeps up),
+// /latest refresh runs until ctx ends. It returns the API's metrics for a /metrics to serve. It reads through reads (the replica while it keeps up),
 // but /latest from the primary: it promises to trail the database by a second at most.
-func (a *app) withAPI(ctx context.Context, reads *store.Reads, console http.Handler) (http.Handler, error) {
+func (a *app) withAPI(ctx context.Context, reads *store.Reads, console http.Handler) (http.Handler, []prometheus.Collector, error) {
 	if !a.cfg.API.Enabled {
-		return console, nil
+		return console, nil, nil
 	}
 	ap, err := api.New(reads, api.Config{APIConfig: a.cfg.API, Latest: reads.Primary()}, a.log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	go ap.Start(ctx)
 	mux := http.NewServeMux()
@@ -84,7 +85,7 @@ func (a *app) withAPI(ctx context.Context, reads *store.Reads, console http.Hand
 	if console != nil {
 		mux.Handle("/", console)
 	}
-	return mux, nil
+	return mux, ap.Collectors(), nil
 }
 
 // newConsole builds the console from the validated config and starts its status refresh,

@@ -72,7 +72,7 @@ func (h Host) ServeConsole(ctx context.Context, ln net.Listener, pool *pgxpool.P
 		_ = ln.Close()
 		return err
 	}
-	site, err := h.a.withAPI(ctx, reads, c.Handler())
+	site, _, err := h.a.withAPI(ctx, reads, c.Handler())
 	if err != nil {
 		_ = ln.Close()
 		return err

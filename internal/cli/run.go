@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/spf13/cobra"
@@ -98,6 +99,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 	}
 	go reads.Start(ctx)
 	var con http.Handler
+	var apiMetrics []prometheus.Collector
 	if a.cfg.Console.Enabled && a.cfg.Daemon.HTTPAddr != "" {
 		c, err := a.newConsole(ctx, pool, reads)
 		if err != nil {
@@ -106,7 +108,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 		con = c.Handler()
 	}
 	if a.cfg.Daemon.HTTPAddr != "" {
-		if con, err = a.withAPI(ctx, reads, con); err != nil {
+		if con, apiMetrics, err = a.withAPI(ctx, reads, con); err != nil {
 			return nil, err
 		}
 	}
@@ -132,6 +134,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 		SchemaHint: migrateHint,
 		Console:    con,
 		Reads:      reads,
+		Collectors: apiMetrics,
 		Export:     exp,
 	}, a.log)
 }

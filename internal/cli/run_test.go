@@ -157,6 +157,10 @@ func TestRunWaitsForItsDatabase(t *testing.T) {
 			t.Errorf("GET %s: %d, want 200 with %q:\n%.300s", path, rc, want, body)
 		}
 	}
+	// The API's answers are counted on the daemon's /metrics.
+	if rc, body := get("/metrics"); rc != 200 || !strings.Contains(body, `collector_api_requests_total{code="200",endpoint="latest"}`) {
+		t.Errorf("/metrics: %d, no count of /api/v1/latest's answers:\n%.300s", rc, body)
+	}
 	stop()
 	if err := testkit.Recv(t, done, time.Minute, "run to stop"); err != nil {
 		t.Fatalf("run: %v", err)

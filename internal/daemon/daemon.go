@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/budget"
@@ -101,6 +102,8 @@ type Config struct {
 	// Reads routes the console's reads to a replica (database.read_url); when it has one, its
 	// state is exported as collector_replica_*. Its caller runs its measurements (Start).
 	Reads *store.Reads
+	// Collectors are registered on /metrics beside the daemon's own (the read API's).
+	Collectors []prometheus.Collector
 	// HealthChecked, when initialised (tests), hears every provider health check.
 	HealthChecked testkit.Signal[provider.Status]
 	// signals, when initialised (tests), hear what the services did.
@@ -210,6 +213,11 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 			st := cfg.Reads.State()
 			return st.Lag, st.LagKnown, st.Source == store.SourceReplica
 		})
+	}
+	for _, c := range cfg.Collectors {
+		if err := d.metrics.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
 	}
 	d.metrics.SetBuildInfo(orUnknown(cfg.Version), orUnknown(cfg.Commit))
 	client.SetObserver(requestMetrics{d.metrics})
