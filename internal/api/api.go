@@ -11,11 +11,13 @@ import (
 	"crypto/subtle"
 	_ "embed"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,11 +40,18 @@ type Config struct {
 	MaxAge time.Duration
 	// Now is the clock of rate limits and the copy's age; nil = time.Now.
 	Now func() time.Time
+	// MaxReads is how many reads the API runs on the database at once; 0 = MaxReadsDefault.
+	MaxReads int
 	// Latest is where /latest reads, when not the DB every other endpoint reads: the primary,
 	// with a read replica configured. A replica may trail by seconds, and /latest promises
 	// one; its one read a refresh for all clients together is a small, bounded cost.
 	Latest DB
 }
+
+// MaxReadsDefault keeps the API to a quarter of the default pool (database.max_conns 8): a
+// burst of series requests waits its turn instead of taking the connections collection
+// writes with. /latest's polls read no database; its refresh takes one slot.
+const MaxReadsDefault = 2
 
 // MaxAgeDefault bounds how far /latest may trail the database: a snapshot committed now is in
 // every answer from a second on.
@@ -58,6 +67,7 @@ type API struct {
 	tokens  [][32]byte
 	warned  atomic.Int64 // unix ns of the last logged read failure
 	metrics *metrics
+	slots   chan struct{} // one per read running on the database
 }
 
 // New builds an API over db.
@@ -71,12 +81,20 @@ func New(db DB, cfg Config, log *zap.Logger) (*API, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	a := &API{cfg: cfg, db: db, log: log, limit: newLimiter(cfg.Rate, cfg.Now), metrics: newMetrics()}
+	if cfg.MaxReads == 0 {
+		cfg.MaxReads = MaxReadsDefault
+	}
+	if cfg.MaxReads < 0 {
+		return nil, errors.New("api: MaxReads must be > 0")
+	}
+	a := &API{cfg: cfg, db: db, log: log, limit: newLimiter(cfg.Rate, cfg.Now), metrics: newMetrics(),
+		slots: make(chan struct{}, cfg.MaxReads)}
 	latestDB := cfg.Latest
 	if latestDB == nil {
 		latestDB = db
 	}
-	a.latest = newLatestCache(latestDB, cfg.MaxAge, cfg.Now)
+	a.latest = newLatestCache(slotted{latestDB, a.slots}, cfg.MaxAge, cfg.Now)
+	a.db = slotted{db, a.slots}
 	a.latest.refreshed = a.metrics.refresh
 	// Tokens are compared by their hashes in constant time, so neither a token's length nor
 	// its prefix leaks through timing.
@@ -260,3 +278,75 @@ func (a *API) cors(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// slotted is a DB whose reads each hold one of the API's slots until their rows are closed,
+// waiting for one while all are taken (or until the request ends).
+type slotted struct {
+	db    DB
+	slots chan struct{}
+}
+
+func (s slotted) acquire(ctx context.Context) error {
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for a database read slot: %w", ctx.Err())
+	}
+}
+
+func (s slotted) release() { <-s.slots }
+
+func (s slotted) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := s.acquire(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		s.release()
+		return nil, err
+	}
+	return &slottedRows{Rows: rows, release: s.release}, nil
+}
+
+func (s slotted) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := s.acquire(ctx); err != nil {
+		return errRow{err}
+	}
+	return slottedRow{row: s.db.QueryRow(ctx, sql, args...), release: s.release}
+}
+
+type slottedRows struct {
+	pgx.Rows
+	release func()
+	once    sync.Once
+}
+
+func (r *slottedRows) Close() {
+	r.Rows.Close()
+	r.once.Do(r.release)
+}
+
+// Next closes the rows (and frees the slot) at their end, as pgx does, for callers that read
+// to the end without calling Close.
+func (r *slottedRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.once.Do(r.release)
+	return false
+}
+
+type slottedRow struct {
+	row     pgx.Row
+	release func()
+}
+
+func (r slottedRow) Scan(dest ...any) error {
+	defer r.release()
+	return r.row.Scan(dest...)
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

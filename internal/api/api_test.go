@@ -703,3 +703,25 @@ func counted(t *testing.T, a *api.API, endpoint, code string) float64 {
 	}
 	return 0
 }
+
+// The API runs at most MaxReads reads on the database at once: with every slot taken a series
+// request sends nothing until one is free, and then answers.
+func TestReadsWaitForASlot(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.MaxReads = 1 })
+	release := e.api.TakeReadSlot()
+	before := e.db.n.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/api/v1/items/"+hotItem+"/timeseries", nil)
+	if resp, err := e.client.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("answered %d with the only slot taken", resp.StatusCode)
+	}
+	if n := e.db.n.Load() - before; n != 0 {
+		t.Fatalf("%d statements sent with the only slot taken", n)
+	}
+	release()
+	if resp, _ := e.get(t, "/api/v1/items/"+hotItem+"/timeseries"); resp.StatusCode != 200 {
+		t.Fatalf("with the slot free: %d", resp.StatusCode)
+	}
+}
