@@ -185,6 +185,7 @@ func apiLatest(ctx context.Context, e *env, as apiSize, rep *report) error {
 	if err != nil {
 		return err
 	}
+	rep.note("api: load average at the end of the /latest full-answer window: %s (other work on the machine shares the cores with the daemon, the API and its clients)", loadAvg())
 	age, missed := apiFreshness(probe.seen, samples)
 	if len(missed) < len(probe.seen)*9/10 {
 		return fmt.Errorf("only %d of %d answers have a sample of the newest seen_at around them (%d samples)", len(missed), len(probe.seen), len(samples))
