@@ -236,12 +236,12 @@ func apiLatest(ctx context.Context, e *env, as apiSize, rep *report) error {
 			rate))
 	rep.add(fmt.Sprintf("API /latest 304, ?ids= of %d items not collected, while collecting: p50 / p99 / max", apiQuietItems),
 		fmt.Sprintf("%.2f / %.2f / %.2f ms (%d of %d answers 304)", quantile(filtered.lat, 0.5), quantile(filtered.lat, 0.99), slices.Max(filtered.lat), filtered.notModified, len(filtered.lat)),
-		fmt.Sprintf("target ≤ 2 ms. %d clients back to back for %s, each sending If-None-Match with the ETag it holds for /api/v1/latest?ids= naming %d DORMANT items (a 304 needs an unchanged answer: these are never collected, while the other %s items change every second); the answer is cut from the current copy and hashed per request; same load: %s",
-			apiPollers, as.window/2, apiQuietItems, count(n), load))
+		fmt.Sprintf("target ≤ 2 ms. %d clients, each a request every %s (at most %d a second in all), for %s, each sending If-None-Match with the ETag it holds for /api/v1/latest?ids= naming %d DORMANT items (a 304 needs an unchanged answer: these are never collected, while the other %s items change every second); the answer is cut from the current copy and hashed per request; same load: %s",
+			apiPollers, apiPoll304Every, apiPollers*int(time.Second/apiPoll304Every), as.window/2, apiQuietItems, count(n), load))
 	rep.add(fmt.Sprintf("API /latest 304, every item (%s), collection stopped: p50 / p99 / max", count(n+apiQuietItems)),
 		fmt.Sprintf("%.2f / %.2f / %.2f ms (%d of %d answers 304)", quantile(stopped.lat, 0.5), quantile(stopped.lat, 0.99), slices.Max(stopped.lat), stopped.notModified, len(stopped.lat)),
-		fmt.Sprintf("target ≤ 2 ms. The same database right after the daemon was stopped (a full answer changes with every collection, so it is 304 only when nothing was collected): %d clients back to back for %s, each sending If-None-Match with the ETag of the full answer; the API's background refresh still reads all %s items every 500 ms and finds nothing changed",
-			apiPollers, as.window/2, count(n+apiQuietItems)))
+		fmt.Sprintf("target ≤ 2 ms. The same database right after the daemon was stopped (a full answer changes with every collection, so it is 304 only when nothing was collected): %d clients, each a request every %s (at most %d a second in all), for %s, each sending If-None-Match with the ETag of the full answer; the API's background refresh still reads all %s items every 500 ms and finds nothing changed",
+			apiPollers, apiPoll304Every, apiPollers*int(time.Second/apiPoll304Every), as.window/2, count(n+apiQuietItems)))
 	return nil
 }
 
