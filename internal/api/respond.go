@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -45,11 +47,22 @@ func jsonBody(v any, modified time.Time) (*body, error) {
 // gzipMin is the size below which compressing costs more than it saves.
 const gzipMin = 1024
 
+// gzipWriters keeps compressors between answers: a new one allocates about a megabyte of
+// tables, which cost a series answer more than compressing it (and the garbage collector the
+// rest).
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+	return zw
+}}
+
 func compress(raw []byte) []byte {
 	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	zw.Reset(&buf)
 	_, _ = zw.Write(raw)
 	_ = zw.Close()
+	zw.Reset(io.Discard) // holds no answer while pooled
+	gzipWriters.Put(zw)
 	return buf.Bytes()
 }
 

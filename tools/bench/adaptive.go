@@ -118,16 +118,7 @@ func adaptiveRun(ctx context.Context, e *env, bin string, limit int, warmup, win
 		return err
 	}
 	defer func() { _ = p.stop() }()
-	wait := func(d time.Duration) error {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return nil
-		}
-	}
+	wait := func(d time.Duration) error { return sleepCtx(ctx, d) }
 	// Converged: the slow start is over and the learned rate has come down to the real limit
 	// (a slow start's ramp below the limit is no finding); then a short settling time. A daemon
 	// that cannot send faster than the limit (a loaded machine against 400/s) is never refused

@@ -37,6 +37,7 @@ type sizes struct {
 	console      consoleSize   // the catalog and history the console pages are timed on
 	wal          walSize       // the HOT items whose collections' WAL is measured
 	exportItems  int           // HOT items in the exported day
+	api          apiSize       // the read API's polled market and stored history
 }
 
 // cycleSize is one cycle measurement: a table of tracked items, all due, and how many of them
@@ -58,7 +59,8 @@ func sizesFor(quick bool) sizes {
 			relayN: 2_000, latencyN: 500, rss: rssSize{20_000, 2_000}, hotRun: 20 * time.Second, fresh: freshSize{2_000, 4, 300, 30 * time.Second},
 			history: histSize{items: 2_000, days: 4, rows: 200_000, reads: 100}, historyDay: histDaySize{items: 200, passes: 150, planned: 150_000},
 			console: consoleSize{items: 5_000, rows: 50_000, requests: 50}, wal: walSize{200, 35 * time.Second, 25 * time.Second, true},
-			exportItems: 500}
+			exportItems: 500,
+			api:         apiSize{items: envInt("BENCH_API_ITEMS", 2_000), window: 8 * time.Second, series: histSize{items: 500, days: 30, rows: 150_000}, reads: 200}}
 	}
 	large := envInt("BENCH_ITEMS_LARGE", 1_000_000)
 	return sizes{cycle: []cycleSize{{100_000, 100_000}, {large, timedClaims(large, envInt("BENCH_CYCLE_TIMED", 200_000))}},
@@ -70,7 +72,10 @@ func sizesFor(quick bool) sizes {
 			planned: envInt("BENCH_HISTORY_DAY_PLAN_ITEMS", dayScaleItems)},
 		console:     consoleSize{items: envInt("BENCH_CONSOLE_ITEMS", 1_000_000), rows: envInt("BENCH_CONSOLE_ROWS", 20_000_000), requests: 200},
 		wal:         walSize{envInt("BENCH_WAL_ITEMS", 2_000), 2 * time.Minute, 2 * time.Minute, false},
-		exportItems: envInt("BENCH_EXPORT_ITEMS", dayScaleItems)}
+		exportItems: envInt("BENCH_EXPORT_ITEMS", dayScaleItems),
+		// /timeseries reads the history section's stored volume: 30 days of every item.
+		api: apiSize{items: envInt("BENCH_API_ITEMS", 20_000), window: 30 * time.Second,
+			series: histSize{items: 20_000, days: 30, rows: envInt("BENCH_HISTORY_ROWS", 20_000_000)}, reads: 2_000}}
 }
 
 // timedClaims rounds up to whole claim batches, so the collector's MaxBatches pass and the
@@ -109,7 +114,7 @@ func main() {
 	quick := os.Getenv("BENCH_QUICK") == "1"
 	out := flag.String("out", cmp.Or(os.Getenv("BENCH_OUT"), map[bool]string{false: "BENCHMARKS.md"}[quick]),
 		"write the report here (empty: print only)")
-	only := flag.String("only", os.Getenv("BENCH_ONLY"), "comma-separated sections to run (cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests,history,console,wal,export); empty = all")
+	only := flag.String("only", os.Getenv("BENCH_ONLY"), "comma-separated sections to run (cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests,history,console,wal,export,api); empty = all")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
@@ -143,6 +148,7 @@ func main() {
 		{"console", benchConsole},
 		{"wal", benchWAL},
 		{"export", benchExport},
+		{"api", benchAPI},
 	}
 	var failed []string
 	for _, s := range sections {
@@ -184,7 +190,7 @@ func render(e *env, rep *report, quick bool, took time.Duration) string {
 		"`BENCH_QUICK=1 make bench` runs small sizes in ~2 min and only prints. Knobs: `BENCH_ITEMS_LARGE` (second cycle table, default 1000000), " +
 		"`BENCH_CYCLE_TIMED` (claims timed on it, default 200000), `BENCH_CYCLE_ROUNDS` (interleaved rounds per cycle size, rows are medians; default 3, 1 with BENCH_QUICK), `BENCH_RSS_ITEMS` (collect-due RSS table, default 1000000), " +
 		"`BENCH_DAEMON_RSS_ITEMS` (daemon RSS table, default 1000000), `BENCH_FRESH_ITEMS` / `BENCH_FRESH_HOURS` (freshness replay, default 20000 items, 12 h simulated), " +
-		"`BENCH_HISTORY_ROWS` (stored snapshot rows under the history section's retention and reads, default 20000000), `BENCH_HISTORY_DAY_ITEMS` / `BENCH_HISTORY_DAY_PLAN_ITEMS` (the simulated day collected in both history modes: its items, default 200, a sample of a realistic catalog of default 20000 planned with the default budget), `BENCH_CONSOLE_ITEMS` / `BENCH_CONSOLE_ROWS` (the catalog and stored snapshots the console pages are timed on, default 1000000 items, 20000000 rows), `BENCH_WAL_ITEMS` (HOT items whose collections' WAL is measured, default 2000), `BENCH_EXPORT_ITEMS` (HOT items in the exported day, default 20000), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests,history,console,wal,export` (or `-only`: run those sections), `BENCH_OUT`. " +
+		"`BENCH_HISTORY_ROWS` (stored snapshot rows under the history section's retention and reads, default 20000000), `BENCH_HISTORY_DAY_ITEMS` / `BENCH_HISTORY_DAY_PLAN_ITEMS` (the simulated day collected in both history modes: its items, default 200, a sample of a realistic catalog of default 20000 planned with the default budget), `BENCH_CONSOLE_ITEMS` / `BENCH_CONSOLE_ROWS` (the catalog and stored snapshots the console pages are timed on, default 1000000 items, 20000000 rows), `BENCH_WAL_ITEMS` (HOT items whose collections' WAL is measured, default 2000), `BENCH_EXPORT_ITEMS` (HOT items in the exported day, default 20000), `BENCH_API_ITEMS` (HOT items collected while the read API's /latest is polled, default 20000; /timeseries reads `BENCH_HISTORY_ROWS` stored rows), `BENCH_ONLY=cycle,occupancy,relay,rss,daemon,freshness,adaptive,requests,history,console,wal,export,api` (or `-only`: run those sections), `BENCH_OUT`. " +
 		"Every figure is one run, not a best-of: on a shared 2-core machine expect ±30 % between runs (the load average is recorded).\n\n")
 	b.WriteString("| Machine | |\n|---|---|\n")
 	for _, kv := range e.facts {
