@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,7 +240,7 @@ func TestLatestAnswers304UntilTheMarketChanges(t *testing.T) {
 		t.Fatalf("If-Modified-Since %s: %d, want 304", modified, resp.StatusCode)
 	}
 	// A collection of the hot item that saw a new price.
-	mustExec(t, e.pool, `UPDATE tracked_items SET seen_lowest_price = 1100, last_snapshot_at = now(), last_collected_at = now() + interval '2 seconds' WHERE item_id = $1`, hotItem)
+	mustExec(t, e.pool, `UPDATE tracked_items SET updated_at = now(), seen_lowest_price = 1100, last_snapshot_at = now(), last_collected_at = now() + interval '2 seconds' WHERE item_id = $1`, hotItem)
 	e.clock.Advance(time.Second)
 	resp, b3 := e.get(t, "/api/v1/latest", "If-None-Match", tag)
 	if resp.StatusCode != 200 || resp.Header.Get("ETag") == tag || bytes.Equal(b, b3) {
@@ -305,7 +307,7 @@ func TestLatestCopyIsNeverOlderThanMaxAge(t *testing.T) {
 	e := setup(t, func(c *api.Config) { c.MaxAge = time.Second })
 	e.get(t, "/api/v1/latest")
 	n := e.db.n.Load()
-	mustExec(t, e.pool, `UPDATE tracked_items SET seen_lowest_price = 999, last_collected_at = now() + interval '5 seconds' WHERE item_id = $1`, hotItem)
+	mustExec(t, e.pool, `UPDATE tracked_items SET updated_at = now(), seen_lowest_price = 999, last_collected_at = now() + interval '5 seconds' WHERE item_id = $1`, hotItem)
 	e.clock.Advance(time.Second)
 	_, b := e.get(t, "/api/v1/latest?ids="+hotItem)
 	if e.db.n.Load() != n || *decode[latestBody](t, b).Items[0].Lowest != 1200 {
@@ -659,7 +661,7 @@ func TestIfModifiedSinceNeverHidesAChange(t *testing.T) {
 	e := setup(t, func(c *api.Config) { c.MaxAge = time.Nanosecond })
 	resp, _ := e.get(t, "/api/v1/latest?ids="+quietItem)
 	modified := resp.Header.Get("Last-Modified")
-	mustExec(t, e.pool, `UPDATE tracked_items SET item_name = 'Silver Thread II' WHERE item_id = $1`, quietItem)
+	mustExec(t, e.pool, `UPDATE tracked_items SET updated_at = now(), item_name = 'Silver Thread II' WHERE item_id = $1`, quietItem)
 	e.clock.Advance(time.Second)
 	resp, b := e.get(t, "/api/v1/latest?ids="+quietItem, "If-Modified-Since", modified)
 	if resp.StatusCode != 200 || decode[latestBody](t, b).Items[0].Name != "Silver Thread II" {
@@ -667,10 +669,10 @@ func TestIfModifiedSinceNeverHidesAChange(t *testing.T) {
 	}
 	// Two more changes back to back land in one second (or in two: then there is nothing to
 	// hide and the check below still holds).
-	mustExec(t, e.pool, `UPDATE tracked_items SET item_name = 'Silver Thread III' WHERE item_id = $1`, quietItem)
+	mustExec(t, e.pool, `UPDATE tracked_items SET updated_at = now(), item_name = 'Silver Thread III' WHERE item_id = $1`, quietItem)
 	e.clock.Advance(time.Second)
 	first, _ := e.get(t, "/api/v1/latest?ids="+quietItem)
-	mustExec(t, e.pool, `UPDATE tracked_items SET item_name = 'Silver Thread IV' WHERE item_id = $1`, quietItem)
+	mustExec(t, e.pool, `UPDATE tracked_items SET updated_at = now(), item_name = 'Silver Thread IV' WHERE item_id = $1`, quietItem)
 	e.clock.Advance(time.Second)
 	second, b := e.get(t, "/api/v1/latest?ids="+quietItem, "If-Modified-Since", first.Header.Get("Last-Modified"))
 	if second.StatusCode != 200 || decode[latestBody](t, b).Items[0].Name != "Silver Thread IV" {
@@ -724,4 +726,65 @@ func TestReadsWaitForASlot(t *testing.T) {
 	if resp, _ := e.get(t, "/api/v1/items/"+hotItem+"/timeseries"); resp.StatusCode != 200 {
 		t.Fatalf("with the slot free: %d", resp.StatusCode)
 	}
+}
+
+// A refresh patches the rows written since the last read into the copy: the answer and its
+// gzip (rebuilt from the chunks that changed) stay the same JSON, which gzip(1) reads too; an
+// item that comes or leaves makes it read every row; a write that does not move updated_at
+// (no writer of these columns does that) shows within fullEvery.
+func TestLatestPatchesWhatChanged(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.MaxAge = time.Nanosecond })
+	check := func(what string) latestBody {
+		t.Helper()
+		e.clock.Advance(time.Second)
+		_, plain := e.get(t, "/api/v1/latest", "Accept-Encoding", "identity")
+		_, zipped := e.get(t, "/api/v1/latest", "Accept-Encoding", "gzip")
+		if path, err := exec.LookPath("gzip"); err == nil {
+			cmd := exec.Command(path, "-dc")
+			cmd.Stdin = bytes.NewReader(zipped)
+			out, err := cmd.Output()
+			if err != nil || !bytes.Equal(out, plain) {
+				t.Fatalf("%s: gzip -dc: %v, %d bytes, want the identity answer's %d", what, err, len(out), len(plain))
+			}
+		} else if os.Getenv("CI") != "" {
+			t.Fatal("gzip(1) is missing")
+		}
+		return decode[latestBody](t, plain)
+	}
+	check("first read")
+	mustExec(t, e.pool, `UPDATE tracked_items SET updated_at = now(), seen_lowest_price = 777 WHERE item_id = 'filler-29'`)
+	if got := check("one item changed"); *find(t, got, "filler-29").Lowest != 777 {
+		t.Fatal("the change is not in the answer")
+	}
+	storetest.Items(t, e.pool, storetest.Item{ID: "a-newcomer", Name: "Newcomer"})
+	mustExec(t, e.pool, `DELETE FROM tracked_items WHERE item_id = 'filler-05'`)
+	got := check("one item came, one left")
+	if len(got.Items) != 33 || !findOK(got, "a-newcomer") || findOK(got, "filler-05") {
+		t.Fatalf("after one came and one left: %d items", len(got.Items))
+	}
+	mustExec(t, e.pool, `UPDATE tracked_items SET seen_lowest_price = 555 WHERE item_id = 'filler-10'`) // updated_at not moved
+	e.clock.Advance(15 * time.Second)
+	if got := check("a write that did not move updated_at, after fullEvery"); *find(t, got, "filler-10").Lowest != 555 {
+		t.Fatal("the full read did not pick it up")
+	}
+}
+
+func find(t *testing.T, b latestBody, id string) latestItem {
+	t.Helper()
+	for _, it := range b.Items {
+		if it.ItemID == id {
+			return it
+		}
+	}
+	t.Fatalf("%s not in the answer", id)
+	return latestItem{}
+}
+
+func findOK(b latestBody, id string) bool {
+	for _, it := range b.Items {
+		if it.ItemID == id {
+			return true
+		}
+	}
+	return false
 }

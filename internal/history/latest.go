@@ -39,6 +39,43 @@ func LatestOf(ctx context.Context, db Reader, ids []string) ([]Latest, time.Time
 	return latest(ctx, db, `item_id = ANY($1) AND NOT synthetic_item(item_id)`, ids)
 }
 
+// LatestChanged is LatestStates of the items whose row was written at or after since (every
+// writer of these columns sets updated_at, to its transaction's start), with how many items
+// LatestStates would return, so a reader holding the rest can tell an item left or came. One
+// pass over the rows' updated_at, no index: a few milliseconds at 20,000 items.
+func LatestChanged(ctx context.Context, db Reader, since time.Time) ([]Latest, time.Time, int, error) {
+	var now time.Time
+	var total int
+	rows, err := db.Query(ctx, `
+		WITH c AS (SELECT now() AS now, count(*)::int AS n FROM tracked_items WHERE NOT synthetic_item(item_id))
+		SELECT c.now, c.n, t.item_id, t.item_name, t.collection_tier, t.last_snapshot_at, t.last_collected_at,
+		       t.seen_lowest_price, t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price,
+		       t.seen_listing_count, t.seen_listing_quantity, t.seen_truncated
+		FROM c LEFT JOIN tracked_items t ON t.updated_at >= $1 AND NOT synthetic_item(t.item_id)
+		ORDER BY t.item_id`, since)
+	if err != nil {
+		return nil, now, 0, fmt.Errorf("read the changed markets: %w", err)
+	}
+	var out []Latest
+	for rows.Next() {
+		var id, name, tier *string
+		var l Latest
+		if err := rows.Scan(&now, &total, &id, &name, &tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
+			&l.APIAverage, &l.ListingCount, &l.Quantity, &l.Truncated); err != nil {
+			rows.Close()
+			return nil, now, 0, fmt.Errorf("read the changed markets: %w", err)
+		}
+		if id != nil { // nil: the one row of no change
+			l.ItemID, l.Name, l.Tier = *id, *name, *tier
+			out = append(out, l)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, now, 0, fmt.Errorf("read the changed markets: %w", err)
+	}
+	return out, now, total, nil
+}
+
 func latest(ctx context.Context, db Reader, where string, args ...any) ([]Latest, time.Time, error) {
 	var now time.Time
 	rows, err := db.Query(ctx, `
