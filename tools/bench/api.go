@@ -559,23 +559,31 @@ func apiSeries(ctx context.Context, e *env, as apiSize, rep *report) error {
 				return err
 			}
 		}
-		lat, rows, wire, err := apiSeriesReads(ctx, c, seed.items, as.reads, path)
-		if err != nil {
-			return err
+		// One client: what a request costs; then apiSeriesClients at once: how they queue on
+		// two cores and on the API's MaxReadsDefault reads at a time.
+		for _, clients := range []int{1, apiSeriesClients} {
+			lat, rows, wire, err := apiSeriesReads(ctx, c, seed.items, as.reads, clients, path)
+			if err != nil {
+				return err
+			}
+			target, who := s.target, "one client"
+			if clients > 1 {
+				target, who = "for information", fmt.Sprintf("%d clients at once", clients)
+			}
+			rep.add(fmt.Sprintf("API /timeseries, %s, %s, p50 / p99", s.label, who),
+				fmt.Sprintf("%.2f / %.2f ms (%.0f rows, %s gzip an answer)", quantile(lat, 0.5), quantile(lat, 0.99), rows, kbOrMB(wire)),
+				fmt.Sprintf("%s. GET /api/v1/items/{id}/timeseries?interval=%s&since=now − %s with Accept-Encoding: gzip for %d random items, %s, after %d untimed; from sending the request to the last byte read; the API (api.New, rate limit off, at most %d database reads at once) over httptest, an 8-connection pool; over %s",
+					target, s.interval, s.spanLabel, as.reads, who, apiWarmReads, api.MaxReadsDefault, stored))
 		}
-		rep.add(fmt.Sprintf("API /timeseries, %s, p50 / p99", s.label),
-			fmt.Sprintf("%.2f / %.2f ms (%.0f rows, %s gzip an answer)", quantile(lat, 0.5), quantile(lat, 0.99), rows, kbOrMB(wire)),
-			fmt.Sprintf("%s. GET /api/v1/items/{id}/timeseries?interval=%s&since=now − %s with Accept-Encoding: gzip for %d random items, %d clients at once, after %d untimed; from sending the request to the last byte read; the API (api.New, rate limit off) over httptest, an 8-connection pool; over %s",
-				s.target, s.interval, s.spanLabel, as.reads, apiSeriesClients, apiWarmReads, stored))
 	}
 	return nil
 }
 
-// apiSeriesReads GETs path(item) for n random items on apiSeriesClients goroutines; it
+// apiSeriesReads GETs path(item) for n random items on clients goroutines; it
 // returns the latencies, the rows of an answer and its gzip bytes (averages). Rows are counted
 // in every tenth answer: decompressing them all would take the clients a good share of the
 // cores the server runs on.
-func apiSeriesReads(ctx context.Context, c *apiClient, items []string, n int, path func(string) string) ([]float64, float64, int64, error) {
+func apiSeriesReads(ctx context.Context, c *apiClient, items []string, n, clients int, path func(string) string) ([]float64, float64, int64, error) {
 	work := make(chan string, n)
 	rnd := rand.New(rand.NewPCG(apiSeed, 1))
 	for range n {
@@ -586,8 +594,8 @@ func apiSeriesReads(ctx context.Context, c *apiClient, items []string, n int, pa
 	var lat []float64
 	var rows, counted, wire int64
 	var wg sync.WaitGroup
-	errs := make([]error, apiSeriesClients)
-	for i := range apiSeriesClients {
+	errs := make([]error, clients)
+	for i := range clients {
 		wg.Go(func() {
 			var buf bytes.Buffer
 			for id := range work {
