@@ -8,13 +8,15 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,10 +24,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/api"
 	"github.com/duecollector/duecollector/internal/config"
-	"github.com/duecollector/duecollector/internal/daemon"
-	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/history"
-	"github.com/duecollector/duecollector/internal/retention"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -86,67 +85,55 @@ func apiConfig() api.Config {
 // 304s of the full answer once it has stopped.
 func apiLatest(ctx context.Context, e *env, as apiSize, rep *report) error {
 	n := as.items
-	u, err := e.freshDB(ctx, apiDB, true)
+	bin, err := buildCollector(ctx)
+	if err != nil {
+		return err
+	}
+	u, err := e.freshDB(ctx, apiDB, false)
 	if err != nil {
 		return err
 	}
 	defer e.dropDB(ctx, apiDB)
-	// One pool for the daemon and the API, as `collector run` serves both from its own.
-	pool, err := openPool(ctx, u, 16)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// As production runs: the simulator (the provider) and `collector run` (collection and
+	// the API in one process) each their own process; this one only polls.
+	sim, _, err := hotCatalog(lctx, bin, u, n, "--market", "realistic", "--seed", strconv.Itoa(apiSeed))
+	if err != nil {
+		return err
+	}
+	defer sim.stop()
+	pool, err := openPool(ctx, u, 4)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := createPartitions(ctx, pool); err != nil {
-		return err
-	}
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var simNow atomic.Int64
-	simNow.Store(time.Now().Unix())
-	rs, err := newRealisticSim(n, apiSeed, &simNow)
+	quiet, err := apiSeedQuiet(ctx, pool)
 	if err != nil {
 		return err
 	}
-	defer rs.close()
-	go func() {
-		// The simulator's market moves on the wall clock, as a real one does.
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-lctx.Done():
-				return
-			case <-t.C:
-				simNow.Store(time.Now().Unix())
-			}
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	// Budget sharing's slow start (1 % of the ceiling until a limit is learned) would take
+	// minutes to reach the simulator's unlimited key; the daemon section measures it. Pinned
+	// HOT (apiSeedQuiet), the plan keeps every item collected each minute.
+	d, err := startDaemon(lctx, bin, u, sim.base, 5000, "COLLECTOR_DAEMON_HTTP_ADDR="+addr,
+		"COLLECTOR_DAEMON_BUDGET_ENABLED=false", "COLLECTOR_API_RATE=0", "COLLECTOR_CONSOLE_ENABLED=false")
+	if err != nil {
+		return err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = d.stop()
 		}
 	}()
-	quiet, err := apiSeedItems(ctx, pool, rs)
-	if err != nil {
-		return err
-	}
-
-	cfg := config.Default()
-	cfg.Daemon.HTTPAddr = ""
-	// Budget sharing's slow start (1 % of the ceiling until a limit is learned) would take
-	// minutes to reach the simulator's ample limit; the daemon section measures it.
-	cfg.Daemon.Budget.Enabled = false
-	dc := dispatcher.FromConfig(cfg)
-	dc.Owner = apiDB
-	d, err := daemon.New(pool, rs.client, daemon.Config{Daemon: cfg.Daemon, Dispatch: dc, Retention: retention.FromConfig(cfg),
-		Market: config.WorkloadLimits{Rate: 1e5, Burst: 1e4, PerMinute: 1e8}, KeyLabel: apiDB}, zap.NewNop())
-	if err != nil {
-		return err
-	}
-	dctx, stopDaemon := context.WithCancel(lctx)
-	defer stopDaemon()
-	ran := make(chan error, 1)
 	started := time.Now()
-	go func() { ran <- d.Run(dctx) }()
-	burst, err := apiFirstCollections(ctx, pool, n, ran)
+	burst, err := apiFirstCollections(ctx, pool, n, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w\n%s", err, d.stderr.Bytes())
 	}
 	// An item's next slot is at least half an interval after its first collection, so the
 	// rate is n/60 a second from half a minute after the last first collection on.
@@ -154,14 +141,7 @@ func apiLatest(ctx context.Context, e *env, as apiSize, rep *report) error {
 	rep.note("api: %d HOT items' first collections (every item due at once) took %s; /latest is polled from %s after the daemon started",
 		n, burst.Round(100*time.Millisecond), steady.Sub(started).Round(time.Second))
 
-	a, err := api.New(pool, apiConfig(), zap.NewNop())
-	if err != nil {
-		return err
-	}
-	go a.Start(lctx)
-	srv := httptest.NewServer(a.Handler())
-	defer srv.Close()
-	c := newAPIClient(srv.URL)
+	c := newAPIClient("http://" + addr)
 	// Warm, as a served API is: one poll every few seconds until the window keeps the
 	// background refresh running (it stops 30 s after the last poll, and a poll finding the
 	// copy older than 1 s then reads it itself), as sites polling it would.
@@ -211,16 +191,25 @@ func apiLatest(ctx context.Context, e *env, as apiSize, rep *report) error {
 		return fmt.Errorf("count collections: %w", err)
 	}
 	rate := float64(collections) / to.Sub(from).Seconds()
-	stopDaemon()
-	if err := <-ran; err != nil {
-		return fmt.Errorf("daemon: %w", err)
+	// Collection stops, the API stays: the provider set to MAINTENANCE by hand,
+	// the daemon stops dispatching and its answers stop changing.
+	if out, err := exec.CommandContext(ctx, bin, "provider", "set", "MAINTENANCE", "--reason", "bench: collection stopped",
+		"--for", "1h", "--database-url", u).CombinedOutput(); err != nil {
+		return fmt.Errorf("collector provider set MAINTENANCE: %w\n%s", err, out)
 	}
-	stopped, err := apiPoll304(ctx, c, "/api/v1/latest", as.window/2)
+	if _, err := apiSettled(ctx, c, "/api/v1/latest"); err != nil {
+		return err
+	}
+	paused, err := apiPoll304(ctx, c, "/api/v1/latest", as.window/2)
 	if err != nil {
 		return err
 	}
+	stopped = true
+	if err := d.stop(); err != nil {
+		return err
+	}
 
-	load := fmt.Sprintf("a daemon in this process (daemon.New + Run: product defaults, packing on, budget sharing off and a ceiling the simulator never reaches) collecting %s HOT_1M items of `collector-dev sim --market realistic` (seed %d, in-process over httptest, on the wall clock) in real time, %.0f collections/s over the window (items whose last_collected_at fell in it); measured from %s after its first collections, when every item is on its phase-pinned slot; the API (api.New with the product's config, rate limit off, its background refresh running) over httptest, the same 16-connection pool as the daemon, every process on the same 2 cores",
+	load := fmt.Sprintf("one `collector run` process of the built binary (product defaults: packing on, concurrency 16; budget sharing off, COLLECTOR_PROVIDER_MARKET_RATE=5000, the API's rate limit off, the console off) serving the API on its daemon.http_addr while it collects %s items pinned HOT_1M of `collector-dev sim --market realistic` (seed %d, a separate process) in real time, %.0f collections/s over the window (items whose last_collected_at fell in it); measured from %s after its first collections, when every item is on its phase-pinned slot; the clients in the bench process, every process on the same 2 cores",
 		count(n), apiSeed, rate, (steady.Sub(started) - burst).Round(time.Second))
 	rep.add(fmt.Sprintf("API /latest, %s items being collected: full answer p50 / p99 / max", count(n+apiQuietItems)),
 		fmt.Sprintf("%.1f / %.1f / %.1f ms (%s gzip, %s JSON)", quantile(full.lat, 0.5), quantile(full.lat, 0.99), slices.Max(full.lat), kbOrMB(full.wire), kbOrMB(probe.raw)),
@@ -239,23 +228,17 @@ func apiLatest(ctx context.Context, e *env, as apiSize, rep *report) error {
 		fmt.Sprintf("target ≤ 2 ms. %d clients, each a request every %s (at most %d a second in all), for %s, each sending If-None-Match with the ETag it holds for /api/v1/latest?ids= naming %d DORMANT items (a 304 needs an unchanged answer: these are never collected, while the other %s items change every second); the answer is cut from the current copy and hashed per request; same load: %s",
 			apiPollers, apiPoll304Every, apiPollers*int(time.Second/apiPoll304Every), as.window/2, apiQuietItems, count(n), load))
 	rep.add(fmt.Sprintf("API /latest 304, every item (%s), collection stopped: p50 / p99 / max", count(n+apiQuietItems)),
-		fmt.Sprintf("%.2f / %.2f / %.2f ms (%d of %d answers 304)", quantile(stopped.lat, 0.5), quantile(stopped.lat, 0.99), slices.Max(stopped.lat), stopped.notModified, len(stopped.lat)),
-		fmt.Sprintf("target ≤ 2 ms. The same database right after the daemon was stopped (a full answer changes with every collection, so it is 304 only when nothing was collected): %d clients, each a request every %s (at most %d a second in all), for %s, each sending If-None-Match with the ETag of the full answer; the API's background refresh still reads all %s items every 500 ms and finds nothing changed",
+		fmt.Sprintf("%.2f / %.2f / %.2f ms (%d of %d answers 304)", quantile(paused.lat, 0.5), quantile(paused.lat, 0.99), slices.Max(paused.lat), paused.notModified, len(paused.lat)),
+		fmt.Sprintf("target ≤ 2 ms. The same daemon once `collector provider set MAINTENANCE` stopped its collections (a full answer changes with every collection, so it is 304 only when nothing was collected): %d clients, each a request every %s (at most %d a second in all), for %s, each sending If-None-Match with the ETag of the full answer; the API's background refresh still reads all %s items every 500 ms and finds nothing changed",
 			apiPollers, apiPoll304Every, apiPollers*int(time.Second/apiPoll304Every), as.window/2, count(n+apiQuietItems)))
 	return nil
 }
 
-// apiSeedItems tracks the simulator's items as HOT_1M, all due now, and the quiet DORMANT
-// items with a market seen an hour ago; it returns the quiet ids.
-func apiSeedItems(ctx context.Context, pool *pgxpool.Pool, rs realisticSim) ([]string, error) {
-	var names []string
-	for _, it := range rs.sim.Catalog() {
-		names = append(names, it.ItemName)
-	}
-	if _, err := pool.Exec(ctx, `
-		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT id, name, $3, now() FROM unnest($1::text[], $2::text[]) AS t(id, name)`, rs.ids, names, string(tiers.Hot)); err != nil {
-		return nil, fmt.Errorf("track the items: %w", err)
+// apiSeedQuiet pins the tracked items HOT_1M (so the daemon's tier plan keeps them there) and
+// tracks the quiet DORMANT items with a market seen an hour ago; it returns the quiet ids.
+func apiSeedQuiet(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	if _, err := pool.Exec(ctx, `UPDATE tracked_items SET pinned_tier = $1`, string(tiers.Hot)); err != nil {
+		return nil, fmt.Errorf("pin the items: %w", err)
 	}
 	var quiet []string
 	for i := range apiQuietItems {
@@ -729,4 +712,14 @@ func (r apiAnswer) json() ([]byte, error) {
 		return nil, fmt.Errorf("gunzip: %w", err)
 	}
 	return io.ReadAll(zr)
+}
+
+// freeAddr is a loopback address nothing listens on now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
