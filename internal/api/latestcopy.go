@@ -5,7 +5,6 @@ import (
 	"compress/flate"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"hash/crc32"
 	"sync"
@@ -31,6 +30,7 @@ type latestCache struct {
 	refreshed prometheus.Observer // each read's seconds
 
 	mu       sync.Mutex // one refresh at a time
+	z        *deflater  // the refresh's, under mu
 	cur      atomic.Pointer[latestCopy]
 	lastPoll atomic.Int64 // unix ns of the last request
 }
@@ -41,8 +41,8 @@ type latestCopy struct {
 	dbNow  time.Time // the database's clock at the read
 	fullAt time.Time // readAt of the last read of every row
 	ids    map[string]int
-	items  []latestItem
-	chunks []latestChunk
+	items  []*latestItem // pointers: a refresh copies the slice, not 20,000 items
+	chunks []*latestChunk
 	all    *body
 }
 
@@ -52,10 +52,11 @@ type latestItem struct {
 }
 
 // latestChunk is items[k*chunkItems : (k+1)*chunkItems] of the body: their JSON (a comma
-// before each but the body's first) deflated and flushed to a byte boundary with a fresh
-// dictionary, so chunks concatenate into one valid deflate stream; and the JSON's hash, which
-// the ETag is made of.
+// before each but the body's first); that JSON deflated and flushed to a byte boundary with a
+// fresh dictionary, so chunks concatenate into one valid deflate stream; and the JSON's hash,
+// which the ETag is made of. Answers are served from the chunks as they are.
 type latestChunk struct {
+	raw      []byte
 	deflated []byte
 	sum      [sha256.Size]byte
 }
@@ -76,7 +77,7 @@ const (
 )
 
 func newLatestCache(db DB, maxAge time.Duration, now func() time.Time) *latestCache {
-	return &latestCache{db: db, maxAge: maxAge, now: now}
+	return &latestCache{db: db, maxAge: maxAge, now: now, z: newDeflater()}
 }
 
 func (c *latestCache) polled(within time.Duration) bool {
@@ -132,7 +133,7 @@ func (c *latestCache) read(ctx context.Context, prev *latestCopy, start time.Tim
 		if err != nil {
 			return nil, err
 		}
-		if next, ok := patch(prev, changed, total, dbNow, start); ok {
+		if next, ok := patch(c.z, prev, changed, total, dbNow, start); ok {
 			return next, nil
 		}
 	}
@@ -140,12 +141,12 @@ func (c *latestCache) read(ctx context.Context, prev *latestCopy, start time.Tim
 	if err != nil {
 		return nil, err
 	}
-	return rebuild(prev, states, dbNow, start), nil
+	return rebuild(c.z, prev, states, dbNow, start), nil
 }
 
 // patch applies changed rows to prev; false when the set of items differs (a full read then
 // places them).
-func patch(prev *latestCopy, changed []history.Latest, total int, dbNow, start time.Time) (*latestCopy, bool) {
+func patch(z *deflater, prev *latestCopy, changed []history.Latest, total int, dbNow, start time.Time) (*latestCopy, bool) {
 	if total != len(prev.items) {
 		return nil, false
 	}
@@ -160,14 +161,14 @@ func patch(prev *latestCopy, changed []history.Latest, total int, dbNow, start t
 			continue
 		}
 		if len(dirty) == 0 { // copy on first write: prev stays as readers saw it
-			next.items = append([]latestItem(nil), prev.items...)
-			next.chunks = append([]latestChunk(nil), prev.chunks...)
+			next.items = append([]*latestItem(nil), prev.items...)
+			next.chunks = append([]*latestChunk(nil), prev.chunks...)
 		}
-		next.items[i] = latestItem{state: s, json: appendLatest(nil, s)}
+		next.items[i] = &latestItem{state: s, json: appendLatest(nil, s)}
 		dirty[i/chunkItems] = true
 	}
 	for k := range dirty {
-		next.chunks[k] = makeChunk(next.items, k)
+		next.chunks[k] = makeChunk(z, next.items, k)
 	}
 	next.finish(prev, len(dirty) > 0)
 	return next, true
@@ -175,9 +176,9 @@ func patch(prev *latestCopy, changed []history.Latest, total int, dbNow, start t
 
 // rebuild makes a copy from every row, keeping prev's encodings where an item is unchanged and
 // its chunks where the chunk's items are.
-func rebuild(prev *latestCopy, states []history.Latest, dbNow, start time.Time) *latestCopy {
+func rebuild(z *deflater, prev *latestCopy, states []history.Latest, dbNow, start time.Time) *latestCopy {
 	next := &latestCopy{readAt: start, dbNow: dbNow, fullAt: start, ids: make(map[string]int, len(states)),
-		items: make([]latestItem, len(states))}
+		items: make([]*latestItem, len(states))}
 	same := prev != nil && len(prev.items) == len(states)
 	dirty := map[int]bool{}
 	for i, s := range states {
@@ -188,31 +189,36 @@ func rebuild(prev *latestCopy, states []history.Latest, dbNow, start time.Time) 
 				continue
 			}
 		}
-		next.items[i] = latestItem{state: s, json: appendLatest(nil, s)}
+		next.items[i] = &latestItem{state: s, json: appendLatest(nil, s)}
 		dirty[i/chunkItems] = true
 		same = same && prev.ids[s.ItemID] == i && prev.items[i].state.ItemID == s.ItemID
 	}
-	next.chunks = make([]latestChunk, (len(states)+chunkItems-1)/chunkItems)
+	next.chunks = make([]*latestChunk, (len(states)+chunkItems-1)/chunkItems)
 	for k := range next.chunks {
 		if same && !dirty[k] {
 			next.chunks[k] = prev.chunks[k]
 		} else {
-			next.chunks[k] = makeChunk(next.items, k)
+			next.chunks[k] = makeChunk(z, next.items, k)
 		}
 	}
 	next.finish(prev, !same || len(dirty) > 0)
 	return next
 }
 
-func makeChunk(items []latestItem, k int) latestChunk {
-	var raw []byte
-	for i := k * chunkItems; i < min(len(items), (k+1)*chunkItems); i++ {
+func makeChunk(z *deflater, items []*latestItem, k int) *latestChunk {
+	from, to := k*chunkItems, min(len(items), (k+1)*chunkItems)
+	size := 0
+	for _, it := range items[from:to] {
+		size += len(it.json) + 1
+	}
+	raw := make([]byte, 0, size)
+	for i := from; i < to; i++ {
 		if i > 0 {
 			raw = append(raw, ',')
 		}
 		raw = append(raw, items[i].json...)
 	}
-	return latestChunk{deflated: deflateFlushed(raw), sum: sha256.Sum256(raw)}
+	return &latestChunk{raw: raw, deflated: z.flushed(raw), sum: sha256.Sum256(raw)}
 }
 
 // finish sets the answer: prev's when nothing changed (re-dated if it was ambiguous, see
@@ -227,36 +233,31 @@ func (cp *latestCopy) finish(prev *latestCopy, changed bool) {
 		}
 		return
 	}
-	size := len(latestHead) + len(latestTail)
-	for _, it := range cp.items {
-		size += len(it.json) + 1
-	}
-	raw := make([]byte, 0, size)
-	raw = append(raw, latestHead...)
-	for _, it := range cp.items {
-		if len(raw) > len(latestHead) {
-			raw = append(raw, ',')
-		}
-		raw = append(raw, it.json...)
-	}
-	raw = append(raw, latestTail...)
-
 	// The gzip member: header, the head's, chunks' and tail's deflate, a final block, and the
 	// whole JSON's CRC and length (RFC 1952).
-	var gz bytes.Buffer
-	gz.Write(gzipHeader)
-	gz.Write(deflatedHead)
+	b := &body{rawParts: make([][]byte, 0, len(cp.chunks)+2), gzParts: make([][]byte, 0, len(cp.chunks)+6)}
+	b.rawParts = append(b.rawParts, latestHead)
+	b.gzParts = append(b.gzParts, gzipHeader, deflatedHead)
+	crc := crc32.ChecksumIEEE(latestHead)
 	etag := sha256.New()
 	for _, ch := range cp.chunks {
-		gz.Write(ch.deflated)
+		b.rawParts = append(b.rawParts, ch.raw)
+		b.gzParts = append(b.gzParts, ch.deflated)
+		crc = crc32.Update(crc, crc32.IEEETable, ch.raw)
 		etag.Write(ch.sum[:])
 	}
-	gz.Write(deflatedTail)
-	gz.Write(finalBlock)
-	var trailer [8]byte
-	binary.LittleEndian.PutUint32(trailer[:4], crc32.ChecksumIEEE(raw))
-	binary.LittleEndian.PutUint32(trailer[4:], uint32(len(raw)))
-	gz.Write(trailer[:])
+	b.rawParts = append(b.rawParts, latestTail)
+	crc = crc32.Update(crc, crc32.IEEETable, latestTail)
+	for _, p := range b.rawParts {
+		b.rawLen += len(p)
+	}
+	trailer := make([]byte, 8)
+	binary.LittleEndian.PutUint32(trailer[:4], crc)
+	binary.LittleEndian.PutUint32(trailer[4:], uint32(b.rawLen))
+	b.gzParts = append(b.gzParts, deflatedTail, finalBlock, trailer)
+	for _, p := range b.gzParts {
+		b.gzLen += len(p)
+	}
 
 	// Last-Modified is when this read found the change (the database's clock), not only the
 	// newest collection in it: an item leaving the catalog changes the answer too, and a
@@ -265,13 +266,13 @@ func (cp *latestCopy) finish(prev *latestCopy, changed bool) {
 	if prev != nil && cp.dbNow.After(modified) {
 		modified = cp.dbNow
 	}
-	sum := etag.Sum(nil)
-	cp.all = &body{raw: raw, gz: gz.Bytes(), etag: `W/"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`, modified: modified,
-		ambiguous: prev != nil && modified.Truncate(time.Second).Equal(prev.all.modified.Truncate(time.Second))}
+	b.etag, b.modified = weakETag(etag.Sum(nil)), modified
+	b.ambiguous = prev != nil && modified.Truncate(time.Second).Equal(prev.all.modified.Truncate(time.Second))
+	cp.all = b
 }
 
 // newestSeen is the last time any of items was collected.
-func newestSeen(items []latestItem) time.Time {
+func newestSeen(items []*latestItem) time.Time {
 	var t time.Time
 	for _, it := range items {
 		for _, at := range []*time.Time{it.state.SeenAt, it.state.SnapshotAt} {
@@ -288,26 +289,31 @@ var (
 	latestTail = []byte(`]}`)
 	// gzipHeader: no name, no time (so equal data gives equal bytes), OS unknown.
 	gzipHeader   = []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff}
-	deflatedHead = deflateFlushed(latestHead)
-	deflatedTail = deflateFlushed(latestTail)
+	deflatedHead = newDeflater().flushed(latestHead)
+	deflatedTail = newDeflater().flushed(latestTail)
 	finalBlock   = finalDeflateBlock()
 )
 
-var flateWriters = sync.Pool{New: func() any {
-	w, _ := flate.NewWriter(nil, flate.BestSpeed)
-	return w
-}}
+// deflater compresses chunks with one writer kept for good: a pooled one would be dropped at
+// every garbage collection and cost a megabyte of tables to make again.
+type deflater struct {
+	w   *flate.Writer
+	buf bytes.Buffer
+}
 
-// deflateFlushed is raw deflated alone and flushed (not closed): byte-aligned blocks, none
-// final, referring to nothing before them.
-func deflateFlushed(raw []byte) []byte {
-	var buf bytes.Buffer
-	w := flateWriters.Get().(*flate.Writer)
-	w.Reset(&buf)
-	_, _ = w.Write(raw)
-	_ = w.Flush()
-	flateWriters.Put(w)
-	return buf.Bytes()
+func newDeflater() *deflater {
+	w, _ := flate.NewWriter(nil, flate.BestSpeed)
+	return &deflater{w: w}
+}
+
+// flushed is raw deflated alone and flushed (not closed): byte-aligned blocks, none final,
+// referring to nothing before them.
+func (z *deflater) flushed(raw []byte) []byte {
+	z.buf.Reset()
+	z.w.Reset(&z.buf)
+	_, _ = z.w.Write(raw)
+	_ = z.w.Flush()
+	return bytes.Clone(z.buf.Bytes())
 }
 
 // finalDeflateBlock is the empty final block that ends a stream of flushed chunks.

@@ -14,13 +14,17 @@ import (
 	"time"
 )
 
-// body is one encoded answer: its JSON, its gzip (made on the way out when nil) and the
+// body is one encoded answer: its JSON (its gzip made on the way out unless kept) and the
 // validators a client sends back to learn that nothing changed.
 type body struct {
-	raw      []byte
-	gz       []byte
-	etag     string
-	modified time.Time // zero: no Last-Modified
+	raw []byte
+	// rawParts and gzParts, when set, are the answer in pieces and rawLen and gzLen their
+	// sizes: /latest serves its chunks as they are kept instead of copying megabytes into one
+	// slice at every refresh, garbage the collector would take from the polls' cores.
+	rawParts, gzParts [][]byte
+	rawLen, gzLen     int
+	etag              string
+	modified          time.Time // zero: no Last-Modified
 	// ambiguous: an earlier answer was dated in the same second, so If-Modified-Since naming
 	// that second cannot tell which one the client holds, and gets the answer again. HTTP
 	// dates have a one-second resolution; /latest changes every half second while items are
@@ -32,7 +36,12 @@ type body struct {
 // carry the same data, and If-None-Match compares weakly anyway.
 func newBody(raw []byte, modified time.Time) *body {
 	sum := sha256.Sum256(raw)
-	return &body{raw: raw, etag: `W/"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`, modified: modified}
+	return &body{raw: raw, etag: weakETag(sum[:]), modified: modified}
+}
+
+// weakETag is the ETag of an answer whose SHA-256 is sum.
+func weakETag(sum []byte) string {
+	return `W/"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`
 }
 
 // jsonBody encodes v as a body.
@@ -82,18 +91,58 @@ func serve(w http.ResponseWriter, r *http.Request, b *body) {
 		return
 	}
 	h.Set("Content-Type", "application/json")
-	out := b.raw
-	if len(b.raw) >= gzipMin && acceptsGzip(r.Header.Get("Accept-Encoding")) {
-		out = b.gz
-		if out == nil {
-			out = compress(b.raw)
+	size, parts := len(b.raw), [][]byte{b.raw}
+	if b.rawParts != nil {
+		size, parts = b.rawLen, b.rawParts
+	}
+	if size >= gzipMin && acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		switch {
+		case b.gzParts != nil:
+			size, parts = b.gzLen, b.gzParts
+		default:
+			gz := compress(b.raw)
+			size, parts = len(gz), [][]byte{gz}
 		}
 		h.Set("Content-Encoding", "gzip")
 	}
-	h.Set("Content-Length", strconv.Itoa(len(out)))
+	h.Set("Content-Length", strconv.Itoa(size))
 	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(out)
+	if r.Method == http.MethodHead {
+		return
+	}
+	writeParts(w, parts)
+}
+
+// writeScratch holds the buffers writeParts gathers pieces in.
+var writeScratch = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// writeParts writes parts gathered into 64 KB writes: /latest's 600 chunks written one by one
+// would each be a system call.
+func writeParts(w io.Writer, parts [][]byte) {
+	if len(parts) == 1 {
+		_, _ = w.Write(parts[0])
+		return
+	}
+	bp := writeScratch.Get().(*[]byte)
+	buf := (*bp)[:0]
+	defer func() { *bp = buf[:0]; writeScratch.Put(bp) }()
+	for _, p := range parts {
+		if len(buf)+len(p) > cap(buf) {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			buf = buf[:0]
+		}
+		if len(p) >= cap(buf) {
+			if _, err := w.Write(p); err != nil {
+				return
+			}
+			continue
+		}
+		buf = append(buf, p...)
+	}
+	if len(buf) > 0 {
+		_, _ = w.Write(buf)
 	}
 }
 

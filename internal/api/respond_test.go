@@ -1,0 +1,37 @@
+package api
+
+import (
+	"bytes"
+	"testing"
+)
+
+// writesRecorder keeps each Write apart.
+type writesRecorder struct{ writes [][]byte }
+
+func (w *writesRecorder) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, bytes.Clone(p))
+	return len(p), nil
+}
+
+// TestWriteParts: /latest's chunks go out gathered into few writes, byte for byte, with a
+// piece larger than the gathering buffer written as it is.
+func TestWriteParts(t *testing.T) {
+	var parts [][]byte
+	for i := range 600 {
+		parts = append(parts, bytes.Repeat([]byte{byte('a' + i%26)}, 1000+i))
+	}
+	parts = append(parts[:300], append([][]byte{bytes.Repeat([]byte{'!'}, 200<<10)}, parts[300:]...)...)
+	var rec writesRecorder
+	writeParts(&rec, parts)
+	if got, want := bytes.Join(rec.writes, nil), bytes.Join(parts, nil); !bytes.Equal(got, want) {
+		t.Fatalf("wrote %d bytes that differ from the %d of the parts", len(got), len(want))
+	}
+	if len(rec.writes) > 20 {
+		t.Fatalf("%d writes for %d parts: they were not gathered", len(rec.writes), len(parts))
+	}
+	for i, w := range rec.writes {
+		if len(w) > 64<<10 && len(w) != 200<<10 {
+			t.Fatalf("write %d is %d bytes, more than the 64 KB gathering buffer", i, len(w))
+		}
+	}
+}
