@@ -145,23 +145,11 @@ func apiLatest(ctx context.Context, e *env, as apiSize, rep *report) error {
 		n, burst.Round(100*time.Millisecond), steady.Sub(started).Round(time.Second))
 
 	c := newAPIClient("http://" + addr)
-	// The same API served by its own `collector console` process, as docs/api.md suggests
-	// when polls must not wait behind collection: the collector's passes keep its cores busy
-	// in bursts, and a request waits for one.
-	cons, err := startConsole(lctx, bin, u)
-	if err != nil {
-		return err
-	}
-	defer cons.stop()
-	cc := newAPIClient("http://" + cons.addr)
 	// Warm, as a served API is: one poll every few seconds until the window keeps the
 	// background refresh running (it stops 30 s after the last poll, and a poll finding the
 	// copy older than 1 s then reads it itself), as sites polling it would.
 	for time.Now().Before(steady) {
 		if _, err := c.get(ctx, "/api/v1/latest", apiGet{}); err != nil {
-			return err
-		}
-		if _, err := cc.get(ctx, "/api/v1/latest", apiGet{}); err != nil {
 			return err
 		}
 		if err := sleepCtx(ctx, min(5*time.Second, time.Until(steady))); err != nil {
@@ -196,13 +184,7 @@ func apiLatest(ctx context.Context, e *env, as apiSize, rep *report) error {
 	if err != nil {
 		return err
 	}
-	consFull, _, err := apiPollFull(ctx, cc, as.window/2, n+apiQuietItems)
-	if err != nil {
-		return fmt.Errorf("collector console: %w", err)
-	}
-	stalls = stallMeter()
-	consFiltered, err := apiPoll304(ctx, cc, ids, as.window/2)
-	consStalls := stalls()
+	consFull, consFiltered, consStalls, err := apiConsole(ctx, lctx, bin, u, ids, as.window/2, n+apiQuietItems)
 	if err != nil {
 		return fmt.Errorf("collector console: %w", err)
 	}
@@ -746,6 +728,35 @@ func (r apiAnswer) json() ([]byte, error) {
 		return nil, fmt.Errorf("gunzip: %w", err)
 	}
 	return io.ReadAll(zr)
+}
+
+// apiConsole times the same polls against the API served by its own `collector console`
+// process, as docs/api.md suggests when polls must not wait behind collection: the
+// collector's passes keep its cores busy in bursts, and a request waits for one. The process
+// runs only for its windows, so its refreshes do not load the daemon's.
+func apiConsole(ctx, lctx context.Context, bin, u, ids string, window time.Duration, want int) (full, filtered apiPolled, stalls []float64, err error) {
+	cons, err := startConsole(lctx, bin, u)
+	if err != nil {
+		return full, filtered, nil, err
+	}
+	defer cons.stop()
+	cc := newAPIClient("http://" + cons.addr)
+	// Warm as the daemon's was: its first read is of every row, and polled, its background
+	// refresh keeps the copy current.
+	for range 12 {
+		if _, err := cc.get(ctx, "/api/v1/latest", apiGet{}); err != nil {
+			return full, filtered, nil, err
+		}
+		if err := sleepCtx(ctx, apiPollEvery); err != nil {
+			return full, filtered, nil, err
+		}
+	}
+	if full, _, err = apiPollFull(ctx, cc, window, want); err != nil {
+		return full, filtered, nil, err
+	}
+	stop := stallMeter()
+	filtered, err = apiPoll304(ctx, cc, ids, window)
+	return full, filtered, stop(), err
 }
 
 // consoleProc is `collector console` serving the read API from its own process.
