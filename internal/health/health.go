@@ -328,20 +328,13 @@ func (m *Monitor) see(row provider.StatusRow) {
 // transition moves the automatic status from row.Status to `to`, unless someone else moved it
 // first (then nothing happens and the next step sees their change).
 func (m *Monitor) transition(ctx context.Context, row provider.StatusRow, to provider.Status, reason string) error {
-	reason = provider.Clean(reason, provider.MaxErrorRunes)
-	tag, err := m.pool.Exec(ctx, `
-		UPDATE provider_status SET status = $3, reason = $4, since = now(), updated_at = now()
-		WHERE provider = $1 AND status = $2 AND since = $5`,
-		m.cfg.Provider, string(row.Status), string(to), reason, row.Since)
-	if err != nil {
-		return fmt.Errorf("provider %s status %s → %s: %w", m.cfg.Provider, row.Status, to, err)
+	moved, err := provider.MoveStatus(ctx, m.pool, row, to, reason)
+	if err != nil || !moved {
+		return err
 	}
-	if tag.RowsAffected() == 1 {
-		// see logs the change once, as it does for changes other instances make.
-		next, err := provider.ReadStatus(ctx, m.pool, m.cfg.Provider)
-		if err == nil {
-			m.see(next)
-		}
+	// see logs the change once, as it does for changes other instances make.
+	if next, err := provider.ReadStatus(ctx, m.pool, m.cfg.Provider); err == nil {
+		m.see(next)
 	}
 	return nil
 }

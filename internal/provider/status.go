@@ -115,6 +115,20 @@ func SetStatus(ctx context.Context, q Querier, providerName string, st Status, r
 	return prev == nil || Status(*prev) != st, nil
 }
 
+// MoveStatus moves the automatic status from row's to `to` only if nobody moved it since row
+// was read (the same status and since): several health monitors may step at once, and the
+// first wins. It reports whether it moved it.
+func MoveStatus(ctx context.Context, q Querier, row StatusRow, to Status, reason string) (moved bool, err error) {
+	tag, err := q.Exec(ctx, `
+		UPDATE provider_status SET status = $3, reason = $4, since = now(), updated_at = now()
+		WHERE provider = $1 AND status = $2 AND since = $5`,
+		row.Provider, string(row.Status), string(to), Clean(reason, MaxErrorRunes), row.Since)
+	if err != nil {
+		return false, fmt.Errorf("provider %s status %s → %s: %w", row.Provider, row.Status, to, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // SetOverride pins the effective status for `ttl` by the database clock (0 = until cleared).
 func SetOverride(ctx context.Context, q Querier, providerName string, st Status, reason string, ttl time.Duration) error {
 	_, err := q.Exec(ctx, `
