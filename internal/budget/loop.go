@@ -131,10 +131,17 @@ func (l *Loop) ClaimLimit(perSec float64) int {
 // really been than the plan counted. The dispatcher also claims again only once the work still
 // pending is this small, so when more is due than the budget serves, an item falling due (HOT
 // first) is claimed within about a horizon of its due time however its batch is packed.
+// At least a full packed call's worth (its two calls), as ClaimLimit: on a budget of a few
+// requests a second a horizon holds less than one call, every claim would take one item, no
+// call could be shared, and the dearer collections would shrink the claims further.
 func (l *Loop) ClaimRequests(perSec float64, horizon time.Duration) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return perSec * horizon.Seconds() / l.costRatio
+	r := perSec * horizon.Seconds() / l.costRatio
+	if l.cfg.PackSize > 1 {
+		r = max(r, packing.Alone)
+	}
+	return r
 }
 
 // PlanShare is the share of the configured budget the plan may count on: learned, the share

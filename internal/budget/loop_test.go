@@ -154,3 +154,18 @@ func TestPlansAreSpacedByTheGap(t *testing.T) {
 		t.Fatal("no plan once the gap had passed")
 	}
 }
+
+// A claim's cost bound, like its item count, is never under a full packed call's worth: at 3
+// req/s a quarter second of budget is 0.75 requests, one item, which could share no call.
+func TestClaimRequestsAreNeverLessThanOnePackedCall(t *testing.T) {
+	l := newTestLoop(t, 10)
+	if got := l.ClaimRequests(3, 250*time.Millisecond); got != packing.Alone {
+		t.Fatalf("claim of %v requests at 3 req/s with packs of 10, want %v (one packed call)", got, packing.Alone)
+	}
+	if got := l.ClaimRequests(40, 250*time.Millisecond); got != 10 {
+		t.Fatalf("claim of %v requests at 40 req/s, want 10 (a quarter second)", got)
+	}
+	if got := newTestLoop(t, 1).ClaimRequests(3, 250*time.Millisecond); got != 0.75 {
+		t.Fatalf("claim of %v requests at 3 req/s with packing off, want 0.75 (a quarter second)", got)
+	}
+}

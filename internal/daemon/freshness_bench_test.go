@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"strconv"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
-	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -29,13 +27,14 @@ import (
 //	DUECOLLECTOR_FRESH_TIERS=tiers.json DUECOLLECTOR_FRESH_BUDGET=40 DUECOLLECTOR_FRESH_DURATION=5m \
 //	  go test -run '^$' -bench FreshnessRun -benchtime 1x ./internal/daemon/
 //
-// tiers.json maps item id → tier for the first N items of the catalog (N = its size).
+// tiers.json maps item id → tier and planned cost for the first N items of the catalog (N = its
+// size).
 func BenchmarkFreshnessRun(b *testing.B) {
 	raw, err := os.ReadFile(os.Getenv("DUECOLLECTOR_FRESH_TIERS"))
 	if err != nil {
 		b.Skipf("DUECOLLECTOR_FRESH_TIERS: %v (run through make bench)", err)
 	}
-	var assigned map[string]string
+	var assigned map[string]freshPlanned
 	if err := json.Unmarshal(raw, &assigned); err != nil {
 		b.Fatal(err)
 	}
@@ -52,31 +51,24 @@ func BenchmarkFreshnessRun(b *testing.B) {
 	}
 }
 
-func freshnessRun(b *testing.B, assigned map[string]string, budget float64, dur time.Duration) {
-	ctx := context.Background()
+// freshPlanned is an item's tier and what the plan counts its collection at there, as the plan
+// service would have stored them (requests_per_collection sizes the claims).
+type freshPlanned struct {
+	Tier     tiers.Tier `json:"tier"`
+	Requests float64    `json:"requests"`
+}
+
+func freshnessRun(b *testing.B, assigned map[string]freshPlanned, budget float64, dur time.Duration) {
 	e := newEnv(b, len(assigned), neoplesim.Options{Market: market.Realistic})
 	e.fullPages = true
 	// Every item due, as if collected before (so it may share calls at once, as the bench
 	// tool's replay of this run assumes): its size and its newest sale known.
-	truths := e.sim.Market().Truths()
-	client, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: e.srv.URL, Key: marketKey,
-		Rate: 1e6, Burst: 1e6, PerMinute: 1e9, SoldLimit: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
+	truths, newest := e.sim.Market().Truths(), e.newestSale(b)
 	var rows []storetest.Item
 	for _, it := range e.items {
 		listings := int32(truths[it.ItemID].Listings)
-		sales, _, err := client.AuctionSold(ctx, it.ItemID)
-		if err != nil {
-			b.Fatal(err)
-		}
-		lastSale := storetest.Null()
-		if len(sales) > 0 {
-			lastSale = storetest.At(sales[0].SoldAt)
-		}
-		rows = append(rows, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tiers.Tier(assigned[it.ItemID]),
-			SeenListingCount: &listings, LastSaleAt: lastSale})
+		rows = append(rows, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: assigned[it.ItemID].Tier,
+			SeenListingCount: &listings, LastSaleAt: newest(it.ItemID), Requests: assigned[it.ItemID].Requests})
 	}
 	storetest.Items(b, e.pool, rows...)
 	cfg := testConfig()

@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
+	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -63,5 +66,80 @@ func TestItemsFallingDueApartShareCalls(t *testing.T) {
 	t.Logf("%d requests for %d collections", reqs, n)
 	if perItem := float64(reqs) / n; perItem > 1.0 {
 		t.Errorf("%d requests for %d collections (%.2f each, %d items small): items falling due apart did not share calls", reqs, n, perItem, small)
+	}
+}
+
+// On a budget of a few requests a second the claims are small and the most urgent tier is
+// claimed on its own between them. Items of that tier falling due apart must still share
+// calls: a claim is never smaller than a packed call's worth, and a HOT-only claim always has
+// room for a full claim (budget.Loop.ClaimRequests, dispatcher's mayClaim; each has its own
+// unit test, and either alone keeps this one green).
+func TestATightBudgetStillSharesCalls(t *testing.T) {
+	const want = 60
+	e := newEnv(t, 400, neoplesim.Options{Market: market.Realistic})
+	e.fullPages = true
+	// Ten packed collections falling due each 20 ms: 10 req/s, over twice what 4 req/s buys.
+	storetest.Items(t, e.pool, e.smallQuiet(t, want, 0, 20*time.Millisecond)...)
+	cfg := testConfig()
+	cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = 10, 100, 5
+	cfg.Market = config.WorkloadLimits{Rate: 4, Burst: 4, PerMinute: 240}
+	cfg.Daemon.Notify = true
+	cfg.signals.passed.Init(t)
+	e.sim.ResetStats()
+	e.start(t, cfg, nil)
+	waitCollected(t, cfg, e.pool, want)
+	// Each claim statement stamps its items with its own now(): ten to a claim is 6 claims.
+	// Claims of one horizon of budget (1 request, 5 items) or HOT-only slivers of room (one
+	// item each) make 12 to 40. What shares a call is then the completeness rule's (a cut
+	// sales answer sends items alone), logged for information.
+	claims := count(t, e.pool, `SELECT count(DISTINCT last_claimed_at) FROM tracked_items`)
+	t.Logf("%d claims, %d requests for %d collections", claims, e.sim.KeyStats(marketKey).Total, want)
+	if claims > want/cfg.Dispatch.PackSize+3 {
+		t.Errorf("%d claims took %d items on a tight budget, want at most %d: too few items in each to fill a packed call",
+			claims, want, want/cfg.Dispatch.PackSize+3)
+	}
+}
+
+// smallQuiet is n tracked HOT items of the realistic market known small and quiet from earlier
+// collections (their size and newest sale stored) and planned at a packed call's tenth each,
+// as the plan service stores requests_per_collection; the first due after first, each every
+// later.
+func (e *env) smallQuiet(t *testing.T, n int, first, every time.Duration) []storetest.Item {
+	t.Helper()
+	truths, newest := e.sim.Market().Truths(), e.newestSale(t)
+	var rows []storetest.Item
+	for _, it := range e.items {
+		tr := truths[it.ItemID]
+		if tr.Listings > 20 || tr.SalesPerHour > 60 || len(rows) == n {
+			continue
+		}
+		listings := int32(tr.Listings)
+		rows = append(rows, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tiers.Hot, SeenListingCount: &listings,
+			LastSaleAt: newest(it.ItemID), Requests: 0.2, NextCollectAt: storetest.In(first + time.Duration(len(rows))*every)})
+	}
+	if len(rows) < n {
+		t.Fatalf("only %d small quiet items among %d; the market model changed", len(rows), len(e.items))
+	}
+	return rows
+}
+
+// newestSale returns, for an item of the simulator, the time of its newest sale as a
+// collection would have stored it (NULL without one).
+func (e *env) newestSale(tb testing.TB) func(itemID string) storetest.Time {
+	tb.Helper()
+	client, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: e.srv.URL, Key: marketKey,
+		Rate: 1e6, Burst: 1e6, PerMinute: 1e9, SoldLimit: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func(itemID string) storetest.Time {
+		sales, _, err := client.AuctionSold(context.Background(), itemID)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if len(sales) == 0 {
+			return storetest.Null()
+		}
+		return storetest.At(sales[0].SoldAt)
 	}
 }

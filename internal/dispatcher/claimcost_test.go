@@ -115,3 +115,27 @@ func TestHotClaimedWhileBacklogPending(t *testing.T) {
 		t.Errorf("collected %d, want %d", s.Collected, warm+1)
 	}
 }
+
+// The pending work may reach topPending claims' worth, and a claim of the most urgent tier
+// alone comes only while a full claim still fits under that: with room for a sliver it would
+// take one item, which then shares no call.
+func TestATopClaimHasRoomForAFullClaim(t *testing.T) {
+	for _, c := range []struct {
+		pending         float64
+		expired         bool
+		wantFull, wantT bool
+	}{
+		{pending: 2, expired: false, wantFull: true},
+		{pending: 2.5, expired: false},
+		{pending: 6, expired: true, wantT: true},
+		{pending: 6.1, expired: true},  // 1.9 requests of room: a sliver
+		{pending: 7.8, expired: true},  // 0.2: one item of ten to a call
+		{pending: 5.9, expired: false}, // not yet: the top tier waits TopAhead
+	} {
+		full, top := mayClaim(c.pending, 2, c.expired)
+		if full != c.wantFull || top != c.wantT {
+			t.Errorf("pending %v of 2-request claims (TopAhead passed: %v): full %v, top %v; want %v, %v",
+				c.pending, c.expired, full, top, c.wantFull, c.wantT)
+		}
+	}
+}

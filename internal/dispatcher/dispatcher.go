@@ -503,9 +503,10 @@ const topPending = 4
 
 // wait blocks while the pending work exceeds requests, until a stop or ctx ends, and says
 // what may be claimed: full when the pending work is at most requests. After within (0:
-// never), top when it is under topPending times that: the most urgent tier alone, up to the
-// rest of that (topRoom). The pending work, HOT included, thus stays bounded however much is
-// due.
+// never), top when a claim of requests more keeps it within topPending times that: the most
+// urgent tier alone, up to the rest of that (topRoom). The pending work, HOT included, thus
+// stays bounded however much is due, and a top claim always has room for a full claim's items:
+// a sliver of room would take the HOT items one at a time, each too alone to share a call.
 func (f *flow) wait(ctx context.Context, requests float64, within time.Duration) (full, top bool) {
 	var timeout <-chan time.Time
 	if within > 0 {
@@ -516,9 +517,7 @@ func (f *flow) wait(ctx context.Context, requests float64, within time.Duration)
 	expired := false
 	for {
 		f.mu.Lock()
-		// A small slack absorbs the float sums' rounding.
-		full = f.pending <= requests+1e-6
-		top = expired && f.pending < topPending*requests
+		full, top = mayClaim(f.pending, requests, expired)
 		f.mu.Unlock()
 		if full || top {
 			return full, top
@@ -533,6 +532,13 @@ func (f *flow) wait(ctx context.Context, requests float64, within time.Duration)
 			return false, false
 		}
 	}
+}
+
+// mayClaim is wait's rule (a small slack absorbs the float sums' rounding).
+func mayClaim(pending, requests float64, expired bool) (full, top bool) {
+	full = pending <= requests+1e-6
+	top = expired && pending+requests <= topPending*requests+1e-6
+	return full, top
 }
 
 // topRoom is what a claim of the most urgent tier alone may add to the pending work: up to

@@ -514,6 +514,12 @@ func p99(xs []float64) float64 {
 
 var freshStartRE = regexp.MustCompile(`fresh-start-ms (\d+)`)
 
+// planned is one item's line in the file BenchmarkFreshnessRun reads (DUECOLLECTOR_FRESH_TIERS).
+type planned struct {
+	Tier     string  `json:"tier"`
+	Requests float64 `json:"requests"`
+}
+
 // freshnessRealRun runs the real daemon (internal/daemon BenchmarkFreshnessRun) over the
 // realistic market with the oracle's tiers at half the thresholds demand, then replays the same
 // setting from the same start time and compares the two.
@@ -536,9 +542,11 @@ func freshnessRealRun(ctx context.Context, fs freshSize, p catalog.Policy, cfg *
 	}
 	budget := math.Round(thrDemand / 2)
 	plan := tierplan.Solve(in, planLimit(budget, cfg.Daemon.Budget.Headroom))
-	assigned := map[string]string{}
+	// Each item's tier and what the plan counts its collection at there, as the daemon's plan
+	// service stores them (requests_per_collection): claims are sized by that cost.
+	assigned := map[string]planned{}
 	for i, id := range ids {
-		assigned[id] = string(plan.Tiers[i])
+		assigned[id] = planned{Tier: string(plan.Tiers[i]), Requests: in[i].RequestsAtTier(plan.Tiers[i])}
 	}
 	f, err := os.CreateTemp("", "fresh-tiers-*.json")
 	if err != nil {
@@ -566,7 +574,7 @@ func freshnessRealRun(ctx context.Context, fs freshSize, p catalog.Policy, cfg *
 		fixed: plan.Tiers, window: cfg.Catalog.EstimateWindow, budget: budget, headroom: cfg.Daemon.Budget.Headroom, replanSeconds: replanEvery,
 		pack: pack})
 	diff := (m["freshness"] - pred.rep.Freshness) / pred.rep.Freshness
-	how := fmt.Sprintf("one `collector run` daemon (in process, internal/daemon BenchmarkFreshnessRun, packing on as by default, daemon.pack_wait 1s) for %s against the realistic market over HTTP (seed 7, %d items, the oracle's tiers at %.0f req/s, every item due at the start, its size and newest sale known as if collected before), measured by GET /_sim/freshness; the replay runs the same setting from the same start time, one pass a second grouping small items into packed calls",
+	how := fmt.Sprintf("one `collector run` daemon (in process, internal/daemon BenchmarkFreshnessRun, packing on as by default, daemon.pack_wait 1s) for %s against the realistic market over HTTP (seed 7, %d items, the oracle's tiers at %.0f req/s, every item due at the start, its size, newest sale and planned cost (requests_per_collection) known as if collected and planned before), measured by GET /_sim/freshness; the replay runs the same setting from the same start time, one pass a second grouping small items into packed calls",
 		fs.runFor, fs.runItems, budget)
 	rep.add("Real daemon vs replay: weighted freshness", fmt.Sprintf("%.3f vs %.3f (%+.1f%%)", m["freshness"], pred.rep.Freshness, 100*diff), how)
 	rep.add("Real daemon vs replay: weighted mean age", fmt.Sprintf("%.1f vs %.1f s", m["mean-age-s"], pred.rep.MeanAge), "same runs")

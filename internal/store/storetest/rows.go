@@ -147,6 +147,7 @@ type Item struct {
 	SeenListingCount *int32     // default NULL (never collected)
 	// The change estimates (est_*); 0 is an item never observed.
 	EstCollections, EstChanges, EstChangedSeconds, EstUnchangedSeconds float64
+	Requests                                                           float64 // requests_per_collection; default 2 (alone)
 }
 
 // Items inserts tracked items in one statement, failing tb on error.
@@ -167,6 +168,9 @@ func Items(tb testing.TB, db Execer, items ...Item) {
 		if it.Tier == tiers.Dormant {
 			due = Null()
 		}
+		if it.Requests == 0 {
+			it.Requests = 2
+		}
 		it.NextCollectAt, it.CreatedAt = it.NextCollectAt.or(due), it.CreatedAt.or(Now())
 		it.TierChangedAt, it.LastSaleAt = it.TierChangedAt.or(Null()), it.LastSaleAt.or(Null())
 		rows[i] = it
@@ -185,6 +189,7 @@ func Items(tb testing.TB, db Execer, items ...Item) {
 	col(&s, "est_changes", rows, func(r Item) float64 { return r.EstChanges })
 	col(&s, "est_changed_seconds", rows, func(r Item) float64 { return r.EstChangedSeconds })
 	col(&s, "est_unchanged_seconds", rows, func(r Item) float64 { return r.EstUnchangedSeconds })
+	col(&s, "requests_per_collection", rows, func(r Item) float64 { return r.Requests })
 	s.exec(tb, db)
 }
 
