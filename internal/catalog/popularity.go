@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -275,18 +276,18 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 	return res, nil
 }
 
-// readSignals reads every item with its signals in one statement. Each LATERAL subquery
-// walks an existing (item_id, time) index over just the window (the partitions before it are
-// pruned), so the cost grows with the catalog and the recent activity, not with the size of
-// the history tables. The last sale is the item's own watermark, not max(sold_at), which would
-// probe every day's partition of auction_sales for every item.
+// readSignals reads every item with its signals: its interest here, in one statement whose
+// LATERAL subqueries walk item_interest's (item_id, time) index over just the horizon, then
+// its market activity from history (RecentActivity), in the same transaction and so at the
+// same now(). The last sale is the item's own watermark, not max(sold_at), which would probe
+// every day's partition of auction_sales for every item.
 func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Time, error) {
 	horizon := 10 * p.InterestHalfLife // older events weigh under 0.1 %
 	rows, err := tx.Query(ctx, `
 		SELECT t.item_id, t.collection_tier, t.next_collect_at, t.popularity_score, t.created_at, t.tier_changed_at,
 		       t.last_sale_at,
 		       li.occurred_at, coalesce(li.kind, ''),
-		       sa.n, sa.gold, ch.churn, ia.interest, now(), coalesce(t.pinned_tier, ''),
+		       ia.interest, now(), coalesce(t.pinned_tier, ''),
 		       t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.est_sales,
 		       t.seen_listing_count, t.requests_per_collection
 		FROM tracked_items t
@@ -295,25 +296,15 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 			ORDER BY occurred_at DESC LIMIT 1
 		) li ON true
 		CROSS JOIN LATERAL (
-			SELECT count(*) AS n, coalesce(sum(total_price), 0)::float8 AS gold
-			FROM auction_sales s WHERE s.item_id = t.item_id AND s.sold_at > now() - $1::float8 * interval '1 second'
-		) sa
-		CROSS JOIN LATERAL (
-			SELECT coalesce(sum(abs(d)), 0)::float8 AS churn FROM (
-				SELECT listing_count - lag(listing_count) OVER (ORDER BY collected_at) AS d
-				FROM auction_snapshots a WHERE a.item_id = t.item_id AND a.collected_at > now() - $1::float8 * interval '1 second'
-			) x
-		) ch
-		CROSS JOIN LATERAL (
 			SELECT coalesce(sum(i.weight
-			         * CASE i.kind WHEN 'view' THEN $2::float8 WHEN 'watch' THEN $3::float8 ELSE $4::float8 END
+			         * CASE i.kind WHEN 'view' THEN $1::float8 WHEN 'watch' THEN $2::float8 ELSE $3::float8 END
 			         -- Clamp: an event stamped in the future by a skewed clock counts as new, not more.
-			         * power(0.5, greatest(0, extract(epoch FROM now() - i.occurred_at)) / $5::float8)), 0)::float8 AS interest
-			FROM item_interest i WHERE i.item_id = t.item_id AND i.occurred_at > now() - $6::float8 * interval '1 second'
+			         * power(0.5, greatest(0, extract(epoch FROM now() - i.occurred_at)) / $4::float8)), 0)::float8 AS interest
+			FROM item_interest i WHERE i.item_id = t.item_id AND i.occurred_at > now() - $5::float8 * interval '1 second'
 		) ia
 		WHERE NOT synthetic_item(t.item_id)
 		ORDER BY t.item_id`,
-		p.Window.Seconds(), p.Weights.View, p.Weights.Watch, p.Weights.Touch,
+		p.Weights.View, p.Weights.Watch, p.Weights.Touch,
 		p.InterestHalfLife.Seconds(), horizon.Seconds())
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read popularity signals: %w", err)
@@ -329,7 +320,7 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 		o := &it.Observed
 		if err := rows.Scan(&it.ItemID, &tier, &it.NextCollectAt, &it.Score, &it.CreatedAt, &it.TierChangedAt,
 			&it.LastSale, &it.LastInterest, &it.LastKind,
-			&it.Sales, &it.Gold, &it.Churn, &it.Interest, &now, &pinned,
+			&it.Interest, &now, &pinned,
 			&o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds, &it.ObservedSales,
 			&it.SeenListings, &it.Requests); err != nil {
 			return nil, now, fmt.Errorf("read popularity signals: %w", err)
@@ -339,6 +330,17 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 	}
 	if err := rows.Err(); err != nil {
 		return nil, now, fmt.Errorf("read popularity signals: %w", err)
+	}
+	ids := make([]string, len(out))
+	for i := range out {
+		ids[i] = out[i].ItemID
+	}
+	act, err := history.RecentActivity(ctx, tx, ids, p.Window)
+	if err != nil {
+		return nil, now, fmt.Errorf("read popularity signals: %w", err)
+	}
+	for i, a := range act {
+		out[i].Sales, out[i].Gold, out[i].Churn = a.Sales, a.Gold, a.Churn
 	}
 	if len(out) == 0 {
 		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
