@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -369,9 +368,7 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 		path = endpoint
 	}
 	t0 := time.Now()
-	buf := bodies.Get().(*bytes.Buffer)
-	defer putBody(buf)
-	body, derr := c.do(ctx, endpoint, path, q, buf)
+	body, derr := c.do(ctx, endpoint, path, q)
 	took := time.Since(t0)
 	var v T
 	var perr error
@@ -393,21 +390,8 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 	return v, nil
 }
 
-// bodies keeps read buffers between calls: at hundreds of answers a second, each read into a
-// new slice grown from 512 bytes was the daemon's largest garbage, and collecting it took
-// the cores the read API answers on.
-var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// putBody returns buf to bodies unless an unusually large answer grew it.
-func putBody(buf *bytes.Buffer) {
-	if buf.Cap() <= 1<<20 {
-		bodies.Put(buf)
-	}
-}
-
-// do sends one GET and returns the body of a 200, read into buf (valid until buf is reused);
-// anything else becomes an *Error.
-func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values, buf *bytes.Buffer) ([]byte, *Error) {
+// do sends one GET and returns the body of a 200; anything else becomes an *Error.
+func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([]byte, *Error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	u := *c.base
@@ -437,7 +421,11 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values, bu
 	if resp.ContentLength > c.cfg.MaxBodyBytes {
 		return nil, fail(ClassTransient, tooBig)
 	}
-	buf.Reset()
+	// Read into a buffer of the announced size: io.ReadAll grows every answer from 512 bytes,
+	// which at hundreds of answers a second was the daemon's largest garbage. Not a pool: kept
+	// buffers, one per call in flight at the largest answer's size, added 10 MiB to
+	// collect-due's peak RSS (BENCHMARKS.md).
+	var buf bytes.Buffer
 	if resp.ContentLength > 0 {
 		buf.Grow(int(resp.ContentLength) + bytes.MinRead)
 	}
