@@ -78,7 +78,8 @@ func TestATightBudgetStillSharesCalls(t *testing.T) {
 	const want = 60
 	e := newEnv(t, 400, neoplesim.Options{Market: market.Realistic})
 	e.fullPages = true
-	// Ten packed collections falling due each 20 ms: 10 req/s, over twice what 4 req/s buys.
+	// One item falling due each 20 ms, 50 a second at 0.2 requests: 10 req/s, over twice what
+	// 4 req/s buys.
 	storetest.Items(t, e.pool, e.smallQuiet(t, want, 0, 20*time.Millisecond)...)
 	cfg := testConfig()
 	cfg.Dispatch.PackSize, cfg.Dispatch.PackMaxListings, cfg.Dispatch.PackMaxSales = 10, 100, 5
@@ -89,8 +90,8 @@ func TestATightBudgetStillSharesCalls(t *testing.T) {
 	e.start(t, cfg, nil)
 	waitCollected(t, cfg, e.pool, want)
 	// Each claim statement stamps its items with its own now(): ten to a claim is 6 claims.
-	// Claims of one horizon of budget (1 request, 5 items) or HOT-only slivers of room (one
-	// item each) make 12 to 40. What shares a call is then the completeness rule's (a cut
+	// Claims of one horizon of budget (1 request, 5 items) and HOT-only slivers of room (one
+	// item each) made 24. What shares a call is then the completeness rule's (a cut
 	// sales answer sends items alone), logged for information.
 	claims := count(t, e.pool, `SELECT count(DISTINCT last_claimed_at) FROM tracked_items`)
 	t.Logf("%d claims, %d requests for %d collections", claims, e.sim.KeyStats(marketKey).Total, want)
