@@ -340,7 +340,7 @@ func TestTimeseriesIsHistorysSeries(t *testing.T) {
 	since := now.Add(-24 * time.Hour).UTC().Truncate(time.Second)
 	until := now.Add(-6 * time.Hour).UTC().Truncate(time.Second)
 	for _, interval := range []string{"raw", "1h"} {
-		want, err := history.ReadBetween(ctx, e.pool, hotItem, interval, since, until)
+		want, err := catalog.ReadSeries(ctx, e.pool, hotItem, interval, since, until)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,10 +17,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/catalog"
 )
 
-func sameLatest(a, b history.Latest) bool {
+func sameLatest(a, b catalog.Latest) bool {
 	return a.ItemID == b.ItemID && a.Name == b.Name && a.Tier == b.Tier && eqTime(a.SnapshotAt, b.SnapshotAt) &&
 		eqTime(a.SeenAt, b.SeenAt) && eq(a.Lowest, b.Lowest) && eq(a.Median, b.Median) && eq(a.Weighted, b.Weighted) &&
 		eq(a.APIAverage, b.APIAverage) && eq(a.ListingCount, b.ListingCount) && eq(a.Quantity, b.Quantity) &&
@@ -36,7 +36,7 @@ const timeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
 // appendLatest encodes one item by hand: at 20,000 items per refresh encoding/json's
 // reflection would be the refresh's largest cost. Absent figures are left out.
-func appendLatest(b []byte, s history.Latest) []byte {
+func appendLatest(b []byte, s catalog.Latest) []byte {
 	b = append(b, `{"item_id":`...)
 	b = appendString(b, s.ItemID)
 	b = append(b, `,"name":`...)

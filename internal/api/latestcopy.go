@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/catalog"
 )
 
 // latestCache is the /latest answer kept in memory, so a poll costs a lookup and a poll that
@@ -47,7 +47,7 @@ type latestCopy struct {
 }
 
 type latestItem struct {
-	state history.Latest
+	state catalog.Latest
 	json  []byte
 }
 
@@ -129,7 +129,7 @@ func (c *latestCache) refresh(ctx context.Context, force bool) error {
 // no copy, when it is time, or when an item came or left.
 func (c *latestCache) read(ctx context.Context, prev *latestCopy, start time.Time) (*latestCopy, error) {
 	if prev != nil && start.Sub(prev.fullAt) < fullEvery {
-		changed, dbNow, total, err := history.LatestChanged(ctx, c.db, prev.dbNow.Add(-changeOverlap))
+		changed, dbNow, total, err := catalog.LatestChanged(ctx, c.db, prev.dbNow.Add(-changeOverlap))
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +137,7 @@ func (c *latestCache) read(ctx context.Context, prev *latestCopy, start time.Tim
 			return next, nil
 		}
 	}
-	states, dbNow, err := history.LatestStates(ctx, c.db)
+	states, dbNow, err := catalog.LatestStates(ctx, c.db)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (c *latestCache) read(ctx context.Context, prev *latestCopy, start time.Tim
 
 // patch applies changed rows to prev; false when the set of items differs (a full read then
 // places them).
-func patch(z *deflater, prev *latestCopy, changed []history.Latest, total int, dbNow, start time.Time) (*latestCopy, bool) {
+func patch(z *deflater, prev *latestCopy, changed []catalog.Latest, total int, dbNow, start time.Time) (*latestCopy, bool) {
 	if total != len(prev.items) {
 		return nil, false
 	}
@@ -176,7 +176,7 @@ func patch(z *deflater, prev *latestCopy, changed []history.Latest, total int, d
 
 // rebuild makes a copy from every row, keeping prev's encodings where an item is unchanged and
 // its chunks where the chunk's items are.
-func rebuild(z *deflater, prev *latestCopy, states []history.Latest, dbNow, start time.Time) *latestCopy {
+func rebuild(z *deflater, prev *latestCopy, states []catalog.Latest, dbNow, start time.Time) *latestCopy {
 	next := &latestCopy{readAt: start, dbNow: dbNow, fullAt: start, ids: make(map[string]int, len(states)),
 		items: make([]*latestItem, len(states))}
 	same := prev != nil && len(prev.items) == len(states)

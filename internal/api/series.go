@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/history"
 )
 
@@ -70,8 +71,8 @@ func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 			since.Format(time.RFC3339), end.Format(time.RFC3339), days(maxSpan[interval]), interval))
 		return
 	}
-	s, err := history.ReadBetween(r.Context(), a.db, id, interval, since, until)
-	if errors.Is(err, history.ErrUnknownItem) {
+	s, err := catalog.ReadSeries(r.Context(), a.db, id, interval, since, until)
+	if errors.Is(err, catalog.ErrNotTracked) {
 		writeProblem(w, http.StatusNotFound, probNotFound, fmt.Sprintf("no tracked item has id %q", id), "id")
 		return
 	}

@@ -117,7 +117,7 @@ func BrowseItems(ctx context.Context, db Reader, q BrowseQuery) ([]ItemRow, *Cur
 		}
 		order = `t.popularity_score DESC, t.item_id DESC`
 	case q.Filter == BrowseOverdue:
-		// Claimable as dispatcher.DueByTier counts it: due and not held by a live lease.
+		// Claimable as DueByTier counts it: due and not held by a live lease.
 		where = append(where, "t.next_collect_at <= now() - "+arg(q.Overdue.Milliseconds())+" * interval '1 millisecond'",
 			"(t.lease_expires_at IS NULL OR t.lease_expires_at <= now())")
 		if c != nil {

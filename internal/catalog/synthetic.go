@@ -1,6 +1,9 @@
-// Package catalog owns the tracked items' life cycle in tracked_items: importing items from a
-// targets file, scoring popularity and applying the tier policy (internal/tierplan) to the
-// rows, operators' pins, and reactivating items when someone shows interest in them. It also
+// Package catalog owns tracked_items, every statement on it, and the tracked items' life
+// cycle: importing items from a targets file, scoring popularity and applying the tier policy
+// (internal/tierplan) to the rows, operators' pins, and reactivating items when someone shows
+// interest in them. The dispatcher's lease (lease.go) and write-back (writeback.go) are
+// statements here too: the dispatcher decides when and how much to claim, and history decides
+// what a collection records on the row (history.Policy.Rows). It also
 // names the seed:synthetic fixtures' ids; the one rule that tells any fixture apart is the
 // schema's synthetic_item(item_id), and the fixtures themselves are internal/devdata's.
 package catalog

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/history"
 )
 
@@ -83,7 +84,12 @@ func parseAge(s string) (time.Duration, error) {
 }
 
 func (a *app) printHistory(ctx context.Context, db history.Reader, item, interval string, age time.Duration, output string) error {
-	s, since, err := history.ReadRecent(ctx, db, item, interval, age)
+	now, err := history.Now(ctx, db)
+	if err != nil {
+		return err
+	}
+	since := now.Add(-age)
+	s, err := catalog.ReadSeries(ctx, db, item, interval, since, time.Time{})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/history"
@@ -215,7 +216,7 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 }
 
 // printActivity says whether collections keep happening, whoever makes them.
-func printActivity(a *app, act dispatcher.Activity, now time.Time) {
+func printActivity(a *app, act catalog.Activity, now time.Time) {
 	last := "none yet"
 	if !act.LastCollected.IsZero() {
 		last = now.Sub(act.LastCollected).Round(time.Second).String() + " ago"

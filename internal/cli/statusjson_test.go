@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/daemon"
-	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -227,7 +227,7 @@ func TestCheckIdleCountsFromWhenItemsFellDue(t *testing.T) {
 		{20 * time.Minute, time.Hour, "no successful collection for 20m0s, 3 items due, the oldest for 1h0m0s"},
 		{5 * time.Minute, time.Hour, ""},
 	} {
-		st.Activity = dispatcher.Activity{}
+		st.Activity = catalog.Activity{}
 		if c.last > 0 {
 			st.Activity.LastCollected = now.Add(-c.last)
 		}
@@ -240,7 +240,7 @@ func TestCheckIdleCountsFromWhenItemsFellDue(t *testing.T) {
 		}
 	}
 	// A provider that cannot be sent work is the likely cause, and is named.
-	st.Activity = dispatcher.Activity{LastCollected: now.Add(-time.Hour), OldestDue: now.Add(-time.Hour)}
+	st.Activity = catalog.Activity{LastCollected: now.Add(-time.Hour), OldestDue: now.Add(-time.Hour)}
 	st.Provider.Status, st.Provider.Reason = provider.Degraded, "5 of the last 10 calls failed"
 	if p := lim.problems(st); len(p) != 1 || !strings.HasSuffix(p[0], "(--max-idle 15m0s); provider neople DEGRADED: 5 of the last 10 calls failed") {
 		t.Errorf("idle behind a degraded provider: %q", p)

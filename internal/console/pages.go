@@ -463,7 +463,7 @@ func (c *Console) chartJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	ch, err := c.readChart(r.Context(), r.PathValue("id"), time.Now().Add(-time.Duration(days)*24*time.Hour))
 	switch {
-	case errors.Is(err, history.ErrUnknownItem):
+	case errors.Is(err, catalog.ErrNotTracked):
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	case err != nil:
@@ -480,7 +480,7 @@ func (c *Console) chartJSON(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) readChart(ctx context.Context, id string, since time.Time) (chart, error) {
 	ch := chart{T: []int64{}, Price: []*float64{}, Volume: []float64{}}
-	s, err := history.Read(ctx, c.reads(), id, history.Hourly, since)
+	s, err := catalog.ReadSeries(ctx, c.reads(), id, history.Hourly, since, time.Time{})
 	if err != nil {
 		return ch, err
 	}
@@ -493,7 +493,7 @@ func (c *Console) readChart(ctx context.Context, id string, since time.Time) (ch
 		}
 		return ch, nil
 	}
-	if s, err = history.Read(ctx, c.reads(), id, "raw", since); err != nil {
+	if s, err = catalog.ReadSeries(ctx, c.reads(), id, "raw", since, time.Time{}); err != nil {
 		return ch, err
 	}
 	ch.Source = "snapshots"

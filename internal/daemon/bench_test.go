@@ -12,8 +12,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
-	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -185,7 +185,7 @@ func claimLags(b *testing.B, pool *pgxpool.Pool, from, to time.Time) map[string]
 	return secondsByTier(b, pool, `
 		SELECT collection_tier, greatest(extract(epoch FROM last_claimed_at - last_due_at), 0) FROM tracked_items
 		WHERE last_claimed_at > $1 AND last_claimed_at <= $2 AND last_due_at <= last_claimed_at + $3 * interval '1 millisecond'`,
-		from, to, dispatcher.MaxAhead.Milliseconds())
+		from, to, catalog.MaxAhead.Milliseconds())
 }
 
 // waiting reads, per tier, how long each item due and not yet claimed has waited, in seconds.

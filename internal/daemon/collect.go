@@ -12,6 +12,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
@@ -220,7 +221,7 @@ func (s *collectService) runOnce(ctx context.Context) passResult {
 // nextWake is how long until the next item is claimable, claiming ahead by Ahead; an hour when
 // nothing is scheduled.
 func (s *collectService) nextWake(ctx context.Context) (time.Duration, error) {
-	wait, ok, err := dispatcher.NextClaimable(ctx, s.pool, s.cfg.Ahead)
+	wait, ok, err := catalog.NextClaimable(ctx, s.pool, s.cfg.Ahead)
 	if !ok && err == nil {
 		return time.Hour, nil
 	}
@@ -271,7 +272,7 @@ func (s *collectService) keyRefused(ctx context.Context, pe *provider.Error) {
 // probeKey makes one call with the market key, past the budget (whose cool-down the refusal
 // itself set).
 func (s *collectService) probeKey(ctx context.Context) error {
-	id, err := dispatcher.ProbeItem(ctx, s.pool)
+	id, err := catalog.ProbeItem(ctx, s.pool)
 	if err != nil {
 		return fmt.Errorf("key re-check: %w", err)
 	}

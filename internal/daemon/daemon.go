@@ -35,6 +35,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/export"
@@ -259,7 +260,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc.Gather = dc.Ahead > 0
 	dc.ClaimLimit = func() int { return loop.ClaimLimit(d.perSecond()) }
 	dc.ClaimRequests = func() float64 { return loop.ClaimRequests(d.perSecond(), cfg.ClaimHorizon) }
-	dc.TopAhead = min(cfg.ClaimHorizon, dispatcher.MaxAhead-time.Millisecond)
+	dc.TopAhead = min(cfg.ClaimHorizon, catalog.MaxAhead-time.Millisecond)
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	dc.WriteHealth = d.writes
 	dc.DirectPool = cfg.DirectPool
@@ -453,7 +454,7 @@ func orUnknown(s string) string {
 // probe asks the provider for one tracked item's listings, through the budget.
 func probe(pool *pgxpool.Pool, f *budget.Fetcher) health.Prober {
 	return func(ctx context.Context) error {
-		id, err := dispatcher.ProbeItem(ctx, pool)
+		id, err := catalog.ProbeItem(ctx, pool)
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
 		}

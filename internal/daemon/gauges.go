@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
-	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/telemetry"
@@ -83,7 +83,7 @@ func (s *gaugeService) runOnce(ctx context.Context) (gaugeResult, error) {
 		s.metrics.BudgetInstances.WithLabelValues(workload()).Set(float64(st.Live))
 		s.metrics.BudgetClusterRate.WithLabelValues(workload()).Set(st.ClusterRate)
 	}
-	counts, err := dispatcher.DueByTier(ctx, s.pool, OverdueAfter)
+	counts, err := catalog.DueByTier(ctx, s.pool, OverdueAfter)
 	if err != nil {
 		return res, err
 	}
@@ -102,7 +102,7 @@ func (s *gaugeService) runOnce(ctx context.Context) (gaugeResult, error) {
 	}
 	s.metrics.BudgetRate.WithLabelValues(workload()).Set(min(s.cfg.Market.Rate, float64(s.cfg.Market.PerMinute)/60))
 	s.loop.SawTracked(res.Tracked)
-	if res.Leases, err = dispatcher.LeasesHeld(ctx, s.pool); err != nil {
+	if res.Leases, err = catalog.LeasesHeld(ctx, s.pool); err != nil {
 		return res, err
 	}
 	backlog, err := outbox.ReadBacklog(ctx, s.pool, false)

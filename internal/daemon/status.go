@@ -8,7 +8,6 @@ import (
 
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
-	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/outbox"
@@ -40,7 +39,7 @@ type ClusterStatus struct {
 	History        history.Usage
 	DatabaseNow    time.Time
 	// Activity is whether collections keep happening, whoever makes them (daemons or cron).
-	Activity dispatcher.Activity
+	Activity catalog.Activity
 	// WriteRefused is why the database would refuse a write now ("" when it would take it), as
 	// store.ProbeWritable reads it and, when that is clean, store.ProbeSpace's write tells
 	// (disk_full), and WriteDetail the words to show: a daemon cannot record that it cannot
@@ -112,7 +111,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		return st, err
 	}
 
-	counts, err := dispatcher.DueByTier(ctx, pool, OverdueAfter)
+	counts, err := catalog.DueByTier(ctx, pool, OverdueAfter)
 	if err != nil {
 		return st, err
 	}
@@ -133,11 +132,11 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		}
 	}
 
-	if st.Activity, err = dispatcher.ReadActivity(ctx, pool); err != nil {
+	if st.Activity, err = catalog.ReadActivity(ctx, pool); err != nil {
 		return st, err
 	}
 
-	lag, err := dispatcher.ReadClaimLag(ctx, pool, LagWindow)
+	lag, err := catalog.ReadClaimLag(ctx, pool, LagWindow)
 	if err != nil {
 		return st, err
 	}

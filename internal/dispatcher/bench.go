@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/history"
 )
 
@@ -13,7 +14,7 @@ import (
 // a pass uses. For tools/bench's ceiling, which drives the product's statements without the
 // dispatcher's pass around them.
 func ClaimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string) ([]Claim, error) {
-	return claimDue(ctx, pool, n, lease, owner, false, 0)
+	return catalog.ClaimDue(ctx, pool, n, lease, owner, false, 0)
 }
 
 // WriteCollected writes claims back as collected successfully at at, claims[i] having seen

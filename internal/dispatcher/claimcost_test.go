@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -28,7 +29,7 @@ func TestClaimByCost(t *testing.T) {
 			requests_per_collection = CASE WHEN item_id = $1 THEN 0.5 ELSE 2 END`, hot, soonHot, soonWarm); err != nil {
 		t.Fatal(err)
 	}
-	claims, cut, err := claimByCost(ctx, e.pool, 10, time.Minute, "w", 0, 0, 4.5, false)
+	claims, cut, err := catalog.ClaimByCost(ctx, e.pool, 10, time.Minute, "w", 0, 0, 4.5, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,12 +38,12 @@ func TestClaimByCost(t *testing.T) {
 		t.Fatalf("claimed %d (cut %v): %+v; want the HOT item and 2 WARM, cut by cost", len(claims), cut, claims)
 	}
 	// A bound below one item's cost still takes one.
-	if claims, cut, err := claimByCost(ctx, e.pool, 10, time.Minute, "w", 0, 0, 0, false); err != nil || len(claims) != 1 || !cut {
+	if claims, cut, err := catalog.ClaimByCost(ctx, e.pool, 10, time.Minute, "w", 0, 0, 0, false); err != nil || len(claims) != 1 || !cut {
 		t.Fatalf("bound 0: claimed %d (cut %v, %v), want 1, cut", len(claims), cut, err)
 	}
 	// 2 WARM items left due. 5 s ahead for the top tier only: the HOT item due in 3 s comes
 	// first, the WARM one due in 3 s stays.
-	claims, cut, err = claimByCost(ctx, e.pool, 10, time.Minute, "w", 0, 5*time.Second, 100, false)
+	claims, cut, err = catalog.ClaimByCost(ctx, e.pool, 10, time.Minute, "w", 0, 5*time.Second, 100, false)
 	if err != nil {
 		t.Fatal(err)
 	}

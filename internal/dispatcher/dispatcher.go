@@ -3,7 +3,7 @@
 // token together with the item's next schedule.
 //
 // A pass is: read the provider status gate (gate.go) → claim a batch in one statement
-// (claim.go) → fetch with at most Concurrency calls in flight, each item alone (fetch.go) or
+// (catalog.ClaimByCost, sized in dispatcher.go) → fetch with at most Concurrency calls in flight, each item alone (fetch.go) or
 // small items sharing itemIds calls (pack.go) → write results back in short transactions as
 // they arrive (writeback.go) → repeat until nothing is due (or MaxBatches). A maintenance
 // answer stops the pass at once and hands the unprocessed items back, so nothing waits for its
@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/history/partition"
@@ -29,6 +30,9 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
+
+// Claim is one item leased to this worker (catalog's lease statements grant it).
+type Claim = catalog.Claim
 
 // Fetcher is everything the dispatcher asks of the provider's market workload
 // (provider.Client, or budget.Fetcher in front of it). Each call returns the rows kept and how
@@ -98,7 +102,7 @@ type Config struct {
 	// back, claims that tier alone TopAhead after the last claim, as long as the pending work
 	// stays under topPending times ClaimRequests: a HOT item is then claimed about at its due time,
 	// without waiting for the other tiers' work, and a tier over the budget still cannot pile
-	// claims up (the daemon sets it to its claim horizon). Under MaxAhead, as Ahead.
+	// claims up (the daemon sets it to its claim horizon). Under catalog.MaxAhead, as Ahead.
 	TopAhead time.Duration
 	// Gather ends a pass after a batch smaller than it asked for, instead of claiming again
 	// what fell due while that batch was collected: those items wait for the next pass, where
@@ -225,11 +229,11 @@ func (c Config) validate() error {
 	if c.ClaimRequests != nil && !c.PrioritizeTiers {
 		errs = append(errs, errors.New("claims bounded by cost take the most urgent tier first: PrioritizeTiers is required"))
 	}
-	if c.TopAhead < 0 || c.TopAhead >= MaxAhead {
-		errs = append(errs, fmt.Errorf("top tier claim ahead %v: must be >= 0 and < %v", c.TopAhead, MaxAhead))
+	if c.TopAhead < 0 || c.TopAhead >= catalog.MaxAhead {
+		errs = append(errs, fmt.Errorf("top tier claim ahead %v: must be >= 0 and < %v", c.TopAhead, catalog.MaxAhead))
 	}
-	if c.Ahead < 0 || c.Ahead >= MaxAhead {
-		errs = append(errs, fmt.Errorf("claim ahead %v: must be >= 0 and < %v", c.Ahead, MaxAhead))
+	if c.Ahead < 0 || c.Ahead >= catalog.MaxAhead {
+		errs = append(errs, fmt.Errorf("claim ahead %v: must be >= 0 and < %v", c.Ahead, catalog.MaxAhead))
 	}
 	return errors.Join(errs...)
 }
@@ -286,10 +290,10 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			n = min(n, max(1, d.cfg.ClaimLimit()))
 		}
 		if d.cfg.ClaimRequests != nil {
-			c, cut, err := claimByCost(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.Ahead, d.cfg.TopAhead, limit, topOnly)
+			c, cut, err := catalog.ClaimByCost(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.Ahead, d.cfg.TopAhead, limit, topOnly)
 			return c, !cut && len(c) < n, err
 		}
-		c, err := claimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers, d.cfg.Ahead)
+		c, err := catalog.ClaimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers, d.cfg.Ahead)
 		return c, len(c) < n, err
 	})
 }
@@ -302,7 +306,7 @@ var ErrNotClaimable = errors.New("item not found or leased by another worker")
 func (d *Dispatcher) CollectOne(ctx context.Context, itemID string) (Summary, error) {
 	claimed := false
 	s, err := d.pass(ctx, 1, func(ctx context.Context, _ bool, _ float64) ([]Claim, bool, error) {
-		c, err := claimOne(ctx, d.pool, itemID, d.cfg.Lease, d.cfg.Owner)
+		c, err := catalog.ClaimOne(ctx, d.pool, itemID, d.cfg.Lease, d.cfg.Owner)
 		claimed = len(c) > 0
 		return c, true, err
 	})

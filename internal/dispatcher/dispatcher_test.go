@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -567,7 +568,7 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 	ctx := context.Background()
 	storetest.Items(t, pool, numberedItems(n, func(int) tiers.Tier { return tiers.Hot })...)
 	for {
-		claims, err := claimDue(ctx, pool, 2000, time.Minute, "t", false, 0)
+		claims, err := catalog.ClaimDue(ctx, pool, 2000, time.Minute, "t", false, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

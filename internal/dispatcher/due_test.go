@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -19,25 +20,25 @@ func TestDueByTierCountsWhatAClaimTakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.Items(t, e.pool, storetest.Item{ID: "seed-fixture-1", Name: "fixture", Tier: tiers.Cold, NextCollectAt: storetest.In(time.Hour)})
-	due := func() []TierDue {
+	due := func() []catalog.TierDue {
 		t.Helper()
-		got, err := DueByTier(ctx, e.pool, time.Minute)
+		got, err := catalog.DueByTier(ctx, e.pool, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return got
 	}
-	if got := due(); len(got) != 2 || got[0] != (TierDue{tiers.Hot, 1, 1, 0, 2}) || got[1] != (TierDue{tiers.Cold, 4, 4, 0, 8}) {
+	if got := due(); len(got) != 2 || got[0] != (catalog.TierDue{Tier: tiers.Hot, Items: 1, Due: 1, Requests: 2}) || got[1] != (catalog.TierDue{Tier: tiers.Cold, Items: 4, Due: 4, Requests: 8}) {
 		t.Fatalf("before the claim: %+v", got)
 	}
-	claims, err := claimDue(ctx, e.pool, 2, time.Minute, "w", true, 0)
+	claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "w", true, 0)
 	if err != nil || len(claims) != 2 || (claims[0].Tier != tiers.Hot && claims[1].Tier != tiers.Hot) {
 		t.Fatalf("claimed %+v, %v: want 2, the HOT item among them", claims, err)
 	}
 	if got := due(); got[0].Due != 0 || got[1].Due != 3 {
 		t.Fatalf("after claiming 2: %+v", got)
 	}
-	if wait, ok, err := NextClaimable(ctx, e.pool, 0); err != nil || !ok || wait > 0 {
+	if wait, ok, err := catalog.NextClaimable(ctx, e.pool, 0); err != nil || !ok || wait > 0 {
 		t.Fatalf("next claimable in %v (ok %v, %v), want now", wait, ok, err)
 	}
 }
@@ -53,13 +54,13 @@ func TestClaimAhead(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() + CASE item_id WHEN $1 THEN interval '3 seconds' ELSE interval '20 seconds' END`, soon); err != nil {
 		t.Fatal(err)
 	}
-	if claims, err := claimDue(ctx, e.pool, 10, time.Minute, "w", true, 0); err != nil || len(claims) != 0 {
+	if claims, err := catalog.ClaimDue(ctx, e.pool, 10, time.Minute, "w", true, 0); err != nil || len(claims) != 0 {
 		t.Fatalf("without claiming ahead: claimed %d (%v), want none", len(claims), err)
 	}
-	if wait, ok, err := NextClaimable(ctx, e.pool, 5*time.Second); err != nil || !ok || wait > 0 {
+	if wait, ok, err := catalog.NextClaimable(ctx, e.pool, 5*time.Second); err != nil || !ok || wait > 0 {
 		t.Fatalf("5 s ahead, next claimable in %v (ok %v, %v), want now", wait, ok, err)
 	}
-	if wait, _, err := NextClaimable(ctx, e.pool, 0); err != nil || wait < time.Second {
+	if wait, _, err := catalog.NextClaimable(ctx, e.pool, 0); err != nil || wait < time.Second {
 		t.Fatalf("without claiming ahead, next claimable in %v (%v), want about 3 s", wait, err)
 	}
 
@@ -81,8 +82,8 @@ func TestClaimAhead(t *testing.T) {
 	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND last_claimed_at IS NOT NULL`, later); n != 0 {
 		t.Fatalf("the item due in 20 s was claimed")
 	}
-	if _, err := New(e.pool, e.client, configured(Config{Ahead: MaxAhead}), nil); err == nil {
-		t.Fatalf("Ahead %v (half the HOT interval) accepted: an item claimed that early could be rescheduled to the slot it was claimed for", MaxAhead)
+	if _, err := New(e.pool, e.client, configured(Config{Ahead: catalog.MaxAhead}), nil); err == nil {
+		t.Fatalf("Ahead %v (half the HOT interval) accepted: an item claimed that early could be rescheduled to the slot it was claimed for", catalog.MaxAhead)
 	}
 }
 
@@ -108,7 +109,7 @@ func TestReadActivity(t *testing.T) {
 		if err := e.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 			t.Fatal(err)
 		}
-		a, err := ReadActivity(ctx, e.pool)
+		a, err := catalog.ReadActivity(ctx, e.pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,8 +133,8 @@ func TestReadActivity(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_expires_at = now() + interval '1 minute', last_collected_at = NULL`); err != nil {
 		t.Fatal(err)
 	}
-	a, err := ReadActivity(ctx, e.pool)
-	if err != nil || a != (Activity{}) {
+	a, err := catalog.ReadActivity(ctx, e.pool)
+	if err != nil || a != (catalog.Activity{}) {
 		t.Fatalf("nothing collected, nothing waiting: %+v %v", a, err)
 	}
 }

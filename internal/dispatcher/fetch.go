@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/provider"
 )
 
@@ -129,7 +130,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 	if len(unprocessed) > 0 {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer rcancel()
-		n, err := releaseLeases(rctx, d.pool, unprocessed)
+		n, err := catalog.ReleaseLeases(rctx, d.pool, unprocessed)
 		d.cfg.WriteHealth.Observe(err)
 		if err != nil {
 			d.log.Error("could not release leases; they will expire by themselves", zap.Int("items", len(unprocessed)), zap.Error(err))
@@ -152,7 +153,7 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_, err := renewLeases(ctx, d.pool, claims, d.cfg.Lease)
+			_, err := catalog.RenewLeases(ctx, d.pool, claims, d.cfg.Lease)
 			if ctx.Err() != nil {
 				return
 			}

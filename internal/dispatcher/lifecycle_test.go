@@ -109,7 +109,7 @@ func TestPrioritizeTiersClaimsHotFirst(t *testing.T) {
 		WHERE item_id = ANY($1)`, []string{e.items[4].ItemID, e.items[5].ItemID}); err != nil {
 		t.Fatal(err)
 	}
-	claims, err := claimDue(ctx, e.pool, 2, time.Minute, "t", true, 0)
+	claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "t", true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

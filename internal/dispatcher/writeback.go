@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/backoff"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -243,7 +244,7 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 			return ws, err
 		}
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-		n, rerr := renewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
+		n, rerr := catalog.RenewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
 		rcancel()
 		w.d.cfg.WriteHealth.Observe(rerr)
 		switch {
@@ -281,7 +282,7 @@ func (w *writer) release(ctx context.Context, buf []result, ids []string) (int64
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	n, err := releaseLeases(rctx, w.d.pool, cs)
+	n, err := catalog.ReleaseLeases(rctx, w.d.pool, cs)
 	w.d.cfg.WriteHealth.Observe(err)
 	return n, err
 }
@@ -320,8 +321,9 @@ type writeStats struct {
 	stored []history.Stored
 }
 
-// writeBack stores a group of results in one short transaction: history writes back every item
-// whose lease is still ours and stores what its collection brings; the rest are fenced out.
+// writeBack stores a group of results in one short transaction: the catalog writes back every
+// item whose lease is still ours (the row history decides) and history stores what its
+// collection brings; the rest are fenced out.
 // Success or failure, every item that is still ours is rescheduled by its tier, so nothing can
 // stay due forever.
 func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, results []result) (writeStats, error) {
@@ -331,7 +333,11 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, res
 	}
 	var ws writeStats
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		live, stored, err := hist.WriteItems(ctx, tx, items)
+		live, err := catalog.WriteBack(ctx, tx, hist.Rows(items))
+		if err != nil {
+			return err
+		}
+		stored, err := hist.WriteItems(ctx, tx, items, live)
 		if err != nil {
 			return err
 		}
@@ -353,7 +359,7 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, res
 func (r result) item() history.Item {
 	c := r.claim
 	it := history.Item{Collection: history.Collection{ItemID: c.ItemID, Tier: string(c.Tier), Token: c.Token, At: r.at},
-		TID: c.tid, Outcome: r.outcome, Window: r.window}
+		TID: c.TID, Outcome: r.outcome, Window: r.window}
 	if next, ok := tiers.NextDue(c.ItemID, c.Tier, r.at); ok {
 		it.NextAt = pgtype.Timestamptz{Time: next, Valid: true}
 	}

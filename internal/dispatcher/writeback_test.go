@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -157,7 +158,7 @@ func TestARetriedWriteBackAfterALostCommitStoresNothingTwice(t *testing.T) {
 	e := setup(t, n, tiers.Active, nil)
 	ctx := context.Background()
 	d := e.dispatcher(t, Config{}, nil)
-	claims, err := claimDue(ctx, e.pool, n, time.Minute, "test", false, 0)
+	claims, err := catalog.ClaimDue(ctx, e.pool, n, time.Minute, "test", false, 0)
 	if err != nil || len(claims) != n {
 		t.Fatalf("claimed %d: %v", len(claims), err)
 	}

@@ -9,9 +9,9 @@
 // series of every collection.
 //
 // A write-back comes here whole: Summarize, SequenceSales and NewSales turn the provider's rows
-// into a State and the sales to store, and WriteItems writes each claimed item back (its row's
-// schedule, outcome and change counts in one fenced statement) and stores what its collection
-// brings.
+// into a State and the sales to store, Rows decides what each claimed item's row records (its
+// schedule, outcome, market and change counts, which catalog.WriteBack writes in one fenced
+// statement) and WriteItems stores what the collections still ours bring.
 package history
 
 import (

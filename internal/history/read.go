@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -93,9 +92,6 @@ func (s Series) Document(interval string, since, until time.Time) Document {
 	return d
 }
 
-// ErrUnknownItem: no tracked item has that id.
-var ErrUnknownItem = errors.New("no tracked item has that id")
-
 // Reader is a pool, a connection or a transaction.
 type Reader interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -113,15 +109,10 @@ func Read(ctx context.Context, db Reader, itemID, resolution string, since time.
 }
 
 // ReadBetween is Read up to until (exclusive; zero = no end): the read API's window. Candles
-// are those whose bucket starts before until.
+// are those whose bucket starts before until. It reads history's tables only: whether the item
+// is tracked, and SeenUntil, come from its row (catalog.ReadSeries).
 func ReadBetween(ctx context.Context, db Reader, itemID, resolution string, since, until time.Time) (Series, error) {
 	s := Series{ItemID: itemID}
-	if err := db.QueryRow(ctx, `SELECT last_collected_at FROM tracked_items WHERE item_id = $1`, itemID).Scan(&s.SeenUntil); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return s, fmt.Errorf("item %q: %w", itemID, ErrUnknownItem)
-		}
-		return s, fmt.Errorf("read item %q: %w", itemID, err)
-	}
 	var err error
 	switch resolution {
 	case "raw":

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -398,8 +399,8 @@ func TestOutboxEnabledAloneDecidesTheEvent(t *testing.T) {
 	}
 }
 
-// The write-back decays and adds to the change counts in SQL; the tier plan reads them with
-// tierplan.Observations. Both must be the same arithmetic: Decay by the interval, then Observe it.
+// The write-back (catalog.WriteBack, from the rows history decides) decays and adds to the
+// change counts in SQL; the tier plan reads them with tierplan.Observations. Both must be the same arithmetic: Decay by the interval, then Observe it.
 func TestWriteItemsDecayAgreesWithTierplan(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := storetest.NewPool(t)
@@ -437,7 +438,7 @@ func TestWriteItemsDecayAgreesWithTierplan(t *testing.T) {
 		items = append(items, it)
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		live, _, err := history.Policy{Heartbeat: time.Hour}.WriteItems(ctx, tx, items)
+		live, err := catalog.WriteBack(ctx, tx, history.Policy{Heartbeat: time.Hour}.Rows(items))
 		if err == nil && len(live) != 2 {
 			t.Errorf("wrote %v, want both items", live)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/history/partition"
 )
@@ -75,7 +76,7 @@ func historyReads(ctx context.Context, pool *pgxpool.Pool, seed histSeed, n int,
 	} {
 		// Every connection of the pool has prepared the statements before the timed reads.
 		for _, id := range seed.items[:historyWarmReads] {
-			if _, err := history.Read(ctx, pool, id, c.res, time.Now().Add(-c.since)); err != nil {
+			if _, err := catalog.ReadSeries(ctx, pool, id, c.res, time.Now().Add(-c.since), time.Time{}); err != nil {
 				return fmt.Errorf("read %s of %s: %w", c.res, id, err)
 			}
 		}
@@ -83,7 +84,7 @@ func historyReads(ctx context.Context, pool *pgxpool.Pool, seed histSeed, n int,
 		var got int
 		for _, id := range sample {
 			t := time.Now()
-			s, err := history.Read(ctx, pool, id, c.res, t.Add(-c.since))
+			s, err := catalog.ReadSeries(ctx, pool, id, c.res, t.Add(-c.since), time.Time{})
 			if err != nil {
 				return fmt.Errorf("read %s of %s: %w", c.res, id, err)
 			}
@@ -92,7 +93,7 @@ func historyReads(ctx context.Context, pool *pgxpool.Pool, seed histSeed, n int,
 		}
 		rep.add("History read: one item's "+c.label+", p50 / p99",
 			fmt.Sprintf("%.2f / %.2f ms (%.0f rows a read)", quantile(lat, 0.5), quantile(lat, 0.99), float64(got)/float64(len(sample))),
-			fmt.Sprintf("target p99 ≤ %s. history.Read(item, %q, now − %s) for %d random items, one read each, one after another through the pool (the item's row, then one index range), after %d untimed reads; over %s",
+			fmt.Sprintf("target p99 ≤ %s. catalog.ReadSeries(item, %q, now − %s) for %d random items, one read each, one after another through the pool (the item's row, then one index range), after %d untimed reads; over %s",
 				c.target, c.res, c.sinceLabel, len(sample), historyWarmReads, stored))
 	}
 	return nil

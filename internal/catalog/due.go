@@ -1,4 +1,4 @@
-package dispatcher
+package catalog
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// What "claimable" means — due and not leased by a live lease — is the dispatcher's: claimByDueSQL
-// takes such items, and the statements below count them or find the next one for status,
-// metrics and the daemon's wake-up, so they cannot disagree with the claim.
+// What "claimable" means — due and not leased by a live lease — is the claim's (lease.go):
+// claimByDueSQL takes such items, and the statements below count them or find the next one
+// for status, metrics and the daemon's wake-up, so they cannot disagree with the claim.
 
 // TierDue is one tier's items: all of them, the claimable ones, and those claimable for longer
 // than the overdue threshold.
@@ -72,7 +72,7 @@ WITH first_free AS (
 SELECT extract(epoch FROM least((SELECT next_collect_at FROM first_free) - $1 * interval '1 millisecond', (SELECT at FROM first_lease)) - now()) * 1000`
 
 // NextClaimable is how long until the next item is claimable by a dispatcher that claims ahead
-// (Config.Ahead) (<= 0: now); ok is false when nothing is scheduled at all.
+// (the dispatcher's Config.Ahead) (<= 0: now); ok is false when nothing is scheduled at all.
 func NextClaimable(ctx context.Context, pool *pgxpool.Pool, ahead time.Duration) (wait time.Duration, ok bool, err error) {
 	var ms *float64
 	if err := pool.QueryRow(ctx, nextClaimableSQL, ahead.Milliseconds()).Scan(&ms); err != nil {

@@ -1,4 +1,4 @@
-package dispatcher
+package catalog
 
 import (
 	"context"
@@ -13,7 +13,10 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// Claim is one item leased to this worker. Token fences every write-back: once the lease has
+// The lease: what the dispatcher's claims take, renew, hand back and fence with. The statements
+// live here, with the table's others; the dispatcher decides when and how much to claim.
+
+// Claim is one item leased to a worker. Token fences every write-back: once the lease has
 // expired and another worker re-claimed the item, this token no longer matches.
 type Claim struct {
 	ItemID   string
@@ -39,9 +42,9 @@ type Claim struct {
 	LastSnapshot *history.Written
 	// Requests is what the plan counted one collection of the item as costing.
 	Requests float64
-	// tid is where the claim left the row: the write-back finds it there unless something
-	// else updated the item meanwhile (history.WriteItems).
-	tid pgtype.TID
+	// TID is where the claim left the row: the write-back finds it there unless something
+	// else updated the item meanwhile (WriteBack).
+	TID pgtype.TID
 }
 
 // claimDueUpdate leases the rows of the claim statements' due CTE and returns what scanClaim
@@ -64,7 +67,7 @@ RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
 
 // claimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
-// "due" includes what falls due within the next $4 milliseconds (Config.Ahead).
+// "due" includes what falls due within the next $4 milliseconds (the dispatcher's Config.Ahead).
 // The MATERIALIZED CTE makes PostgreSQL lock exactly the rows it picked (SKIP LOCKED passes over
 // rows another collector is claiming at this moment), so any number of collectors can run side
 // by side and each item goes to exactly one of them. An expired lease counts as no lease: a
@@ -98,8 +101,9 @@ WITH due AS MATERIALIZED (
 // the first item always: a claim then holds about as much provider work as the budget serves in
 // a short horizon, however the items are packed, so an item falling due soon after is next in
 // line. The rows locked and not taken are left as they were (the locks end with the statement).
-// Items of the most urgent tier ($5[1]) are claimed up to $7 milliseconds ahead (Config.TopAhead)
-// when that is longer than $4; $8 true takes only those. The last column says whether the cost cut the claim short of what was locked: more is due.
+// Items of the most urgent tier ($5[1]) are claimed up to $7 milliseconds ahead (the
+// dispatcher's Config.TopAhead) when that is longer than $4; $8 true takes only those. The
+// last column says whether the cost cut the claim short of what was locked: more is due.
 const claimByCostSQL = `
 WITH locked AS MATERIALIZED (
 	SELECT ctid AS tid, item_id, collection_tier, next_collect_at, requests_per_collection
@@ -138,7 +142,8 @@ RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at,
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
 
-// MaxAhead bounds Config.Ahead: half the shortest tier interval (Ahead says why).
+// MaxAhead bounds how far ahead a claim reaches (the dispatcher's Config.Ahead and TopAhead): half
+// the shortest tier interval (dispatcher.Config.Ahead says why).
 var MaxAhead = func() time.Duration {
 	shortest := time.Duration(1<<63 - 1)
 	for _, t := range tiers.All() {
@@ -158,7 +163,9 @@ var tierOrder = func() []string {
 	return out
 }()
 
-func claimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, byTier bool, ahead time.Duration) ([]Claim, error) {
+// ClaimDue leases up to n due items to owner for lease, the longest-due first (byTier: the most
+// urgent tier first), counting as due what falls due within ahead.
+func ClaimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, byTier bool, ahead time.Duration) ([]Claim, error) {
 	q, args := claimByDueSQL, []any{n, lease.Milliseconds(), owner, ahead.Milliseconds()}
 	if byTier {
 		q, args = claimByTierSQL, append(args, tierOrder)
@@ -174,10 +181,10 @@ func claimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duratio
 	return claims, nil
 }
 
-// claimByCost claims, most urgent tier first, up to n due items whose collections the plan
+// ClaimByCost claims, most urgent tier first, up to n due items whose collections the plan
 // counts at most maxRequests requests together (at least one item). cut reports that the cost,
 // not what was due, ended the claim. topOnly takes items of the most urgent tier only.
-func claimByCost(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, ahead, topAhead time.Duration, maxRequests float64, topOnly bool) (claims []Claim, cut bool, err error) {
+func ClaimByCost(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, ahead, topAhead time.Duration, maxRequests float64, topOnly bool) (claims []Claim, cut bool, err error) {
 	rows, err := pool.Query(ctx, claimByCostSQL, n, lease.Milliseconds(), owner, ahead.Milliseconds(), tierOrder, maxRequests, topAhead.Milliseconds(), topOnly)
 	if err != nil {
 		return nil, false, fmt.Errorf("claim due items: %w", err)
@@ -190,7 +197,8 @@ func claimByCost(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Dura
 	return claims, int(locked) > len(claims), nil
 }
 
-func claimOne(ctx context.Context, pool *pgxpool.Pool, itemID string, lease time.Duration, owner string) ([]Claim, error) {
+// ClaimOne leases the named item whatever its schedule, unless another worker holds it.
+func ClaimOne(ctx context.Context, pool *pgxpool.Pool, itemID string, lease time.Duration, owner string) ([]Claim, error) {
 	rows, err := pool.Query(ctx, claimOneSQL, itemID, lease.Milliseconds(), owner)
 	if err != nil {
 		return nil, fmt.Errorf("claim item %s: %w", itemID, err)
@@ -212,7 +220,7 @@ func scanClaim(row pgx.CollectableRow, extra ...any) (Claim, error) {
 	var s history.State
 	err := row.Scan(append([]any{&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt, &c.LastSecondSales,
 		&c.SeenListings, &c.EstSales, &c.EstSeconds, &c.LastCollectedAt, &c.Requests,
-		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated, &c.tid}, extra...)...)
+		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated, &c.TID}, extra...)...)
 	c.Tier = tiers.Tier(tier)
 	if snapAt != nil && c.SeenListings != nil && qty != nil && truncated != nil {
 		s.Count, s.Quantity, s.Truncated = int(*c.SeenListings), *qty, *truncated
@@ -221,11 +229,11 @@ func scanClaim(row pgx.CollectableRow, extra ...any) (Claim, error) {
 	return c, err
 }
 
-// releaseLeases hands unfinished items back at once (instead of after lease expiry), leaving
+// ReleaseLeases hands unfinished items back at once (instead of after lease expiry), leaving
 // their schedule untouched so the next claim takes them. Fenced like every write-back. It runs
 // in the simple protocol, so it works even where the pool's prepared statements fail (behind
 // PgBouncer in transaction mode with the default query mode) and a pass fails for that.
-func releaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int64, error) {
+func ReleaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int64, error) {
 	if len(claims) == 0 {
 		return 0, nil
 	}
@@ -245,8 +253,8 @@ func releaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int
 	return tag.RowsAffected(), nil
 }
 
-// renewLeases pushes the lease expiry of claims still held (token unchanged) one lease ahead.
-func renewLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim, lease time.Duration) (int64, error) {
+// RenewLeases pushes the lease expiry of claims still held (token unchanged) one lease ahead.
+func RenewLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim, lease time.Duration) (int64, error) {
 	ids := make([]string, len(claims))
 	tokens := make([]pgtype.UUID, len(claims))
 	for i, c := range claims {

@@ -1,4 +1,4 @@
-package history
+package catalog
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/history"
 )
 
 // Latest is an item's current market: the figures of its last snapshot (SnapshotAt), which
@@ -30,12 +32,12 @@ type Latest struct {
 // fixtures left out), with the database's clock at the read. The write-back keeps these
 // figures on the item's row (seen_*), so this is one pass over tracked_items whatever the
 // history holds.
-func LatestStates(ctx context.Context, db Reader) ([]Latest, time.Time, error) {
+func LatestStates(ctx context.Context, db history.Reader) ([]Latest, time.Time, error) {
 	return latest(ctx, db, `NOT synthetic_item(item_id)`)
 }
 
 // LatestOf is LatestStates for the given ids; ids nobody tracks are left out.
-func LatestOf(ctx context.Context, db Reader, ids []string) ([]Latest, time.Time, error) {
+func LatestOf(ctx context.Context, db history.Reader, ids []string) ([]Latest, time.Time, error) {
 	return latest(ctx, db, `item_id = ANY($1) AND NOT synthetic_item(item_id)`, ids)
 }
 
@@ -43,7 +45,7 @@ func LatestOf(ctx context.Context, db Reader, ids []string) ([]Latest, time.Time
 // writer of these columns sets updated_at, to its transaction's start), with how many items
 // LatestStates would return, so a reader holding the rest can tell an item left or came. One
 // pass over the rows' updated_at, no index: a few milliseconds at 20,000 items.
-func LatestChanged(ctx context.Context, db Reader, since time.Time) ([]Latest, time.Time, int, error) {
+func LatestChanged(ctx context.Context, db history.Reader, since time.Time) ([]Latest, time.Time, int, error) {
 	var now time.Time
 	var total int
 	rows, err := db.Query(ctx, `
@@ -76,7 +78,7 @@ func LatestChanged(ctx context.Context, db Reader, since time.Time) ([]Latest, t
 	return out, now, total, nil
 }
 
-func latest(ctx context.Context, db Reader, where string, args ...any) ([]Latest, time.Time, error) {
+func latest(ctx context.Context, db history.Reader, where string, args ...any) ([]Latest, time.Time, error) {
 	var now time.Time
 	rows, err := db.Query(ctx, `
 		SELECT now(), item_id, item_name, collection_tier, last_snapshot_at, last_collected_at,

@@ -1,0 +1,28 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/history"
+)
+
+// ReadSeries is history.ReadBetween for a tracked item, with its last successful collection
+// as SeenUntil: the series' last point held at least until then. An id nobody tracks is
+// ErrNotTracked.
+func ReadSeries(ctx context.Context, db history.Reader, itemID, resolution string, since, until time.Time) (history.Series, error) {
+	var seen *time.Time
+	if err := db.QueryRow(ctx, `SELECT last_collected_at FROM tracked_items WHERE item_id = $1`, itemID).Scan(&seen); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return history.Series{ItemID: itemID}, fmt.Errorf("item %q: %w", itemID, ErrNotTracked)
+		}
+		return history.Series{ItemID: itemID}, fmt.Errorf("read item %q: %w", itemID, err)
+	}
+	s, err := history.ReadBetween(ctx, db, itemID, resolution, since, until)
+	s.SeenUntil = seen
+	return s, err
+}
