@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -29,11 +30,13 @@ type Claim struct {
 	// so are the first LastSecondSales sales of its second.
 	LastSaleAt      *time.Time
 	LastSecondSales int32
-	// What the item's answers looked like so far, to decide whether it may share a call:
-	// listings at the last collection (nil: never collected), and the decayed new sales over
-	// the decayed seconds they were observed in (their rate).
-	SeenListings         *int32
-	EstSales, EstSeconds float64
+	// What the item's answers looked like so far, to decide whether it may share a call and
+	// what its next write-back adds to: listings at the last collection (nil: never
+	// collected), the decayed change counts and the decayed new sales over the decayed seconds
+	// they were observed in (their rate).
+	SeenListings *int32
+	Est          tierplan.Observations
+	EstSales     float64
 	// LastCollectedAt is the last successful collection (nil: never): the last time the item's
 	// last snapshot was seen unchanged.
 	LastCollectedAt *time.Time
@@ -62,7 +65,7 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
 FROM due
 WHERE t.ctid = due.tid
 RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at, t.last_second_sales,
-          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
+          t.seen_listing_count, t.est_sales, t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
 
@@ -138,7 +141,7 @@ SET lease_expires_at = now() + $2 * interval '1 millisecond',
 WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
 RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at, t.last_second_sales,
-          t.seen_listing_count, t.est_sales, t.est_changed_seconds + t.est_unchanged_seconds, t.last_collected_at,
+          t.seen_listing_count, t.est_sales, t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
 
@@ -219,7 +222,7 @@ func scanClaim(row pgx.CollectableRow, extra ...any) (Claim, error) {
 	var truncated *bool
 	var s history.State
 	err := row.Scan(append([]any{&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt, &c.LastSecondSales,
-		&c.SeenListings, &c.EstSales, &c.EstSeconds, &c.LastCollectedAt, &c.Requests,
+		&c.SeenListings, &c.EstSales, &c.Est.Accesses, &c.Est.Changes, &c.Est.ChangedSeconds, &c.Est.UnchangedSeconds, &c.LastCollectedAt, &c.Requests,
 		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated, &c.TID}, extra...)...)
 	c.Tier = tiers.Tier(tier)
 	if snapAt != nil && c.SeenListings != nil && qty != nil && truncated != nil {
@@ -252,6 +255,9 @@ func ReleaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int
 	}
 	return tag.RowsAffected(), nil
 }
+
+// EstSeconds is the decayed time the item's counts were observed over.
+func (c Claim) EstSeconds() float64 { return c.Est.ChangedSeconds + c.Est.UnchangedSeconds }
 
 // RenewLeases pushes the lease expiry of claims still held (token unchanged) one lease ahead.
 func RenewLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim, lease time.Duration) (int64, error) {

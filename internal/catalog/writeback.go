@@ -13,14 +13,19 @@ import (
 // token (writeItemsSQL), and returns the items it wrote: those still ours, now locked until
 // commit, whose collections history.Policy.WriteItems then stores.
 func WriteBack(ctx context.Context, tx pgx.Tx, r history.Rows) (map[string]bool, error) {
+	n := len(r.IDs)
+	estN, estX, estC, estU := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	for i, e := range r.Est {
+		estN[i], estX[i], estC[i], estU[i] = e.Accesses, e.Changes, e.ChangedSeconds, e.UnchangedSeconds
+	}
 	args := []any{r.IDs, r.Tokens, r.Tiers, r.NextAt, r.AttemptAt, r.OK, r.Outcomes, r.Errs, r.LastSale,
-		r.PrevAt, r.Lowest, r.Median, r.Weighted, r.APIAverage, r.Counts, r.Quantity, r.Truncated, r.Changed,
-		r.NewSales, r.Gaps, r.Windows, r.WrittenAt, r.LastSecond, r.TIDs}
-	live := make(map[string]bool, len(r.IDs))
+		r.Lowest, r.Median, r.Weighted, r.APIAverage, r.Counts, r.Quantity, r.Truncated,
+		r.Gaps, r.WrittenAt, r.LastSecond, r.TIDs, estN, estX, estC, estU, r.EstSales}
+	live := make(map[string]bool, n)
 	if err := collectWritten(ctx, tx, writeItemsSQL, args, live); err != nil {
 		return nil, err
 	}
-	if len(live) < len(r.IDs) {
+	if len(live) < n {
 		// Rows that moved since their claim (or whose lease was lost, which the key finds no
 		// better). The rows just written no longer hold their token, so passing the whole batch
 		// again writes none twice; this path is rare enough not to be worth trimming the arrays.
@@ -33,17 +38,14 @@ func WriteBack(ctx context.Context, tx pgx.Tx, r history.Rows) (map[string]bool,
 
 // writeItemsSQL writes each item of a batch once, fenced by its lease token, and returns the
 // items it wrote (those still ours, now locked until commit): its next slot and outcome with
-// the lease cleared; if the tier changed while the item was leased, whoever changed
-// it also set the new schedule, which is kept. For a collection it also adds one interval to the
-// decayed counts (the same arithmetic as tierplan.Observations.Decay then Observe): the interval
-// since the previous successful collection ($10, from the claim), whether the market changed in
-// it (Decide), and the new sales; and it records the market of the item's last
-// snapshot and, when one was written, its time, and where its stored sales end. last_collected_at
-// is also when that snapshot was last seen unchanged. The first collection only records the
-// market. Each count repeats the test "observed" (a successful collection with an earlier one
-// to measure from) so the batch meets the table once, in the UPDATE, not in a join before it.
+// the lease cleared; if the tier changed while the item was leased, whoever changed it also set
+// the new schedule, which is kept. For a collection it records the market of the item's last
+// snapshot and, when one was written, its time, and where its stored sales end;
+// last_collected_at is also when that snapshot was last seen unchanged. The decayed change and
+// sales counts are stored as history worked them out (history.Policy.Rows) from the values
+// the claim read: only the lease holder writes them.
 //
-// It finds each row by the ctid its claim returned ($24), a TID lookup instead of a
+// It finds each row by the ctid its claim returned ($20), a TID lookup instead of a
 // primary-key probe (a fifth of the statement's time at 1M items); a row that something else
 // updated since the claim (a re-plan, a pin) has moved, is not matched, and is written by
 // writeItemsByKeySQL.
@@ -58,14 +60,13 @@ RETURNING t.item_id`
 
 const writeItemsSet = `
 WITH o AS (
-	SELECT u.*, extract(epoch FROM u.attempt_at - u.prev_at)::float8 AS secs
-	FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[],
-	            $9::timestamptz[], $10::timestamptz[], $11::bigint[], $12::bigint[], $13::float8[], $14::bigint[], $15::int[],
-	            $16::bigint[], $17::bool[], $18::bool[], $19::int[], $20::bool[], $21::float8[], $22::timestamptz[], $23::int[],
-	            $24::tid[])
+	SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[],
+	            $9::timestamptz[], $10::bigint[], $11::bigint[], $12::float8[], $13::bigint[], $14::int[], $15::bigint[], $16::bool[],
+	            $17::bool[], $18::timestamptz[], $19::int[], $20::tid[], $21::float8[], $22::float8[], $23::float8[], $24::float8[],
+	            $25::float8[])
 	     AS u(item_id, token, tier, next_at, attempt_at, ok, outcome, err, last_sale,
-	          prev_at, lowest, median, weighted, api_avg, cnt, qty, truncated, changed, new_sales, gap, win, written_at,
-	          last_second, tid)
+	          lowest, median, weighted, api_avg, cnt, qty, truncated, gap, written_at, last_second, tid,
+	          est_n, est_x, est_c, est_u, est_sales)
 )
 UPDATE tracked_items t
 SET next_collect_at = CASE WHEN t.collection_tier = o.tier THEN o.next_at ELSE t.next_collect_at END,
@@ -80,18 +81,11 @@ SET next_collect_at = CASE WHEN t.collection_tier = o.tier THEN o.next_at ELSE t
                              WHEN o.last_sale = t.last_sale_at THEN greatest(t.last_second_sales, o.last_second)
                              ELSE o.last_second END,
     updated_at = now(),
-    est_collections = CASE WHEN o.ok AND t.seen_listing_count IS NOT NULL AND o.secs > 0
-                           THEN t.est_collections * exp(-o.secs / o.win) + 1 ELSE t.est_collections END,
-    est_changes = CASE WHEN o.ok AND t.seen_listing_count IS NOT NULL AND o.secs > 0
-                       THEN t.est_changes * exp(-o.secs / o.win) + o.changed::int ELSE t.est_changes END,
-    est_changed_seconds = CASE WHEN o.ok AND t.seen_listing_count IS NOT NULL AND o.secs > 0
-                               THEN t.est_changed_seconds * exp(-o.secs / o.win) + CASE WHEN o.changed THEN o.secs ELSE 0 END
-                               ELSE t.est_changed_seconds END,
-    est_unchanged_seconds = CASE WHEN o.ok AND t.seen_listing_count IS NOT NULL AND o.secs > 0
-                                 THEN t.est_unchanged_seconds * exp(-o.secs / o.win) + CASE WHEN o.changed THEN 0 ELSE o.secs END
-                                 ELSE t.est_unchanged_seconds END,
-    est_sales = CASE WHEN o.ok AND t.seen_listing_count IS NOT NULL AND o.secs > 0
-                     THEN t.est_sales * exp(-o.secs / o.win) + o.new_sales ELSE t.est_sales END,
+    est_collections = o.est_n,
+    est_changes = o.est_x,
+    est_changed_seconds = o.est_c,
+    est_unchanged_seconds = o.est_u,
+    est_sales = o.est_sales,
     seen_lowest_price = CASE WHEN o.ok THEN o.lowest ELSE t.seen_lowest_price END,
     seen_median_price = CASE WHEN o.ok THEN o.median ELSE t.seen_median_price END,
     seen_weighted_price = CASE WHEN o.ok THEN o.weighted ELSE t.seen_weighted_price END,

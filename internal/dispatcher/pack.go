@@ -89,8 +89,8 @@ func (d *Dispatcher) small(c Claim) bool {
 		return false
 	}
 	perCollection := 0.0
-	if iv, ok := c.Tier.Interval(); ok && c.EstSeconds > 0 {
-		perCollection = c.EstSales / c.EstSeconds * iv.Seconds()
+	if iv, ok := c.Tier.Interval(); ok && c.EstSeconds() > 0 {
+		perCollection = c.EstSales / c.EstSeconds() * iv.Seconds()
 	}
 	return packing.Small(int(*c.SeenListings), perCollection, d.cfg.PackMaxListings, d.cfg.PackMaxSales)
 }

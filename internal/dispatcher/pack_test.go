@@ -17,6 +17,7 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -283,7 +284,7 @@ func serveDroppingFirstRow(w http.ResponseWriter, r *http.Request, next http.Han
 func TestSmallJudgesSalesAtTheItemsTier(t *testing.T) {
 	d := &Dispatcher{cfg: Config{PackMaxListings: 100, PackMaxSales: 5}}
 	listings := int32(5)
-	c := Claim{SeenListings: &listings, EstSales: 60, EstSeconds: 3600}
+	c := Claim{SeenListings: &listings, EstSales: 60, Est: tierplan.Observations{UnchangedSeconds: 3600}}
 	for tier, want := range map[tiers.Tier]bool{tiers.Hot: true, tiers.Active: true, tiers.Warm: true, tiers.Cold: false} {
 		c.Tier = tier
 		if got := d.small(c); got != want {

@@ -359,7 +359,7 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, res
 func (r result) item() history.Item {
 	c := r.claim
 	it := history.Item{Collection: history.Collection{ItemID: c.ItemID, Tier: string(c.Tier), Token: c.Token, At: r.at},
-		TID: c.TID, Outcome: r.outcome, Window: r.window}
+		TID: c.TID, Outcome: r.outcome, Window: r.window, Est: c.Est, EstSales: c.EstSales, Observed: c.SeenListings != nil}
 	if next, ok := tiers.NextDue(c.ItemID, c.Tier, r.at); ok {
 		it.NextAt = pgtype.Timestamptz{Time: next, Valid: true}
 	}

@@ -96,7 +96,7 @@ func TestWriteBackRetriesAKilledConnection(t *testing.T) {
 		var killed bool
 		err := e.pool.QueryRow(ctx, `
 			SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%extract(epoch FROM u.attempt_at - u.prev_at)%'
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%est_n, est_x, est_c, est_u, est_sales)%'
 			LIMIT 1`).Scan(&killed)
 		if err != nil && err != pgx.ErrNoRows {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/duecollector/duecollector/internal/outbox"
+	"github.com/duecollector/duecollector/internal/tierplan"
 )
 
 // Sale is one sale to store, keyed by its second and its position within that second (the
@@ -334,6 +335,12 @@ type Item struct {
 	Outcome string
 	Err     *string       // nil: collected
 	Window  time.Duration // how fast the change counts decay
+	// The item's decayed change counts and sales as its claim read them (only the lease holder
+	// writes them, so they are current): Rows adds this collection's interval to them. Observed
+	// says an earlier collection recorded a market, so the interval since it can be measured.
+	Est      tierplan.Observations
+	EstSales float64
+	Observed bool
 }
 
 // WriteItems stores, in the caller's transaction, what the collections of the items still
@@ -355,9 +362,8 @@ func (p Policy) WriteItems(ctx context.Context, tx pgx.Tx, items []Item, live ma
 
 // Rows are a batch of item write-backs as the columns catalog.WriteBack stores, one slice per
 // column: each item's next slot and outcome, and for a collection the market of its last
-// snapshot (when one was written, its time), where its stored sales end, and the interval it
-// adds to the decayed change and sales counts — the interval since the previous successful
-// collection (PrevAt), whether the market changed in it (Decide), and the new sales.
+// snapshot (when one was written, its time), where its stored sales end, and its decayed
+// change and sales counts with this collection's interval added.
 type Rows struct {
 	IDs        []string
 	Tokens     []pgtype.UUID
@@ -368,7 +374,6 @@ type Rows struct {
 	Outcomes   []string
 	Errs       []*string
 	LastSale   []*time.Time
-	PrevAt     []*time.Time
 	Lowest     []*int64
 	Median     []*int64
 	Weighted   []*float64
@@ -376,10 +381,9 @@ type Rows struct {
 	Counts     []int32
 	Quantity   []int64
 	Truncated  []bool
-	Changed    []bool
-	NewSales   []int32
 	Gaps       []bool
-	Windows    []float64 // seconds
+	Est        []tierplan.Observations
+	EstSales   []float64
 	WrittenAt  []*time.Time
 	LastSecond []int32
 	TIDs       []pgtype.TID
@@ -391,27 +395,43 @@ func (p Policy) Rows(items []Item) Rows {
 	r := Rows{IDs: make([]string, n), Tokens: make([]pgtype.UUID, n), Tiers: make([]string, n),
 		NextAt: make([]pgtype.Timestamptz, n), AttemptAt: make([]time.Time, n),
 		OK: make([]bool, n), Outcomes: make([]string, n), Errs: make([]*string, n),
-		LastSale: make([]*time.Time, n), PrevAt: make([]*time.Time, n), WrittenAt: make([]*time.Time, n),
+		LastSale: make([]*time.Time, n), WrittenAt: make([]*time.Time, n),
 		Lowest: make([]*int64, n), Median: make([]*int64, n), APIAverage: make([]*int64, n),
-		Weighted: make([]*float64, n), Counts: make([]int32, n), NewSales: make([]int32, n), LastSecond: make([]int32, n),
-		Quantity: make([]int64, n), Truncated: make([]bool, n), Changed: make([]bool, n), Gaps: make([]bool, n),
-		Windows: make([]float64, n), TIDs: make([]pgtype.TID, n)}
+		Weighted: make([]*float64, n), Counts: make([]int32, n), LastSecond: make([]int32, n),
+		Quantity: make([]int64, n), Truncated: make([]bool, n), Gaps: make([]bool, n),
+		Est: make([]tierplan.Observations, n), EstSales: make([]float64, n), TIDs: make([]pgtype.TID, n)}
 	for i := range items {
 		it := &items[i]
 		r.IDs[i], r.Tokens[i], r.Tiers[i], r.AttemptAt[i], r.TIDs[i] = it.ItemID, it.Token, it.Tier, it.At, it.TID
-		r.NextAt[i], r.OK[i], r.Outcomes[i], r.Windows[i], r.Errs[i] = it.NextAt, it.Err == nil, it.Outcome, it.Window.Seconds(), it.Err
+		r.NextAt[i], r.OK[i], r.Outcomes[i], r.Errs[i] = it.NextAt, it.Err == nil, it.Outcome, it.Err
+		r.Est[i], r.EstSales[i] = it.Est, it.EstSales
 		if it.Err != nil {
 			continue
 		}
 		r.LastSale[i], r.LastSecond[i] = lastSecondOf(it.Sales)
 		l, st := it.State, p.outcome(it.Collection)
-		r.PrevAt[i] = it.SeenAt
 		r.Lowest[i], r.Median[i], r.Weighted[i], r.APIAverage[i] = l.Lowest, l.Median, l.Weighted, l.APIAverage
-		r.Counts[i], r.Quantity[i], r.Truncated[i] = int32(l.Count), l.Quantity, l.Truncated
-		r.Changed[i], r.NewSales[i], r.Gaps[i] = st.Reason == Change, int32(st.NewSales), it.SalesGap
+		r.Counts[i], r.Quantity[i], r.Truncated[i], r.Gaps[i] = int32(l.Count), l.Quantity, l.Truncated, it.SalesGap
+		r.Est[i], r.EstSales[i] = it.observe(st)
 		if st.Reason != Skip {
 			r.WrittenAt[i] = &it.At
 		}
 	}
 	return r
+}
+
+// observe adds the interval since the item's previous successful collection to its decayed
+// counts (tierplan.Observations.Decay then Observe; its sales decay by the same factor): whether
+// the market changed in it (st, Decide's answer) and the new sales. The first collection, with
+// nothing to measure from, only records the market.
+func (it *Item) observe(st Stored) (tierplan.Observations, float64) {
+	if !it.Observed || it.SeenAt == nil {
+		return it.Est, it.EstSales
+	}
+	secs, win := it.At.Sub(*it.SeenAt).Seconds(), it.Window.Seconds()
+	if !(secs > 0) {
+		return it.Est, it.EstSales
+	}
+	return it.Est.Decay(secs, win).Observe(secs, st.Reason == Change),
+		it.EstSales*tierplan.DecayFactor(secs, win) + float64(st.NewSales)
 }

@@ -399,9 +399,11 @@ func TestOutboxEnabledAloneDecidesTheEvent(t *testing.T) {
 	}
 }
 
-// The write-back (catalog.WriteBack, from the rows history decides) decays and adds to the
-// change counts in SQL; the tier plan reads them with tierplan.Observations. Both must be the same arithmetic: Decay by the interval, then Observe it.
-func TestWriteItemsDecayAgreesWithTierplan(t *testing.T) {
+// A write-back adds the collection's interval to the item's decayed counts with the tier
+// plan's own arithmetic (tierplan.Observations: Decay by the interval, then Observe it; sales
+// decay by the same factor), starting from what the claim read, and the row stores them; the
+// first collection, with nothing to measure from, leaves them as they were.
+func TestWriteBackAddsTheIntervalToTheDecayedCounts(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := storetest.NewPool(t)
 	seen := int32(5)
@@ -411,6 +413,8 @@ func TestWriteItemsDecayAgreesWithTierplan(t *testing.T) {
 		storetest.Item{ID: "changed", SeenListingCount: &seen, EstCollections: start.Accesses, EstChanges: start.Changes,
 			EstChangedSeconds: start.ChangedSeconds, EstUnchangedSeconds: start.UnchangedSeconds},
 		storetest.Item{ID: "same", SeenListingCount: &seen, EstCollections: start.Accesses, EstChanges: start.Changes,
+			EstChangedSeconds: start.ChangedSeconds, EstUnchangedSeconds: start.UnchangedSeconds},
+		storetest.Item{ID: "first", EstCollections: start.Accesses, EstChanges: start.Changes,
 			EstChangedSeconds: start.ChangedSeconds, EstUnchangedSeconds: start.UnchangedSeconds})
 	if _, err := pool.Exec(ctx, `UPDATE tracked_items SET est_sales = $1, lease_token = gen_random_uuid(),
 		lease_expires_at = now() + interval '1 minute'`, startSales); err != nil {
@@ -426,9 +430,10 @@ func TestWriteItemsDecayAgreesWithTierplan(t *testing.T) {
 	sales := []history.Sale{{SoldAt: prev.Add(time.Second), Quantity: 1, UnitPrice: 100, Total: 100},
 		{SoldAt: prev.Add(2 * time.Second), Quantity: 2, UnitPrice: 100, Total: 200}}
 	var items []history.Item
-	for _, id := range []string{"changed", "same"} {
+	for _, id := range []string{"changed", "same", "first"} {
 		it := history.Item{Collection: history.Collection{ItemID: id, ItemName: id, Tier: "WARM_5M", At: at,
-			State: last.State, Last: last, SeenAt: &prev}, Outcome: "ok", Window: window}
+			State: last.State, Last: last, SeenAt: &prev}, Outcome: "ok", Window: window,
+			Est: start, EstSales: startSales, Observed: id != "first"}
 		if id == "changed" {
 			it.Sales = sales
 		}
@@ -439,8 +444,8 @@ func TestWriteItemsDecayAgreesWithTierplan(t *testing.T) {
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		live, err := catalog.WriteBack(ctx, tx, history.Policy{Heartbeat: time.Hour}.Rows(items))
-		if err == nil && len(live) != 2 {
-			t.Errorf("wrote %v, want both items", live)
+		if err == nil && len(live) != 3 {
+			t.Errorf("wrote %v, want every item", live)
 		}
 		return err
 	})
@@ -451,7 +456,8 @@ func TestWriteItemsDecayAgreesWithTierplan(t *testing.T) {
 		id       string
 		changed  bool
 		newSales float64
-	}{{"changed", true, 2}, {"same", false, 0}} {
+		first    bool
+	}{{"changed", true, 2, false}, {"same", false, 0, false}, {"first", false, 0, true}} {
 		var got tierplan.Observations
 		var gotSales float64
 		if err := pool.QueryRow(ctx, `SELECT est_collections, est_changes, est_changed_seconds, est_unchanged_seconds, est_sales
@@ -461,9 +467,12 @@ func TestWriteItemsDecayAgreesWithTierplan(t *testing.T) {
 		want := start.Decay(secs, window.Seconds()).Observe(secs, tc.changed)
 		// Sales decay like any count: Decay's factor on a count of startSales.
 		wantSales := tierplan.Observations{Accesses: startSales}.Decay(secs, window.Seconds()).Accesses + tc.newSales
+		if tc.first {
+			want, wantSales = start, startSales
+		}
 		if !near(got.Accesses, want.Accesses) || !near(got.Changes, want.Changes) || !near(got.ChangedSeconds, want.ChangedSeconds) ||
 			!near(got.UnchangedSeconds, want.UnchangedSeconds) || !near(gotSales, wantSales) {
-			t.Errorf("%s: SQL counts %+v sales %v, tierplan %+v sales %v", tc.id, got, gotSales, want, wantSales)
+			t.Errorf("%s: stored counts %+v sales %v, tierplan %+v sales %v", tc.id, got, gotSales, want, wantSales)
 		}
 	}
 }

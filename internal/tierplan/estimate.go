@@ -29,11 +29,18 @@ func (o Observations) Observe(seconds float64, changed bool) Observations {
 
 // Decay scales the counts by e^(−age/window), so observations a window old count 1/e.
 func (o Observations) Decay(ageSeconds, windowSeconds float64) Observations {
-	if !(ageSeconds > 0) || !(windowSeconds > 0) {
-		return o
-	}
-	f := math.Exp(-ageSeconds / windowSeconds)
+	f := DecayFactor(ageSeconds, windowSeconds)
 	return Observations{o.Accesses * f, o.Changes * f, o.ChangedSeconds * f, o.UnchangedSeconds * f}
+}
+
+// DecayFactor is what a decayed count is multiplied by after ageSeconds: e^(−age/window), 1
+// for no age or no window. Every decayed count an item keeps (the change counts above, its
+// sales) decays by it.
+func DecayFactor(ageSeconds, windowSeconds float64) float64 {
+	if !(ageSeconds > 0) || !(windowSeconds > 0) {
+		return 1
+	}
+	return math.Exp(-ageSeconds / windowSeconds)
 }
 
 // ChangeRate estimates λ (changes per second) from the counts with Cho & Garcia-Molina's
