@@ -6,20 +6,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/history"
 )
 
-// ClaimDue claims up to n due, unleased items, the longest-due first, with the claim statement
-// a pass uses. For tools/bench's ceiling, which drives the product's statements without the
-// dispatcher's pass around them.
-func ClaimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string) ([]Claim, error) {
-	return catalog.ClaimDue(ctx, pool, n, lease, owner, false, 0)
-}
-
 // WriteCollected writes claims back as collected successfully at at, claims[i] having seen
 // states[i] and no sales, in one transaction as a pass's writer does (the fenced item write,
-// then history.Policy.Write), and returns how many were still ours.
+// then history.Policy.Write), and returns how many were still ours. For tools/bench's ceiling,
+// which drives the product's statements without the dispatcher's pass around them.
 func WriteCollected(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, claims []Claim, states []history.State, at time.Time, window time.Duration) (int, error) {
 	rs := make([]result, len(claims))
 	for i, c := range claims {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/history"
@@ -128,7 +129,7 @@ func cycleAt(ctx context.Context, e *env, c cycleSize, rep *report) error {
 	rep.add("Claim+reschedule cycle, collector, "+label, spread(mo, ours, "items/s"),
 		fmt.Sprintf("dispatcher.RunOnce (one collect-due pass, zero-latency in-process provider, batch %d, flush %d, concurrency 8, pool %d, MaxBatches %d) %s: claim, one fenced write per item (next slot, change counts, seen state; its row locks hold until commit), then snapshot + candles + outbox insert per changed item; %s; %s items / wall time (the snapshots written checked against the changed answers); %s", cycleBatch, cycleFlush, cyclePool, (k+cycleBatch-1)/cycleBatch, table, share, items, rounds))
 	rep.add("Claim+reschedule cycle, raw-SQL ceiling, "+label, spread(mc, ceil, "items/s"),
-		fmt.Sprintf("the same claim statement (dispatcher.ClaimDue) and write-back transaction (dispatcher.WriteCollected: the fenced item write for every item, then history.Policy.Write, a snapshot with its candles and outbox event for the same changed share, %.1f %%) driven by %d plain loops (claim %d → two %d-row transactions) until %s items are written back, without the pass's fetch and writer queue, a copy of the same seed, same pool size; %s", 100*cycleShare(), ceilingLoops, cycleBatch, cycleFlush, items, rounds))
+		fmt.Sprintf("the same claim statement (catalog.ClaimDue) and write-back transaction (dispatcher.WriteCollected: the fenced item write for every item, then history.Policy.Write, a snapshot with its candles and outbox event for the same changed share, %.1f %%) driven by %d plain loops (claim %d → two %d-row transactions) until %s items are written back, without the pass's fetch and writer queue, a copy of the same seed, same pool size; %s", 100*cycleShare(), ceilingLoops, cycleBatch, cycleFlush, items, rounds))
 	rep.add("Ratio collector / ceiling, "+label, fmt.Sprintf("%.2f", mo/mc), "the two medians above")
 	rep.note("cycle at %s tracked items: seeding took %s (generate_series insert, VACUUM ANALYZE, CHECKPOINT; not timed), each contender's copy %s (CREATE DATABASE … TEMPLATE, CHECKPOINT)", count(n), seeded.Round(100*time.Millisecond), cloned.Round(100*time.Millisecond))
 	riverHow := fmt.Sprintf("bench/river: rivermigrate into a fresh database, InsertManyFast %s no-op jobs (not timed), then a client (default queue, MaxWorkers 10000, default fetch settings) from Start to the last JobCompleted event; completed count checked in river_job", count(n))
@@ -284,7 +285,7 @@ func cycleCeiling(ctx context.Context, e *env, c cycleSize) (float64, error) {
 }
 
 func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]dispatcher.Claim, error) {
-	return dispatcher.ClaimDue(ctx, pool, k, 2*time.Minute, "ceiling")
+	return catalog.ClaimDue(ctx, pool, k, 2*time.Minute, "ceiling", false, 0)
 }
 
 // ceilWriteBack is writeback.go's write-back for all-successful results with one listing and
