@@ -227,16 +227,23 @@ func newWALReader(ctx context.Context, pool *pgxpool.Pool) (*walReader, error) {
 		return nil, fmt.Errorf("pg_walinspect: %w", err)
 	}
 	// Every CREATE DATABASE on the server checkpoints, and a checkpoint recycles the segments
-	// behind it: a temporary slot (gone with its session) keeps the window's WAL until read.
+	// behind it: a temporary slot (gone with its session) keeps the window's WAL until read. The
+	// window starts at the WAL's end after the slot exists, not at the slot's own start: a
+	// physical slot reserves from the last checkpoint's redo point, which on a quiet server lies
+	// before the seeding and the first collections (their ~10 MB then counted as the window's).
 	slot, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	r.slot = slot
 	if err := slot.QueryRow(ctx, `
-		SELECT d.oid, s.lsn::text
+		SELECT d.oid
 		FROM pg_database d, pg_create_physical_replication_slot('bench_wal_' || pg_backend_pid(), true, true) AS s
-		WHERE d.datname = current_database()`).Scan(&r.db, &r.from); err != nil {
+		WHERE d.datname = current_database()`).Scan(&r.db); err != nil {
+		slot.Release()
+		return nil, fmt.Errorf("wal start: %w", err)
+	}
+	if err := slot.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&r.from); err != nil {
 		slot.Release()
 		return nil, fmt.Errorf("wal start: %w", err)
 	}
