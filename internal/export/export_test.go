@@ -89,9 +89,13 @@ func setup(t *testing.T) bundle {
 	return b
 }
 
+// settleAtOnce makes yesterday complete as soon as today began: the tests run at any hour, and in
+// the hour after midnight SettleDefault would still refuse yesterday as in progress.
+const settleAtOnce = time.Nanosecond
+
 func (b bundle) export(t *testing.T, dir, format string) export.Result {
 	t.Helper()
-	res, err := export.Run(context.Background(), b.pool, export.Options{Day: b.yesterday, Dir: dir, Format: format, Version: "test"})
+	res, err := export.Run(context.Background(), b.pool, export.Options{Day: b.yesterday, Dir: dir, Format: format, Version: "test", Settle: settleAtOnce})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,11 +250,11 @@ func TestExportToAnUnwritableDirectoryLosesNothing(t *testing.T) {
 	if err := os.WriteFile(blocker, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := export.Run(context.Background(), b.pool, export.Options{Day: b.yesterday, Dir: filepath.Join(blocker, "day"), Format: "parquet"})
+	_, err := export.Run(context.Background(), b.pool, export.Options{Day: b.yesterday, Dir: filepath.Join(blocker, "day"), Format: "parquet", Settle: settleAtOnce})
 	if err == nil || !containsAll(err.Error(), "out directory") {
 		t.Fatalf("an out directory under a file: %v; want an error naming the out directory", err)
 	}
-	if _, err := export.Run(context.Background(), b.pool, export.Options{Day: b.yesterday, Dir: dir, Format: "xlsx"}); err == nil {
+	if _, err := export.Run(context.Background(), b.pool, export.Options{Day: b.yesterday, Dir: dir, Format: "xlsx", Settle: settleAtOnce}); err == nil {
 		t.Fatal("format xlsx was accepted")
 	}
 	after := checksums(t, dir)

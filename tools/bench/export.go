@@ -42,7 +42,8 @@ func benchExport(ctx context.Context, e *env, sz sizes, rep *report) error {
 		return err
 	}
 	defer pool.Close()
-	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
+	// The newest settled day: in the hour after midnight yesterday is still in progress.
+	day := time.Now().UTC().Add(-export.SettleDefault).Truncate(24*time.Hour).AddDate(0, 0, -1)
 	t0 := time.Now()
 	counts, err := seedExportDay(ctx, pool, n, day)
 	if err != nil {

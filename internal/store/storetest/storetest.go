@@ -43,7 +43,10 @@ func AdminURL() string {
 	return DefaultAdminURL
 }
 
-// templateName changes whenever a migration changes, so a stale template is never reused.
+// templateName changes whenever a migration changes, so a stale template is never reused, and
+// with the UTC day: a template holds the history partitions of the day it was built, and a test
+// that lays out its own days around today (PartitionDays) would collide with a partition a
+// template built yesterday already holds for what is now the day before.
 func templateName() (string, error) {
 	h := sha256.New()
 	var names []string
@@ -66,7 +69,24 @@ func templateName() (string, error) {
 		h.Write([]byte(n))
 		h.Write(b)
 	}
-	return "dc_tmpl_" + hex.EncodeToString(h.Sum(nil))[:16], nil
+	return "dc_tmpl_" + hex.EncodeToString(h.Sum(nil))[:16] + "_" + time.Now().UTC().Format("20060102"), nil
+}
+
+// dropOldTemplates drops the templates of this naming built two or more days ago; nothing can
+// still be cloning them (a test binary builds today's, or yesterday's near midnight).
+func dropOldTemplates(ctx context.Context, admin *pgx.Conn) {
+	cutoff := time.Now().UTC().AddDate(0, 0, -2).Format("20060102")
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE datname ~ '^dc_tmpl_[0-9a-f]{16}_[0-9]{8}$' AND right(datname, 8) <= $1`, cutoff)
+	if err != nil {
+		return
+	}
+	old, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range old {
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+	}
 }
 
 // URLFor returns the admin URL pointed at another database on the same server.
@@ -95,6 +115,7 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 	if exists {
 		return name, nil
 	}
+	dropOldTemplates(ctx, admin)
 	// Build under a scratch name and rename at the end: a crash mid-build never leaves a
 	// half-migrated template behind under the real name.
 	building := name + "_building"
