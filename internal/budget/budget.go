@@ -505,8 +505,14 @@ func (s *Share) leave(ctx context.Context) {
 
 // heartbeat is one pass of Run: it heartbeats once, and lets requests go once the others have
 // had 2 × Heartbeat to count this process.
+//
+// A beat is not cut short when ctx ends: a statement cancelled mid-flight can still commit on
+// the server after leave's DELETE, bringing the row back until it expires. It has the same 5 s
+// bound as leave.
 func (s *Share) heartbeat(ctx context.Context) {
-	err := s.beat(ctx)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	err := s.beat(bctx)
+	cancel()
 	if ctx.Err() != nil {
 		return
 	}
