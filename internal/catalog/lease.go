@@ -57,14 +57,22 @@ type Claim struct {
 // item was due, for the due→claim lag.
 const claimDueUpdate = `
 UPDATE tracked_items t
-SET lease_expires_at = now() + $2 * interval '1 millisecond',
+` + claimSet + `
+FROM due
+WHERE t.ctid = due.tid
+` + claimReturning
+
+// claimSet is what every claim statement writes: a fresh lease and fencing token, its holder,
+// and when the item was claimed and due. ($2 the lease in ms, $3 the owner.)
+const claimSet = `SET lease_expires_at = now() + $2 * interval '1 millisecond',
     lease_token = gen_random_uuid(),
     leased_by = $3,
     last_claimed_at = now(),
-    last_due_at = t.next_collect_at
-FROM due
-WHERE t.ctid = due.tid
-RETURNING t.item_id, t.item_name, t.collection_tier, t.next_collect_at, t.lease_token, now(), t.last_sale_at, t.last_second_sales,
+    last_due_at = t.next_collect_at`
+
+// claimReturning is what every claim statement returns, in scanClaim's order. An item claimed by
+// name may have no schedule (DORMANT): it counts as due now.
+const claimReturning = `RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at, t.last_second_sales,
           t.seen_listing_count, t.est_sales, t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
@@ -133,17 +141,10 @@ WITH locked AS MATERIALIZED (
 // another worker holds a live lease on it.
 const claimOneSQL = `
 UPDATE tracked_items t
-SET lease_expires_at = now() + $2 * interval '1 millisecond',
-    lease_token = gen_random_uuid(),
-    leased_by = $3,
-    last_claimed_at = now(),
-    last_due_at = t.next_collect_at
+` + claimSet + `
 WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
-RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at, t.last_second_sales,
-          t.seen_listing_count, t.est_sales, t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
-          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
+` + claimReturning
 
 // MaxAhead bounds how far ahead a claim reaches (the dispatcher's Config.Ahead and TopAhead): half
 // the shortest tier interval (dispatcher.Config.Ahead says why).
