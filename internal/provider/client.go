@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -373,7 +374,10 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 	var v T
 	var perr error
 	if derr == nil {
-		if v, perr = parse(body); perr != nil {
+		parseSlots <- struct{}{}
+		v, perr = parse(body)
+		<-parseSlots
+		if perr != nil {
 			derr = &Error{Class: ClassTransient, Endpoint: endpoint, Status: http.StatusOK, Err: perr}
 		}
 	}
@@ -389,6 +393,10 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 	}
 	return v, nil
 }
+
+// parseSlots bounds the answers decoded at once to one fewer than the Ps, so collection bursts
+// leave a P free for the read API and the network poller.
+var parseSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))
 
 // do sends one GET and returns the body of a 200; anything else becomes an *Error.
 func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([]byte, *Error) {
