@@ -374,10 +374,7 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 	var v T
 	var perr error
 	if derr == nil {
-		parseSlots <- struct{}{}
-		v, perr = parse(body)
-		<-parseSlots
-		if perr != nil {
+		if v, perr = decode(parse, body); perr != nil {
 			derr = &Error{Class: ClassTransient, Endpoint: endpoint, Status: http.StatusOK, Err: perr}
 		}
 	}
@@ -397,6 +394,13 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 // parseSlots bounds the answers decoded at once to one fewer than the Ps, so collection bursts
 // leave a P free for the read API and the network poller.
 var parseSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))
+
+// decode parses body in one of parseSlots.
+func decode[T any](parse func([]byte) (T, error), body []byte) (T, error) {
+	parseSlots <- struct{}{}
+	defer func() { <-parseSlots }()
+	return parse(body)
+}
 
 // do sends one GET and returns the body of a 200; anything else becomes an *Error.
 func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([]byte, *Error) {
