@@ -325,16 +325,15 @@ including what collection has learnt: observed collections and changes, the esti
 				}
 				return printItem(a, rows[0])
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ITEM_ID\tNAME\tTIER\tPIN\tSCORE\tCHANGES/H\tSALES/H\tGAPS\tNEXT_COLLECT_AT\tLAST_COLLECTED_AT\tTIER_CHANGED_AT\tTIER_REASON")
+			var tb table
+			tb.add("ITEM_ID", "NAME", "TIER", "PIN", "SCORE", "CHANGES/H", "SALES/H", "GAPS", "NEXT_COLLECT_AT", "LAST_COLLECTED_AT", "TIER_CHANGED_AT", "TIER_REASON")
 			for _, r := range rows {
 				// The score as stored (3 decimals), so it reads the same as in tier_reason.
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ItemID, r.Name, r.Tier, orDash(string(r.PinnedTier)),
-					strconv.FormatFloat(r.Score, 'f', -1, 64), fmtRate(r.ChangesPerHour), fmtRate(r.SalesPerHour), r.SalesGaps,
-					fmtTime(r.NextCollectAt), fmtTime(r.LastCollectedAt), fmtTime(r.TierChangedAt),
-					strings.ReplaceAll(r.TierReason, "\t", " "))
+				tb.add(r.ItemID, r.Name, string(r.Tier), orDash(string(r.PinnedTier)),
+					strconv.FormatFloat(r.Score, 'f', -1, 64), fmtRate(r.ChangesPerHour), fmtRate(r.SalesPerHour), strconv.FormatInt(r.SalesGaps, 10),
+					fmtTime(r.NextCollectAt), fmtTime(r.LastCollectedAt), fmtTime(r.TierChangedAt), r.TierReason)
 			}
-			return tw.Flush()
+			return tb.write(a.stdout)
 		}),
 	}
 	f := cmd.Flags()
