@@ -42,11 +42,11 @@ func newOutboxListCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			lag := "-"
+			lag := ""
 			if b.Pending > 0 {
-				lag = b.Oldest.Round(time.Second).String()
+				lag = fmt.Sprintf(" (oldest %s ago)", b.Oldest.Round(time.Second))
 			}
-			a.printf("pending %d (oldest %s ago), failed %d, published (not yet pruned) %d\n",
+			a.printf("pending %d%s, failed %d, published (not yet pruned) %d\n",
 				b.Pending, lag, b.Failed, b.Published)
 			if len(rows) == 0 {
 				return nil

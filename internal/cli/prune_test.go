@@ -63,6 +63,9 @@ func TestPruneCommand(t *testing.T) {
 	if err != nil || !strings.Contains(out, "deleted 1 published and 0 unpublished (expired) outbox events") || outbox != 1 || sales() != 10 {
 		t.Fatalf("prune with no ages: %q %v, %d outbox rows and %d sales left; want the pending row and the sales kept", out, err, outbox, sales())
 	}
+	if out, _, err := runCollector(t, "outbox", "list", "--database-url", db); err != nil || !strings.HasPrefix(out, "pending 1 (oldest 192h") {
+		t.Fatalf("outbox list with one pending event 8 days old: %q %v", out, err)
+	}
 	t.Setenv("COLLECTOR_RETENTION_OUTBOX_UNPUBLISHED", "168h")
 	out, _, err = runCollector(t, "prune", "--database-url", db)
 	if qerr := pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&outbox); qerr != nil {
@@ -70,6 +73,9 @@ func TestPruneCommand(t *testing.T) {
 	}
 	if err != nil || !strings.Contains(out, "deleted 0 published and 1 unpublished (expired) outbox events") || outbox != 0 {
 		t.Fatalf("prune with retention.outbox_unpublished 168h: %q %v, %d outbox rows left", out, err, outbox)
+	}
+	if out, _, err := runCollector(t, "outbox", "list", "--database-url", db); err != nil || !strings.HasPrefix(out, "pending 0, failed 0, published (not yet pruned) 0") {
+		t.Fatalf("outbox list of an empty outbox: %q %v", out, err)
 	}
 	t.Setenv("COLLECTOR_RETENTION_OUTBOX_UNPUBLISHED", "")
 	if _, _, err := runCollector(t, "prune", "--database-url", db, "--sales", "1h"); err == nil || !strings.Contains(err.Error(), "retention.sales") {
