@@ -119,11 +119,11 @@ func TestClaimByCost(t *testing.T) {
 	pool, items := dueItems(t, 8, tiers.Warm)
 	ctx := context.Background()
 	hot, soonHot, soonWarm := items[0], items[1], items[2]
-	// Five WARM items due at 2 requests each, one HOT due, one HOT and one WARM due in 3 s.
+	// Five WARM items due at 2 requests each, one HOT due, one HOT and one WARM due in 20 s (a margin a loaded machine cannot eat).
 	if _, err := pool.Exec(ctx, `
 		UPDATE tracked_items SET
 			collection_tier = CASE WHEN item_id IN ($1, $2) THEN 'HOT_1M' ELSE 'WARM_5M' END,
-			next_collect_at = CASE WHEN item_id IN ($2, $3) THEN now() + interval '3 seconds' ELSE now() - interval '1 second' END,
+			next_collect_at = CASE WHEN item_id IN ($2, $3) THEN now() + interval '20 seconds' ELSE now() - interval '1 second' END,
 			requests_per_collection = CASE WHEN item_id = $1 THEN 0.5 ELSE 2 END`, hot, soonHot, soonWarm); err != nil {
 		t.Fatal(err)
 	}
@@ -139,18 +139,18 @@ func TestClaimByCost(t *testing.T) {
 	if claims, cut, err := ClaimByCost(ctx, pool, 10, time.Minute, "w", 0, 0, 0, false); err != nil || len(claims) != 1 || !cut {
 		t.Fatalf("bound 0: claimed %d (cut %v, %v), want 1, cut", len(claims), cut, err)
 	}
-	// 2 WARM items left due. 5 s ahead for the top tier only: the HOT item due in 3 s comes
-	// first, the WARM one due in 3 s stays.
-	claims, cut, err = ClaimByCost(ctx, pool, 10, time.Minute, "w", 0, 5*time.Second, 100, false)
+	// 2 WARM items left due. 25 s ahead for the top tier only: the HOT item due in 20 s comes
+	// first, the WARM one due in 20 s stays.
+	claims, cut, err = ClaimByCost(ctx, pool, 10, time.Minute, "w", 0, 25*time.Second, 100, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(claims) != 3 || claims[0].ItemID != soonHot || cut {
-		t.Fatalf("claimed %+v (cut %v): want the HOT item due in 3 s first, then the 2 due WARM, not cut", claims, cut)
+		t.Fatalf("claimed %+v (cut %v): want the HOT item due in 20 s first, then the 2 due WARM, not cut", claims, cut)
 	}
 	for _, c := range claims {
 		if c.ItemID == soonWarm {
-			t.Fatalf("the WARM item due in 3 s was claimed ahead: %+v", claims)
+			t.Fatalf("the WARM item due in 20 s was claimed ahead: %+v", claims)
 		}
 	}
 }

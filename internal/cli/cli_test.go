@@ -41,8 +41,13 @@ func TestUnmigratedDatabaseSaysMigrateUp(t *testing.T) {
 	if _, _, err := runCollector(t, "migrate", "up", "--database-url", db); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := runCollector(t, "status", "--database-url", db); err != nil {
+	out, _, err := runCollector(t, "status", "--database-url", db)
+	if err != nil {
 		t.Fatalf("status after migrate up: %v", err)
+	}
+	// Nothing pending has no oldest.
+	if !strings.Contains(out, "outbox: 0 unpublished, 0 failed") {
+		t.Fatalf("status of an empty outbox:\n%s", out)
 	}
 }
 

@@ -167,7 +167,11 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 	a.printf("%s", st.Events())
 	// With events off, rows left from before still matter: nothing will publish them.
 	if !st.NoOutbox || st.OutboxBacklog+st.OutboxFailed > 0 {
-		a.printf("; outbox: %d unpublished (oldest %s), %d failed", st.OutboxBacklog, st.OutboxOldest.Round(time.Second), st.OutboxFailed)
+		oldest := ""
+		if st.OutboxBacklog > 0 {
+			oldest = fmt.Sprintf(" (oldest %s)", st.OutboxOldest.Round(time.Second))
+		}
+		a.printf("; outbox: %d unpublished%s, %d failed", st.OutboxBacklog, oldest, st.OutboxFailed)
 	}
 	a.printf("\n")
 	a.printf("history: %s", history.SizeText(st.History.Bytes()))

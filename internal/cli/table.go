@@ -14,7 +14,16 @@ type table struct {
 	rows [][]string
 }
 
-func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+var cellSpaces = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
+
+// add appends a row; a tab or line break in a cell (a tier reason is free text) becomes a space.
+func (t *table) add(cells ...string) {
+	row := make([]string, len(cells))
+	for i, c := range cells {
+		row[i] = cellSpaces.Replace(c)
+	}
+	t.rows = append(t.rows, row)
+}
 
 // write prints the rows, each cell but the last padded to its column's widest cell and two
 // spaces more.

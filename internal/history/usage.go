@@ -8,8 +8,10 @@ import (
 
 // Usage is what the stored history takes, from the catalog's sizes and row estimates (no
 // table is counted or scanned). A partition's estimate is ANALYZE's or, when larger, the
-// statistics system's live-row count: today's partition is not analyzed until autovacuum
-// gets to it, and a small history may never be, yet it holds rows.
+// statistics system's live-row count (pg_stat_get_live_tuples, read for the partition alone
+// rather than through pg_stat_all_tables, which gathers every table of the database): today's
+// partition is not analyzed until autovacuum gets to it, and a small history may never be, yet
+// it holds rows.
 type Usage struct {
 	Tables []TableUsage
 	// Since is the lower bound of the oldest snapshot partition past the archive: raw
@@ -39,7 +41,7 @@ func ReadUsage(ctx context.Context, db Reader) (Usage, error) {
 	var u Usage
 	rows, err := db.Query(ctx, `
 		SELECT t.name, coalesce(sum(pg_total_relation_size(p.relid)), 0)::bigint,
-		       coalesce(sum(greatest(c.reltuples, coalesce(s.n_live_tup, 0))), 0)::bigint,
+		       coalesce(sum(greatest(c.reltuples::float8, pg_stat_get_live_tuples(p.relid))), 0)::bigint,
 		       count(*) FILTER (WHERE p.isleaf AND p.level > 0)::int
 		FROM unnest(ARRAY['auction_snapshots', 'auction_sales', 'price_candles']) AS t(name)
 		CROSS JOIN LATERAL (
@@ -47,7 +49,6 @@ func ReadUsage(ctx context.Context, db Reader) (Usage, error) {
 			UNION ALL -- a table that is not partitioned has no tree
 			SELECT t.name::regclass, true, 0 WHERE NOT EXISTS (SELECT FROM pg_partition_tree(t.name::regclass))) p
 		JOIN pg_class c ON c.oid = p.relid
-		LEFT JOIN pg_stat_all_tables s ON s.relid = p.relid
 		WHERE p.isleaf
 		GROUP BY t.name ORDER BY t.name`)
 	if err != nil {

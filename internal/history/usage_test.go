@@ -24,8 +24,9 @@ func TestUsageCountsRowsNotYetAnalyzed(t *testing.T) {
 		snaps[i] = storetest.Snapshot{ItemID: "a", CollectedAt: storetest.Ago(0)}
 	}
 	storetest.Snapshots(t, tx, snaps...)
-	// The inserting session reports its counts to the statistics system when it next goes
-	// idle, which is before the COMMIT returns.
+	// The flag makes the session report its counts to the statistics system when it next goes
+	// idle outside a transaction: after the COMMIT, before the COMMIT's answer reaches us.
+	// (pg_stat_force_next_flush is PostgreSQL 15's.)
 	if _, err := tx.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // A collection burst decodes at most one answer fewer than there are Ps at once, so a P stays
@@ -22,8 +24,11 @@ func TestAnswersDecodeInBoundedSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	slots := cap(parseSlots)
-	entered := make(chan struct{})
+	entered := make(chan struct{}, slots+1) // a parse never waits to say it started
 	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // a failure below must not leave the slots held for the package's other tests
 	parse := func([]byte) (int, error) {
 		entered <- struct{}{}
 		<-release
@@ -38,14 +43,14 @@ func TestAnswersDecodeInBoundedSlots(t *testing.T) {
 		})
 	}
 	for range slots {
-		<-entered
+		testkit.Recv(t, entered, testkit.Timeout, "a parse to start")
 	}
 	// Every slot is taken by a parse in progress; the last call can only wait for one.
 	if n := len(parseSlots); n != slots {
 		t.Fatalf("%d of %d parse slots taken while %d parses run", n, slots, slots)
 	}
-	close(release)
-	<-entered // the last call parses once a slot is free
+	free()
+	testkit.Recv(t, entered, testkit.Timeout, "the last call's parse, once a slot is free")
 	wg.Wait()
 	close(errs)
 	for err := range errs {
