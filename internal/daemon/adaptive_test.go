@@ -30,9 +30,9 @@ func TestDefaultBudgetAgainstASlowProviderKeepsCollecting(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, "the learned rate to come down to the provider's limit", func() bool {
 		return r.d.Share().Stats().ClusterRate < 2*limit
 	})
-	// Answers to requests sent before the last cuts may still come back refused: let them.
-	settle := time.Now().Add(2 * time.Second)
-	testkit.Eventually(t, 10*time.Second, "the cuts to settle", func() bool { return time.Now().After(settle) })
+	// Answers to requests sent before the last cuts may still come back refused: let two
+	// seconds' worth of requests at the provider's limit go by first.
+	testkit.Recv(t, e.sim.Served(marketKey, e.sim.KeyStats(marketKey).Total+2*limit), 20*time.Second, "the cuts to settle")
 	e.sim.ResetStats()
 	before := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`)
 	testkit.Eventually(t, 30*time.Second, "ten more items collected", func() bool {

@@ -38,6 +38,7 @@ type Server struct {
 	rng         *rand.Rand
 	stats       Stats
 	seconds     map[string]*secondCount
+	waiters     []*waiter
 }
 
 type secondCount struct{ sec, n int64 }
@@ -205,7 +206,7 @@ func (s *Server) df(route string, wl provider.Workload, h handler) http.HandlerF
 		s.stats.Requests++
 		s.stats.Paths[route]++
 		if key != "" {
-			s.countKey(key, time.Now().Unix())
+			s.countKey(key, time.Now())
 		}
 		maint, faults := s.maintenance, s.faults
 		if maint {

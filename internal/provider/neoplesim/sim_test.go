@@ -15,6 +15,7 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 var t0 = time.Date(2026, 5, 1, 1, 24, 58, 0, provider.KST)
@@ -420,6 +421,43 @@ func TestStats(t *testing.T) {
 	if st := f.sim.Stats(); st.Requests != 0 || len(st.Keys) != 0 {
 		t.Fatalf("after reset: %+v", st)
 	}
+}
+
+// Tests wait for traffic, not for time to pass: Served hears the request that brings a key's
+// count since the last reset to n, NextRequest the first one at or after a moment.
+func TestServedAndNextRequest(t *testing.T) {
+	f := newFixture(t, neoplesim.Options{})
+	id := url.Values{"itemId": {f.sim.Catalog()[1].ItemID}}
+	quiet := func(ch <-chan time.Time, what string) {
+		t.Helper()
+		select {
+		case at := <-ch:
+			t.Fatalf("%s heard a request at %s", what, at)
+		default:
+		}
+	}
+	second := f.sim.Served(neoplesim.DefaultMarketKey, 2)
+	from := time.Now()
+	next := f.sim.NextRequest(neoplesim.DefaultMarketKey, from)
+	later := f.sim.NextRequest(neoplesim.DefaultMarketKey, from.Add(time.Hour))
+	f.market(t, "/df/auction", id)
+	quiet(second, "Served(2) after one request")
+	if at := testkit.Recv(t, next, time.Minute, "the next request"); at.Before(from) {
+		t.Fatalf("NextRequest(%s) heard a request at %s", from, at)
+	}
+	f.get(t, neoplesim.DefaultItemKey, "/df/items", url.Values{"itemName": {"코스모 소울"}})
+	quiet(second, "Served(2) after another key's request")
+	f.market(t, "/df/auction-sold", id)
+	testkit.Recv(t, second, time.Minute, "the second market request")
+	testkit.Recv(t, f.sim.Served(neoplesim.DefaultMarketKey, 2), time.Minute, "a count already reached")
+	quiet(later, "NextRequest an hour ahead")
+
+	f.sim.ResetStats()
+	third := f.sim.Served(neoplesim.DefaultMarketKey, 2)
+	f.market(t, "/df/auction", id)
+	quiet(third, "Served(2) after one request since the reset")
+	f.market(t, "/df/auction", id)
+	testkit.Recv(t, third, time.Minute, "two requests since the reset")
 }
 
 func TestSameSeedSameMarket(t *testing.T) {

@@ -3,6 +3,8 @@ package neoplesim
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
+	"time"
 )
 
 // Stats is what the simulator has seen since New or ResetStats.
@@ -77,9 +79,10 @@ func clone[M ~map[K]V, K comparable, V any](m M) M {
 	return out
 }
 
-// countKey records a request for the per-key totals and the busiest wall-clock second.
-// Callers hold s.mu.
-func (s *Server) countKey(key string, sec int64) {
+// countKey records a request that arrived at for the per-key totals and the busiest wall-clock
+// second, and wakes the waits it satisfies. Callers hold s.mu.
+func (s *Server) countKey(key string, at time.Time) {
+	sec := at.Unix()
 	label := KeyLabel(key)
 	c := s.seconds[label]
 	if c == nil {
@@ -94,6 +97,49 @@ func (s *Server) countKey(key string, sec int64) {
 	ks.Total++
 	ks.MaxPerSecond = max(ks.MaxPerSecond, c.n)
 	s.stats.Keys[label] = ks
+	s.waiters = slices.DeleteFunc(s.waiters, func(w *waiter) bool {
+		if w.label != label || at.Before(w.after) || ks.Total < w.total {
+			return false
+		}
+		w.ch <- at
+		return true
+	})
+}
+
+// waiter is a test's wait for the requests carrying one key: it hears the arrival time of the
+// first request that both arrives at or after after and brings the key's total since the last
+// ResetStats to total.
+type waiter struct {
+	label string
+	after time.Time
+	total int64
+	ch    chan time.Time
+}
+
+// Served delivers the arrival time of the request that brings the requests carrying key since
+// the last ResetStats to n (at once, with the current time, if they are there already), so a
+// test waits for traffic instead of for time to pass.
+func (s *Server) Served(key string, n int64) <-chan time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &waiter{label: KeyLabel(key), total: n, ch: make(chan time.Time, 1)}
+	if s.stats.Keys[w.label].Total >= n {
+		w.ch <- time.Now()
+		return w.ch
+	}
+	s.waiters = append(s.waiters, w)
+	return w.ch
+}
+
+// NextRequest delivers the arrival time of the first request carrying key that arrives at or
+// after after: a test learns when traffic resumed, and whether anything came before, without
+// sleeping through the quiet.
+func (s *Server) NextRequest(key string, after time.Time) <-chan time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &waiter{label: KeyLabel(key), after: after, ch: make(chan time.Time, 1)}
+	s.waiters = append(s.waiters, w)
+	return w.ch
 }
 
 func (s *Server) countItem(id string, f func(*ItemStats)) {
