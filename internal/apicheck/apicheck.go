@@ -207,8 +207,7 @@ func provoke(ctx context.Context, c *provider.Client, id string, n int, requests
 	found := ""
 	for range n {
 		*requests++
-		var pe *provider.Error
-		if err := <-errs; errors.As(err, &pe) && pe.Class == provider.ClassRateLimited && pe.Status != 0 && found == "" {
+		if pe, ok := provider.RateLimitAnswer(<-errs); ok && found == "" {
 			found = fmt.Sprintf("HTTP %d %s (%s)", pe.Status, pe.Code, pe.Message)
 		}
 	}

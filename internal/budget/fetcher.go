@@ -78,10 +78,7 @@ func call[T any](ctx context.Context, f *Fetcher, endpoint string, fn func(conte
 		defer done()
 	}
 	rows, sent, err := fn(ctx)
-	var pe *provider.Error
-	// Only the provider's own answer (Status set) means the key is over its budget; the
-	// client's local limiter running out before a deadline does not.
-	if f.Share != nil && errors.As(err, &pe) && pe.Class == provider.ClassRateLimited && pe.Status != 0 {
+	if pe, ok := provider.RateLimitAnswer(err); ok && f.Share != nil {
 		f.Share.RateLimited(ctx, pe.RetryAfter, pe.Error())
 	}
 	if f.Observer != nil {

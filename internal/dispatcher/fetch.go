@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"github.com/duecollector/duecollector/internal/history"
 	"sync"
 	"time"
@@ -234,9 +233,8 @@ func untilAnswered[T any](ctx context.Context, call func() (T, error)) (T, error
 	backoff := rateLimitBackoff
 	for attempt := 1; ; attempt++ {
 		v, err := call()
-		var pe *provider.Error
-		if err == nil || attempt == rateLimitAttempts || !errors.As(err, &pe) || pe.Class != provider.ClassRateLimited ||
-			pe.Status == 0 || pe.RetryAfter > rateLimitBackoffMax {
+		pe, refused := provider.RateLimitAnswer(err)
+		if !refused || attempt == rateLimitAttempts || pe.RetryAfter > rateLimitBackoffMax {
 			return v, err
 		}
 		wait := backoff

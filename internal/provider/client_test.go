@@ -244,6 +244,9 @@ func TestErrorClassesFromSimulator(t *testing.T) {
 	if pe := wantClass(t, last, provider.ClassRateLimited); pe.Code != "API002" || pe.Status != 429 {
 		t.Fatalf("rate limited: %+v", pe)
 	}
+	if _, ok := provider.RateLimitAnswer(last); !ok {
+		t.Fatalf("the provider's 429 is not a RateLimitAnswer: %v", last)
+	}
 }
 
 // Codes the simulator never sends, from a stub, through the same HTTP path.
@@ -347,6 +350,10 @@ func TestPerMinuteBudget(t *testing.T) {
 	_, _, err := c.Auction(ctx, id)
 	if pe := wantClass(t, err, provider.ClassRateLimited); pe.RetryAfter <= 5*time.Second {
 		t.Fatalf("RetryAfter %s, want most of a minute", pe.RetryAfter)
+	}
+	// The client's own budget refused, not the provider: nothing to cool the key down for.
+	if _, ok := provider.RateLimitAnswer(err); ok {
+		t.Fatalf("the client's own refusal counts as the provider's answer: %v", err)
 	}
 	if got := e.sim.KeyStats(neoplesim.DefaultMarketKey).Total; got != 3 {
 		t.Fatalf("simulator saw %d requests, want 3", got)

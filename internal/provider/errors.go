@@ -89,6 +89,18 @@ func ClassOf(err error) Class {
 	return ClassTransient
 }
 
+// RateLimitAnswer returns err's *Error when the provider itself answered that the key is over
+// its limit (a response arrived: Status is set). The client's own limiter, or a budget share
+// running out of time, refuses with the same class but no response: that says nothing about
+// the key and must neither cool the key down nor be sent again as if the provider had asked.
+func RateLimitAnswer(err error) (*Error, bool) {
+	var pe *Error
+	if errors.As(err, &pe) && pe.Class == ClassRateLimited && pe.Status != 0 {
+		return pe, true
+	}
+	return nil, false
+}
+
 // notFoundText is the message of the API001 answer to a name search that found nothing.
 const notFoundText = "NOT_FOUND_SEARCH_VALUE"
 
