@@ -167,9 +167,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 		})
 		rows, sent := a.rows, a.sent
 		if err == nil {
-			var foreign int
-			lparts, foreign = packing.Split(rows, func(l provider.Listing) string { return l.ItemID }, ids)
-			d.logForeign(provider.EndpointAuction, ids, foreign)
+			lparts = packing.Split(rows, func(l provider.Listing) string { return l.ItemID }, ids)
 			lok = packing.ListingsComplete(sent, d.auctionLimit)
 		} else if stops(err) {
 			return failAll(group, err, d.clock.now())
@@ -185,9 +183,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingS
 			return answer[provider.Sale]{rows, sent}, err
 		})
 		if err == nil {
-			var foreign int
-			sparts, foreign = packing.Split(a.rows, func(s provider.Sale) string { return s.ItemID }, ids)
-			d.logForeign(provider.EndpointAuctionSold, ids, foreign)
+			sparts = packing.Split(a.rows, func(s provider.Sale) string { return s.ItemID }, ids)
 			ssent, sok = a.sent, true
 			for _, s := range a.rows {
 				if s.SoldAt.After(newest) {
@@ -255,13 +251,6 @@ func failAll(group []Claim, err error, at time.Time) []result {
 		out[i] = result{claim: c, at: at, err: err, outcome: provider.ClassOf(err).String()}
 	}
 	return out
-}
-
-func (d *Dispatcher) logForeign(endpoint string, ids []string, n int) {
-	if n > 0 {
-		d.log.Warn("packed answer held rows of items not asked for; dropped", zap.String("endpoint", endpoint),
-			zap.Strings("item_ids", ids), zap.Int("rows", n))
-	}
 }
 
 func saleTimes(rows []provider.Sale) []time.Time {

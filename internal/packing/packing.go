@@ -22,22 +22,22 @@ const (
 	ShadowFractionDefault = 0.01
 )
 
-// Split groups rows by item id, each item's rows in answer order. Rows of ids not asked for
-// are dropped and counted: a packed answer must never put one item's rows under another.
-func Split[R any](rows []R, itemID func(R) string, asked []string) (parts map[string][]R, foreign int) {
-	parts = make(map[string][]R, len(asked))
+// Split groups rows by item id, each item's rows in answer order, with a part (maybe empty)
+// for each id asked for and none for any other: a packed answer can never put one item's rows
+// under another. The client's row check has already dropped, counted and logged rows of ids
+// not asked for (provider.RejectForeignItem); one that reached here would be dropped.
+func Split[R any](rows []R, itemID func(R) string, asked []string) map[string][]R {
+	parts := make(map[string][]R, len(asked))
 	for _, id := range asked {
 		parts[id] = nil
 	}
 	for _, r := range rows {
 		id := itemID(r)
-		if _, ok := parts[id]; !ok {
-			foreign++
-			continue
+		if part, ok := parts[id]; ok {
+			parts[id] = append(part, r)
 		}
-		parts[id] = append(parts[id], r)
 	}
-	return parts, foreign
+	return parts
 }
 
 // ListingsComplete reports whether every item's listings are whole in a packed /df/auction
