@@ -30,9 +30,18 @@ func TestDefaultBudgetAgainstASlowProviderKeepsCollecting(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, "the learned rate to come down to the provider's limit", func() bool {
 		return r.d.Share().Stats().ClusterRate < 2*limit
 	})
-	// Answers to requests sent before the last cuts may still come back refused: let two
-	// seconds' worth of requests at the provider's limit go by first.
-	testkit.Recv(t, e.sim.Served(marketKey, e.sim.KeyStats(marketKey).Total+2*limit), 20*time.Second, "the cuts to settle")
+	// Answers to requests sent before the last cuts may still come back refused: measure from
+	// the end of a run of two seconds' worth of requests at the provider's limit with none refused.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ks := e.sim.KeyStats(marketKey)
+		testkit.Recv(t, e.sim.Served(marketKey, ks.Total+2*limit), 20*time.Second, "the cuts to settle")
+		if e.sim.KeyStats(marketKey).RateLimited == ks.RateLimited {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("requests were still refused 30 s after the learned rate came down to %d/s", limit)
+		}
+	}
 	e.sim.ResetStats()
 	before := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_collected_at IS NOT NULL`)
 	testkit.Eventually(t, 30*time.Second, "ten more items collected", func() bool {

@@ -102,6 +102,9 @@ func TestRateLimitAnswerCoolsDownEveryInstance(t *testing.T) {
 	// Nothing is sent while the shared cool-down lasts (requests already past the budget may
 	// still land just after it began): the first request after that lands near its end.
 	settle := time.Now().Add(300 * time.Millisecond)
+	if !settle.Before(until.Add(-500 * time.Millisecond)) {
+		t.Fatalf("the shared cool-down (until %s) was nearly over before the check began: nothing would be proved", until.Format(time.StampMilli))
+	}
 	at := testkit.Recv(t, e.sim.NextRequest(marketKey, settle), 20*time.Second, "the first request after the cool-down")
 	if at.Before(until.Add(-500 * time.Millisecond)) {
 		t.Fatalf("a request arrived at %s, during the shared cool-down until %s", at.Format(time.StampMilli), until.Format(time.StampMilli))

@@ -38,6 +38,7 @@ type Server struct {
 	rng         *rand.Rand
 	stats       Stats
 	seconds     map[string]*secondCount
+	arrivals    map[string][]time.Time // by KeyLabel: the latest requests' arrival times, for NextRequest
 	waiters     []*waiter
 }
 

@@ -451,6 +451,10 @@ func TestServedAndNextRequest(t *testing.T) {
 	testkit.Recv(t, second, time.Minute, "the second market request")
 	testkit.Recv(t, f.sim.Served(neoplesim.DefaultMarketKey, 2), time.Minute, "a count already reached")
 	quiet(later, "NextRequest an hour ahead")
+	// Asked late, NextRequest looks back: the request it names may have come before the call.
+	if at := testkit.Recv(t, f.sim.NextRequest(neoplesim.DefaultMarketKey, from), time.Minute, "a past request"); at.Before(from) {
+		t.Fatalf("NextRequest(%s) asked late heard a request at %s", from, at)
+	}
 
 	f.sim.ResetStats()
 	third := f.sim.Served(neoplesim.DefaultMarketKey, 2)
@@ -458,6 +462,31 @@ func TestServedAndNextRequest(t *testing.T) {
 	quiet(third, "Served(2) after one request since the reset")
 	f.market(t, "/df/auction", id)
 	testkit.Recv(t, third, time.Minute, "two requests since the reset")
+}
+
+// The busiest second after ResetStats counts the whole second in progress, not only the
+// requests after the reset.
+func TestBusiestSecondSpansAReset(t *testing.T) {
+	for attempt := 0; ; attempt++ {
+		f := newFixture(t, neoplesim.Options{}) // a fresh count for each attempt
+		id := url.Values{"itemId": {f.sim.Catalog()[1].ItemID}}
+		start := time.Now()
+		for range 3 {
+			f.market(t, "/df/auction", id)
+		}
+		f.sim.ResetStats()
+		f.market(t, "/df/auction", id)
+		if time.Now().Unix() != start.Unix() { // the four straddled a second: try again
+			if attempt == 5 {
+				t.Fatal("four local requests never fell in one wall-clock second")
+			}
+			continue
+		}
+		if ks := f.sim.KeyStats(neoplesim.DefaultMarketKey); ks.Total != 1 || ks.MaxPerSecond != 4 {
+			t.Fatalf("after a reset mid-second: %+v, want a total of 1 and a busiest second of 4", ks)
+		}
+		return
+	}
 }
 
 func TestSameSeedSameMarket(t *testing.T) {

@@ -62,12 +62,15 @@ func (s *Server) ItemRequests(itemID string) int {
 	return int(s.stats.Items[itemID].Auction)
 }
 
-// ResetStats zeroes every counter.
+// ResetStats zeroes every counter. The second in progress keeps its count, so the busiest
+// second after a reset counts every request of each second it saw, not only those after it.
 func (s *Server) ResetStats() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats = Stats{Paths: map[string]int64{}, Keys: map[string]KeyStats{}, Items: map[string]ItemStats{}}
-	s.seconds = map[string]*secondCount{}
+	if s.seconds == nil {
+		s.seconds, s.arrivals = map[string]*secondCount{}, map[string][]time.Time{}
+	}
 	s.scorer.Reset()
 }
 
@@ -97,6 +100,11 @@ func (s *Server) countKey(key string, at time.Time) {
 	ks.Total++
 	ks.MaxPerSecond = max(ks.MaxPerSecond, c.n)
 	s.stats.Keys[label] = ks
+	arr := append(s.arrivals[label], at)
+	if len(arr) > 2*arrivalsKept {
+		arr = append(arr[:0], arr[len(arr)-arrivalsKept:]...)
+	}
+	s.arrivals[label] = arr
 	s.waiters = slices.DeleteFunc(s.waiters, func(w *waiter) bool {
 		if w.label != label || at.Before(w.after) || ks.Total < w.total {
 			return false
@@ -131,13 +139,21 @@ func (s *Server) Served(key string, n int64) <-chan time.Time {
 	return w.ch
 }
 
+// arrivalsKept is how many of a key's latest arrival times NextRequest can look back over.
+const arrivalsKept = 4096
+
 // NextRequest delivers the arrival time of the first request carrying key that arrives at or
-// after after: a test learns when traffic resumed, and whether anything came before, without
-// sleeping through the quiet.
+// after after, even one that arrived before the call (among the key's latest arrivalsKept): a
+// test learns when traffic resumed, and whether anything came before, without sleeping
+// through the quiet, however late it asks.
 func (s *Server) NextRequest(key string, after time.Time) <-chan time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &waiter{label: KeyLabel(key), after: after, ch: make(chan time.Time, 1)}
+	if i := slices.IndexFunc(s.arrivals[w.label], func(at time.Time) bool { return !at.Before(after) }); i >= 0 {
+		w.ch <- s.arrivals[w.label][i]
+		return w.ch
+	}
 	s.waiters = append(s.waiters, w)
 	return w.ch
 }
