@@ -3,8 +3,11 @@
 -- Items and their schedule ---------------------------------------------------------------------
 
 -- tracked_items is rewritten on every claim and every reschedule: a lower fillfactor keeps
--- those updates HOT (heap-only, no index churn) as long as no indexed column changes, which is
--- why none of the per-collection columns below is indexed.
+-- those updates on their page (and HOT, heap-only with no index churn, as long as no indexed
+-- column changes). Columns are ordered by how often they change, rarest first: PostgreSQL logs
+-- an update that stays on its page as only the bytes between the row's unchanged prefix and
+-- suffix, so what every collection changes (estimates, outcome, schedule, lease) sits together
+-- at the end, and the rest of the row is not logged again.
 CREATE TABLE tracked_items (
     item_id                 text PRIMARY KEY,
     item_name               text NOT NULL,
@@ -24,41 +27,7 @@ CREATE TABLE tracked_items (
     -- demand they show is what the daemon really spends. New items start at 2: their first
     -- collection is alone.
     requests_per_collection real NOT NULL DEFAULT 2 CHECK (requests_per_collection > 0),
-    next_collect_at         timestamptz,          -- NULL = not scheduled (DORMANT)
-
-    -- The claim's lease.
-    lease_expires_at        timestamptz,
-    lease_token             uuid,
-    leased_by               text,
-    last_claimed_at         timestamptz,
-    -- The schedule the last claim served, so `collector status` can report due→claim lag
-    -- (last_claimed_at - last_due_at). Every claim statement sets it.
-    last_due_at             timestamptz,
-
-    -- Outcome of the last collection.
-    last_collected_at       timestamptz,          -- last successful collection
-    last_attempt_at         timestamptz,
-    last_outcome            text,                 -- ok | item_error | transient | rate_limited | config | ...
-    failure_streak          integer NOT NULL DEFAULT 0,
-    last_error              text,
-    -- The newest sale stored. A re-fetch of /df/auction-sold returns up to 100 sales, nearly all
-    -- stored already; with this watermark only the sales of that second and newer are offered to
-    -- the insert, instead of a page of rows that all conflict.
-    last_sale_at            timestamptz,
-    -- How many sales of last_sale_at's second are stored (their positions 0..n-1, the key's seq):
-    -- with it the write-back knows which sales of a response are new before it writes anything,
-    -- so it decides change or no change up front and fences with the item's own UPDATE.
-    last_second_sales       integer NOT NULL DEFAULT 0,
-
-    -- What write-backs learn, for the estimators in internal/tierplan: decayed counts of
-    -- collections, detected changes and the time they spanned (the change rate), new sales over
-    -- that time (the sales rate), and lost-sale gaps.
-    est_collections         double precision NOT NULL DEFAULT 0,
-    est_changes             double precision NOT NULL DEFAULT 0,
-    est_changed_seconds     double precision NOT NULL DEFAULT 0,
-    est_unchanged_seconds   double precision NOT NULL DEFAULT 0,
-    est_sales               double precision NOT NULL DEFAULT 0,
-    sales_gaps              bigint NOT NULL DEFAULT 0,
+    created_at              timestamptz NOT NULL DEFAULT now(),
 
     -- The market of the item's last snapshot (internal/history): a collection that sees the
     -- same, and no new sale, writes no snapshot, only last_collected_at, so the last snapshot
@@ -73,8 +42,46 @@ CREATE TABLE tracked_items (
     seen_truncated          boolean,
     last_snapshot_at        timestamptz,
 
-    created_at              timestamptz NOT NULL DEFAULT now(),
+    -- The newest sale stored. A re-fetch of /df/auction-sold returns up to 100 sales, nearly all
+    -- stored already; with this watermark only the sales of that second and newer are offered to
+    -- the insert, instead of a page of rows that all conflict.
+    last_sale_at            timestamptz,
+    -- How many sales of last_sale_at's second are stored (their positions 0..n-1, the key's seq):
+    -- with it the write-back knows which sales of a response are new before it writes anything,
+    -- so it decides change or no change up front and fences with the item's own UPDATE.
+    last_second_sales       integer NOT NULL DEFAULT 0,
+
+    -- Lost-sale gaps the sales estimator saw (a gap is rare).
+    sales_gaps              bigint NOT NULL DEFAULT 0,
+
+    -- What write-backs learn, for the estimators in internal/tierplan: decayed counts of
+    -- collections, detected changes and the time they spanned (the change rate), new sales over
+    -- that time (the sales rate).
+    est_collections         double precision NOT NULL DEFAULT 0,
+    est_changes             double precision NOT NULL DEFAULT 0,
+    est_changed_seconds     double precision NOT NULL DEFAULT 0,
+    est_unchanged_seconds   double precision NOT NULL DEFAULT 0,
+    est_sales               double precision NOT NULL DEFAULT 0,
+
+    -- Outcome of the last collection.
+    last_collected_at       timestamptz,          -- last successful collection
+    last_attempt_at         timestamptz,
+    last_outcome            text,                 -- ok | item_error | transient | rate_limited | config | ...
+    failure_streak          integer NOT NULL DEFAULT 0,
+    last_error              text,
+    next_collect_at         timestamptz,          -- NULL = not scheduled (DORMANT)
+
     updated_at              timestamptz NOT NULL DEFAULT now(),
+
+    -- The claim's lease.
+    lease_expires_at        timestamptz,
+    lease_token             uuid,
+    leased_by               text,
+    last_claimed_at         timestamptz,
+    -- The schedule the last claim served, so `collector status` can report due→claim lag
+    -- (last_claimed_at - last_due_at). Every claim statement sets it.
+    last_due_at             timestamptz,
+
     CHECK (collection_tier <> 'DORMANT' OR next_collect_at IS NULL)
 ) WITH (fillfactor = 70);
 
