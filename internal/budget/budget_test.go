@@ -98,6 +98,43 @@ func TestJoiningAndLeavingStayWithinBudget(t *testing.T) {
 	}
 }
 
+// A process killed without a word (no leave: its row stays) stops counting once its last
+// heartbeat is 3 beats old, and the others take its share at their next heartbeat.
+func TestADeadProcessesShareIsTakenOver(t *testing.T) {
+	const budget = 60.0
+	c := newCluster(t)
+	r := c.fakeRun(t, 0)
+	a := r.join(procConfig("a", budget), 8)
+	b := r.join(procConfig("b", budget), 8)
+	dead := r.join(procConfig("c", budget), 8)
+	r.until(15*time.Second, "three live and sending", func() bool {
+		return a.share.Stats().Live == 3 && b.share.Stats().Live == 3 && r.prov.total > 0
+	})
+	third := a.share.Stats().PerSecond
+	dead.gone = true // SIGKILL: no more heartbeats, no leave
+	// Liveness runs on the database's clock, which the fake run does not move: age the dead
+	// row by the 3 heartbeats a real death waits for.
+	if _, err := c.pool.Exec(context.Background(), `UPDATE collector_instances
+		SET heartbeat_at = heartbeat_at - $1 * interval '1 millisecond' WHERE key_label = $2 AND instance = 'c'`,
+		(3 * hb).Milliseconds(), c.label); err != nil {
+		t.Fatal(err)
+	}
+	r.until(hb+runStep, "the others to count the dead process out at their next heartbeat", func() bool {
+		return a.share.Stats().Live == 2 && b.share.Stats().Live == 2
+	})
+	for _, p := range []*proc{a, b} {
+		if got, want := p.share.Stats().PerSecond, third*3/2; math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s's share %.3f/s after the death, want %.3f/s (half, from a third)", p.name, got, want)
+		}
+	}
+	r.prov.reset()
+	r.toSecond()
+	r.runFor(2 * time.Second)
+	if r.prov.busiest() > budget {
+		t.Errorf("%d requests in one second after the takeover, budget %v", r.prov.busiest(), budget)
+	}
+}
+
 // A rate-limit answer seen by one process cools the key down for all of them.
 func TestCooldownIsShared(t *testing.T) {
 	r := newCluster(t).fakeRun(t, 0)

@@ -24,11 +24,6 @@ import (
 	"github.com/duecollector/duecollector/internal/retention"
 )
 
-// testHealth is --test-timings' provider health: probes and recovery within about a second,
-// so fault scenarios against the binary need no configuration key for what no operator turns.
-var testHealth = health.Thresholds{CheckInterval: 100 * time.Millisecond, ProbeBackoff: 200 * time.Millisecond,
-	ProbeBackoffMax: time.Second, RecoverFor: time.Second}
-
 func newRunCmd(a *app) *cobra.Command {
 	var testTimings bool
 	cmd := &cobra.Command{
@@ -91,7 +86,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 	}
 	var h health.Thresholds
 	if testTimings {
-		h = testHealth
+		h = health.TestTimings
 	}
 	reads, err := a.reads(ctx)
 	if err != nil {

@@ -66,6 +66,9 @@ type Thresholds struct {
 	// have succeeded for RECOVERING → HEALTHY.
 	RecoverSuccessRatio float64
 	CheckInterval       time.Duration // status re-read / probe check
+	// ProbeLease: how long one instance holds the probe (provider_probe); its request gets
+	// half of it. A holder that dies leaves the probe to the others after this long.
+	ProbeLease time.Duration
 }
 
 // The thresholds' defaults.
@@ -79,7 +82,13 @@ const (
 	RecoverForDefault          = time.Minute
 	RecoverSuccessRatioDefault = 0.95
 	CheckIntervalDefault       = time.Second
+	ProbeLeaseDefault          = 30 * time.Second
 )
+
+// TestTimings are `collector run --test-timings`' thresholds (tools/faults): probes, takeovers
+// and recovery within seconds, with no configuration key for what no operator turns.
+var TestTimings = Thresholds{CheckInterval: 100 * time.Millisecond, ProbeBackoff: 200 * time.Millisecond,
+	ProbeBackoffMax: time.Second, RecoverFor: time.Second, ProbeLease: 2 * time.Second}
 
 // WithDefaults fills the zero fields with the defaults.
 func (t Thresholds) WithDefaults() Thresholds {
@@ -92,6 +101,7 @@ func (t Thresholds) WithDefaults() Thresholds {
 	t.RecoverFor = cmp.Or(t.RecoverFor, RecoverForDefault)
 	t.RecoverSuccessRatio = cmp.Or(t.RecoverSuccessRatio, RecoverSuccessRatioDefault)
 	t.CheckInterval = cmp.Or(t.CheckInterval, CheckIntervalDefault)
+	t.ProbeLease = cmp.Or(t.ProbeLease, ProbeLeaseDefault)
 	return t
 }
 
@@ -99,9 +109,9 @@ func (t Thresholds) WithDefaults() Thresholds {
 // one is a programming error, as in River's maintenance services.
 func (t Thresholds) mustValidate() {
 	var errs []error
-	if t.Window <= 0 || t.ProbeBackoff <= 0 || t.CheckInterval <= 0 || t.RecoverFor <= 0 || t.MinSamples < 1 {
-		errs = append(errs, fmt.Errorf("window %s, probe back-off %s, check interval %s, recovery %s and min samples %d must be > 0",
-			t.Window, t.ProbeBackoff, t.CheckInterval, t.RecoverFor, t.MinSamples))
+	if t.Window <= 0 || t.ProbeBackoff <= 0 || t.CheckInterval <= 0 || t.RecoverFor <= 0 || t.MinSamples < 1 || t.ProbeLease <= 0 {
+		errs = append(errs, fmt.Errorf("window %s, probe back-off %s, check interval %s, recovery %s, probe lease %s and min samples %d must be > 0",
+			t.Window, t.ProbeBackoff, t.CheckInterval, t.RecoverFor, t.ProbeLease, t.MinSamples))
 	}
 	if t.ProbeBackoffMax < t.ProbeBackoff {
 		errs = append(errs, fmt.Errorf("probe back-off max %s must be >= the probe back-off %s", t.ProbeBackoffMax, t.ProbeBackoff))
@@ -129,6 +139,9 @@ type Monitor struct {
 	// Checked, when initialised before Run (tests), is signalled after every status check
 	// with the effective status it read.
 	Checked testkit.Signal[provider.Status]
+	// ProbeLeased, when initialised before Run (tests), is signalled when this instance has
+	// taken the probe, before its request.
+	ProbeLeased testkit.Signal[struct{}]
 
 	kick    chan struct{}
 	changed chan struct{}
@@ -340,9 +353,10 @@ func (m *Monitor) transition(ctx context.Context, row provider.StatusRow, to pro
 }
 
 // tryProbe leases the provider's probe when its back-off has passed and no other instance holds
-// it, sends one request and records the outcome.
+// it, sends one request and records the outcome. Every write after the lease is fenced by this
+// instance's name: a holder that outlived its lease (paused, or its probe's answer late) finds
+// another holder there and leaves the probe to it.
 func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
-	lease := max(2*m.cfg.CheckInterval, 30*time.Second)
 	// A new outage (a new since) starts a new back-off series.
 	if _, err := m.pool.Exec(ctx, `
 		INSERT INTO provider_probe (provider, episode_since, failures, next_probe_at)
@@ -358,41 +372,52 @@ func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
 		UPDATE provider_probe SET leased_by = $2, lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
 		WHERE provider = $1 AND episode_since = $4 AND next_probe_at <= now()
 		  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-		RETURNING failures`, m.cfg.Provider, m.cfg.Owner, lease.Milliseconds(), row.Since).Scan(&failures)
+		RETURNING failures`, m.cfg.Provider, m.cfg.Owner, m.cfg.ProbeLease.Milliseconds(), row.Since).Scan(&failures)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // not yet, or another instance is probing
 	}
 	if err != nil {
 		return fmt.Errorf("provider %s probe lease: %w", m.cfg.Provider, err)
 	}
+	m.ProbeLeased.Signal(struct{}{})
 
-	pctx, cancel := context.WithTimeout(ctx, lease/2)
+	pctx, cancel := context.WithTimeout(ctx, m.cfg.ProbeLease/2)
 	perr := m.probe(pctx)
 	cancel()
 	class := provider.ClassOf(perr)
 	ok := perr == nil || class == provider.ClassItem || class == provider.ClassRejected // the provider answered
+	// The results are written even while shutting down: a clean stop hands the probe back
+	// at once instead of leaving it to expire.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer wcancel()
 	if ctx.Err() != nil {
-		return nil // shutting down: the probe lease expires by itself
+		if _, err := m.pool.Exec(wctx, `
+			UPDATE provider_probe SET leased_by = NULL, lease_expires_at = NULL, updated_at = now()
+			WHERE provider = $1 AND leased_by = $2`, m.cfg.Provider, m.cfg.Owner); err != nil {
+			return fmt.Errorf("provider %s probe release: %w", m.cfg.Provider, err)
+		}
+		return nil
 	}
 	if !ok {
 		failures++
 		wait := backoff.Policy{Min: m.cfg.ProbeBackoff, Max: m.cfg.ProbeBackoffMax}.Delay(failures + 1)
 		m.log.Info("provider probe failed", zap.String("provider", m.cfg.Provider), zap.String("status", string(row.Status)),
 			zap.Int("failures", failures), zap.Duration("next_probe_in_seconds", wait), zap.Error(perr))
-		_, err := m.pool.Exec(context.WithoutCancel(ctx), `
+		_, err := m.pool.Exec(wctx, `
 			UPDATE provider_probe SET failures = $2, next_probe_at = now() + $3 * interval '1 millisecond',
 				leased_by = NULL, lease_expires_at = NULL, last_result = $4, updated_at = now()
-			WHERE provider = $1 AND episode_since = $5`,
-			m.cfg.Provider, failures, wait.Milliseconds(), perr.Error(), row.Since)
+			WHERE provider = $1 AND episode_since = $5 AND leased_by = $6`,
+			m.cfg.Provider, failures, wait.Milliseconds(), perr.Error(), row.Since, m.cfg.Owner)
 		if err != nil {
 			return fmt.Errorf("provider %s probe result: %w", m.cfg.Provider, err)
 		}
 		return nil
 	}
-	if _, err := m.pool.Exec(context.WithoutCancel(ctx), `
+	if _, err := m.pool.Exec(wctx, `
 		UPDATE provider_probe SET leased_by = NULL, lease_expires_at = NULL, last_result = 'ok', updated_at = now()
-		WHERE provider = $1`, m.cfg.Provider); err != nil {
+		WHERE provider = $1 AND leased_by = $2`, m.cfg.Provider, m.cfg.Owner); err != nil {
 		return fmt.Errorf("provider %s probe result: %w", m.cfg.Provider, err)
 	}
+	// The provider answered: whoever holds the probe now, it is back.
 	return m.transition(ctx, row, provider.Recovering, fmt.Sprintf("probe succeeded after %d failed probes", failures))
 }

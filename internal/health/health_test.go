@@ -299,7 +299,8 @@ func TestZeroThresholdsTakeTheDefaults(t *testing.T) {
 	m := New(nil, Config{Thresholds: Thresholds{RecoverFor: time.Second}, Provider: "neople"}, nil, nil, nil)
 	want := Thresholds{Window: WindowDefault, ErrorRatio: ErrorRatioDefault, MinSamples: MinSamplesDefault,
 		ProbeBackoff: ProbeBackoffDefault, ProbeBackoffMax: ProbeBackoffMaxDefault, RecoverFactor: RecoverFactorDefault,
-		RecoverFor: time.Second, RecoverSuccessRatio: RecoverSuccessRatioDefault, CheckInterval: CheckIntervalDefault}
+		RecoverFor: time.Second, RecoverSuccessRatio: RecoverSuccessRatioDefault, CheckInterval: CheckIntervalDefault,
+		ProbeLease: ProbeLeaseDefault}
 	if m.cfg.Thresholds != want {
 		t.Fatalf("thresholds %+v, want %+v", m.cfg.Thresholds, want)
 	}
@@ -309,4 +310,120 @@ func TestZeroThresholdsTakeTheDefaults(t *testing.T) {
 		}
 	}()
 	New(nil, Config{Thresholds: Thresholds{ProbeBackoff: time.Minute, ProbeBackoffMax: time.Second}}, nil, nil, nil)
+}
+
+// probeRow is the provider's probe lease as stored.
+type probeRow struct {
+	leasedBy     *string
+	expires, now *time.Time
+	failures     int
+	lastResult   *string
+}
+
+func readProbe(t *testing.T, pool *pgxpool.Pool) probeRow {
+	t.Helper()
+	var r probeRow
+	if err := pool.QueryRow(context.Background(), `
+		SELECT leased_by, lease_expires_at, now(), failures, last_result FROM provider_probe WHERE provider = 'neople'`).
+		Scan(&r.leasedBy, &r.expires, &r.now, &r.failures, &r.lastResult); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// The instance holding the probe dies in the middle of its request: it writes nothing more, as
+// after SIGKILL (tools/faults' kill matrix kills a real daemon there). Another instance takes
+// the probe once the lease has run out, not before, and brings the provider back; the dead
+// holder's answer, should it come after all, changes nothing.
+func TestADeadProbeHoldersLeaseIsTakenOver(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Degraded, "test"); err != nil {
+		t.Fatal(err)
+	}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	cfg := testConfig("dead")
+	cfg.ProbeLease = 500 * time.Millisecond
+	answer := make(chan struct{})
+	dead := New(pool, cfg, func(context.Context) error { <-answer; return errDown }, nil, log)
+	dead.Checked.Init(t)
+	dead.ProbeLeased.Init(t)
+	run(t, dead)
+	var once sync.Once
+	let := func() { once.Do(func() { close(answer) }) }
+	t.Cleanup(let) // before run's cleanup waits for the monitor
+	dead.ProbeLeased.Wait(t)
+	held := readProbe(t, pool)
+	if held.leasedBy == nil || *held.leasedBy != "dead" {
+		t.Fatalf("probe leased by %v, want the first monitor", held.leasedBy)
+	}
+
+	cfg.Owner = "taker"
+	taken := make(chan probeRow, 1)
+	taker := New(pool, cfg, func(context.Context) error { taken <- readProbe(t, pool); return nil }, nil, log)
+	recovering := make(chan struct{})
+	taker.OnChange = func(_, to provider.Status, _ string) {
+		if to == provider.Recovering {
+			close(recovering)
+		}
+	}
+	run(t, taker)
+	got := testkit.Recv(t, taken, testkit.Timeout, "the other instance's probe")
+	if got.leasedBy == nil || *got.leasedBy != "taker" {
+		t.Fatalf("probe sent while leased by %v, want the taker", got.leasedBy)
+	}
+	if start := got.expires.Add(-cfg.ProbeLease); start.Before(*held.expires) {
+		t.Fatalf("probe taken at %s, before the dead holder's lease ran out at %s", start, held.expires)
+	}
+	testkit.Recv(t, recovering, testkit.Timeout, "RECOVERING after the taker's probe")
+
+	// The dead holder is still inside its probe: what it signalled so far came before.
+	for drained := false; !drained; {
+		select {
+		case <-dead.Checked.C():
+		default:
+			drained = true
+		}
+	}
+	let()
+	dead.Checked.Wait(t) // its check ends after the answer is written, or not
+	after := readProbe(t, pool)
+	if after.failures != 0 || after.lastResult == nil || *after.lastResult != "ok" {
+		t.Fatalf("the late failed answer was recorded: failures %d, last result %v", after.failures, after.lastResult)
+	}
+	if st := status(t, pool).Status; st != provider.Recovering {
+		t.Fatalf("status %s after the late answer, want RECOVERING", st)
+	}
+}
+
+// A monitor stopped in the middle of its probe hands the probe back: another instance probes at
+// once instead of after the lease (an hour here).
+func TestAStoppedProberHandsTheProbeBack(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Maintenance, "DNF980"); err != nil {
+		t.Fatal(err)
+	}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	cfg := testConfig("stopping")
+	cfg.ProbeLease = time.Hour
+	first := New(pool, cfg, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, nil, log)
+	first.ProbeLeased.Init(t)
+	sctx, stop := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); first.Start(sctx) }()
+	first.ProbeLeased.Wait(t)
+	stop()
+	testkit.Recv(t, stopped, testkit.Timeout, "the first monitor to stop")
+	if r := readProbe(t, pool); r.leasedBy != nil {
+		t.Fatalf("probe still leased by %s after a clean stop", *r.leasedBy)
+	}
+
+	cfg.Owner = "next"
+	next := New(pool, cfg, func(context.Context) error { return nil }, nil, log)
+	next.ProbeLeased.Init(t)
+	run(t, next)
+	next.ProbeLeased.Wait(t)
 }

@@ -17,6 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/health"
 )
 
 // The kill matrix (scenario K): every role that holds something is killed with SIGKILL at
@@ -60,6 +63,7 @@ type killRole struct {
 
 var killRoles = []killRole{
 	{"run", killLease + killSlack, killDaemon, false},
+	{"run (probing)", health.TestTimings.ProbeLease + killSlack, killProber, false},
 	{"collect-due", killLease + killSlack, killCollectDue, false},
 	{"relay-outbox", killLease + killSlack, killRelayFollow, false},
 	{"relay-outbox --once", killLease + killSlack, killRelayOnce, false},
@@ -97,6 +101,9 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 	}
 	worst, worstDrained := map[string]time.Duration{}, map[string]time.Duration{}
 	for i, role := range killRoles {
+		if h.o.killRoles != nil && !h.o.killRoles[role.name] {
+			continue
+		}
 		var window time.Duration
 		if role.oneShot {
 			var err error
@@ -133,7 +140,8 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 			r.num("%s %s (all done %s)", role.name, w.Round(100*time.Millisecond), worstDrained[role.name].Round(100*time.Millisecond))
 		}
 	}
-	r.num("worst recovery (kill → work resumed) per role over %d moments (seed %d; -kill-seed replays), target lease %s + %s", h.o.killMoments, h.o.killSeed, killLease, killSlack)
+	r.num("worst recovery (kill → work resumed) per role over %d moments (seed %d; -kill-seed replays), target the role's lease (%s; the probe's %s) + %s",
+		h.o.killMoments, h.o.killSeed, killLease, health.TestTimings.ProbeLease, killSlack)
 	return nil
 }
 
@@ -277,6 +285,106 @@ func killDaemon(ctx context.Context, k *killRun, moment float64) (time.Duration,
 	if err != nil {
 		return took, err
 	}
+	if err := k.allCollectedAndPublished(ctx, again); err != nil {
+		return took, err
+	}
+	k.checkNoStuckHolder(ctx)
+	k.checkShareTakenOver(ctx, again, killed)
+	again.signal(syscall.SIGTERM)
+	if code, err := again.wait(ctx, 30*time.Second); err != nil || code != 0 {
+		return took, fmt.Errorf("restarted daemon: exit %d %v after SIGTERM: %s", code, err, again.tail())
+	}
+	return took, nil
+}
+
+// shareChangedRE is the daemon's log line when the number of instances sharing its key
+// changes: its time and the new number.
+var shareChangedRE = regexp.MustCompile(`"ts":"([^"]+)"[^\n]*"msg":"budget share changed"[^\n]*"instances":(\d+)`)
+
+// checkShareTakenOver: the dead daemon's live-instance row stops counting within its 3
+// heartbeats, so the restarted daemon, which counted it on joining, takes the whole key's
+// budget; the time is the restarted daemon's log line saying so. (A restart that joined after
+// the row had gone stale never counted it, and has nothing to take over.)
+func (k *killRun) checkShareTakenOver(ctx context.Context, again *proc, killed time.Time) {
+	first := shareChangedRE.FindSubmatch(again.output())
+	if first == nil || string(first[2]) == "1" {
+		k.h.logf("%s: the restarted daemon never counted the dead one", k.label)
+		return
+	}
+	target := 3*budget.HeartbeatDefault + killSlack
+	var at time.Time
+	err := poll(ctx, target, 50*time.Millisecond, func() (bool, error) {
+		for _, m := range shareChangedRE.FindAllSubmatch(again.output(), -1) {
+			if string(m[2]) == "1" {
+				var err error
+				at, err = time.Parse("2006-01-02T15:04:05.000Z0700", string(m[1]))
+				return true, err
+			}
+		}
+		return false, nil
+	})
+	took := at.Sub(killed)
+	k.r.check(err == nil && took <= target, "%s: the dead daemon's budget share was still counted %s after the kill (target %s): %v",
+		k.label, took.Round(100*time.Millisecond), target, err)
+	k.h.logf("%s: the dead daemon's budget share taken over %s after the kill", k.label, took.Round(100*time.Millisecond))
+}
+
+// killProber: `collector run` killed while it holds the provider's probe (provider_probe): the
+// provider is DEGRADED and every answer hangs, so the probe's request is in flight. A daemon
+// started again must take the probe once the dead one's lease has run out, not before, bring
+// the provider back and then collect and publish everything. Recovery: kill → the provider out
+// of DEGRADED.
+func killProber(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	if _, err := k.d.pool.Exec(ctx, `UPDATE provider_status SET status = 'DEGRADED', reason = 'kill matrix: every answer hangs',
+		since = now(), updated_at = now() WHERE provider = 'neople'`); err != nil {
+		return 0, err
+	}
+	if err := k.h.sim.setFaults(ctx, simFaults{Latency: killSimLatency.String(), TimeoutRate: 1}); err != nil {
+		return 0, err
+	}
+	defer func() { _ = k.h.sim.setLatency(context.WithoutCancel(ctx), killSimLatency) }()
+	p, err := k.start(ctx, "k-probe", daemonArgs...)
+	if err != nil {
+		return 0, err
+	}
+	// The probe's request may take half the lease; the kill lands in the first half of that.
+	lease := health.TestTimings.ProbeLease
+	killed, err := k.killAt(ctx, p, func() (bool, error) {
+		n, err := k.d.count(ctx, `SELECT count(*) FROM provider_probe WHERE lease_expires_at > now()`)
+		return n > 0, err
+	}, lease/4, moment)
+	if err != nil {
+		return 0, err
+	}
+	var deadUntil *time.Time
+	if err := k.d.pool.QueryRow(ctx, `SELECT max(lease_expires_at) FILTER (WHERE lease_expires_at > now()) FROM provider_probe`).
+		Scan(&deadUntil); err != nil {
+		return 0, err
+	}
+	k.heldWork = deadUntil != nil
+	k.h.logf("%s: the dead daemon held the probe until %v", k.label, deadUntil)
+	if err := k.h.sim.setLatency(ctx, killSimLatency); err != nil {
+		return 0, err
+	}
+	again, err := k.start(ctx, "k-probe-again", daemonArgs...)
+	if err != nil {
+		return 0, err
+	}
+	var early bool
+	err = poll(ctx, time.Minute, 20*time.Millisecond, func() (bool, error) {
+		if again.exited() {
+			return false, fmt.Errorf("%s exited (%d): %s", again.name, again.code, again.tail())
+		}
+		var st string
+		err := k.d.pool.QueryRow(ctx, `SELECT status, $1::timestamptz IS NOT NULL AND since < $1 FROM provider_status
+			WHERE provider = 'neople'`, deadUntil).Scan(&st, &early)
+		return st != "DEGRADED", err
+	})
+	took := time.Since(killed)
+	if err != nil {
+		return took, fmt.Errorf("the provider stayed DEGRADED after its prober died: %w", err)
+	}
+	k.r.check(!early, "%s: the provider recovered before the dead holder's probe lease ran out (%s): a second probe while it was held", k.label, deadUntil)
 	if err := k.allCollectedAndPublished(ctx, again); err != nil {
 		return took, err
 	}
@@ -620,8 +728,11 @@ func (k *killRun) checkNoStuckHolder(ctx context.Context) {
 		        WHERE lease_expires_at < now() - $1 * interval '1 millisecond' AND next_collect_at <= now())
 		     + (SELECT count(*) FROM outbox_relay_lanes l
 		        WHERE l.lease_expires_at < now() - $1 * interval '1 millisecond'
-		          AND EXISTS (SELECT FROM outbox_pending p WHERE p.lane = l.lane))`, killSlack.Milliseconds())
-	k.r.check(err == nil && n == 0, "%s: %d leases or lanes held past their expiry + %s with work waiting (%v)", k.label, n, killSlack, err)
+		          AND EXISTS (SELECT FROM outbox_pending p WHERE p.lane = l.lane))
+		     + (SELECT count(*) FROM provider_probe p JOIN provider_status s USING (provider)
+		        WHERE p.lease_expires_at < now() - $1 * interval '1 millisecond' AND p.leased_by IS NOT NULL
+		          AND s.status IN ('DEGRADED', 'MAINTENANCE') AND s.override_status IS NULL)`, killSlack.Milliseconds())
+	k.r.check(err == nil && n == 0, "%s: %d leases, lanes or probes held past their expiry + %s with work waiting (%v)", k.label, n, killSlack, err)
 }
 
 // verify checks what every kill must leave, once its processes are gone.

@@ -61,6 +61,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -78,6 +79,7 @@ type options struct {
 	// The kill matrix: moments per role (FAULTS_KILL_MOMENTS) and the seed that replays them.
 	killMoments int
 	killSeed    uint64
+	killRoles   map[string]bool // nil: every role
 }
 
 // scenario is one fault. run returns the numbers it measured; failures go through r.check.
@@ -146,6 +148,8 @@ func main() {
 	flag.DurationVar(&o.kafkaDown, "kafka-down", 60*time.Second,
 		"how long the broker stays down in scenario 3 (the issue's 60s; CI runs it too)")
 	flag.IntVar(&o.killMoments, "kill-moments", killMomentsDefault(), "kill matrix (K): seeded kill moments per role (env FAULTS_KILL_MOMENTS)")
+	var roles string
+	flag.StringVar(&roles, "kill-roles", "", "kill matrix (K): comma-separated roles to kill, e.g. 'run (probing)'; default every role")
 	flag.Uint64Var(&o.killSeed, "kill-seed", 1, "kill matrix (K): the seed of the kill moments; a failure prints it, so the same kills replay")
 	flag.BoolVar(&o.keep, "keep", false, "keep the databases and the log directory")
 	flag.BoolVar(&o.verbose, "v", false, "print progress")
@@ -154,6 +158,17 @@ func main() {
 		o.only = map[string]bool{}
 		for _, s := range strings.Split(only, ",") {
 			o.only[strings.TrimSpace(s)] = true
+		}
+	}
+	if roles != "" {
+		o.killRoles = map[string]bool{}
+		for _, r := range strings.Split(roles, ",") {
+			r = strings.TrimSpace(r)
+			if !slices.ContainsFunc(killRoles, func(k killRole) bool { return k.name == r }) {
+				fmt.Fprintf(os.Stderr, "faults: -kill-roles: no role %q\n", r)
+				os.Exit(2)
+			}
+			o.killRoles[r] = true
 		}
 	}
 	os.Exit(run(o))
