@@ -70,6 +70,20 @@ func status(t *testing.T, pool *pgxpool.Pool) provider.StatusRow {
 
 var errDown = &provider.Error{Class: provider.ClassMaintenance, Status: 503, Code: "DNF980"}
 
+// changes hears every change of the effective status m sees (OnChange), as the new status.
+func changes(m *Monitor) <-chan provider.Status {
+	ch := make(chan provider.Status, 64)
+	m.OnChange = func(_, to provider.Status, _ string) { ch <- to }
+	return ch
+}
+
+// waitStatus takes changes until one to `to` arrives.
+func waitStatus(t *testing.T, ch <-chan provider.Status, to provider.Status) {
+	t.Helper()
+	for testkit.Recv(t, ch, testkit.Timeout, "a change to "+string(to)) != to {
+	}
+}
+
 // Several monitors share one outage: only one probe is ever in flight, the back-off between
 // failed probes grows, and the first successful probe moves the provider to RECOVERING.
 func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
@@ -81,6 +95,7 @@ func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
 	var inFlight, maxInFlight atomic.Int32
 	var mu sync.Mutex
 	var probes []time.Time
+	probed := make(chan struct{}, 64)
 	var up atomic.Bool
 	probe := func(ctx context.Context) error {
 		n := inFlight.Add(1)
@@ -98,23 +113,27 @@ func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
 		if up.Load() {
 			return nil
 		}
+		probed <- struct{}{}
 		return errDown
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	rates := make([]*rateRecorder, 3)
+	seen := make([]<-chan provider.Status, 3)
 	for i := range rates {
 		rates[i] = &rateRecorder{}
 		cfg := testConfig(fmt.Sprintf("m%d", i))
 		cfg.RecoverFor = time.Hour // the rate stays near recover_factor while the test looks
-		run(t, New(pool, cfg, probe, rates[i], log))
+		m := New(pool, cfg, probe, rates[i], log)
+		seen[i] = changes(m)
+		run(t, m)
 	}
-	testkit.Eventually(t, 10*time.Second, "four failed probes", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(probes) >= 4
-	})
+	for range 4 {
+		testkit.Recv(t, probed, testkit.Timeout, "four failed probes")
+	}
 	up.Store(true)
-	testkit.Eventually(t, 10*time.Second, "RECOVERING", func() bool { return status(t, pool).Status == provider.Recovering })
+	for _, ch := range seen {
+		waitStatus(t, ch, provider.Recovering) // each monitor set its rate before it reported
+	}
 	if m := maxInFlight.Load(); m != 1 {
 		t.Fatalf("%d probes in flight at once, want 1", m)
 	}
@@ -129,14 +148,11 @@ func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
 	if gaps[1] < 190*time.Millisecond || gaps[2] < 390*time.Millisecond {
 		t.Fatalf("back-off did not grow: %v", gaps)
 	}
-	testkit.Eventually(t, 5*time.Second, "the recovering rate factor", func() bool {
-		for _, r := range rates {
-			if f := r.last(); f < 0.1 || f > 0.101 {
-				return false
-			}
+	for i, r := range rates {
+		if f := r.last(); f < 0.1 || f > 0.101 {
+			t.Errorf("monitor %d's rate factor %v at the start of RECOVERING, want 0.1", i, f)
 		}
-		return true
-	})
+	}
 }
 
 // RECOVERING ramps the rate up over RecoverFor and becomes HEALTHY once that has passed and
@@ -152,15 +168,9 @@ func TestRecoveringRampsUpOrFallsBack(t *testing.T) {
 	cfg := testConfig("m")
 	cfg.RecoverFor = time.Hour // only the failures below can end this RECOVERING
 	m := New(pool, cfg, func(context.Context) error { return nil }, rate, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	var seen []string
-	var mu sync.Mutex
-	m.OnChange = func(from, to provider.Status, reason string) {
-		mu.Lock()
-		defer mu.Unlock()
-		seen = append(seen, fmt.Sprintf("%s→%s", from, to))
-	}
+	seen := changes(m)
 	run(t, m)
-	testkit.Eventually(t, 5*time.Second, "the monitor to see RECOVERING", func() bool { return m.Status() == provider.Recovering })
+	waitStatus(t, seen, provider.Recovering)
 	if f := rate.last(); f < 0.1 || f >= 0.2 {
 		t.Fatalf("rate factor at the start of RECOVERING %v, want about 0.1", f)
 	}
@@ -174,12 +184,9 @@ func TestRecoveringRampsUpOrFallsBack(t *testing.T) {
 	for range 4 {
 		m.Observe(errors.New("connection reset")) // not a *provider.Error: transient
 	}
-	testkit.Eventually(t, 5*time.Second, "DEGRADED after failures while recovering", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Contains(seen, "RECOVERING→DEGRADED")
-	})
-	t.Logf("transitions seen: %v", seen)
+	if got := testkit.Recv(t, seen, testkit.Timeout, "the change after RECOVERING"); got != provider.Degraded {
+		t.Fatalf("RECOVERING became %s after failures, want DEGRADED", got)
+	}
 }
 
 // A short outage on a small catalog ends by time: with no outcomes at all (nothing due) or
@@ -194,17 +201,22 @@ func TestRecoveringEndsByTime(t *testing.T) {
 			}
 			rate := &rateRecorder{}
 			m := New(pool, testConfig("m"), func(context.Context) error { return nil }, rate, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+			seen := changes(m)
 			run(t, m)
-			testkit.Eventually(t, 5*time.Second, "the monitor to see RECOVERING", func() bool { return m.Status() == provider.Recovering })
+			waitStatus(t, seen, provider.Recovering)
 			start := time.Now()
 			for range outcomes {
 				m.Observe(nil)
 			}
-			testkit.Eventually(t, 10*time.Second, "HEALTHY", func() bool { return status(t, pool).Status == provider.Healthy })
+			if got := testkit.Recv(t, seen, testkit.Timeout, "the change after RECOVERING"); got != provider.Healthy {
+				t.Fatalf("RECOVERING became %s, want HEALTHY", got)
+			}
 			if waited := time.Since(start); waited < 200*time.Millisecond {
 				t.Fatalf("HEALTHY after %s, before recover_for (300ms) had passed", waited)
 			}
-			testkit.Eventually(t, 5*time.Second, "full rate", func() bool { return rate.last() == 1 })
+			if f := rate.last(); f != 1 {
+				t.Fatalf("rate factor %v once HEALTHY, want 1", f)
+			}
 		})
 	}
 }
@@ -251,8 +263,9 @@ func TestOnlyTransientFailuresDegrade(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	// The probe keeps failing, so DEGRADED stays put once reached.
 	m := New(pool, testConfig("m"), func(context.Context) error { return errDown }, nil, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	seen := changes(m)
 	run(t, m)
-	testkit.Eventually(t, 5*time.Second, "HEALTHY read", func() bool { return m.Status() == provider.Healthy })
+	waitStatus(t, seen, provider.Healthy)
 	for range 10 {
 		m.Observe(&provider.Error{Class: provider.ClassItem, Code: "DNF003"})
 		m.Observe(&provider.Error{Class: provider.ClassRateLimited, Code: "API002"})
@@ -266,7 +279,9 @@ func TestOnlyTransientFailuresDegrade(t *testing.T) {
 	for range 5 {
 		m.Observe(&provider.Error{Class: provider.ClassTransient, Status: 500})
 	}
-	testkit.Eventually(t, 5*time.Second, "DEGRADED", func() bool { return status(t, pool).Status == provider.Degraded })
+	if got := testkit.Recv(t, seen, testkit.Timeout, "the change after HEALTHY"); got != provider.Degraded {
+		t.Fatalf("HEALTHY became %s after transient failures, want DEGRADED", got)
+	}
 }
 
 // Each status change is logged once by the instance that makes it: one line for
@@ -279,9 +294,16 @@ func TestEachStatusChangeIsLoggedOnce(t *testing.T) {
 	}
 	core, logs := observer.New(zap.InfoLevel)
 	m := New(pool, testConfig("m"), func(context.Context) error { return nil }, nil, zap.New(core))
+	m.Checked.Init(t)
+	changed := changes(m)
 	run(t, m)
-	testkit.Eventually(t, 10*time.Second, "HEALTHY", func() bool { return status(t, pool).Status == provider.Healthy })
-	testkit.Eventually(t, 5*time.Second, "the monitor to see HEALTHY", func() bool { return m.Status() == provider.Healthy })
+	waitStatus(t, changed, provider.Healthy)
+	// A few more checks, each of which would log a change again if it were logged per check.
+	for got := 0; got < 3; {
+		if m.Checked.Wait(t) == provider.Healthy {
+			got++
+		}
+	}
 	var seen []string // every line that reports a change, whatever its message
 	for _, e := range logs.All() {
 		if to, ok := e.ContextMap()["to"]; ok {

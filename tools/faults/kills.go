@@ -69,6 +69,7 @@ var killRoles = []killRole{
 	{"relay-outbox --once", killLease + killSlack, killRelayOnce, false},
 	{"prune (mid-drop)", killSlack, killPrune.run, true},
 	{"import-items", killSlack, killImport.run, true},
+	{"migrate up", killSlack, killMigrate.run, true},
 	{"recalculate-popularity", killSlack, killRecalculate.run, true},
 	{"seed:synthetic", killSlack, killSeed.run, true},
 }
@@ -538,9 +539,12 @@ func (k *killRun) killRelay(ctx context.Context, moment float64, args []string,
 // database set up the same way, so that every moment lands somewhere in its work.
 type oneShot struct {
 	setup func(ctx context.Context, k *killRun) error
-	args  []string
-	rerun [][]string // what runs after the kill, to the end; the first is the recovery
-	check func(ctx context.Context, k *killRun) error
+	// holding, when set, tells when the command holds what the role is about: the kill
+	// moments (and the calibration's duration) count from then, not from its start.
+	holding func(ctx context.Context, k *killRun) func() (bool, error)
+	args    []string
+	rerun   [][]string // what runs after the kill, to the end; the first is the recovery
+	check   func(ctx context.Context, k *killRun) error
 }
 
 // run calibrates with moment < 0 (runs the command to the end, returns its duration).
@@ -550,19 +554,29 @@ func (o oneShot) run(ctx context.Context, k *killRun, moment float64) (time.Dura
 			return 0, err
 		}
 	}
+	started := func() (bool, error) { return true, nil }
+	if o.holding != nil {
+		started = o.holding(ctx, k)
+	}
 	t0 := time.Now()
 	p, err := k.start(ctx, "k-"+o.args[0], o.args...)
 	if err != nil {
 		return 0, err
 	}
 	if moment < 0 {
+		if o.holding != nil {
+			if err := poll(ctx, time.Minute, 5*time.Millisecond, started); err != nil {
+				return 0, fmt.Errorf("calibration: collector %s never held its work: %w: %s", strings.Join(o.args, " "), err, p.tail())
+			}
+			t0 = time.Now()
+		}
 		if code, err := p.wait(ctx, 3*time.Minute); err != nil || code != 0 {
 			return 0, fmt.Errorf("calibration: collector %s: exit %d %v: %s", strings.Join(o.args, " "), code, err, p.tail())
 		}
 		return time.Since(t0), o.finishAll(ctx, k)
 	}
 	// Within the first 80 % of the calibration's duration: a run a little faster is still met.
-	killed, err := k.killAt(ctx, p, func() (bool, error) { return true, nil }, k.window*4/5, moment)
+	killed, err := k.killAt(ctx, p, started, k.window*4/5, moment)
 	if err != nil {
 		return 0, err
 	}
@@ -629,6 +643,31 @@ var killImport = oneShot{
 	check: func(ctx context.Context, k *killRun) error {
 		n, err := k.d.count(ctx, `SELECT count(*) FROM tracked_items`)
 		k.r.check(err == nil && n >= 12, "%s: %d items tracked after the re-run, want every target's (%v)", k.label, n, err)
+		return nil
+	},
+}
+
+// migrate up on an empty database: the migration lock (advisory, session) and the schema's one
+// transaction. The re-run waits on the lock until the dead session's end releases it, and
+// applies the schema whole; `migrate status` exits 1 while anything is pending.
+var killMigrate = oneShot{
+	setup: func(ctx context.Context, k *killRun) error {
+		_, err := k.d.pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public`)
+		return err
+	},
+	holding: func(ctx context.Context, k *killRun) func() (bool, error) {
+		return func() (bool, error) {
+			n, err := k.d.count(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+				WHERE l.locktype = 'advisory' AND l.granted AND d.datname = $1`, k.d.name)
+			return n > 0, err
+		}
+	},
+	args:  []string{"migrate", "up"},
+	rerun: [][]string{{"migrate", "up"}, {"migrate", "status"}},
+	check: func(ctx context.Context, k *killRun) error {
+		k.d.pool.Reset() // its sessions had the dropped tables' statements prepared
+		n, err := k.d.count(ctx, `SELECT count(*) FROM provider_status`)
+		k.r.check(err == nil && n == 1, "%s: %d provider rows after the re-run, want the schema's one (%v)", k.label, n, err)
 		return nil
 	},
 }

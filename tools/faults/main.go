@@ -40,12 +40,14 @@
 //	   writable 0, status --check exits 1 naming it, no provider request, one log line when it
 //	   starts and one when it ends; ready again by itself once freed, every item fetched once
 //	   and stored once (skipped where a tmpfs cannot be mounted: not root)
-//	K  the kill matrix: collector run, collect-due, relay-outbox (both modes), prune mid-drop,
-//	   import-items, recalculate-popularity and seed:synthetic each killed with SIGKILL at
-//	   seeded moments, then restarted or re-run → every snapshot published (deduplicated by
-//	   snapshot_id) and chained per item, sales in events = sales rows, nothing stored twice,
-//	   no lease, lane or lock past its expiry, no partition missing, overlapping or half
-//	   detached; each role's worst recovery time (kill → its work done by another) printed
+//	K  the kill matrix: collector run (collecting; and probing a paused provider), collect-due,
+//	   relay-outbox (both modes), prune mid-drop, import-items, migrate up,
+//	   recalculate-popularity and seed:synthetic each killed with SIGKILL at seeded moments,
+//	   then restarted or re-run → every snapshot published (deduplicated by snapshot_id) and
+//	   chained per item, sales in events = sales rows, nothing stored twice, no lease, lane,
+//	   probe or lock past its expiry, a dead daemon's budget share taken over within 3
+//	   heartbeats, no partition missing, overlapping or half detached; each role's worst
+//	   recovery time (kill → its work done by another) printed
 //	7  a sentinel in both API keys for the whole run, plus runs with the key in the query
 //	   string failing every way → not in any output, /_sim/stats, daemon HTTP or DB row
 //
