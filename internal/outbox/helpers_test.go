@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 const testTopic = "test.auction-snapshots.v1"
@@ -40,6 +42,30 @@ func testConfig(brokers []string, owner string) RelayConfig {
 	k.WriteTimeout, k.Lease, k.PollInterval = 3*time.Second, 9*time.Second, 100*time.Millisecond
 	k.Retry.BackoffMax = 200 * time.Millisecond
 	return RelayConfig{KafkaConfig: k, Owner: owner, RetryAttempts: 3, RetryBackoffMin: 10 * time.Millisecond}
+}
+
+// waitPublished takes the relays' Published signals, in whatever order they come, until they
+// add up to n ids (each row is marked published once), and returns what each relay's added up
+// to.
+func waitPublished(t *testing.T, n int, sigs ...*TestSignals) []int {
+	t.Helper()
+	cases := make([]reflect.SelectCase, 0, len(sigs)+1)
+	for _, s := range sigs {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.Published.C())})
+	}
+	timeout := time.NewTimer(testkit.Timeout)
+	defer timeout.Stop()
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timeout.C)})
+	each := make([]int, len(sigs))
+	for got := 0; got < n; {
+		i, v, _ := reflect.Select(cases)
+		if i == len(sigs) {
+			t.Fatalf("timed out after %s: %d of %d ids published", testkit.Timeout, got, n)
+		}
+		each[i] += v.Len()
+		got += v.Len()
+	}
+	return each
 }
 
 func newTestRelay(tb testing.TB, pool *pgxpool.Pool, cfg RelayConfig) (*Relay, *TestSignals) {

@@ -159,7 +159,9 @@ func TestRelaysAtOnceKeepPerItemOrder(t *testing.T) {
 	})
 
 	// Stop whichever relay holds lanes once a good part is out; the others take its lanes.
-	testkit.Eventually(t, time.Minute, "2,000 rows published", func() bool { return countWhere(t, pool, "state = 'published'") >= 2000 })
+	sigs := []*TestSignals{relays[0].sig, relays[1].sig, relays[2].sig}
+	each := waitPublished(t, 2000, sigs...)
+	published := each[0] + each[1] + each[2]
 	var owner string
 	if err := pool.QueryRow(ctx, `SELECT owner FROM outbox_relay_lanes WHERE owner LIKE 'relay-%' GROUP BY owner ORDER BY count(*) DESC LIMIT 1`).Scan(&owner); err != nil {
 		t.Fatal(err)
@@ -179,7 +181,12 @@ func TestRelaysAtOnceKeepPerItemOrder(t *testing.T) {
 	}
 
 	writers.Wait()
-	testkit.Eventually(t, 2*time.Minute, "all 5,000 rows published", func() bool { return countWhere(t, pool, "state = 'published'") == len(all) })
+	for i, n := range waitPublished(t, len(all)-published, sigs...) {
+		each[i] += n
+	}
+	if n := countWhere(t, pool, "state = 'published'"); n != len(all) {
+		t.Fatalf("%d rows published, want all %d", n, len(all))
+	}
 	cancel()
 	for _, r := range relays {
 		if r.done == nil {
@@ -191,8 +198,8 @@ func TestRelaysAtOnceKeepPerItemOrder(t *testing.T) {
 	}
 
 	active := 0
-	for _, r := range relays {
-		if publishedSince(r.sig) > 0 {
+	for i, r := range relays {
+		if each[i]+publishedSince(r.sig) > 0 {
 			active++
 		}
 	}
@@ -308,8 +315,9 @@ func TestRelaySurvivesBrokerRestart(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 
+	before := 0
 	for range 3 {
-		sig.Published.Wait(t)
+		before += len(sig.Published.Wait(t))
 	}
 	broker.Close()
 	sig.PublishError.Wait(t)
@@ -331,7 +339,10 @@ func TestRelaySurvivesBrokerRestart(t *testing.T) {
 	}
 	defer restarted.Close()
 
-	testkit.Eventually(t, time.Minute, "all rows published after the restart", func() bool { return countWhere(t, pool, "state = 'published'") == 1500 })
+	waitPublished(t, 1500-before, sig)
+	if n := countWhere(t, pool, "state = 'published'"); n != 1500 {
+		t.Fatalf("%d rows published after the restart, want all 1500", n)
+	}
 	cancel()
 	if err := testkit.Recv(t, done, testkit.Timeout, "the relay to return"); err != nil {
 		t.Fatal(err)
@@ -441,17 +452,28 @@ func TestTwoRelaysDeliverLateCommitsInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	for more := true; more; { // what A published after the ten, until it stopped
+		select {
+		case ids := <-sigA.Published.C():
+			gotA += len(ids)
+		default:
+			more = false
+		}
+	}
 	if err := late.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	enqueue(t, pool, round1) // every item's next event, after the late ones committed
-	testkit.Eventually(t, time.Minute, "all 40 rows published", func() bool { return countWhere(t, pool, "state = 'published'") == 40 })
+	gotB := waitPublished(t, 40-gotA, sigB)[0]
+	if n := countWhere(t, pool, "state = 'published'"); n != 40 {
+		t.Fatalf("%d rows published, want all 40", n)
+	}
 	stopB()
 	if err := testkit.Recv(t, doneB, testkit.Timeout, "relay B to return"); err != nil {
 		t.Fatal(err)
 	}
-	if gotA += publishedSince(sigA); gotA != 10 || publishedSince(sigB) != 30 {
-		t.Fatalf("relay a published %d, relay b the rest; want 10 and 30", gotA)
+	if gotB += publishedSince(sigB); gotA != 10 || gotB != 30 {
+		t.Fatalf("relay a published %d, relay b %d; want 10 and 30", gotA, gotB)
 	}
 	rows := outboxRows(t, pool)
 	if dups := checkDelivery(t, rows, consumeAll(t, broker, testTopic)); dups != 0 {
