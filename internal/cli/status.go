@@ -113,7 +113,7 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 		a.printf("  manual override; automatic status %s (%s)\n", st.Provider.Status, st.Provider.Reason)
 	}
 	if st.Probe != nil && !eff.CanDispatch() {
-		a.printf("  probe: %d failed, next in %s\n", st.Probe.Failures, max(st.Probe.NextProbeAt.Sub(now), 0).Round(time.Second))
+		a.printf("  probe: %s\n", st.Probe.Describe(now))
 	}
 	printCooldowns(a, st.Cooldowns, now)
 

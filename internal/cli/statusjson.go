@@ -102,6 +102,8 @@ type providerJSON struct {
 	AutomaticStatus string     `json:"automatic_status"`
 	ProbeFailures   *int       `json:"probe_failures,omitempty"`
 	NextProbeAt     *time.Time `json:"next_probe_at,omitempty"`
+	ProbeLeasedBy   string     `json:"probe_leased_by,omitempty"`
+	ProbeLeaseUntil *time.Time `json:"probe_lease_expires_at,omitempty"`
 }
 
 type tierJSON struct {
@@ -189,6 +191,9 @@ func toStatusJSON(st daemon.ClusterStatus) statusJSON {
 	}
 	if st.Probe != nil {
 		out.Provider.ProbeFailures, out.Provider.NextProbeAt = &st.Probe.Failures, &st.Probe.NextProbeAt
+		if st.Probe.LeasedBy != "" {
+			out.Provider.ProbeLeasedBy, out.Provider.ProbeLeaseUntil = st.Probe.LeasedBy, &st.Probe.LeaseExpiresAt
+		}
 	}
 	for _, t := range st.Tiers {
 		tj := tierJSON{Tier: t.Tier, Items: t.Items, Due: t.Due, Overdue: t.Overdue, Demand: tierplan.TierDemand(tiers.Tier(t.Tier), t.Requests)}

@@ -266,3 +266,45 @@ func TestStatusCheckNamesADatabaseThatRefusesWrites(t *testing.T) {
 		t.Fatalf("--check once writes are back: %v", err)
 	}
 }
+
+// A probe whose holder died: `status` names the holder and says its lease ran out, in text and
+// in JSON, so an operator knows the outage waits on nobody.
+func TestStatusNamesTheProbesHolder(t *testing.T) {
+	db := catalogEnv(t, true)
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `
+		WITH s AS (UPDATE provider_status SET status = 'DEGRADED', reason = 'test', since = now() - interval '1 minute'
+		           WHERE provider = 'neople' RETURNING since)
+		INSERT INTO provider_probe (provider, episode_since, failures, next_probe_at, leased_by, lease_expires_at)
+		SELECT 'neople', since, 2, now() - interval '40 seconds', 'host-a:12', now() - interval '10 seconds' FROM s`); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCollector(t, "status", "--database-url", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "probe: host-a:12's lease ran out ") || !strings.Contains(out, " ago (it died or hangs)") {
+		t.Errorf("status does not name the dead holder of the probe:\n%s", out)
+	}
+	out, _, err = runCollector(t, "status", "--database-url", db, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Provider struct {
+			Failures *int       `json:"probe_failures"`
+			By       string     `json:"probe_leased_by"`
+			Until    *time.Time `json:"probe_lease_expires_at"`
+		} `json:"provider"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, out)
+	}
+	if p := v.Provider; p.By != "host-a:12" || p.Until == nil || p.Failures == nil || *p.Failures != 2 {
+		t.Errorf("provider probe in JSON: %+v\n%s", p, out)
+	}
+}

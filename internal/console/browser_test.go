@@ -342,6 +342,26 @@ func TestOverviewShowsAFullDisk(t *testing.T) {
 	}
 }
 
+// A paused provider whose probe's holder died: the overview names the holder and says its
+// lease ran out, as `collector status` does.
+func TestOverviewNamesTheProbesHolder(t *testing.T) {
+	e := setupWith(t, "", func(ctx context.Context, pool *pgxpool.Pool) {
+		if _, err := pool.Exec(ctx, `
+			WITH s AS (UPDATE provider_status SET status = 'DEGRADED', reason = 'test', since = now() - interval '1 minute'
+			           WHERE provider = 'neople' RETURNING since)
+			INSERT INTO provider_probe (provider, episode_since, failures, next_probe_at, leased_by, lease_expires_at)
+			SELECT 'neople', since, 2, now() - interval '40 seconds', 'host-a:12', now() - interval '10 seconds' FROM s`); err != nil {
+			t.Fatal(err)
+		}
+	}, nil)
+	b := newBrowser(t)
+	b.do(t, "overview", chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#provider-probe")))
+	probe := get(t, b, "provider probe", chromedp.Text(chromedp.CSS("#provider-probe")))
+	if !strings.HasPrefix(probe, "probe: host-a:12's lease ran out ") || !strings.Contains(probe, "the next check of any instance takes it") {
+		t.Errorf("the overview says %q of the probe, want its dead holder named", probe)
+	}
+}
+
 func TestItemChartDrawsDataPoints(t *testing.T) {
 	e := setup(t, "")
 	b := newBrowser(t)

@@ -199,7 +199,7 @@ func (c *Console) overviewView(ov overview) overviewView {
 		v.Reads, v.ReadsOnReplica = readsText(c.cfg.Reads.State())
 	}
 	if st.Probe != nil && !eff.CanDispatch() {
-		v.Provider.Probe = fmt.Sprintf("%d failed probes, next in %s", st.Probe.Failures, max(st.Probe.NextProbeAt.Sub(now), 0).Round(time.Second))
+		v.Provider.Probe = "probe: " + st.Probe.Describe(now)
 	}
 	for _, tr := range ov.Transitions {
 		line := ago(now, tr.At) + ": "

@@ -78,7 +78,7 @@ type Config struct {
 	Concurrency int           // provider calls in flight (collect.concurrency)
 	MaxBatches  int           // 0 = until nothing is due (collect.max_batches)
 	FlushSize   int           // results per write-back transaction (FlushSizeDefault)
-	Owner       string        // recorded in leased_by; "" = this process (host:pid)
+	Owner       string        // recorded in leased_by; "" = this process (telemetry.Instance)
 	// Grace is how long in-flight provider calls may finish after ctx is cancelled (shutdown)
 	// before they are abandoned and their leases released. 0: abandon at once.
 	Grace time.Duration
@@ -603,5 +603,5 @@ func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary
 	}
 }
 
-// OwnerString is the default lease owner label (host:pid).
+// OwnerString is the default lease owner label (telemetry.Instance).
 func OwnerString() string { return telemetry.Instance() }

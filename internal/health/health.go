@@ -401,9 +401,7 @@ func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
 	if !ok {
 		failures++
 		wait := backoff.Policy{Min: m.cfg.ProbeBackoff, Max: m.cfg.ProbeBackoffMax}.Delay(failures + 1)
-		m.log.Info("provider probe failed", zap.String("provider", m.cfg.Provider), zap.String("status", string(row.Status)),
-			zap.Int("failures", failures), zap.Duration("next_probe_in_seconds", wait), zap.Error(perr))
-		_, err := m.pool.Exec(wctx, `
+		tag, err := m.pool.Exec(wctx, `
 			UPDATE provider_probe SET failures = $2, next_probe_at = now() + $3 * interval '1 millisecond',
 				leased_by = NULL, lease_expires_at = NULL, last_result = $4, updated_at = now()
 			WHERE provider = $1 AND episode_since = $5 AND leased_by = $6`,
@@ -411,6 +409,13 @@ func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
 		if err != nil {
 			return fmt.Errorf("provider %s probe result: %w", m.cfg.Provider, err)
 		}
+		if tag.RowsAffected() == 0 {
+			m.log.Info("provider probe failed after its lease ran out; another instance has the probe", zap.String("provider", m.cfg.Provider),
+				zap.Error(perr))
+			return nil
+		}
+		m.log.Info("provider probe failed", zap.String("provider", m.cfg.Provider), zap.String("status", string(row.Status)),
+			zap.Int("failures", failures), zap.Duration("next_probe_in_seconds", wait), zap.Error(perr))
 		return nil
 	}
 	if _, err := m.pool.Exec(wctx, `

@@ -298,8 +298,9 @@ func TestEachStatusChangeIsLoggedOnce(t *testing.T) {
 	changed := changes(m)
 	run(t, m)
 	waitStatus(t, changed, provider.Healthy)
-	// A few more checks, each of which would log a change again if it were logged per check.
-	for got := 0; got < 3; {
+	// The check that made the change and three more, each of which would log it again if
+	// changes were logged per check.
+	for got := 0; got < 4; {
 		if m.Checked.Wait(t) == provider.Healthy {
 			got++
 		}
@@ -367,6 +368,7 @@ func TestADeadProbeHoldersLeaseIsTakenOver(t *testing.T) {
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	cfg := testConfig("dead")
 	cfg.ProbeLease = 500 * time.Millisecond
+	cfg.RecoverFor = time.Hour // RECOVERING holds while the test looks
 	answer := make(chan struct{})
 	dead := New(pool, cfg, func(context.Context) error { <-answer; return errDown }, nil, log)
 	dead.Checked.Init(t)
@@ -383,7 +385,12 @@ func TestADeadProbeHoldersLeaseIsTakenOver(t *testing.T) {
 
 	cfg.Owner = "taker"
 	taken := make(chan probeRow, 1)
-	taker := New(pool, cfg, func(context.Context) error { taken <- readProbe(t, pool); return nil }, nil, log)
+	taker := New(pool, cfg, func(ctx context.Context) error {
+		var r probeRow // read here, on the monitor's goroutine, without failing the test from it
+		err := pool.QueryRow(ctx, `SELECT leased_by, lease_expires_at FROM provider_probe WHERE provider = 'neople'`).Scan(&r.leasedBy, &r.expires)
+		taken <- r
+		return err
+	}, nil, log)
 	recovering := make(chan struct{})
 	taker.OnChange = func(_, to provider.Status, _ string) {
 		if to == provider.Recovering {
@@ -392,7 +399,7 @@ func TestADeadProbeHoldersLeaseIsTakenOver(t *testing.T) {
 	}
 	run(t, taker)
 	got := testkit.Recv(t, taken, testkit.Timeout, "the other instance's probe")
-	if got.leasedBy == nil || *got.leasedBy != "taker" {
+	if got.leasedBy == nil || *got.leasedBy != "taker" || got.expires == nil {
 		t.Fatalf("probe sent while leased by %v, want the taker", got.leasedBy)
 	}
 	if start := got.expires.Add(-cfg.ProbeLease); start.Before(*held.expires) {
@@ -448,4 +455,24 @@ func TestAStoppedProberHandsTheProbeBack(t *testing.T) {
 	next.ProbeLeased.Init(t)
 	run(t, next)
 	next.ProbeLeased.Wait(t)
+}
+
+// What status and the console say of the probe: who holds it and for how long, a holder whose
+// lease ran out, or the back-off.
+func TestProbeDescribeNamesTheHolder(t *testing.T) {
+	now := time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		p    ProbeState
+		want string
+	}{
+		{ProbeState{Failures: 2, NextProbeAt: now.Add(4 * time.Second)}, "2 failed, next in 4s"},
+		{ProbeState{Failures: 2, LeasedBy: "host-a:12", LeaseExpiresAt: now.Add(20 * time.Second)},
+			"in flight from host-a:12 (lease for 20s more); 2 failed before"},
+		{ProbeState{Failures: 3, LeasedBy: "host-a:12", LeaseExpiresAt: now.Add(-7 * time.Second)},
+			"host-a:12's lease ran out 7s ago (it died or hangs): the next check of any instance takes it; 3 failed"},
+	} {
+		if got := c.p.Describe(now); got != c.want {
+			t.Errorf("Describe(%+v) = %q, want %q", c.p, got, c.want)
+		}
+	}
 }

@@ -15,7 +15,7 @@ import (
 type RelayConfig struct {
 	config.KafkaConfig
 
-	Owner       string               // names this relay in outbox_relay_lanes; default host:pid
+	Owner       string               // names this relay in outbox_relay_lanes; default telemetry.Instance()
 	Dial        kafkaconn.Dial       // opens broker connections (a proxy, the benchmarks' network distance)
 	OnPublished func(ages []float64) // per batch, each published row's age at its mark (database clock)
 	OnError     func(reason string)  // each failed attempt's reason (classify) and "rejected"

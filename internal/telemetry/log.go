@@ -2,9 +2,11 @@
 package telemetry
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -56,11 +58,16 @@ func ResolveFormat(format string, w io.Writer) string {
 	return "json"
 }
 
-// Instance names this process the one way every log line, lease and heartbeat uses: host:pid.
-func Instance() string {
+// Instance names this process the one way every log line, lease and heartbeat uses: host:pid
+// and a random suffix drawn once. The suffix is there because containers that share the
+// host's name (host networking) are all pid 1, and two processes named alike would share one
+// budget row and each release the other's probe.
+var Instance = sync.OnceValue(func() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d", host, os.Getpid())
-}
+	var b [2]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return fmt.Sprintf("%s:%d-%x", host, os.Getpid(), b)
+})
 
 // IsTerminal tells whether w is a character device (a terminal).
 func IsTerminal(w io.Writer) bool {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -74,6 +75,13 @@ var killRoles = []killRole{
 	{"seed:synthetic", killSlack, killSeed.run, true},
 }
 
+// roleSeed is the second half of a role's seed: its name hashed.
+func roleSeed(name string) uint64 {
+	f := fnv.New64a()
+	_, _ = f.Write([]byte(name))
+	return f.Sum64()
+}
+
 // killRun is one kill of one role: its database, its broker and its environment.
 type killRun struct {
 	h        *harness
@@ -101,7 +109,7 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 		return nil
 	}
 	worst, worstDrained := map[string]time.Duration{}, map[string]time.Duration{}
-	for i, role := range killRoles {
+	for _, role := range killRoles {
 		if h.o.killRoles != nil && !h.o.killRoles[role.name] {
 			continue
 		}
@@ -114,7 +122,9 @@ func scenarioKillMatrix(ctx context.Context, h *harness, r *report) error {
 			}
 			h.logf("kill matrix: %s runs %s uninterrupted", role.name, window.Round(time.Millisecond))
 		}
-		rng := rand.New(rand.NewPCG(h.o.killSeed, uint64(i)))
+		// Seeded by the role's name, not its place in the list: adding a role keeps every
+		// other role's moments, so a seed printed by an older run still replays.
+		rng := rand.New(rand.NewPCG(h.o.killSeed, roleSeed(role.name)))
 		met := 0
 		for m := range h.o.killMoments {
 			moment := rng.Float64()
@@ -188,7 +198,8 @@ func (k *killRun) finish(ctx context.Context, name string, args ...string) error
 // killAt waits for p's first sign of work, then moment of window, and kills it with SIGKILL.
 // It returns when the process is gone.
 func (k *killRun) killAt(ctx context.Context, p *proc, started func() (bool, error), window time.Duration, moment float64) (time.Time, error) {
-	if err := poll(ctx, time.Minute, 20*time.Millisecond, func() (bool, error) {
+	// Often: for some roles what they hold lasts a few hundred milliseconds.
+	if err := poll(ctx, time.Minute, 5*time.Millisecond, func() (bool, error) {
 		ok, err := started()
 		return ok || p.exited(), err
 	}); err != nil {
@@ -767,11 +778,8 @@ func (k *killRun) checkNoStuckHolder(ctx context.Context) {
 		        WHERE lease_expires_at < now() - $1 * interval '1 millisecond' AND next_collect_at <= now())
 		     + (SELECT count(*) FROM outbox_relay_lanes l
 		        WHERE l.lease_expires_at < now() - $1 * interval '1 millisecond'
-		          AND EXISTS (SELECT FROM outbox_pending p WHERE p.lane = l.lane))
-		     + (SELECT count(*) FROM provider_probe p JOIN provider_status s USING (provider)
-		        WHERE p.lease_expires_at < now() - $1 * interval '1 millisecond' AND p.leased_by IS NOT NULL
-		          AND s.status IN ('DEGRADED', 'MAINTENANCE') AND s.override_status IS NULL)`, killSlack.Milliseconds())
-	k.r.check(err == nil && n == 0, "%s: %d leases, lanes or probes held past their expiry + %s with work waiting (%v)", k.label, n, killSlack, err)
+		          AND EXISTS (SELECT FROM outbox_pending p WHERE p.lane = l.lane))`, killSlack.Milliseconds())
+	k.r.check(err == nil && n == 0, "%s: %d leases or lanes held past their expiry + %s with work waiting (%v)", k.label, n, killSlack, err)
 }
 
 // verify checks what every kill must leave, once its processes are gone.
