@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -81,5 +82,18 @@ func TestLoggerSerialisesWritesToAnyWriter(t *testing.T) {
 		if !json.Valid([]byte(l)) {
 			t.Fatalf("torn line %q", l)
 		}
+	}
+}
+
+// An instance's name is host:pid and a random suffix, the same for the whole process:
+// containers sharing the host's name are all pid 1, and their names must still differ.
+func TestInstanceIsHostPidAndASuffix(t *testing.T) {
+	host, _ := os.Hostname()
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(host) + `:` + strconv.Itoa(os.Getpid()) + `-[0-9a-f]{4}$`)
+	if got := Instance(); !re.MatchString(got) {
+		t.Fatalf("Instance() = %q, want host:pid-xxxx", got)
+	}
+	if Instance() != Instance() {
+		t.Fatal("Instance() changed within one process")
 	}
 }
