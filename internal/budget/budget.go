@@ -387,10 +387,6 @@ func (s *Share) CooldownRemaining() time.Duration {
 	return max(s.coolTill.Sub(s.clock.Now()), 0)
 }
 
-// Wait blocks until this process may send one request on the key; call done once its answer
-// (or error) is in.
-func (s *Share) Wait(ctx context.Context) (done func(), err error) { return s.WaitWithin(ctx, 0) }
-
 // CooldownError: the key's cool-down lasts past the caller's window.
 type CooldownError struct{ Until time.Time }
 
@@ -398,9 +394,10 @@ func (e *CooldownError) Error() string {
 	return "the key cools down until " + e.Until.UTC().Format(time.RFC3339)
 }
 
-// WaitWithin is Wait for a caller whose work is only worth doing for window more (a one-shot
-// whose leases end): a cool-down that outlasts it returns a *CooldownError at once instead of
-// sleeping through it. window 0 means no limit.
+// WaitWithin blocks until this process may send one request on the key; call done once its
+// answer (or error) is in. A caller whose work is only worth doing for window more (a one-shot
+// whose leases end) gets a *CooldownError at once for a cool-down that outlasts it instead of
+// sleeping through it; window 0 means no limit.
 func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func(), err error) {
 	start := s.clock.Now()
 	defer func() { s.waited.Add(int64(s.clock.Now().Sub(start))) }()

@@ -11,6 +11,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
 // newDispatcher builds the dispatcher from the validated config with the market workload's
@@ -29,7 +30,7 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 	}
 	var fetch dispatcher.Fetcher = client
 	stop = func() {}
-	owner := dispatcher.OwnerString()
+	owner := telemetry.Instance()
 	if b := a.cfg.Daemon.Budget; b.Enabled {
 		share, err := budget.New(pool, budget.ConfigFor(b, a.cfg.Provider.Market, marketKeyLabel(a), owner), a.log)
 		if err != nil {

@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/provider"
@@ -17,14 +17,14 @@ type observer struct {
 	h *health.Monitor
 }
 
-func (o *observer) Claimed(claims []dispatcher.Claim) {
+func (o *observer) Claimed(claims []catalog.Claim) {
 	o.m.Claims.Add(float64(len(claims)))
 	for _, c := range claims {
 		o.m.ClaimLag.WithLabelValues(string(c.Tier)).Observe(max(c.DBNow.Sub(c.DueAt), 0).Seconds())
 	}
 }
 
-func (o *observer) Fetched(_ dispatcher.Claim, took time.Duration, err error) {
+func (o *observer) Fetched(_ catalog.Claim, took time.Duration, err error) {
 	o.m.FetchSeconds.Observe(took.Seconds())
 	o.h.Observe(err)
 }
@@ -36,7 +36,7 @@ func (o *observer) Written(collected, failed, fenced int, took time.Duration) {
 	o.m.WriteSeconds.Observe(took.Seconds())
 }
 
-func (o *observer) SalesGap(dispatcher.Claim) { o.m.SalesGaps.Inc() }
+func (o *observer) SalesGap(catalog.Claim) { o.m.SalesGaps.Inc() }
 
 func (o *observer) Stored(reasons map[history.Reason]int) {
 	for r, n := range reasons {

@@ -31,9 +31,6 @@ import (
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
-// Claim is one item leased to this worker (catalog's lease statements grant it).
-type Claim = catalog.Claim
-
 // Fetcher is everything the dispatcher asks of the provider's market workload
 // (provider.Client, or budget.Fetcher in front of it). Each call returns the rows kept and how
 // many rows the provider sent: an answer is full, and may have been cut, when it sent as many
@@ -150,28 +147,28 @@ type Config struct {
 // Observer hears what a pass does. Calls come from several goroutines.
 type Observer interface {
 	// Claimed reports a claimed batch; DueAt and DBNow of each claim give the due→claim lag.
-	Claimed(claims []Claim)
+	Claimed(claims []catalog.Claim)
 	// Fetched reports one item's provider calls (err nil on success).
-	Fetched(c Claim, took time.Duration, err error)
+	Fetched(c catalog.Claim, took time.Duration, err error)
 	// Written reports one write-back transaction.
 	Written(collected, failed, fenced int, took time.Duration)
 	// Stored reports what history made of one write-back's collections: snapshots written by
 	// reason, history.Skip counting those seen unchanged.
 	Stored(reasons map[history.Reason]int)
 	// SalesGap reports a written collection that found sales lost since the previous one.
-	SalesGap(c Claim)
+	SalesGap(c catalog.Claim)
 	// Shadowed reports one packed item fetched again alone; mismatch when they differed.
 	Shadowed(endpoint string, mismatch bool)
 }
 
 type nopObserver struct{}
 
-func (nopObserver) Claimed([]Claim)                      {}
-func (nopObserver) Fetched(Claim, time.Duration, error)  {}
-func (nopObserver) Written(int, int, int, time.Duration) {}
-func (nopObserver) SalesGap(Claim)                       {}
-func (nopObserver) Stored(map[history.Reason]int)        {}
-func (nopObserver) Shadowed(string, bool)                {}
+func (nopObserver) Claimed([]catalog.Claim)                     {}
+func (nopObserver) Fetched(catalog.Claim, time.Duration, error) {}
+func (nopObserver) Written(int, int, int, time.Duration)        {}
+func (nopObserver) SalesGap(catalog.Claim)                      {}
+func (nopObserver) Stored(map[history.Reason]int)               {}
+func (nopObserver) Shadowed(string, bool)                       {}
 
 // FlushSizeDefault is the results written per transaction: large enough to amortise a commit,
 // small enough that a write-back never holds its locks for long.
@@ -268,7 +265,7 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 		cfg.Observer = nopObserver{}
 	}
 	if cfg.Owner == "" {
-		cfg.Owner = OwnerString()
+		cfg.Owner = telemetry.Instance()
 	}
 	parts := cfg.Keeper
 	if parts == nil {
@@ -284,7 +281,7 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 // RunOnce is one collect-due pass: claim and collect batches until nothing is due, MaxBatches
 // is reached, the provider stops being dispatchable, or ctx ends.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
-	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context, topOnly bool, limit float64) ([]Claim, bool, error) {
+	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context, topOnly bool, limit float64) ([]catalog.Claim, bool, error) {
 		n := d.cfg.BatchSize
 		if d.cfg.ClaimLimit != nil {
 			n = min(n, max(1, d.cfg.ClaimLimit()))
@@ -305,7 +302,7 @@ var ErrNotClaimable = errors.New("item not found or leased by another worker")
 // budget and write path as collect-due.
 func (d *Dispatcher) CollectOne(ctx context.Context, itemID string) (Summary, error) {
 	claimed := false
-	s, err := d.pass(ctx, 1, func(ctx context.Context, _ bool, _ float64) ([]Claim, bool, error) {
+	s, err := d.pass(ctx, 1, func(ctx context.Context, _ bool, _ float64) ([]catalog.Claim, bool, error) {
 		c, err := catalog.ClaimOne(ctx, d.pool, itemID, d.cfg.Lease, d.cfg.Owner)
 		claimed = len(c) > 0
 		return c, true, err
@@ -339,7 +336,7 @@ func (s *stopError) reason() StopReason {
 // small (flow.wait), claim being told the requests it may take (limit) and whether it may take
 // the most urgent tier only (topOnly: the pending work holds the others back); a pass-ending
 // answer in one batch halts the others.
-func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx context.Context, topOnly bool, limit float64) ([]Claim, bool, error)) (Summary, error) {
+func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx context.Context, topOnly bool, limit float64) ([]catalog.Claim, bool, error)) (Summary, error) {
 	start := time.Now()
 	var sum Summary
 	if paused, err := d.gate(ctx, &sum); err != nil || paused {
@@ -477,7 +474,7 @@ func newFlow(concurrency int) *flow {
 	return &flow{slots: make(chan struct{}, concurrency), progress: make(chan struct{}, 1), halted: make(chan struct{})}
 }
 
-func (f *flow) claimed(claims []Claim) {
+func (f *flow) claimed(claims []catalog.Claim) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range claims {
@@ -487,7 +484,7 @@ func (f *flow) claimed(claims []Claim) {
 
 // finished takes a group that went through (collected, failed or handed back) off the pending
 // work.
-func (f *flow) finished(group []Claim) {
+func (f *flow) finished(group []catalog.Claim) {
 	f.mu.Lock()
 	for _, c := range group {
 		f.pending -= c.Requests
@@ -602,6 +599,3 @@ func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary
 		return fmt.Errorf("collection stopped: %w", st.err)
 	}
 }
-
-// OwnerString is the default lease owner label (telemetry.Instance).
-func OwnerString() string { return telemetry.Instance() }

@@ -2,9 +2,10 @@ package dispatcher
 
 import (
 	"context"
-	"github.com/duecollector/duecollector/internal/history"
 	"sync"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/history"
 
 	"go.uber.org/zap"
 
@@ -14,7 +15,7 @@ import (
 
 // result is one claimed item after its provider calls.
 type result struct {
-	claim    Claim
+	claim    catalog.Claim
 	at       time.Time // database time when the fetch finished
 	listings history.State
 	sales    []history.Sale
@@ -30,7 +31,7 @@ type result struct {
 // new call starts, and calls in flight get Grace to finish; their results are still written.
 // f is the pass's flow: its slots bound the calls in flight over every batch, and a stop in
 // any batch cancels this batch's calls as this batch's own stop does.
-func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer, tm *timings, f *flow) (released int, stop *stopError) {
+func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w *writer, tm *timings, f *flow) (released int, stop *stopError) {
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	done := make(chan struct{})
@@ -65,9 +66,9 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 			st = packingState{}
 		}
 	}
-	jobs := make(chan []Claim)
+	jobs := make(chan []catalog.Claim)
 	var mu sync.Mutex
-	var unprocessed []Claim
+	var unprocessed []catalog.Claim
 	var wg sync.WaitGroup
 	for i := 0; i < min(d.cfg.Concurrency, len(claims)); i++ {
 		wg.Add(1)
@@ -142,7 +143,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []Claim, w *writer
 // renewWhileRunning extends the batch's leases every third of a lease while its calls run, so a
 // slow provider never lets a lease lapse under a live worker. Items already written back no
 // longer carry the token and are left alone.
-func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []Claim) {
+func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []catalog.Claim) {
 	t := time.NewTicker(d.cfg.Lease / 3)
 	defer t.Stop()
 	for {
@@ -164,7 +165,7 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 	}
 }
 
-func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
+func (d *Dispatcher) fetchOne(ctx context.Context, c catalog.Claim) result {
 	r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}
 	listings, err := d.listingsAlone(ctx, c)
 	var sales []history.Sale
@@ -184,7 +185,7 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c Claim) result {
 }
 
 // listingsAlone asks for one item's listings in a call of its own.
-func (d *Dispatcher) listingsAlone(ctx context.Context, c Claim) (history.State, error) {
+func (d *Dispatcher) listingsAlone(ctx context.Context, c catalog.Claim) (history.State, error) {
 	a, err := untilAnswered(ctx, func() (answer[provider.Listing], error) {
 		rows, sent, err := d.fetch.Auction(ctx, c.ItemID)
 		return answer[provider.Listing]{rows, sent}, err
@@ -195,7 +196,7 @@ func (d *Dispatcher) listingsAlone(ctx context.Context, c Claim) (history.State,
 // salesAlone asks for one item's sales in a call of its own and reports whether sales were lost
 // since the previous collection. Every collection that reads a sales page alone comes here, so
 // none can miss a gap.
-func (d *Dispatcher) salesAlone(ctx context.Context, c Claim) (sales []history.Sale, gap bool, err error) {
+func (d *Dispatcher) salesAlone(ctx context.Context, c catalog.Claim) (sales []history.Sale, gap bool, err error) {
 	a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
 		rows, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
 		return answer[provider.Sale]{rows, sent}, err

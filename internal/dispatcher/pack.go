@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/duecollector/duecollector/internal/history"
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/catalog"
+	"github.com/duecollector/duecollector/internal/history"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -84,7 +86,7 @@ func ReadPackingStatus(ctx context.Context, q *pgxpool.Pool) ([]PackingStatus, e
 // of past collections, so an item the plan moved to a faster tier shares calls at once, as the
 // plan counted it (packing.Model.PackedUpTo). Whatever is guessed here, the completeness rule
 // decides what is kept.
-func (d *Dispatcher) small(c Claim) bool {
+func (d *Dispatcher) small(c catalog.Claim) bool {
 	if c.SeenListings == nil {
 		return false
 	}
@@ -98,8 +100,8 @@ func (d *Dispatcher) small(c Claim) bool {
 // jobsFor groups a batch into fetch jobs: small items in groups of up to PackSize whose
 // listings last time add up to at most 3/4 of the listings limit (room for the market to
 // grow before the answer is cut), every other item alone.
-func (d *Dispatcher) jobsFor(claims []Claim, st packingState) [][]Claim {
-	var alone, packable []Claim
+func (d *Dispatcher) jobsFor(claims []catalog.Claim, st packingState) [][]catalog.Claim {
+	var alone, packable []catalog.Claim
 	for _, c := range claims {
 		if d.packSize > 1 && (st.listings || st.sales) && d.small(c) {
 			packable = append(packable, c)
@@ -109,14 +111,14 @@ func (d *Dispatcher) jobsFor(claims []Claim, st packingState) [][]Claim {
 	}
 	// Items whose newest stored sales are close in time share calls: a full sales answer then
 	// still reaches back to each one's stored sales. Items with none stored go last.
-	slices.SortStableFunc(packable, func(a, b Claim) int {
+	slices.SortStableFunc(packable, func(a, b catalog.Claim) int {
 		switch {
 		case a.LastSaleAt == nil || b.LastSaleAt == nil:
 			return cmp.Compare(boolInt(a.LastSaleAt == nil), boolInt(b.LastSaleAt == nil))
 		}
 		return b.LastSaleAt.Compare(*a.LastSaleAt)
 	})
-	jobs := make([][]Claim, 0, len(alone)+len(packable)/max(d.packSize, 1)+1)
+	jobs := make([][]catalog.Claim, 0, len(alone)+len(packable)/max(d.packSize, 1)+1)
 	budget := packing.GroupListings(d.auctionLimit)
 	for len(packable) > 0 {
 		n, rows := 0, 0
@@ -143,7 +145,7 @@ func boolInt(b bool) int {
 // fetchPacked collects a group of small items with one call per endpoint, then fetches alone,
 // in the same pass, every item whose part of an answer may have been cut. A packed call that
 // fails leaves its items to be fetched alone.
-func (d *Dispatcher) fetchPacked(ctx context.Context, group []Claim, st packingState) []result {
+func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st packingState) []result {
 	ids := make([]string, len(group))
 	for i, c := range group {
 		ids[i] = c.ItemID
@@ -245,7 +247,7 @@ func stops(err error) bool {
 	return c == provider.ClassMaintenance || c == provider.ClassConfig
 }
 
-func failAll(group []Claim, err error, at time.Time) []result {
+func failAll(group []catalog.Claim, err error, at time.Time) []result {
 	out := make([]result, len(group))
 	for i, c := range group {
 		out[i] = result{claim: c, at: at, err: err, outcome: provider.ClassOf(err).String()}
@@ -283,7 +285,7 @@ func (d *Dispatcher) shadow() bool {
 // endpoint for the whole cluster, with one error line naming the item. Listings count as a
 // mismatch only when the single-item answers before and after the packed call agree: a
 // market that moved in between proves nothing either way.
-func (d *Dispatcher) verify(ctx context.Context, c Claim, listings, prior []provider.Listing, lpacked bool, sales []history.Sale, spacked bool, upTo time.Time) {
+func (d *Dispatcher) verify(ctx context.Context, c catalog.Claim, listings, prior []provider.Listing, lpacked bool, sales []history.Sale, spacked bool, upTo time.Time) {
 	if lpacked {
 		alone, _, err := d.fetch.Auction(ctx, c.ItemID)
 		if err == nil && sameListings(prior, alone) {

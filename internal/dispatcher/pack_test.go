@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/duecollector/duecollector/internal/history"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -13,6 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/catalog"
+	"github.com/duecollector/duecollector/internal/history"
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
@@ -36,11 +38,11 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 			t.Cleanup(srv.Close)
 			probe := marketClient(t, srv.URL, 400, 100)
 			// Eight items of a thin-ish market: the first ones with fewer listings than the cap.
-			var group []Claim
+			var group []catalog.Claim
 			for _, it := range sim.Catalog() {
 				rows, _, _ := probe.Auction(context.Background(), it.ItemID)
 				if len(rows) > 0 && len(rows) < 60 && len(group) < 8 {
-					group = append(group, Claim{ItemID: it.ItemID, ItemName: it.ItemName})
+					group = append(group, catalog.Claim{ItemID: it.ItemID, ItemName: it.ItemName})
 				}
 			}
 			// Half the items have sales stored up to their third newest.
@@ -284,7 +286,7 @@ func serveDroppingFirstRow(w http.ResponseWriter, r *http.Request, next http.Han
 func TestSmallJudgesSalesAtTheItemsTier(t *testing.T) {
 	d := &Dispatcher{cfg: Config{PackMaxListings: 100, PackMaxSales: 5}}
 	listings := int32(5)
-	c := Claim{SeenListings: &listings, EstSales: 60, Est: tierplan.Observations{UnchangedSeconds: 3600}}
+	c := catalog.Claim{SeenListings: &listings, EstSales: 60, Est: tierplan.Observations{UnchangedSeconds: 3600}}
 	for tier, want := range map[tiers.Tier]bool{tiers.Hot: true, tiers.Active: true, tiers.Warm: true, tiers.Cold: false} {
 		c.Tier = tier
 		if got := d.small(c); got != want {

@@ -274,7 +274,7 @@ func (w *writer) release(ctx context.Context, buf []result, ids []string) (int64
 	for _, id := range ids {
 		want[id] = true
 	}
-	var cs []Claim
+	var cs []catalog.Claim
 	for _, r := range buf {
 		if want[r.claim.ItemID] {
 			cs = append(cs, r.claim)
@@ -308,8 +308,8 @@ func collectedTimes(buf []result) []time.Time {
 	return ts
 }
 
-func claimsOf(rs []result) []Claim {
-	cs := make([]Claim, len(rs))
+func claimsOf(rs []result) []catalog.Claim {
+	cs := make([]catalog.Claim, len(rs))
 	for i, r := range rs {
 		cs[i] = r.claim
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -127,4 +128,4 @@ type claimObserver struct {
 	claimed *testkit.Signal[struct{}]
 }
 
-func (o claimObserver) Claimed([]Claim) { o.claimed.Signal(struct{}{}) }
+func (o claimObserver) Claimed([]catalog.Claim) { o.claimed.Signal(struct{}{}) }

@@ -93,7 +93,7 @@ func TestInstanceIsHostPidAndASuffix(t *testing.T) {
 	if got := Instance(); !re.MatchString(got) {
 		t.Fatalf("Instance() = %q, want host:pid-xxxx", got)
 	}
-	if Instance() != Instance() {
-		t.Fatal("Instance() changed within one process")
+	if first, again := Instance(), Instance(); first != again {
+		t.Fatalf("Instance() changed within one process: %q, then %q", first, again)
 	}
 }

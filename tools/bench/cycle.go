@@ -284,7 +284,7 @@ func cycleCeiling(ctx context.Context, e *env, c cycleSize) (float64, error) {
 	return float64(n) / took.Seconds(), nil
 }
 
-func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]dispatcher.Claim, error) {
+func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]catalog.Claim, error) {
 	return catalog.ClaimDue(ctx, pool, k, 2*time.Minute, "ceiling", false, 0)
 }
 
@@ -292,7 +292,7 @@ func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]dispatcher.Cl
 // no sales (dispatcher.WriteCollected: the fenced item write, then history.Policy.Write, a
 // snapshot with its candles and event for the items in the changed share) without the pass's
 // writer queue around it.
-func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []dispatcher.Claim) error {
+func ceilWriteBack(ctx context.Context, pool *pgxpool.Pool, claims []catalog.Claim) error {
 	cfg := config.Default()
 	states := make([]history.State, len(claims))
 	for i, c := range claims {
