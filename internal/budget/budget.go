@@ -87,7 +87,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/store"
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // Config is one key's budget and this process's identity.
@@ -108,7 +108,7 @@ type Config struct {
 	SlowStart      bool
 	SlowStartShare float64 // in (0, 1]; SlowStartShareDefault
 	// Probed, when initialised (tests), hears the rate each adaptive heartbeat read.
-	Probed   *testkit.Signal[Probe]
+	Probed   *testsignal.Signal[Probe]
 	Instance string // unique per process (and per daemon in tests)
 	Host     string
 	PID      int

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // slowStarter is an adaptive share with slow start on (the daemon's defaults: 1 % of the
 // ceiling), heartbeating every 100 ms; probed, when initialised, hears its heartbeats.
-func (r *fakeRun) slowStarter(name string, ceiling float64, workers int, probed *testkit.Signal[Probe]) *proc {
+func (r *fakeRun) slowStarter(name string, ceiling float64, workers int, probed *testsignal.Signal[Probe]) *proc {
 	cfg := adaptive(name, ceiling)
 	cfg.Heartbeat, cfg.SlowStart, cfg.SlowStartShare, cfg.Probed = 100*time.Millisecond, true, 0.01, probed
 	return r.join(cfg, workers)
@@ -23,8 +23,8 @@ func (r *fakeRun) beat(p *proc) {
 	r.clk.Advance(p.share.cfg.Heartbeat)
 }
 
-func newProbed(t *testing.T) *testkit.Signal[Probe] {
-	probed := &testkit.Signal[Probe]{}
+func newProbed(t *testing.T) *testsignal.Signal[Probe] {
+	probed := &testsignal.Signal[Probe]{}
 	probed.Init(t)
 	return probed
 }

@@ -29,7 +29,7 @@ import (
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 //go:embed templates/*.html
@@ -62,7 +62,7 @@ type Config struct {
 	// links to it; "" = it is not.
 	API string
 	// Refreshed, when initialised (tests), hears every status refresh.
-	Refreshed *testkit.Signal[time.Time]
+	Refreshed *testsignal.Signal[time.Time]
 	// Reads, when set, serves the item pages' reads, from a replica while it keeps up
 	// (database.read_url), and the overview says where they go. The overview's status and the
 	// actions use the pool: the status asks whether the primary takes writes, and who is alive.

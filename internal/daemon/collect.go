@@ -17,7 +17,7 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // collectConfig configures the collection service.
@@ -38,7 +38,7 @@ type collectConfig struct {
 	// KeyLabel names the market key's cool-down row (budget.KeyLabel).
 	KeyLabel string
 	// Passed, when initialised (tests), hears every pass.
-	Passed *testkit.Signal[passResult]
+	Passed *testsignal.Signal[passResult]
 }
 
 func (c collectConfig) validate() error {

@@ -46,7 +46,7 @@ import (
 	"github.com/duecollector/duecollector/internal/retention"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // Config is everything the daemon runs with.
@@ -106,7 +106,7 @@ type Config struct {
 	// Collectors are registered on /metrics beside the daemon's own (the read API's).
 	Collectors []prometheus.Collector
 	// HealthChecked, when initialised (tests), hears every provider health check.
-	HealthChecked testkit.Signal[provider.Status]
+	HealthChecked testsignal.Signal[provider.Status]
 	// signals, when initialised (tests), hear what the services did.
 	signals signals
 }
@@ -135,11 +135,11 @@ type service interface{ Start(ctx context.Context) }
 
 // signals let tests wait on what the services did instead of polling; off in production.
 type signals struct {
-	passed    testkit.Signal[passResult]
-	planned   testkit.Signal[planResult]
-	pruned    testkit.Signal[retention.Result]
-	kept      testkit.Signal[[]partition.TableState]
-	refreshed testkit.Signal[gaugeResult]
+	passed    testsignal.Signal[passResult]
+	planned   testsignal.Signal[planResult]
+	pruned    testsignal.Signal[retention.Result]
+	kept      testsignal.Signal[[]partition.TableState]
+	refreshed testsignal.Signal[gaugeResult]
 }
 
 // Daemon is one `collector run` process: it wires the services and runs them.

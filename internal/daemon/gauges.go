@@ -13,7 +13,7 @@ import (
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/telemetry"
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -28,7 +28,7 @@ type gaugeConfig struct {
 	// Market is the market key's configured budget, exported as collector_budget_rate.
 	Market config.WorkloadLimits
 	// Refreshed, when initialised (tests), hears every refresh.
-	Refreshed *testkit.Signal[gaugeResult]
+	Refreshed *testsignal.Signal[gaugeResult]
 }
 
 // gaugeService refreshes the gauges only SQL can answer, and tells the cost loop how many

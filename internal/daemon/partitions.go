@@ -9,7 +9,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/telemetry"
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // partitionConfig configures the partition service.
@@ -18,7 +18,7 @@ type partitionConfig struct {
 	// dropped (partition.KeepIntervalDefault).
 	Interval time.Duration
 	// Maintained, when initialised (tests), hears every pass.
-	Maintained *testkit.Signal[[]partition.TableState]
+	Maintained *testsignal.Signal[[]partition.TableState]
 }
 
 // partitionService keeps the history tables partitioned: at start, then every interval.

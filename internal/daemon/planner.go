@@ -13,7 +13,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/telemetry"
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // planConfig configures the plan service.
@@ -29,7 +29,7 @@ type planConfig struct {
 	// (Config.GaugeInterval, the pace at which it learns the item count).
 	CheckEvery time.Duration
 	// Planned, when initialised (tests), hears every plan.
-	Planned *testkit.Signal[planResult]
+	Planned *testsignal.Signal[planResult]
 }
 
 // planService recalculates popularity and plans the tiers within the budget the cost loop

@@ -9,7 +9,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/retention"
 	"github.com/duecollector/duecollector/internal/telemetry"
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // retentionConfig configures the retention service.
@@ -18,7 +18,7 @@ type retentionConfig struct {
 	// sizes take retention's defaults).
 	Retention retention.Config
 	// Pruned, when initialised (tests), hears every turn.
-	Pruned *testkit.Signal[retention.Result]
+	Pruned *testsignal.Signal[retention.Result]
 }
 
 // retentionService is the one pruner (retention.Pruner) with the daemon's metrics: it deletes

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -21,7 +22,7 @@ func TestHotClaimedWhileBacklogPending(t *testing.T) {
 	t.Parallel()
 	const warm = 10
 	release := make(chan struct{})
-	var warmCall, hotCall testkit.Signal[string]
+	var warmCall, hotCall testsignal.Signal[string]
 	warmCall.Init(t)
 	hotCall.Init(t)
 	var hotID atomic.Pointer[string]

@@ -15,6 +15,7 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -56,7 +57,7 @@ func TestReadOnlyDatabaseKeepsFetchedResults(t *testing.T) {
 
 	wh := store.NewWriteHealth()
 	// Writes come back only once a write-back itself was refused and is being retried.
-	var retrying testkit.Signal[struct{}]
+	var retrying testsignal.Signal[struct{}]
 	retrying.Init(t)
 	log := zap.New(hookCore{fn: func(e zapcore.Entry, fs []zapcore.Field) {
 		for _, f := range fs {

@@ -10,6 +10,7 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -105,7 +106,7 @@ func TestLeaseRenewalReportsToWriteHealth(t *testing.T) {
 	})
 	wh, full := storetest.WatchWrites(t, store.CauseDiskFull)
 	var free func()
-	var claimed testkit.Signal[struct{}]
+	var claimed testsignal.Signal[struct{}]
 	claimed.Init(t)
 	done := make(chan error, 1)
 	go func() {
@@ -125,7 +126,7 @@ func TestLeaseRenewalReportsToWriteHealth(t *testing.T) {
 // claimObserver signals every claimed batch.
 type claimObserver struct {
 	nopObserver
-	claimed *testkit.Signal[struct{}]
+	claimed *testsignal.Signal[struct{}]
 }
 
 func (o claimObserver) Claimed([]catalog.Claim) { o.claimed.Signal(struct{}{}) }

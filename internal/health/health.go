@@ -36,7 +36,7 @@ import (
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/provider"
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // Prober sends one request that tells whether the provider answers again.
@@ -138,10 +138,10 @@ type Monitor struct {
 	OnChange func(from, to provider.Status, reason string)
 	// Checked, when initialised before Run (tests), is signalled after every status check
 	// with the effective status it read.
-	Checked testkit.Signal[provider.Status]
+	Checked testsignal.Signal[provider.Status]
 	// ProbeLeased, when initialised before Run (tests), is signalled when this instance has
 	// taken the probe, before its request.
-	ProbeLeased testkit.Signal[struct{}]
+	ProbeLeased testsignal.Signal[struct{}]
 
 	kick    chan struct{}
 	changed chan struct{}

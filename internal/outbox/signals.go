@@ -1,16 +1,16 @@
 package outbox
 
-import "github.com/duecollector/duecollector/internal/testkit"
+import "github.com/duecollector/duecollector/internal/testsignal"
 
 // TestSignals tell tests what a relay did, so that they wait instead of sleeping; nil in production.
 type TestSignals struct {
-	Published    testkit.Signal[[]int64]  // ids marked published by one batch
-	PublishError testkit.Signal[error]    // an attempt failed; the relay backs off next
-	Idle         testkit.Signal[struct{}] // follow mode found nothing to publish in its lanes
+	Published    testsignal.Signal[[]int64]  // ids marked published by one batch
+	PublishError testsignal.Signal[error]    // an attempt failed; the relay backs off next
+	Idle         testsignal.Signal[struct{}] // follow mode found nothing to publish in its lanes
 }
 
 // Init turns every signal on for tb.
-func (s *TestSignals) Init(tb testkit.TB) {
+func (s *TestSignals) Init(tb testsignal.TB) {
 	s.Published.Init(tb)
 	s.PublishError.Init(tb)
 	s.Idle.Init(tb)

@@ -14,6 +14,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // Old rows go, recent rows stay, in statements of at most Config.Batch rows; a table
@@ -218,7 +219,7 @@ func TestPrunerWorksABacklogOffInTurns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var turns testkit.Signal[Result]
+	var turns testsignal.Signal[Result]
 	turns.Init(t)
 	p.OnTurn = func(res Result, err error) {
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // Listen wakes once it listens, on every notification, and again after its connection is
@@ -21,7 +22,7 @@ func TestListenWakesAndReconnects(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	wake := make(chan struct{}, 1)
-	var interrupted testkit.Signal[error]
+	var interrupted testsignal.Signal[error]
 	interrupted.Init(t)
 	cfg := store.ListenConfig{Pool: pool, Channel: "listen_test", Retry: backoff.Policy{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}}
 	done := make(chan struct{})

@@ -45,35 +45,3 @@ func TestRecvIsBounded(t *testing.T) {
 		t.Fatalf("a closed channel gave %d", v)
 	}
 }
-
-func TestSignalOffIsANoOp(t *testing.T) {
-	var s Signal[int]
-	s.Signal(1)
-	var nilSig *Signal[int]
-	nilSig.Signal(1)
-}
-
-func TestSignalDeliversAndFailsWhenDropped(t *testing.T) {
-	var f fakeTB
-	var s Signal[int]
-	s.Init(&f)
-	s.Signal(42)
-	if v := s.Wait(t); v != 42 {
-		t.Fatalf("got %d", v)
-	}
-	for i := 0; i <= signalBuffer; i++ {
-		s.Signal(i)
-	}
-	if len(f.errs) != 1 {
-		t.Fatalf("errors %q, want one for the dropped signal", f.errs)
-	}
-}
-
-func TestWaitOnAnUninitialisedSignalFails(t *testing.T) {
-	var f fakeTB
-	var s Signal[int]
-	s.WaitWithin(&f, time.Millisecond)
-	if len(f.fatals) == 0 {
-		t.Fatal("no failure")
-	}
-}

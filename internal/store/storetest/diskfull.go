@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/store"
-	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // FillDisk makes pool's test database answer as a full disk does, until the returned
@@ -47,8 +47,8 @@ func FillDisk(tb testing.TB, pool *pgxpool.Pool, tables ...string) (free func())
 
 // WatchWrites gives a WriteHealth that signals every change of state to cause, for a test to
 // wait for a write path's report.
-func WatchWrites(tb testing.TB, cause store.WriteCause) (*store.WriteHealth, *testkit.Signal[store.WriteState]) {
-	var sig testkit.Signal[store.WriteState]
+func WatchWrites(tb testing.TB, cause store.WriteCause) (*store.WriteHealth, *testsignal.Signal[store.WriteState]) {
+	var sig testsignal.Signal[store.WriteState]
 	sig.Init(tb)
 	wh := store.NewWriteHealth()
 	wh.OnChange = func(s store.WriteState) {
