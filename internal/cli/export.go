@@ -48,6 +48,10 @@ docs/api.md says how to load a day into DuckDB.`,
 				if err != nil {
 					return fmt.Errorf("export --day %s --out %s: %w", day, out, err)
 				}
+				if res.Kept != "" {
+					a.printf("%s: already exported to %s and complete, and kept: %s\n", res.Day, out, res.Kept)
+					return nil
+				}
 				if res.Skipped {
 					a.printf("%s: already exported to %s and complete (the manifest matches the database's row counts); skipped\n", res.Day, out)
 					return nil

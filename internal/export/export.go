@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/config"
@@ -55,8 +56,12 @@ type Options struct {
 
 // Result says what Run did.
 type Result struct {
-	Day      string
-	Skipped  bool // a complete export matching the database's counts was already there
+	Day     string
+	Skipped bool // a complete export was already there and is kept (Kept says why if its counts differ)
+	// Kept, when set, is why a complete export was kept although the database's counts differ
+	// from it: the database no longer holds some of its rows (retention dropped them), and an
+	// export is never rewritten with less than it holds.
+	Kept     string
 	Manifest Manifest
 }
 
@@ -132,14 +137,22 @@ func Run(ctx context.Context, db DB, opts Options) (Result, error) {
 	if err := writable(opts.Dir); err != nil {
 		return res, err
 	}
-	if old, ok := readManifest(opts.Dir); ok && complete && old.Complete && old.Format == opts.Format && matches(opts.Dir, old, counts) {
-		res.Skipped, res.Manifest = true, old
-		return res, nil
+	old, hadOld := readManifest(opts.Dir)
+	if hadOld && complete && old.Complete && intact(opts.Dir, old) {
+		if lost := lostRows(old, counts); lost != "" {
+			res.Skipped, res.Kept, res.Manifest = true, lost, old
+			return res, nil
+		}
+		if old.Format == opts.Format && sameCounts(old, counts) {
+			res.Skipped, res.Manifest = true, old
+			return res, nil
+		}
 	}
 	// The old manifest goes first: until the new one is written, the day is not complete.
 	if err := os.Remove(filepath.Join(opts.Dir, ManifestName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return res, fmt.Errorf("remove the old manifest: %w", err)
 	}
+	removeTemps(opts.Dir)
 	version, err := store.CurrentVersion(ctx, db)
 	if err != nil {
 		return res, err
@@ -162,6 +175,15 @@ func Run(ctx context.Context, db DB, opts Options) (Result, error) {
 		return err
 	}); err != nil {
 		return res, err
+	}
+	// Files of the old manifest the new one does not list (the other format's) go last, so a
+	// reader globbing the directory reads one copy of each table.
+	for _, t := range old.Tables {
+		if !slices.ContainsFunc(m.Tables, func(n TableFile) bool { return n.File == t.File }) && filepath.Base(t.File) == t.File { // only files of its own directory
+			if err := os.Remove(filepath.Join(opts.Dir, t.File)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return res, fmt.Errorf("remove %s, which the new manifest replaces: %w", t.File, err)
+			}
+		}
 	}
 	res.Manifest = m
 	return res, nil
@@ -189,21 +211,64 @@ func readManifest(dir string) (Manifest, bool) {
 	return m, true
 }
 
-// matches says whether a manifest's files are all there, of the recorded sizes, and its row
-// counts those the database holds now.
-func matches(dir string, m Manifest, c history.DayCounts) bool {
-	want := map[string]int64{"auction_snapshots": c.Snapshots, "auction_sales": c.Sales, "price_candles": c.Candles}
-	if len(m.Tables) != len(want) {
+// intact says whether a manifest's files are all there, of the recorded sizes.
+func intact(dir string, m Manifest) bool {
+	if len(m.Tables) != len(tables) {
 		return false
 	}
 	for _, t := range m.Tables {
-		n, ok := want[t.Table]
 		st, err := os.Stat(filepath.Join(dir, t.File))
-		if !ok || n != t.Rows || err != nil || st.Size() != t.Bytes {
+		if err != nil || st.Size() != t.Bytes {
 			return false
 		}
 	}
 	return true
+}
+
+func dayCount(c history.DayCounts, table string) int64 {
+	switch table {
+	case "auction_snapshots":
+		return c.Snapshots
+	case "auction_sales":
+		return c.Sales
+	case "price_candles":
+		return c.Candles
+	}
+	return -1
+}
+
+// sameCounts says whether a manifest's row counts are those the database holds now.
+func sameCounts(m Manifest, c history.DayCounts) bool {
+	for _, t := range m.Tables {
+		if dayCount(c, t.Table) != t.Rows {
+			return false
+		}
+	}
+	return true
+}
+
+// lostRows names the tables of which the database now holds fewer rows than the export:
+// retention dropped them, and only the export still has them.
+func lostRows(m Manifest, c history.DayCounts) string {
+	var lost []string
+	for _, t := range m.Tables {
+		if n := dayCount(c, t.Table); n < t.Rows {
+			lost = append(lost, fmt.Sprintf("%s %d of %d rows", t.Table, max(n, 0), t.Rows))
+		}
+	}
+	if len(lost) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the database now holds %s (retention dropped the rest); the export keeps them and is not rewritten", strings.Join(lost, ", "))
+}
+
+// removeTemps deletes the temporary files an interrupted export left; a day is written by one
+// exporter at a time (docs/api.md, "Exports").
+func removeTemps(dir string) {
+	names, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
+	for _, n := range names {
+		os.Remove(n)
+	}
 }
 
 // writeFile writes name in dir through a temporary file renamed into place, so a reader or

@@ -19,6 +19,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/export"
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
@@ -310,4 +311,61 @@ func containsAll(s string, parts ...string) bool {
 		}
 	}
 	return true
+}
+
+// Retention dropping a day's snapshots after it was exported leaves the export as it was: the
+// catch-up and a re-run keep it (saying why) instead of rewriting it with fewer rows, even when
+// asked for the other format.
+func TestAnExportOutlivesRetention(t *testing.T) {
+	b := setup(t)
+	dayBefore := b.yesterday.AddDate(0, 0, -1)
+	dir := t.TempDir()
+	opts := export.Options{Day: dayBefore, Dir: dir, Format: "csv", Version: "test", Settle: settleAtOnce}
+	first, err := export.Run(context.Background(), b.pool, opts)
+	if err != nil || first.Manifest.Tables[0].Rows != 1 {
+		t.Fatalf("exporting the day before yesterday: %+v, %v; want its one snapshot", first.Manifest, err)
+	}
+	before := checksums(t, dir)
+	p, err := partition.New(b.pool, nil, partition.Config{Interval: 24 * time.Hour, Ahead: 48 * time.Hour,
+		Tables: []partition.Table{{Name: partition.Snapshots, Retention: 24 * time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := history.CountDay(context.Background(), b.pool, dayBefore); err != nil || c.Snapshots != 0 || c.Candles == 0 {
+		t.Fatalf("after retention the day holds %+v (%v); want no snapshots and its candles", c, err)
+	}
+	for _, format := range []string{"csv", "parquet"} {
+		opts.Format = format
+		res, err := export.Run(context.Background(), b.pool, opts)
+		if err != nil || !res.Skipped || !containsAll(res.Kept, "auction_snapshots 0 of 1 rows", "retention") {
+			t.Fatalf("%s after retention: %+v, %v; want the export kept, saying retention dropped the snapshots", format, res, err)
+		}
+	}
+	after := checksums(t, dir)
+	if !maps.EqualFunc(before, after, func(a, b []byte) bool { return string(a) == string(b) }) {
+		t.Fatalf("the export changed after retention: files before %v, after %v", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
+	}
+}
+
+// Switching the format rewrites the day in the new format and removes the old format's files
+// (a reader globbing the directory reads each table once); temporary files a killed run left
+// are removed.
+func TestAnExportInTheOtherFormatReplacesTheFiles(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	b.export(t, dir, "parquet")
+	left := filepath.Join(dir, ".auction_sales.csv.tmp-123")
+	if err := os.WriteFile(left, []byte("half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := b.export(t, dir, "csv"); res.Skipped {
+		t.Fatal("the day was skipped though another format was asked for")
+	}
+	want := []string{"auction_sales.csv", "auction_snapshots.csv", export.ManifestName, "price_candles.csv"}
+	if got := slices.Sorted(maps.Keys(checksums(t, dir))); !slices.Equal(got, want) {
+		t.Fatalf("files after switching to csv: %v, want %v", got, want)
+	}
 }
