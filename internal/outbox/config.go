@@ -23,7 +23,8 @@ type RelayConfig struct {
 	// (leases and marks), so a relay alone on a daemon also tells /readyz.
 	WriteHealth *store.WriteHealth
 	// RetryAttempts is how many failed attempts a pass (--once) makes before it gives up; 0 =
-	// RetryAttemptsDefault. Follow mode retries for ever.
+	// RetryAttemptsDefault. Follow mode retries for ever, handing its lanes back to the other
+	// relays after a lease (kafka.lease) of failures.
 	RetryAttempts int
 	// RetryBackoffMin is the first back-off after a failure, doubling up to kafka.retry.backoff_max;
 	// 0 = RetryBackoffMinDefault (or kafka.retry.backoff_max when that is smaller).

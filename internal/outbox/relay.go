@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -130,6 +131,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 	defer r.catchPanic(&err)
 	r.pass = Result{}
 	s := &schedule{follow: wake != nil}
+	var failingSince time.Time
 	for failures := 0; ctx.Err() == nil; {
 		idle, err := r.turn(ctx, s)
 		switch {
@@ -143,7 +145,9 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			}
 		case ctx.Err() != nil:
 		default:
-			failures++
+			if failures++; failures == 1 {
+				failingSince = time.Now()
+			}
 			if err := r.failed(ctx, err); err != nil {
 				return err
 			}
@@ -152,6 +156,11 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			}
 			d := r.retry().Delay(failures)
 			r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff_seconds", d))
+			// A lease of failures hands the lanes back, counted to this back-off's end so that
+			// they are not kept through a back-off that ends past it.
+			if s.follow && len(r.lanes.held) > 0 && time.Since(failingSince)+d >= r.cfg.Lease {
+				r.handBack(ctx, s, time.Since(failingSince), err)
+			}
 			r.wait(ctx, d, nil)
 		}
 	}
@@ -188,6 +197,21 @@ func (r *Relay) leaseIfDue(ctx context.Context, s *schedule) error {
 		s.nextAcquire = now.Add(min(r.cfg.PollInterval, r.cfg.Lease/4))
 	}
 	return err
+}
+
+// handBack releases the lanes of a following relay that has failed for a lease (Kafka out of
+// its reach: DNS, TLS, a partition), for a relay that can publish to take at its next look:
+// retrying for ever while renewing them would stall their events, however many relays idle.
+// It takes none for a lease, which leaves them to the others first; alone, it takes them back
+// and resumes once Kafka answers. The release is fenced: only lanes still under its tokens.
+func (r *Relay) handBack(ctx context.Context, s *schedule, failingFor time.Duration, err error) {
+	lanes := slices.Sorted(maps.Keys(r.lanes.held))
+	r.log.Warn("outbox relay failing for a lease; handing its lanes back to the other relays",
+		zap.Int16s("lanes", lanes), zap.Duration("failing_seconds", failingFor),
+		zap.Duration("reacquire_after_seconds", r.cfg.Lease), zap.Error(err))
+	r.releaseLanes(ctx)
+	s.nextAcquire = time.Now().Add(r.cfg.Lease)
+	r.cfg.Test.HandedBack.Signal(lanes)
 }
 
 // checkTopic: a relay that gets past it works, so it clears the stop notes.

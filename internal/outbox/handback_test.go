@@ -1,0 +1,250 @@
+package outbox
+
+import (
+	"context"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/kafkaconn"
+	"github.com/duecollector/duecollector/internal/testkit"
+)
+
+// cutProxy passes TCP connections through to a broker until cut: then it closes every one and
+// each new one at once, as a partition or a broken DNS or TLS setup does from the relay's side,
+// until restored. It keeps its port, so a relay dials the same address throughout.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]bool
+}
+
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.wg.Go(func() { p.pipe(c) })
+		}
+	})
+	t.Cleanup(func() { _ = ln.Close(); p.cut(); p.wg.Wait() })
+	return p
+}
+
+// dial is a RelayConfig.Dial that reaches every broker through the proxy.
+func (p *cutProxy) dial(ctx context.Context, network, _ string) (net.Conn, error) {
+	return (&net.Dialer{}).DialContext(ctx, network, p.ln.Addr().String())
+}
+
+func (p *cutProxy) pipe(c net.Conn) {
+	defer c.Close()
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	if !p.track(true, c, s) {
+		return
+	}
+	defer p.track(false, c, s)
+	var copies sync.WaitGroup
+	for _, dir := range [][2]net.Conn{{s, c}, {c, s}} {
+		copies.Go(func() { _, _ = io.Copy(dir[0], dir[1]); _ = c.Close(); _ = s.Close() })
+	}
+	copies.Wait()
+}
+
+// track adds (or removes) conns, unless the proxy is cut.
+func (p *cutProxy) track(add bool, conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if add && p.down {
+		return false
+	}
+	for _, c := range conns {
+		if add {
+			p.conns[c] = true
+		} else {
+			delete(p.conns, c)
+		}
+	}
+	return true
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+func (p *cutProxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
+
+// handBackLease is the test relays' kafka.lease: a relay cut off from Kafka hands its lanes
+// back after about that long, and takes lanes again a lease later. A short write timeout keeps
+// the lanes usable between renewals (publishWindow) on a loaded machine: a turn that finds no
+// usable lane is idle, and starts the count of failures again.
+const (
+	handBackLease        = 3 * time.Second
+	handBackWriteTimeout = 500 * time.Millisecond
+)
+
+// followRelay runs a following relay until the returned cancel; dial nil dials the broker.
+func followRelay(t *testing.T, pool *pgxpool.Pool, brokers []string, owner string, dial kafkaconn.Dial) (*TestSignals, context.CancelFunc, chan error) {
+	t.Helper()
+	cfg := testConfig(brokers, owner)
+	cfg.Lease, cfg.WriteTimeout, cfg.Dial = handBackLease, handBackWriteTimeout, dial
+	r, sig := newTestRelay(t, pool, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	return sig, cancel, done
+}
+
+// pendingIDs lists the pending rows' ids in order.
+func pendingIDs(t *testing.T, pool *pgxpool.Pool) []int64 {
+	t.Helper()
+	rows, _ := pool.Query(context.Background(), `SELECT id FROM outbox_pending ORDER BY id`)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// A following relay cut off from Kafka while the database answers (DNS, TLS, a partition on
+// its host alone) hands its lanes back after about a lease of failures, and a relay that can
+// publish takes them while the first still runs, and publishes their rows from the oldest
+// unpublished one, each item in order. The first takes lanes again, once Kafka is back within
+// its reach, when the other stops.
+func TestRelayCutOffFromKafkaHandsItsLanesBack(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	proxy := startCutProxy(t, broker.ListenAddrs()[0])
+	ctx := context.Background()
+
+	sigA, stopA, doneA := followRelay(t, pool, broker.ListenAddrs(), "relay-a", proxy.dial)
+	defer stopA()
+	sigA.Idle.Wait(t) // its first look took every lane, nobody else being there
+	if st, err := ReadRelayState(ctx, pool); err != nil || st.LanesHeld != Lanes || !slices.Equal(st.Owners, []string{"relay-a"}) {
+		t.Fatalf("relay state %+v %v, want every lane held by relay-a", st, err)
+	}
+	sigB, stopB, doneB := followRelay(t, pool, broker.ListenAddrs(), "relay-b", nil)
+	defer stopB()
+	sigB.Idle.Wait(t) // running, with no lane of its own
+	enqueue(t, pool, snapshotEvents(20, 1))
+	waitPublished(t, 20, sigA) // through the proxy
+
+	proxy.cut()
+	enqueue(t, pool, snapshotEvents(20, 2))
+	pending := pendingIDs(t, pool)
+	var byB []int64
+	timeout := time.NewTimer(testkit.Timeout)
+	defer timeout.Stop()
+	for len(byB) < len(pending) {
+		select {
+		case ids := <-sigB.Published.C():
+			byB = append(byB, ids...)
+		case ids := <-sigA.Published.C():
+			t.Fatalf("relay A published %v with its path to Kafka cut", ids)
+		case err := <-doneA:
+			t.Fatalf("relay A returned: %v; it must keep running", err)
+		case <-timeout.C:
+			t.Fatalf("relay B published %d of %d rows within %s: relay A kept its lanes", len(byB), len(pending), testkit.Timeout)
+		}
+	}
+	if handed := sigA.HandedBack.Wait(t); len(handed) != Lanes {
+		t.Fatalf("relay A handed back lanes %v, want all %d", handed, Lanes)
+	}
+	if len(pending) != 40 || byB[0] != pending[0] || !slices.Equal(slices.Sorted(slices.Values(byB)), pending) {
+		t.Fatalf("relay B published %v, want the pending rows %v from the oldest", byB, pending)
+	}
+	if n := countWhere(t, pool, "attempts > 0"); n == 0 {
+		t.Fatal("relay A never tried the rows; the test proves nothing")
+	}
+	select {
+	case err := <-doneA:
+		t.Fatalf("relay A returned: %v; it must keep running", err)
+	default:
+	}
+	if st, err := ReadRelayState(ctx, pool); err != nil || st.LanesHeld != Lanes || !slices.Equal(st.Owners, []string{"relay-b"}) {
+		t.Fatalf("relay state %+v %v, want every lane with relay-b", st, err)
+	}
+
+	// Kafka within A's reach again, B gone: A takes the lanes back and publishes.
+	proxy.restore()
+	stopB()
+	if err := testkit.Recv(t, doneB, testkit.Timeout, "relay B to return"); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, snapshotEvents(20, 1))
+	waitPublished(t, 20, sigA)
+	stopA()
+	if err := testkit.Recv(t, doneA, testkit.Timeout, "relay A to return"); err != nil {
+		t.Fatal(err)
+	}
+	if n := countWhere(t, pool, "state <> 'published'"); n != 0 {
+		t.Fatalf("%d rows left unpublished", n)
+	}
+	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
+}
+
+// Alone and cut off from Kafka, a relay hands its lanes back and takes them again a lease later,
+// round after round, so that no lane stays with it for good; once Kafka is within reach again
+// it publishes every row, from the oldest unpublished one.
+func TestRelayAloneTakesItsLanesBackWhenKafkaReturns(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	proxy := startCutProxy(t, broker.ListenAddrs()[0])
+	sig, stop, done := followRelay(t, pool, broker.ListenAddrs(), "relay-a", proxy.dial)
+	defer stop()
+	sig.Idle.Wait(t)
+
+	proxy.cut()
+	enqueue(t, pool, snapshotEvents(20, 2))
+	pending := pendingIDs(t, pool)
+	for round := range 2 {
+		if handed := sig.HandedBack.Wait(t); len(handed) != Lanes {
+			t.Fatalf("round %d: handed back lanes %v, want all %d", round, handed, Lanes)
+		}
+	}
+	if n := len(sig.Published.C()); n != 0 {
+		t.Fatalf("%d batches published with the path to Kafka cut", n)
+	}
+	proxy.restore()
+	var published []int64
+	for len(published) < len(pending) {
+		published = append(published, sig.Published.Wait(t)...)
+	}
+	if len(pending) != 40 || published[0] != pending[0] || !slices.Equal(slices.Sorted(slices.Values(published)), pending) {
+		t.Fatalf("published %v, want the pending rows %v from the oldest", published, pending)
+	}
+	stop()
+	if err := testkit.Recv(t, done, testkit.Timeout, "the relay to return"); err != nil {
+		t.Fatal(err)
+	}
+	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
+}
