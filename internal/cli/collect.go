@@ -10,6 +10,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/dispatcher"
+	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
@@ -44,6 +45,12 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 	}
 	dc := dispatcher.FromConfig(a.cfg)
 	dc.Owner, dc.MaxBatches, dc.Grace = owner, a.cfg.Collect.MaxBatches, a.cfg.Collect.ShutdownGrace
+	hc := health.Config{Thresholds: a.health, Provider: dc.Provider, Owner: owner}
+	// The probe goes through the client's own limiter, not the budget share: a share this fresh
+	// is not granted within the probe's timeout, and one request per back-off cannot push the
+	// key over.
+	probe := health.AuctionProbe(pool, client.Auction)
+	dc.Recover = func(ctx context.Context) error { return health.Once(ctx, pool, hc, probe, a.log) }
 	if dc.DirectPool, err = a.directPool(ctx, pool); err != nil {
 		stop()
 		return nil, nil, err
@@ -92,6 +99,11 @@ When the provider is not HEALTHY or RECOVERING it claims nothing, says why, and 
 	a.bindFlag("collect.lease", f.Lookup("lease"))
 	a.bindFlag("collect.concurrency", f.Lookup("concurrency"))
 	a.bindFlag("collect.max_batches", f.Lookup("max-batches"))
+	f.BoolFunc("test-timings", "probe a paused provider and end RECOVERING at test speed (tools/faults)", func(string) error {
+		a.health = health.TestTimings
+		return nil
+	})
+	_ = f.MarkHidden("test-timings")
 	return cmd
 }
 

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
@@ -32,6 +33,9 @@ type app struct {
 	replica    *pgxpool.Pool
 	readRouter *store.Reads
 	parts      *partition.Partitions // the partition keeper (keeper), built on first use
+	// health is a one-shot's health thresholds: the defaults, or health.TestTimings under
+	// collect-due --test-timings (tools/faults).
+	health health.Thresholds
 }
 
 // subcommands is every command under the root, in one explicit list.

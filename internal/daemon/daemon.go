@@ -238,7 +238,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	calls := new(atomic.Int64)
 	f := &budget.Fetcher{Next: client, Share: d.share, Observer: fetchMetrics{d.metrics, calls}}
 	d.health = health.New(pool, health.Config{Thresholds: cfg.Health, Provider: cfg.Dispatch.Provider, Owner: cfg.Dispatch.Owner},
-		probe(pool, f), rate, log)
+		health.AuctionProbe(pool, f.Auction), rate, log)
 	d.health.Checked = cfg.HealthChecked
 	d.health.OnChange = func(from, to provider.Status, _ string) {
 		for _, st := range []provider.Status{provider.Healthy, provider.Degraded, provider.Maintenance, provider.Recovering} {
@@ -449,16 +449,4 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
-}
-
-// probe asks the provider for one tracked item's listings, through the budget.
-func probe(pool *pgxpool.Pool, f *budget.Fetcher) health.Prober {
-	return func(ctx context.Context) error {
-		id, err := catalog.ProbeItem(ctx, pool)
-		if err != nil {
-			return fmt.Errorf("probe: %w", err)
-		}
-		_, _, err = f.Auction(ctx, id)
-		return err
-	}
 }

@@ -76,6 +76,11 @@ type Config struct {
 	MaxBatches  int           // 0 = until nothing is due (collect.max_batches)
 	FlushSize   int           // results per write-back transaction (FlushSizeDefault)
 	Owner       string        // recorded in leased_by; "" = this process (telemetry.Instance)
+	// Recover, when set, is called by the gate while the provider's automatic status is not
+	// HEALTHY, before the gate decides (health.Once: a probe while paused, RECOVERING ended by
+	// time). Processes without a health monitor set it (the one-shots), so cron alone brings a
+	// paused provider back; the daemon's monitor does this itself.
+	Recover func(ctx context.Context) error
 	// Grace is how long in-flight provider calls may finish after ctx is cancelled (shutdown)
 	// before they are abandoned and their leases released. 0: abandon at once.
 	Grace time.Duration

@@ -21,6 +21,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
@@ -410,6 +411,34 @@ func TestPausedProviderClaimsNothing(t *testing.T) {
 			}
 			if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); c != 0 {
 				t.Fatalf("%d items leased while paused", c)
+			}
+		})
+	}
+}
+
+// A run without a health monitor (collect-due from cron, no daemon anywhere) does not stay
+// paused for good: its gate probes the paused provider (Config.Recover, health.Once), and when
+// the provider answers the same pass collects, RECOVERING.
+func TestAOneShotBringsAPausedProviderBack(t *testing.T) {
+	t.Parallel()
+	for _, st := range []provider.Status{provider.Maintenance, provider.Degraded} {
+		t.Run(string(st), func(t *testing.T) {
+			e := setup(t, 3, tiers.Hot, nil)
+			ctx := context.Background()
+			if _, err := provider.SetStatus(ctx, e.pool, "neople", st, "the daemon that saw it is gone"); err != nil {
+				t.Fatal(err)
+			}
+			hc := health.Config{Thresholds: health.Thresholds{ProbeBackoff: time.Microsecond, ProbeBackoffMax: time.Second},
+				Provider: "neople", Owner: "cron-1"}
+			probe := health.AuctionProbe(e.pool, e.client.Auction)
+			s, err := e.dispatcher(t, Config{Recover: func(ctx context.Context) error {
+				return health.Once(ctx, e.pool, hc, probe, zap.NewNop())
+			}}, nil).RunOnce(ctx)
+			if err != nil || s.Paused || s.Collected != 3 {
+				t.Fatalf("a one-shot over a provider %s that answers again: %s, %v; want every item collected", st, s, err)
+			}
+			if row, err := provider.ReadStatus(ctx, e.pool, "neople"); err != nil || row.Status != provider.Recovering {
+				t.Fatalf("status after the one-shot's probe: %+v %v, want RECOVERING", row, err)
 			}
 		})
 	}

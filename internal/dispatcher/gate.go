@@ -17,6 +17,13 @@ func (d *Dispatcher) gate(ctx context.Context, sum *Summary) (paused bool, err e
 	if err != nil {
 		return false, err
 	}
+	if d.cfg.Recover != nil && row.OverrideStatus == "" && row.Status != provider.Healthy {
+		if err := d.cfg.Recover(ctx); err != nil {
+			d.log.Warn("provider health step failed; the status stands", zap.String("provider", d.cfg.Provider), zap.Error(err))
+		} else if row, err = provider.ReadStatus(ctx, d.pool, d.cfg.Provider); err != nil {
+			return false, err
+		}
+	}
 	st, reason, since := row.Effective()
 	if st.CanDispatch() {
 		d.pause.resumed(d.log, d.cfg.Provider, time.Now())

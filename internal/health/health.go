@@ -35,6 +35,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/testsignal"
 )
@@ -425,4 +426,47 @@ func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
 	}
 	// The provider answered: whoever holds the probe now, it is back.
 	return m.transition(ctx, row, provider.Recovering, fmt.Sprintf("probe succeeded after %d failed probes", failures))
+}
+
+// Once is one health step for a process that runs no monitor (collect-due, collect and
+// seed:real from cron or a CronJob), so a provider paused by an automatic status never waits
+// for a daemon that may not exist, or that was killed mid-outage: while MAINTENANCE or
+// DEGRADED it probes as a monitor does (the same lease and back-off in provider_probe, so
+// overlapping runs and daemons still probe one at a time), and it ends RECOVERING once the
+// status is RecoverFor old by the database's clock, having no window of outcomes to judge by.
+// An active manual override is left alone.
+func Once(ctx context.Context, pool *pgxpool.Pool, cfg Config, probe Prober, log *zap.Logger) error {
+	m := New(pool, cfg, probe, nil, log)
+	row, err := provider.ReadStatus(ctx, pool, cfg.Provider)
+	if err != nil || row.OverrideStatus != "" {
+		return err
+	}
+	m.see(row)
+	switch row.Status {
+	case provider.Maintenance, provider.Degraded:
+		return m.tryProbe(ctx, row)
+	case provider.Recovering:
+		var age float64
+		if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - $1::timestamptz)`, row.Since).Scan(&age); err != nil {
+			return fmt.Errorf("provider %s: read the database clock: %w", cfg.Provider, err)
+		}
+		if d := time.Duration(age * float64(time.Second)); d >= m.cfg.RecoverFor {
+			return m.transition(ctx, row, provider.Healthy,
+				fmt.Sprintf("recovering for %s (a run without a health monitor ends RECOVERING by time)", d.Round(time.Second)))
+		}
+	}
+	return nil
+}
+
+// AuctionProbe is the probe daemons and one-shots send: one tracked item's listings, through
+// auction (the budget's fetcher, so a probe spends the key's budget like any call).
+func AuctionProbe(pool *pgxpool.Pool, auction func(ctx context.Context, itemID string) ([]provider.Listing, int, error)) Prober {
+	return func(ctx context.Context) error {
+		id, err := catalog.ProbeItem(ctx, pool)
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		_, _, err = auction(ctx, id)
+		return err
+	}
 }

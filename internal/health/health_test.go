@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -484,5 +485,71 @@ func TestProbeDescribeNamesTheHolder(t *testing.T) {
 		if got := c.p.Describe(now); got != c.want {
 			t.Errorf("Describe(%+v) = %q, want %q", c.p, got, c.want)
 		}
+	}
+}
+
+// A process without a monitor (collect-due from cron) brings a paused provider back by itself:
+// Once probes while MAINTENANCE (the monitor's tryProbe: its lease and back-off), moves the
+// provider to RECOVERING when the probe is answered, and ends RECOVERING once the status is
+// RecoverFor old. It leaves an active override alone.
+func TestOnceBringsAPausedProviderBackWithoutAMonitor(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Maintenance, "DNF980"); err != nil {
+		t.Fatal(err)
+	}
+	var probes atomic.Int32
+	var up atomic.Bool
+	probe := func(context.Context) error {
+		probes.Add(1)
+		if up.Load() {
+			return nil
+		}
+		return errDown
+	}
+	cfg := testConfig("cron-1")
+	cfg.ProbeBackoff = time.Microsecond // the first probe of an outage at once
+	cfg.RecoverFor = time.Hour
+	once := func() {
+		t.Helper()
+		if err := Once(ctx, pool, cfg, probe, zaptest.NewLogger(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	once()
+	if n := probes.Load(); n != 1 || status(t, pool).Status != provider.Maintenance {
+		t.Fatalf("a run during the outage: %d probes, status %s; want one failed probe and MAINTENANCE", n, status(t, pool).Status)
+	}
+	// The provider answers again; a new outage episode starts the back-off afresh.
+	up.Store(true)
+	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Degraded, "errors"); err != nil {
+		t.Fatal(err)
+	}
+	once()
+	if st := status(t, pool).Status; st != provider.Recovering {
+		t.Fatalf("after an answered probe the status is %s, want RECOVERING", st)
+	}
+	once()
+	if st := status(t, pool).Status; st != provider.Recovering {
+		t.Fatalf("RECOVERING ended before RecoverFor: %s", st)
+	}
+	cfg.RecoverFor = time.Microsecond
+	once()
+	if row := status(t, pool); row.Status != provider.Healthy || !strings.Contains(row.Reason, "without a health monitor") {
+		t.Fatalf("after RecoverFor: %s (%q), want HEALTHY saying why", row.Status, row.Reason)
+	}
+
+	// An override wins: nothing is probed or moved while one is in force.
+	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Maintenance, "DNF980"); err != nil {
+		t.Fatal(err)
+	}
+	if err := provider.SetOverride(ctx, pool, "neople", provider.Maintenance, "planned", 0); err != nil {
+		t.Fatal(err)
+	}
+	before := probes.Load()
+	once()
+	if probes.Load() != before || status(t, pool).Status != provider.Maintenance {
+		t.Fatal("Once probed or moved the status under an override")
 	}
 }

@@ -25,7 +25,6 @@ func relayEnv(broker string) []string {
 		"COLLECTOR_KAFKA_BROKERS=" + broker,
 		"COLLECTOR_KAFKA_RETRY_BACKOFF_MAX=1s",
 		"COLLECTOR_KAFKA_WRITE_TIMEOUT=3s",
-		"COLLECTOR_KAFKA_POLL_INTERVAL=200ms",
 	}
 }
 

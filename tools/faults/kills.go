@@ -342,10 +342,12 @@ func (k *killRun) checkShareTakenOver(ctx context.Context, again *proc, killed t
 }
 
 // killProber: `collector run` killed while it holds the provider's probe (provider_probe): the
-// provider is DEGRADED and every answer hangs, so the probe's request is in flight. A daemon
-// started again must take the probe once the dead one's lease has run out, not before, bring
-// the provider back and then collect and publish everything. Recovery: kill → the provider out
-// of DEGRADED.
+// provider is DEGRADED and every answer hangs, so the probe's request is in flight. The
+// survivor must take the probe once the dead one's lease has run out, not before, bring the
+// provider back and then collect and publish everything: a daemon started again (even
+// moments), or only collect-due from cron (odd moments: no daemon is left to watch the
+// provider, so the one-shots' own probe must end the pause and RECOVERING). Recovery: kill →
+// the provider out of DEGRADED.
 func killProber(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
 	if _, err := k.d.pool.Exec(ctx, `UPDATE provider_status SET status = 'DEGRADED', reason = 'kill matrix: every answer hangs',
 		since = now(), updated_at = now() WHERE provider = 'neople'`); err != nil {
@@ -378,25 +380,53 @@ func killProber(ctx context.Context, k *killRun, moment float64) (time.Duration,
 	if err := k.h.sim.setLatency(ctx, killSimLatency); err != nil {
 		return 0, err
 	}
-	again, err := k.start(ctx, "k-probe-again", daemonArgs...)
+	var again *proc
+	var cron *cronJob
+	if k.seq%2 == 1 {
+		cron, err = k.cron(ctx, "k-probe-cron", cronCollect...)
+		defer cron.stop()
+	} else {
+		again, err = k.start(ctx, "k-probe-again", daemonArgs...)
+	}
 	if err != nil {
 		return 0, err
 	}
-	var early bool
-	err = poll(ctx, time.Minute, 20*time.Millisecond, func() (bool, error) {
-		if again.exited() {
-			return false, fmt.Errorf("%s exited (%d): %s", again.name, again.code, again.tail())
-		}
-		var st string
-		err := k.d.pool.QueryRow(ctx, `SELECT status, $1::timestamptz IS NOT NULL AND since < $1 FROM provider_status
-			WHERE provider = 'neople'`, deadUntil).Scan(&st, &early)
-		return st != "DEGRADED", err
-	})
+	providerIs := func(want func(status string) bool) (early bool, err error) {
+		err = poll(ctx, time.Minute, 20*time.Millisecond, func() (bool, error) {
+			if again != nil && again.exited() {
+				return false, fmt.Errorf("%s exited (%d): %s", again.name, again.code, again.tail())
+			}
+			var st string
+			err := k.d.pool.QueryRow(ctx, `SELECT status, $1::timestamptz IS NOT NULL AND since < $1 FROM provider_status
+				WHERE provider = 'neople'`, deadUntil).Scan(&st, &early)
+			return want(st), err
+		})
+		return early, err
+	}
+	early, err := providerIs(func(st string) bool { return st != "DEGRADED" })
 	took := time.Since(killed)
 	if err != nil {
 		return took, fmt.Errorf("the provider stayed DEGRADED after its prober died: %w", err)
 	}
 	k.r.check(!early, "%s: the provider recovered before the dead holder's probe lease ran out (%s): a second probe while it was held", k.label, deadUntil)
+	if cron != nil {
+		// RECOVERING ends by time in a run without a monitor; then everything is collected.
+		if _, err := providerIs(func(st string) bool { return st == "HEALTHY" }); err != nil {
+			return took, fmt.Errorf("collect-due from cron left the provider RECOVERING: %w", err)
+		}
+		cron.stop()
+		if err := k.finish(ctx, "k-probe-collect", cronCollect...); err != nil {
+			return took, err
+		}
+		if err := k.finish(ctx, "k-probe-relay", "relay-outbox", "--once"); err != nil {
+			return took, err
+		}
+		if err := k.allCollectedAndPublished(ctx, nil); err != nil {
+			return took, err
+		}
+		k.checkNoStuckHolder(ctx)
+		return took, nil
+	}
 	if err := k.allCollectedAndPublished(ctx, again); err != nil {
 		return took, err
 	}
@@ -407,6 +437,10 @@ func killProber(ctx context.Context, k *killRun, moment float64) (time.Duration,
 	}
 	return took, nil
 }
+
+// cronCollect is collect-due as cron runs it beside no daemon, probing a paused provider at
+// test speed.
+var cronCollect = []string{"collect-due", "--test-timings", "--concurrency", "8"}
 
 // killCollectDue: collect-due killed mid-batch; cron runs it again every half second.
 //
