@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +73,76 @@ func TestLatestThroughAReplicaIsNeverStale(t *testing.T) {
 	setPrice(300)
 	if got := lowest(); got != 300 {
 		t.Fatalf("replica stopped: lowest %d, want the primary's 300", got)
+	}
+}
+
+// A replica that hangs (it takes connections and never answers, as when its packets are
+// dropped) holds no read slot for longer than the router waits for it: series requests that
+// took both slots waiting on it answer from the primary, and /latest, whose refresh needs a
+// slot, answers too, instead of a 503 once its refresh timed out.
+func TestHungReplicaHoldsNoReadSlot(t *testing.T) {
+	s := storetest.NewStandby(t)
+	ctx := context.Background()
+	primary, _ := s.Pools(t)
+	proxy := storetest.NewProxy(t, s.StandbyURL)
+	replica, err := store.OpenReplica(ctx, store.PoolConfig{URL: proxy.URL, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Close)
+	reads := store.NewReads(primary, replica, store.ReadsConfig{MaxLag: time.Microsecond, Every: time.Hour}, nil)
+	storetest.Items(t, primary, storetest.Item{ID: hotItem})
+	a, err := api.New(reads, api.Config{APIConfig: config.Default().API, Latest: reads.Primary()}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	// Cleanups run last first: a read stuck on the frozen proxy must fail before the server
+	// and the pool wait for it.
+	t.Cleanup(proxy.Close)
+	e := &env{srv: srv, client: &http.Client{Transport: checking{t: t, spec: loadSpec(t), base: http.DefaultTransport}}}
+	testkit.Eventually(t, testkit.Timeout, "reads to go to the replica", func() bool {
+		return reads.RunOnce(ctx).Source == store.SourceReplica
+	})
+
+	proxy.Freeze()
+	codes := make(chan int, api.MaxReadsDefault)
+	for range api.MaxReadsDefault {
+		go func() {
+			resp, err := e.client.Get(srv.URL + "/api/v1/items/" + hotItem + "/timeseries")
+			if err != nil {
+				t.Errorf("series: %v", err)
+				codes <- 0
+				return
+			}
+			_ = resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	// Both wait on the replica, a slot each (or, on a slow machine, one has fallen back already
+	// and the other reads the primary at once).
+	held := map[int]bool{}
+	testkit.Eventually(t, testkit.Timeout, "the series reads to wait on the replica", func() bool {
+		for {
+			select {
+			case n := <-proxy.Held:
+				held[n] = true
+			default:
+				return len(held) >= api.MaxReadsDefault || reads.State().Source == store.SourcePrimary
+			}
+		}
+	})
+	if resp, b := e.get(t, "/api/v1/latest?ids="+hotItem); resp.StatusCode != http.StatusOK {
+		t.Fatalf("latest while series reads waited on a hung replica: %d %s", resp.StatusCode, b)
+	}
+	for range api.MaxReadsDefault {
+		// The frozen proxy passes no answer: a 200 is the primary's.
+		if code := testkit.Recv(t, codes, testkit.Timeout, "a series answer"); code != http.StatusOK {
+			t.Fatalf("series with the replica hung: %d, want 200 from the primary", code)
+		}
+	}
+	if st := reads.State(); st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "did not answer") {
+		t.Fatalf("after reads the replica did not answer: %+v, want the primary, saying so", st)
 	}
 }

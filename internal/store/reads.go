@@ -44,7 +44,8 @@ type ReadsConfig struct {
 	MaxLag time.Duration
 	// Every is how often Start measures the lag; 0 = MeasureEveryDefault.
 	Every time.Duration
-	// Timeout bounds one measurement, so an unreachable replica is found out, not waited on;
+	// Timeout bounds one measurement, so an unreachable replica is found out, not waited on,
+	// and how long a read waits for the replica's first answer before it runs on the primary;
 	// 0 = MeasureTimeoutDefault.
 	Timeout time.Duration
 	// Now is the local clock (tests); nil = time.Now.
@@ -59,8 +60,15 @@ const (
 	// MeasureEveryDefault is how often the lag is measured: well under MaxLagDefault, so a
 	// replica that falls behind stops serving reads within about a second of crossing it.
 	MeasureEveryDefault = time.Second
-	// MeasureTimeoutDefault bounds one measurement (both servers).
+	// MeasureTimeoutDefault bounds one measurement (both servers) and a read's wait for the
+	// replica's first answer: a replica slower than that to answer a trivial query, or to start
+	// an index walk, is not worth waiting for while the primary can answer.
 	MeasureTimeoutDefault = 2 * time.Second
+	// ReplicaConnectTimeout bounds connecting to the replica when database.read_url sets no
+	// connect_timeout. A read stops waiting for a connection after Timeout, but pgxpool goes on
+	// connecting in the background: unbounded, each attempt on a replica that accepts TCP and
+	// never answers would hold a slot of the pool for good.
+	ReplicaConnectTimeout = 5 * time.Second
 )
 
 // ReadSource is where reads go.
@@ -154,11 +162,15 @@ func NewReads(primary, replica *pgxpool.Pool, cfg ReadsConfig, log *zap.Logger) 
 }
 
 // OpenReplica opens the pool on database.read_url without waiting for the server: a replica
-// that is down at start only sends reads to the primary until it answers.
+// that is down at start only sends reads to the primary until it answers. Connecting is
+// bounded by the URL's connect_timeout, or else ReplicaConnectTimeout.
 func OpenReplica(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	pc, err := poolConfig(cfg, "database.read_url")
 	if err != nil {
 		return nil, err
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = ReplicaConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -167,46 +179,106 @@ func OpenReplica(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// Query runs a read where State says; a replica that fails to answer is marked down and the
-// read runs on the primary instead.
+// Query runs a read where State says; a replica that fails to answer, or does not answer
+// within Config.Timeout, is marked down and the read runs on the primary instead.
 func (r *Reads) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if !r.onReplica() {
 		return r.primary.Query(ctx, sql, args...)
 	}
-	rows, err := r.replica.Query(ctx, sql, args...)
-	if err != nil && r.replicaFailed(ctx, err) {
-		return r.primary.Query(ctx, sql, args...)
-	}
+	w := r.waitReplica(ctx)
+	rows, err := r.replica.Query(w.ctx, sql, args...)
 	if err != nil {
+		if r.replicaFailed(ctx, w.end(), err) {
+			return r.primary.Query(ctx, sql, args...)
+		}
 		return rows, err
 	}
-	return &fallbackRows{Rows: rows, r: r, ctx: ctx, sql: sql, args: args}, nil
+	return &fallbackRows{Rows: rows, r: r, w: w, ctx: ctx, sql: sql, args: args}, nil
 }
 
-// fallbackRows runs the query again on the primary when the replica fails before the first
-// row: pgx sends a query lazily, so a replica that died since its last use is only found out
-// at the first Next, and until a row has been handed over the switch is invisible. A failure
-// after that is the caller's error: rows already read cannot be taken back.
+// errReplicaSilent cancels a read the replica did not answer within Config.Timeout.
+var errReplicaSilent = errors.New("the replica did not answer in time")
+
+// replicaWait bounds a read's wait for the replica's first answer. A replica that hangs, or
+// whose packets are dropped, raises no error: the read would wait as long as TCP lets it (and
+// hold the API's read slots meanwhile) while the primary could answer. After the first answer
+// the read runs as long as its caller lets it: rows handed over cannot be taken back, so
+// there is nothing left to fall back from. Used by one goroutine, the read's.
+type replicaWait struct {
+	ctx     context.Context // the caller's, cancelled when the wait runs out or the read ends
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer
+	stopped bool
+	ranOut  bool
+}
+
+func (r *Reads) waitReplica(ctx context.Context) *replicaWait {
+	wctx, cancel := context.WithCancelCause(ctx)
+	return &replicaWait{ctx: wctx, cancel: cancel, timer: time.AfterFunc(r.cfg.Timeout, func() { cancel(errReplicaSilent) })}
+}
+
+// stop stops the clock at the replica's first answer (once) and tells whether it had run out
+// first: then the read is cancelled, whatever the answer was.
+func (w *replicaWait) stop() (ranOut bool) {
+	if !w.stopped {
+		w.stopped = true
+		if !w.timer.Stop() {
+			w.ranOut = true
+			w.cancel(errReplicaSilent) // the timer's own call may not have run yet
+		}
+	}
+	return w.ranOut
+}
+
+// end releases the wait once the read on the replica is over, and tells whether it had run
+// out first; it may be called again.
+func (w *replicaWait) end() (ranOut bool) {
+	ranOut = w.stop()
+	w.cancel(nil)
+	return ranOut
+}
+
+// fallbackRows runs the query again on the primary when the replica fails, or does not answer
+// in time, before the first row: pgx sends a query lazily, so a replica that died since its
+// last use is only found out at the first Next, and until a row has been handed over the
+// switch is invisible. A failure after that is the caller's error: rows already read cannot
+// be taken back.
 type fallbackRows struct {
 	pgx.Rows
 	r    *Reads // nil once a row was read or the switch made
+	w    *replicaWait
 	ctx  context.Context
 	sql  string
 	args []any
-	err  error // the primary's own failure to start the query again
+	err  error // the switch's own: the primary's failure to start the query again
 }
 
 func (f *fallbackRows) Next() bool {
-	if f.Rows.Next() {
-		f.r = nil
-		return true
-	}
-	if f.r == nil || f.err != nil {
-		return false
+	more := f.Rows.Next()
+	if f.r == nil {
+		if !more {
+			f.w.end()
+		}
+		return more
 	}
 	r := f.r
 	f.r = nil
-	if err := f.Rows.Err(); err == nil || !r.replicaFailed(f.ctx, err) {
+	ranOut := f.w.stop()
+	if more && !ranOut {
+		return true
+	}
+	// The first answer is the end of the rows (an error, or an empty result), or a row that
+	// came as the wait ran out, too late: that read is being cancelled.
+	f.w.end()
+	err := f.Rows.Err()
+	if !more && err == nil {
+		return false
+	}
+	if !r.replicaFailed(f.ctx, ranOut, err) {
+		if more { // the caller gave up as the row came
+			f.Rows.Close()
+			f.err = f.ctx.Err()
+		}
 		return false
 	}
 	f.Rows.Close()
@@ -217,6 +289,11 @@ func (f *fallbackRows) Next() bool {
 	}
 	f.Rows = rows
 	return f.Rows.Next()
+}
+
+func (f *fallbackRows) Close() {
+	f.Rows.Close()
+	f.w.end()
 }
 
 func (f *fallbackRows) Err() error {
@@ -231,11 +308,13 @@ func (r *Reads) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if !r.onReplica() {
 		return r.primary.QueryRow(ctx, sql, args...)
 	}
-	return fallbackRow{r: r, ctx: ctx, sql: sql, args: args, row: r.replica.QueryRow(ctx, sql, args...)}
+	w := r.waitReplica(ctx)
+	return fallbackRow{r: r, w: w, ctx: ctx, sql: sql, args: args, row: r.replica.QueryRow(w.ctx, sql, args...)}
 }
 
 type fallbackRow struct {
 	r    *Reads
+	w    *replicaWait
 	ctx  context.Context
 	sql  string
 	args []any
@@ -244,7 +323,7 @@ type fallbackRow struct {
 
 func (f fallbackRow) Scan(dest ...any) error {
 	err := f.row.Scan(dest...)
-	if err != nil && f.r.replicaFailed(f.ctx, err) {
+	if ranOut := f.w.end(); err != nil && f.r.replicaFailed(f.ctx, ranOut, err) {
 		return f.r.primary.QueryRow(f.ctx, f.sql, f.args...).Scan(dest...)
 	}
 	return err
@@ -277,16 +356,24 @@ func (r *Reads) onReplica() bool {
 // stale is how old a measurement may be before it no longer vouches for the replica.
 func (r *Reads) stale() time.Duration { return 3*r.cfg.Every + r.cfg.Timeout }
 
-// replicaFailed reports whether a read that failed on the replica should run on the primary:
-// the replica did not answer, or cancelled the read for a recovery conflict. The replica is
-// then marked down until the next measurement finds it again.
-func (r *Reads) replicaFailed(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || errors.Is(err, pgx.ErrNoRows) || !Transient(err) {
+// replicaFailed reports whether a read that failed on the replica, or whose wait for it ran
+// out, should run on the primary: the replica did not answer (in time), or cancelled the read
+// for a recovery conflict. The replica is then marked down until the next measurement finds it
+// again, so the reads that follow go to the primary without waiting for it.
+func (r *Reads) replicaFailed(ctx context.Context, ranOut bool, err error) bool {
+	var reason string
+	pgErr := (*pgconn.PgError)(nil)
+	switch {
+	case ctx.Err() != nil:
+		return false // the caller gave up: nobody waits for the primary's answer
+	case ranOut:
+		reason = fmt.Sprintf("replica did not answer a read within %s", r.cfg.Timeout)
+	case errors.Is(err, pgx.ErrNoRows) || !Transient(err):
 		return false
-	}
-	reason := "replica unreachable: " + err.Error()
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+	case errors.As(err, &pgErr):
 		reason = "replica refused a read: " + err.Error()
+	default:
+		reason = "replica unreachable: " + err.Error()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

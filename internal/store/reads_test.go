@@ -74,8 +74,8 @@ func untilReplica(t *testing.T, reads *store.Reads) store.ReadState {
 	return st
 }
 
-// One standby, three situations in turn: keeping up, lagging with its replay paused, and
-// stopped; in each, reads go where the state says and come back to the replica after.
+// One standby, four situations in turn: keeping up, lagging with its replay paused, hanging,
+// and stopped; in each, reads go where the state says and come back to the replica after.
 func TestReadsFollowTheReplicaLag(t *testing.T) {
 	reads, s, conn := readsEnv(t)
 	ctx := context.Background()
@@ -126,6 +126,66 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 		}
 	})
 
+	t.Run("replica hangs", func(t *testing.T) {
+		// A router of its own, over a proxy in front of the standby that the test freezes: the
+		// standby then takes connections and never answers, as one that hangs, or whose packets
+		// are dropped, does. Measurements are the test's, so the fallback is the read's doing.
+		proxy := storetest.NewProxy(t, s.StandbyURL)
+		replica, err := store.OpenReplica(ctx, store.PoolConfig{URL: proxy.URL, MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(replica.Close)
+		t.Cleanup(proxy.Close)
+		hung := store.NewReads(reads.Primary(), replica, store.ReadsConfig{MaxLag: time.Microsecond, Every: time.Hour}, nil)
+		recovery := func(rows pgx.Rows, err error) (bool, error) {
+			if err != nil {
+				return false, err
+			}
+			return pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+		}
+		silent := func(what string) {
+			t.Helper()
+			if st := hung.State(); st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "replica did not answer a read within 2s") {
+				t.Fatalf("after %s: %+v, want the primary, saying the replica did not answer", what, st)
+			}
+		}
+
+		// Query, on the connection the measurement left in the pool.
+		untilReplica(t, hung)
+		proxy.Freeze()
+		// The frozen proxy passes no answer: whatever answers is the primary.
+		if rec := answered(t, "a Query the hung replica was sent", func() (bool, error) {
+			return recovery(hung.Query(ctx, `SELECT pg_is_in_recovery()`))
+		}); rec {
+			t.Fatal("a standby answered through the frozen proxy")
+		}
+		silent("a Query the replica did not answer")
+		// The reads that follow go to the primary at once: not one asks the replica's pool.
+		asked := func() int64 { st := replica.Stat(); return st.AcquireCount() + st.CanceledAcquireCount() }
+		before := asked()
+		if answered(t, "a read after the fallback", func() (bool, error) {
+			var rec bool
+			return rec, hung.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&rec)
+		}) || asked() != before {
+			t.Fatal("a read after the fallback went to the replica")
+		}
+
+		// QueryRow, on a new connection: the replica accepts it and never answers the startup.
+		proxy.Thaw()
+		untilReplica(t, hung)
+		proxy.Freeze()
+		replica.Reset()
+		if answered(t, "a QueryRow the hung replica was sent", func() (bool, error) {
+			var rec bool
+			return rec, hung.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&rec)
+		}) {
+			t.Fatal("a standby answered through the frozen proxy")
+		}
+		silent("a QueryRow the replica did not answer")
+		proxy.Thaw()
+	})
+
 	t.Run("replica stopped", func(t *testing.T) {
 		untilReplica(t, reads)
 		s.StopStandby(t)
@@ -158,6 +218,47 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 			t.Fatal("the restarted standby does not serve reads")
 		}
 	})
+}
+
+// answered runs read and returns its answer, failing the test when it fails or gives none
+// within testkit.Timeout: a read that would wait for a hung replica for good fails the test
+// instead of hanging it. The bound is generous; the point is that an answer comes.
+func answered[T any](t *testing.T, what string, read func() (T, error)) T {
+	t.Helper()
+	type answer struct {
+		v   T
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		v, err := read()
+		ch <- answer{v, err}
+	}()
+	a := testkit.Recv(t, ch, testkit.Timeout, what)
+	if a.err != nil {
+		t.Fatalf("%s: %v", what, a.err)
+	}
+	return a.v
+}
+
+// OpenReplica bounds connecting, so pgxpool's attempts on a replica that takes connections and
+// never answers end; a connect_timeout in database.read_url decides instead.
+func TestOpenReplicaBoundsConnecting(t *testing.T) {
+	t.Parallel()
+	for u, want := range map[string]time.Duration{
+		"postgres://reader@127.0.0.1:1/duecollector":                   store.ReplicaConnectTimeout,
+		"postgres://reader@127.0.0.1:1/duecollector?connect_timeout=9": 9 * time.Second,
+	} {
+		p, err := store.OpenReplica(context.Background(), store.PoolConfig{URL: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := p.Config().ConnConfig.ConnectTimeout
+		p.Close()
+		if got != want {
+			t.Errorf("%s: connect timeout %s, want %s", u, got, want)
+		}
+	}
 }
 
 // Without a replica every read goes to the primary, and the state says so in one word.
