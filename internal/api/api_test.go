@@ -383,6 +383,46 @@ func TestTimeseriesIsHistorysSeries(t *testing.T) {
 	}
 }
 
+// /timeseries answers conditionally by its ETag only: the series changes while the item's last
+// collection stays put (the default window slides, retention deletes rows), so no date can
+// say that a copy is current. If-Modified-Since, even after the last collection, gets the
+// changed series, and no answer carries Last-Modified.
+func TestTimeseriesIsConditionalByETagOnly(t *testing.T) {
+	e := setup(t, nil)
+	ctx := context.Background()
+	now, err := history.Now(ctx, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := "/api/v1/items/" + hotItem + "/timeseries?interval=raw&since=" + now.Add(-24*time.Hour).UTC().Format(time.RFC3339)
+	resp, b := e.get(t, window)
+	if resp.StatusCode != 200 {
+		t.Fatalf("series: %d %s", resp.StatusCode, b)
+	}
+	tag, before := resp.Header.Get("ETag"), decode[seriesBody](t, b)
+	// Retention's work: the window loses rows, and the item's last collection does not move.
+	mustExec(t, e.pool, `DELETE FROM auction_snapshots WHERE item_id = $1 AND collected_at < now() - interval '12 hours'`, hotItem)
+	after := now.Add(time.Hour).UTC().Format(http.TimeFormat) // after the last collection, a minute ago
+	resp, b = e.get(t, window, "If-Modified-Since", after)
+	if resp.StatusCode != 200 {
+		t.Fatalf("If-Modified-Since %s after rows left the window: %d, want 200 and the changed series", after, resp.StatusCode)
+	}
+	if got := decode[seriesBody](t, b); len(got.Points) >= len(before.Points) || resp.Header.Get("ETag") == tag {
+		t.Fatalf("after rows left the window: %d points (were %d), ETag %q (was %q); want fewer, and a new ETag",
+			len(got.Points), len(before.Points), resp.Header.Get("ETag"), tag)
+	}
+	if lm := resp.Header.Get("Last-Modified"); lm != "" {
+		t.Fatalf("series with Last-Modified %q: no date can validate it", lm)
+	}
+	current := resp.Header.Get("ETag")
+	if resp, _ := e.get(t, window, "If-None-Match", tag); resp.StatusCode != 200 {
+		t.Fatalf("the old ETag after rows left the window: %d, want 200", resp.StatusCode)
+	}
+	if resp, _ := e.get(t, window, "If-None-Match", current); resp.StatusCode != 304 {
+		t.Fatalf("the current ETag: %d, want 304", resp.StatusCode)
+	}
+}
+
 type problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
