@@ -73,6 +73,7 @@ var killRoles = []killRole{
 	{"migrate up", killSlack, killMigrate.run, true},
 	{"recalculate-popularity", killSlack, killRecalculate.run, true},
 	{"seed:synthetic", killSlack, killSeed.run, true},
+	{"export", killSlack, killExport.run, true},
 }
 
 // roleSeed is the second half of a role's seed: its name hashed.

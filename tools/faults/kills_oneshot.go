@@ -5,9 +5,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/export"
+	"github.com/duecollector/duecollector/internal/history"
 )
 
 // oneShot is a one-shot role: a setup, the command, and what its re-run must leave. Its kill
@@ -173,6 +179,48 @@ var killSeed = oneShot{
 			    SELECT count(*) AS n FROM auction_snapshots WHERE synthetic_item(item_id) GROUP BY item_id) s`).Scan(&items, &minPer, &maxPer)
 		k.r.check(err == nil && items == 200 && minPer >= 3*24 && maxPer-minPer <= 1,
 			"%s: %d seeded items with %d..%d snapshots each, want 200 with 72+ each and no gaps (%v)", k.label, items, minPer, maxPer, err)
+		return nil
+	},
+}
+
+// export of a seeded day before yesterday (settled at any hour): the killed run has removed
+// the day's manifest and may have left files under temporary names; the re-run (the daemon's
+// next turn, or the operator's) writes the day whole and removes what the dead run left.
+var (
+	exportDay  = time.Now().UTC().AddDate(0, 0, -2).Format(time.DateOnly)
+	exportDir  = filepath.Join(os.TempDir(), fmt.Sprintf("dc-kill-export-%d", os.Getpid()))
+	exportArgs = []string{"export", "--day", exportDay, "--out", exportDir, "--format", "parquet"}
+)
+
+var killExport = oneShot{
+	setup: func(ctx context.Context, k *killRun) error {
+		if err := os.RemoveAll(exportDir); err != nil {
+			return err
+		}
+		return k.finish(ctx, "k-export-seed", "seed:synthetic", "--items", "200", "--days", "3")
+	},
+	args:  exportArgs,
+	rerun: [][]string{exportArgs},
+	check: func(ctx context.Context, k *killRun) error {
+		defer os.RemoveAll(exportDir)
+		var m export.Manifest
+		body, err := os.ReadFile(filepath.Join(exportDir, export.ManifestName))
+		if err == nil {
+			err = json.Unmarshal(body, &m)
+		}
+		k.r.check(err == nil && m.Complete && len(m.Tables) == 3, "%s: after the re-run the day's manifest is %+v (%v); want it complete with 3 tables", k.label, m, err)
+		for _, t := range m.Tables {
+			st, err := os.Stat(filepath.Join(exportDir, t.File))
+			k.r.check(err == nil && st.Size() == t.Bytes, "%s: %s is not the manifest's %d bytes (%v)", k.label, t.File, t.Bytes, err)
+			if t.Table == "auction_snapshots" {
+				day, _ := export.ParseDay(exportDay)
+				c, err := history.CountDay(ctx, k.d.pool, day)
+				k.r.check(err == nil && c.Snapshots == t.Rows && c.Snapshots > 0, "%s: the export holds %d snapshots, the database %d for %s (%v)",
+					k.label, t.Rows, c.Snapshots, exportDay, err)
+			}
+		}
+		temps, _ := filepath.Glob(filepath.Join(exportDir, ".*.tmp-*"))
+		k.r.check(len(temps) == 0, "%s: the killed run's temporary files are left after the re-run: %v", k.label, temps)
 		return nil
 	},
 }
