@@ -292,11 +292,25 @@ func writeFile(dir, name string, write func(io.Writer) error) error {
 	if err == nil {
 		err = os.Rename(tmp, filepath.Join(dir, name))
 	}
+	if err == nil {
+		err = syncDir(dir)
+	}
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
+}
+
+// syncDir makes a rename in dir durable: until the directory is synced, a crash of the
+// machine may bring back the old name, or none, under a manifest that lists the new file.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // counter counts and hashes what passes through it.
