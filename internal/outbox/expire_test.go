@@ -40,7 +40,7 @@ func TestExpiryUnderAPublishingRelayPublishesOnce(t *testing.T) {
 	if err != nil || !lost {
 		t.Fatalf("markSettled after expiry: lost %v, %v; want the rows reported unmarked and no error", lost, err)
 	}
-	if err := r.lanes.release(ctx); err != nil {
+	if err := r.lanes.release(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := r.RunOnce(ctx); err != nil || res.Published != 0 {

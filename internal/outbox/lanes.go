@@ -65,8 +65,11 @@ func (s *laneSet) renew(ctx context.Context, acquire bool) (got, lost []int16, e
 	return got, lost, nil
 }
 
-// release need not wait for the WAL flush: a release lost in a crash only leaves lanes to expire.
-func (s *laneSet) release(ctx context.Context) error {
+// release gives the held lanes up: free at once, or only once freeAfter has passed (a produce
+// call that timed out may still land until then, and another relay publishing the lane's later
+// events before it would reorder them). It need not wait for the WAL flush: a release lost in
+// a crash only leaves lanes to expire.
+func (s *laneSet) release(ctx context.Context, freeAfter time.Duration) error {
 	if len(s.held) == 0 {
 		return nil
 	}
@@ -74,8 +77,9 @@ func (s *laneSet) release(ctx context.Context) error {
 	s.held = map[int16]string{}
 	_, err := s.pool.Exec(ctx, `
 		WITH sc AS (SELECT set_config('synchronous_commit', 'off', true))
-		UPDATE outbox_relay_lanes SET owner = NULL, lease_token = NULL, lease_expires_at = NULL, acquired_at = NULL
-		FROM sc WHERE lease_token = ANY($1::uuid[])`, tokens)
+		UPDATE outbox_relay_lanes SET owner = NULL, lease_token = NULL, acquired_at = NULL,
+			lease_expires_at = CASE WHEN $2::interval > interval '0' THEN now() + $2::interval END
+		FROM sc WHERE lease_token = ANY($1::uuid[])`, tokens, freeAfter)
 	if err != nil {
 		return fmt.Errorf("release outbox lanes: %w", err)
 	}

@@ -127,7 +127,7 @@ type schedule struct {
 
 // loop takes turns until ctx ends, a permanent error or, in a pass (no wake), idleness.
 func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
-	defer r.releaseLanes(ctx)
+	defer r.releaseLanes(ctx, 0)
 	defer r.catchPanic(&err)
 	r.pass = Result{}
 	s := &schedule{follow: wake != nil}
@@ -158,7 +158,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff_seconds", d))
 			// A lease of failures hands the lanes back, counted to this back-off's end so that
 			// they are not kept through a back-off that ends past it.
-			if s.follow && len(r.lanes.held) > 0 && time.Since(failingSince)+d >= r.cfg.Lease {
+			if reason, _ := classify(err); reason != "database" && s.follow && len(r.lanes.held) > 0 && time.Since(failingSince)+d >= r.cfg.Lease {
 				r.handBack(ctx, s, time.Since(failingSince), err)
 			}
 			r.wait(ctx, d, nil)
@@ -202,14 +202,17 @@ func (r *Relay) leaseIfDue(ctx context.Context, s *schedule) error {
 // handBack releases the lanes of a following relay that has failed for a lease (Kafka out of
 // its reach: DNS, TLS, a partition), for a relay that can publish to take at its next look:
 // retrying for ever while renewing them would stall their events, however many relays idle.
-// It takes none for a lease, which leaves them to the others first; alone, it takes them back
-// and resumes once Kafka answers. The release is fenced: only lanes still under its tokens.
+// The lanes are free to others only once a produce call that timed out can no longer land
+// (publishWindow), so nobody publishes a lane's later events before it. It takes none for a
+// lease, which leaves them to the others first; alone, it takes them back and resumes once
+// Kafka answers. The release is fenced: only lanes still under its tokens. Database failures
+// do not count: a relay that cannot reach the database cannot renew its lanes either.
 func (r *Relay) handBack(ctx context.Context, s *schedule, failingFor time.Duration, err error) {
 	lanes := slices.Sorted(maps.Keys(r.lanes.held))
 	r.log.Warn("outbox relay failing for a lease; handing its lanes back to the other relays",
 		zap.Int16s("lanes", lanes), zap.Duration("failing_seconds", failingFor),
 		zap.Duration("reacquire_after_seconds", r.cfg.Lease), zap.Error(err))
-	r.releaseLanes(ctx)
+	r.releaseLanes(ctx, r.publishWindow())
 	s.nextAcquire = time.Now().Add(r.cfg.Lease)
 	r.cfg.Test.HandedBack.Signal(lanes)
 }
@@ -427,10 +430,10 @@ func (r *Relay) retry() backoff.Policy {
 }
 
 // releaseLanes hands the lanes back even when ctx is already cancelled (the usual way out).
-func (r *Relay) releaseLanes(ctx context.Context) {
+func (r *Relay) releaseLanes(ctx context.Context, freeAfter time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := r.lanes.release(ctx); err != nil {
+	if err := r.lanes.release(ctx, freeAfter); err != nil {
 		r.log.Warn("could not release outbox lanes; they free up when the lease expires", zap.Error(err))
 	}
 }

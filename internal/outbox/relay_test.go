@@ -363,7 +363,7 @@ func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 	if _, _, err := r.lanes.renew(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	defer r.releaseLanes(ctx)
+	defer r.releaseLanes(ctx, 0)
 	rows, err := readPending(ctx, pool, r.lanes.usable(0), cfg.BatchSize)
 	if err != nil || len(rows) != 4 {
 		t.Fatalf("read %d rows: %v", len(rows), err)
