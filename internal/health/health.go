@@ -9,7 +9,9 @@
 //	                          each failed probe of the same outage
 //	RECOVERING → HEALTHY      RecoverFor has passed (this instance's clock) and at least
 //	                          RecoverSuccessRatio of the outcomes in the last Window
-//	                          succeeded (or there were none)
+//	                          succeeded (or there were none); a process without a
+//	                          monitor (Once: collect-due from cron) goes by time alone,
+//	                          RecoverFor by the database's clock
 //	RECOVERING → DEGRADED     as from HEALTHY: transient failures above ErrorRatio of the
 //	                          outcomes in the last Window (at least MinSamples of them)
 //
