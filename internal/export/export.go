@@ -137,13 +137,17 @@ func Run(ctx context.Context, db DB, opts Options) (Result, error) {
 	if err := writable(opts.Dir); err != nil {
 		return res, err
 	}
-	old, hadOld := readManifest(opts.Dir)
-	if hadOld && complete && old.Complete && intact(opts.Dir, old) {
+	if old, ok := readManifest(opts.Dir); ok && complete && old.Complete {
+		whole := intact(opts.Dir, old)
 		if lost := lostRows(old, counts); lost != "" {
+			if !whole {
+				lost += "; some of its files are missing or changed: restore them, or remove " + ManifestName +
+					" to write the day from what the database holds"
+			}
 			res.Skipped, res.Kept, res.Manifest = true, lost, old
 			return res, nil
 		}
-		if old.Format == opts.Format && sameCounts(old, counts) {
+		if whole && old.Format == opts.Format && sameCounts(old, counts) {
 			res.Skipped, res.Manifest = true, old
 			return res, nil
 		}
@@ -176,12 +180,15 @@ func Run(ctx context.Context, db DB, opts Options) (Result, error) {
 	}); err != nil {
 		return res, err
 	}
-	// Files of the old manifest the new one does not list (the other format's) go last, so a
-	// reader globbing the directory reads one copy of each table.
-	for _, t := range old.Tables {
-		if !slices.ContainsFunc(m.Tables, func(n TableFile) bool { return n.File == t.File }) && filepath.Base(t.File) == t.File { // only files of its own directory
-			if err := os.Remove(filepath.Join(opts.Dir, t.File)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return res, fmt.Errorf("remove %s, which the new manifest replaces: %w", t.File, err)
+	// The other formats' files go last, so a reader globbing the directory reads each table
+	// once, also after a switch of format whose first run was killed.
+	for _, t := range tables {
+		for _, f := range Formats {
+			if f == opts.Format {
+				continue
+			}
+			if err := os.Remove(filepath.Join(opts.Dir, t.name+"."+f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return res, fmt.Errorf("remove %s.%s, which the new %s files replace: %w", t.name, f, opts.Format, err)
 			}
 		}
 	}

@@ -348,11 +348,24 @@ func TestAnExportOutlivesRetention(t *testing.T) {
 	if !maps.EqualFunc(before, after, func(a, b []byte) bool { return string(a) == string(b) }) {
 		t.Fatalf("the export changed after retention: files before %v, after %v", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 	}
+	// A file of the export gone too (moved to cold storage): still not rewritten with fewer
+	// rows, and the reason says what to do.
+	if err := os.Remove(filepath.Join(dir, "price_candles.csv")); err != nil {
+		t.Fatal(err)
+	}
+	opts.Format = "csv"
+	res, err := export.Run(context.Background(), b.pool, opts)
+	if err != nil || !res.Skipped || !containsAll(res.Kept, "auction_snapshots 0 of 1 rows", "missing or changed", export.ManifestName) {
+		t.Fatalf("after retention, with a file missing: %+v, %v; want the export kept, naming what to do", res, err)
+	}
+	if body, err := os.ReadFile(filepath.Join(dir, "auction_snapshots.csv")); err != nil || string(body) != string(before["auction_snapshots.csv"]) {
+		t.Fatalf("the snapshots file changed (%v)", err)
+	}
 }
 
 // Switching the format rewrites the day in the new format and removes the old format's files
-// (a reader globbing the directory reads each table once); temporary files a killed run left
-// are removed.
+// (a reader globbing the directory reads each table once), also when the switch's first run
+// was killed after removing the manifest; temporary files a killed run left are removed.
 func TestAnExportInTheOtherFormatReplacesTheFiles(t *testing.T) {
 	b := setup(t)
 	dir := t.TempDir()
@@ -367,5 +380,15 @@ func TestAnExportInTheOtherFormatReplacesTheFiles(t *testing.T) {
 	want := []string{"auction_sales.csv", "auction_snapshots.csv", export.ManifestName, "price_candles.csv"}
 	if got := slices.Sorted(maps.Keys(checksums(t, dir))); !slices.Equal(got, want) {
 		t.Fatalf("files after switching to csv: %v, want %v", got, want)
+	}
+	// Back to parquet, the first run killed once the manifest was gone: the next run removes
+	// the csv files although no manifest names them.
+	if err := os.Remove(filepath.Join(dir, export.ManifestName)); err != nil {
+		t.Fatal(err)
+	}
+	b.export(t, dir, "parquet")
+	want = []string{"auction_sales.parquet", "auction_snapshots.parquet", export.ManifestName, "price_candles.parquet"}
+	if got := slices.Sorted(maps.Keys(checksums(t, dir))); !slices.Equal(got, want) {
+		t.Fatalf("files after switching back without a manifest: %v, want %v", got, want)
 	}
 }
