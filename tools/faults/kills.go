@@ -64,11 +64,14 @@ type killRole struct {
 
 var killRoles = []killRole{
 	{"run", killLease + killSlack, killDaemon, false},
-	{"run (probing)", health.TestTimings.ProbeLease + killSlack, killProber, false},
+	{"run (probing)", health.TestTimings.ProbeLease + killSlack, killProber(daemonArgs), false},
+	{"collect-due (probing)", health.TestTimings.ProbeLease + killSlack, killProber(cronCollect), false},
 	{"collect-due", killLease + killSlack, killCollectDue, false},
+	{"collect ITEM_ID", killLease + killSlack, killCollectOne, false},
 	{"relay-outbox", killLease + killSlack, killRelayFollow, false},
 	{"relay-outbox --once", killLease + killSlack, killRelayOnce, false},
 	{"prune (mid-drop)", killSlack, killPrune.run, true},
+	{"partitions (mid-drop)", killSlack, killPartitions.run, true},
 	{"import-items", killSlack, killImport.run, true},
 	{"migrate up", killSlack, killMigrate.run, true},
 	{"recalculate-popularity", killSlack, killRecalculate.run, true},
@@ -342,23 +345,32 @@ func (k *killRun) checkShareTakenOver(ctx context.Context, again *proc, killed t
 	k.h.logf("%s: the dead daemon's budget share taken over %s after the kill", k.label, took.Round(100*time.Millisecond))
 }
 
-// killProber: `collector run` killed while it holds the provider's probe (provider_probe): the
-// provider is DEGRADED and every answer hangs, so the probe's request is in flight. The
-// survivor must take the probe once the dead one's lease has run out, not before, bring the
-// provider back and then collect and publish everything: a daemon started again (even
-// moments), or only collect-due from cron (odd moments: no daemon is left to watch the
-// provider, so the one-shots' own probe must end the pause and RECOVERING). Recovery: kill →
-// the provider out of DEGRADED.
-func killProber(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+// killProber(args): `collector args` killed while it holds the provider's probe
+// (provider_probe): the provider is DEGRADED and every answer hangs, so the probe's request is
+// in flight. The killed holder is a daemon's health monitor (`run`) or a one-shot's gate
+// (`collect-due` beside no daemon). The survivor must take the probe once the dead one's lease
+// has run out, not before, bring the provider back and then collect and publish everything: a
+// daemon started again (even moments), or only collect-due from cron (odd moments: no daemon
+// is left to watch the provider, so the one-shots' own probe must end the pause and
+// RECOVERING). Recovery: kill → the provider out of DEGRADED.
+func killProber(args []string) func(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	return func(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+		return k.killProbing(ctx, args, moment)
+	}
+}
+
+func (k *killRun) killProbing(ctx context.Context, args []string, moment float64) (time.Duration, error) {
+	// Paused a while ago, so the first probe is due at once: a one-shot that finds it not yet
+	// due exits without holding anything.
 	if _, err := k.d.pool.Exec(ctx, `UPDATE provider_status SET status = 'DEGRADED', reason = 'kill matrix: every answer hangs',
-		since = now(), updated_at = now() WHERE provider = 'neople'`); err != nil {
+		since = now() - interval '1 minute', updated_at = now() WHERE provider = 'neople'`); err != nil {
 		return 0, err
 	}
 	if err := k.h.sim.setFaults(ctx, simFaults{Latency: killSimLatency.String(), TimeoutRate: 1}); err != nil {
 		return 0, err
 	}
 	defer func() { _ = k.h.sim.setLatency(context.WithoutCancel(ctx), killSimLatency) }()
-	p, err := k.start(ctx, "k-probe", daemonArgs...)
+	p, err := k.start(ctx, "k-probe", args...)
 	if err != nil {
 		return 0, err
 	}
@@ -377,7 +389,7 @@ func killProber(ctx context.Context, k *killRun, moment float64) (time.Duration,
 		return 0, err
 	}
 	k.heldWork = deadUntil != nil
-	k.h.logf("%s: the dead daemon held the probe until %v", k.label, deadUntil)
+	k.h.logf("%s: the dead %s held the probe until %v", k.label, args[0], deadUntil)
 	if err := k.h.sim.setLatency(ctx, killSimLatency); err != nil {
 		return 0, err
 	}
@@ -464,12 +476,24 @@ func killCollectDue(ctx context.Context, k *killRun, moment float64) (time.Durat
 	if err != nil {
 		return 0, err
 	}
+	return k.cronCollectsTheRest(ctx, "k-collect", killed, nil)
+}
+
+// cronCollectsTheRest: after a collector's kill, collect-due from cron alone (every half second)
+// takes the dead one's item leases once they run out and collects everything; then a relay
+// publishes it. before, when set, runs between reading what the dead one held and the cron job.
+func (k *killRun) cronCollectsTheRest(ctx context.Context, name string, killed time.Time, before func() error) (time.Duration, error) {
 	w, err := k.held(ctx)
 	if err != nil {
 		return 0, err
 	}
 	w.pending = 0 // no relay runs beside the cron job: its events go at the end
-	cron, err := k.cron(ctx, "k-collect-cron", "collect-due", "--concurrency", "8")
+	if before != nil {
+		if err := before(); err != nil {
+			return 0, err
+		}
+	}
+	cron, err := k.cron(ctx, name+"-cron", "collect-due", "--concurrency", "8")
 	if err != nil {
 		return 0, err
 	}
@@ -479,11 +503,49 @@ func killCollectDue(ctx context.Context, k *killRun, moment float64) (time.Durat
 	if err != nil {
 		return took, err
 	}
+	if err := poll(ctx, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
+		n, err := k.d.count(ctx, `SELECT count(*) FROM tracked_items t WHERE NOT synthetic_item(item_id)
+			AND NOT EXISTS (SELECT FROM auction_snapshots s WHERE s.item_id = t.item_id)`)
+		return n == 0, err
+	}); err != nil {
+		return took, fmt.Errorf("collect-due from cron left items uncollected: %w", err)
+	}
 	cron.stop()
-	if err := k.finish(ctx, "k-collect-relay", "relay-outbox", "--once"); err != nil {
+	if err := k.finish(ctx, name+"-relay", "relay-outbox", "--once"); err != nil {
 		return took, err
 	}
 	return took, k.allCollectedAndPublished(ctx, nil)
+}
+
+// killCollectOne: `collect ITEM_ID` (an operator collecting one item now) killed while its
+// call is in flight, the item under its lease; cron's collect-due takes the item once the
+// lease has run out. The item's answer is slow (1 s) until the kill, so the kill meets the
+// lease; then every item is collected and published.
+func killCollectOne(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	if _, err := k.d.pool.Exec(ctx, `DELETE FROM tracked_items WHERE item_id NOT IN (
+		SELECT item_id FROM tracked_items ORDER BY item_id LIMIT $1)`, killItems/3); err != nil {
+		return 0, err
+	}
+	var item string
+	if err := k.d.pool.QueryRow(ctx, `SELECT item_id FROM tracked_items ORDER BY item_id LIMIT 1`).Scan(&item); err != nil {
+		return 0, err
+	}
+	if err := k.h.sim.setLatency(ctx, time.Second); err != nil {
+		return 0, err
+	}
+	p, err := k.start(ctx, "k-collect-one", "collect", item)
+	if err != nil {
+		return 0, err
+	}
+	leased := func() (bool, error) {
+		n, err := k.d.count(ctx, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND lease_expires_at > now()`, item)
+		return n > 0, err
+	}
+	killed, err := k.killAt(ctx, p, leased, 800*time.Millisecond, moment)
+	if err != nil {
+		return 0, err
+	}
+	return k.cronCollectsTheRest(ctx, "k-collect-one", killed, func() error { return k.h.sim.setLatency(ctx, killSimLatency) })
 }
 
 // ballast puts n events of fixture items (seed-…, left out of the snapshot checks) in the

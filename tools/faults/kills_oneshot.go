@@ -112,6 +112,22 @@ var killPrune = oneShot{
 	},
 }
 
+// partitions (as cron runs it where no daemon runs) with retention set, over five months of
+// daily partitions: its drop pass is the daemon's hourly upkeep, killed mid-drop.
+var killPartitions = oneShot{
+	setup: func(ctx context.Context, k *killRun) error {
+		k.salesDropped = true
+		k.env = append(k.env, "COLLECTOR_RETENTION_SNAPSHOTS=96h", "COLLECTOR_RETENTION_SALES=96h")
+		if err := k.d.oldPartitions(ctx, -150, 8); err != nil {
+			return err
+		}
+		return fill(ctx, k)
+	},
+	args:  []string{"partitions"},
+	rerun: [][]string{{"partitions"}, relayOnce},
+	check: killPrune.check,
+}
+
 // import-items resolving the targets through a slow provider.
 var killImport = oneShot{
 	setup: func(ctx context.Context, k *killRun) error {
