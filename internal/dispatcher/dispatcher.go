@@ -29,6 +29,7 @@ import (
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
+	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 // Fetcher is everything the dispatcher asks of the provider's market workload
@@ -252,6 +253,9 @@ type Dispatcher struct {
 	// PackLimit (below 2: every item alone).
 	auctionLimit, soldLimit, packSize int
 	partitions                        *partition.Partitions
+
+	// LeasesLeft hears a batch whose leases stopped being renewed at renewCap (its items).
+	LeasesLeft testsignal.Signal[int]
 }
 
 // New validates the config and the fetcher's limits and builds a dispatcher.

@@ -143,14 +143,27 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 // renewWhileRunning extends the batch's leases every third of a lease while its calls run, so a
 // slow provider never lets a lease lapse under a live worker. Items already written back no
 // longer carry the token and are left alone.
+//
+// It stops after renewCap leases: calls end by their own timeouts well inside that, so a batch
+// still running then is stuck (a wedged process, calls held for a database that does not take
+// writes again) and must not keep its items from every other collector for good. Its leases
+// lapse; another collector's claim takes the items, and this batch's late write-back, if any,
+// is fenced by the token.
 func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []catalog.Claim) {
 	t := time.NewTicker(d.cfg.Lease / 3)
 	defer t.Stop()
+	giveUp := time.NewTimer(renewCap * d.cfg.Lease)
+	defer giveUp.Stop()
 	for {
 		select {
 		case <-done:
 			return
 		case <-ctx.Done():
+			return
+		case <-giveUp.C:
+			d.log.Warn("a batch's calls still run after the leases' renewal cap; its items are left to lapse to other collectors",
+				zap.Int("items", len(claims)), zap.Duration("running", renewCap*d.cfg.Lease), zap.Duration("lease", d.cfg.Lease))
+			d.LeasesLeft.Signal(len(claims))
 			return
 		case <-t.C:
 			_, err := catalog.RenewLeases(ctx, d.pool, claims, d.cfg.Lease)
@@ -164,6 +177,9 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 		}
 	}
 }
+
+// renewCap is how many leases (collect.lease) a batch's calls may keep their items for.
+const renewCap = 3
 
 func (d *Dispatcher) fetchOne(ctx context.Context, c catalog.Claim) result {
 	r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}

@@ -100,6 +100,51 @@ func TestLeasesAreRenewedWhileCallsRun(t *testing.T) {
 	}
 }
 
+// A batch whose calls never end (a wedged process, calls held for a database that does not come
+// back) keeps its items for renewCap leases, not for good: then its leases lapse, another
+// collector takes the item, and the stuck batch's late write-back is fenced.
+func TestAStuckBatchLetsItsLeasesLapse(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var calls atomic.Int64
+	e := setup(t, 1, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" && calls.Add(1) == 1 {
+				<-release
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	t.Cleanup(func() { closeOnce(release) }) // a failed wait must not leave the handler hanging
+	ctx := context.Background()
+	stuck := e.dispatcher(t, Config{Lease: time.Second, Owner: "stuck"}, nil)
+	stuck.LeasesLeft.Init(t)
+	done := make(chan Summary, 1)
+	go func() {
+		s, _ := stuck.RunOnce(ctx)
+		done <- s
+	}()
+	if n := stuck.LeasesLeft.Wait(t); n != 1 {
+		t.Fatalf("leases of %d items left to lapse, want the one claimed", n)
+	}
+	// Nothing renews it now: wait out what is left of its last lease by the database's clock.
+	var owner string
+	if err := e.pool.QueryRow(ctx, `SELECT leased_by, pg_sleep(greatest(0, extract(epoch FROM lease_expires_at - clock_timestamp())))::text
+		FROM tracked_items`).Scan(&owner, new(string)); err != nil {
+		t.Fatal(err)
+	}
+	if owner != "stuck" {
+		t.Fatalf("leased by %q before the takeover, want the stuck batch", owner)
+	}
+	if s, err := e.dispatcher(t, Config{Lease: time.Second, Owner: "taker"}, nil).RunOnce(ctx); err != nil || s.Collected != 1 {
+		t.Fatalf("the other collector: %s %v; want the stuck batch's item collected", s, err)
+	}
+	closeOnce(release)
+	if s := testkit.Recv(t, done, testkit.Timeout, "the stuck RunOnce to return"); s.Collected != 0 || s.Fenced != 1 {
+		t.Fatalf("the stuck batch: %s; want its late write fenced", s)
+	}
+}
+
 func TestPrioritizeTiersClaimsHotFirst(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 6, tiers.Cold, nil)

@@ -203,9 +203,12 @@ var writeBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Sec
 // writeAttempts times: the results were paid for with provider calls, and the database
 // usually comes back within a lease. Past the leases it stops, and the items are collected
 // again by whoever claims them next; a later write would be refused by the token fence anyway
-// once that happened.
+// once that happened. Nor does it renew them past renewCap leases from the claim: a database
+// whose refusals outlast that (a full disk where updates that fit in their page still succeed,
+// so every renewal does) must not keep the items from other collectors for good.
 func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, error) {
 	held := w.leaseEnd(buf)
+	renewUntil := held.Add((renewCap - 1) * w.d.cfg.Lease)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		ws, err := writeBack(actx, w.d.pool, w.d.cfg.History, buf)
@@ -242,6 +245,9 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 			zap.Duration("leases_left_seconds", held.Sub(w.d.clock.now()).Round(time.Second)), zap.Error(err))
 		if !backoff.Sleep(ctx, wait) {
 			return ws, err
+		}
+		if w.d.clock.now().After(renewUntil) {
+			return ws, fmt.Errorf("%w (retried for %d leases (collect.lease): giving the items up)", err, renewCap)
 		}
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		n, rerr := catalog.RenewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)

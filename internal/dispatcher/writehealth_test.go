@@ -93,6 +93,36 @@ func TestWriteBackReportsToWriteHealth(t *testing.T) {
 	}
 }
 
+// A write-back refused for longer than renewCap leases, while its lease renewals still succeed
+// (a full disk: updates that fit in their page do), gives its items up instead of keeping them
+// from every other collector for good: the pass ends, the items are handed back, nothing is
+// stored.
+func TestARefusedWriteBackGivesItsItemsUpAfterTheRenewalCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, 1, tiers.Active, nil)
+	wh, full := storetest.WatchWrites(t, store.CauseDiskFull)
+	storetest.FillDisk(t, e.pool, "auction_snapshots")
+	done := make(chan error, 1)
+	go func() {
+		// A lease longer than the retries' longest back-off: without the cap they would renew it
+		// for good.
+		_, err := e.dispatcher(t, Config{Concurrency: 1, MaxBatches: 1, Lease: writeBackoff.Max + time.Second, WriteHealth: wh, History: everyCollection}, nil).RunOnce(ctx)
+		done <- err
+	}()
+	full.WaitWithin(t, time.Minute)
+	err := testkit.Recv(t, done, 2*time.Minute, "the pass to give up its refused write-back")
+	if store.RefusedCause(err) != store.CauseDiskFull {
+		t.Fatalf("pass error %v: want the refusal", err)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); n != 0 {
+		t.Fatalf("%d items still leased after the pass gave them up", n)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`); n != 0 {
+		t.Fatalf("%d snapshots stored through a full disk", n)
+	}
+}
+
 // Lease renewals while a slow call runs report to the write health: one refused for lack of
 // space marks it refused.
 func TestLeaseRenewalReportsToWriteHealth(t *testing.T) {
