@@ -19,8 +19,10 @@ func newExportCmd(a *app) *cobra.Command {
 		Long: `Writes the history of one UTC day to DIR: auction_snapshots, auction_sales and price_candles
 (the day's hourly candles and its daily one), one file per table, then manifest.json with each
 file's row count, size and sha256, the schema and collector versions, and "complete". A day
-is complete an hour after it ends by the database's clock; a day still in progress is refused
-unless --partial (its manifest then says "complete": false). A re-run skips a complete day
+is complete an hour after it ends by the database's clock; a day still in progress, or one
+that began longer ago than a retention.* age (retention may have deleted some of its rows), is
+refused unless --partial (its manifest then says "complete": false). The counts and the files
+are read in one snapshot of the database. A re-run skips a complete day
 whose manifest still matches the database's row counts, and otherwise writes the same bytes
 again; each file is written under a temporary name and renamed, so nothing half-written ever
 sits under a final name. The daemon exports past days itself when export.enabled is set.
@@ -44,6 +46,7 @@ docs/api.md says how to load a day into DuckDB.`,
 					return err
 				}
 				opts.Version, _, _ = buildInfo()
+				opts.Retention = a.cfg.Retention
 				res, err := export.Run(ctx, pool, opts)
 				if err != nil {
 					return fmt.Errorf("export --day %s --out %s: %w", day, out, err)
@@ -68,6 +71,6 @@ docs/api.md says how to load a day into DuckDB.`,
 	f.StringVar(&day, "day", "", "the UTC day to export, YYYY-MM-DD")
 	f.StringVar(&out, "out", "", "the directory to write the day's files to (made if missing)")
 	f.StringVar(&format, "format", "parquet", "parquet or csv")
-	f.BoolVar(&partial, "partial", false, "export a day still in progress; its manifest says \"complete\": false")
+	f.BoolVar(&partial, "partial", false, "export a day still in progress, or one retention.* may have deleted rows of; its manifest says \"complete\": false")
 	return cmd
 }

@@ -110,7 +110,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 	ver, rev, _ := buildInfo()
 	var exp *export.Config
 	if a.cfg.Export.Enabled {
-		exp = &export.Config{Dir: a.cfg.Export.Dir, Format: a.cfg.Export.Format, Version: ver}
+		exp = &export.Config{Dir: a.cfg.Export.Dir, Format: a.cfg.Export.Format, Version: ver, Retention: a.cfg.Retention}
 	}
 	return daemon.New(pool, client, daemon.Config{
 		Daemon:     a.cfg.Daemon,

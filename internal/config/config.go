@@ -149,7 +149,7 @@ func (c *Config) Validate() error {
 		c.Retention.validate(c.Catalog, c.History),
 		c.History.validate(),
 		c.Console.validate(),
-		c.Export.validate(),
+		c.Export.validate(c.Retention),
 		c.API.validate(),
 	)
 }

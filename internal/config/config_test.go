@@ -101,7 +101,9 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"retention:\n  sales: 1h\n", "retention.sales"},
 		{"retention:\n  candles_hourly: 1m\n", "retention.candles_hourly"},
 		{"retention:\n  candles_daily: 1h\n", "retention.candles_daily"},
-		{"retention:\n  outbox_unpublished: 30m\n", "retention.outbox_unpublished"}, // under 1h
+		{"retention:\n  outbox_unpublished: 30m\n", "retention.outbox_unpublished"},                   // under 1h
+		{"export:\n  enabled: true\nretention:\n  candles_hourly: 24h\n", "retention.candles_hourly"}, // under the exporter's reach
+		{"export:\n  enabled: true\nretention:\n  sales: 96h\n", "at least 193h0m0s while export.enabled"},
 		{"outbox:\n  enabled: maybe\n", "outbox.enabled"},
 		{"outbox:\n  enabled: false\nkafka:\n  brokers: [k:9092]\n", "outbox.enabled"}, // the daemon would run a relay
 		{"api:\n  rate: -1\n", "api.rate"},

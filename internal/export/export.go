@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/store"
@@ -39,19 +41,29 @@ const ManifestName = "manifest.json"
 // ErrInProgress: the day asked for is not over yet (or not settled), and Partial was not set.
 var ErrInProgress = errors.New("day still in progress")
 
+// ErrPastRetention: retention may already have deleted some of the day's rows, and Partial
+// was not set.
+var ErrPastRetention = errors.New("day partly past retention")
+
 // Options says which day to export, where and how.
 type Options struct {
 	Day    time.Time // the UTC day's start (ParseDay)
 	Dir    string
 	Format string // one of Formats
-	// Partial allows a day still in progress; its manifest says "complete": false.
+	// Partial allows a day still in progress, or one retention may have deleted rows of; its
+	// manifest says "complete": false.
 	Partial bool
+	// Retention is what retention.* deletes: a day that began before one of its ages ago may
+	// have lost rows, so its export cannot be complete.
+	Retention config.RetentionConfig
 	// Version is the collector's version, recorded in the manifest.
 	Version string
 	// Settle is how long after the day's end it counts as complete; 0 = SettleDefault.
 	Settle time.Duration
 	// skipEmpty leaves a day without rows unwritten (the daemon's catch-up).
 	skipEmpty bool
+	// afterCount, when set, runs once the day's rows are counted (tests).
+	afterCount func()
 }
 
 // Result says what Run did.
@@ -108,15 +120,28 @@ type DB interface {
 	history.Reader
 }
 
-// Run exports one day. It refuses a day in progress unless opts.Partial, skips a day whose
-// complete manifest matches the database's counts, and otherwise (re)writes every file.
-func Run(ctx context.Context, db DB, opts Options) (Result, error) {
-	res := Result{Day: opts.Day.Format(time.DateOnly)}
+// Run exports one day. It refuses a day in progress or partly past retention unless
+// opts.Partial, skips a day whose complete manifest matches the database's counts, and
+// otherwise (re)writes every file. Given a pool or a connection, it reads the counts and
+// every table in one REPEATABLE READ snapshot, so a write or a retention drop during the
+// export cannot make the files disagree with the manifest's counts.
+func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
+	res = Result{Day: opts.Day.Format(time.DateOnly)}
 	if err := CheckFormat(opts.Format); err != nil {
 		return res, fmt.Errorf("format %w", err)
 	}
 	if opts.Settle == 0 {
 		opts.Settle = SettleDefault
+	}
+	if b, ok := db.(interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	}); ok {
+		tx, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return res, fmt.Errorf("begin the export's snapshot: %w", err)
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // read-only: nothing to commit
+		db = tx
 	}
 	var now time.Time
 	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
@@ -124,18 +149,18 @@ func Run(ctx context.Context, db DB, opts Options) (Result, error) {
 	}
 	complete := !now.Before(opts.Day.AddDate(0, 0, 1).Add(opts.Settle))
 	if !complete && !opts.Partial {
-		return res, fmt.Errorf("%s: %w until %s (the database's clock says %s); --partial exports it anyway",
-			res.Day, ErrInProgress, opts.Day.AddDate(0, 0, 1).Add(opts.Settle).Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		return res, fmt.Errorf("%w until %s (the database's clock says %s); --partial exports it anyway",
+			ErrInProgress, opts.Day.AddDate(0, 0, 1).Add(opts.Settle).Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
 	counts, err := history.CountDay(ctx, db, opts.Day)
 	if err != nil {
 		return res, err
 	}
+	if opts.afterCount != nil {
+		opts.afterCount()
+	}
 	if opts.skipEmpty && counts == (history.DayCounts{}) {
 		return res, nil
-	}
-	if err := writable(opts.Dir); err != nil {
-		return res, err
 	}
 	if old, ok := readManifest(opts.Dir); ok && complete && old.Complete {
 		whole := intact(opts.Dir, old)
@@ -152,6 +177,17 @@ func Run(ctx context.Context, db DB, opts Options) (Result, error) {
 			return res, nil
 		}
 	}
+	if past := pastRetention(now, opts.Day, opts.Retention); past != "" {
+		if !opts.Partial {
+			return res, fmt.Errorf("%w: %s, so the database may no longer hold all of the day's rows; --partial writes what is left, marked \"complete\": false",
+				ErrPastRetention, past)
+		}
+		complete = false
+	}
+	// Only a day to write needs a writable directory: one kept as it is does not.
+	if err := writable(opts.Dir); err != nil {
+		return res, err
+	}
 	// The old manifest goes first: until the new one is written, the day is not complete.
 	if err := os.Remove(filepath.Join(opts.Dir, ManifestName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return res, fmt.Errorf("remove the old manifest: %w", err)
@@ -167,6 +203,9 @@ func Run(ctx context.Context, db DB, opts Options) (Result, error) {
 		f, err := writeTable(ctx, db, opts, t)
 		if err != nil {
 			return res, err
+		}
+		if want := dayCount(counts, t.name); f.Rows != want {
+			return res, fmt.Errorf("%s: wrote %d rows, the day holds %d: the manifest is not written", f.File, f.Rows, want)
 		}
 		m.Tables = append(m.Tables, f)
 	}
@@ -267,6 +306,25 @@ func lostRows(m Manifest, c history.DayCounts) string {
 		return ""
 	}
 	return fmt.Sprintf("the database now holds %s (retention dropped the rest); the export keeps them and is not rewritten", strings.Join(lost, ", "))
+}
+
+// pastRetention names the retention ages by which rows of day may already be deleted: those
+// that reach back past its start (snapshot and sales partitions go whole, so it may say so
+// a little early for them; candles go row by row).
+func pastRetention(now, day time.Time, r config.RetentionConfig) string {
+	var past []string
+	for _, a := range []struct {
+		key string
+		age time.Duration
+	}{
+		{"retention.snapshots", r.Snapshots}, {"retention.sales", r.Sales},
+		{"retention.candles_hourly", r.CandlesHourly}, {"retention.candles_daily", r.CandlesDaily},
+	} {
+		if a.age > 0 && day.Before(now.Add(-a.age)) {
+			past = append(past, fmt.Sprintf("%s (%s) deletes what is older than %s", a.key, a.age, now.Add(-a.age).UTC().Format(time.RFC3339)))
+		}
+	}
+	return strings.Join(past, ", ")
 }
 
 // removeTemps deletes the temporary files an interrupted export left; a day is written by one

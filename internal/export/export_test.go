@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/export"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/history/partition"
@@ -237,6 +238,109 @@ func TestExportRefusesADayInProgress(t *testing.T) {
 	}
 	if res, err := export.Run(context.Background(), b.pool, export.Options{Day: b.today, Dir: dir, Format: "parquet", Partial: true}); err != nil || res.Skipped {
 		t.Fatalf("a partial day was skipped on a re-run (%v)", err)
+	}
+}
+
+// A day that began longer ago than a retention age may have lost rows to retention: its export
+// is refused, naming the key, before anything is written; --partial writes what is left,
+// marked incomplete. With every age 0 (keep) or shorter than the day's age, it is complete.
+func TestExportRefusesADayPastRetention(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	dayBefore := b.yesterday.AddDate(0, 0, -1) // began 48h to 72h ago
+	opts := export.Options{Day: dayBefore, Dir: dir, Format: "csv", Settle: settleAtOnce,
+		Retention: config.RetentionConfig{Snapshots: 30 * 24 * time.Hour, CandlesHourly: 48 * time.Hour}}
+	_, err := export.Run(context.Background(), b.pool, opts)
+	if !errors.Is(err, export.ErrPastRetention) || !containsAll(err.Error(), "retention.candles_hourly (48h0m0s)", "--partial") ||
+		strings.Contains(err.Error(), "retention.snapshots") {
+		t.Fatalf("exporting a day past retention.candles_hourly: %v; want a refusal naming that key alone and --partial", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a refused export wrote %d files", len(entries))
+	}
+	opts.Partial = true
+	res, err := export.Run(context.Background(), b.pool, opts)
+	if err != nil || res.Manifest.Complete || len(res.Manifest.Tables) != 3 {
+		t.Fatalf("a partial export of a day past retention: %+v, %v; want it written, complete false", res.Manifest, err)
+	}
+	opts.Partial, opts.Retention.CandlesHourly = false, 0
+	if res, err := export.Run(context.Background(), b.pool, opts); err != nil || !res.Manifest.Complete {
+		t.Fatalf("with the hourly candles kept: %+v, %v; want the day complete", res.Manifest, err)
+	}
+}
+
+// The counts and every file come from one snapshot of the database: rows of the day committed
+// while the export runs are in neither, so each file holds the rows its manifest counts; the
+// next run finds the counts changed and writes the day again with them.
+func TestAnExportReadsOneSnapshotOfTheDay(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	late := func() {
+		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := history.InsertSaleRows(ctx, tx, history.SaleRows{ItemIDs: []string{"b"}, At: []time.Time{b.yesterday.Add(15 * time.Hour)},
+				Seq: []int32{0}, Qty: []int64{1}, Unit: []int64{70}, Total: []int64{70}})
+			return err
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	opts := export.Options{Day: b.yesterday, Dir: dir, Format: "csv", Version: "test", Settle: settleAtOnce}
+	res, err := export.Run(ctx, b.pool, export.AfterCount(opts, late))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := func(file string) int64 {
+		body, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int64(strings.Count(string(body), "\n")) - 1 // the header
+	}
+	for _, f := range res.Manifest.Tables {
+		if got := lines(f.File); got != f.Rows {
+			t.Errorf("%s holds %d rows, its manifest says %d", f.File, got, f.Rows)
+		}
+	}
+	if sales := res.Manifest.Tables[1]; sales.Table != "auction_sales" || sales.Rows != 3 {
+		t.Fatalf("sales in the export: %+v; want the 3 committed before it began", sales)
+	}
+	again, err := export.Run(ctx, b.pool, opts)
+	if err != nil || again.Skipped || again.Manifest.Tables[1].Rows != 4 || lines("auction_sales.csv") != 4 {
+		t.Fatalf("the next run: %+v, %v; want the day written again with the late sale", again.Manifest, err)
+	}
+}
+
+// One day the exporter cannot write does not hold back the others: the turn exports the days
+// after it and returns the failing day's error, naming it.
+func TestExporterGoesOnPastAFailingDay(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	dayBefore := b.yesterday.AddDate(0, 0, -1)
+	// A file where the oldest day's directory goes.
+	if err := os.WriteFile(filepath.Join(dir, dayBefore.AddDate(0, 0, -1).Format(time.DateOnly)), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
+		_, err := history.InsertSaleRows(context.Background(), tx, history.SaleRows{ItemIDs: []string{"a"},
+			At: []time.Time{dayBefore.Add(-time.Hour)}, Seq: []int32{0}, Qty: []int64{1}, Unit: []int64{5}, Total: []int64{5}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := export.NewExporter(b.pool, export.Config{Dir: dir, Format: "csv", Version: "test", Settle: settleAtOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := e.RunOnce(context.Background())
+	oldest := dayBefore.AddDate(0, 0, -1).Format(time.DateOnly)
+	if err == nil || !containsAll(err.Error(), oldest, "out directory") {
+		t.Fatalf("turn error %v; want the oldest day's, naming it", err)
+	}
+	want := []string{dayBefore.Format(time.DateOnly), b.yesterday.Format(time.DateOnly)}
+	if !slices.Equal(turn.Exported, want) {
+		t.Fatalf("exported %v past the failing day, want %v", turn.Exported, want)
 	}
 }
 

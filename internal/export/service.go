@@ -3,9 +3,12 @@ package export
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/config"
 )
 
 // Sizes and pacing of the daemon's exporter no operator needs to turn; tests set Config's
@@ -13,7 +16,7 @@ import (
 const (
 	// CatchUpDaysDefault is how many past days a turn looks at: a daemon down over a few
 	// midnights exports what it missed, and no more (`collector export` does older days).
-	CatchUpDaysDefault = 7
+	CatchUpDaysDefault = config.ExportCatchUpDays
 	// IntervalDefault is the pause between the daemon's turns.
 	IntervalDefault = 10 * time.Minute
 )
@@ -33,6 +36,9 @@ type Config struct {
 	Interval time.Duration
 	// Settle is how long after its end a day is complete; 0 = SettleDefault.
 	Settle time.Duration
+	// Retention is retention.*: configuration validation keeps its ages beyond the days a
+	// turn looks at (config.ExportReach), and Run refuses a day they reach into.
+	Retention config.RetentionConfig
 }
 
 // WithDefaults fills the zero sizes.
@@ -81,7 +87,8 @@ func NewExporter(db DB, cfg Config) (*Exporter, error) {
 }
 
 // RunOnce exports the missed days of one turn. Days without rows (before the collector ran)
-// are left alone.
+// are left alone. A day that fails does not hold back the days after it: the turn goes on and
+// returns every day's error.
 func (e *Exporter) RunOnce(ctx context.Context) (Turn, error) {
 	t, err := e.runOnce(ctx)
 	e.OnTurn(t, err)
@@ -95,20 +102,21 @@ func (e *Exporter) runOnce(ctx context.Context) (Turn, error) {
 		return t, fmt.Errorf("read the database clock: %w", err)
 	}
 	today = today.UTC()
-	for i := e.cfg.CatchUpDays; i >= 1; i-- {
+	var errs []error
+	for i := e.cfg.CatchUpDays; i >= 1 && ctx.Err() == nil; i-- {
 		day := today.AddDate(0, 0, -i)
 		res, err := Run(ctx, e.db, Options{Day: day, Dir: filepath.Join(e.cfg.Dir, day.Format(time.DateOnly)),
-			Format: e.cfg.Format, Version: e.cfg.Version, Settle: e.cfg.Settle, skipEmpty: true})
+			Format: e.cfg.Format, Version: e.cfg.Version, Settle: e.cfg.Settle, Retention: e.cfg.Retention, skipEmpty: true})
 		switch {
 		case err != nil:
-			return t, err
+			errs = append(errs, fmt.Errorf("export of %s: %w", res.Day, err))
 		case res.Skipped:
 			t.Skipped = append(t.Skipped, res.Day)
 		case res.Manifest.Day != "":
 			t.Exported = append(t.Exported, res.Day)
 		}
 	}
-	return t, nil
+	return t, errors.Join(errs...)
 }
 
 // Start runs a turn at once and every Interval after, until ctx ends.
