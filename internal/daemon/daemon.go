@@ -86,6 +86,9 @@ type Config struct {
 	Export *export.Config
 	// Relay, when set, runs the outbox relay in follow mode (kafka.brokers configured).
 	Relay *outbox.RelayConfig
+	// RelayRestart: a relay stopped on an error retrying cannot fix is run again this long
+	// after; 0 = RelayRestartDefault.
+	RelayRestart time.Duration
 	// Market is the market key's budget for the whole cluster (provider.market.*).
 	Market config.WorkloadLimits
 	// KeyLabel identifies the market key in collector_instances (budget.KeyLabel).
@@ -117,6 +120,7 @@ const (
 	GaugeIntervalDefault = 15 * time.Second
 	KeyRecheckDefault    = 5 * time.Minute
 	ClaimHorizonDefault  = 250 * time.Millisecond
+	RelayRestartDefault  = time.Minute
 )
 
 // withDefaults fills the zero timings.
@@ -125,6 +129,7 @@ func (c Config) withDefaults() Config {
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
 	c.KeyRecheck = cmp.Or(c.KeyRecheck, KeyRecheckDefault)
 	c.ClaimHorizon = cmp.Or(c.ClaimHorizon, ClaimHorizonDefault)
+	c.RelayRestart = cmp.Or(c.RelayRestart, RelayRestartDefault)
 	c.PartitionInterval = cmp.Or(c.PartitionInterval, partition.KeepIntervalDefault)
 	return c
 }
@@ -321,6 +326,13 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 			}
 		}
 		rc.OnError = func(reason string) { d.metrics.RelayErrors.WithLabelValues(reason).Inc() }
+		rc.OnHealth = func(up bool) {
+			if up {
+				d.metrics.RelayUp.Set(1)
+			} else {
+				d.metrics.RelayUp.Set(0)
+			}
+		}
 		rc.WriteHealth = d.writes
 		if d.relay, err = outbox.NewRelay(pool, rc, log); err != nil {
 			return nil, err
@@ -409,9 +421,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		relayDone = make(chan struct{})
 		go func() {
 			defer close(relayDone)
-			if err := d.relay.Run(ctx); err != nil {
-				d.metrics.RelayUp.Set(0) // the relay logged why; /readyz says it too
-			}
+			d.runRelay(ctx)
 		}()
 	}
 	d.log.Info("collector running", zap.String("owner", d.cfg.Dispatch.Owner), zap.String("http", d.Addr()),

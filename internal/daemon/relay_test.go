@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/duecollector/duecollector/internal/config"
@@ -81,10 +82,12 @@ func TestNotificationWakesEarly(t *testing.T) {
 	waitCollected(t, cfg, e.pool, 1)
 }
 
-// A relay that stops for good (here: its topic does not exist and it may not create it) makes
-// /readyz fail with the reason within its first pass, sets collector_relay_up to 0, counts the
-// error by reason, and `collector status` reads the stop from the database.
-func TestStoppedRelayFailsReadiness(t *testing.T) {
+// A relay that stops on an error retrying cannot fix (here: its topic does not exist and it may
+// not create it) makes /readyz fail with the reason within its first pass, sets
+// collector_relay_up to 0, counts the error by reason, and `collector status` reads the stop
+// from the database. Once the topic exists (an operator or a job created it), the daemon's next
+// run of the relay publishes, and readiness, the metric and the stop notes are clear again.
+func TestStoppedRelayFailsReadinessUntilItRunsAgain(t *testing.T) {
 	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "some.other.topic"))
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +97,9 @@ func TestStoppedRelayFailsReadiness(t *testing.T) {
 	cfg := testConfig()
 	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
 	cfg.Relay = relayConfig(broker.ListenAddrs(), "not.there")
+	cfg.RelayRestart = 100 * time.Millisecond
+	cfg.signals.passed.Init(t)
+	e.track(t, 0, 1, tiers.Cold, -time.Second)
 	r := e.start(t, cfg, nil)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + r.d.Addr() + path)
@@ -119,8 +125,31 @@ func TestStoppedRelayFailsReadiness(t *testing.T) {
 			strings.Contains(metrics, `collector_relay_publish_errors_total{reason="topic"} 1`)
 	})
 	st, err := Status(context.Background(), e.pool, "neople")
-	if err != nil || len(st.Relay.Stops) != 1 || !strings.Contains(st.Relay.Stops[0].Reason, "not.there") {
+	if err != nil || len(st.Relay.Stops) == 0 || !strings.Contains(st.Relay.Stops[0].Reason, "not.there") {
 		t.Fatalf("status relay %+v %v, want the stop with its reason", st.Relay, err)
+	}
+
+	conn, err := kafka.Dial("tcp", broker.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.CreateTopics(kafka.TopicConfig{Topic: "not.there", NumPartitions: 1, ReplicationFactor: 1}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "/readyz ready once the topic exists", func() bool {
+		code, _ := get("/readyz")
+		return code == http.StatusOK
+	})
+	waitCollected(t, cfg, e.pool, 1) // its event waited in the outbox while the relay was stopped
+	testkit.Eventually(t, 30*time.Second, "the collected item's event published", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM outbox_pending`) == 0
+	})
+	if _, metrics := get("/metrics"); !strings.Contains(metrics, "collector_relay_up 1") {
+		t.Fatal("collector_relay_up is not 1 once the relay publishes again")
+	}
+	if st, err := Status(context.Background(), e.pool, "neople"); err != nil || len(st.Relay.Stops) != 0 {
+		t.Fatalf("status relay %+v %v once it publishes again, want no stops", st.Relay, err)
 	}
 }
 

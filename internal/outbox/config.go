@@ -19,6 +19,9 @@ type RelayConfig struct {
 	Dial        kafkaconn.Dial       // opens broker connections (a proxy, the benchmarks' network distance)
 	OnPublished func(ages []float64) // per batch, each published row's age at its mark (database clock)
 	OnError     func(reason string)  // each failed attempt's reason (classify) and "rejected"
+	// OnHealth hears the relay stop on an error retrying cannot fix (false) and, run again,
+	// get past the topic check (true): what Health says from then on.
+	OnHealth func(up bool)
 	// WriteHealth, when set, hears the database's refusals of the relay's reads and writes
 	// (leases and marks), so a relay alone on a daemon also tells /readyz.
 	WriteHealth *store.WriteHealth
@@ -57,6 +60,9 @@ func (c *RelayConfig) check() error {
 	}
 	if c.OnError == nil {
 		c.OnError = func(string) {}
+	}
+	if c.OnHealth == nil {
+		c.OnHealth = func(bool) {}
 	}
 	if c.RetryAttempts < 0 || c.RetryBackoffMin < 0 {
 		return fmt.Errorf("outbox relay: retry attempts %d and back-off %s must be >= 0", c.RetryAttempts, c.RetryBackoffMin)

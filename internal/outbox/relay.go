@@ -217,7 +217,7 @@ func (r *Relay) handBack(ctx context.Context, s *schedule, failingFor time.Durat
 	r.cfg.Test.HandedBack.Signal(lanes)
 }
 
-// checkTopic: a relay that gets past it works, so it clears the stop notes.
+// checkTopic: a relay that gets past it works, so it clears its stop and the stop notes.
 func (r *Relay) checkTopic(ctx context.Context) error {
 	created, err := kafkaconn.EnsureTopic(ctx, r.cfg.KafkaConfig, r.transport)
 	switch {
@@ -229,6 +229,10 @@ func (r *Relay) checkTopic(ctx context.Context) error {
 		r.log.Info("created kafka topic")
 	}
 	r.topicOK = true
+	if r.stopped.Swap(nil) != nil {
+		r.log.Info("outbox relay publishing again")
+		r.cfg.OnHealth(true)
+	}
 	if err := clearStops(ctx, r.pool); err != nil {
 		r.log.Warn("could not clear the outbox relay stop notes", zap.Error(err))
 	}
@@ -247,12 +251,14 @@ func (r *Relay) failed(ctx context.Context, err error) error {
 		return nil
 	}
 	r.stopped.Store(new(err.Error()))
+	r.topicOK = false // a Run after this one checks again, and clears the stop once past it
 	r.log.Error("outbox relay stopped; the outbox grows until a relay runs again", zap.Error(err))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := recordStop(ctx, r.pool, r.cfg.Owner, err.Error()); err != nil {
 		r.log.Warn("could not note the relay's stop in outbox_relay_stops", zap.Error(err))
 	}
+	r.cfg.OnHealth(false) // once noted: what reads the metric finds the note
 	return err
 }
 
