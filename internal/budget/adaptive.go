@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,6 +43,26 @@ func ReadLearnedShare(ctx context.Context, pool *pgxpool.Pool, cfg Config) (floa
 	return learnedShare(learned, cfg.ceiling()), nil
 }
 
+// sharedNow is the time the key's shared row (budget_rates) is stamped and compared with: the
+// database's, which every process shares. A process whose clock runs ahead would otherwise
+// stamp the row in the others' future, and they could neither raise the rate nor cut it until
+// their clocks caught up, long after that process was fixed or gone. A test's clock that
+// moves by itself stands in for it ($10, stamp).
+const sharedNow = `coalesce($10::timestamptz, now())`
+
+// sharedClock is a Clock that also stands in for the database's in the shared row's statements:
+// a test's clock, which moves only when the test says so.
+type sharedClock interface{ sharesRowTime() }
+
+// stamp is $10 of the shared row's statements: nil (the database's clock) unless the clock is
+// a sharedClock.
+func (s *Share) stamp(now time.Time) any {
+	if _, ok := s.clock.(sharedClock); ok {
+		return now
+	}
+	return nil
+}
+
 func learnedShare(rate, ceiling float64) float64 {
 	if !(ceiling > 0) {
 		return 1
@@ -63,16 +84,16 @@ func (s *Share) cut(ctx context.Context, reason string) {
 	// A slow start's ramp is cut deeper (SlowStartCut), once: the answer ends it. Without a
 	// row yet (no heartbeat has written one) the process's own rate stands for the cluster's.
 	var rate, from float64
-	err := s.pool.QueryRow(context.WithoutCancel(ctx), `
+	err := s.pool.QueryRow(context.WithoutCancel(ctx), strings.ReplaceAll(`
 		INSERT INTO budget_rates AS b (key_label, rate, cut_from, cut_at, changed_at, reason)
-		VALUES ($1, greatest($3::float8, $7::float8 * CASE WHEN $8::bool THEN $9::float8 ELSE $4::float8 END), $7, $10, $10, $5)
+		VALUES ($1, greatest($3::float8, $7::float8 * CASE WHEN $8::bool THEN $9::float8 ELSE $4::float8 END), $7, $NOW, $NOW, $5)
 		ON CONFLICT (key_label) DO UPDATE
 		SET rate = greatest($3::float8, least(b.rate, $2::float8) * CASE WHEN b.slow_start THEN $9::float8 ELSE $4::float8 END),
-		    cut_from = least(b.rate, $2::float8), cut_at = $10, changed_at = $10, reason = $5, slow_start = false
-		WHERE b.cut_at IS NULL OR b.cut_at <= $10::timestamptz - $6 * interval '1 millisecond'
-		RETURNING rate, cut_from`,
+		    cut_from = least(b.rate, $2::float8), cut_at = $NOW, changed_at = $NOW, reason = $5, slow_start = false
+		WHERE b.cut_at IS NULL OR b.cut_at <= $NOW - $6 * interval '1 millisecond'
+		RETURNING rate, cut_from`, "$NOW", sharedNow),
 		s.cfg.KeyLabel, s.total(), s.cfg.MinRate, s.cfg.Decrease, reason, s.hold().Milliseconds(),
-		local, slow, SlowStartCut, now).Scan(&rate, &from)
+		local, slow, SlowStartCut, s.stamp(now)).Scan(&rate, &from)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return // another process cut within the hold; our heartbeat brings its rate
 	}
@@ -133,15 +154,15 @@ func (s *Share) probe(ctx context.Context, now time.Time, held, busy bool) (floa
 	var rate float64
 	var slow bool
 	const (
-		grown  = `b.rate * power(2::float8, least(extract(epoch FROM $10::timestamptz - b.changed_at)::float8, $9::float8))`
-		ssStep = `(b.slow_start AND $6::bool AND $8::bool AND b.changed_at <= $10::timestamptz - $4::float8 * interval '0.5 millisecond')`
+		grown  = `b.rate * power(2::float8, least(extract(epoch FROM $NOW - b.changed_at)::float8, $9::float8))`
+		ssStep = `(b.slow_start AND $6::bool AND $8::bool AND b.changed_at <= $NOW - $4::float8 * interval '0.5 millisecond')`
 		// Recovery (TCP's slow start up to ssthresh): below half the rate the last cut started
 		// from, which only SlowStartCut leaves, the rate doubles back to that half.
-		rcStep = `(NOT b.slow_start AND $3::bool AND b.rate < 0.5 * b.cut_from AND b.changed_at <= $10::timestamptz - $4::float8 * interval '0.5 millisecond')`
-		aiStep = `(NOT b.slow_start AND $3::bool AND b.changed_at <= $10::timestamptz - $4::float8 * interval '1 millisecond')`
+		rcStep = `(NOT b.slow_start AND $3::bool AND b.rate < 0.5 * b.cut_from AND b.changed_at <= $NOW - $4::float8 * interval '0.5 millisecond')`
+		aiStep = `(NOT b.slow_start AND $3::bool AND b.changed_at <= $NOW - $4::float8 * interval '1 millisecond')`
 	)
-	err := s.pool.QueryRow(ctx, `
-		INSERT INTO budget_rates AS b (key_label, rate, slow_start, changed_at) VALUES ($1, CASE WHEN $6::bool THEN least($2::float8, $7::float8) ELSE $2::float8 END, $6::bool AND $7::float8 < $2::float8, $10)
+	err := s.pool.QueryRow(ctx, strings.ReplaceAll(`
+		INSERT INTO budget_rates AS b (key_label, rate, slow_start, changed_at) VALUES ($1, CASE WHEN $6::bool THEN least($2::float8, $7::float8) ELSE $2::float8 END, $6::bool AND $7::float8 < $2::float8, $NOW)
 		ON CONFLICT (key_label) DO UPDATE
 		SET rate = CASE WHEN b.slow_start AND NOT $6::bool THEN $2::float8
 		                WHEN `+ssStep+` THEN least($2::float8, `+grown+`)
@@ -149,10 +170,10 @@ func (s *Share) probe(ctx context.Context, now time.Time, held, busy bool) (floa
 		                WHEN `+aiStep+` THEN least($2::float8, b.rate + $5::float8 * coalesce(b.cut_from, $2::float8))
 		                ELSE least($2::float8, b.rate) END,
 		    slow_start = b.slow_start AND $6::bool AND CASE WHEN `+ssStep+` THEN `+grown+` < $2::float8 ELSE b.rate < $2::float8 END,
-		    changed_at = CASE WHEN `+ssStep+` OR `+rcStep+` OR `+aiStep+` THEN $10 ELSE b.changed_at END
-		RETURNING rate, slow_start`,
+		    changed_at = CASE WHEN `+ssStep+` OR `+rcStep+` OR `+aiStep+` THEN $NOW ELSE b.changed_at END
+		RETURNING rate, slow_start`, "$NOW", sharedNow),
 		s.cfg.KeyLabel, s.total(), held, s.cfg.Heartbeat.Milliseconds(), s.cfg.Increase*s.cfg.Heartbeat.Seconds(),
-		ss, s.startRate(), busy, growCap, now).Scan(&rate, &slow)
+		ss, s.startRate(), busy, growCap, s.stamp(now)).Scan(&rate, &slow)
 	if err != nil {
 		return 0, false, fmt.Errorf("budget rate for %s: %w", s.cfg.KeyLabel, err)
 	}

@@ -105,3 +105,59 @@ func TestOneCutPerHoldForTheWholeCluster(t *testing.T) {
 		t.Fatal("a Retry-After must still be honoured")
 	}
 }
+
+// aheadClock is a host's wall clock an hour fast.
+type aheadClock struct{}
+
+func (aheadClock) Now() time.Time                         { return time.Now().Add(time.Hour) }
+func (aheadClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// A process whose clock runs an hour fast stamps the key's shared rate with the database's
+// time, not its own: a stamp in the others' future would keep every other process from
+// raising the rate (stuck in slow start) or cutting it for that hour, even after it died.
+func TestASkewedClockDoesNotStampTheSharedRateInTheFuture(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	cfg := adaptive("skewed", 100)
+	cfg.KeyLabel, cfg.Clock, cfg.SlowStart, cfg.SlowStartShare = c.label, aheadClock{}, true, SlowStartShareDefault
+	s, err := New(c.pool, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	future := func(what string) {
+		t.Helper()
+		var ahead bool
+		if err := c.pool.QueryRow(ctx, `SELECT changed_at > now() + interval '1 minute' OR coalesce(cut_at > now() + interval '1 minute', false)
+			FROM budget_rates WHERE key_label = $1`, c.label).Scan(&ahead); err != nil {
+			t.Fatal(err)
+		}
+		if ahead {
+			t.Fatalf("after the skewed process's %s the shared rate is stamped in the future", what)
+		}
+	}
+	if _, _, err := s.probe(ctx, s.clock.Now(), true, true); err != nil {
+		t.Fatal(err)
+	}
+	future("first heartbeat")
+	s.cut(ctx, "test")
+	future("cut")
+	// Another process on the database's time takes the next step: the slow start's cut leaves a
+	// recovery it may ramp once a heartbeat has passed by the database's clock.
+	var before float64
+	if err := c.pool.QueryRow(ctx, `SELECT rate FROM budget_rates WHERE key_label = $1`, c.label).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.pool.Exec(ctx, `SELECT pg_sleep($1::float8)`, cfg.Heartbeat.Seconds()); err != nil {
+		t.Fatal(err)
+	}
+	other := adaptive("other", 100)
+	other.KeyLabel = c.label
+	o, err := New(c.pool, other, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate, _, err := o.probe(ctx, o.clock.Now(), true, true)
+	if err != nil || rate <= before {
+		t.Fatalf("the other process's step: rate %v (was %v), %v; want it raised", rate, before, err)
+	}
+}

@@ -26,6 +26,10 @@ func newFakeClock() *fakeClock {
 	return &fakeClock{now: time.Now().Truncate(time.Second), waiting: make(chan struct{}, 64)}
 }
 
+// sharesRowTime: the shared row's statements run on the test's time, so rate steps and cuts
+// follow it (sharedClock).
+func (*fakeClock) sharesRowTime() {}
+
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
