@@ -168,6 +168,12 @@ type Daemon struct {
 		spell    bool
 		ok, need int
 		ended    time.Time
+		// blind: since when the probe has failed for another reason than a refusal (zero:
+		// it ran). blindFor ends the lack after that long anyway; the probe and its wait are
+		// fields so tests can make them fail and shorten it.
+		blind    time.Time
+		blindFor time.Duration
+		probe    func(ctx context.Context) error
 	}
 
 	collect *collectService

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -72,9 +73,11 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 	d.writes.ObserveProbe(cause, detail)
 }
 
-// probeSpace runs store.ProbeSpace. A failure that is no refusal (the role may not create a
-// table) leaves the state as it is, said once per spell: writes then resume only after the
-// operator sees why.
+// probeSpace runs store.ProbeSpace. A failure that is no refusal (the role may neither create
+// a table nor a temporary one) leaves the state as it is, said once per spell, for up to
+// spaceBlindFor: then the lack ends anyway (a warning says so), since nothing else would end
+// it and collection would stay held for good; if it still stands, the next write refused for
+// it starts a new spell.
 //
 // It ends the lack after spaceQuiet successes in a row, and after twice as many (up to
 // spaceQuietMax) each time the lack came back within spaceRelapse of ending: a disk with a
@@ -88,8 +91,13 @@ func (d *Daemon) probeSpace(ctx context.Context) {
 			d.space.need = spaceQuiet
 		}
 	}
-	err := store.ProbeSpace(ctx, d.pool, store.SpaceMargin)
+	probe := d.space.probe
+	if probe == nil {
+		probe = func(ctx context.Context) error { return store.ProbeSpace(ctx, d.pool, store.SpaceMargin) }
+	}
+	err := probe(ctx)
 	if err == nil {
+		d.space.blind = time.Time{}
 		if d.space.ok++; d.space.ok >= d.space.need {
 			d.space.spell, d.space.ended = false, time.Now()
 			d.writes.ObserveSpace(nil)
@@ -99,21 +107,33 @@ func (d *Daemon) probeSpace(ctx context.Context) {
 	d.space.ok = 0
 	d.writes.ObserveSpace(err)
 	if store.RefusedCause(err) != "" || ctx.Err() != nil {
-		d.spaceProbeWarned = false
+		d.spaceProbeWarned, d.space.blind = false, time.Time{}
 		return
+	}
+	blindFor := cmp.Or(d.space.blindFor, spaceBlindFor)
+	if d.space.blind.IsZero() {
+		d.space.blind = time.Now()
 	}
 	if !d.spaceProbeWarned {
 		d.spaceProbeWarned = true
-		d.log.Error("the space probe failed for another reason than a lack of space; the database counts as refusing writes until it succeeds",
+		d.log.Error("the space probe failed for another reason than a lack of space; the database counts as refusing writes until it succeeds, or for "+blindFor.String()+" at most",
 			zap.Error(err))
+	}
+	if time.Since(d.space.blind) >= blindFor {
+		d.log.Warn("the space probe could not run for "+blindFor.String()+"; ending the lack of space unproven: writes resume, and a write refused for it again starts a new spell",
+			zap.Error(err))
+		d.space.spell, d.space.ended, d.space.blind, d.spaceProbeWarned = false, time.Now(), time.Time{}, false
+		d.writes.ObserveSpace(nil)
 	}
 }
 
-// The space probe's hysteresis (probeSpace).
+// The space probe's hysteresis (probeSpace), and how long a probe that cannot run holds the
+// lack.
 const (
 	spaceQuiet    = 3
 	spaceQuietMax = 60
 	spaceRelapse  = 10 * time.Minute
+	spaceBlindFor = 10 * time.Minute
 )
 
 // writeReports is how a maintenance loop tells the write health that the database refused

@@ -168,3 +168,29 @@ func TestFullDiskIsOneStateUntilTheSpaceProbeWrites(t *testing.T) {
 		t.Fatalf("logged %d starts and %d ends of the refusal, want 1 and 1", refused, back)
 	}
 }
+
+// A lack of resources the space probe cannot disprove because it cannot run (the role may
+// create neither a table nor a temporary one) holds collection for spaceBlindFor, not for good:
+// then it ends unproven, with a warning, and a write refused again would start it anew.
+func TestASpaceProbeThatCannotRunEndsTheLackAfterAWhile(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	core, logs := zapobserver.New(zapcore.WarnLevel)
+	d := e.build(t, testConfig(), zap.New(core))
+	d.space.probe = func(context.Context) error {
+		return &pgconn.PgError{Code: "42501", Message: "permission denied for schema public"}
+	}
+	d.writes.Observe(&pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"})
+	ctx := context.Background()
+	d.probeOnce(ctx)
+	if s := d.writes.State(); s.Writable || !d.writes.SpaceShort() {
+		t.Fatalf("state %+v after a probe that could not run: want the lack standing", s)
+	}
+	d.space.blindFor = time.Nanosecond // the spell has lasted longer than that by now
+	d.probeOnce(ctx)
+	if s := d.writes.State(); !s.Writable || d.writes.SpaceShort() {
+		t.Fatalf("state %+v once the probe could not run for spaceBlindFor: want writable", s)
+	}
+	if n := logs.FilterMessageSnippet("ending the lack of space unproven").Len(); n != 1 {
+		t.Fatalf("%d warnings that the lack ended unproven, want 1", n)
+	}
+}
