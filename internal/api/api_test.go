@@ -261,8 +261,8 @@ func TestLatestAnswers304UntilTheMarketChanges(t *testing.T) {
 	}
 }
 
-// An item leaving the catalog changes the answer: its ETag, and its Last-Modified, so a
-// client polling If-Modified-Since does not keep a copy that still lists it.
+// An item leaving the catalog changes the answer: its ETag, and its Last-Modified is not
+// answered 304, so a client polling If-Modified-Since does not keep a copy that still lists it.
 func TestLatestChangesWhenAnItemLeaves(t *testing.T) {
 	e := setup(t, func(c *api.Config) { c.MaxAge = time.Nanosecond })
 	resp, _ := e.get(t, "/api/v1/latest")
@@ -270,13 +270,48 @@ func TestLatestChangesWhenAnItemLeaves(t *testing.T) {
 	mustExec(t, e.pool, `DELETE FROM tracked_items WHERE item_id = 'filler-00'`)
 	e.clock.Advance(time.Second)
 	resp, b := e.get(t, "/api/v1/latest", "If-Modified-Since", modified)
-	if resp.StatusCode != 200 || resp.Header.Get("ETag") == tag || resp.Header.Get("Last-Modified") == modified ||
+	// Its Last-Modified may share the first answer's second (then the answer counts as
+	// ambiguous, and that date is not answered 304 either), never precede it.
+	lm, err := http.ParseTime(resp.Header.Get("Last-Modified"))
+	was, _ := http.ParseTime(modified)
+	if resp.StatusCode != 200 || resp.Header.Get("ETag") == tag || err != nil || lm.Before(was) ||
 		len(decode[latestBody](t, b).Items) != 32 {
 		t.Fatalf("after an item left: %d, ETag %q (was %q), Last-Modified %q (was %q)", resp.StatusCode,
 			resp.Header.Get("ETag"), tag, resp.Header.Get("Last-Modified"), modified)
 	}
 	if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
 		t.Fatal("no nosniff")
+	}
+}
+
+// A process started after a change that moved no collection time (an item left) dates its
+// first answer by its read, not by the newest collection: a client holding the date of an
+// earlier process's answer gets the new one, not a 304.
+func TestLatestFromANewProcessIsNotOlderThanTheLastAnswer(t *testing.T) {
+	e := setup(t, nil)
+	resp, _ := e.get(t, "/api/v1/latest")
+	modified := resp.Header.Get("Last-Modified")
+	mustExec(t, e.pool, `DELETE FROM tracked_items WHERE item_id = 'filler-00'`)
+	// Into the database's next second: Last-Modified has whole seconds.
+	mustExec(t, e.pool, `SELECT pg_sleep(1 - extract(epoch FROM clock_timestamp()) % 1)`)
+	restarted, err := api.New(e.db, api.Config{APIConfig: config.Default().API, Now: e.clock.Now}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(restarted.Handler())
+	t.Cleanup(srv.Close)
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/latest", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("If-Modified-Since", modified)
+	resp, err = e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Last-Modified") == modified {
+		t.Fatalf("the new process answered If-Modified-Since %s with %d, Last-Modified %q; want the changed answer", modified, resp.StatusCode, resp.Header.Get("Last-Modified"))
 	}
 }
 
@@ -448,6 +483,8 @@ func TestBadParametersAreRefusedBeforeSQL(t *testing.T) {
 		{"/api/v1/items/" + hotItem + "/timeseries?interval=5m", "interval"},
 		{"/api/v1/items/" + hotItem + "/timeseries?since=yesterday", "since"},
 		{"/api/v1/items/" + hotItem + "/timeseries?until=2026-13-01", "until"},
+		{"/api/v1/items/" + hotItem + "/timeseries?since=0001-01-01T00:00:00Z", "since"}, // not "absent"
+		{"/api/v1/items/" + hotItem + "/timeseries?until=0001-01-01", "until"},
 		{"/api/v1/items/" + hotItem + "/timeseries?since=2026-12-02&until=2026-12-01", "since"},
 		{"/api/v1/items/" + hotItem + "/timeseries?interval=raw&since=2026-01-01&until=2026-03-01", "since"},
 		{"/api/v1/items?limit=0", "limit"},
@@ -532,6 +569,10 @@ func TestItemsSearchPagesByKeyset(t *testing.T) {
 		if resp, b := e.get(t, link); resp.StatusCode != 200 {
 			t.Fatalf("%s: %d %s", link, resp.StatusCode, b)
 		}
+	}
+	// A fixture's exact id finds nothing either: /latest would not know it.
+	if _, b = e.get(t, "/api/v1/items?q=seed-0001"); len(decode[itemsBody](t, b).Items) != 0 {
+		t.Fatalf("q=seed-0001 lists the synthetic fixture: %s", b)
 	}
 }
 

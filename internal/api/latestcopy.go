@@ -261,9 +261,11 @@ func (cp *latestCopy) finish(prev *latestCopy, changed bool) {
 
 	// Last-Modified is when this read found the change (the database's clock), not only the
 	// newest collection in it: an item leaving the catalog changes the answer too, and a
-	// client asking If-Modified-Since must not get 304 for that.
+	// client asking If-Modified-Since must not get 304 for that. A process's first copy has
+	// nothing to compare with (a client may hold another process's date, or this one's before
+	// a restart), so it too is dated by its read.
 	modified := newestSeen(cp.items)
-	if prev != nil && cp.dbNow.After(modified) {
+	if cp.dbNow.After(modified) {
 		modified = cp.dbNow
 	}
 	b.etag, b.modified = weakETag(etag.Sum(nil)), modified

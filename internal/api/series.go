@@ -95,20 +95,26 @@ func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 
 func days(d time.Duration) string { return fmt.Sprintf("%d days", int(d/(24*time.Hour))) }
 
-// parseTime reads RFC 3339 ("2026-12-01T10:00:00Z") or a UTC date ("2026-12-01"); "" is zero.
+// parseTime reads RFC 3339 ("2026-12-01T10:00:00Z") or a UTC date ("2026-12-01"); "" is zero
+// (absent). A time before 1970 is refused: the zero time would read as absent, and no market
+// data is that old.
 func parseTime(s string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		// An unescaped "+09:00" in a query string arrives as " 09:00".
+		t, err = time.Parse(time.RFC3339Nano, strings.Replace(s, " ", "+", 1))
 	}
-	// An unescaped "+09:00" in a query string arrives as " 09:00".
-	if t, err := time.Parse(time.RFC3339Nano, strings.Replace(s, " ", "+", 1)); err == nil {
-		return t, nil
+	if err != nil {
+		t, err = time.Parse(time.DateOnly, s)
 	}
-	if t, err := time.Parse(time.DateOnly, s); err == nil {
-		return t, nil
+	switch {
+	case err != nil:
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (2026-12-01T10:00:00Z) or a date (2026-12-01)", truncate(s, 40))
+	case t.Year() < 1970:
+		return time.Time{}, fmt.Errorf("%q is before 1970; leave the parameter out for its default", truncate(s, 40))
 	}
-	return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (2026-12-01T10:00:00Z) or a date (2026-12-01)", truncate(s, 40))
+	return t, nil
 }

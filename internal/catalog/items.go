@@ -51,7 +51,7 @@ func ListItems(ctx context.Context, db Reader, q ItemsQuery) ([]ItemRow, error) 
 		SELECT `+itemColumns+`
 		FROM tracked_items
 		WHERE ($1 = '' OR collection_tier = $1)
-		  AND ($2 OR NOT synthetic_item(item_id) OR item_id = $4)
+		  AND ($2 OR NOT synthetic_item(item_id))
 		  AND ($4 = '' OR item_id = $4)
 		ORDER BY popularity_score DESC, item_id
 		LIMIT $3`, string(q.Tier), q.IncludeSynthetic, limit, q.ItemID)
