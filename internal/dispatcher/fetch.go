@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/history"
@@ -56,7 +57,9 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 		}
 		cancel()
 	}()
-	go d.renewWhileRunning(fctx, done, claims)
+	var progress atomic.Int64 // when a call of the batch last finished (unix nanoseconds)
+	progress.Store(time.Now().UnixNano())
+	go d.renewWhileRunning(fctx, done, claims, &progress)
 
 	var st packingState
 	if d.packSize > 1 {
@@ -95,6 +98,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 					rs = d.fetchPacked(fctx, group, st)
 				}
 				took := time.Since(t0)
+				progress.Store(time.Now().UnixNano())
 				<-f.slots
 				for _, r := range rs {
 					tm.add(&tm.fetch, took)
@@ -144,28 +148,27 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 // slow provider never lets a lease lapse under a live worker. Items already written back no
 // longer carry the token and are left alone.
 //
-// It stops after renewCap leases: calls end by their own timeouts well inside that, so a batch
-// still running then is stuck (a wedged process, calls held for a database that does not take
-// writes again) and must not keep its items from every other collector for good. Its leases
-// lapse; another collector's claim takes the items, and this batch's late write-back, if any,
-// is fenced by the token.
-func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []catalog.Claim) {
+// It stops once no call of the batch has finished for renewCap leases: a batch that works,
+// however slowly (a large one on a small budget), keeps its items, while one stuck (a wedged
+// process, calls held for a database that does not take writes again) must not keep them from
+// every other collector for good. Its leases lapse; another collector's claim takes the items,
+// and this batch's late write-back, if any, is fenced by the token.
+func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []catalog.Claim, progress *atomic.Int64) {
 	t := time.NewTicker(d.cfg.Lease / 3)
 	defer t.Stop()
-	giveUp := time.NewTimer(renewCap * d.cfg.Lease)
-	defer giveUp.Stop()
 	for {
 		select {
 		case <-done:
 			return
 		case <-ctx.Done():
 			return
-		case <-giveUp.C:
-			d.log.Warn("a batch's calls still run after the leases' renewal cap; its items are left to lapse to other collectors",
-				zap.Int("items", len(claims)), zap.Duration("running", renewCap*d.cfg.Lease), zap.Duration("lease", d.cfg.Lease))
-			d.LeasesLeft.Signal(len(claims))
-			return
 		case <-t.C:
+			if still := time.Since(time.Unix(0, progress.Load())); still >= renewCap*d.cfg.Lease {
+				d.log.Warn("no call of a batch finished for the leases' renewal cap; its items are left to lapse to other collectors",
+					zap.Int("items", len(claims)), zap.Duration("stuck_seconds", still), zap.Duration("lease_seconds", d.cfg.Lease))
+				d.LeasesLeft.Signal(len(claims))
+				return
+			}
 			_, err := catalog.RenewLeases(ctx, d.pool, claims, d.cfg.Lease)
 			if ctx.Err() != nil {
 				return
@@ -178,7 +181,8 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 	}
 }
 
-// renewCap is how many leases (collect.lease) a batch's calls may keep their items for.
+// renewCap is how many leases (collect.lease) a batch keeps its items without a call finishing,
+// and a refused write-back keeps retrying: 6m with the default lease, past any call's timeout.
 const renewCap = 3
 
 func (d *Dispatcher) fetchOne(ctx context.Context, c catalog.Claim) result {

@@ -101,8 +101,9 @@ func TestLeasesAreRenewedWhileCallsRun(t *testing.T) {
 }
 
 // A batch whose calls never end (a wedged process, calls held for a database that does not come
-// back) keeps its items for renewCap leases, not for good: then its leases lapse, another
-// collector takes the item, and the stuck batch's late write-back is fenced.
+// back) keeps its items for renewCap leases without a call finishing, not for good: then its
+// leases lapse, another collector takes the item, and the stuck batch's late write-back is
+// fenced.
 func TestAStuckBatchLetsItsLeasesLapse(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
@@ -142,6 +143,35 @@ func TestAStuckBatchLetsItsLeasesLapse(t *testing.T) {
 	closeOnce(release)
 	if s := testkit.Recv(t, done, testkit.Timeout, "the stuck RunOnce to return"); s.Collected != 0 || s.Fenced != 1 {
 		t.Fatalf("the stuck batch: %s; want its late write fenced", s)
+	}
+}
+
+// A batch that works, however slowly, keeps its leases past renewCap leases: one call after
+// another finishes, each within the cap, while the whole batch takes longer than it.
+func TestASlowBatchThatWorksKeepsItsLeases(t *testing.T) {
+	t.Parallel()
+	const lease, n = time.Second, 5
+	e := setup(t, n, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" {
+				time.Sleep(lease) // the provider's latency: n of them one after another outlast the cap
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	d := e.dispatcher(t, Config{Lease: lease, Concurrency: 1, BatchSize: n}, nil)
+	d.LeasesLeft.Init(t)
+	s, err := d.RunOnce(context.Background())
+	if err != nil || s.Collected != n || s.Fenced != 0 || s.Batches != 1 {
+		t.Fatalf("summary %s, %v: want the one batch's %d items collected", s, err, n)
+	}
+	if s.Duration < renewCap*lease {
+		t.Fatalf("the batch took %s, under the cap of %s: the test proves nothing", s.Duration, renewCap*lease)
+	}
+	select {
+	case got := <-d.LeasesLeft.C():
+		t.Fatalf("the leases of %d items were left to lapse while the batch's calls kept finishing", got)
+	default:
 	}
 }
 

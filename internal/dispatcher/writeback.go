@@ -203,12 +203,12 @@ var writeBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Sec
 // writeAttempts times: the results were paid for with provider calls, and the database
 // usually comes back within a lease. Past the leases it stops, and the items are collected
 // again by whoever claims them next; a later write would be refused by the token fence anyway
-// once that happened. Nor does it renew them past renewCap leases from the claim: a database
-// whose refusals outlast that (a full disk where updates that fit in their page still succeed,
-// so every renewal does) must not keep the items from other collectors for good.
+// once that happened. Nor does it renew them for more than renewCap leases of retrying: a
+// database whose refusals outlast that (a full disk where updates that fit in their page still
+// succeed, so every renewal does) must not keep the items from other collectors for good.
 func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, error) {
 	held := w.leaseEnd(buf)
-	renewUntil := held.Add((renewCap - 1) * w.d.cfg.Lease)
+	renewUntil := w.d.clock.now().Add(renewCap * w.d.cfg.Lease)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		ws, err := writeBack(actx, w.d.pool, w.d.cfg.History, buf)
