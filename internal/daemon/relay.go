@@ -18,7 +18,7 @@ func (d *Daemon) runRelay(ctx context.Context) {
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		d.log.Info("outbox relay stopped; running it again later", zap.Duration("in", d.cfg.RelayRestart))
+		d.log.Info("outbox relay stopped; running it again later", zap.Duration("in_seconds", d.cfg.RelayRestart))
 		t := time.NewTimer(d.cfg.RelayRestart)
 		select {
 		case <-ctx.Done():
