@@ -518,12 +518,13 @@ func (k *killRun) cronCollectsTheRest(ctx context.Context, name string, killed t
 }
 
 // killCollectOne: `collect ITEM_ID` (an operator collecting one item now) killed while its
-// call is in flight, the item under its lease; cron's collect-due takes the item once the
-// lease has run out. The item's answer is slow (1 s) until the kill, so the kill meets the
-// lease; then every item is collected and published.
+// call is at the provider, the item under its lease; cron's collect-due takes the item once the
+// lease has run out. The item's answer is slow (1 s) until the kill, so the kill meets the call
+// in flight; five items only, so that cron's runs are short and the takeover is the lease's
+// expiry, not a backlog's; then every item is collected and published.
 func killCollectOne(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
 	if _, err := k.d.pool.Exec(ctx, `DELETE FROM tracked_items WHERE item_id NOT IN (
-		SELECT item_id FROM tracked_items ORDER BY item_id LIMIT $1)`, killItems/3); err != nil {
+		SELECT item_id FROM tracked_items ORDER BY item_id LIMIT 5)`); err != nil {
 		return 0, err
 	}
 	var item string
@@ -533,15 +534,24 @@ func killCollectOne(ctx context.Context, k *killRun, moment float64) (time.Durat
 	if err := k.h.sim.setLatency(ctx, time.Second); err != nil {
 		return 0, err
 	}
+	before, err := k.h.sim.stats(ctx)
+	if err != nil {
+		return 0, err
+	}
 	p, err := k.start(ctx, "k-collect-one", "collect", item)
 	if err != nil {
 		return 0, err
 	}
-	leased := func() (bool, error) {
+	// Leased, and its request at the provider (counted on arrival, before the latency).
+	calling := func() (bool, error) {
 		n, err := k.d.count(ctx, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND lease_expires_at > now()`, item)
-		return n > 0, err
+		if err != nil || n == 0 {
+			return false, err
+		}
+		st, err := k.h.sim.stats(ctx)
+		return st.Requests > before.Requests, err
 	}
-	killed, err := k.killAt(ctx, p, leased, 800*time.Millisecond, moment)
+	killed, err := k.killAt(ctx, p, calling, 800*time.Millisecond, moment)
 	if err != nil {
 		return 0, err
 	}

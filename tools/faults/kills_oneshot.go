@@ -90,6 +90,16 @@ func fill(ctx context.Context, k *killRun) error {
 	return k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8")
 }
 
+// holdingDropLock: the drop pass holds its advisory lock (the only one these roles take), so a
+// kill moment counts from the drop, not from start-up and the partitions created ahead.
+func holdingDropLock(ctx context.Context, k *killRun) func() (bool, error) {
+	return func() (bool, error) {
+		n, err := k.d.count(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+			WHERE l.locktype = 'advisory' AND l.granted AND d.datname = $1`, k.d.name)
+		return n > 0, err
+	}
+}
+
 // prune past 96h of thirteen months of daily partitions: its drop pass holds its lock on a
 // session of its own while it detaches and drops ~800 partitions.
 var killPrune = oneShot{
@@ -100,8 +110,9 @@ var killPrune = oneShot{
 		}
 		return fill(ctx, k)
 	},
-	args:  []string{"prune", "--snapshots", "96h", "--sales", "96h"},
-	rerun: [][]string{{"partitions"}, {"prune", "--snapshots", "96h", "--sales", "96h"}, relayOnce},
+	holding: holdingDropLock,
+	args:    []string{"prune", "--snapshots", "96h", "--sales", "96h"},
+	rerun:   [][]string{{"partitions"}, {"prune", "--snapshots", "96h", "--sales", "96h"}, relayOnce},
 	check: func(ctx context.Context, k *killRun) error {
 		old, err := k.d.count(ctx, `
 			SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -123,9 +134,10 @@ var killPartitions = oneShot{
 		}
 		return fill(ctx, k)
 	},
-	args:  []string{"partitions"},
-	rerun: [][]string{{"partitions"}, relayOnce},
-	check: killPrune.check,
+	holding: holdingDropLock,
+	args:    []string{"partitions"},
+	rerun:   [][]string{{"partitions"}, relayOnce},
+	check:   killPrune.check,
 }
 
 // import-items resolving the targets through a slow provider.
