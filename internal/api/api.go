@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // DB is where the API reads: a pool, or a read replica's router. It never writes.
@@ -141,8 +142,8 @@ func (a *API) Handler() http.Handler {
 		serve(w, r, openapi)
 	}))
 	mux.HandleFunc(Prefix+"latest", get(a.getLatest))
-	mux.HandleFunc(Prefix+"items", get(a.getItems))
-	mux.HandleFunc(Prefix+"items/{id}/timeseries", get(a.getTimeseries))
+	mux.HandleFunc(Prefix+"items", get(readSource(a.getItems)))
+	mux.HandleFunc(Prefix+"items/{id}/timeseries", get(readSource(a.getTimeseries)))
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound, "no such endpoint: "+r.URL.Path+" (see "+Prefix+"openapi.json)", "")
 	})
@@ -159,6 +160,17 @@ func nosniff(h http.Handler) http.Handler {
 }
 
 var openapi = newBody(openapiDoc, time.Time{})
+
+// readSource makes h's answer say where its reads were answered (Read-Source, set by serve):
+// "primary", or "replica; lag=S", the replica's lag in seconds as last measured (at most
+// store.MaxLagDefault, or reads go to the primary). /latest does not say: its copy is read
+// apart from the request.
+func readSource(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, _ := store.WithServed(r.Context())
+		h(w, r.WithContext(ctx))
+	}
+}
 
 // get answers anything but GET and HEAD with a problem, not ServeMux's plain-text 405.
 func get(h http.HandlerFunc) http.HandlerFunc {
@@ -264,7 +276,7 @@ func (a *API) cors(next http.Handler) http.Handler {
 			} else {
 				h.Set("Access-Control-Allow-Origin", origin)
 			}
-			h.Set("Access-Control-Expose-Headers", "ETag, Last-Modified, RateLimit, RateLimit-Policy, Retry-After")
+			h.Set("Access-Control-Expose-Headers", "ETag, Last-Modified, RateLimit, RateLimit-Policy, Retry-After, Read-Source")
 		}
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			if allowed {

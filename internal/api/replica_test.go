@@ -55,6 +55,18 @@ func TestLatestThroughAReplicaIsNeverStale(t *testing.T) {
 	if got := lowest(); got != 100 {
 		t.Fatalf("through the replica: lowest %d, want 100", got)
 	}
+	// A series answer says where it was read, and how far the replica trailed.
+	source := func() string {
+		t.Helper()
+		resp, b := e.get(t, "/api/v1/items/"+hotItem+"/timeseries")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("series: %d %s", resp.StatusCode, b)
+		}
+		return resp.Header.Get("Read-Source")
+	}
+	if got := source(); !strings.HasPrefix(got, "replica; lag=") {
+		t.Fatalf("series through the replica: Read-Source %q, want the replica and its lag", got)
+	}
 
 	s.PauseReplay(t)
 	setPrice(200)
@@ -63,6 +75,9 @@ func TestLatestThroughAReplicaIsNeverStale(t *testing.T) {
 	}
 	if got := lowest(); got != 200 {
 		t.Fatalf("replica paused: lowest %d, want the primary's 200", got)
+	}
+	if got := source(); got != "primary" {
+		t.Fatalf("series with the replica paused: Read-Source %q, want primary", got)
 	}
 	s.ResumeReplay(t)
 	testkit.Eventually(t, testkit.Timeout, "reads to go back to the replica", func() bool {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // body is one encoded answer: its JSON (its gzip made on the way out unless kept) and the
@@ -85,6 +87,9 @@ func serve(w http.ResponseWriter, r *http.Request, b *body) {
 	h.Add("Vary", "Accept-Encoding")
 	if !b.modified.IsZero() {
 		h.Set("Last-Modified", b.modified.UTC().Format(http.TimeFormat))
+	}
+	if s := store.ServedFrom(r.Context()); s != nil {
+		h.Set("Read-Source", s.String())
 	}
 	if notModified(r, b) {
 		w.WriteHeader(http.StatusNotModified)

@@ -179,6 +179,58 @@ func OpenReplica(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// Served records where the reads of one request were answered, for an answer to say so: a
+// consumer can then tell a replica's answer, and how far behind the primary it may be.
+type Served struct {
+	mu       sync.Mutex
+	replica  bool
+	lag      time.Duration
+	lagKnown bool
+}
+
+type servedKey struct{}
+
+// WithServed returns ctx carrying a new Served, which Reads fills in.
+func WithServed(ctx context.Context) (context.Context, *Served) {
+	s := &Served{}
+	return context.WithValue(ctx, servedKey{}, s), s
+}
+
+// String is "primary", or "replica; lag=0.4" (seconds, as last measured) when any read was
+// answered by the replica.
+func (s *Served) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !s.replica:
+		return "primary"
+	case !s.lagKnown:
+		return "replica"
+	}
+	return fmt.Sprintf("replica; lag=%.1f", s.lag.Seconds())
+}
+
+// ServedFrom is ctx's Served (WithServed), or nil.
+func ServedFrom(ctx context.Context) *Served {
+	s, _ := ctx.Value(servedKey{}).(*Served)
+	return s
+}
+
+// fromReplica notes in ctx's Served, if any, that the replica answered a read.
+func (r *Reads) fromReplica(ctx context.Context) {
+	s := ServedFrom(ctx)
+	if s == nil {
+		return
+	}
+	st := r.State()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replica = true
+	if st.LagKnown && (!s.lagKnown || st.Lag > s.lag) {
+		s.lag, s.lagKnown = st.Lag, true
+	}
+}
+
 // Query runs a read where State says; a replica that fails to answer, or does not answer
 // within Config.Timeout, is marked down and the read runs on the primary instead.
 func (r *Reads) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -265,6 +317,7 @@ func (f *fallbackRows) Next() bool {
 	f.r = nil
 	ranOut := f.w.stop()
 	if more && !ranOut {
+		r.fromReplica(f.ctx)
 		return true
 	}
 	// The first answer is the end of the rows (an error, or an empty result), or a row that
@@ -272,6 +325,7 @@ func (f *fallbackRows) Next() bool {
 	f.w.end()
 	err := f.Rows.Err()
 	if !more && err == nil {
+		r.fromReplica(f.ctx)
 		return false
 	}
 	if !r.replicaFailed(f.ctx, ranOut, err) {
@@ -326,6 +380,7 @@ func (f fallbackRow) Scan(dest ...any) error {
 	if ranOut := f.w.end(); err != nil && f.r.replicaFailed(f.ctx, ranOut, err) {
 		return f.r.primary.QueryRow(f.ctx, f.sql, f.args...).Scan(dest...)
 	}
+	f.r.fromReplica(f.ctx)
 	return err
 }
 
