@@ -242,6 +242,9 @@ func TestConfigPrintShowsSources(t *testing.T) {
 	t.Setenv("COLLECTOR_COLLECT_LEASE", "90s")
 	t.Setenv("NEOPLE_MARKET_API_KEY", "market-key-sentinel")
 	t.Setenv("NEOPLE_ITEM_API_KEY", "")
+	t.Setenv("COLLECTOR_API_TOKENS", "api-token-sentinel-0123456789")
+	t.Setenv("COLLECTOR_DATABASE_DIRECT_URL", "host=db.example password=dsn-secret-pw dbname=prod")
+	t.Setenv("COLLECTOR_DATABASE_READ_URL", "postgres://bob@standby.example/prod?password=query-secret-pw")
 	out, _, err := runCollector(t, "config", "print", "--config", file, "--log-level", "debug",
 		"--database-url", "postgres://bob:url-secret-pw@db.example:5433/prod")
 	if err != nil {
@@ -256,12 +259,14 @@ func TestConfigPrintShowsSources(t *testing.T) {
 		`(?m)^kafka\.sasl\.password +\[redacted\] +file `,
 		`(?m)^NEOPLE_MARKET_API_KEY +\[redacted\] +env NEOPLE_MARKET_API_KEY$`,
 		`(?m)^NEOPLE_ITEM_API_KEY +\(not set\) +-$`,
+		`(?m)^COLLECTOR_API_TOKENS +\[redacted\] +env COLLECTOR_API_TOKENS$`,
+		`(?m)^database\.direct_url +host=db\.example password=xxxxx dbname=prod +env `,
 	} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("config print lacks %s:\n%s", want, out)
 		}
 	}
-	for _, secret := range []string{"market-key-sentinel", "url-secret-pw", "file-secret-pw"} {
+	for _, secret := range []string{"market-key-sentinel", "url-secret-pw", "file-secret-pw", "api-token-sentinel", "dsn-secret-pw", "query-secret-pw"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("config print shows the secret %s", secret)
 		}

@@ -31,7 +31,7 @@ is still printed, and the command then fails naming it, as any other command wou
 			for _, s := range settings {
 				fmt.Fprintf(w, "%s\t%v\t%s\n", s.Key, s.Value, s.Source)
 			}
-			for _, env := range []string{provider.WorkloadMarket.KeyEnv(), provider.WorkloadItem.KeyEnv(), config.ConsolePasswordEnv} {
+			for _, env := range []string{provider.WorkloadMarket.KeyEnv(), provider.WorkloadItem.KeyEnv(), config.ConsolePasswordEnv, config.APITokensEnv} {
 				val, src := "(not set)", "-"
 				switch {
 				case getenv(env) != "":

@@ -5,7 +5,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -138,6 +140,7 @@ func setDefaults(v *viper.Viper) {
 // Validate checks every section and reports every bad key at once.
 func (c *Config) Validate() error {
 	return errors.Join(
+		errors.Join(finite(reflect.ValueOf(*c), "")...),
 		c.Database.validate(),
 		c.Log.validate(),
 		c.Provider.validate(),
@@ -154,6 +157,38 @@ func (c *Config) Validate() error {
 	)
 }
 
+// finite refuses NaN and infinity in every number key, wherever it is: NaN passes every range
+// check written as comparisons (a NaN rate would switch the token bucket off).
+func finite(v reflect.Value, prefix string) []error {
+	var errs []error
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("mapstructure"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			if prefix != "" {
+				name = prefix + "." + name
+			}
+			errs = append(errs, finite(v.Field(i), name)...)
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			errs = append(errs, finite(v.MapIndex(k), prefix+"."+fmt.Sprint(k.Interface()))...)
+		}
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			errs = append(errs, finite(v.Index(i), prefix)...)
+		}
+	case reflect.Float32, reflect.Float64:
+		if f := v.Float(); math.IsNaN(f) || math.IsInf(f, 0) {
+			errs = append(errs, invalid(prefix, f, "must be a finite number"))
+		}
+	}
+	return errs
+}
+
 // Keys lists every configuration key with its default, for the reference docs and tests.
 func Keys() map[string]any {
 	v := viper.New()
@@ -168,7 +203,7 @@ func Keys() map[string]any {
 // UnknownEnv returns the COLLECTOR_* variables in environ ("NAME=value" entries) that no key
 // reads: a typo there would otherwise be silently ignored.
 func UnknownEnv(environ []string) []string {
-	known := map[string]bool{EnvPrefix + "_CONFIG": true, ConsolePasswordEnv: true}
+	known := map[string]bool{EnvPrefix + "_CONFIG": true, ConsolePasswordEnv: true, APITokensEnv: true}
 	for k := range Keys() {
 		known[EnvName(k)] = true
 	}
@@ -216,7 +251,8 @@ func (r Range[T]) Check(v T) error {
 	if r.Note != "" {
 		allowed += " (" + r.Note + ")"
 	}
-	if v < r.Min || (r.Max != 0 && v > r.Max) {
+	// Written negated so that a NaN, which compares false with everything, fails.
+	if !(v >= r.Min) || (r.Max != 0 && !(v <= r.Max)) {
 		return invalid(r.Key, v, allowed)
 	}
 	return nil

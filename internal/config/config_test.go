@@ -107,10 +107,18 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"outbox:\n  enabled: maybe\n", "outbox.enabled"},
 		{"outbox:\n  enabled: false\nkafka:\n  brokers: [k:9092]\n", "outbox.enabled"}, // the daemon would run a relay
 		{"api:\n  rate: -1\n", "api.rate"},
+		{"database:\n  url: postgres://app:s3cret@db:54x2/x\n", "database.url"},                // retrying would never connect
+		{"database:\n  direct_url: 'host=db port=x password=s3cret'\n", "database.direct_url"}, //
+		{"provider:\n  market:\n    rate: .nan\n", "provider.market.rate"},
+		{"daemon:\n  budget:\n    headroom: .nan\n", "daemon.budget.headroom"},
+		{"api:\n  rate: .inf\n", "api.rate"},
 		{"api:\n  cors_origins: [https://prices.example.org/path]\n", "api.cors_origins"},
 		{"api:\n  cors_origins: [prices.example.org]\n", "api.cors_origins"},
 	} {
 		_, err := Load(Options{File: writeFile(t, tc.yaml)})
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%q: error %v shows the password", tc.yaml, err)
+		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want it to mention %q", tc.yaml, err, tc.want)
 		}
@@ -290,6 +298,34 @@ func TestReadURL(t *testing.T) {
 	for _, s := range settings {
 		if strings.Contains(fmt.Sprint(s.Value), "s3cret") {
 			t.Errorf("config print shows %s's password: %v", s.Key, s.Value)
+		}
+	}
+}
+
+// Every form of connection string pgx reads has its passwords masked.
+func TestRedactURLMasksEveryPasswordForm(t *testing.T) {
+	for _, u := range []string{
+		"postgres://app:s3cret@db:5432/x?sslmode=disable",
+		"postgres://app@db/x?password=s3cret",
+		"postgres://app@db/x?sslmode=verify-full&sslpassword=s3cret&password=s3cret",
+		"postgres://app@db/x?PASSWORD=s3cret",
+		"host=db user=app password=s3cret dbname=x",
+		"host=db password = 's3 cret\\' s3cret' dbname=x",
+		"password=s3cret",
+		"postgres://app:s3cret@db:54x2/x", // unparsable
+		"postgres://app@db:54x2/x?password=s3cret",
+	} {
+		got := RedactURL(u)
+		if strings.Contains(got, "s3cret") || strings.Contains(got, "cret") {
+			t.Errorf("RedactURL(%q) = %q: the password shows", u, got)
+		}
+		if !strings.Contains(got, "db") && !strings.HasPrefix(u, "password") {
+			t.Errorf("RedactURL(%q) = %q: lost the host", u, got)
+		}
+	}
+	for _, u := range []string{"https://api.example/?apikey=s3cret", "https://key:s3cret@api.example/df", "https://api.example/%zz?apikey=s3cret"} {
+		if got := RedactHTTPURL(u); strings.Contains(got, "s3cret") || !strings.Contains(got, "api.example") {
+			t.Errorf("RedactHTTPURL(%q) = %q", u, got)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -44,6 +45,11 @@ func (c DatabaseConfig) validate() error {
 	if c.URL == "" {
 		errs = append(errs, invalid("database.url", `""`, "required (DATABASE_URL also sets it)"))
 	}
+	for _, u := range []struct{ key, value string }{{"database.url", c.URL}, {"database.direct_url", c.DirectURL}, {"database.read_url", c.ReadURL}} {
+		if err := parsable(u.key, u.value); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.MaxConns < 2 || c.MaxConns > 200 {
 		errs = append(errs, invalid("database.max_conns", c.MaxConns, "must be between 2 and 200"))
 	}
@@ -54,6 +60,22 @@ func (c DatabaseConfig) validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// parsable refuses a connection string pgx cannot read, which no retry would ever connect
+// with; neither the value nor pgx's reason shows its password.
+func parsable(key, value string) error {
+	if value == "" {
+		return nil
+	}
+	if _, err := pgconn.ParseConfig(value); err != nil {
+		reason := strings.ReplaceAll(err.Error(), value, RedactURL(value))
+		if i := strings.Index(reason, "`: "); i >= 0 {
+			reason = reason[i+3:]
+		}
+		return invalid(key, RedactURL(value), "a postgres:// URL or key=value connection string: "+RedactURL(reason))
+	}
+	return nil
 }
 
 // validateReadURL checks what can be checked without connecting; the value in an error has
@@ -156,7 +178,7 @@ func (c ProviderConfig) validate() error {
 		errs = append(errs, invalid("provider.name", `""`, "required"))
 	}
 	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
-		errs = append(errs, invalid("provider.base_url", c.BaseURL, "must be an http(s) URL without a query, such as https://api.neople.co.kr (env NEOPLE_API_BASE_URL)"))
+		errs = append(errs, invalid("provider.base_url", RedactHTTPURL(c.BaseURL), "must be an http(s) URL without a query, such as https://api.neople.co.kr (env NEOPLE_API_BASE_URL)"))
 	}
 	if c.Timeout <= 0 || c.Timeout > 5*time.Minute {
 		errs = append(errs, invalid("provider.timeout", c.Timeout, "must be > 0 and <= 5m"))

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"net/url"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -61,15 +63,57 @@ func firstEnv(names []string) string {
 	return ""
 }
 
-// RedactURL masks a password in a connection URL before it is printed.
+// RedactURL masks the passwords in a connection string before it is printed, in each form pgx
+// reads: the user information of a URL, its password and sslpassword query parameters, and the
+// same keys of a key=value string.
 func RedactURL(u string) string {
-	if i := strings.Index(u, "://"); i >= 0 {
-		if at := strings.Index(u[i+3:], "@"); at >= 0 {
-			cred := u[i+3 : i+3+at]
-			if c := strings.Index(cred, ":"); c >= 0 {
-				return u[:i+3] + cred[:c] + ":xxxxx" + u[i+3+at:]
+	if strings.Contains(u, "://") {
+		if p, err := url.Parse(u); err == nil {
+			if _, set := p.User.Password(); set {
+				p.User = url.UserPassword(p.User.Username(), "xxxxx")
 			}
+			if q := p.Query(); len(q) > 0 {
+				for k := range q {
+					if secretParam(k) {
+						q.Set(k, "xxxxx")
+					}
+				}
+				p.RawQuery = q.Encode()
+			}
+			return p.String()
 		}
+		// Unparsable: mask what looks like user:password@ and any password parameter.
+		u = urlUserPassword.ReplaceAllString(u, "${1}:xxxxx@")
 	}
-	return u
+	return dsnPassword.ReplaceAllString(u, "${1}xxxxx")
+}
+
+var (
+	urlUserPassword = regexp.MustCompile(`(://[^:/@]*):[^@]*@`)
+	// A key=value value is a quoted string (with \' escapes) or runs to a space; in a URL's
+	// query it runs to the next &.
+	dsnPassword = regexp.MustCompile(`(?i)((?:^|[\s?&])(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)`)
+)
+
+func secretParam(k string) bool {
+	k = strings.ToLower(k)
+	return k == "password" || k == "sslpassword"
+}
+
+// RedactHTTPURL prints a URL without its user information and query, where a key may travel.
+func RedactHTTPURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		if i := strings.IndexAny(u, "?@"); i >= 0 {
+			return u[:i] + "[redacted]"
+		}
+		return u
+	}
+	if p.User != nil {
+		p.User = url.User("xxxxx")
+	}
+	if p.RawQuery != "" {
+		p.RawQuery = "[redacted]"
+	}
+	return p.String()
 }
