@@ -27,7 +27,17 @@ type PoolConfig struct {
 	ApplicationName string
 	// QueryExecMode overrides the URL's default_query_exec_mode ("" = keep it).
 	QueryExecMode string
+	// IdleInTransaction bounds on the server how long a transaction may wait on its client
+	// (0 = IdleInTransactionDefault), unless the role or the URL already bounds it.
+	IdleInTransaction time.Duration
 }
+
+// IdleInTransactionDefault is how long the server keeps a transaction whose client went quiet
+// mid-way. A client frozen there (a paused VM, SIGSTOP, a cut network) keeps its row locks
+// until the server notices, two hours by TCP's defaults, and every claim skips the locked
+// items although their leases lapsed. The server ending the transaction frees them; our
+// transactions never wait on anything but the database.
+const IdleInTransactionDefault = 60 * time.Second
 
 var execModes = map[string]pgx.QueryExecMode{
 	"cache_statement": pgx.QueryExecModeCacheStatement,
@@ -69,6 +79,19 @@ func poolConfig(cfg PoolConfig, key string) (*pgxpool.Config, error) {
 	}
 	if cfg.ApplicationName != "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
+	}
+	idle := cfg.IdleInTransaction
+	if idle <= 0 {
+		idle = IdleInTransactionDefault
+	}
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		// A bound the operator set (ALTER ROLE, the URL's options) is theirs to keep.
+		_, err := c.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, false)
+			WHERE current_setting('idle_in_transaction_session_timeout') = '0'`, fmt.Sprintf("%dms", idle.Milliseconds()))
+		if err != nil {
+			return fmt.Errorf("bound idle transactions: %w", err)
+		}
+		return nil
 	}
 	if cfg.QueryExecMode != "" {
 		mode, ok := execModes[cfg.QueryExecMode]

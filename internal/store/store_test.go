@@ -8,7 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/duecollector/duecollector/internal/store"
@@ -151,5 +153,62 @@ func TestTransientTellsRetryableFailuresFromDataErrors(t *testing.T) {
 	}
 	if !store.Transient(io.ErrUnexpectedEOF) || store.Transient(context.Canceled) || store.Transient(nil) {
 		t.Error("a lost connection is transient; a cancelled context and no error are not")
+	}
+}
+
+// A client frozen inside a transaction (a paused VM, SIGSTOP) must not keep its row locks, and
+// so its items, from every claim for good: the server ends the transaction. An operator's own
+// bound is kept.
+func TestAFrozenTransactionIsEndedByTheServer(t *testing.T) {
+	ctx := context.Background()
+	_, url := storetest.NewPool(t)
+	pool, err := store.Open(ctx, store.PoolConfig{URL: url, MaxConns: 2, IdleInTransaction: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE frozen (id int PRIMARY KEY); INSERT INTO frozen VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `UPDATE frozen SET id = id WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	// The holder now does nothing, as a frozen process would. A waiter that does not skip
+	// locked rows returns only once the lock is gone.
+	other, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	if _, err := other.Exec(ctx, `SET lock_timeout = '60s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `SELECT id FROM frozen WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatalf("the frozen transaction's lock was not freed by the server: %v", err)
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("the frozen transaction committed after the server ended it")
+	}
+
+	// An operator's bound (here in the URL's options) is not replaced.
+	own, err := store.Open(ctx, store.PoolConfig{URL: url + "&options=-c%20idle_in_transaction_session_timeout%3D5min", MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	var got string
+	if err := own.QueryRow(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != "5min" {
+		t.Fatalf("idle_in_transaction_session_timeout = %s, want the URL's 5min", got)
+	}
+	if err := pool.QueryRow(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&got); err != nil || got != "300ms" {
+		t.Fatalf("default bound = %s (%v), want 300ms", got, err)
 	}
 }
