@@ -84,7 +84,9 @@ func (s *Share) cut(ctx context.Context, reason string) {
 	// A slow start's ramp is cut deeper (SlowStartCut), once: the answer ends it. Without a
 	// row yet (no heartbeat has written one) the process's own rate stands for the cluster's.
 	var rate, from float64
-	err := s.pool.QueryRow(context.WithoutCancel(ctx), strings.ReplaceAll(`
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := s.pool.QueryRow(cctx, strings.ReplaceAll(`
 		INSERT INTO budget_rates AS b (key_label, rate, cut_from, cut_at, changed_at, reason)
 		VALUES ($1, greatest($3::float8, $7::float8 * CASE WHEN $8::bool THEN $9::float8 ELSE $4::float8 END), $7, $NOW, $NOW, $5)
 		ON CONFLICT (key_label) DO UPDATE

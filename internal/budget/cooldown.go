@@ -31,7 +31,9 @@ func (s *Share) RateLimited(ctx context.Context, retryAfter time.Duration, reaso
 		s.coolTill = until
 	}
 	s.mu.Unlock()
-	if err := RecordCooldown(context.WithoutCancel(ctx), s.pool, s.cfg.KeyLabel, retryAfter, reason); err != nil {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := RecordCooldown(rctx, s.pool, s.cfg.KeyLabel, retryAfter, reason); err != nil {
 		s.log.Warn("could not share the rate-limit cool-down; other instances learn it from their own answers",
 			zap.String("key", s.cfg.KeyLabel), zap.Error(err))
 	}

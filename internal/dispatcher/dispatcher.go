@@ -588,7 +588,11 @@ func (f *flow) stopped() *stopError {
 func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary) error {
 	switch st.class {
 	case provider.ClassMaintenance:
-		changed, err := provider.SetStatus(context.WithoutCancel(ctx), d.pool, d.cfg.Provider, provider.Maintenance, st.err.Error())
+		// Recorded even when the pass was cancelled, but never waited on for good: a hung
+		// statement here would hold the pass's end and the daemon's shutdown.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		changed, err := provider.SetStatus(sctx, d.pool, d.cfg.Provider, provider.Maintenance, st.err.Error())
+		cancel()
 		if err != nil {
 			return err
 		}

@@ -310,7 +310,9 @@ func (d *Dispatcher) verify(ctx context.Context, c catalog.Claim, listings, prio
 
 func (d *Dispatcher) packingMismatch(ctx context.Context, endpoint, itemID, what string) {
 	reason := fmt.Sprintf("shadow verification of item %s: %s", itemID, what)
-	err := SetPacking(context.WithoutCancel(ctx), d.pool, endpoint, false, reason)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err := SetPacking(sctx, d.pool, endpoint, false, reason)
+	cancel()
 	d.log.Error("packed answer differs from the single-item answer: packing switched off cluster-wide until an operator turns it back on",
 		zap.String("endpoint", endpoint), zap.String("item_id", itemID), zap.String("difference", what), zap.Error(err))
 }

@@ -216,7 +216,9 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 		w.d.cfg.WriteHealth.Observe(err)
 		if partition.IsMissing(err) && attempt < writeAttempts {
 			// Partition upkeep stopped across a boundary: create what the rows need and write again.
-			perr := w.d.partitions.EnsureCovering(ctx, collectedTimes(buf))
+			pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+			perr := w.d.partitions.EnsureCovering(pctx, collectedTimes(buf))
+			pcancel()
 			w.d.cfg.WriteHealth.Observe(perr)
 			if perr == nil {
 				w.d.log.Warn("write-back found no history partition for its rows; created it (is partition upkeep running?)",

@@ -218,8 +218,12 @@ func (p *Partitions) EnsureCovering(ctx context.Context, times []time.Time) erro
 func (p *Partitions) create(ctx context.Context, table string, ahead time.Duration, atLeast time.Time) ([]string, error) {
 	var created []string
 	err := pgx.BeginFunc(ctx, p.ddl, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1), set_config('lock_timeout', $2, true)`,
-			int64(createLockKey), createLockTimeout); err != nil {
+		// The timeout first, in its own statement: it must bound the wait for the lock itself, a
+		// creator frozen while holding it must not hold every writer that needs a partition.
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, createLockTimeout); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(createLockKey)); err != nil {
 			return err
 		}
 		parts, now, err := list(ctx, tx, table)
@@ -287,7 +291,9 @@ func (p *Partitions) dropPast(ctx context.Context, states []TableState) error {
 		// Unlock and restore the session as it was; a lock left behind would lock every later
 		// pass out, so a session that cannot say it let go is closed, which frees the lock.
 		var unlocked bool
-		err := conn.QueryRow(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1), set_config('lock_timeout', $2, false), set_config('statement_timeout', $3, false)`,
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		err := conn.QueryRow(uctx, `SELECT pg_advisory_unlock($1), set_config('lock_timeout', $2, false), set_config('statement_timeout', $3, false)`,
 			int64(dropLockKey), lockTimeout, stmtTimeout).Scan(&unlocked, nil, nil)
 		if err != nil || !unlocked {
 			_ = conn.Conn().Close(context.WithoutCancel(ctx))

@@ -373,6 +373,27 @@ func TestCreatingPartitionsDoesNotWaitForAnOpenWrite(t *testing.T) {
 	}
 }
 
+// A creator frozen while it holds the creation lock (a paused VM) must not hold every other
+// creator, and so every write-back that needs a partition, for good: the wait is bounded by
+// the lock timeout and ends in an error the next pass retries.
+func TestACreatorWaitsForAHeldCreationLockOnlySoLong(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(partition.CreateLockKey)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = upkeep(t, pool, 0).RunOnce(ctx)
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || pg.Code != "55P03" {
+		t.Fatalf("creating while the lock is held: %v, want a lock timeout (55P03)", err)
+	}
+}
+
 // Behind a transaction pooler (the pool in the simple protocol) with no direct pool, drops are
 // refused with an error naming database.direct_url, and partitions are still created; with a
 // direct pool they go through.
