@@ -248,3 +248,41 @@ func TestRelayAloneTakesItsLanesBackWhenKafkaReturns(t *testing.T) {
 	}
 	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
 }
+
+// A relay that gives up (a pass out of attempts, a stop, an exit) right after a produce call
+// failed does not free its lanes at once: the call may still land until publishWindow, and a
+// relay taking the lanes meanwhile would publish their later events before it.
+func TestLanesGivenUpAfterAFailedCallAreFreeOnlyOnceItCannotLand(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	proxy := startCutProxy(t, broker.ListenAddrs()[0])
+	ctx := context.Background()
+	cfg := testConfig(broker.ListenAddrs(), "relay-a")
+	cfg.Dial = proxy.dial
+	r, _ := newTestRelay(t, pool, cfg)
+	enqueue(t, pool, snapshotEvents(5, 1))
+	if res, err := r.RunOnce(ctx); err != nil || res.Published != 5 {
+		t.Fatalf("first pass: %+v %v", res, err)
+	}
+	var free int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_relay_lanes WHERE owner IS NULL AND lease_expires_at IS NULL`).Scan(&free); err != nil || free != Lanes {
+		t.Fatalf("after a clean pass %d lanes are free at once (%v), want all %d", free, err, Lanes)
+	}
+
+	proxy.cut()
+	enqueue(t, pool, snapshotEvents(5, 2))
+	if _, err := r.RunOnce(ctx); err == nil {
+		t.Fatal("a pass cut off from Kafka succeeded")
+	}
+	if n := countWhere(t, pool, "attempts > 0"); n == 0 {
+		t.Fatal("no produce call was made; the test proves nothing")
+	}
+	var held, later int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE owner IS NOT NULL),
+		count(*) FILTER (WHERE owner IS NULL AND lease_expires_at > now()) FROM outbox_relay_lanes`).Scan(&held, &later); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 || later != Lanes {
+		t.Fatalf("after giving up: %d lanes still owned, %d free only later; want 0 and all %d", held, later, Lanes)
+	}
+}

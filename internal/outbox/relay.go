@@ -32,6 +32,10 @@ type Relay struct {
 	running   atomic.Bool
 	stopped   atomic.Pointer[string] // why the relay stopped for good; nil while it works
 	pass      Result                 // of the running RunOnce or Run; only its loop touches it
+	// lastFailedWrite is when the loop's last produce call failed: kafka-go may still deliver
+	// it until publishWindow after, so the lanes are not free to others before then.
+	lastFailedWrite time.Time
+	afterCall       func() // tests: runs after each produce call
 }
 
 // Result is what a pass did.
@@ -127,7 +131,7 @@ type schedule struct {
 
 // loop takes turns until ctx ends, a permanent error or, in a pass (no wake), idleness.
 func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
-	defer r.releaseLanes(ctx, 0)
+	defer func() { r.releaseLanes(ctx, r.unsettled()) }()
 	defer r.catchPanic(&err)
 	r.pass = Result{}
 	s := &schedule{follow: wake != nil}
@@ -322,26 +326,41 @@ func (r *Relay) recorded(rows []pendingRow, now time.Time) {
 	}
 }
 
+// unsettled is how much longer a failed produce call may still land: the lanes are released
+// free after it, so that no relay publishes their later events before it (exit, give-up and
+// stop alike).
+func (r *Relay) unsettled() time.Duration {
+	if r.lastFailedWrite.IsZero() {
+		return 0
+	}
+	return max(0, r.publishWindow()-time.Since(r.lastFailedWrite))
+}
+
 // publishWindow is the lease a produce call needs: kafka-go may finish a request after its timeout.
 func (r *Relay) publishWindow() time.Duration { return 2 * r.cfg.WriteTimeout }
 
 // publish settles rows in id order; it stops at a call that fails, so that no event overtakes an
 // earlier unacknowledged one of its item, and at a lease too short for the next call.
 func (r *Relay) publish(ctx context.Context, rows []pendingRow) error {
-	for calls := 0; len(rows) > 0; {
+	for len(rows) > 0 {
 		msgs := r.nextCall(rows)
 		switch {
 		case len(msgs) == 0:
 			n := messageSize(message(rows[0], r.cfg.Source))
 			rows[0].settle(fmt.Errorf("event of about %d bytes is larger than kafka.batch_bytes (%d)", n, r.cfg.BatchBytes))
 			rows = rows[1:]
-		case calls > 0 && time.Until(r.lanes.validUntil) < r.publishWindow():
-			return nil // step checked the lease for the first call
+		case time.Until(r.lanes.validUntil) < r.publishWindow():
+			// Checked before every call, the first too: a slow read may have used the margin
+			// step saw, and a call past the lease could land after another relay's.
+			return nil
 		default:
 			if err := r.writeCall(ctx, rows[:len(msgs)], msgs); err != nil {
 				return err
 			}
-			rows, calls = rows[len(msgs):], calls+1
+			rows = rows[len(msgs):]
+			if r.afterCall != nil {
+				r.afterCall()
+			}
 		}
 	}
 	return nil
@@ -387,7 +406,25 @@ func (r *Relay) writeCall(ctx context.Context, rows []pendingRow, msgs []kafka.M
 func (r *Relay) write(ctx context.Context, msgs []kafka.Message) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
-	return r.writer.WriteMessages(ctx, msgs...)
+	err := r.writer.WriteMessages(ctx, msgs...)
+	if err != nil && !allRejected(err) {
+		r.lastFailedWrite = time.Now()
+	}
+	return err
+}
+
+// allRejected: the broker answered every message of a failed call, so none of it can land late.
+func allRejected(err error) bool {
+	var werrs kafka.WriteErrors
+	if !errors.As(err, &werrs) {
+		return false
+	}
+	for _, e := range werrs {
+		if e != nil && !rejected(e) {
+			return false
+		}
+	}
+	return true
 }
 
 // writeOne returns the broker's own error for msg, which reads better in last_error.

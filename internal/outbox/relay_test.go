@@ -350,9 +350,10 @@ func TestRelaySurvivesBrokerRestart(t *testing.T) {
 	checkDelivery(t, outboxRows(t, pool), consumeAll(t, restarted, testTopic))
 }
 
-// A batch is several produce calls when its events exceed kafka.batch_bytes. When the lanes'
-// lease runs short after the first of them, the rest of the batch is not sent (it stays
-// pending, with no error) rather than published under a lease another relay may take over.
+// A batch is several produce calls when its events exceed kafka.batch_bytes. The lanes' lease
+// is checked before each of them, the first too (the read before it may have been slow): when
+// it runs short, the rest of the batch is not sent (it stays pending, with no error) rather
+// than published under a lease another relay may take over.
 func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 	pool := newDB(t)
 	broker := newBroker(t)
@@ -373,9 +374,19 @@ func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 		largest = max(largest, messageSize(message(row, r.cfg.Source)))
 	}
 	r.cfg.BatchBytes = largest * 5 / 2 // two events per produce call
-	// Just under the window: the first call goes (the step checked the lease before it),
-	// the second must not.
+	// Just under the window: no call goes.
 	r.lanes.validUntil = time.Now().Add(r.publishWindow() - time.Second)
+	if err := r.publish(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	for i, row := range rows {
+		if row.sent || row.reason != "" {
+			t.Fatalf("row %d: sent=%v %q with the lease under the window, want it pending", i, row.sent, row.reason)
+		}
+	}
+	// Enough for one call: the first goes, the second must not.
+	r.lanes.validUntil = time.Now().Add(r.publishWindow() + time.Second)
+	r.afterCall = func() { r.lanes.validUntil = time.Now().Add(r.publishWindow() - time.Second) }
 	if err := r.publish(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
