@@ -328,7 +328,7 @@ func (s Secret) Empty() bool { return s == "" }
 func secretEnv(env string) (Secret, error) {
 	val, file := strings.TrimSpace(os.Getenv(env)), os.Getenv(env+"_FILE")
 	if file == "" {
-		return Secret(val), nil
+		return Secret(val), headerSafe(env, val)
 	}
 	if val != "" {
 		return "", fmt.Errorf("%s and %s_FILE are both set: set one", env, env)
@@ -341,5 +341,18 @@ func secretEnv(env string) (Secret, error) {
 	if v == "" {
 		return "", fmt.Errorf("%s_FILE: %s is empty", env, file)
 	}
-	return Secret(v), nil
+	return Secret(v), headerSafe(env+"_FILE ("+file+")", v)
+}
+
+// headerSafe refuses a key that cannot travel in a header: net/http would refuse every
+// request, and each refusal would read as a provider failure. The error never shows the key.
+func headerSafe(where, key string) error {
+	if i := strings.IndexFunc(key, func(r rune) bool { return r <= ' ' || r == 0x7f || r > '~' }); i >= 0 {
+		what := "a space or control character"
+		if key[i] == '\n' {
+			what = "more than one line"
+		}
+		return fmt.Errorf("%s: the key holds %s at byte %d; a key is one word of printable ASCII", where, what, i+1)
+	}
+	return nil
 }

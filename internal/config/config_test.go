@@ -182,6 +182,28 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 }
 
+// A key that cannot travel in a header (two lines in its file, a pasted control character) is
+// refused at start naming where it came from, never showing it: net/http would otherwise
+// refuse every request, each read as a provider failure.
+func TestAKeyThatCannotBeAHeaderIsRefused(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "market.key")
+	if err := os.WriteFile(file, []byte("first-line-secret\nsecond-line-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NEOPLE_ITEM_API_KEY_FILE", "")
+	for _, tc := range []struct{ env, file, want string }{
+		{"abc\x01def-secret", "", "NEOPLE_MARKET_API_KEY: the key holds a space or control character at byte 4"},
+		{"", file, "NEOPLE_MARKET_API_KEY_FILE (" + file + "): the key holds more than one line"},
+	} {
+		t.Setenv("NEOPLE_MARKET_API_KEY", tc.env)
+		t.Setenv("NEOPLE_MARKET_API_KEY_FILE", tc.file)
+		_, err := Load(Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("key %q file %q: error %v, want %q without the key", tc.env, tc.file, err, tc.want)
+		}
+	}
+}
+
 // Keys may come from files (NEOPLE_*_API_KEY_FILE), as container platforms and systemd's
 // LoadCredential= provide secrets; both set is an error that never shows the key.
 func TestAPIKeysFromFiles(t *testing.T) {

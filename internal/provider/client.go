@@ -452,7 +452,9 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	if resp.StatusCode == http.StatusOK {
 		return body, nil
 	}
-	code, msg := parseEnvelope(body)
+	// Redacted before parseEnvelope shortens it: a key cut in half by the excerpt would no
+	// longer match the redactor, and its prefix would reach last_error and the console.
+	code, msg := parseEnvelope([]byte(c.redactor.Replace(string(body))))
 	if loc := resp.Header.Get("Location"); loc != "" {
 		msg = "redirect to " + loc
 	}
@@ -474,7 +476,7 @@ func (c *Client) fail(e *Error) *Error {
 	c.failures.Add(1)
 	e.Workload = c.cfg.Workload
 	e.Message = Clean(c.redactor.Replace(e.Message), MaxMessageRunes)
-	e.Code = Clean(e.Code, 20)
+	e.Code = Clean(c.redactor.Replace(e.Code), 20)
 	if e.Class == ClassConfig && e.Err == nil {
 		e.Err = fmt.Errorf("the provider refused the key in %s", c.cfg.Workload.KeyEnv())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -514,5 +515,36 @@ func TestHeldCallSendsNothingUntilReleased(t *testing.T) {
 	}
 	if n := e.sim.Stats().Requests; n != 1 {
 		t.Fatalf("%d requests in all, want the one released", n)
+	}
+}
+
+// A gateway page that echoes the request URL, key and all, cut by the error's excerpt right
+// inside the key: no part of the key may reach the error (which goes to last_error, the
+// status reason, logs and the console).
+func TestAKeyCutByTheExcerptIsStillRedacted(t *testing.T) {
+	const key = "0123456789abcdef0123456789abcdef"
+	for _, body := range []string{
+		"<html>" + strings.Repeat("x", 110) + "GET /df/auction?apikey=" + key + "</html>",
+		`{"error":{"status":500,"code":"X` + key + `","message":"` + strings.Repeat("y", 190) + key + `"}}`,
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = io.WriteString(w, body)
+		}))
+		c, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: srv.URL, Key: key, KeyIn: "query"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = c.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
+		srv.Close()
+		var pe *provider.Error
+		if !errors.As(err, &pe) {
+			t.Fatalf("error %v", err)
+		}
+		for _, text := range []string{err.Error(), pe.Message, pe.Code} {
+			if strings.Contains(text, key[:8]) {
+				t.Errorf("part of the key shows: %q", text)
+			}
+		}
 	}
 }
