@@ -110,6 +110,13 @@ func Import(ctx context.Context, db DB, search ItemSearcher, targets []Target, o
 			tier = opt.DefaultTier
 		}
 		for _, it := range r.items {
+			if !isItemID(it.ItemID) {
+				// Tracked, it would fail every collection (and break packed calls); the
+				// rest of what the target found is still imported.
+				rep.Warnings = append(rep.Warnings, TargetFailure{Target: t,
+					Reason: fmt.Sprintf("the provider answered an item id %q that is not 32 lowercase hex characters: skipped", it.ItemID)})
+				continue
+			}
 			// Two targets may find the same item (a prefix search and an exact name): the
 			// first line of the file decides its starting tier.
 			if seen[it.ItemID] {

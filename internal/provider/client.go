@@ -65,7 +65,7 @@ type Client struct {
 	hold     Hold
 
 	requests, failures atomic.Int64
-	rejected           [3]atomic.Int64 // by RejectReasons
+	rejected           [4]atomic.Int64 // by RejectReasons
 }
 
 // RequestObserver hears every HTTP request's duration and outcome ("ok" or the error class)

@@ -135,6 +135,9 @@ func parseItems(body []byte) ([]Item, error) {
 	}
 	out := make([]Item, len(rows))
 	for i, r := range rows {
+		if r.ItemID == "" {
+			return nil, fmt.Errorf("malformed response body: rows[%d] lacks itemId", i)
+		}
 		out[i] = r.item()
 	}
 	return out, nil

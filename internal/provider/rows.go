@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -14,10 +15,11 @@ const (
 	RejectFutureDate  = "future_date"
 	RejectAncientDate = "ancient_date"
 	RejectForeignItem = "foreign_item"
+	RejectBadAmount   = "bad_amount"
 )
 
 // RejectReasons lists every reason, for metrics that start at zero.
-var RejectReasons = []string{RejectFutureDate, RejectAncientDate, RejectForeignItem}
+var RejectReasons = []string{RejectFutureDate, RejectAncientDate, RejectForeignItem, RejectBadAmount}
 
 // Launch is when the game opened: no sale or listing can be older.
 var Launch = time.Date(2005, 1, 1, 0, 0, 0, 0, KST)
@@ -100,9 +102,20 @@ func (c RowCheck) Listings(rows []Listing, want IDSet) ([]Listing, Rejected) {
 	return keep(rows, func(l Listing) (string, string) { return c.reason(want, l.ItemID, l.RegDate), l.ItemID })
 }
 
-// Sales keeps the sales of the requested items sold at a possible date.
+// Sales keeps the sales of the requested items sold at a possible date, of at least one unit
+// at a price that is not negative. A sale of no or negative units, or of a value past int64,
+// would go into the candles' volumes and sales_vwap (or overflow their sums and fail the item's
+// every write until the sale aged out of the answer).
 func (c RowCheck) Sales(rows []Sale, want IDSet) ([]Sale, Rejected) {
-	return keep(rows, func(s Sale) (string, string) { return c.reason(want, s.ItemID, s.SoldAt), s.ItemID })
+	return keep(rows, func(s Sale) (string, string) {
+		if why := c.reason(want, s.ItemID, s.SoldAt); why != "" {
+			return why, s.ItemID
+		}
+		if s.Count <= 0 || s.Price < 0 || s.UnitPrice < 0 || (s.UnitPrice > 0 && s.Count > math.MaxInt64/s.UnitPrice) {
+			return RejectBadAmount, s.ItemID
+		}
+		return "", s.ItemID
+	})
 }
 
 func keep[T any](rows []T, reject func(T) (reason, itemID string)) ([]T, Rejected) {

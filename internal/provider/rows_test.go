@@ -22,22 +22,25 @@ func TestRowCheckDropsImpossibleDatesAndForeignRows(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, provider.KST)
 	c := provider.RowCheck{Now: now, FutureTolerance: 24 * time.Hour}
 	sales := []provider.Sale{
-		{ItemID: askedID, SoldAt: now.Add(-time.Hour)},                               // kept
-		{ItemID: askedID, SoldAt: now.Add(23 * time.Hour)},                           // clock skew within tolerance: kept
-		{ItemID: askedID, SoldAt: time.Date(2099, 1, 1, 0, 0, 0, 0, provider.KST)},   // future
-		{ItemID: askedID, SoldAt: time.Date(2004, 12, 31, 0, 0, 0, 0, provider.KST)}, // before launch
-		{ItemID: "someone-else", SoldAt: now.Add(-time.Hour)},                        // foreign
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 1},                               // kept
+		{ItemID: askedID, SoldAt: now.Add(23 * time.Hour), Count: 1},                           // clock skew within tolerance: kept
+		{ItemID: askedID, SoldAt: time.Date(2099, 1, 1, 0, 0, 0, 0, provider.KST), Count: 1},   // future
+		{ItemID: askedID, SoldAt: time.Date(2004, 12, 31, 0, 0, 0, 0, provider.KST), Count: 1}, // before launch
+		{ItemID: "someone-else", SoldAt: now.Add(-time.Hour), Count: 1},                        // foreign
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 0, Price: 5},                     // no units
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 2, Price: -10, UnitPrice: -5},    // negative price
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 1 << 40, UnitPrice: 1 << 40},     // value past int64
 	}
 	kept, rej := c.Sales(sales, provider.NewIDSet(askedID))
 	if len(kept) != 2 || rej.Reasons[provider.RejectFutureDate] != 1 || rej.Reasons[provider.RejectAncientDate] != 1 ||
-		rej.Reasons[provider.RejectForeignItem] != 1 {
-		t.Fatalf("kept %d, rejected %v; want 2 kept, one of each reason", len(kept), rej)
+		rej.Reasons[provider.RejectForeignItem] != 1 || rej.Reasons[provider.RejectBadAmount] != 3 {
+		t.Fatalf("kept %d, rejected %v; want 2 kept, one of each date reason and 3 bad amounts", len(kept), rej)
 	}
 	if !slices.Equal(rej.ItemIDs, []string{askedID, "someone-else"}) {
 		t.Fatalf("rejected rows' items %v, want each once in answer order", rej.ItemIDs)
 	}
 	// The set holds every id a packed call asked for.
-	kept, rej = c.Sales(sales[4:], provider.NewIDSet(askedID, "someone-else"))
+	kept, rej = c.Sales(sales[4:5], provider.NewIDSet(askedID, "someone-else"))
 	if len(kept) != 1 || rej.Total() != 0 {
 		t.Fatalf("a row of another requested id was dropped: kept %d, rejected %v", len(kept), rej)
 	}
