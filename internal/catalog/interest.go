@@ -64,7 +64,7 @@ func RecordInterest(ctx context.Context, db DB, ev InterestEvent, reactivateTo t
 		err := tx.QueryRow(ctx, `SELECT collection_tier, next_collect_at FROM tracked_items WHERE item_id = $1 FOR NO KEY UPDATE`,
 			ev.ItemID).Scan(&tier, &r.NextCollectAt)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotTracked
+			return fmt.Errorf("item %s: %w", ev.ItemID, ErrNotTracked)
 		}
 		if err != nil {
 			return err

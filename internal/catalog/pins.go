@@ -25,7 +25,7 @@ func PinItem(ctx context.Context, db DB, itemID string, t tiers.Tier) (TierChang
 		err := tx.QueryRow(ctx, `SELECT collection_tier, now() FROM tracked_items WHERE item_id = $1 FOR NO KEY UPDATE`,
 			itemID).Scan(&from, &now)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotTracked
+			return fmt.Errorf("pin item %s: %w", itemID, ErrNotTracked)
 		}
 		if err != nil {
 			return err

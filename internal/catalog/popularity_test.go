@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -162,9 +163,10 @@ func TestRecordInterestReactivatesInOneStep(t *testing.T) {
 		t.Errorf("recalculation reactivated again: %+v", res)
 	}
 
-	if _, err := RecordInterest(ctx, pool, InterestEvent{ItemID: randomItemID(t), Kind: KindTouch}, tiers.Active); err == nil ||
-		!strings.Contains(err.Error(), "not tracked") {
-		t.Errorf("touch on an unknown item: %v", err)
+	unknown := randomItemID(t)
+	if _, err := RecordInterest(ctx, pool, InterestEvent{ItemID: unknown, Kind: KindTouch}, tiers.Active); !errors.Is(err, ErrNotTracked) ||
+		!strings.Contains(err.Error(), unknown) {
+		t.Errorf("touch on an unknown item: %v, want ErrNotTracked naming it", err)
 	}
 	if _, err := RecordInterest(ctx, pool, InterestEvent{ItemID: hot, Kind: "like"}, tiers.Active); err == nil {
 		t.Error("kind like accepted")

@@ -1,8 +1,10 @@
 package catalog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -55,8 +57,18 @@ func LoadTargets(path string) ([]Target, error) {
 // and note. Every problem is reported with its file and line, all at once.
 func ParseTargets(file string, data []byte) ([]Target, error) {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("import targets %s: %w", file, err)
+	}
+	// A second document (after ---) would otherwise be ignored, its items silently not tracked.
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		line := more.Line
+		if len(more.Content) > 0 {
+			line = more.Content[0].Line
+		}
+		return nil, fmt.Errorf("%s:%d: a second YAML document (after ---): a targets file is one document; list every item under one items:", file, line)
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, fmt.Errorf("import targets %s: the file lists no items (add one line per item under items:)", file)

@@ -58,6 +58,7 @@ func TestParseTargetsErrorsNameFileAndLine(t *testing.T) {
 		{"top level", "things:\n  - a\n", []string{"t.yaml:1:", `unknown key "things"`}},
 		{"empty", "", []string{"t.yaml", "no items"}},
 		{"empty list", "items:\n", []string{"t.yaml:1:", "empty"}},
+		{"second document", "items:\n  - a\n---\nitems:\n  - b\n", []string{"t.yaml:4:", "second YAML document"}},
 		{"several at once", "items:\n  - {name: a, tier: X}\n  - {name: b, tier: Y}\n", []string{"t.yaml:2:", "t.yaml:3:"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

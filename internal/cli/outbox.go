@@ -144,8 +144,8 @@ daemon's pruner do, and nothing else.`,
 // clipLine keeps a table row on one line.
 func clipLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		s = s[:n-1] + "…"
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n-1]) + "…" // by runes: a Korean message cut mid-character is not UTF-8
 	}
 	return s
 }
