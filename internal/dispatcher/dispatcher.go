@@ -118,6 +118,9 @@ type Config struct {
 	// least half an interval after the collection, which is what moves an item claimed early
 	// to its next slot rather than back to the one it was claimed for.
 	Ahead time.Duration
+	// CallTimeout is provider.timeout: no call runs longer, so the renewal cap is at least
+	// renewCap of them, and a healthy batch on a lease shorter than one call keeps its items.
+	CallTimeout time.Duration
 	// EstimateWindow is how fast the per-item change and sales counts decay: observations this
 	// old count 1/e (catalog.estimate_window).
 	EstimateWindow time.Duration
@@ -195,7 +198,7 @@ func FromConfig(c *config.Config) Config {
 	cc := c.Collect
 	return Config{
 		Provider: c.Provider.Name, BatchSize: cc.BatchSize, Lease: cc.Lease, Concurrency: cc.Concurrency,
-		FlushSize: FlushSizeDefault, EstimateWindow: c.Catalog.EstimateWindow,
+		CallTimeout: c.Provider.Timeout, FlushSize: FlushSizeDefault, EstimateWindow: c.Catalog.EstimateWindow,
 		PackSize: cc.PackSize, PackMaxListings: packing.MaxListingsDefault, PackMaxSales: packing.MaxSalesDefault,
 		ShadowFraction: packing.ShadowFractionDefault,
 		History:        history.FromConfig(c),

@@ -148,7 +148,8 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 // slow provider never lets a lease lapse under a live worker. Items already written back no
 // longer carry the token and are left alone.
 //
-// It stops once no call of the batch has finished for renewCap leases: a batch that works,
+// It stops once no call of the batch has finished for renewCap leases (or provider timeouts,
+// when longer: a slow call is not a stuck one): a batch that works,
 // however slowly (a large one on a small budget), keeps its items, while one stuck (a wedged
 // process, calls held for a database that does not take writes again) must not keep them from
 // every other collector for good. Its leases lapse; another collector's claim takes the items,
@@ -163,7 +164,7 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if still := time.Since(time.Unix(0, progress.Load())); still >= renewCap*d.cfg.Lease {
+			if still := time.Since(time.Unix(0, progress.Load())); still >= renewCap*max(d.cfg.Lease, d.cfg.CallTimeout) {
 				d.log.Warn("no call of a batch finished for the leases' renewal cap; its items are left to lapse to other collectors",
 					zap.Int("items", len(claims)), zap.Duration("stuck_seconds", still), zap.Duration("lease_seconds", d.cfg.Lease))
 				d.LeasesLeft.Signal(len(claims))

@@ -175,6 +175,33 @@ func TestASlowBatchThatWorksKeepsItsLeases(t *testing.T) {
 	}
 }
 
+// A lease shorter than one provider call (collect.lease 1s, provider.timeout 5s): a call that
+// takes longer than renewCap leases, but not than its timeout, is slow, not stuck, and the
+// batch keeps its item rather than paying for the same call again from another collector.
+func TestACallLongerThanTheRenewalCapButItsTimeoutKeepsItsLeases(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	e := setup(t, 1, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" {
+				time.Sleep(renewCap*lease + lease/2) // the provider's latency, within its timeout
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	d := e.dispatcher(t, Config{Lease: lease, CallTimeout: 5 * time.Second}, nil)
+	d.LeasesLeft.Init(t)
+	s, err := d.RunOnce(context.Background())
+	if err != nil || s.Collected != 1 || s.Fenced != 0 {
+		t.Fatalf("summary %s, %v: want the item collected by the one slow call", s, err)
+	}
+	select {
+	case got := <-d.LeasesLeft.C():
+		t.Fatalf("the leases of %d items were left to lapse during one call within its timeout", got)
+	default:
+	}
+}
+
 func TestPrioritizeTiersClaimsHotFirst(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 6, tiers.Cold, nil)
