@@ -196,3 +196,14 @@ func ProbeItem(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	}
 	return id, nil
 }
+
+// CollectedWithin counts the items whose last successful collection, by whichever instance,
+// is at most d old by the database's clock.
+func CollectedWithin(ctx context.Context, pool *pgxpool.Pool, d time.Duration) (int, error) {
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tracked_items WHERE last_collected_at > now() - $1 * interval '1 millisecond'`,
+		d.Milliseconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count recent collections: %w", err)
+	}
+	return n, nil
+}

@@ -1,7 +1,9 @@
 // Package health moves provider_status by itself, for every instance sharing the database:
 //
 //	HEALTHY    → DEGRADED     transient failures (5xx, timeouts) above ErrorRatio of the
-//	                          outcomes in the last Window (at least MinSamples of them)
+//	                          outcomes in the last Window (at least MinSamples of them),
+//	                          unless other instances collected more items in that Window
+//	                          than this one did (the fault is then on this host's path)
 //	any        → MAINTENANCE  a maintenance answer (the dispatcher records it on DNF980)
 //	MAINTENANCE/DEGRADED → RECOVERING
 //	                          a probe succeeded; one instance at a time probes (the probe is
@@ -145,6 +147,11 @@ type Monitor struct {
 	// ProbeLeased, when initialised before Run (tests), is signalled when this instance has
 	// taken the probe, before its request.
 	ProbeLeased testsignal.Signal[struct{}]
+	// KeptShared, when initialised before Run (tests), is signalled when this instance's
+	// failures start to be kept from degrading the provider because other instances'
+	// collections succeed (how many more items they collected in the window).
+	KeptShared testsignal.Signal[int]
+	keptShared bool // the last check kept the shared status; only the loop touches it
 
 	kick    chan struct{}
 	changed chan struct{}
@@ -229,6 +236,35 @@ func (m *Monitor) degradedLocked() bool {
 	return m.ratioLocked() > m.cfg.ErrorRatio
 }
 
+func (m *Monitor) successesLocked() int {
+	n := 0
+	for _, s := range m.window {
+		if !s.bad {
+			n++
+		}
+	}
+	return n
+}
+
+// othersSucceed tells whether, while this instance's calls fail, more items were collected
+// across the cluster in the window than this instance collected itself: another instance
+// reaches the provider, so the fault is on this one's path (DNS, a firewall, a proxy), and the
+// shared status, which pauses every instance, stays. A failed count leaves it to the window.
+func (m *Monitor) othersSucceed(ctx context.Context, own int) bool {
+	n, err := catalog.CollectedWithin(ctx, m.pool, m.cfg.Window)
+	others := err == nil && n > own
+	if others != m.keptShared {
+		m.keptShared = others
+		if others {
+			m.log.Warn("this instance's provider calls fail while other instances' succeed; the shared status stays as it is: "+
+				"check this host's path to the provider (DNS, firewall, proxy)",
+				zap.Int("collected_elsewhere", n-own), zap.Duration("window_seconds", m.cfg.Window))
+			m.KeptShared.Signal(n - own)
+		}
+	}
+	return others
+}
+
 func (m *Monitor) ratioLocked() float64 {
 	bad := 0
 	for _, s := range m.window {
@@ -280,6 +316,7 @@ func (m *Monitor) step(ctx context.Context) error {
 	now := time.Now()
 	m.trim(now)
 	degraded, ratio, n := m.degradedLocked(), m.ratioLocked(), len(m.window)
+	own := m.successesLocked()
 	recovering := now.Sub(m.recSince)
 	if row.Status == provider.Recovering {
 		m.rampLocked(now)
@@ -288,12 +325,12 @@ func (m *Monitor) step(ctx context.Context) error {
 
 	switch row.Status {
 	case provider.Healthy:
-		if degraded {
+		if degraded && !m.othersSucceed(ctx, own) {
 			return m.transition(ctx, row, provider.Degraded,
 				fmt.Sprintf("transient failures %.0f%% of %d outcomes in the last %s (threshold %.0f%%)", 100*ratio, n, m.cfg.Window, 100*m.cfg.ErrorRatio))
 		}
 	case provider.Recovering:
-		if degraded {
+		if degraded && !m.othersSucceed(ctx, own) {
 			return m.transition(ctx, row, provider.Degraded,
 				fmt.Sprintf("transient failures %.0f%% of %d outcomes while recovering (threshold %.0f%%)", 100*ratio, n, 100*m.cfg.ErrorRatio))
 		}

@@ -295,6 +295,41 @@ func TestOnlyTransientFailuresDegrade(t *testing.T) {
 	}
 }
 
+// One instance whose own path to the provider fails (DNS, a firewall) while the others collect
+// must not pause them all: its failures leave the shared status alone. When nobody collects,
+// the same failures degrade it.
+func TestOneSickInstanceDoesNotDegradeTheCluster(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	// Others collected 20 items in the window.
+	if _, err := pool.Exec(ctx, `INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, last_collected_at)
+		SELECT md5(g::text), 'item ' || g, 'HOT_1M', now() + interval '1 minute', now() FROM generate_series(1, 20) g`); err != nil {
+		t.Fatal(err)
+	}
+	m := New(pool, testConfig("sick"), func(context.Context) error { return errDown }, nil, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	m.KeptShared.Init(t)
+	seen := changes(m)
+	run(t, m)
+	waitStatus(t, seen, provider.Healthy)
+	for range 5 {
+		m.Observe(&provider.Error{Class: provider.ClassTransient, Status: 504})
+	}
+	if n := m.KeptShared.Wait(t); n != 20 {
+		t.Fatalf("kept the shared status for %d items collected elsewhere, want 20", n)
+	}
+	if st := status(t, pool); st.Status != provider.Healthy {
+		t.Fatalf("status %s after one instance's failures while others collect, want HEALTHY", st.Status)
+	}
+
+	// Nobody collects any more: the same failures are the provider's.
+	if _, err := pool.Exec(ctx, `UPDATE tracked_items SET last_collected_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	m.Observe(&provider.Error{Class: provider.ClassTransient, Status: 504})
+	waitStatus(t, seen, provider.Degraded)
+}
+
 // Each status change is logged once by the instance that makes it: one line for
 // MAINTENANCE → RECOVERING and one for RECOVERING → HEALTHY, however many checks run.
 func TestEachStatusChangeIsLoggedOnce(t *testing.T) {
