@@ -11,17 +11,21 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 )
 
-// handler serves /metrics, /healthz (the process is up) and /readyz (it can do its work), and
-// the console at / when one is configured. A database that refuses writes makes the daemon not
-// ready but leaves it live: a restart would not help, and it resumes by itself when writes come
-// back.
+// handler serves /metrics, /healthz (the process is up and not wedged) and /readyz (it can do
+// its work), and the console at / when one is configured. A database that refuses writes makes
+// the daemon not ready but leaves it live: a restart would not help, and it resumes by itself
+// when writes come back.
 func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	if d.cfg.Console != nil {
 		mux.Handle("/", d.cfg.Console)
 	}
 	mux.Handle("GET /metrics", d.metrics.Handler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if msg := d.wedged(r.Context()); msg != "" {
+			http.Error(w, msg, http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -58,4 +62,20 @@ func (d *Daemon) handler() http.Handler {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	return mux
+}
+
+// wedged says why the process should be restarted, "" when it should not: a collection batch
+// has had no provider call finish for the renewal cap while the database answers and takes
+// writes (then nothing outside the process holds it: a restart frees its items, already left
+// to lapse, and its share of the key's budget, which its heartbeat would otherwise keep).
+func (d *Daemon) wedged(ctx context.Context) string {
+	if !d.collect.disp.Stuck() || !d.writes.State().Writable {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if d.pool.Ping(ctx) != nil {
+		return "" // the database's fault, which /readyz reports; a restart would not help
+	}
+	return "wedged: a collection batch has had no provider call finish for its leases' renewal cap, with the database up"
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -259,7 +260,14 @@ type Dispatcher struct {
 
 	// LeasesLeft hears a batch whose leases stopped being renewed at renewCap (its items).
 	LeasesLeft testsignal.Signal[int]
+	// stuck counts the batches past the renewal cap with no call finished since.
+	stuck atomic.Int32
 }
+
+// Stuck tells whether a batch of this dispatcher has had no provider call finish for the
+// renewal cap (3 leases, or 3 provider timeouts): the process is wedged somewhere, which the
+// daemon's liveness reports so that its supervisor restarts it.
+func (d *Dispatcher) Stuck() bool { return d.stuck.Load() > 0 }
 
 // New validates the config and the fetcher's limits and builds a dispatcher.
 func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispatcher, error) {

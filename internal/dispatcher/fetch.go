@@ -35,6 +35,8 @@ type result struct {
 func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w *writer, tm *timings, f *flow) (released int, stop *stopError) {
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	var renewing sync.WaitGroup
+	defer renewing.Wait() // after done closes: the batch is over, Stuck included, when this returns
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -59,7 +61,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 	}()
 	var progress atomic.Int64 // when a call of the batch last finished (unix nanoseconds)
 	progress.Store(time.Now().UnixNano())
-	go d.renewWhileRunning(fctx, done, claims, &progress)
+	renewing.Go(func() { d.renewWhileRunning(fctx, done, claims, &progress) })
 
 	var st packingState
 	if d.packSize > 1 {
@@ -149,14 +151,21 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 // longer carry the token and are left alone.
 //
 // It stops once no call of the batch has finished for renewCap leases (or provider timeouts,
-// when longer: a slow call is not a stuck one): a batch that works,
-// however slowly (a large one on a small budget), keeps its items, while one stuck (a wedged
-// process, calls held for a database that does not take writes again) must not keep them from
-// every other collector for good. Its leases lapse; another collector's claim takes the items,
-// and this batch's late write-back, if any, is fenced by the token.
+// when longer: a slow call is not a stuck one): a batch that works, however slowly (a large
+// one on a small budget), keeps its items, while one stuck (a wedged process, calls held for a
+// database that does not take writes again) must not keep them from every other collector for
+// good. Its leases lapse; another collector's claim takes the items, and this batch's late
+// write-back, if any, is fenced by the token. While no call finishes the dispatcher reports
+// itself Stuck.
 func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []catalog.Claim, progress *atomic.Int64) {
 	t := time.NewTicker(d.cfg.Lease / 3)
 	defer t.Stop()
+	left, stuck := false, false // leases left to lapse; no call finished since (Stuck)
+	defer func() {
+		if stuck {
+			d.stuck.Add(-1)
+		}
+	}()
 	for {
 		select {
 		case <-done:
@@ -164,11 +173,24 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if still := time.Since(time.Unix(0, progress.Load())); still >= renewCap*max(d.cfg.Lease, d.cfg.CallTimeout) {
+			still := time.Since(time.Unix(0, progress.Load()))
+			over := still >= renewCap*max(d.cfg.Lease, d.cfg.CallTimeout)
+			switch {
+			case over && !stuck:
+				d.stuck.Add(1)
+			case !over && stuck:
+				d.stuck.Add(-1) // a call finished after all: wedged no longer
+			}
+			stuck = over
+			switch {
+			case left: // lapsed for good: a late write is fenced anyway
+				continue
+			case stuck:
 				d.log.Warn("no call of a batch finished for the leases' renewal cap; its items are left to lapse to other collectors",
 					zap.Int("items", len(claims)), zap.Duration("stuck_seconds", still), zap.Duration("lease_seconds", d.cfg.Lease))
 				d.LeasesLeft.Signal(len(claims))
-				return
+				left = true
+				continue
 			}
 			_, err := catalog.RenewLeases(ctx, d.pool, claims, d.cfg.Lease)
 			if ctx.Err() != nil {

@@ -128,6 +128,9 @@ func TestAStuckBatchLetsItsLeasesLapse(t *testing.T) {
 	if n := stuck.LeasesLeft.Wait(t); n != 1 {
 		t.Fatalf("leases of %d items left to lapse, want the one claimed", n)
 	}
+	if !stuck.Stuck() {
+		t.Fatal("the dispatcher does not report itself stuck")
+	}
 	// Nothing renews it now: wait out what is left of its last lease by the database's clock.
 	var owner string
 	if err := e.pool.QueryRow(ctx, `SELECT leased_by, pg_sleep(greatest(0, extract(epoch FROM lease_expires_at - clock_timestamp())))::text
@@ -143,6 +146,9 @@ func TestAStuckBatchLetsItsLeasesLapse(t *testing.T) {
 	closeOnce(release)
 	if s := testkit.Recv(t, done, testkit.Timeout, "the stuck RunOnce to return"); s.Collected != 0 || s.Fenced != 1 {
 		t.Fatalf("the stuck batch: %s; want its late write fenced", s)
+	}
+	if stuck.Stuck() {
+		t.Fatal("the dispatcher still reports itself stuck after its batch ended")
 	}
 }
 
