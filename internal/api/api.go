@@ -12,8 +12,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/config"
@@ -51,7 +54,8 @@ type Config struct {
 
 // MaxReadsDefault keeps the API to a quarter of the default pool (database.max_conns 8): a
 // burst of series requests waits its turn instead of taking the connections collection
-// writes with. /latest's polls read no database; its refresh takes one slot.
+// writes with. /latest's polls read no database; its refresh has a slot of its own besides,
+// so no burst of series reads can hold back the poll every client makes.
 const MaxReadsDefault = 2
 
 // MaxAgeDefault bounds how far /latest may trail the database: a snapshot committed now is in
@@ -68,7 +72,9 @@ type API struct {
 	tokens  [][32]byte
 	warned  atomic.Int64 // unix ns of the last logged read failure
 	metrics *metrics
-	slots   chan struct{} // one per read running on the database
+	slots   chan struct{} // one per read running on the database, /latest's refresh apart
+	// primary is the primary of a read-replica router (store.Reads), slotted; nil without one.
+	primary DB
 }
 
 // New builds an API over db.
@@ -94,8 +100,12 @@ func New(db DB, cfg Config, log *zap.Logger) (*API, error) {
 	if latestDB == nil {
 		latestDB = db
 	}
-	a.latest = newLatestCache(slotted{latestDB, a.slots}, cfg.MaxAge, cfg.Now)
+	// One refresh runs at a time (latestCache.mu): one slot of its own is all it needs.
+	a.latest = newLatestCache(slotted{latestDB, make(chan struct{}, 1)}, cfg.MaxAge, cfg.Now)
 	a.db = slotted{db, a.slots}
+	if r, ok := db.(interface{ Primary() *pgxpool.Pool }); ok {
+		a.primary = slotted{r.Primary(), a.slots}
+	}
 	a.latest.refreshed = a.metrics.refresh
 	// Tokens are compared by their hashes in constant time, so neither a token's length nor
 	// its prefix leaks through timing.
@@ -184,6 +194,45 @@ func get(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// params reads the query string of an endpoint that takes the parameters allowed. r.URL.Query()
+// drops the pairs it cannot parse (a bad %-escape, a ';' separator), so a garbled ?ids= would
+// answer every item instead of an error: a malformed query string is refused, and so is a
+// parameter the endpoint does not take (a typo such as limt=5 would be ignored too), each
+// naming the parameter. Refused before anything reaches the database, like any bad parameter.
+func params(w http.ResponseWriter, r *http.Request, allowed ...string) (url.Values, bool) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		param, pair := malformedPair(r.URL.RawQuery)
+		badParam(w, param, fmt.Sprintf("the query string is malformed at %q (%v): separate parameters with '&', and percent-encode '%%', '&', ';' and '+' within a value",
+			truncate(pair, 40), err))
+		return nil, false
+	}
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if !slices.Contains(allowed, name) {
+			name = truncate(name, 40)
+			badParam(w, name, fmt.Sprintf("unknown parameter %q: this endpoint takes %s", name, strings.Join(allowed, ", ")))
+			return nil, false
+		}
+	}
+	return q, true
+}
+
+// malformedPair is the first pair of a query string that does not parse, and its parameter's
+// name when that much reads ("" when not).
+func malformedPair(raw string) (param, pair string) {
+	for pair := range strings.SplitSeq(raw, "&") {
+		if _, err := url.ParseQuery(pair); err == nil {
+			continue
+		}
+		key, _, _ := strings.Cut(pair, "=")
+		if name, err := url.QueryUnescape(key); err == nil && !strings.Contains(key, ";") {
+			param = truncate(name, 40)
+		}
+		return param, pair
+	}
+	return "", raw
+}
+
 // guard checks the bearer token (when tokens are configured) and then the client's rate.
 // The OpenAPI document is public: it says how to call, not what the data is.
 func (a *API) guard(next http.Handler) http.Handler {
@@ -259,6 +308,10 @@ func clientAddr(r *http.Request) string {
 	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
+// exposedHeaders are the answers' headers a configured origin's page may read (docs/api.md#cors
+// lists them).
+const exposedHeaders = "ETag, Last-Modified, RateLimit, RateLimit-Policy, Retry-After, Read-Source"
+
 // cors answers preflights and marks answers readable by the configured origins' pages.
 func (a *API) cors(next http.Handler) http.Handler {
 	if len(a.cfg.CORSOrigins) == 0 {
@@ -276,7 +329,7 @@ func (a *API) cors(next http.Handler) http.Handler {
 			} else {
 				h.Set("Access-Control-Allow-Origin", origin)
 			}
-			h.Set("Access-Control-Expose-Headers", "ETag, Last-Modified, RateLimit, RateLimit-Policy, Retry-After, Read-Source")
+			h.Set("Access-Control-Expose-Headers", exposedHeaders)
 		}
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			if allowed {

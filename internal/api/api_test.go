@@ -28,6 +28,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -868,4 +869,134 @@ func findOK(b latestBody, id string) bool {
 		}
 	}
 	return false
+}
+
+// A synthetic fixture's series is unknown to the API, as the fixture is to /latest and /items:
+// 404 naming the id, however its row and snapshots look.
+func TestFixtureHasNoSeries(t *testing.T) {
+	e := setup(t, nil)
+	mustExec(t, e.pool, `
+		INSERT INTO auction_snapshots (item_id, claim_token, collected_at, tier, listing_count, listing_quantity, lowest_unit_price)
+		VALUES ('seed-0001', gen_random_uuid(), now() - interval '1 hour', 'HOT_1M', 1, 1, 5)`)
+	for _, interval := range []string{"raw", "1h"} {
+		resp, b := e.get(t, "/api/v1/items/seed-0001/timeseries?interval="+interval)
+		if p := decode[problem](t, b); resp.StatusCode != 404 || p.Param != "id" {
+			t.Fatalf("the fixture's %s series: %d %s; want 404 naming id", interval, resp.StatusCode, b)
+		}
+	}
+}
+
+// /latest's refresh has a read slot of its own: with every slot series and item reads share
+// taken, a poll that needs a refresh still answers at once.
+func TestLatestRefreshHasItsOwnSlot(t *testing.T) {
+	e := setup(t, nil)
+	for range api.MaxReadsDefault {
+		t.Cleanup(e.api.TakeReadSlot()) // on failure too: the refresh still waiting gets one
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Timeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/api/v1/latest?ids="+hotItem, nil)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatalf("/latest with every shared read slot taken: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if got := decode[latestBody](t, b); resp.StatusCode != 200 || len(got.Items) != 1 {
+		t.Fatalf("/latest with every shared read slot taken: %d %s", resp.StatusCode, b)
+	}
+}
+
+// A query string that does not parse, and a parameter the endpoint does not take, are refused
+// naming the parameter: dropping them would answer more than was asked (every item for a
+// garbled ids=). Nothing reaches the database.
+func TestMalformedOrUnknownParametersAreRefused(t *testing.T) {
+	e := setup(t, nil)
+	series := "/api/v1/items/" + hotItem + "/timeseries"
+	cases := []struct{ path, param string }{
+		{"/api/v1/latest?ids=abc%zz", "ids"},
+		{"/api/v1/latest?ids=" + hotItem + ";" + quietItem, "ids"},
+		{"/api/v1/latest?ids=" + hotItem + "&_=1700000000", "_"},
+		{"/api/v1/latest?id=" + hotItem, "id"},
+		{"/api/v1/items?q=gold%zz", "q"},
+		{"/api/v1/items?limt=5", "limt"},
+		{"/api/v1/items?q=a;limit=5", "q"},
+		{series + "?interval=raw;since=2026-12-01", "interval"},
+		{series + "?interval=raw&from=2026-12-01", "from"},
+		{series + "?since=2026-12-01&%zz=1", ""}, // a name that does not read is not named
+	}
+	before := e.db.n.Load()
+	for _, c := range cases {
+		resp, b := e.get(t, c.path)
+		if p := decode[problem](t, b); resp.StatusCode != 400 || p.Param != c.param || p.Detail == "" {
+			t.Errorf("%s: %d %s; want 400 naming %q", c.path, resp.StatusCode, b, c.param)
+		}
+	}
+	if n := e.db.n.Load() - before; n != 0 {
+		t.Fatalf("%d statements reached the database for malformed or unknown parameters", n)
+	}
+}
+
+// A raw window spans at most a week, so an answer holds about 10,000 points at most (an item
+// collected every minute); a longer one is refused naming since, saying to page by until.
+func TestRawWindowSpansAtMostAWeek(t *testing.T) {
+	e := setup(t, nil)
+	until := time.Now().UTC().Truncate(time.Second)
+	window := func(span time.Duration) string {
+		q := url.Values{"interval": {"raw"}, "since": {until.Add(-span).Format(time.RFC3339)}, "until": {until.Format(time.RFC3339)}}
+		return "/api/v1/items/" + hotItem + "/timeseries?" + q.Encode()
+	}
+	if resp, b := e.get(t, window(7*24*time.Hour)); resp.StatusCode != 200 {
+		t.Fatalf("a week of raw snapshots: %d %s", resp.StatusCode, b)
+	}
+	resp, b := e.get(t, window(7*24*time.Hour+time.Second))
+	if p := decode[problem](t, b); resp.StatusCode != 400 || p.Param != "since" || !strings.Contains(p.Detail, "7 days") ||
+		!strings.Contains(p.Detail, "page by until") {
+		t.Fatalf("a week and a second of raw snapshots: %d %s; want 400 naming since, 7 days and paging", resp.StatusCode, b)
+	}
+}
+
+// Times the answer could not hold (after 9999 in UTC, though not in their own offset) are
+// refused as bad parameters, not read and then failed on as a 503 that clients retry forever.
+func TestTimesPastYear9999AreRefused(t *testing.T) {
+	e := setup(t, nil)
+	series := "/api/v1/items/" + hotItem + "/timeseries?"
+	before := e.db.n.Load()
+	for _, c := range []struct{ query, param string }{
+		{"until=9999-12-31T23:00:00-23:00", "until"},
+		{"since=9999-12-31T22:00:00-23:00&until=9999-12-31T23:00:00-23:00", "since"},
+		{"interval=raw&since=9999-12-31T12:00:00Z&until=9999-12-31T23:00:00-23:00", "until"},
+	} {
+		resp, b := e.get(t, series+c.query)
+		if p := decode[problem](t, b); resp.StatusCode != 400 || p.Param != c.param || resp.Header.Get("Retry-After") != "" {
+			t.Errorf("%s: %d %s; want 400 naming %s", c.query, resp.StatusCode, b, c.param)
+		}
+	}
+	if n := e.db.n.Load() - before; n != 0 {
+		t.Fatalf("%d statements reached the database for times past 9999", n)
+	}
+	if resp, b := e.get(t, series+"interval=raw&since=9999-12-31T12:00:00Z&until=9999-12-31T23:00:00Z"); resp.StatusCode != 200 {
+		t.Fatalf("the last hours of 9999: %d %s", resp.StatusCode, b)
+	}
+}
+
+// docs/api.md's CORS section names every header an allowed origin's page may read.
+func TestCORSDocumentsEveryExposedHeader(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.CORSOrigins = []string{"*"} })
+	resp, _ := e.get(t, "/api/v1/latest", "Origin", "https://anyone.example")
+	exposed := resp.Header.Get("Access-Control-Expose-Headers")
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "\n### CORS\n")
+	section, _, _ = strings.Cut(section, "\n#")
+	if exposed == "" || section == "" {
+		t.Fatalf("exposed headers %q, CORS section %q", exposed, section)
+	}
+	for h := range strings.SplitSeq(exposed, ",") {
+		if h = strings.TrimSpace(h); !strings.Contains(section, "`"+h+"`") {
+			t.Errorf("docs/api.md#cors does not name %s, which pages may read", h)
+		}
+	}
 }

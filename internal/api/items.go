@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/duecollector/duecollector/internal/catalog"
@@ -52,7 +51,10 @@ func checkText(s string, max int) error {
 }
 
 func (a *API) getItems(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, ok := params(w, r, "q", "limit", "cursor")
+	if !ok {
+		return
+	}
 	search := q.Get("q")
 	if err := checkText(search, 200); err != nil {
 		badParam(w, "q", "q: "+err.Error())
@@ -103,10 +105,5 @@ func (a *API) getItems(w http.ResponseWriter, r *http.Request) {
 		}
 		ans.Next = Prefix + "items?" + nq.Encode()
 	}
-	b, err := jsonBody(ans, time.Time{})
-	if err != nil {
-		a.unavailable(w, r, "encode the items", err)
-		return
-	}
-	serve(w, r, b)
+	a.answer(w, r, ans, "encode the items")
 }

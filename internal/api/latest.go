@@ -96,7 +96,11 @@ const MaxIDs = 100
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
 func (a *API) getLatest(w http.ResponseWriter, r *http.Request) {
-	ids, err := parseIDs(r.URL.Query()["ids"])
+	q, ok := params(w, r, "ids")
+	if !ok {
+		return
+	}
+	ids, err := parseIDs(q["ids"])
 	if err != nil {
 		badParam(w, "ids", err.Error())
 		return
@@ -202,6 +206,19 @@ func (a *API) warn(what string, fields ...zap.Field) {
 		return
 	}
 	a.log.Warn("api: cannot "+what+" (further failures within "+warnEvery.String()+" are not logged)", fields...)
+}
+
+// answer encodes v and serves it. An answer that cannot be encoded is a fault of the server
+// that the same request repeats: 500 without Retry-After, never unavailable's 503, which
+// tells clients to retry.
+func (a *API) answer(w http.ResponseWriter, r *http.Request, v any, what string) {
+	b, err := jsonBody(v, time.Time{})
+	if err != nil {
+		a.warn(what, zap.String("path", r.URL.Path), zap.Error(err))
+		writeProblem(w, http.StatusInternalServerError, probInternal, "cannot "+what+": a fault of the server, which retrying will not mend", "")
+		return
+	}
+	serve(w, r, b)
 }
 
 // unavailable answers 503 when the database cannot be read: a stale copy is never passed off

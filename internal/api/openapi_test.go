@@ -151,8 +151,9 @@ func (s *spec) schema(pointer string) (*jsonschema.Schema, error) {
 }
 
 // check validates one response against the document: the path and status are documented, the
-// content type is one the response lists, the body matches its schema, and every documented
-// header that is sent (and every required one) matches its schema. It returns what is wrong.
+// content type is one the response lists, the body matches its schema, every documented
+// header that is sent (and every required one) matches its schema, and every header the
+// document defines that is sent is documented for that answer. It returns what is wrong.
 func (s *spec) check(method, path string, resp *http.Response, body []byte) []string {
 	var errs []string
 	fail := func(f string, a ...any) { errs = append(errs, fmt.Sprintf(f, a...)) }
@@ -209,6 +210,12 @@ func (s *spec) check(method, path string, resp *http.Response, body []byte) []st
 		}
 		if err := sc.Validate(val); err != nil {
 			fail("%s %s %s: header %s %q: %v", method, path, code, name, val, err)
+		}
+	}
+	// The API's own headers (those the document defines) are documented wherever they are sent.
+	for name := range s.doc["components"].(map[string]any)["headers"].(map[string]any) {
+		if _, ok := headers[name]; !ok && resp.Header.Get(name) != "" {
+			fail("%s %s %s: header %s is sent but not documented for this answer", method, path, code, name)
 		}
 	}
 	content, _ := r["content"].(map[string]any)

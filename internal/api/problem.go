@@ -26,6 +26,7 @@ const (
 	probRateLimited  = "rate-limited"
 	probMethod       = "method-not-allowed"
 	probUnavailable  = "unavailable"
+	probInternal     = "internal-error"
 )
 
 // writeProblem answers with a problem. Detail must never hold a secret or raw SQL error text.

@@ -93,8 +93,8 @@ func TestLatestThroughAReplicaIsNeverStale(t *testing.T) {
 
 // A replica that hangs (it takes connections and never answers, as when its packets are
 // dropped) holds no read slot for longer than the router waits for it: series requests that
-// took both slots waiting on it answer from the primary, and /latest, whose refresh needs a
-// slot, answers too, instead of a 503 once its refresh timed out.
+// took both slots waiting on it answer from the primary, and /latest (whose refresh has a slot
+// of its own) answers meanwhile.
 func TestHungReplicaHoldsNoReadSlot(t *testing.T) {
 	s := storetest.NewStandby(t)
 	ctx := context.Background()
@@ -159,5 +159,48 @@ func TestHungReplicaHoldsNoReadSlot(t *testing.T) {
 	}
 	if st := reads.State(); st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "did not answer") {
 		t.Fatalf("after reads the replica did not answer: %+v, want the primary, saying so", st)
+	}
+}
+
+// An item the replica does not hold yet (added on the primary within its lag) is looked up on
+// the primary before /timeseries answers 404: a client that learnt of it from /latest, which
+// reads the primary, finds its series. An id neither knows, and a fixture, are still 404.
+func TestNewItemIsFoundOnThePrimaryBehindAReplica(t *testing.T) {
+	s := storetest.NewStandby(t)
+	ctx := context.Background()
+	primary, standby := s.Pools(t)
+	// Measured once, and trusted for an hour: the replica serves reads while its replay is paused.
+	reads := store.NewReads(primary, standby, store.ReadsConfig{MaxLag: time.Hour, Every: time.Hour, Timeout: 5 * time.Second}, nil)
+	storetest.Items(t, primary, storetest.Item{ID: hotItem}, storetest.Item{ID: "seed-0001"})
+	a, err := api.New(reads, api.Config{APIConfig: config.Default().API, Latest: reads.Primary()}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	e := &env{srv: srv, client: &http.Client{Transport: checking{t: t, spec: loadSpec(t), base: http.DefaultTransport}}}
+	testkit.Eventually(t, testkit.Timeout, "the replica to hold the items and serve reads", func() bool {
+		var n int
+		_ = standby.QueryRow(ctx, `SELECT count(*) FROM tracked_items`).Scan(&n)
+		return n == 2 && reads.RunOnce(ctx).Source == store.SourceReplica
+	})
+	s.PauseReplay(t)
+	const brandNew = "brand-new-item"
+	storetest.Items(t, primary, storetest.Item{ID: brandNew})
+	var onReplica bool
+	if err := standby.QueryRow(ctx, `SELECT EXISTS (SELECT FROM tracked_items WHERE item_id = $1)`, brandNew).Scan(&onReplica); err != nil || onReplica {
+		t.Fatalf("the paused replica holds the new item: %v, %v", onReplica, err)
+	}
+	resp, b := e.get(t, "/api/v1/items/"+brandNew+"/timeseries")
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Read-Source"), "replica") {
+		t.Fatalf("a new item behind the replica: %d, Read-Source %q, %s; want 200 through the replica's router", resp.StatusCode, resp.Header.Get("Read-Source"), b)
+	}
+	if got := decode[seriesBody](t, b); got.ItemID != brandNew {
+		t.Fatalf("a new item behind the replica: %s", b)
+	}
+	for _, id := range []string{"nobody-tracks-this", "seed-0001"} {
+		if resp, b := e.get(t, "/api/v1/items/"+id+"/timeseries"); resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("%s behind the replica: %d %s; want 404", id, resp.StatusCode, b)
+		}
 	}
 }

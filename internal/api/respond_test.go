@@ -2,7 +2,13 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
 )
 
 // writesRecorder keeps each Write apart.
@@ -33,5 +39,19 @@ func TestWriteParts(t *testing.T) {
 		if len(w) > 64<<10 && len(w) != 200<<10 {
 			t.Fatalf("write %d is %d bytes, more than the 64 KB gathering buffer", i, len(w))
 		}
+	}
+}
+
+// An answer that cannot be encoded is the server's fault and the same request repeats it: 500
+// without Retry-After, not a 503 that tells clients to retry.
+func TestAnAnswerThatCannotBeEncodedIs500(t *testing.T) {
+	a := &API{cfg: Config{Now: time.Now}, log: zaptest.NewLogger(t)}
+	rec := httptest.NewRecorder()
+	// encoding/json refuses a time whose year has five digits.
+	a.answer(rec, httptest.NewRequest(http.MethodGet, Prefix+"items", nil), struct{ At time.Time }{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, "encode the test")
+	var p problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != http.StatusInternalServerError ||
+		p.Type != typeBase+probInternal || rec.Header().Get("Retry-After") != "" {
+		t.Fatalf("%d, Retry-After %q, %s (%v); want 500, none, an internal-error problem", rec.Code, rec.Header().Get("Retry-After"), rec.Body, err)
 	}
 }

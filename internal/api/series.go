@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,13 +10,16 @@ import (
 
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // Windows of /timeseries: the default span when since is absent, and the longest allowed, per
-// interval, so an answer stays a bounded walk of one index range.
+// interval, so an answer stays a bounded walk of one index range and of a bounded size (it is
+// held whole while encoded): at most about 10,000 points, whether a week of raw snapshots of
+// an item collected every minute (HOT_1M, the most often) or a year of hourly candles.
 var (
 	defaultSpan = map[string]time.Duration{"raw": 24 * time.Hour, history.Hourly: 30 * 24 * time.Hour, history.Daily: 365 * 24 * time.Hour}
-	maxSpan     = map[string]time.Duration{"raw": 31 * 24 * time.Hour, history.Hourly: 366 * 24 * time.Hour, history.Daily: 10 * 366 * 24 * time.Hour}
+	maxSpan     = map[string]time.Duration{"raw": 7 * 24 * time.Hour, history.Hourly: 366 * 24 * time.Hour, history.Daily: 10 * 366 * 24 * time.Hour}
 )
 
 // defaultAlign rounds the default since down to whole buckets (minutes for raw).
@@ -27,7 +31,10 @@ func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 		badParam(w, "id", fmt.Sprintf("item id %q: 1 to 128 letters, digits, '-', '_', '.' or ':'", truncate(id, 40)))
 		return
 	}
-	q := r.URL.Query()
+	q, ok := params(w, r, "interval", "since", "until")
+	if !ok {
+		return
+	}
 	interval := q.Get("interval")
 	if interval == "" {
 		interval = history.Hourly
@@ -71,7 +78,11 @@ func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 			since.Format(time.RFC3339), end.Format(time.RFC3339), days(maxSpan[interval]), interval))
 		return
 	}
-	s, err := catalog.ReadSeries(r.Context(), a.db, id, interval, since, until)
+	s, err := catalog.ReadPublicSeries(r.Context(), a.db, id, interval, since, until)
+	if errors.Is(err, catalog.ErrNotTracked) && a.primary != nil && fromReplica(r.Context()) {
+		// The replica trails the primary by up to seconds: an item added since is not on it yet.
+		s, err = catalog.ReadPublicSeries(r.Context(), a.primary, id, interval, since, until)
+	}
 	if errors.Is(err, catalog.ErrNotTracked) {
 		writeProblem(w, http.StatusNotFound, probNotFound, fmt.Sprintf("no tracked item has id %q", id), "id")
 		return
@@ -84,20 +95,21 @@ func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 	// changes while the item's last collection stays put (the default window slides, retention
 	// deletes rows), so If-Modified-Since would be answered 304 for a changed series. The ETag,
 	// a hash of the answer, is exact.
-	ans := s.Document(interval, since, until)
-	b, err := jsonBody(ans, time.Time{})
-	if err != nil {
-		a.unavailable(w, r, "encode the series", err)
-		return
-	}
-	serve(w, r, b)
+	a.answer(w, r, s.Document(interval, since, until), "encode the series")
+}
+
+// fromReplica is whether any of the request's reads so far was answered by the read replica.
+func fromReplica(ctx context.Context) bool {
+	s := store.ServedFrom(ctx)
+	return s != nil && strings.HasPrefix(s.String(), string(store.SourceReplica))
 }
 
 func days(d time.Duration) string { return fmt.Sprintf("%d days", int(d/(24*time.Hour))) }
 
 // parseTime reads RFC 3339 ("2026-12-01T10:00:00Z") or a UTC date ("2026-12-01"); "" is zero
 // (absent). A time before 1970 is refused: the zero time would read as absent, and no market
-// data is that old.
+// data is that old. So is one after 9999 in UTC (9999-12-31T23:00:00-23:00 is in 10000), which
+// the answer could not hold: JSON times have four-digit years.
 func parseTime(s string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
@@ -113,8 +125,10 @@ func parseTime(s string) (time.Time, error) {
 	switch {
 	case err != nil:
 		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (2026-12-01T10:00:00Z) or a date (2026-12-01)", truncate(s, 40))
-	case t.Year() < 1970:
+	case t.UTC().Year() < 1970:
 		return time.Time{}, fmt.Errorf("%q is before 1970; leave the parameter out for its default", truncate(s, 40))
+	case t.UTC().Year() > 9999:
+		return time.Time{}, fmt.Errorf("%q is after the year 9999 in UTC", truncate(s, 40))
 	}
 	return t, nil
 }

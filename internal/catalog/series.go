@@ -13,10 +13,23 @@ import (
 
 // ReadSeries is history.ReadBetween for a tracked item, with its last successful collection
 // as SeenUntil: the series' last point held at least until then. An id nobody tracks is
-// ErrNotTracked.
+// ErrNotTracked. Synthetic fixtures are read like any item: the operator's tools (the console,
+// `collector history`) show them.
 func ReadSeries(ctx context.Context, db history.Reader, itemID, resolution string, since, until time.Time) (history.Series, error) {
+	return readSeries(ctx, db, itemID, resolution, since, until, true)
+}
+
+// ReadPublicSeries is ReadSeries for consumers (the read API): a synthetic fixture is
+// ErrNotTracked, as /latest and /items do not know it either.
+func ReadPublicSeries(ctx context.Context, db history.Reader, itemID, resolution string, since, until time.Time) (history.Series, error) {
+	return readSeries(ctx, db, itemID, resolution, since, until, false)
+}
+
+func readSeries(ctx context.Context, db history.Reader, itemID, resolution string, since, until time.Time, fixtures bool) (history.Series, error) {
 	var seen *time.Time
-	if err := db.QueryRow(ctx, `SELECT last_collected_at FROM tracked_items WHERE item_id = $1`, itemID).Scan(&seen); err != nil {
+	err := db.QueryRow(ctx, `SELECT last_collected_at FROM tracked_items WHERE item_id = $1 AND ($2 OR NOT synthetic_item(item_id))`,
+		itemID, fixtures).Scan(&seen)
+	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return history.Series{ItemID: itemID}, fmt.Errorf("item %q: %w", itemID, ErrNotTracked)
 		}

@@ -496,3 +496,47 @@ func TestAnExportInTheOtherFormatReplacesTheFiles(t *testing.T) {
 		t.Fatalf("files after switching back without a manifest: %v, want %v", got, want)
 	}
 }
+
+// Synthetic fixtures' rows (seed:synthetic's, integration tests') never reach an export: the
+// day's counts leave them out as its files do, so each file holds the rows its manifest counts.
+func TestAnExportLeavesFixturesOut(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	want, err := history.CountDay(ctx, b.pool, b.yesterday)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixtures := []string{"seed-0001", "integration-item-1"}
+	storetest.Items(t, b.pool, storetest.Item{ID: fixtures[0]}, storetest.Item{ID: fixtures[1]})
+	for _, id := range fixtures {
+		storetest.Snapshots(t, b.pool, storetest.Snapshot{ItemID: id, CollectedAt: storetest.At(b.yesterday.Add(6 * time.Hour))})
+		storetest.Sales(t, b.pool, storetest.Sale{ItemID: id, SoldAt: storetest.At(b.yesterday.Add(7 * time.Hour)), UnitPrice: 5})
+	}
+	if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return history.RebuildCandles(ctx, tx, fixtures) }); err != nil {
+		t.Fatal(err)
+	}
+	var stored int64
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM price_candles WHERE item_id = ANY($1) AND bucket >= $2 AND bucket < $3`,
+		fixtures, b.yesterday, b.today).Scan(&stored); err != nil || stored == 0 {
+		t.Fatalf("the fixtures have %d candles in the day (%v); the test needs some", stored, err)
+	}
+	if got, err := history.CountDay(ctx, b.pool, b.yesterday); err != nil || got != want {
+		t.Fatalf("with fixtures the day counts %+v (%v); want %+v, as without them", got, err, want)
+	}
+	dir := t.TempDir()
+	res := b.export(t, dir, "csv")
+	for _, f := range res.Manifest.Tables {
+		body, err := os.ReadFile(filepath.Join(dir, f.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lines := int64(strings.Count(string(body), "\n")) - 1; lines != f.Rows {
+			t.Errorf("%s holds %d rows, its manifest says %d", f.File, lines, f.Rows)
+		}
+		for _, id := range fixtures {
+			if strings.Contains(string(body), id) {
+				t.Errorf("%s holds the fixture %s", f.File, id)
+			}
+		}
+	}
+}

@@ -65,36 +65,38 @@ type CandleRow struct {
 
 // Day's statements: one ordered range over the day's partitions each, in key order, so a
 // re-read yields the same rows in the same order and pgx streams them rather than the day
-// being held in memory. $1 is the day's start, $2 the next day's.
+// being held in memory. $1 is the day's start, $2 the next day's. Synthetic fixtures are
+// left out (the schema's synthetic_item), from the counts too: exports are for consumers, and
+// a manifest counts what its files hold.
 const (
 	daySnapshots = `
 		SELECT snapshot_id, item_id, collected_at, tier, reason, listing_count, listing_quantity, lowest_unit_price,
 		       median_unit_price, weighted_unit_price, api_average_price, sales_count, sales_quantity, sales_vwap,
 		       listings_truncated, packed, previous_seen_at
-		FROM auction_snapshots WHERE collected_at >= $1 AND collected_at < $2
+		FROM auction_snapshots WHERE collected_at >= $1 AND collected_at < $2 AND NOT synthetic_item(item_id)
 		ORDER BY item_id, collected_at, snapshot_id`
 	daySales = `
 		SELECT item_id, sold_at, seq, quantity, unit_price, total_price, first_seen_at
-		FROM auction_sales WHERE sold_at >= $1 AND sold_at < $2
+		FROM auction_sales WHERE sold_at >= $1 AND sold_at < $2 AND NOT synthetic_item(item_id)
 		ORDER BY item_id, sold_at, seq`
 	// A day's candles are its 24 hours and the day itself.
 	dayCandles = `
 		SELECT item_id, resolution, bucket, snapshots, open_at, open_price, high_price, low_price, close_at,
 		       close_price, listings_min, listings_max, sales_count, sales_quantity, sales_vwap
-		FROM price_candles WHERE bucket >= $1 AND bucket < $2
+		FROM price_candles WHERE bucket >= $1 AND bucket < $2 AND NOT synthetic_item(item_id)
 		ORDER BY item_id, resolution, bucket`
 	dayCounts = `
-		SELECT (SELECT count(*) FROM auction_snapshots WHERE collected_at >= $1 AND collected_at < $2),
-		       (SELECT count(*) FROM auction_sales WHERE sold_at >= $1 AND sold_at < $2),
-		       (SELECT count(*) FROM price_candles WHERE bucket >= $1 AND bucket < $2)`
+		SELECT (SELECT count(*) FROM auction_snapshots WHERE collected_at >= $1 AND collected_at < $2 AND NOT synthetic_item(item_id)),
+		       (SELECT count(*) FROM auction_sales WHERE sold_at >= $1 AND sold_at < $2 AND NOT synthetic_item(item_id)),
+		       (SELECT count(*) FROM price_candles WHERE bucket >= $1 AND bucket < $2 AND NOT synthetic_item(item_id))`
 )
 
-// DayCounts is how many rows each history table holds for one UTC day.
+// DayCounts is how many rows each history table holds for one UTC day, fixtures left out.
 type DayCounts struct {
 	Snapshots, Sales, Candles int64
 }
 
-// CountDay counts the rows of the UTC day starting at day.
+// CountDay counts the rows of the UTC day starting at day that an export holds.
 func CountDay(ctx context.Context, db Reader, day time.Time) (DayCounts, error) {
 	var c DayCounts
 	if err := db.QueryRow(ctx, dayCounts, day, day.AddDate(0, 0, 1)).Scan(&c.Snapshots, &c.Sales, &c.Candles); err != nil {
