@@ -387,10 +387,17 @@ func (s *Share) CooldownRemaining() time.Duration {
 	return max(s.coolTill.Sub(s.clock.Now()), 0)
 }
 
-// CooldownError: the key's cool-down lasts past the caller's window.
-type CooldownError struct{ Until time.Time }
+// CooldownError: the key's cool-down, or any wait for the share, lasts past the caller's
+// window.
+type CooldownError struct {
+	Until time.Time
+	Why   string // what is waited for, when not the key's cool-down
+}
 
 func (e *CooldownError) Error() string {
+	if e.Why != "" {
+		return e.Why
+	}
 	return "the key cools down until " + e.Until.UTC().Format(time.RFC3339)
 }
 
@@ -401,19 +408,38 @@ func (e *CooldownError) Error() string {
 func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func(), err error) {
 	start := s.clock.Now()
 	defer func() { s.waited.Add(int64(s.clock.Now().Sub(start))) }()
+	// The window bounds the whole wait, not only a cool-down: a one-shot whose budget
+	// heartbeats keep failing never joins, or waits a quarter heartbeat at a time, for good.
 	select {
 	case <-s.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	default:
+		var late <-chan time.Time
+		if window > 0 {
+			late = s.clock.After(window)
+		}
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-late:
+			return nil, &CooldownError{Until: s.clock.Now(), Why: "this process has not joined the key's shared budget within " + window.String() +
+				" (are its budget heartbeats failing?)"}
+		}
 	}
 	var a attempt
 	for {
-		d, err := s.admit(&a, s.clock.Now(), window)
+		now := s.clock.Now()
+		d, err := s.admit(&a, now, window)
 		if err != nil {
 			return nil, err
 		}
 		if d == 0 {
 			break
+		}
+		if window > 0 && now.Add(d).Sub(start) > window {
+			a.abandon(now)
+			return nil, &CooldownError{Until: now.Add(d), Why: "the wait for the key's shared budget outlasts " + window.String() +
+				" (are this process's budget heartbeats failing?)"}
 		}
 		if !s.sleep(ctx, d) {
 			a.abandon(s.clock.Now())

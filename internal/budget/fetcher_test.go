@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +47,30 @@ func TestFetcherEndsOnACooldownPastItsWindow(t *testing.T) {
 	}
 	if n := c.sim.KeyStats(marketKey).Total - before; n != 0 {
 		t.Fatalf("%d requests sent during the cool-down", n)
+	}
+}
+
+// A one-shot whose share never opens (its budget heartbeats fail, so it never joins) gets a
+// pass-ending error once its window has passed on the share's clock, instead of waiting for
+// good; nothing is sent.
+func TestFetcherEndsWhenTheShareDoesNotOpenWithinItsWindow(t *testing.T) {
+	c := newCluster(t)
+	r := c.fakeRun(t, 0)
+	a := r.join(procConfig("a", 50), 0) // never run: no heartbeat, so never ready
+	oneShot := &Fetcher{Next: c.client, Share: a.share, Within: time.Second}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := oneShot.Auction(context.Background(), c.item)
+		done <- err
+	}()
+	<-r.clk.waiting // the wait for the share to open, bounded by the window
+	r.clk.Advance(time.Second)
+	err := <-done
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Class != provider.ClassRateLimited || !strings.Contains(err.Error(), "has not joined the key's shared budget") {
+		t.Fatalf("one-shot whose share never opens: %v, want a pass-ending error saying it has not joined", err)
+	}
+	if n := c.sim.KeyStats(marketKey).Total; n != 0 {
+		t.Fatalf("%d requests sent", n)
 	}
 }
