@@ -68,7 +68,7 @@ func ParseTargets(file string, data []byte) ([]Target, error) {
 		if len(more.Content) > 0 {
 			line = more.Content[0].Line
 		}
-		return nil, fmt.Errorf("%s:%d: a second YAML document (after ---): a targets file is one document; list every item under one items:", file, line)
+		return nil, fmt.Errorf("%s:%d: a second YAML document (after ---): a targets file is one document, with every item under one items list", file, line)
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, fmt.Errorf("import targets %s: the file lists no items (add one line per item under items:)", file)
