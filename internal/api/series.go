@@ -80,7 +80,9 @@ func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 	}
 	s, err := catalog.ReadPublicSeries(r.Context(), a.db, id, interval, since, until)
 	if errors.Is(err, catalog.ErrNotTracked) && a.primary != nil && fromReplica(r.Context()) {
-		// The replica trails the primary by up to seconds: an item added since is not on it yet.
+		// The replica trails the primary by up to seconds: an item added since is not on it
+		// yet. The answer is then the primary's alone, and Read-Source says so.
+		store.ServedFrom(r.Context()).Reset()
 		s, err = catalog.ReadPublicSeries(r.Context(), a.primary, id, interval, since, until)
 	}
 	if errors.Is(err, catalog.ErrNotTracked) {

@@ -436,7 +436,9 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 		if d == 0 {
 			break
 		}
-		if window > 0 && now.Add(d).Sub(start) > window {
+		// Bounded: the waits for the share itself (a cool-down, our stale heartbeat). A held
+		// reservation's delay is the process's rate, which the caller's concurrency sets.
+		if window > 0 && a.res == nil && now.Add(d).Sub(start) > window {
 			a.abandon(now)
 			return nil, &CooldownError{Until: now.Add(d), Why: "the wait for the key's shared budget outlasts " + window.String() +
 				" (are this process's budget heartbeats failing?)"}

@@ -44,7 +44,7 @@ func TestImportSkipsAnItemWhoseIDIsNotAnID(t *testing.T) {
 	pool, _ := storetest.NewPool(t)
 	const good = "0123456789abcdef0123456789abcdef"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, `{"rows":[{"itemId":"`+good+`","itemName":"검"},{"itemId":"a,b","itemName":"검"}]}`)
+		_, _ = io.WriteString(w, `{"rows":[{"itemId":"`+good+`","itemName":"검"},{"itemId":"a,b","itemName":"검"},{"itemName":"검"}]}`)
 	}))
 	t.Cleanup(srv.Close)
 	targets := writeTargets(t, "items:\n  - {name: 검, all: true}\n")
@@ -53,8 +53,9 @@ func TestImportSkipsAnItemWhoseIDIsNotAnID(t *testing.T) {
 	if err != nil {
 		t.Fatalf("import stopped: %v", err)
 	}
-	if rep.Inserted != 1 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0].Reason, `"a,b"`) || rep.Warnings[0].Target.Line != 2 {
-		t.Fatalf("report %+v, want the good id imported and the bad one warned about at line 2", rep)
+	if rep.Inserted != 1 || len(rep.Warnings) != 2 || !strings.Contains(rep.Warnings[0].Reason, `"a,b"`) || rep.Warnings[0].Target.Line != 2 ||
+		!strings.Contains(rep.Warnings[1].Reason, `""`) {
+		t.Fatalf("report %+v, want the good id imported and the bad and the missing one warned about at line 2", rep)
 	}
 	var n int
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM tracked_items WHERE item_id = 'a,b'`).Scan(&n); err != nil || n != 0 {

@@ -61,14 +61,24 @@ func ParseTargets(file string, data []byte) ([]Target, error) {
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("import targets %s: %w", file, err)
 	}
-	// A second document (after ---) would otherwise be ignored, its items silently not tracked.
-	var more yaml.Node
-	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
-		line := more.Line
-		if len(more.Content) > 0 {
-			line = more.Content[0].Line
+	// A second document (after ---) would otherwise be ignored, its items silently not
+	// tracked; an empty one (a trailing ---) is nothing.
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
 		}
-		return nil, fmt.Errorf("%s:%d: a second YAML document (after ---): a targets file is one document, with every item under one items list", file, line)
+		if err != nil || !emptyDocument(&more) {
+			line := more.Line
+			if len(more.Content) > 0 {
+				line = more.Content[0].Line
+			}
+			if err != nil {
+				return nil, fmt.Errorf("import targets %s: a second YAML document (after ---): %w", file, err)
+			}
+			return nil, fmt.Errorf("%s:%d: a second YAML document (after ---): a targets file is one document, with every item under one items list", file, line)
+		}
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, fmt.Errorf("import targets %s: the file lists no items (add one line per item under items:)", file)
@@ -193,4 +203,13 @@ func isItemID(s string) bool {
 		}
 	}
 	return true
+}
+
+// emptyDocument: a document with nothing in it (the null a bare --- reads as).
+func emptyDocument(n *yaml.Node) bool {
+	if len(n.Content) == 0 {
+		return true
+	}
+	c := n.Content[0]
+	return len(n.Content) == 1 && c.Kind == yaml.ScalarNode && c.Tag == "!!null" && c.Value == ""
 }

@@ -58,6 +58,7 @@ func TestParseTargetsErrorsNameFileAndLine(t *testing.T) {
 		{"top level", "things:\n  - a\n", []string{"t.yaml:1:", `unknown key "things"`}},
 		{"empty", "", []string{"t.yaml", "no items"}},
 		{"empty list", "items:\n", []string{"t.yaml:1:", "empty"}},
+		{"second document after an empty one", "items:\n  - a\n---\n---\nitems:\n  - b\n", []string{"t.yaml:5:", "second YAML document"}},
 		{"second document", "items:\n  - a\n---\nitems:\n  - b\n", []string{"t.yaml:4:", "second YAML document"}},
 		{"several at once", "items:\n  - {name: a, tier: X}\n  - {name: b, tier: Y}\n", []string{"t.yaml:2:", "t.yaml:3:"}},
 	} {
@@ -72,5 +73,8 @@ func TestParseTargetsErrorsNameFileAndLine(t *testing.T) {
 				}
 			}
 		})
+	}
+	if got, err := ParseTargets("t.yaml", []byte("items:\n  - a\n---\n")); err != nil || len(got) != 1 {
+		t.Errorf("a trailing ---: %v %v, want the one item", got, err)
 	}
 }

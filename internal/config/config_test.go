@@ -334,7 +334,8 @@ func TestRedactURLMasksEveryPasswordForm(t *testing.T) {
 		"host=db user=app password=s3cret dbname=x",
 		"host=db password = 's3 cret\\' s3cret' dbname=x",
 		"password=s3cret",
-		"postgres://app:s3cret@db:54x2/x", // unparsable
+		"host=db password='s3 cret dbname=x", // unterminated quote
+		"postgres://app:s3cret@db:54x2/x",    // unparsable
 		"postgres://app@db:54x2/x?password=s3cret",
 	} {
 		got := RedactURL(u)

@@ -90,9 +90,9 @@ func RedactURL(u string) string {
 
 var (
 	urlUserPassword = regexp.MustCompile(`(://[^:/@]*):[^@]*@`)
-	// A key=value value is a quoted string (with \' escapes) or runs to a space; in a URL's
-	// query it runs to the next &.
-	dsnPassword = regexp.MustCompile(`(?i)((?:^|[\s?&])(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)`)
+	// A key=value value is a quoted string (with \' escapes; unterminated, it runs to the
+	// end) or runs to a space; in a URL's query it runs to the next &.
+	dsnPassword = regexp.MustCompile(`(?i)((?:^|[\s?&])(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|'.*$|[^\s&]*)`)
 )
 
 func secretParam(k string) bool {

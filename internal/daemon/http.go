@@ -72,6 +72,9 @@ func (d *Daemon) wedged(ctx context.Context) string {
 	if !d.collect.disp.Stuck() || !d.writes.State().Writable {
 		return ""
 	}
+	if d.share != nil && d.share.CooldownRemaining() > 0 {
+		return "" // the batch's calls wait out the key's cool-down (up to provider.MaxRetryAfterDefault, and renewed)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if d.pool.Ping(ctx) != nil {

@@ -34,11 +34,13 @@ type result struct {
 // any batch cancels this batch's calls as this batch's own stop does.
 func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w *writer, tm *timings, f *flow) (released int, stop *stopError) {
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
 	var renewing sync.WaitGroup
-	defer renewing.Wait() // after done closes: the batch is over, Stuck included, when this returns
 	done := make(chan struct{})
-	defer close(done)
+	defer func() {
+		close(done)
+		cancel()        // a renewal in flight ends with the batch, not a TCP timeout later
+		renewing.Wait() // the batch is over, Stuck included, when this returns
+	}()
 	go func() {
 		select {
 		case <-done:

@@ -141,6 +141,12 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 			return res, fmt.Errorf("begin the export's snapshot: %w", err)
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // read-only: nothing to commit
+		// Between tables the snapshot waits on the files (a Parquet writer's last row group,
+		// fsyncs, slow or network storage), longer than the pool's bound on idle
+		// transactions; it locks no rows, so a longer one only holds back vacuum.
+		if _, err := tx.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, exportIdleBound); err != nil {
+			return res, fmt.Errorf("bound the export's snapshot: %w", err)
+		}
 		db = tx
 	}
 	var now time.Time
@@ -396,6 +402,9 @@ func (c *counter) Write(p []byte) (int, error) {
 	c.hash.Write(p[:n])
 	return n, err
 }
+
+// exportIdleBound is how long the export's snapshot may wait on its files between tables.
+const exportIdleBound = "15min"
 
 func writeTable(ctx context.Context, db DB, opts Options, t table) (TableFile, error) {
 	tf := TableFile{Table: t.name, File: t.name + "." + opts.Format}

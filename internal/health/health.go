@@ -2,8 +2,9 @@
 //
 //	HEALTHY    → DEGRADED     transient failures (5xx, timeouts) above ErrorRatio of the
 //	                          outcomes in the last Window (at least MinSamples of them),
-//	                          unless other instances collected more items in that Window
-//	                          than this one did (the fault is then on this host's path)
+//	                          unless nearly all of this instance's calls fail while the
+//	                          cluster collected at least MinSamples other items in that
+//	                          Window (the fault is then on this host's path)
 //	any        → MAINTENANCE  a maintenance answer (the dispatcher records it on DNF980)
 //	MAINTENANCE/DEGRADED → RECOVERING
 //	                          a probe succeeded; one instance at a time probes (the probe is
@@ -152,6 +153,9 @@ type Monitor struct {
 	// collections succeed (how many more items they collected in the window).
 	KeptShared testsignal.Signal[int]
 	keptShared bool // the last check kept the shared status; only the loop touches it
+	// The cluster's recent collections as last counted (-1: the count failed) and when.
+	othersN  int
+	othersAt time.Time
 
 	kick    chan struct{}
 	changed chan struct{}
@@ -246,13 +250,27 @@ func (m *Monitor) successesLocked() int {
 	return n
 }
 
-// othersSucceed tells whether, while this instance's calls fail, more items were collected
-// across the cluster in the window than this instance collected itself: another instance
-// reaches the provider, so the fault is on this one's path (DNS, a firewall, a proxy), and the
-// shared status, which pauses every instance, stays. A failed count leaves it to the window.
+// sickRatio is the share of this instance's outcomes that fail past which it asks whether the
+// others succeed: a host cut off from the provider fails nearly every call, while a provider
+// failing part of its answers fails each instance's about alike.
+const sickRatio = 0.9
+
+// othersSucceed tells whether, while nearly all of this instance's calls fail, the cluster
+// collected at least MinSamples items in the window besides what this instance collected:
+// another instance reaches the provider, so the fault is on this one's path (DNS, a firewall,
+// a proxy), and the shared status, which pauses every instance, stays. A failed count leaves
+// it to the window. The count is a scan of tracked_items, so it is kept for a check interval
+// (failures kick a check each).
 func (m *Monitor) othersSucceed(ctx context.Context, own int) bool {
-	n, err := catalog.CollectedWithin(ctx, m.pool, m.cfg.Window)
-	others := err == nil && n > own
+	if time.Since(m.othersAt) >= max(m.cfg.CheckInterval, time.Second) {
+		n, err := catalog.CollectedWithin(ctx, m.pool, m.cfg.Window)
+		m.othersAt, m.othersN = time.Now(), -1
+		if err == nil {
+			m.othersN = n
+		}
+	}
+	n := m.othersN
+	others := n >= 0 && n-own >= m.cfg.MinSamples
 	if others != m.keptShared {
 		m.keptShared = others
 		if others {
@@ -316,7 +334,7 @@ func (m *Monitor) step(ctx context.Context) error {
 	now := time.Now()
 	m.trim(now)
 	degraded, ratio, n := m.degradedLocked(), m.ratioLocked(), len(m.window)
-	own := m.successesLocked()
+	own, sick := m.successesLocked(), ratio >= sickRatio
 	recovering := now.Sub(m.recSince)
 	if row.Status == provider.Recovering {
 		m.rampLocked(now)
@@ -325,12 +343,12 @@ func (m *Monitor) step(ctx context.Context) error {
 
 	switch row.Status {
 	case provider.Healthy:
-		if degraded && !m.othersSucceed(ctx, own) {
+		if degraded && !(sick && m.othersSucceed(ctx, own)) {
 			return m.transition(ctx, row, provider.Degraded,
 				fmt.Sprintf("transient failures %.0f%% of %d outcomes in the last %s (threshold %.0f%%)", 100*ratio, n, m.cfg.Window, 100*m.cfg.ErrorRatio))
 		}
 	case provider.Recovering:
-		if degraded && !m.othersSucceed(ctx, own) {
+		if degraded && !(sick && m.othersSucceed(ctx, own)) {
 			return m.transition(ctx, row, provider.Degraded,
 				fmt.Sprintf("transient failures %.0f%% of %d outcomes while recovering (threshold %.0f%%)", 100*ratio, n, 100*m.cfg.ErrorRatio))
 		}

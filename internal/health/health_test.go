@@ -330,6 +330,28 @@ func TestOneSickInstanceDoesNotDegradeTheCluster(t *testing.T) {
 	waitStatus(t, seen, provider.Degraded)
 }
 
+// A provider failing part of its answers fails every instance's calls about alike: collections
+// elsewhere (here the others' 20 items) do not keep an instance that also succeeds a third of
+// the time from degrading the status.
+func TestAPartialOutageDegradesThoughOthersCollect(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at, last_collected_at)
+		SELECT md5(g::text), 'item ' || g, 'HOT_1M', now() + interval '1 minute', now() FROM generate_series(1, 20) g`); err != nil {
+		t.Fatal(err)
+	}
+	m := New(pool, testConfig("partial"), func(context.Context) error { return errDown }, nil, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	seen := changes(m)
+	run(t, m)
+	waitStatus(t, seen, provider.Healthy)
+	for range 3 {
+		m.Observe(nil)
+		m.Observe(&provider.Error{Class: provider.ClassTransient, Status: 504})
+		m.Observe(&provider.Error{Class: provider.ClassTransient, Status: 504})
+	}
+	waitStatus(t, seen, provider.Degraded)
+}
+
 // Each status change is logged once by the instance that makes it: one line for
 // MAINTENANCE → RECOVERING and one for RECOVERING → HEALTHY, however many checks run.
 func TestEachStatusChangeIsLoggedOnce(t *testing.T) {

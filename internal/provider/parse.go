@@ -135,10 +135,7 @@ func parseItems(body []byte) ([]Item, error) {
 	}
 	out := make([]Item, len(rows))
 	for i, r := range rows {
-		if r.ItemID == "" {
-			return nil, fmt.Errorf("malformed response body: rows[%d] lacks itemId", i)
-		}
-		out[i] = r.item()
+		out[i] = r.item() // a row without an id is the importer's to skip, naming the target
 	}
 	return out, nil
 }

@@ -210,6 +210,16 @@ func (s *Served) String() string {
 	return fmt.Sprintf("replica; lag=%.1f", s.lag.Seconds())
 }
 
+// Reset forgets the replica's reads so far, for an answer read again from the primary alone.
+func (s *Served) Reset() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replica, s.lag, s.lagKnown = false, 0, false
+}
+
 // ServedFrom is ctx's Served (WithServed), or nil.
 func ServedFrom(ctx context.Context) *Served {
 	s, _ := ctx.Value(servedKey{}).(*Served)
