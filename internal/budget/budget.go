@@ -413,17 +413,19 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 	select {
 	case <-s.ready:
 	default:
+		// Joining takes two heartbeats after the first that succeeds, which a short window
+		// (collect.lease 1s) may not cover: the bound is the window past that.
 		var late <-chan time.Time
 		if window > 0 {
-			late = s.clock.After(window)
+			late = s.clock.After(window + 3*s.cfg.Heartbeat)
 		}
 		select {
 		case <-s.ready:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-late:
-			return nil, &CooldownError{Until: s.clock.Now(), Why: "this process has not joined the key's shared budget within " + window.String() +
-				" (are its budget heartbeats failing?)"}
+			return nil, &CooldownError{Until: s.clock.Now(), Why: "this process has not joined the key's shared budget within " +
+				(window + 3*s.cfg.Heartbeat).String() + " (are its budget heartbeats failing?)"}
 		}
 	}
 	var a attempt
@@ -436,12 +438,12 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 		if d == 0 {
 			break
 		}
-		// Bounded: the waits for the share itself (a cool-down, our stale heartbeat). A held
-		// reservation's delay is the process's rate, which the caller's concurrency sets.
-		if window > 0 && a.res == nil && now.Add(d).Sub(start) > window {
-			a.abandon(now)
-			return nil, &CooldownError{Until: now.Add(d), Why: "the wait for the key's shared budget outlasts " + window.String() +
-				" (are this process's budget heartbeats failing?)"}
+		// Bounded: the wait on our own failing heartbeat, which may never end. A cool-down is
+		// bounded by admit; the limiter's waits are this process's rate, which the others and
+		// the caller's concurrency set.
+		if window > 0 && a.res == nil && s.heartbeatStale(now) && now.Add(d).Sub(start) > window {
+			return nil, &CooldownError{Until: now.Add(d), Why: "this process's budget heartbeat is failing (it may be counted out of the key's shared budget), " +
+				"and the wait for the budget outlasts " + window.String()}
 		}
 		if !s.sleep(ctx, d) {
 			a.abandon(s.clock.Now())
@@ -451,6 +453,14 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 	s.used.Add(1)
 	var once sync.Once
 	return func() { once.Do(s.done) }, nil
+}
+
+// heartbeatStale: our last heartbeat is more than two heartbeats old, so the others may count
+// this process out of the key's budget.
+func (s *Share) heartbeatStale(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return now.Sub(s.lastBeat)-2*s.cfg.Heartbeat > 0
 }
 
 // attempt is one caller's wait for a request, taken step by step (admit).

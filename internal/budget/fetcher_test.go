@@ -63,8 +63,8 @@ func TestFetcherEndsWhenTheShareDoesNotOpenWithinItsWindow(t *testing.T) {
 		_, _, err := oneShot.Auction(context.Background(), c.item)
 		done <- err
 	}()
-	<-r.clk.waiting // the wait for the share to open, bounded by the window
-	r.clk.Advance(time.Second)
+	<-r.clk.waiting // the wait for the share to open, bounded by the window past the join delay
+	r.clk.Advance(time.Second + 3*procConfig("a", 50).Heartbeat)
 	err := <-done
 	var pe *provider.Error
 	if !errors.As(err, &pe) || pe.Class != provider.ClassRateLimited || !strings.Contains(err.Error(), "has not joined the key's shared budget") {
