@@ -234,7 +234,7 @@ func resolveTarget(ctx context.Context, search ItemSearcher, t Target) (resolved
 			return resolved{}, ctx.Err()
 		}
 		switch provider.ClassOf(err) {
-		case provider.ClassConfig, provider.ClassMaintenance, provider.ClassBug:
+		case provider.ClassConfig, provider.ClassMaintenance, provider.ClassBug, provider.ClassEndpoint:
 			return resolved{}, fmt.Errorf("import stopped at %s (%q): %w", t.Where(), t.Name, err)
 		}
 		return resolved{failure: "search failed: " + err.Error()}, nil

@@ -334,7 +334,7 @@ func (d *Dispatcher) CollectOne(ctx context.Context, itemID string) (Summary, er
 }
 
 // stopError is a provider answer that ends the whole pass rather than one item: maintenance,
-// a rate limit that outlasted the retries, or a refused key.
+// a rate limit that outlasted the retries, a refused key, or an address that is not the API.
 type stopError struct {
 	class provider.Class
 	err   error
@@ -346,6 +346,8 @@ func (s *stopError) reason() StopReason {
 		return StopMaintenance
 	case provider.ClassRateLimited:
 		return StopRateLimited
+	case provider.ClassEndpoint:
+		return StopEndpoint
 	}
 	return StopKeyRefused
 }

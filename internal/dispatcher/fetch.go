@@ -111,7 +111,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 						class := provider.ClassOf(r.err)
 						// A refusal reaches here only when a long Retry-After or repeated
 						// refusals outlast untilAnswered: then the key cools down and the pass stops.
-						ends := class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig
+						ends := class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig || class == provider.ClassEndpoint
 						if ends || fctx.Err() != nil {
 							mu.Lock()
 							if ends && stop == nil {

@@ -156,3 +156,39 @@ func TestImpossibleRowsNeverReachTheDatabase(t *testing.T) {
 		t.Fatalf("item answered with another item's rows: outcome %q, error %q", outcome, lastErr)
 	}
 }
+
+// An address that is not the API (a wrong provider.base_url: a web server's 404 page) ends the
+// pass at its first answer with an error naming the key, instead of failing every item as if
+// each were broken: nothing is marked failed, and every item is handed back still due.
+func TestAWrongBaseURLStopsThePassAndNamesTheKey(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	e := setup(t, 40, tiers.Active, func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			calls.Add(1)
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte("<html><body>404 Not Found</body></html>"))
+		})
+	})
+	s, err := e.dispatcher(t, Config{Concurrency: 2}, zap.NewNop()).RunOnce(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "provider.base_url") || !strings.Contains(err.Error(), e.srv.URL) {
+		t.Fatalf("RunOnce error %v; want one naming provider.base_url and the address", err)
+	}
+	if s.Stop != StopEndpoint || s.Failed != 0 || s.Collected != 0 {
+		t.Fatalf("summary %s; want stop=endpoint with nothing failed or collected", s)
+	}
+	if n := calls.Load(); n >= 40 {
+		t.Fatalf("%d calls for 40 items: the pass went on after the first answer", n)
+	}
+	var failed, held, notDue int
+	if err := e.pool.QueryRow(context.Background(), `
+		SELECT count(*) FILTER (WHERE last_error IS NOT NULL), count(*) FILTER (WHERE lease_token IS NOT NULL),
+		       count(*) FILTER (WHERE next_collect_at > now())
+		FROM tracked_items`).Scan(&failed, &held, &notDue); err != nil {
+		t.Fatal(err)
+	}
+	if failed != 0 || held != 0 || notDue != 0 {
+		t.Fatalf("%d items failed, %d still leased, %d no longer due; want every item handed back as it was", failed, held, notDue)
+	}
+}

@@ -241,10 +241,11 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 	return out
 }
 
-// stops reports errors that end the pass whatever the item (maintenance, a refused key).
+// stops reports errors that end the pass whatever the item (maintenance, a refused key, an
+// address that is not the API).
 func stops(err error) bool {
 	c := provider.ClassOf(err)
-	return c == provider.ClassMaintenance || c == provider.ClassConfig
+	return c == provider.ClassMaintenance || c == provider.ClassConfig || c == provider.ClassEndpoint
 }
 
 func failAll(group []catalog.Claim, err error, at time.Time) []result {

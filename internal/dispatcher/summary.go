@@ -22,6 +22,7 @@ const (
 	StopMaintenance // a maintenance answer
 	StopRateLimited // a rate limit that outlasted the retries, or a cool-down
 	StopKeyRefused  // the key was refused
+	StopEndpoint    // provider.base_url does not answer as the API
 )
 
 // String is the reason as summaries and logs print it.
@@ -41,6 +42,8 @@ func (r StopReason) String() string {
 		return provider.ClassRateLimited.String()
 	case StopKeyRefused:
 		return provider.ClassConfig.String()
+	case StopEndpoint:
+		return provider.ClassEndpoint.String()
 	}
 	return ""
 }

@@ -10,6 +10,7 @@ func TestStopReasonsPrintTheirTexts(t *testing.T) {
 	for r, want := range map[StopReason]string{
 		StopNone: "", StopNothingDue: "nothing due", StopMaxBatches: "max batches", StopInterrupted: "interrupted",
 		StopPaused: "paused", StopMaintenance: "maintenance", StopRateLimited: "rate_limited", StopKeyRefused: "config",
+		StopEndpoint: "endpoint",
 	} {
 		if got := r.String(); got != want {
 			t.Errorf("StopReason(%d) prints %q, want %q", int(r), got, want)

@@ -462,7 +462,13 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	if code == "API001" && strings.Contains(msg, notFoundText) {
 		class = ClassItem
 	}
-	e := fail(class, nil)
+	var cause error
+	if class == ClassEndpoint {
+		where := *c.base
+		where.User, where.RawQuery, where.Fragment = nil, "", ""
+		cause = fmt.Errorf("%s does not answer as the Neople API; check provider.base_url", where.String())
+	}
+	e := fail(class, cause)
 	e.Code, e.Message = code, msg
 	if e.Class == ClassRateLimited {
 		e.RetryAfter = min(parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), c.cfg.MaxRetryAfter)

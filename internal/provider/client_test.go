@@ -264,11 +264,11 @@ func TestErrorClassesFromStub(t *testing.T) {
 		{401, `{"error":{"status":401,"code":"API004","message":"BLOCKED"}}`, "", provider.ClassConfig, 0},
 		{404, `{"error":{"status":404,"code":"DNF004","message":"NOT_FOUND_AUCTION"}}`, "", provider.ClassItem, 0},
 		{400, `{"error":{"status":400,"code":"DNF901","message":"NOT_FOUND_SEARCH_VALUE"}}`, "", provider.ClassItem, 0},
-		{404, `{"error":{"status":404,"code":"API900","message":"INVALID_URL"}}`, "", provider.ClassBug, 0},
+		{404, `{"error":{"status":404,"code":"API900","message":"INVALID_URL"}}`, "", provider.ClassEndpoint, 0},
 		{400, `{"error":{"status":400,"code":"DNF008","message":"TOO_MANY"}}`, "", provider.ClassBug, 0},
 		{502, `<html>bad gateway</html>`, "", provider.ClassTransient, 0},
 		{503, `<html>down</html>`, "", provider.ClassMaintenance, 0},
-		{302, ``, "", provider.ClassBug, 0}, // not followed: the header key would go along
+		{302, ``, "", provider.ClassEndpoint, 0}, // not followed: the header key would go along
 		{200, `{"rows":[{"itemId":"x","unitPrice":"cheap"}]}`, "", provider.ClassTransient, 0},
 		{200, `{"rows":[{"itemId":"x","regDate":"2026-05"}]}`, "", provider.ClassTransient, 0},
 		{200, `{"error":"no rows"}`, "", provider.ClassTransient, 0},
@@ -545,6 +545,40 @@ func TestAKeyCutByTheExcerptIsStillRedacted(t *testing.T) {
 			if strings.Contains(text, key[:8]) {
 				t.Errorf("part of the key shows: %q", text)
 			}
+		}
+	}
+}
+
+// Whatever answers in the API's place (a web server's 404 page, a redirect, the API's own
+// "no such URL") is told apart from an item's error: the class ends a pass, and the error names
+// the key to fix and the address, without the address's credentials or query.
+func TestAnAddressThatIsNotTheAPINamesTheKey(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+	}{
+		{404, `<html>Not Found</html>`},
+		{400, `Bad Request`},
+		{301, ``},
+		{404, `{"error":{"status":404,"code":"DNF900","message":"INVALID_URL"}}`},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if c.status == 301 {
+				w.Header().Set("Location", "https://elsewhere.invalid/")
+			}
+			w.WriteHeader(c.status)
+			_, _ = w.Write([]byte(c.body))
+		}))
+		base := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/df"
+		cl, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: base, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = cl.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
+		srv.Close()
+		wantClass(t, err, provider.ClassEndpoint)
+		if msg := err.Error(); !strings.Contains(msg, "provider.base_url") || !strings.Contains(msg, srv.URL+"/df") || strings.Contains(msg, "hunter2") {
+			t.Fatalf("HTTP %d: error %q; want provider.base_url and the address without its password", c.status, msg)
 		}
 	}
 }

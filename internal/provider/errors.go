@@ -21,11 +21,16 @@ const (
 	ClassConfig
 	// ClassItem: DNF003 / DNF901 / DNF004. Permanent for this item; other items are fine.
 	ClassItem
-	// ClassBug: invalid URL or parameters we built (API900/DNF900/DNF008): fail loudly.
+	// ClassBug: parameters we built that the provider refuses (DNF008) or that cannot be
+	// sent at all: fail loudly.
 	ClassBug
 	// ClassRejected: every row of a 200 failed the checks (another item's rows, impossible
 	// dates). This item failed; other items are fine.
 	ClassRejected
+	// ClassEndpoint: the answer is not the Neople API at the configured address: a redirect,
+	// a 400/404 without a Neople error body, or API900/DNF900 (no such URL). Every call would
+	// fail alike, so the pass stops and names provider.base_url.
+	ClassEndpoint
 )
 
 func (c Class) String() string {
@@ -44,6 +49,8 @@ func (c Class) String() string {
 		return "bug"
 	case ClassRejected:
 		return "rows_rejected"
+	case ClassEndpoint:
+		return "endpoint"
 	}
 	return "unknown"
 }

@@ -182,7 +182,9 @@ func classify(status int, code string) Class {
 		return ClassConfig
 	case "DNF003", "DNF004", "DNF901", "API901", "DNF007":
 		return ClassItem
-	case "API900", "DNF900", "DNF008":
+	case "API900", "DNF900":
+		return ClassEndpoint
+	case "DNF008":
 		return ClassBug
 	case "API999", "DNF999":
 		return ClassTransient
@@ -196,10 +198,10 @@ func classify(status int, code string) Class {
 		return ClassConfig
 	case status >= 300 && status < 400:
 		// The API never redirects: the base URL is wrong (http for https, a moved host).
-		return ClassBug
+		return ClassEndpoint
 	case status == http.StatusBadRequest || status == http.StatusNotFound:
-		// Without a Neople code this is our URL or parameters (or a wrong base_url).
-		return ClassBug
+		// The API answers these with its error body; without one, something else answered.
+		return ClassEndpoint
 	}
 	return ClassTransient
 }

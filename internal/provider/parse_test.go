@@ -96,8 +96,8 @@ func TestClassify(t *testing.T) {
 		{429, "API002", ClassRateLimited}, {400, "API002", ClassRateLimited}, {400, "API008", ClassRateLimited}, {429, "", ClassRateLimited},
 		{401, "API000", ClassConfig}, {401, "API003", ClassConfig}, {401, "API004", ClassConfig}, {401, "API005", ClassConfig}, {401, "", ClassConfig},
 		{404, "DNF003", ClassItem}, {400, "DNF901", ClassItem}, {400, "API901", ClassItem}, {404, "DNF004", ClassItem},
-		{404, "API900", ClassBug}, {404, "DNF900", ClassBug}, {400, "DNF008", ClassBug}, {404, "", ClassBug},
-		{500, "DNF999", ClassTransient}, {500, "API999", ClassTransient}, {301, "", ClassBug}, {502, "", ClassTransient}, {504, "", ClassTransient},
+		{404, "API900", ClassEndpoint}, {404, "DNF900", ClassEndpoint}, {400, "DNF008", ClassBug}, {404, "", ClassEndpoint}, {400, "", ClassEndpoint},
+		{500, "DNF999", ClassTransient}, {500, "API999", ClassTransient}, {301, "", ClassEndpoint}, {502, "", ClassTransient}, {504, "", ClassTransient},
 	} {
 		if got := classify(c.status, c.code); got != c.want {
 			t.Errorf("classify(%d, %q) = %s, want %s", c.status, c.code, got, c.want)
