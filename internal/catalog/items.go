@@ -38,6 +38,8 @@ type ItemRow struct {
 	// Requests is what one collection costs at its tier as last planned (below 2: it shares
 	// packed calls).
 	Requests float64
+	// Synthetic: a fixture (the schema's synthetic_item), which the read API does not serve.
+	Synthetic bool
 }
 
 // ListItems returns tracked items, most popular first. Synthetic items are excluded unless
@@ -69,7 +71,7 @@ func ListItems(ctx context.Context, db Reader, q ItemsQuery) ([]ItemRow, error) 
 const itemColumns = `item_id, item_name, collection_tier, popularity_score, next_collect_at, last_collected_at,
 		       tier_changed_at, coalesce(tier_reason, ''), coalesce(pinned_tier, ''),
 		       est_collections, est_changes, est_changed_seconds, est_unchanged_seconds, est_sales, sales_gaps,
-		       requests_per_collection`
+		       requests_per_collection, synthetic_item(item_id)`
 
 func scanItems(rows pgx.Rows) ([]ItemRow, error) {
 	defer rows.Close()
@@ -107,7 +109,7 @@ func scanItem(rows pgx.Rows, extra ...any) (ItemRow, error) {
 	o := &r.Observed
 	dst := append([]any{&r.ItemID, &r.Name, &tier, &r.Score, &r.NextCollectAt, &r.LastCollectedAt,
 		&r.TierChangedAt, &r.TierReason, &pinned, &o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds,
-		&sales, &r.SalesGaps, &r.Requests}, extra...)
+		&sales, &r.SalesGaps, &r.Requests, &r.Synthetic}, extra...)
 	if err := rows.Scan(dst...); err != nil {
 		return r, err
 	}

@@ -405,6 +405,20 @@ func TestItemPageLinksItsAPI(t *testing.T) {
 	}
 }
 
+// A fixture's page links no read API answer: the API serves real items only and would answer
+// each link 404.
+func TestAFixturePageLinksNoAPI(t *testing.T) {
+	fixture := catalog.SyntheticPrefix + "0001"
+	e := setupWith(t, "", func(_ context.Context, pool *pgxpool.Pool) {
+		storetest.Items(t, pool, storetest.Item{ID: fixture, Name: "Fixture Needle", Tier: tiers.Hot})
+	}, nil)
+	b := newBrowser(t)
+	b.do(t, "fixture page", chromedp.Navigate(e.srv.URL+"/items/"+fixture), chromedp.WaitVisible(chromedp.CSS("#chart")))
+	if n := get(t, b, "links", chromedp.Evaluate[int](`document.querySelectorAll("#api-links a").length`)); n != 0 {
+		t.Fatalf("the fixture's page links %d read API answers, want none", n)
+	}
+}
+
 func TestSearchFindsAnItem(t *testing.T) {
 	e := setup(t, "")
 	b := newBrowser(t)

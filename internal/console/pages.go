@@ -414,7 +414,10 @@ func (c *Console) itemPage(r *http.Request, d *pageData) (string, error) {
 		Score: strconv.FormatFloat(it.Score, 'f', -1, 64), Changes: rateText(it.ChangesPerHour), Sales: rateText(it.SalesPerHour),
 		Observed: fmt.Sprintf("%.1f collections, %.1f changes over %s (decayed)", o.Accesses, o.Changes,
 			(time.Duration(o.ChangedSeconds+o.UnchangedSeconds) * time.Second).Round(time.Second)),
-		Gaps: it.SalesGaps, API: c.cfg.API}
+		Gaps: it.SalesGaps}
+	if !it.Synthetic {
+		v.API = c.cfg.API // the read API answers 404 for fixtures
+	}
 	v.Packing = fmt.Sprintf("%.2f requests a collection (its own calls)", it.Requests)
 	if it.Requests < packing.Alone {
 		v.Packing = fmt.Sprintf("%.2f requests a collection (shares packed calls)", it.Requests)
