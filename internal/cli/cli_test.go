@@ -356,3 +356,57 @@ func TestBadValuesAreRefusedAndUnknownEnvIsNamed(t *testing.T) {
 		t.Fatalf("stderr %q (%v): want a warning naming COLLECTOR_COLECT_BATCH_SIZE", stderr, err)
 	}
 }
+
+// Every `collector …` command line the docs, the README and the alerts give an operator names a
+// command that exists (a runbook that names a missing one fails at the worst moment).
+func TestEveryCommandTheDocsNameExists(t *testing.T) {
+	root, _ := newRoot(&strings.Builder{}, &strings.Builder{})
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	yml, err := filepath.Glob("../../deploy/*/*.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(append(files, "../../README.md"), yml...)
+	// A command line is a code span or a fenced block's line that starts with it (after an
+	// optional "$ "), or, in the alert rules, a parenthesised one.
+	code := regexp.MustCompile("(?s)```.*?```|`[^`\n]+`")
+	line := regexp.MustCompile(`(?m)^\s*(?:\$ )?collector((?: [a-z][a-z0-9:-]*)+)`)
+	paren := regexp.MustCompile(`\(collector((?: [a-z][a-z0-9:-]*)+)`)
+	checked := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found [][]string
+		if strings.HasSuffix(f, ".md") {
+			for _, s := range code.FindAllString(string(b), -1) {
+				found = append(found, line.FindAllStringSubmatch(strings.Trim(s, "`"), -1)...)
+			}
+		} else {
+			found = paren.FindAllStringSubmatch(string(b), -1)
+		}
+		for _, m := range found {
+			words := strings.Fields(m[1])
+			if words[0] == "completion" { // cobra adds it when the command runs
+				continue
+			}
+			cmd, rest, err := root.Find(words)
+			if err != nil || cmd == root {
+				t.Errorf("%s: `collector%s` names no command", filepath.Base(f), m[1])
+				continue
+			}
+			// A command that only groups others needs one of them next.
+			if !cmd.Runnable() && len(rest) > 0 {
+				t.Errorf("%s: `collector%s`: %s has no subcommand %q", filepath.Base(f), m[1], cmd.CommandPath(), rest[0])
+			}
+			checked++
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d command lines found: the patterns no longer match the docs", checked)
+	}
+}

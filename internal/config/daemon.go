@@ -17,8 +17,9 @@ type DaemonConfig struct {
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
 	// PackWait: with packing on (collect.pack_size > 1), the least time between the starts of
 	// two collection passes. Items falling due meanwhile gather and share packed calls; without
-	// it a steady daemon claims one or two items at a time and packs almost nothing. An item
-	// waits at most this long past its due time. 0 = claim each item as soon as it is due.
+	// it a steady daemon claims one or two items at a time and packs almost nothing. Items are
+	// claimed up to this long before they fall due, never after. 0 = claim each item as soon as
+	// it is due.
 	PackWait time.Duration `mapstructure:"pack_wait"`
 
 	Budget BudgetConfig `mapstructure:"budget"`
