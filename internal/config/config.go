@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 )
@@ -51,12 +52,10 @@ func Load(opts Options) (*Config, error) {
 		return nil, err
 	}
 	var cfg Config
-	if err := v.UnmarshalExact(&cfg); err != nil {
-		where := "configuration"
-		if opts.File != "" {
-			where = "config file " + opts.File
-		}
-		return nil, fmt.Errorf("%s: %w", where, err)
+	if err := v.UnmarshalExact(&cfg, func(c *mapstructure.DecoderConfig) {
+		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationNeedsUnit, c.DecodeHook)
+	}); err != nil {
+		return nil, decodeError(err, opts.File)
 	}
 	var keyErrs []error
 	for _, k := range []struct {
@@ -106,6 +105,73 @@ func newViper(opts Options) (*viper.Viper, error) {
 		}
 	}
 	return v, nil
+}
+
+// durationNeedsUnit refuses a bare number for a duration key. YAML's "timeout: 10" is an
+// integer, which would otherwise become 10ns and pass every check whose floor is 0.
+func durationNeedsUnit(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[time.Duration]() || from == to {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		if reflect.ValueOf(data).IsZero() {
+			return data, nil
+		}
+		return nil, fmt.Errorf("%v has no unit: write a duration such as %vs or %vm", data, data, data)
+	}
+	return data, nil
+}
+
+// decodeError names, for each key whose value could not be read as its type, where the value
+// came from: the environment variable that is set, or else the file.
+func decodeError(err error, file string) error {
+	var out []error
+	var walk func(error)
+	walk = func(e error) {
+		var de *mapstructure.DecodeError
+		if errors.As(e, &de) && de.Name() != "" {
+			src := "file " + file
+			if env, set := envFor(de.Name()); set || file == "" {
+				src = "env " + env
+			}
+			out = append(out, fmt.Errorf("config %s (%s): %w", de.Name(), src, de.Unwrap()))
+			return
+		}
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, c := range j.Unwrap() {
+				walk(c)
+			}
+			return
+		}
+		if u := errors.Unwrap(e); u != nil {
+			walk(u)
+			return
+		}
+		where := "configuration"
+		if file != "" {
+			where = "config file " + file
+		}
+		out = append(out, fmt.Errorf("%s: %w", where, e))
+	}
+	walk(err)
+	return errors.Join(out...)
+}
+
+// envFor is the environment variable that sets key: the first of its names that is set, or
+// its own name when none is.
+func envFor(key string) (name string, set bool) {
+	names := extraEnv[key]
+	if names == nil {
+		names = []string{EnvName(key)}
+	}
+	for _, n := range names {
+		if _, ok := os.LookupEnv(n); ok {
+			return n, true
+		}
+	}
+	return names[0], false
 }
 
 // extraEnv lists the keys with more than one environment variable, ours first.
@@ -284,9 +350,11 @@ func (e *KeyError) Error() string {
 	case e.Flag != "":
 		return fmt.Sprintf("--%s %s: %s (config %s)", e.Flag, e.Value, e.Allowed, e.Key)
 	case e.OtherFlag != "":
-		return fmt.Sprintf("config %s (env %s, flag --%s) = %s: %s", e.Key, EnvName(e.Key), e.OtherFlag, e.Value, e.Allowed)
+		env, _ := envFor(e.Key)
+		return fmt.Sprintf("config %s (env %s, flag --%s) = %s: %s", e.Key, env, e.OtherFlag, e.Value, e.Allowed)
 	}
-	return fmt.Sprintf("config %s (env %s) = %s: %s", e.Key, EnvName(e.Key), e.Value, e.Allowed)
+	env, _ := envFor(e.Key)
+	return fmt.Sprintf("config %s (env %s) = %s: %s", e.Key, env, e.Value, e.Allowed)
 }
 
 // nameFlags names in the key errors the command's flags for their keys: the flag the value

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -114,6 +115,9 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"api:\n  rate: .inf\n", "api.rate"},
 		{"api:\n  cors_origins: [https://prices.example.org/path]\n", "api.cors_origins"},
 		{"api:\n  cors_origins: [prices.example.org]\n", "api.cors_origins"},
+		{"provider:\n  timeout: 10\n", "config provider.timeout (file "},      // 10ns otherwise, under no floor
+		{"collect:\n  shutdown_grace: 2.5\n", "collect.shutdown_grace"},       // a float too
+		{"catalog:\n  demotion_hold: 3600\n", "catalog.demotion_hold (file "}, // floor 0
 	} {
 		_, err := Load(Options{File: writeFile(t, tc.yaml)})
 		if err != nil && strings.Contains(err.Error(), "s3cret") {
@@ -122,6 +126,35 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want it to mention %q", tc.yaml, err, tc.want)
 		}
+	}
+}
+
+// A value that cannot be read as its key's type is blamed on where it came from: the
+// environment variable that set it (also with a config file given), or else the file; a bad
+// DATABASE_URL is named as DATABASE_URL, not as the COLLECTOR_ variable nobody set.
+func TestAnUnreadableValueNamesItsSource(t *testing.T) {
+	file := writeFile(t, "collect:\n  batch_size: 10\n")
+	t.Setenv("COLLECTOR_COLLECT_LEASE", "5")
+	_, err := Load(Options{File: file})
+	if err == nil || !strings.Contains(err.Error(), "config collect.lease (env COLLECTOR_COLLECT_LEASE)") {
+		t.Fatalf("error %v, want it to name collect.lease and COLLECTOR_COLLECT_LEASE", err)
+	}
+	os.Unsetenv("COLLECTOR_COLLECT_LEASE")
+	t.Setenv("DATABASE_URL", "postgres://app:s3cret@db:notaport/x")
+	_, err = Load(Options{})
+	if err == nil || !strings.Contains(err.Error(), "(env DATABASE_URL)") || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error %v, want it to name DATABASE_URL without the password", err)
+	}
+}
+
+// Zero needs no unit, and a duration written with one still loads.
+func TestDurationsWithUnitsAndZeroLoad(t *testing.T) {
+	cfg, err := Load(Options{File: writeFile(t, "catalog:\n  demotion_hold: 0\nprovider:\n  timeout: 7s\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Catalog.DemotionHold != 0 || cfg.Provider.Timeout != 7*time.Second {
+		t.Fatalf("demotion_hold %s, timeout %s", cfg.Catalog.DemotionHold, cfg.Provider.Timeout)
 	}
 }
 
