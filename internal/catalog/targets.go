@@ -86,6 +86,9 @@ func ParseTargets(file string, data []byte) ([]Target, error) {
 	root := doc.Content[0]
 	list := root
 	if root.Kind == yaml.MappingNode {
+		if err := repeatedKey(file, root); err != nil {
+			return nil, err
+		}
 		list = nil
 		for i := 0; i+1 < len(root.Content); i += 2 {
 			k := root.Content[i]
@@ -142,6 +145,9 @@ func parseTarget(file string, n *yaml.Node) (Target, error) {
 	case yaml.ScalarNode:
 		t.Name = strings.TrimSpace(n.Value)
 	case yaml.MappingNode:
+		if err := repeatedKey(file, n); err != nil {
+			return t, err
+		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if v.Kind != yaml.ScalarNode {
@@ -190,6 +196,20 @@ func parseTarget(file string, n *yaml.Node) (Target, error) {
 		return t, bad(n, "item has no name")
 	}
 	return t, nil
+}
+
+// repeatedKey refuses a key given twice in one mapping. yaml.v3 keeps both in a Node, and the
+// later would silently win: a second items: list appended to the file would drop the first.
+func repeatedKey(file string, m *yaml.Node) error {
+	first := map[string]int{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i]
+		if line, dup := first[k.Value]; dup {
+			return fmt.Errorf("%s:%d: %s is given again (first at line %d); give each key once", file, k.Line, k.Value, line)
+		}
+		first[k.Value] = k.Line
+	}
+	return nil
 }
 
 // isItemID reports whether s looks like a Neople id: 32 lowercase hex characters.

@@ -60,6 +60,9 @@ func TestParseTargetsErrorsNameFileAndLine(t *testing.T) {
 		{"empty list", "items:\n", []string{"t.yaml:1:", "empty"}},
 		{"second document after an empty one", "items:\n  - a\n---\n---\nitems:\n  - b\n", []string{"t.yaml:5:", "second YAML document"}},
 		{"second document", "items:\n  - a\n---\nitems:\n  - b\n", []string{"t.yaml:4:", "second YAML document"}},
+		{"items given twice", "items:\n  - a\n  - b\nitems:\n  - c\n", []string{"t.yaml:4:", "items is given again (first at line 1)"}},
+		{"a field given twice", "items:\n  - {name: a, name: b}\n", []string{"t.yaml:2:", "name is given again"}},
+		{"a tier given twice", "items:\n  - name: a\n    tier: HOT_1M\n    tier: COLD_10M\n", []string{"t.yaml:4:", "tier is given again (first at line 3)"}},
 		{"several at once", "items:\n  - {name: a, tier: X}\n  - {name: b, tier: Y}\n", []string{"t.yaml:2:", "t.yaml:3:"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
