@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -123,12 +124,32 @@ func newCollectCmd(a *app) *cobra.Command {
 				return err // nothing was collected: no summary line before the reason
 			}
 			a.printf("%s\n", sum)
-			if err == nil && sum.Failed > 0 {
+			switch {
+			case err != nil:
+				return err
+			case sum.Failed > 0:
 				return fmt.Errorf("collect %s failed; see the log and `collector items` for its last error", args[0])
+			case sum.Collected == 0:
+				// Asked for one item now: a pause or a pass-ending answer is a failure to do
+				// that, unlike collect-due's "nothing to do now".
+				return fmt.Errorf("nothing collected: %s", notCollected(sum))
 			}
-			return err
+			return nil
 		}),
 	}
+}
+
+// notCollected says why a pass that ended without error collected nothing.
+func notCollected(sum dispatcher.Summary) string {
+	switch {
+	case sum.Paused:
+		return fmt.Sprintf("the provider is %s (%s)", sum.Status, sum.StatusReason)
+	case !sum.CooldownUntil.IsZero():
+		return "the key cools down until " + sum.CooldownUntil.UTC().Format(time.RFC3339)
+	case sum.Stop != dispatcher.StopNone:
+		return "the pass stopped: " + sum.Stop.String()
+	}
+	return "the item was handed back"
 }
 
 // oneItemID names the missing argument and where ids come from, for collect and touch.

@@ -147,6 +147,26 @@ func TestCollectDueStopsAtALongCooldown(t *testing.T) {
 	if n := countRows(t, conn, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); n != 0 {
 		t.Fatalf("%d items left leased; the run must hand them back", n)
 	}
+	// Asked for one item now, collecting nothing is a failure, and says why: the cool-down,
+	// then a paused provider.
+	var id string
+	if err := conn.QueryRow(context.Background(), `SELECT item_id FROM tracked_items LIMIT 1`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ before, want string }{
+		{"", "nothing collected: the key cools down until"},
+		{"MAINTENANCE", "nothing collected: the provider is MAINTENANCE (manual override: planned work)"},
+	} {
+		if c.before != "" {
+			if _, _, err := runCollector(t, "provider", "set", c.before, "--reason", "planned work", "--database-url", db); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, _, err := runCollector(t, "collect", id, "--database-url", db)
+		if err == nil || exitCode(err) != exitRuntime || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("collect %s: %v; want exit %d saying %q", id, err, exitRuntime, c.want)
+		}
+	}
 }
 
 func countRows(t *testing.T, conn *pgx.Conn, sql string) int {
