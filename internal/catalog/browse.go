@@ -64,7 +64,8 @@ func DecodeCursor(s string) (*Cursor, error) {
 		return nil, errors.New("not a page cursor")
 	}
 	var c Cursor
-	if err := json.Unmarshal(b, &c); err != nil || c.ID == "" {
+	// JSON may carry a NUL (\u0000) that Encode never writes and PostgreSQL cannot compare.
+	if err := json.Unmarshal(b, &c); err != nil || c.ID == "" || strings.ContainsRune(c.ID+c.Name, 0) {
 		return nil, errors.New("not a page cursor")
 	}
 	return &c, nil

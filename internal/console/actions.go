@@ -40,8 +40,12 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 			code = he.code
 		} else if errors.Is(err, catalog.ErrNotTracked) {
 			code = http.StatusNotFound
+		} else if errors.Is(err, catalog.ErrNotPinnable) {
+			code = http.StatusBadRequest
 		}
-		c.log.Warn("console: action failed", zap.String("action", name), zap.String("user", ss.user), zap.Error(err))
+		if code >= http.StatusInternalServerError {
+			c.log.Warn("console: action failed", zap.String("action", name), zap.String("user", ss.user), zap.Error(err))
+		}
 		http.Error(w, err.Error(), code)
 		return
 	}
@@ -56,6 +60,9 @@ func (c *Console) run(ctx context.Context, name, user string, r *http.Request) (
 	switch name {
 	case "pin":
 		id := r.PostFormValue("item")
+		if err := cleanValue(id); err != nil {
+			return "", httpError{http.StatusBadRequest, "item: " + err.Error()}
+		}
 		t, err := tiers.Parse(r.PostFormValue("tier"))
 		if err != nil {
 			return "", httpError{http.StatusBadRequest, "tier: " + err.Error()}
@@ -64,6 +71,9 @@ func (c *Console) run(ctx context.Context, name, user string, r *http.Request) (
 		return fmt.Sprintf("item %s pinned %s → %s", id, ch.From, ch.To), err
 	case "unpin":
 		id := r.PostFormValue("item")
+		if err := cleanValue(id); err != nil {
+			return "", httpError{http.StatusBadRequest, "item: " + err.Error()}
+		}
 		return "item " + id + " unpinned", catalog.UnpinItem(ctx, c.pool, id)
 	case "provider":
 		switch r.PostFormValue("do") {

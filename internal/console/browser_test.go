@@ -2,7 +2,10 @@ package console_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"html"
+	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -516,6 +519,44 @@ func TestPinWorksLoggedInAndIsRefusedOtherwise(t *testing.T) {
 	}
 	if got := pinnedTier(t, e.pool, candleItem); got != tiers.Hot {
 		t.Fatalf("item %s pinned %q, want HOT_1M", candleItem, got)
+	}
+	// A tier that cannot be pinned, or an id the database cannot take, is the caller's error.
+	for _, bad := range []url.Values{{"tier": {"DORMANT"}}, {"item": {"\xff"}}} {
+		f := url.Values{}
+		for k, v := range form {
+			f[k] = v
+		}
+		for k, v := range bad {
+			f[k] = v
+		}
+		if code := post(t, hc, e.srv.URL+"/actions/pin", f); code != http.StatusBadRequest {
+			t.Errorf("pin %v: %d, want 400", bad, code)
+		}
+	}
+}
+
+// A path or query value PostgreSQL cannot take as text is a 400 naming what is wrong, not a
+// 500 (and a warning logged) per request.
+func TestUnreadableInputIsABadRequest(t *testing.T) {
+	e := setup(t, "")
+	nulCursor := base64.RawURLEncoding.EncodeToString([]byte(`{"i":"x","n":"\u0000"}`))
+	for path, want := range map[string]string{
+		"/items?q=%FF":                "not valid UTF-8",
+		"/items?q=a%00":               "contains a NUL character",
+		"/items/%FF":                  "path: not valid UTF-8",
+		"/items/%FF/chart.json":       "path: not valid UTF-8",
+		"/items?after=" + nulCursor:   "after: not a page cursor",
+		"/items?tier=HOT_1M&q=%FF%FE": "\"q\": not valid UTF-8",
+	} {
+		res, err := http.Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(html.UnescapeString(string(body)), want) {
+			t.Errorf("GET %s: %d, want 400 saying %q:\n%.300s", path, res.StatusCode, want, body)
+		}
 	}
 }
 

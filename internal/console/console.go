@@ -15,9 +15,13 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -252,7 +256,48 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("POST /login", c.login)
 	mux.HandleFunc("POST /logout", c.logout)
 	mux.HandleFunc("POST /actions/{action}", c.action)
-	return secureHeaders(mux)
+	return secureHeaders(c.cleanInput(mux))
+}
+
+// cleanInput answers 400, naming the parameter, for a path or query value PostgreSQL could not
+// take as text (invalid UTF-8, a NUL): passed on, the statement would fail as a 500 with a
+// warning in the log, one line per request anyone can send.
+func (c *Console) cleanInput(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bad := func(what string, err error) {
+			w.WriteHeader(http.StatusBadRequest)
+			c.render(w, r, "error", pageData{Title: http.StatusText(http.StatusBadRequest), Message: what + ": " + err.Error(), Actions: c.actionsEnabled()})
+		}
+		if err := cleanValue(r.URL.Path); err != nil {
+			bad("path", err)
+			return
+		}
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			bad("query", errors.New("malformed"))
+			return
+		}
+		for k, vs := range q {
+			for _, v := range append([]string{k}, vs...) {
+				if err := cleanValue(v); err != nil {
+					bad(strconv.Quote(k), err)
+					return
+				}
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// cleanValue refuses text PostgreSQL cannot store or compare.
+func cleanValue(s string) error {
+	switch {
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	case strings.ContainsRune(s, 0):
+		return errors.New("contains a NUL character")
+	}
+	return nil
 }
 
 // secureHeaders sets the same strict policy on every answer: scripts and styles only from the
