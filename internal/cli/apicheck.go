@@ -28,7 +28,20 @@ whether the apikey header (and the query) is accepted, whether itemIds works on 
 /df/auction-sold, whether limit counts per call or per item, how rows of several items are ordered and,
 with --burst N, which status and code a rate-limit answer uses. It never prints the key.
 --write-config FILE writes the configuration this implies.`,
-		Args: cobra.NoArgs,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.NoArgs(cmd, args); err != nil {
+				return err
+			}
+			// Each request of the burst spends the production key's budget outside the
+			// cluster's share: a few hundred show a rate-limit answer.
+			if burst < 0 || burst > maxBurst {
+				return fmt.Errorf("--burst %d: allowed 0 (do not provoke) to %d", burst, maxBurst)
+			}
+			if pace < 0 {
+				return fmt.Errorf("--pace %s: must not be negative", pace)
+			}
+			return nil
+		},
 		RunE: a.run(func(ctx context.Context) error {
 			ids := splitIDs(items)
 			if len(ids) == 0 {
@@ -75,6 +88,9 @@ with --burst N, which status and code a rate-limit answer uses. It never prints 
 	f.StringVar(&writeConfig, "write-config", "", "write the configuration the findings imply to this YAML file")
 	return cmd
 }
+
+// maxBurst bounds api-check --burst.
+const maxBurst = 1000
 
 func splitIDs(s string) []string {
 	var out []string

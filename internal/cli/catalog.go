@@ -68,7 +68,11 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 		// New items add demand: plan again now rather than at the daemon's next recalculation.
 		res, err := a.recalculateOn(ctx, pool)
 		if err != nil {
-			return err
+			// The items are stored; say which targets failed before the re-plan's error.
+			if ferr := rep.Err(); ferr != nil {
+				fmt.Fprintf(a.stderr, "%v\n", ferr)
+			}
+			return fmt.Errorf("items imported, but the re-plan failed (run `collector recalculate-popularity`): %w", err)
 		}
 		if res.Plan != nil {
 			a.printf("re-planned: %d tier moves; demand %.1f of %.1f requests/s\n", len(res.Changes), res.Plan.DemandAfter, res.Plan.Limit)

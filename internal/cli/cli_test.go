@@ -333,8 +333,13 @@ func TestBadValuesAreRefusedAndUnknownEnvIsNamed(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"provider", "set", "maintenance", "--reason", "x", "--for", "-5m"}, "--for -5m0s: must be a positive duration"},
-		{[]string{"provider", "set", "maintenance", "--reason", "x", "--for", "0s"}, "--for 0s: must be a positive duration"},
+		{[]string{"provider", "set", "maintenance", "--reason", "x", "--for", "-5m"}, "--for -5m0s: must be at least 1s"},
+		{[]string{"provider", "set", "maintenance", "--reason", "x", "--for", "0s"}, "--for 0s: must be at least 1s"},
+		{[]string{"provider", "set", "maintenance", "--reason", "x", "--for", "500us"}, "--for 500µs: must be at least 1s"}, // stored as no end
+		{[]string{"api-check", "--burst", "100000"}, "--burst 100000: allowed 0 (do not provoke) to 1000"},
+		{[]string{"api-check", "--burst", "-1"}, "--burst -1: allowed"},
+		{[]string{"api-check", "--pace", "-1s"}, "--pace -1s: must not be negative"},
+		{[]string{"history", "x", "--since", "213504d"}, "at most 106751d"}, // wrapped to 25m otherwise
 		{[]string{"outbox", "retry", "--id", "-3"}, "--id -3: outbox ids are positive"},
 		{[]string{"outbox", "retry", "--id", "0"}, "--id 0: outbox ids are positive"},
 		{[]string{"collect-due", "--batch-size", "99999999999999999999"}, "out of range"},

@@ -62,6 +62,10 @@ Candles are kept when raw partitions are dropped (retention.candles_*).`,
 	return cmd
 }
 
+// maxDays is the most whole days parseAge takes: about the most a time.Duration holds, which
+// an hour more would wrap around.
+const maxDays = 106751
+
 // parseAge reads a Go duration or a whole number of days ("30d").
 func parseAge(s string) (time.Duration, error) {
 	var d time.Duration
@@ -69,6 +73,9 @@ func parseAge(s string) (time.Duration, error) {
 		days, err := strconv.Atoi(n)
 		if err != nil {
 			return 0, errors.New("want a duration such as 36h or whole days such as 30d")
+		}
+		if days > maxDays {
+			return 0, fmt.Errorf("at most %dd", maxDays)
 		}
 		d = time.Duration(days) * 24 * time.Hour
 	} else {

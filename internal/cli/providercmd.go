@@ -57,8 +57,10 @@ func newProviderCmd(a *app) *cobra.Command {
 			if len(args) != 1 {
 				return fmt.Errorf("give one STATUS (HEALTHY, DEGRADED, MAINTENANCE, RECOVERING) or auto, got %d arguments", len(args))
 			}
-			if cmd.Flags().Changed("for") && forDur <= 0 {
-				return fmt.Errorf("--for %s: must be a positive duration such as 4h (leave --for out to hold the override until `provider set auto`)", forDur)
+			// Under a second would round to no end at all (the override is stored in whole
+			// milliseconds, and 0 means "until cleared").
+			if cmd.Flags().Changed("for") && forDur < time.Second {
+				return fmt.Errorf("--for %s: must be at least 1s, such as 4h (leave --for out to hold the override until `provider set auto`)", forDur)
 			}
 			return nil
 		},
@@ -89,7 +91,7 @@ func newProviderCmd(a *app) *cobra.Command {
 		}),
 	}
 	set.Flags().StringVar(&reason, "reason", "", "why (required)")
-	set.Flags().DurationVar(&forDur, "for", 0, "let the override expire after this `DURATION` (0: until provider set auto)")
+	set.Flags().DurationVar(&forDur, "for", 0, "let the override expire after this `DURATION`, at least 1s (left out: until provider set auto)")
 	cmd.AddCommand(status, set)
 	return cmd
 }
