@@ -70,10 +70,14 @@ func (c APIConfig) validate() error {
 			errs = append(errs, invalid("api.cors_origins", o, err.Error()))
 		}
 	}
-	for _, t := range c.Tokens {
+	from := APITokensEnv
+	if c.TokensFile != "" {
+		from = "api.tokens_file " + c.TokensFile
+	}
+	for i, t := range c.Tokens {
 		if len(t) < 16 || strings.ContainsAny(t.Reveal(), " \t") {
-			errs = append(errs, fmt.Errorf("%s: each token must be at least 16 characters without spaces", APITokensEnv))
-			break
+			// Named by position: the token itself is a secret.
+			errs = append(errs, fmt.Errorf("%s: token %d of %d is too short or holds a space; each token must be at least 16 characters without spaces", from, i+1, len(c.Tokens)))
 		}
 	}
 	return errors.Join(errs...)

@@ -385,3 +385,17 @@ func TestRedactURLMasksEveryPasswordForm(t *testing.T) {
 		}
 	}
 }
+
+// A bad bearer token is named by where it came from and its position, never by its text.
+func TestABadTokenNamesItsSourceNotItself(t *testing.T) {
+	tokens := writeFile(t, "a-good-token-of-enough-length\nshort-secret\n")
+	_, err := Load(Options{File: writeFile(t, "api:\n  tokens_file: "+tokens+"\n")})
+	if err == nil || !strings.Contains(err.Error(), "api.tokens_file "+tokens+": token 2 of 2") || strings.Contains(err.Error(), "short-secret") {
+		t.Fatalf("error %v; want the file and token 2 of 2, without the token", err)
+	}
+	t.Setenv(APITokensEnv, "short-secret,a-good-token-of-enough-length")
+	_, err = Load(Options{})
+	if err == nil || !strings.Contains(err.Error(), APITokensEnv+": token 1 of 2") || strings.Contains(err.Error(), "short-secret") {
+		t.Fatalf("error %v; want %s and token 1 of 2, without the token", err, APITokensEnv)
+	}
+}
