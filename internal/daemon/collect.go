@@ -84,6 +84,9 @@ type collectService struct {
 
 	failures int                     // consecutive failed passes; Start's goroutine only
 	refused  atomic.Pointer[refusal] // set while the provider refuses the market key
+	// misdirected is set while passes end on an address that is not the API (a wrong
+	// provider.base_url), until a pass runs without error.
+	misdirected atomic.Pointer[refusal]
 }
 
 // refusal is why collection stopped on a refused key, for /readyz.
@@ -183,6 +186,13 @@ func (s *collectService) runOnce(ctx context.Context) passResult {
 			res.Refused = pe
 			return res
 		}
+		if errors.As(err, &pe) && pe.Class == provider.ClassEndpoint {
+			since := time.Now()
+			if m := s.misdirected.Load(); m != nil {
+				since = m.since
+			}
+			s.misdirected.Store(&refusal{since: since, reason: pe.Error()})
+		}
 		s.failures++
 		res.Pause = retryBackoff.Delay(s.failures)
 		res.WritesRefused = store.RefusedCause(err) != ""
@@ -192,10 +202,14 @@ func (s *collectService) runOnce(ctx context.Context) passResult {
 	s.failures = 0
 	s.logPass(sum)
 	if sum.Paused {
+		// A paused pass called nothing: whether the address answers is still unknown.
 		s.metrics.Passes.WithLabelValues("paused").Inc()
 		return res
 	}
 	s.metrics.Passes.WithLabelValues("ok").Inc()
+	if sum.Collected > 0 {
+		s.misdirected.Store(nil) // the address answered as the API (a proxy's 404 passed)
+	}
 	if sum.Stop == dispatcher.StopRateLimited {
 		res.Pause = max(time.Until(sum.CooldownUntil), s.cfg.Cooldown)
 		if s.share == nil { // with a share, the fetcher has recorded it already

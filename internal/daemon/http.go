@@ -59,6 +59,11 @@ func (d *Daemon) handler() http.Handler {
 				provider.WorkloadMarket.KeyEnv(), r.since.UTC().Format(time.RFC3339), d.cfg.KeyRecheck, r.reason), http.StatusServiceUnavailable)
 			return
 		}
+		if m := d.collect.misdirected.Load(); m != nil {
+			http.Error(w, fmt.Sprintf("collection stopped: provider.base_url does not answer as the provider's API since %s (retried with back-off): %s",
+				m.since.UTC().Format(time.RFC3339), m.reason), http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	return mux

@@ -193,3 +193,36 @@ func TestRejectedRowsAreCountedInMetrics(t *testing.T) {
 		t.Fatalf("future_date = %v, want a zero series from the start", v)
 	}
 }
+
+// An address that is not the API fails /readyz naming provider.base_url while passes end on
+// it, and readiness comes back once the API answers there again.
+func TestAWrongBaseURLFailsReadinessNamingTheKey(t *testing.T) {
+	e := newEnv(t, 5, neoplesim.Options{})
+	e.track(t, 0, 5, tiers.Hot, 0)
+	var wrong atomic.Bool
+	wrong.Store(true)
+	e.hostileFront(t, func(w http.ResponseWriter, _ *http.Request) bool {
+		if !wrong.Load() {
+			return false
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte("<html>404 Not Found</html>"))
+		return true
+	})
+	cfg := testConfig()
+	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
+	cfg.signals.passed.Init(t)
+	r := e.start(t, cfg, zap.NewNop())
+	waitPasses(t, cfg, "a pass ended on the address", func() bool {
+		code, body := readyz(t, r)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "provider.base_url")
+	})
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_error IS NOT NULL`); n != 0 {
+		t.Fatalf("%d items failed on an address that is not the API; want them handed back", n)
+	}
+	wrong.Store(false)
+	waitPasses(t, cfg, "collection resumed", func() bool { return count(t, e.pool, `SELECT count(*) FROM auction_snapshots`) == 5 })
+	if code, body := readyz(t, r); code != http.StatusOK {
+		t.Fatalf("/readyz after the API answered again: %d %s", code, body)
+	}
+}
