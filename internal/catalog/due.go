@@ -207,3 +207,19 @@ func CollectedWithin(ctx context.Context, pool *pgxpool.Pool, d time.Duration) (
 	}
 	return n, nil
 }
+
+// NotAttemptedSince counts the items that may still bring rows dated before t: tracked before t,
+// collectable (not DORMANT, not a fixture), and not attempted since t. An item's sales reach the
+// database only at its next collection, so a past day is not complete while any such item
+// remains (a provider pause across midnight, a backlog). An item attempted since t and failed is
+// not waited for: it may fail for good.
+func NotAttemptedSince(ctx context.Context, db Reader, t time.Time) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `
+		SELECT count(*) FROM tracked_items
+		WHERE created_at < $1 AND collection_tier <> 'DORMANT' AND NOT synthetic_item(item_id)
+		  AND (last_attempt_at IS NULL OR last_attempt_at < $1)`, t).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count items not collected since %s: %w", t.UTC().Format(time.RFC3339), err)
+	}
+	return n, nil
+}

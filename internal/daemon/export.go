@@ -43,4 +43,7 @@ func (s *exportService) report(t export.Turn, err error) {
 	for _, day := range t.Exported {
 		s.log.Info("exported a day of history", zap.String("day", day))
 	}
+	for _, day := range t.Waiting {
+		s.log.Info("a past day waits for collection to catch up past its end before its export", zap.String("day", day))
+	}
 }

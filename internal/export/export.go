@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/store"
@@ -153,10 +154,26 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return res, fmt.Errorf("read the database clock: %w", err)
 	}
-	complete := !now.Before(opts.Day.AddDate(0, 0, 1).Add(opts.Settle))
+	end := opts.Day.AddDate(0, 0, 1)
+	complete := !now.Before(end.Add(opts.Settle))
 	if !complete && !opts.Partial {
 		return res, fmt.Errorf("%w until %s (the database's clock says %s); --partial exports it anyway",
-			ErrInProgress, opts.Day.AddDate(0, 0, 1).Add(opts.Settle).Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+			ErrInProgress, end.Add(opts.Settle).Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	if complete {
+		// The clock is not enough: sales are stored at an item's next collection, which a
+		// provider pause or a backlog can hold past the settle time.
+		behind, err := catalog.NotAttemptedSince(ctx, db, end)
+		if err != nil {
+			return res, err
+		}
+		if behind > 0 {
+			complete = false
+			if !opts.Partial {
+				return res, fmt.Errorf("%w: %d tracked items have not been collected since the day ended, and their sales of the day may still come; --partial exports it anyway",
+					ErrInProgress, behind)
+			}
+		}
 	}
 	counts, err := history.CountDay(ctx, db, opts.Day)
 	if err != nil {

@@ -540,3 +540,41 @@ func TestAnExportLeavesFixturesOut(t *testing.T) {
 		}
 	}
 }
+
+// A day is complete only once collection has caught up past its end: an item tracked during
+// the day and not collected since (a provider pause across midnight, a backlog) may still
+// bring sales of the day, which its next collection stores. Until then the day is in
+// progress, the exporter waits without an error, and --partial marks it incomplete.
+func TestADayWaitsForCollectionToCatchUp(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, `UPDATE tracked_items SET created_at = $1, last_attempt_at = $2`,
+		b.yesterday.Add(-time.Hour), b.today.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	opts := export.Options{Day: b.yesterday, Dir: dir, Format: "csv", Version: "test", Settle: settleAtOnce}
+	_, err := export.Run(ctx, b.pool, opts)
+	if !errors.Is(err, export.ErrInProgress) || !containsAll(err.Error(), "3 tracked items have not been collected since the day ended", "--partial") {
+		t.Fatalf("export with every item last tried before midnight: %v; want in progress, naming the items", err)
+	}
+	partial := opts
+	partial.Partial = true
+	if res, err := export.Run(ctx, b.pool, partial); err != nil || res.Manifest.Complete {
+		t.Fatalf("--partial: %+v, %v; want an incomplete manifest", res.Manifest, err)
+	}
+	e, err := export.NewExporter(b.pool, export.Config{Dir: t.TempDir(), Format: "csv", Version: "test", Settle: settleAtOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if turn, err := e.RunOnce(ctx); err != nil || !slices.Contains(turn.Waiting, b.yesterday.Format(time.DateOnly)) {
+		t.Fatalf("exporter turn: %+v, %v; want yesterday waiting, no error", turn, err)
+	}
+	// Tried after midnight (one failed: it is not waited for), the day is complete.
+	if _, err := b.pool.Exec(ctx, `UPDATE tracked_items SET last_attempt_at = $1`, b.today.Add(time.Microsecond)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := export.Run(ctx, b.pool, opts); err != nil || !res.Manifest.Complete {
+		t.Fatalf("after every item was tried since midnight: %+v, %v; want complete", res.Manifest, err)
+	}
+}

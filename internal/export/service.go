@@ -72,9 +72,10 @@ type Exporter struct {
 	OnTurn func(Turn, error)
 }
 
-// Turn is what one pass did: the days it wrote and the days already exported.
+// Turn is what one pass did: the days it wrote, the days already exported, and the days that
+// wait for collection to catch up past their end before they count as complete.
 type Turn struct {
-	Exported, Skipped []string
+	Exported, Skipped, Waiting []string
 }
 
 // NewExporter fills cfg's defaults and validates it once.
@@ -108,6 +109,8 @@ func (e *Exporter) runOnce(ctx context.Context) (Turn, error) {
 		res, err := Run(ctx, e.db, Options{Day: day, Dir: filepath.Join(e.cfg.Dir, day.Format(time.DateOnly)),
 			Format: e.cfg.Format, Version: e.cfg.Version, Settle: e.cfg.Settle, Retention: e.cfg.Retention, skipEmpty: true})
 		switch {
+		case errors.Is(err, ErrInProgress):
+			t.Waiting = append(t.Waiting, res.Day) // collection has not caught up past its end
 		case err != nil:
 			errs = append(errs, fmt.Errorf("export of %s: %w", res.Day, err))
 		case res.Skipped:
