@@ -26,7 +26,8 @@ CREATE TABLE tracked_items (
     -- writes it with the tier; status, the demand gauges and the budget planner sum it, so the
     -- demand they show is what the daemon really spends. New items start at 2: their first
     -- collection is alone.
-    requests_per_collection real NOT NULL DEFAULT 2 CHECK (requests_per_collection > 0),
+    requests_per_collection real NOT NULL DEFAULT 2
+        CHECK (requests_per_collection > 0 AND requests_per_collection < 'Infinity'), -- not NaN either
     created_at              timestamptz NOT NULL DEFAULT now(),
 
     -- The market of the item's last snapshot (internal/history): a collection that sees the
@@ -82,7 +83,13 @@ CREATE TABLE tracked_items (
     -- (last_claimed_at - last_due_at). Every claim statement sets it.
     last_due_at             timestamptz,
 
-    CHECK (collection_tier <> 'DORMANT' OR next_collect_at IS NULL)
+    CHECK (collection_tier <> 'DORMANT' OR next_collect_at IS NULL),
+    -- An infinite time (an operator's '-infinity' to make an item due) cannot be scanned into
+    -- Go or subtracted: the claim would lease a batch it cannot read, over and over.
+    CHECK (isfinite(next_collect_at) AND isfinite(last_sale_at) AND isfinite(last_collected_at)
+           AND isfinite(last_attempt_at) AND isfinite(last_snapshot_at) AND isfinite(tier_changed_at)
+           AND isfinite(lease_expires_at) AND isfinite(last_claimed_at) AND isfinite(last_due_at)
+           AND isfinite(created_at))
 ) WITH (fillfactor = 70);
 
 -- Only scheduled rows are ever claimed; DORMANT rows (NULL) stay out of the index entirely.
@@ -169,8 +176,10 @@ CREATE TABLE item_interest (
     id          bigserial PRIMARY KEY,
     item_id     text NOT NULL,
     kind        text NOT NULL CHECK (kind IN ('view', 'watch', 'touch')),
-    weight      double precision NOT NULL DEFAULT 1,
-    occurred_at timestamptz NOT NULL DEFAULT now(),
+    -- Other services insert here directly: a weight or time the scoring cannot use would fail
+    -- every recalculation, so it is refused at the insert, where its writer sees why.
+    weight      double precision NOT NULL DEFAULT 1 CHECK (weight >= 0 AND weight < 'Infinity'),
+    occurred_at timestamptz NOT NULL DEFAULT now() CHECK (isfinite(occurred_at)),
     source      text NOT NULL DEFAULT ''
 );
 
@@ -267,7 +276,7 @@ CREATE TABLE collector_instances (
 -- A rate-limit answer puts the whole key into a cool-down that every instance honours.
 CREATE TABLE budget_cooldowns (
     key_label text PRIMARY KEY,
-    until     timestamptz NOT NULL,
+    until     timestamptz NOT NULL CHECK (isfinite(until)),
     reason    text NOT NULL DEFAULT ''
 );
 

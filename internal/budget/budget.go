@@ -606,7 +606,9 @@ func (s *Share) beat(ctx context.Context) error {
 	}
 	s.live, s.rank = others+1, rank
 	if coolMS > 0 {
-		if until := now.Add(time.Duration(coolMS * float64(time.Millisecond))); until.After(s.coolTill) {
+		// Capped at a day: a cool-down set for year 9999 would overflow time.Duration into the
+		// past and be ignored; the next heartbeat reads it again.
+		if until := now.Add(time.Duration(min(coolMS, float64(24*time.Hour/time.Millisecond)) * float64(time.Millisecond))); until.After(s.coolTill) {
 			s.coolTill = until
 		}
 	}

@@ -81,8 +81,13 @@ func NextClaimable(ctx context.Context, pool *pgxpool.Pool, ahead time.Duration)
 	if ms == nil {
 		return 0, false, nil
 	}
-	return time.Duration(*ms * float64(time.Millisecond)), true, nil
+	// Capped: an item parked centuries ahead would overflow time.Duration into a negative wait
+	// (a pass at once, over and over); the caller re-reads long before a day anyway.
+	return time.Duration(min(*ms, float64(maxWait/time.Millisecond)) * float64(time.Millisecond)), true, nil
 }
+
+// maxWait bounds NextClaimable.
+const maxWait = 24 * time.Hour
 
 // LeasesHeld counts the items leased by a live lease (in flight somewhere in the cluster).
 func LeasesHeld(ctx context.Context, pool *pgxpool.Pool) (int64, error) {

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,5 +153,36 @@ func TestClaimByCost(t *testing.T) {
 		if c.ItemID == soonWarm {
 			t.Fatalf("the WARM item due in 20 s was claimed ahead: %+v", claims)
 		}
+	}
+}
+
+// Values the collector cannot use are refused where they are written, with the constraint's
+// name, instead of poisoning every later claim or recalculation: an infinite time on an item
+// (an operator's '-infinity' to make it due) or an interest event (another service's insert),
+// a NaN or infinite cost or weight, an endless cool-down. An item parked centuries ahead
+// still gives a finite wake-up.
+func TestUnusableValuesAreRefusedWhereTheyAreWritten(t *testing.T) {
+	pool, ids := dueItems(t, 1, tiers.Hot)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`UPDATE tracked_items SET next_collect_at = '-infinity'`,
+		`UPDATE tracked_items SET last_sale_at = 'infinity'`,
+		`UPDATE tracked_items SET requests_per_collection = 'NaN'`,
+		`UPDATE tracked_items SET requests_per_collection = 'Infinity'`,
+		`INSERT INTO item_interest (item_id, kind, occurred_at) VALUES ('` + ids[0] + `', 'view', 'infinity')`,
+		`INSERT INTO item_interest (item_id, kind, weight) VALUES ('` + ids[0] + `', 'watch', 'Infinity')`,
+		`INSERT INTO item_interest (item_id, kind, weight) VALUES ('` + ids[0] + `', 'watch', 'NaN')`,
+		`INSERT INTO budget_cooldowns (key_label, until) VALUES ('k', 'infinity')`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err == nil || !strings.Contains(err.Error(), "violates check constraint") {
+			t.Errorf("%s: %v; want a check constraint violation", sql, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = '9999-12-31'`); err != nil {
+		t.Fatal(err)
+	}
+	wait, ok, err := NextClaimable(ctx, pool, 0)
+	if err != nil || !ok || wait <= 0 || wait > maxWait {
+		t.Fatalf("next claimable for an item parked in 9999: %s %t %v; want a positive wait of at most %s", wait, ok, err, maxWait)
 	}
 }

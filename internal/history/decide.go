@@ -16,6 +16,7 @@ package history
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -120,7 +121,12 @@ func Summarize(rows []provider.Listing, full bool) State {
 			continue
 		}
 		prices = append(prices, r.UnitPrice)
-		s.Quantity += r.Count
+		// Saturating: each row fits (provider.RowCheck), their sum need not.
+		if s.Quantity > math.MaxInt64-r.Count {
+			s.Quantity = math.MaxInt64
+		} else {
+			s.Quantity += r.Count
+		}
 		weightedSum += float64(r.UnitPrice) * float64(r.Count)
 		if s.APIAverage == nil && r.AveragePrice > 0 {
 			v := r.AveragePrice

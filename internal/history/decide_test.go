@@ -1,6 +1,7 @@
 package history
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -93,6 +94,12 @@ func TestSummarizeListings(t *testing.T) {
 	}
 	if e := Summarize(nil, false); e.Lowest != nil || e.Median != nil || e.Weighted != nil || e.Count != 0 {
 		t.Fatalf("empty listings must give null prices: %+v", e)
+	}
+	// Rows that each fit but whose units sum past 64 bits: the quantity saturates instead of
+	// wrapping negative, and the weighted price stays a positive, finite figure.
+	huge := []provider.Listing{{UnitPrice: 1, Count: math.MaxInt64}, {UnitPrice: 1, Count: math.MaxInt64}}
+	if s := Summarize(huge, false); s.Quantity != math.MaxInt64 || *s.Weighted <= 0 || math.IsInf(*s.Weighted, 0) {
+		t.Fatalf("huge listings: quantity %d, weighted %v; want a saturated quantity and a finite price", s.Quantity, *s.Weighted)
 	}
 }
 

@@ -97,9 +97,20 @@ func (c RowCheck) reason(want IDSet, id string, at time.Time) string {
 	return ""
 }
 
-// Listings keeps the listings of the requested items registered at a possible date.
+// Listings keeps the listings of the requested items registered at a possible date, whose value
+// (units × unit price) fits in 64 bits: past it, the snapshot's quantity and weighted price
+// would wrap to nonsense. A non-positive price or quantity passes: the API reports -1 on some
+// rows, and the snapshot ignores them.
 func (c RowCheck) Listings(rows []Listing, want IDSet) ([]Listing, Rejected) {
-	return keep(rows, func(l Listing) (string, string) { return c.reason(want, l.ItemID, l.RegDate), l.ItemID })
+	return keep(rows, func(l Listing) (string, string) {
+		if why := c.reason(want, l.ItemID, l.RegDate); why != "" {
+			return why, l.ItemID
+		}
+		if l.UnitPrice > 0 && l.Count > math.MaxInt64/l.UnitPrice {
+			return RejectBadAmount, l.ItemID
+		}
+		return "", l.ItemID
+	})
 }
 
 // Sales keeps the sales of the requested items sold at a possible date, of at least one unit

@@ -44,10 +44,12 @@ func TestRowCheckDropsImpossibleDatesAndForeignRows(t *testing.T) {
 	if len(kept) != 1 || rej.Total() != 0 {
 		t.Fatalf("a row of another requested id was dropped: kept %d, rejected %v", len(kept), rej)
 	}
-	listings := []provider.Listing{{ItemID: askedID, RegDate: now.Add(48 * time.Hour)}, {ItemID: askedID}}
+	listings := []provider.Listing{{ItemID: askedID, RegDate: now.Add(48 * time.Hour)}, {ItemID: askedID},
+		{ItemID: askedID, Count: 1 << 40, UnitPrice: 1 << 40}, // value past int64
+		{ItemID: askedID, Count: 1, UnitPrice: -1}}            // the API's -1: kept, the snapshot ignores it
 	kept2, rej := c.Listings(listings, provider.NewIDSet(askedID))
-	if len(kept2) != 1 || rej.Reasons[provider.RejectFutureDate] != 1 {
-		t.Fatalf("listings kept %d, rejected %v", len(kept2), rej)
+	if len(kept2) != 2 || rej.Reasons[provider.RejectFutureDate] != 1 || rej.Reasons[provider.RejectBadAmount] != 1 {
+		t.Fatalf("listings kept %d, rejected %v; want 2 kept, a future date and a bad amount dropped", len(kept2), rej)
 	}
 }
 
