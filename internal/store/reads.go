@@ -129,6 +129,7 @@ const (
 	causeLagging     readCause = "lagging"
 	causeUnreachable readCause = "unreachable"
 	causeNotStandby  readCause = "not a standby"
+	causeOther       readCause = "another cluster or database"
 	causePrimary     readCause = "primary unreachable"
 )
 
@@ -466,6 +467,9 @@ func (r *Reads) Start(ctx context.Context) {
 // replicaLag is what one measurement read from the two servers.
 type replicaLag struct {
 	primaryLSN uint64
+	// other, when set, says the replica is not a copy of the primary's database: another
+	// cluster (system identifier) or another database of it.
+	other      string
 	inRecovery bool
 	replayLSN  uint64
 	paused     bool
@@ -485,6 +489,10 @@ func (r *Reads) RunOnce(ctx context.Context) ReadState {
 	defer r.mu.Unlock()
 	if err != nil {
 		r.setLocked(r.primaryState(cause, err.Error()))
+		return r.state
+	}
+	if m.other != "" {
+		r.setLocked(r.primaryState(causeOther, "replica at "+r.where+" "+m.other))
 		return r.state
 	}
 	if !m.inRecovery {
@@ -539,7 +547,12 @@ func (r *Reads) measure(ctx context.Context) (replicaLag, readCause, error) {
 	defer cancel()
 	var m replicaLag
 	var lsn string
-	if err := r.primary.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+	// The cluster's identity and the database's name, on both: a standby of another cluster
+	// (left following an old primary, a staging one) has LSNs that say nothing about ours, and
+	// another database on the right standby lacks our tables; either would be read as in step.
+	var sysID, db, rSysID, rDB string
+	if err := r.primary.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, (SELECT system_identifier::text FROM pg_control_system()), current_database()`).
+		Scan(&lsn, &sysID, &db); err != nil {
 		return m, causePrimary, fmt.Errorf("cannot measure the replica's lag: the primary's WAL position: %w", err)
 	}
 	var err error
@@ -552,9 +565,17 @@ func (r *Reads) measure(ctx context.Context) (replicaLag, readCause, error) {
 	err = r.replica.QueryRow(ctx, `
 		SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text,
 		       CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END,
-		       now() - pg_last_xact_replay_timestamp()`).Scan(&m.inRecovery, &replay, &m.paused, &since)
+		       now() - pg_last_xact_replay_timestamp(),
+		       (SELECT system_identifier::text FROM pg_control_system()), current_database()`).
+		Scan(&m.inRecovery, &replay, &m.paused, &since, &rSysID, &rDB)
 	if err != nil {
 		return m, causeUnreachable, fmt.Errorf("replica unreachable at %s: %w", r.where, err)
+	}
+	switch {
+	case rSysID != sysID:
+		m.other = fmt.Sprintf("belongs to another cluster (system identifier %s, the primary's %s): it is not a standby of the primary", rSysID, sysID)
+	case rDB != db:
+		m.other = fmt.Sprintf("serves database %q, the primary's is %q: check database.read_url", rDB, db)
 	}
 	m.sinceReplay = since
 	if replay != nil {

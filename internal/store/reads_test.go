@@ -186,6 +186,28 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 		proxy.Thaw()
 	})
 
+	t.Run("replica of something else", func(t *testing.T) {
+		// Another cluster (the shared test server, not the pair's primary) and another
+		// database of the right standby: neither is a copy of the primary's data, whatever
+		// their WAL positions say, so reads stay on the primary, saying why.
+		other, _ := storetest.NewPool(t)
+		_, standby := s.Pools(t)
+		wrongDB, err := store.OpenReplica(ctx, store.PoolConfig{URL: strings.Replace(s.StandbyURL, "/duecollector?", "/postgres?", 1), MaxConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(wrongDB.Close)
+		cfg := store.ReadsConfig{MaxLag: time.Hour, Every: time.Hour}
+		for want, r := range map[string]*store.Reads{
+			"belongs to another cluster":                                  store.NewReads(other, standby, cfg, nil),
+			`serves database "postgres", the primary's is "duecollector"`: store.NewReads(reads.Primary(), wrongDB, cfg, nil),
+		} {
+			if st := r.RunOnce(ctx); st.Source != store.SourcePrimary || !strings.Contains(st.Reason, want) {
+				t.Errorf("%+v, want the primary, saying the replica %s", st, want)
+			}
+		}
+	})
+
 	t.Run("replica stopped", func(t *testing.T) {
 		untilReplica(t, reads)
 		s.StopStandby(t)
