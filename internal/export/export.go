@@ -196,6 +196,10 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 			return res, nil
 		}
 		if whole && old.Format == opts.Format && sameCounts(old, counts) {
+			// A run in another format killed between its manifest and the removal below left
+			// that format's files, which a glob over the directory would read twice.
+			_ = removeOtherFormats(opts.Dir, opts.Format)
+			removeTemps(opts.Dir)
 			res.Skipped, res.Manifest = true, old
 			return res, nil
 		}
@@ -206,6 +210,15 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 				ErrPastRetention, past)
 		}
 		complete = false
+	}
+	if !complete {
+		// Never trade a complete export for a partial one: once it is replaced, nothing would
+		// guard the day against a later partial run with fewer rows.
+		if old, ok := readManifest(opts.Dir); ok && old.Complete && intact(opts.Dir, old) {
+			res.Skipped, res.Manifest = true, old
+			res.Kept = "a complete export of the day is kept: a partial one never replaces it (remove " + ManifestName + " to write the day as the database holds it now)"
+			return res, nil
+		}
 	}
 	// Only a day to write needs a writable directory: one kept as it is does not.
 	if err := writable(opts.Dir); err != nil {
@@ -244,18 +257,26 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 	}
 	// The other formats' files go last, so a reader globbing the directory reads each table
 	// once, also after a switch of format whose first run was killed.
-	for _, t := range tables {
-		for _, f := range Formats {
-			if f == opts.Format {
-				continue
-			}
-			if err := os.Remove(filepath.Join(opts.Dir, t.name+"."+f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return res, fmt.Errorf("remove %s.%s, which the new %s files replace: %w", t.name, f, opts.Format, err)
-			}
-		}
+	if err := removeOtherFormats(opts.Dir, opts.Format); err != nil {
+		return res, err
 	}
 	res.Manifest = m
 	return res, nil
+}
+
+// removeOtherFormats removes the day's files in the formats other than format.
+func removeOtherFormats(dir, format string) error {
+	for _, t := range tables {
+		for _, f := range Formats {
+			if f == format {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, t.name+"."+f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove %s.%s, which the new %s files replace: %w", t.name, f, format, err)
+			}
+		}
+	}
+	return nil
 }
 
 // writable makes dir and proves a file can be created in it before anything is removed.

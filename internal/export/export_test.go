@@ -1,6 +1,7 @@
 package export_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -494,6 +495,35 @@ func TestAnExportInTheOtherFormatReplacesTheFiles(t *testing.T) {
 	want = []string{"auction_sales.parquet", "auction_snapshots.parquet", export.ManifestName, "price_candles.parquet"}
 	if got := slices.Sorted(maps.Keys(checksums(t, dir))); !slices.Equal(got, want) {
 		t.Fatalf("files after switching back without a manifest: %v, want %v", got, want)
+	}
+	// Killed after its manifest but before removing the old format's files: the next run
+	// finds the day complete and skips it, and removes them all the same.
+	if err := os.WriteFile(filepath.Join(dir, "auction_sales.csv"), []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := b.export(t, dir, "parquet"); !res.Skipped {
+		t.Fatal("a complete day in the same format was written again")
+	}
+	if got := slices.Sorted(maps.Keys(checksums(t, dir))); !slices.Equal(got, want) {
+		t.Fatalf("files after a skipped run over a stale csv file: %v, want %v", got, want)
+	}
+}
+
+// A partial run never replaces a complete export: once replaced, nothing would stop a later
+// partial run from writing the day with fewer rows.
+func TestAPartialRunKeepsACompleteExport(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	b.export(t, dir, "parquet")
+	before := checksums(t, dir)
+	// Past a retention age, the day can only be written partial.
+	res, err := export.Run(context.Background(), b.pool, export.Options{Day: b.yesterday, Dir: dir, Format: "csv", Version: "test",
+		Settle: settleAtOnce, Partial: true, Retention: config.RetentionConfig{Snapshots: time.Hour}})
+	if err != nil || !res.Skipped || !res.Manifest.Complete || !strings.Contains(res.Kept, "a complete export of the day is kept") {
+		t.Fatalf("partial run over a complete export: %+v, %v; want it kept, saying why", res, err)
+	}
+	if after := checksums(t, dir); !maps.EqualFunc(before, after, bytes.Equal) {
+		t.Fatalf("the complete export's files changed: %v → %v", before, after)
 	}
 }
 
