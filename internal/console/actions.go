@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -22,7 +23,7 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the console is read-only: no console password is configured", http.StatusForbidden)
 		return
 	}
-	ss, _, ok := c.sessionOf(r)
+	ss, sid, ok := c.sessionOf(r)
 	if !ok {
 		http.Error(w, "log in first", http.StatusForbidden)
 		return
@@ -49,6 +50,7 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), code)
 		return
 	}
+	c.auth.wroteAt(sid, time.Now())
 	c.log.Info("console: action", zap.String("action", name), zap.String("user", ss.user), zap.String("done", done))
 	// The overview shows the action's effect at once rather than at the next refresh.
 	c.refresh(r.Context())

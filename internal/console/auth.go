@@ -32,6 +32,7 @@ type session struct {
 	user    string
 	csrf    string
 	expires time.Time
+	wrote   time.Time // this session's last action, for reading its own writes
 }
 
 type sessions struct {
@@ -72,6 +73,16 @@ func (s *sessions) get(id string, now time.Time) (session, bool) {
 		return session{}, false
 	}
 	return ss, true
+}
+
+// wroteAt records that session id's action wrote to the primary at t.
+func (s *sessions) wroteAt(id string, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss, ok := s.m[id]; ok {
+		ss.wrote = t
+		s.m[id] = ss
+	}
 }
 
 func (s *sessions) drop(id string) {

@@ -132,6 +132,19 @@ func (c *Console) reads() reader {
 	return c.pool
 }
 
+// readYourWrites is how long after a session's action its pages read the primary: a replica
+// serving reads trails by at most store.MaxLagDefault at its last measurement, a second ago.
+const readYourWrites = 2 * store.MaxLagDefault
+
+// readsFor is reads(), except for a session that acted within readYourWrites: the page it is
+// sent back to shows what it just did, not the replica's copy from before.
+func (c *Console) readsFor(r *http.Request) reader {
+	if ss, _, ok := c.sessionOf(r); ok && time.Since(ss.wrote) < readYourWrites {
+		return c.pool
+	}
+	return c.reads()
+}
+
 // overview is the status copy the overview renders.
 type overview struct {
 	Status      daemon.ClusterStatus

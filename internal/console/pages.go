@@ -342,7 +342,7 @@ func (c *Console) itemsPage(r *http.Request, d *pageData) (string, error) {
 		}
 		v.First = template.URL("/items?" + base.Encode())
 	}
-	rows, next, err := catalog.BrowseItems(r.Context(), c.reads(), bq)
+	rows, next, err := catalog.BrowseItems(r.Context(), c.readsFor(r), bq)
 	if err != nil {
 		return "", err
 	}
@@ -400,7 +400,12 @@ const recentSales = 20
 
 func (c *Console) itemPage(r *http.Request, d *pageData) (string, error) {
 	id := r.PathValue("id")
-	rows, err := catalog.ListItems(r.Context(), c.reads(), catalog.ItemsQuery{ItemID: id, IncludeSynthetic: true})
+	q := catalog.ItemsQuery{ItemID: id, IncludeSynthetic: true}
+	rows, err := catalog.ListItems(r.Context(), c.readsFor(r), q)
+	if err == nil && len(rows) == 0 && c.cfg.Reads != nil {
+		// Not on the replica yet (imported a moment ago): the primary says for sure.
+		rows, err = catalog.ListItems(r.Context(), c.pool, q)
+	}
 	if err != nil {
 		return "", err
 	}
