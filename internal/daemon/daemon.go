@@ -198,6 +198,55 @@ func (d *Daemon) maintenance() []service {
 	return s
 }
 
+// jobName is a maintenance job's name in logs and collector_loop_errors_total.
+func jobName(s service) string {
+	switch s.(type) {
+	case *gaugeService:
+		return "gauges"
+	case *planService:
+		return "recalc"
+	case *retentionService:
+		return "retention"
+	case *partitionService:
+		return "partitions"
+	case *exportService:
+		return "export"
+	}
+	return "maintenance"
+}
+
+// isolated runs a maintenance job so that a panic in it (a bug some day's data meets) is
+// logged, counted, and the job started again after restart, instead of killing the process
+// and collection with it: restarted, the daemon would meet the same data and die again.
+func isolated(ctx context.Context, name string, run func(context.Context), restart time.Duration, m *telemetry.Metrics, log *zap.Logger) {
+	for {
+		if !panicked(ctx, name, run, m, log) || ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(restart)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// panicked runs run and reports whether it ended in a panic, which it logs and counts.
+func panicked(ctx context.Context, name string, run func(context.Context), m *telemetry.Metrics, log *zap.Logger) (p bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			p = true
+			m.LoopErrors.WithLabelValues(name).Inc()
+			log.Error("a maintenance job panicked; it runs again later, collection goes on",
+				zap.String("job", name), zap.String("panic", fmt.Sprint(r)), zap.Stack("stack"))
+		}
+	}()
+	run(ctx)
+	return false
+}
+
 // New builds the daemon and binds its HTTP address (so a busy port fails at start).
 func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logger) (*Daemon, error) {
 	if log == nil {
@@ -409,7 +458,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 	for _, s := range d.maintenance() {
-		start(s.Start)
+		start(func(ctx context.Context) { isolated(ctx, jobName(s), s.Start, d.cfg.RelayRestart, d.metrics, d.log) })
 	}
 	var srv *http.Server
 	if d.ln != nil {
