@@ -133,6 +133,8 @@ func TestBadValuesNameTheKey(t *testing.T) {
 // environment variable that set it (also with a config file given), or else the file; a bad
 // DATABASE_URL is named as DATABASE_URL, not as the COLLECTOR_ variable nobody set.
 func TestAnUnreadableValueNamesItsSource(t *testing.T) {
+	t.Setenv("COLLECTOR_DATABASE_URL", "") // restored after; unset here, so DATABASE_URL is the one set
+	os.Unsetenv("COLLECTOR_DATABASE_URL")
 	file := writeFile(t, "collect:\n  batch_size: 10\n")
 	t.Setenv("COLLECTOR_COLLECT_LEASE", "5")
 	_, err := Load(Options{File: file})

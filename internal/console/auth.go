@@ -143,8 +143,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if !c.credentialsMatch(r.PostFormValue("user"), r.PostFormValue("password")) {
 		c.failedLogins.Allow()
 		c.log.Warn("console: login refused", zap.String("remote", r.RemoteAddr))
-		w.WriteHeader(http.StatusUnauthorized)
-		c.render(w, r, "login", pageData{Title: "Log in", Message: "Wrong user or password."})
+		c.render(w, http.StatusUnauthorized, "login", pageData{Title: "Log in", Message: "Wrong user or password."})
 		return
 	}
 	id, _ := c.auth.create(c.cfg.User, time.Now())

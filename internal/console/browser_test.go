@@ -554,8 +554,20 @@ func TestUnreadableInputIsABadRequest(t *testing.T) {
 		}
 		body, _ := io.ReadAll(res.Body)
 		_ = res.Body.Close()
-		if res.StatusCode != http.StatusBadRequest || !strings.Contains(html.UnescapeString(string(body)), want) {
-			t.Errorf("GET %s: %d, want 400 saying %q:\n%.300s", path, res.StatusCode, want, body)
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(html.UnescapeString(string(body)), want) ||
+			res.Header.Get("Cache-Control") != "no-store" || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
+			t.Errorf("GET %s: %d %v, want a 400 page, not cached, saying %q:\n%.300s", path, res.StatusCode, res.Header, want, body)
+		}
+	}
+	// A malformed pair is dropped, as before: only text the database cannot take is refused.
+	for _, path := range []string{"/items?q=50%", "/items?q=a;b", "/static/console.js"} {
+		res, err := http.Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d, want 200", path, res.StatusCode)
 		}
 	}
 }

@@ -278,18 +278,14 @@ func (c *Console) Handler() http.Handler {
 func (c *Console) cleanInput(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		bad := func(what string, err error) {
-			w.WriteHeader(http.StatusBadRequest)
-			c.render(w, r, "error", pageData{Title: http.StatusText(http.StatusBadRequest), Message: what + ": " + err.Error(), Actions: c.actionsEnabled()})
+			c.render(w, http.StatusBadRequest, "error", pageData{Title: http.StatusText(http.StatusBadRequest), Message: what + ": " + err.Error(), Actions: c.actionsEnabled()})
 		}
 		if err := cleanValue(r.URL.Path); err != nil {
 			bad("path", err)
 			return
 		}
-		q, err := url.ParseQuery(r.URL.RawQuery)
-		if err != nil {
-			bad("query", errors.New("malformed"))
-			return
-		}
+		// A malformed pair (a bare %, a ;) is dropped, as the pages' own r.URL.Query() drops it.
+		q, _ := url.ParseQuery(r.URL.RawQuery)
 		for k, vs := range q {
 			for _, v := range append([]string{k}, vs...) {
 				if err := cleanValue(v); err != nil {

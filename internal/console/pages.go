@@ -61,15 +61,15 @@ func (c *Console) page(fn func(r *http.Request, d *pageData) (string, error)) ht
 			default:
 				c.log.Warn("console: page failed", zap.String("path", r.URL.Path), zap.Error(err))
 			}
-			w.WriteHeader(code)
-			c.render(w, r, "error", pageData{Title: http.StatusText(code), Message: err.Error(), Actions: d.Actions, LoggedIn: d.LoggedIn})
+			c.render(w, code, "error", pageData{Title: http.StatusText(code), Message: err.Error(), Actions: d.Actions, LoggedIn: d.LoggedIn})
 			return
 		}
-		c.render(w, r, name, d)
+		c.render(w, http.StatusOK, name, d)
 	}
 }
 
-func (c *Console) render(w http.ResponseWriter, _ *http.Request, name string, d pageData) {
+// render answers code with the page: headers first, as WriteHeader sends them.
+func (c *Console) render(w http.ResponseWriter, code int, name string, d pageData) {
 	var buf bytes.Buffer
 	if err := c.pages[name].ExecuteTemplate(&buf, "page", d); err != nil {
 		c.log.Error("console: render", zap.String("template", name), zap.Error(err))
@@ -78,6 +78,7 @@ func (c *Console) render(w http.ResponseWriter, _ *http.Request, name string, d 
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
 	_, _ = buf.WriteTo(w)
 }
 

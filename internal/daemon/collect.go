@@ -207,8 +207,10 @@ func (s *collectService) runOnce(ctx context.Context) passResult {
 		return res
 	}
 	s.metrics.Passes.WithLabelValues("ok").Inc()
-	if sum.Collected > 0 {
-		s.misdirected.Store(nil) // the address answered as the API (a proxy's 404 passed)
+	if sum.Collected+sum.Failed > 0 {
+		// Calls were answered, and none as by something other than the API (that pass would
+		// have ended in an error): a proxy's 404 has passed.
+		s.misdirected.Store(nil)
 	}
 	if sum.Stop == dispatcher.StopRateLimited {
 		res.Pause = max(time.Until(sum.CooldownUntil), s.cfg.Cooldown)
@@ -277,6 +279,13 @@ func (s *collectService) keyRefused(ctx context.Context, pe *provider.Error) {
 		err := s.probeKey(ctx)
 		if !errors.As(err, &pe) || pe.Class != provider.ClassConfig {
 			s.refused.Store(nil)
+			if err != nil {
+				// Not refused, but not answered either (an outage, an address that is not the
+				// API): the passes find out which, and say so.
+				s.log.Info("the key re-check was not refused; collection resumes", zap.Error(err),
+					zap.Duration("refused_for_seconds", time.Since(since).Round(time.Second)))
+				return
+			}
 			s.log.Info("the provider accepts the market key again; collection resumes", zap.Duration("refused_for_seconds", time.Since(since).Round(time.Second)))
 			return
 		}

@@ -55,7 +55,8 @@ type Config struct {
 	// Dispatch configures the dispatcher; Provider (provider.name) is required, and Grace,
 	// Observer, PrioritizeTiers, Gather, Ahead, ClaimLimit, ClaimRequests and TopAhead are set by the daemon.
 	Dispatch dispatcher.Config
-	// Catalog drives popularity recalculation (every Catalog.RecalcInterval, at least 10s).
+	// Catalog drives popularity recalculation every Catalog.RecalcInterval; 0 = never, which
+	// only tests use (the configuration requires at least 10s).
 	Catalog config.CatalogConfig
 	// Retention deletes outbox rows, and interest events and candles when an age is set, every
 	// Retention.Interval (retention.FromConfig): the one pruner.

@@ -43,6 +43,9 @@ func (s *exportService) report(t export.Turn, err error) {
 	for _, day := range t.Exported {
 		s.log.Info("exported a day of history", zap.String("day", day))
 	}
+	for _, day := range t.Behind {
+		s.log.Warn("a past day was exported complete although collection has not caught up past it for a day: is collection stopped?", zap.String("day", day))
+	}
 	for _, day := range t.Waiting {
 		s.log.Info("a past day waits for collection to catch up past its end before its export", zap.String("day", day))
 	}

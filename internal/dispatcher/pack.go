@@ -241,11 +241,12 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 	return out
 }
 
-// stops reports errors that end the pass whatever the item (maintenance, a refused key, an
-// address that is not the API).
+// stops reports errors that end the pass whatever the item (maintenance, a refused key). An
+// answer that is not the API's (provider.ClassEndpoint) does not: a proxy may refuse the longer
+// itemIds URL while single calls pass, so the items are fetched alone and those calls decide.
 func stops(err error) bool {
 	c := provider.ClassOf(err)
-	return c == provider.ClassMaintenance || c == provider.ClassConfig || c == provider.ClassEndpoint
+	return c == provider.ClassMaintenance || c == provider.ClassConfig
 }
 
 func failAll(group []catalog.Claim, err error, at time.Time) []result {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,6 +178,39 @@ func TestSmallItemsShareCallsOnceTheirAnswersAreKnown(t *testing.T) {
 		t.Fatalf("shadow verification switched packing off against a faithful provider: %+v", st)
 	}
 	t.Logf("%d of 30 snapshots packed; %d requests", packed, e.sim.Stats().Requests)
+}
+
+// A packed call answered as no API would (a proxy that refuses the longer itemIds URL with a
+// bare 404) does not end the pass: its items are fetched alone, and single calls that work
+// collect them all.
+func TestAPackedCallThatIsNotTheAPIsFallsBackToSingleCalls(t *testing.T) {
+	var refused atomic.Int64
+	e := setup(t, 20, tiers.Cold, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("itemIds") == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			refused.Add(1)
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte("<html>URI not allowed</html>"))
+		})
+	})
+	ctx := context.Background()
+	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: packMaxSalesMax}
+	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil { // first collections: alone
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.dispatcher(t, cfg, nil).RunOnce(ctx)
+	if err != nil || s.Collected != 20 || s.Failed != 0 {
+		t.Fatalf("second pass %s, %v; want all 20 collected by single calls", s, err)
+	}
+	if refused.Load() == 0 {
+		t.Fatal("no packed call was made: the test proves nothing")
+	}
 }
 
 // A packed answer that lacks a row its single-item answer has is caught by shadow

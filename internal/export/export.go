@@ -36,6 +36,10 @@ var Formats = config.ExportFormats
 // snapshots of the hour.
 const SettleDefault = time.Hour
 
+// CatchUpWaitDefault is how long after its end a day waits for collection to catch up past
+// it (every item tried since) before it counts as complete all the same.
+const CatchUpWaitDefault = 24 * time.Hour
+
 // ManifestName is the file a complete export ends with.
 const ManifestName = "manifest.json"
 
@@ -76,6 +80,9 @@ type Result struct {
 	// export is never rewritten with less than it holds.
 	Kept     string
 	Manifest Manifest
+	// Behind, when set, is how many items had not been collected since the day ended when it
+	// was written complete all the same (CatchUpWaitDefault passed).
+	Behind int64
 }
 
 // Manifest describes one day's export. Every field is derived from the data and the options,
@@ -160,21 +167,6 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 		return res, fmt.Errorf("%w until %s (the database's clock says %s); --partial exports it anyway",
 			ErrInProgress, end.Add(opts.Settle).Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
-	if complete {
-		// The clock is not enough: sales are stored at an item's next collection, which a
-		// provider pause or a backlog can hold past the settle time.
-		behind, err := catalog.NotAttemptedSince(ctx, db, end)
-		if err != nil {
-			return res, err
-		}
-		if behind > 0 {
-			complete = false
-			if !opts.Partial {
-				return res, fmt.Errorf("%w: %d tracked items have not been collected since the day ended, and their sales of the day may still come; --partial exports it anyway",
-					ErrInProgress, behind)
-			}
-		}
-	}
 	counts, err := history.CountDay(ctx, db, opts.Day)
 	if err != nil {
 		return res, err
@@ -202,6 +194,27 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 			removeTemps(opts.Dir)
 			res.Skipped, res.Manifest = true, old
 			return res, nil
+		}
+	}
+	if complete {
+		// The clock is not enough: sales are stored at an item's next collection, which a
+		// provider pause or a backlog can hold past the settle time. Waited for up to
+		// CatchUpWaitDefault: past it, collection may have stopped for good (a refused key, an
+		// archive), and the day is as complete as it will get (late rows rewrite it).
+		behind, err := catalog.NotAttemptedSince(ctx, db, end)
+		if err != nil {
+			return res, err
+		}
+		switch {
+		case behind == 0:
+		case now.Before(end.Add(CatchUpWaitDefault)):
+			complete = false
+			if !opts.Partial {
+				return res, fmt.Errorf("%w: %d tracked items have not been collected since the day ended, and their sales of the day may still come (waited for until %s); --partial exports it anyway",
+					ErrInProgress, behind, end.Add(CatchUpWaitDefault).Format(time.RFC3339))
+			}
+		default:
+			res.Behind = behind
 		}
 	}
 	if past := pastRetention(now, opts.Day, opts.Retention); past != "" {

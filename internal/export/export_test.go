@@ -600,11 +600,24 @@ func TestADayWaitsForCollectionToCatchUp(t *testing.T) {
 	if turn, err := e.RunOnce(ctx); err != nil || !slices.Contains(turn.Waiting, b.yesterday.Format(time.DateOnly)) {
 		t.Fatalf("exporter turn: %+v, %v; want yesterday waiting, no error", turn, err)
 	}
-	// Tried after midnight (one failed: it is not waited for), the day is complete.
-	if _, err := b.pool.Exec(ctx, `UPDATE tracked_items SET last_attempt_at = $1`, b.today.Add(time.Microsecond)); err != nil {
+	// Tried after midnight, one of them failing (it may fail for good: it is not waited for),
+	// the day is complete.
+	if _, err := b.pool.Exec(ctx, `UPDATE tracked_items SET last_attempt_at = $1,
+		last_outcome = CASE item_id WHEN 'a' THEN 'transient' ELSE 'ok' END,
+		failure_streak = CASE item_id WHEN 'a' THEN 1 ELSE 0 END`, b.today.Add(time.Microsecond)); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := export.Run(ctx, b.pool, opts); err != nil || !res.Manifest.Complete {
+	if res, err := export.Run(ctx, b.pool, opts); err != nil || !res.Manifest.Complete || res.Behind != 0 {
 		t.Fatalf("after every item was tried since midnight: %+v, %v; want complete", res.Manifest, err)
+	}
+	// The wait is bounded: a day that ended more than export.CatchUpWaitDefault ago is complete
+	// although no item was tried since (collection stopped for good), and says how many were not.
+	if _, err := b.pool.Exec(ctx, `UPDATE tracked_items SET created_at = $1, last_attempt_at = NULL`, b.yesterday.Add(-48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	old := opts
+	old.Day, old.Dir = b.yesterday.AddDate(0, 0, -1), t.TempDir()
+	if res, err := export.Run(ctx, b.pool, old); err != nil || !res.Manifest.Complete || res.Behind != 3 {
+		t.Fatalf("a day past the wait: %+v (behind %d), %v; want complete with 3 items behind", res.Manifest, res.Behind, err)
 	}
 }

@@ -76,6 +76,9 @@ type Exporter struct {
 // wait for collection to catch up past their end before they count as complete.
 type Turn struct {
 	Exported, Skipped, Waiting []string
+	// Behind lists the days written complete although collection had not caught up past them
+	// within CatchUpWaitDefault, with how many items were behind.
+	Behind []string
 }
 
 // NewExporter fills cfg's defaults and validates it once.
@@ -117,6 +120,9 @@ func (e *Exporter) runOnce(ctx context.Context) (Turn, error) {
 			t.Skipped = append(t.Skipped, res.Day)
 		case res.Manifest.Day != "":
 			t.Exported = append(t.Exported, res.Day)
+			if res.Behind > 0 {
+				t.Behind = append(t.Behind, fmt.Sprintf("%s (%d items)", res.Day, res.Behind))
+			}
 		}
 	}
 	return t, errors.Join(errs...)

@@ -115,7 +115,7 @@ func (p Policy) Decide(last *Written, cur State, newSales int, at time.Time) Rea
 func Summarize(rows []provider.Listing, full bool) State {
 	s := State{Truncated: full}
 	prices := make([]int64, 0, len(rows))
-	var weightedSum float64
+	var weightedSum, units float64 // in floats: the weighted price divides the true total
 	for _, r := range rows {
 		if r.UnitPrice <= 0 || r.Count <= 0 {
 			continue
@@ -128,6 +128,7 @@ func Summarize(rows []provider.Listing, full bool) State {
 			s.Quantity += r.Count
 		}
 		weightedSum += float64(r.UnitPrice) * float64(r.Count)
+		units += float64(r.Count)
 		if s.APIAverage == nil && r.AveragePrice > 0 {
 			v := r.AveragePrice
 			s.APIAverage = &v
@@ -139,7 +140,7 @@ func Summarize(rows []provider.Listing, full bool) State {
 	}
 	sort.Slice(prices, func(i, j int) bool { return prices[i] < prices[j] })
 	lowest, median := prices[0], prices[(len(prices)-1)/2]
-	weighted := weightedSum / float64(s.Quantity)
+	weighted := weightedSum / units
 	s.Lowest, s.Median, s.Weighted = &lowest, &median, &weighted
 	return s
 }
