@@ -136,6 +136,11 @@ func decodeError(err error, file string) error {
 			if env, set := envFor(de.Name()); set || file == "" {
 				src = "env " + env
 			}
+			if holdsSecret(de.Name()) {
+				// The decoder's message quotes the value, which may hold a password.
+				out = append(out, fmt.Errorf("config %s (%s): not a plain text value (the value is not shown: it may hold a password)", de.Name(), src))
+				return
+			}
 			out = append(out, fmt.Errorf("config %s (%s): %w", de.Name(), src, de.Unwrap()))
 			return
 		}
@@ -157,6 +162,15 @@ func decodeError(err error, file string) error {
 	}
 	walk(err)
 	return errors.Join(out...)
+}
+
+// holdsSecret reports whether key's value may hold a password: a Secret or a connection string.
+func holdsSecret(key string) bool {
+	switch key {
+	case "kafka.sasl.password", "database.url", "database.direct_url", "database.read_url":
+		return true
+	}
+	return false
 }
 
 // envFor is the environment variable that sets key: the first of its names that is set, or

@@ -149,6 +149,20 @@ func TestAnUnreadableValueNamesItsSource(t *testing.T) {
 	}
 }
 
+// A value of the wrong shape for a key that holds a password (a list, a map) is refused without
+// quoting it: the decoder's own message would.
+func TestAMisshapenSecretIsNotQuoted(t *testing.T) {
+	for _, yaml := range []string{
+		"kafka:\n  sasl:\n    password: [s3cret-pw]\n",
+		"database:\n  url: {postgres://app:s3cret-pw@db/x: 1}\n",
+	} {
+		_, err := Load(Options{File: writeFile(t, yaml)})
+		if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "the value is not shown") {
+			t.Errorf("%q: %v; want a refusal that does not show the value", yaml, err)
+		}
+	}
+}
+
 // Zero needs no unit, and a duration written with one still loads.
 func TestDurationsWithUnitsAndZeroLoad(t *testing.T) {
 	cfg, err := Load(Options{File: writeFile(t, "catalog:\n  demotion_hold: 0\nprovider:\n  timeout: 7s\n")})
