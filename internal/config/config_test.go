@@ -132,9 +132,17 @@ func TestBadValuesNameTheKey(t *testing.T) {
 // A value that cannot be read as its key's type is blamed on where it came from: the
 // environment variable that set it (also with a config file given), or else the file; a bad
 // DATABASE_URL is named as DATABASE_URL, not as the COLLECTOR_ variable nobody set.
+// unsetEnv unsets variables for the test (restored after), so the shell's cannot decide it.
+func unsetEnv(t *testing.T, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		t.Setenv(n, "")
+		os.Unsetenv(n)
+	}
+}
+
 func TestAnUnreadableValueNamesItsSource(t *testing.T) {
-	t.Setenv("COLLECTOR_DATABASE_URL", "") // restored after; unset here, so DATABASE_URL is the one set
-	os.Unsetenv("COLLECTOR_DATABASE_URL")
+	unsetEnv(t, "COLLECTOR_DATABASE_URL", "DATABASE_URL", "COLLECTOR_COLLECT_LEASE")
 	file := writeFile(t, "collect:\n  batch_size: 10\n")
 	t.Setenv("COLLECTOR_COLLECT_LEASE", "5")
 	_, err := Load(Options{File: file})
@@ -152,6 +160,7 @@ func TestAnUnreadableValueNamesItsSource(t *testing.T) {
 // A value of the wrong shape for a key that holds a password (a list, a map) is refused without
 // quoting it: the decoder's own message would.
 func TestAMisshapenSecretIsNotQuoted(t *testing.T) {
+	unsetEnv(t, "DATABASE_URL", "COLLECTOR_DATABASE_URL", "COLLECTOR_KAFKA_SASL_PASSWORD")
 	for _, yaml := range []string{
 		"kafka:\n  sasl:\n    password: [s3cret-pw]\n",
 		"database:\n  url: {postgres://app:s3cret-pw@db/x: 1}\n",
@@ -404,6 +413,7 @@ func TestRedactURLMasksEveryPasswordForm(t *testing.T) {
 
 // A bad bearer token is named by where it came from and its position, never by its text.
 func TestABadTokenNamesItsSourceNotItself(t *testing.T) {
+	unsetEnv(t, APITokensEnv, APITokensEnv+"_FILE")
 	tokens := writeFile(t, "a-good-token-of-enough-length\nshort-secret\n")
 	_, err := Load(Options{File: writeFile(t, "api:\n  tokens_file: "+tokens+"\n")})
 	if err == nil || !strings.Contains(err.Error(), "api.tokens_file "+tokens+": token 2 of 2") || strings.Contains(err.Error(), "short-secret") {

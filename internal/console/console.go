@@ -8,6 +8,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -62,6 +63,9 @@ type Config struct {
 	Refresh time.Duration
 	// Session is how long a login lasts (console.session).
 	Session time.Duration
+	// ReadYourWrites is how long after a session's action its pages read the primary; 0 =
+	// ReadYourWritesDefault.
+	ReadYourWrites time.Duration
 	// API is where the read API is served beside the console (api.Prefix), for the item page's
 	// links to it; "" = it is not.
 	API string
@@ -132,14 +136,15 @@ func (c *Console) reads() reader {
 	return c.pool
 }
 
-// readYourWrites is how long after a session's action its pages read the primary: a replica
-// serving reads trails by at most store.MaxLagDefault at its last measurement, a second ago.
-const readYourWrites = 2 * store.MaxLagDefault
+// ReadYourWritesDefault is how long after a session's action its pages read the primary: a
+// replica serving reads trails by at most store.MaxLagDefault at its last measurement, a
+// second ago.
+const ReadYourWritesDefault = 2 * store.MaxLagDefault
 
-// readsFor is reads(), except for a session that acted within readYourWrites: the page it is
-// sent back to shows what it just did, not the replica's copy from before.
+// readsFor is reads(), except for a session that acted within Config.ReadYourWrites: the page
+// it is sent back to shows what it just did, not the replica's copy from before.
 func (c *Console) readsFor(r *http.Request) reader {
-	if ss, _, ok := c.sessionOf(r); ok && time.Since(ss.wrote) < readYourWrites {
+	if ss, _, ok := c.sessionOf(r); ok && time.Since(ss.wrote) < cmp.Or(c.cfg.ReadYourWrites, ReadYourWritesDefault) {
 		return c.pool
 	}
 	return c.reads()

@@ -29,7 +29,7 @@ func TestAnActionIsSeenOnThePageItReturnsTo(t *testing.T) {
 	s := storetest.NewStandby(t)
 	ctx := context.Background()
 	primary, standby := s.Pools(t)
-	reads := store.NewReads(primary, standby, store.ReadsConfig{MaxLag: time.Hour, Every: time.Hour, Timeout: 5 * time.Second}, nil)
+	reads := store.NewReads(primary, standby, store.ReadsConfig{MaxLag: time.Hour, Every: time.Hour, Timeout: testkit.Timeout}, nil)
 	storetest.Items(t, primary, storetest.Item{ID: candleItem, Name: "Golden Needle", Tier: tiers.Warm})
 	testkit.Eventually(t, testkit.Timeout, "the replica to hold the item and serve reads", func() bool {
 		var n int
@@ -40,7 +40,8 @@ func TestAnActionIsSeenOnThePageItReturnsTo(t *testing.T) {
 	storetest.Items(t, primary, storetest.Item{ID: snapshotItem, Name: "Silver Thread", Tier: tiers.Warm}) // not replayed
 
 	c, err := console.New(primary, console.Config{ProviderName: "neople", Market: config.Default().Provider.Market, PackSize: 10,
-		User: testUser, Password: config.Secret(testPassword), Refresh: time.Hour, Session: time.Hour, Reads: reads},
+		User: testUser, Password: config.Secret(testPassword), Refresh: time.Hour, Session: time.Hour, Reads: reads,
+		ReadYourWrites: testkit.Timeout}, // a window no loaded machine outruns
 		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {
 		t.Fatal(err)

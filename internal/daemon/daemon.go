@@ -184,6 +184,7 @@ type Daemon struct {
 	retention *retentionService
 	parts     *partitionService
 	export    *exportService // nil unless export.enabled
+	extra     []service      // more maintenance jobs, for tests
 }
 
 // maintenance lists the periodic jobs beside collection: the gauges, the planner, the one
@@ -196,7 +197,7 @@ func (d *Daemon) maintenance() []service {
 	if d.export != nil {
 		s = append(s, d.export)
 	}
-	return s
+	return append(s, d.extra...)
 }
 
 // jobName is a maintenance job's name in logs and collector_loop_errors_total.

@@ -195,18 +195,20 @@ func TestRejectedRowsAreCountedInMetrics(t *testing.T) {
 }
 
 // An address that is not the API fails /readyz naming provider.base_url while passes end on
-// it, and readiness comes back once the API answers there again.
+// it, and readiness comes back once the API answers there again, even if every item it
+// answers fails (an item error is still the API's answer).
 func TestAWrongBaseURLFailsReadinessNamingTheKey(t *testing.T) {
 	e := newEnv(t, 5, neoplesim.Options{})
 	e.track(t, 0, 5, tiers.Hot, 0)
 	var wrong atomic.Bool
 	wrong.Store(true)
 	e.hostileFront(t, func(w http.ResponseWriter, _ *http.Request) bool {
-		if !wrong.Load() {
-			return false
-		}
 		w.WriteHeader(http.StatusNotFound)
-		_, _ = w.Write([]byte("<html>404 Not Found</html>"))
+		if wrong.Load() {
+			_, _ = w.Write([]byte("<html>404 Not Found</html>"))
+		} else {
+			_, _ = w.Write([]byte(`{"error":{"status":404,"code":"DNF003","message":"NOT_FOUND_ITEM"}}`))
+		}
 		return true
 	})
 	cfg := testConfig()
@@ -221,8 +223,9 @@ func TestAWrongBaseURLFailsReadinessNamingTheKey(t *testing.T) {
 		t.Fatalf("%d items failed on an address that is not the API; want them handed back", n)
 	}
 	wrong.Store(false)
-	waitPasses(t, cfg, "collection resumed", func() bool { return count(t, e.pool, `SELECT count(*) FROM auction_snapshots`) == 5 })
-	if code, body := readyz(t, r); code != http.StatusOK {
-		t.Fatalf("/readyz after the API answered again: %d %s", code, body)
-	}
+	// Readiness is part of the wait: the pass clears the flag after it has written.
+	waitPasses(t, cfg, "ready again, with every item failed by the API's own answer", func() bool {
+		code, _ := readyz(t, r)
+		return code == http.StatusOK && count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_outcome = 'item_error'`) == 5
+	})
 }

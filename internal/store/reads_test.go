@@ -197,7 +197,7 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(wrongDB.Close)
-		cfg := store.ReadsConfig{MaxLag: time.Hour, Every: time.Hour}
+		cfg := store.ReadsConfig{MaxLag: time.Hour, Every: time.Hour, Timeout: testkit.Timeout}
 		for want, r := range map[string]*store.Reads{
 			"belongs to another cluster":                                  store.NewReads(other, standby, cfg, nil),
 			`serves database "postgres", the primary's is "duecollector"`: store.NewReads(reads.Primary(), wrongDB, cfg, nil),
