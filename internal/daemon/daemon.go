@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
@@ -221,17 +222,8 @@ func jobName(s service) string {
 // logged, counted, and the job started again after restart, instead of killing the process
 // and collection with it: restarted, the daemon would meet the same data and die again.
 func isolated(ctx context.Context, name string, run func(context.Context), restart time.Duration, m *telemetry.Metrics, log *zap.Logger) {
-	for {
-		if !panicked(ctx, name, run, m, log) || ctx.Err() != nil {
-			return
-		}
-		t := time.NewTimer(restart)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+	for panicked(ctx, name, run, m, log) && ctx.Err() == nil && backoff.Sleep(ctx, restart) {
+		// panicked: started again after restart
 	}
 }
 

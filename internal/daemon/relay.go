@@ -2,9 +2,10 @@ package daemon
 
 import (
 	"context"
-	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/duecollector/duecollector/internal/backoff"
 )
 
 // runRelay runs the outbox relay until ctx ends. One that stops on an error retrying cannot
@@ -19,12 +20,8 @@ func (d *Daemon) runRelay(ctx context.Context) {
 			return
 		}
 		d.log.Info("outbox relay stopped; running it again later", zap.Duration("in_seconds", d.cfg.RelayRestart))
-		t := time.NewTimer(d.cfg.RelayRestart)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, d.cfg.RelayRestart) {
 			return
-		case <-t.C:
 		}
 	}
 }
