@@ -19,7 +19,7 @@ func WriteCollected(ctx context.Context, pool *pgxpool.Pool, hist history.Policy
 	for i, c := range claims {
 		rs[i] = result{claim: c, at: at, outcome: "ok", window: window, listings: states[i]}
 	}
-	ws, err := writeBack(ctx, pool, hist, rs)
+	ws, err := writeBack(ctx, pool, hist, rs, nil)
 	if err != nil {
 		return 0, err
 	}

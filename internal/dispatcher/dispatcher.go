@@ -262,6 +262,8 @@ type Dispatcher struct {
 	LeasesLeft testsignal.Signal[int]
 	// stuck counts the batches past the renewal cap with no call finished since.
 	stuck atomic.Int32
+	// inWrite, when set (tests), runs first in every write-back transaction with its results.
+	inWrite func([]result)
 }
 
 // Stuck tells whether a batch of this dispatcher has had no provider call finish for the

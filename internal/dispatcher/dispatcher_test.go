@@ -608,7 +608,7 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 		for i, c := range claims {
 			results[i] = result{claim: c, at: c.DBNow, outcome: "ok"}
 		}
-		if _, err := writeBack(ctx, pool, configured(Config{}).History, results); err != nil {
+		if _, err := writeBack(ctx, pool, configured(Config{}).History, results, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

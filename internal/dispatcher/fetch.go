@@ -95,12 +95,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 					continue
 				}
 				t0 := time.Now()
-				var rs []result
-				if len(group) == 1 {
-					rs = []result{d.fetchOne(fctx, group[0])}
-				} else {
-					rs = d.fetchPacked(fctx, group, st)
-				}
+				rs := d.fetchGroup(fctx, group, st)
 				took := time.Since(t0)
 				progress.Store(time.Now().UnixNano())
 				<-f.slots

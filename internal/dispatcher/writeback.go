@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -181,6 +182,11 @@ func (w *writer) store(ctx context.Context, buf []result) (fenced, unwritten []s
 		return nil, itemIDs(buf), nil, err // not even its failure could be recorded
 	}
 	r := &buf[0]
+	if isBug(err) {
+		w.d.logBug("writing an item back panicked (a bug); it is rescheduled by tier as failed", []string{r.claim.ItemID}, err)
+		*r = result{claim: r.claim, at: r.at, outcome: outcomePanic, err: err}
+		return w.store(ctx, buf)
+	}
 	w.d.log.Error("write-back refused this item's data; rescheduled as failed",
 		zap.String("item_id", r.claim.ItemID), zap.Error(err))
 	*r = result{claim: r.claim, at: r.at, outcome: "write_refused", err: fmt.Errorf("write-back refused: %w", err)}
@@ -211,7 +217,7 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 	renewUntil := w.d.clock.now().Add(renewCap * w.d.cfg.Lease)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		ws, err := writeBack(actx, w.d.pool, w.d.cfg.History, buf)
+		ws, err := writeBack(actx, w.d.pool, w.d.cfg.History, buf, w.d.inWrite)
 		cancel()
 		w.d.cfg.WriteHealth.Observe(err)
 		if partition.IsMissing(err) && attempt < writeAttempts {
@@ -334,13 +340,26 @@ type writeStats struct {
 // collection brings; the rest are fenced out.
 // Success or failure, every item that is still ours is rescheduled by its tier, so nothing can
 // stay due forever.
-func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, results []result) (writeStats, error) {
-	items := make([]history.Item, len(results))
-	for i, r := range results {
-		items[i] = r.item()
-	}
+//
+// A panic in it (a bug some item's data meets) rolls the transaction back and returns as a
+// bugError, a store.DataError: the writer splits the group until the item is alone and
+// reschedules it as failed, as it does with data the database refuses. inTx, when set (tests), runs first in the
+// transaction.
+func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, results []result, inTx func([]result)) (writeStats, error) {
 	var ws writeStats
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = &store.DataError{Err: &bugError{value: p, stack: debug.Stack()}}
+			}
+		}()
+		if inTx != nil {
+			inTx(results)
+		}
+		items := make([]history.Item, len(results))
+		for i, r := range results {
+			items[i] = r.item()
+		}
 		live, err := catalog.WriteBack(ctx, tx, hist.Rows(items))
 		if err != nil {
 			return err

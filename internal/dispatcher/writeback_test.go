@@ -167,11 +167,11 @@ func TestARetriedWriteBackAfterALostCommitStoresNothingTwice(t *testing.T) {
 	for _, c := range claims {
 		results = append(results, d.fetchOne(ctx, c))
 	}
-	first, err := writeBack(ctx, e.pool, d.cfg.History, results)
+	first, err := writeBack(ctx, e.pool, d.cfg.History, results, nil)
 	if err != nil || len(first.fenced) != 0 || len(first.stored) != n {
 		t.Fatalf("first write-back: %+v, %v", first, err)
 	}
-	retry, err := writeBack(ctx, e.pool, d.cfg.History, results)
+	retry, err := writeBack(ctx, e.pool, d.cfg.History, results, nil)
 	if err != nil || len(retry.fenced) != n {
 		t.Fatalf("the retry should be fenced out whole: %+v, %v", retry, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // SchemaVersion is the version of the snapshot event's JSON value (docs/events.md). 2: events
@@ -59,7 +61,7 @@ func EnqueueSnapshots(ctx context.Context, tx pgx.Tx, events []SnapshotEvent) er
 		ev.SchemaVersion = SchemaVersion
 		b, err := json.Marshal(ev)
 		if err != nil {
-			return fmt.Errorf("encode snapshot event for item %s: %w", ev.ItemID, err)
+			return &store.DataError{Err: fmt.Errorf("encode snapshot event for item %s: %w", ev.ItemID, err)}
 		}
 		items[i], snaps[i], payloads[i] = ev.ItemID, ev.SnapshotID, string(b)
 	}

@@ -154,6 +154,10 @@ func TestTransientTellsRetryableFailuresFromDataErrors(t *testing.T) {
 	if !store.Transient(io.ErrUnexpectedEOF) || store.Transient(context.Canceled) || store.Transient(nil) {
 		t.Error("a lost connection is transient; a cancelled context and no error are not")
 	}
+	data := fmt.Errorf("write back: %w", &store.DataError{Err: errors.New("json: unsupported value: NaN")})
+	if store.Transient(data) || store.RefusedCause(data) != "" {
+		t.Error("an error some row's values met before reaching the server is neither transient nor the database refusing writes")
+	}
 }
 
 // A client frozen inside a transaction (a paused VM, SIGSTOP) must not keep its row locks, and

@@ -15,7 +15,8 @@ import (
 // failure or deadlock. A data or programming error (constraint, bad value, bad SQL) is not:
 // running it again fails the same way.
 func Transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
+	var data *DataError
+	if err == nil || errors.Is(err, context.Canceled) || errors.As(err, &data) {
 		return false
 	}
 	var pgErr *pgconn.PgError
@@ -49,3 +50,12 @@ func ExplainPooler(err error) error {
 		"(or default_query_exec_mode=simple_protocol in database.url), and database.direct_url to PostgreSQL itself for "+
 		"migrations and LISTEN (docs/operations.md, \"Behind PgBouncer\")", err)
 }
+
+// DataError marks an error that some row's values met before anything reached the server (a
+// value that cannot be encoded, a panic on an item's data). Transient otherwise takes an error
+// without the server's answer for a lost connection; retrying this one cannot help, and a
+// writer that did would hold the row's batch-mates with it.
+type DataError struct{ Err error }
+
+func (e *DataError) Error() string { return e.Err.Error() }
+func (e *DataError) Unwrap() error { return e.Err }
