@@ -84,7 +84,8 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"collect:\n  lease: 10ms\n", "collect.lease"},
 		{"log:\n  format: xml\n", "log.format"},
 		{"provider:\n  base_url: ftp://x\n", "provider.base_url"},
-		{"provider:\n  base_url: https://x/?a=b\n", "provider.base_url"}, // NewClient refuses a query later
+		{"provider:\n  base_url: https://x/?a=b\n", "provider.base_url"},                        // NewClient refuses a query later
+		{"provider:\n  base_url: http://API.neople.co.kr.:80/\n", "must be reached over https"}, // the keys in clear text
 		{"provider:\n  market:\n    rate: -1\n", "provider.market.rate"},
 		{"catalog:\n  default_tier: LUKEWARM\n", "catalog.default_tier"},
 		{"kafka:\n  lease: 20s\n", "kafka.lease"},                               // under 3 × kafka.write_timeout (10s)

@@ -159,7 +159,7 @@ type ProviderConfig struct {
 
 var providerDefaults = map[string]any{
 	"provider.name":              "neople",
-	"provider.base_url":          "https://api.neople.co.kr",
+	"provider.base_url":          "https://" + NeopleHost,
 	"provider.timeout":           "10s",
 	"provider.key_in":            "header",
 	"provider.auction_limit":     400,
@@ -172,6 +172,9 @@ var providerDefaults = map[string]any{
 	"provider.item.per_minute":   30000,
 }
 
+// NeopleHost is the real API's host.
+const NeopleHost = "api.neople.co.kr"
+
 func (c ProviderConfig) validate() error {
 	var errs []error
 	if c.Name == "" {
@@ -179,6 +182,10 @@ func (c ProviderConfig) validate() error {
 	}
 	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
 		errs = append(errs, invalid("provider.base_url", RedactHTTPURL(c.BaseURL), "must be an http(s) URL without a query, such as https://api.neople.co.kr (env NEOPLE_API_BASE_URL)"))
+	} else if u.Scheme == "http" && strings.EqualFold(strings.TrimSuffix(u.Hostname(), "."), NeopleHost) {
+		// Plain http to the real API sends the keys across the internet in clear text before any
+		// redirect could say so; http stays for the simulator and for proxies on the operator's own network.
+		errs = append(errs, invalid("provider.base_url", RedactHTTPURL(c.BaseURL), "the Neople API must be reached over https (the API keys would travel in clear text): use https://"+NeopleHost))
 	}
 	if c.Timeout <= 0 || c.Timeout > 5*time.Minute {
 		errs = append(errs, invalid("provider.timeout", c.Timeout, "must be > 0 and <= 5m"))
