@@ -278,11 +278,10 @@ const callsPerBatch = 4
 
 // step reads, produces and marks one batch and says how many rows it read.
 func (r *Relay) step(ctx context.Context) (int, error) {
-	lanes := r.lanes.usable(r.publishWindow())
-	if len(lanes) == 0 {
+	if len(r.lanes.usable(r.publishWindow())) == 0 {
 		return 0, nil
 	}
-	rows, err := readPending(ctx, r.pool, lanes, callsPerBatch*r.cfg.BatchSize)
+	rows, err := readPending(ctx, r.pool, r.lanes.tokens(), r.publishWindow(), callsPerBatch*r.cfg.BatchSize)
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}

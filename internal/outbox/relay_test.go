@@ -365,7 +365,7 @@ func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.releaseLanes(ctx, 0)
-	rows, err := readPending(ctx, pool, r.lanes.usable(0), cfg.BatchSize)
+	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, cfg.BatchSize)
 	if err != nil || len(rows) != 4 {
 		t.Fatalf("read %d rows: %v", len(rows), err)
 	}

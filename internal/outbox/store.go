@@ -35,12 +35,19 @@ func (p *pendingRow) settle(rejectedBy error) {
 }
 
 // readPending reads in id order, each item's commit order: its next event waits for the last.
-func readPending(ctx context.Context, pool *pgxpool.Pool, lanes []int16, limit int) ([]pendingRow, error) {
+// It reads only lanes still held under tokens with more than margin of lease left by the
+// database's clock: the relay's own count of its lease runs on a clock that a paused VM may
+// stop, and a relay that woke up believing it still held lanes another relay took since would
+// otherwise publish that relay's events too, out of their order.
+func readPending(ctx context.Context, pool *pgxpool.Pool, tokens []string, margin time.Duration, limit int) ([]pendingRow, error) {
 	rows, _ := pool.Query(ctx, `
+		WITH held AS (
+		    SELECT coalesce(array_agg(lane), '{}') AS lanes FROM outbox_relay_lanes
+		    WHERE lease_token = ANY ($1::uuid[]) AND lease_expires_at > now() + $2::interval)
 		SELECT o.id, o.event_id, o.event_type, o.item_id, o.payload, o.created_at
-		FROM outbox_pending p JOIN outbox o ON o.id = p.id
-		WHERE p.lane = ANY ($1::smallint[])
-		ORDER BY p.id LIMIT $2`, lanes, limit)
+		FROM held, outbox_pending p JOIN outbox o ON o.id = p.id
+		WHERE p.lane = ANY (held.lanes)
+		ORDER BY p.id LIMIT $3`, tokens, margin, limit)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[pendingRow])
 	if err != nil {
 		return nil, fmt.Errorf("read pending outbox rows: %w", err)

@@ -1,0 +1,47 @@
+package outbox
+
+import (
+	"context"
+	"testing"
+)
+
+// A relay whose own count of its lease says it still holds its lanes (its clock stood still
+// while its VM was paused) publishes nothing of lanes the database gave to another relay since:
+// the read checks the tokens and the lease by the database's clock, so the other relay's events
+// are not published twice and out of order.
+func TestARelayWhoseLanesWereTakenOverReadsNothingOfThem(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	broker := newBroker(t)
+	ctx := context.Background()
+	enqueue(t, pool, snapshotEvents(5, 2))
+	r, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "paused"))
+	if _, _, err := r.lanes.renew(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100); err != nil || len(rows) != 10 {
+		t.Fatalf("holding its lanes, the relay read %d rows (%v), want 10", len(rows), err)
+	}
+	// While it was paused its leases lapsed and another relay took every lane.
+	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET owner = 'other', lease_token = gen_random_uuid(),
+		lease_expires_at = now() + interval '1 minute', acquired_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.lanes.usable(r.publishWindow())) == 0 {
+		t.Fatal("the relay's own count already says its lanes are gone: the test proves nothing")
+	}
+	if n, err := r.step(ctx); err != nil || n != 0 {
+		t.Fatalf("woken relay's step read %d rows (%v); want none of lanes it no longer holds", n, err)
+	}
+	if recs := consumeAll(t, broker, testTopic); len(recs) != 0 {
+		t.Fatalf("the topic holds %d records, want none", len(recs))
+	}
+	// A lease about to lapse by the database's clock is not read either.
+	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET lease_token = $1::uuid, lease_expires_at = now() + interval '1 second'`,
+		r.lanes.tokens()[0]); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100); err != nil || len(rows) != 0 {
+		t.Fatalf("with a second of lease left the relay read %d rows (%v), want none", len(rows), err)
+	}
+}
