@@ -63,6 +63,12 @@ CREATE TABLE tracked_items (
     est_changed_seconds     double precision NOT NULL DEFAULT 0,
     est_unchanged_seconds   double precision NOT NULL DEFAULT 0,
     est_sales               double precision NOT NULL DEFAULT 0,
+    -- A count the arithmetic ever made infinite would make every recalculation's forecast NaN:
+    -- refused here, the write-back keeps that item's old counts (write_refused) instead.
+    CHECK (est_collections >= 0 AND est_collections < 'Infinity' AND est_changes >= 0 AND est_changes < 'Infinity'
+           AND est_changed_seconds >= 0 AND est_changed_seconds < 'Infinity'
+           AND est_unchanged_seconds >= 0 AND est_unchanged_seconds < 'Infinity'
+           AND est_sales >= 0 AND est_sales < 'Infinity'),
 
     -- Outcome of the last collection.
     last_collected_at       timestamptz,          -- last successful collection
@@ -89,7 +95,10 @@ CREATE TABLE tracked_items (
     CHECK (isfinite(next_collect_at) AND isfinite(last_sale_at) AND isfinite(last_collected_at)
            AND isfinite(last_attempt_at) AND isfinite(last_snapshot_at) AND isfinite(tier_changed_at)
            AND isfinite(lease_expires_at) AND isfinite(last_claimed_at) AND isfinite(last_due_at)
-           AND isfinite(created_at))
+           AND isfinite(created_at) AND isfinite(updated_at)),
+    -- Not NaN nor ±Infinity (NaN sorts above 'Infinity'): the read API and the console encode them.
+    CHECK (popularity_score > '-Infinity' AND popularity_score < 'Infinity'
+           AND seen_weighted_price > '-Infinity' AND seen_weighted_price < 'Infinity')
 ) WITH (fillfactor = 70);
 
 -- Only scheduled rows are ever claimed; DORMANT rows (NULL) stay out of the index entirely.
@@ -178,7 +187,8 @@ CREATE TABLE item_interest (
     kind        text NOT NULL CHECK (kind IN ('view', 'watch', 'touch')),
     -- Other services insert here directly: a weight or time the scoring cannot use would fail
     -- every recalculation, so it is refused at the insert, where its writer sees why.
-    weight      double precision NOT NULL DEFAULT 1 CHECK (weight >= 0 AND weight < 'Infinity'),
+    -- Capped well below where the scoring's sums and products leave double precision.
+    weight      double precision NOT NULL DEFAULT 1 CHECK (weight >= 0 AND weight <= 1e9),
     occurred_at timestamptz NOT NULL DEFAULT now() CHECK (isfinite(occurred_at)),
     source      text NOT NULL DEFAULT ''
 );
@@ -197,7 +207,10 @@ CREATE TABLE provider_status (
     override_reason text,
     override_since  timestamptz,
     override_until  timestamptz,            -- NULL with an override_status = until cleared
-    updated_at      timestamptz NOT NULL DEFAULT now()
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    -- Every pass of every collector reads this row: a time it cannot scan ('infinity' for
+    -- "forever", which NULL says) would stop collection everywhere.
+    CHECK (isfinite(since) AND isfinite(override_since) AND isfinite(override_until) AND isfinite(updated_at))
 );
 
 INSERT INTO provider_status (provider, status, reason) VALUES ('neople', 'HEALTHY', 'initial');
@@ -208,7 +221,7 @@ INSERT INTO provider_status (provider, status, reason) VALUES ('neople', 'HEALTH
 CREATE TABLE provider_status_log (
     id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     provider   text NOT NULL,
-    at         timestamptz NOT NULL DEFAULT now(),
+    at         timestamptz NOT NULL DEFAULT now() CHECK (isfinite(at)),
     kind       text NOT NULL CHECK (kind IN ('automatic', 'override', 'override cleared')),
     status     text,          -- the automatic status, or the override's (NULL when cleared)
     reason     text NOT NULL DEFAULT ''
@@ -245,7 +258,8 @@ CREATE TABLE provider_probe (
     leased_by        text,
     lease_expires_at timestamptz,
     last_result      text,
-    updated_at       timestamptz NOT NULL DEFAULT now()
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    CHECK (isfinite(episode_since) AND isfinite(next_probe_at) AND isfinite(lease_expires_at) AND isfinite(updated_at))
 );
 
 -- Whether packed (itemIds) calls are used, per endpoint, for the whole cluster. A shadow
@@ -253,7 +267,7 @@ CREATE TABLE provider_probe (
 CREATE TABLE packing_state (
     endpoint   text PRIMARY KEY CHECK (endpoint IN ('/df/auction', '/df/auction-sold')),
     enabled    boolean NOT NULL,
-    changed_at timestamptz NOT NULL DEFAULT now(),
+    changed_at timestamptz NOT NULL DEFAULT now() CHECK (isfinite(changed_at)),
     reason     text
 );
 
@@ -270,7 +284,9 @@ CREATE TABLE collector_instances (
     heartbeat_at timestamptz NOT NULL DEFAULT now(),
     used         bigint NOT NULL DEFAULT 0,    -- requests sent, cumulative (for status)
     share        double precision NOT NULL DEFAULT 0, -- requests/s this instance may send
-    PRIMARY KEY (key_label, instance)
+    PRIMARY KEY (key_label, instance),
+    -- An 'infinity' heartbeat would count an instance live, and take its share, for good.
+    CHECK (isfinite(started_at) AND isfinite(heartbeat_at) AND share >= 0 AND share < 'Infinity')
 );
 
 -- A rate-limit answer puts the whole key into a cool-down that every instance honours.
@@ -292,7 +308,9 @@ CREATE TABLE budget_rates (
     reason     text,                               -- the answer that caused the last cut
     -- Slow start: nothing is learned yet (no rate-limit answer, ceiling not reached); rate is
     -- the cluster's ramp from a conservative start, doubled each second it is used.
-    slow_start boolean NOT NULL DEFAULT false
+    slow_start boolean NOT NULL DEFAULT false,
+    CHECK (rate > 0 AND rate < 'Infinity' AND cut_from > 0 AND cut_from < 'Infinity'
+           AND isfinite(cut_at) AND isfinite(changed_at))
 );
 
 -- Collected data --------------------------------------------------------------------------------
@@ -305,13 +323,13 @@ CREATE TABLE tier_forecast (
     tier       text PRIMARY KEY CHECK (tier IN ('HOT_1M', 'ACTIVE_3M', 'WARM_5M', 'COLD_10M')),
     items      integer NOT NULL CHECK (items > 0),
     -- Requests per second the tier's items ask at the costs the plan counted.
-    demand     double precision NOT NULL CHECK (demand >= 0),
+    demand     double precision NOT NULL CHECK (demand >= 0 AND demand < 'Infinity'),
     -- Predicted, not measured: the share of time an item's stored copy matches the market,
     -- weighted by popularity (internal/tierplan.Freshness, Cho & Garcia-Molina).
     freshness  double precision NOT NULL CHECK (freshness BETWEEN 0 AND 1),
     -- The tier's items' summed popularity: what its freshness weighs in the whole catalog's.
-    weight     double precision NOT NULL CHECK (weight >= 0),
-    planned_at timestamptz NOT NULL
+    weight     double precision NOT NULL CHECK (weight >= 0 AND weight < 'Infinity'),
+    planned_at timestamptz NOT NULL CHECK (isfinite(planned_at))
 );
 
 -- auction_snapshots and auction_sales are partitioned by time (internal/history keeps them:
@@ -347,6 +365,9 @@ CREATE TABLE auction_snapshots (
     -- unchanged (NULL on an item's first snapshot): the previous state held at least until
     -- then, so a candle bucket entered before this snapshot opens with it.
     previous_seen_at    timestamptz,
+    CHECK (isfinite(collected_at) AND isfinite(previous_seen_at)
+           AND weighted_unit_price > '-Infinity' AND weighted_unit_price < 'Infinity'
+           AND sales_vwap > '-Infinity' AND sales_vwap < 'Infinity'),
     -- Reads go by item and time; the key is also that index.
     PRIMARY KEY (item_id, collected_at, snapshot_id),
     -- One snapshot per claim: a retried write-back of the same claim (same collected_at)
@@ -364,6 +385,7 @@ CREATE TABLE auction_sales (
     unit_price    bigint NOT NULL,
     total_price   bigint NOT NULL,
     first_seen_at timestamptz NOT NULL DEFAULT now(),
+    CHECK (isfinite(sold_at) AND isfinite(first_seen_at)),
     PRIMARY KEY (item_id, sold_at, seq)
 ) PARTITION BY RANGE (sold_at);
 
@@ -394,6 +416,7 @@ CREATE TABLE price_candles (
     sales_value    numeric NOT NULL DEFAULT 0, -- sum of quantity × unit price, exact
     sales_vwap     double precision GENERATED ALWAYS AS
         (CASE WHEN sales_quantity > 0 THEN (sales_value / sales_quantity)::double precision END) STORED,
+    CHECK (isfinite(bucket) AND isfinite(open_at) AND isfinite(close_at)),
     -- An item's candles are written hour by hour among every other item's, so they sit on as
     -- many pages as there are buckets: the key carries the figures, and a read of an item's
     -- month of hours is an index-only range scan instead of 720 page reads.
@@ -427,9 +450,9 @@ CREATE TABLE outbox (
     item_id      text NOT NULL,
     snapshot_id  bigint UNIQUE,
     payload      json NOT NULL,      -- json, not jsonb: the exact bytes we publish
-    created_at   timestamptz NOT NULL DEFAULT now(),
+    created_at   timestamptz NOT NULL DEFAULT now() CHECK (isfinite(created_at)),
     attempts     integer NOT NULL DEFAULT 0,
-    failed_at    timestamptz,
+    failed_at    timestamptz CHECK (isfinite(failed_at)),
     last_error   text,
     -- Every row belongs to one of 16 lanes by a stable hash of its item_id, so all events of
     -- one item share a lane. A relay publishes a lane only while it holds that lane's lease, in
@@ -463,8 +486,8 @@ CREATE TABLE outbox_relay_lanes (
     lane             smallint PRIMARY KEY CHECK (lane BETWEEN 0 AND 15),
     owner            text,
     lease_token      uuid,
-    lease_expires_at timestamptz,
-    acquired_at      timestamptz
+    lease_expires_at timestamptz CHECK (isfinite(lease_expires_at)),
+    acquired_at      timestamptz CHECK (isfinite(acquired_at))
 );
 
 INSERT INTO outbox_relay_lanes (lane) SELECT generate_series(0, 15);
@@ -473,7 +496,7 @@ INSERT INTO outbox_relay_lanes (lane) SELECT generate_series(0, 15);
 -- `collector status`; a relay that starts working clears the records.
 CREATE TABLE outbox_relay_stops (
     owner      text PRIMARY KEY,
-    stopped_at timestamptz NOT NULL DEFAULT now(),
+    stopped_at timestamptz NOT NULL DEFAULT now() CHECK (isfinite(stopped_at)),
     reason     text NOT NULL
 );
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -15,8 +16,7 @@ import (
 // failure or deadlock. A data or programming error (constraint, bad value, bad SQL) is not:
 // running it again fails the same way.
 func Transient(err error) bool {
-	var data *DataError
-	if err == nil || errors.Is(err, context.Canceled) || errors.As(err, &data) {
+	if err == nil || errors.Is(err, context.Canceled) || dataFault(err) {
 		return false
 	}
 	var pgErr *pgconn.PgError
@@ -49,6 +49,14 @@ func ExplainPooler(err error) error {
 	return fmt.Errorf("%w: is the database behind PgBouncer in transaction mode? Set database.query_exec_mode: simple_protocol "+
 		"(or default_query_exec_mode=simple_protocol in database.url), and database.direct_url to PostgreSQL itself for "+
 		"migrations and LISTEN (docs/operations.md, \"Behind PgBouncer\")", err)
+}
+
+// dataFault tells whether err is a row's values meeting our code (a DataError, or a value pgx
+// could not scan, such as an infinite time): the server answered, the connection is fine.
+func dataFault(err error) bool {
+	var data *DataError
+	var scan pgx.ScanArgError
+	return errors.As(err, &data) || errors.As(err, &scan)
 }
 
 // DataError marks an error that some row's values met before anything reached the server (a

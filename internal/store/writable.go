@@ -44,8 +44,7 @@ var WriteCauses = []WriteCause{CauseReadOnly, CauseStandby, CauseDiskFull, Cause
 // the write's: the same write succeeds once the state passes. The first three refuse writes
 // on a server that still answers; the last two mean it does not answer usefully at all.
 func RefusedCause(err error) WriteCause {
-	var data *DataError
-	if err == nil || errors.Is(err, context.Canceled) || errors.As(err, &data) {
+	if err == nil || errors.Is(err, context.Canceled) || dataFault(err) {
 		return ""
 	}
 	var pgErr *pgconn.PgError
