@@ -471,9 +471,19 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	e := fail(class, cause)
 	e.Code, e.Message = code, msg
 	if e.Class == ClassRateLimited {
-		e.RetryAfter = min(parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), c.cfg.MaxRetryAfter)
+		e.RetryAfter = min(parseRetryAfter(resp.Header.Get("Retry-After"), answeredAt(resp)), c.cfg.MaxRetryAfter)
 	}
 	return nil, e
+}
+
+// answeredAt is when the provider answered by its own clock (the Date header), to read a dated
+// Retry-After against: this host's clock minutes off would otherwise cool the key down for
+// every instance minutes too long, or not at all. Without a Date header, this host's clock.
+func answeredAt(resp *http.Response) time.Time {
+	if t, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+		return t
+	}
+	return time.Now()
 }
 
 // fail is the one exit for errors: it stamps the workload, counts, and makes sure neither the

@@ -107,6 +107,22 @@ func TestRetryAfterIsCapped(t *testing.T) {
 	}
 }
 
+// A dated Retry-After is read against the provider's own clock (its Date header): a provider
+// whose clock is an hour behind this host's, asking for 40 s, gets 40 s, not nothing.
+func TestADatedRetryAfterIsReadAgainstTheProvidersClock(t *testing.T) {
+	theirs := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	cl := stubClient(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Date", theirs.Format(http.TimeFormat))
+		w.Header().Set("Retry-After", theirs.Add(40*time.Second).Format(http.TimeFormat))
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte(`{"error":{"status":429,"code":"API002","message":"APIKEY_USAGE_EXCEEDED"}}`))
+	}, func(c *provider.ClientConfig) { c.MaxRetryAfter = 90 * time.Second })
+	_, _, err := cl.Auction(context.Background(), askedID)
+	if pe := wantClass(t, err, provider.ClassRateLimited); pe.RetryAfter != 40*time.Second {
+		t.Fatalf("Retry-After 40 s after the answer's Date gave %s, want 40s", pe.RetryAfter)
+	}
+}
+
 func TestPackedCallKeepsRowsOfEveryRequestedIDOnly(t *testing.T) {
 	cl := stubClient(t, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte(`{"rows":[{"itemId":"a","regDate":"2026-01-01 00:00:00","count":1,"unitPrice":5},
