@@ -20,9 +20,21 @@ import (
 
 // Main runs the process's command line until SIGINT or SIGTERM and exits with its code.
 func (t Tree) Main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2) // room for both: neither is lost, however quickly they come
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		cancel() // the first asks for a clean stop
+		sig := <-sigs
+		// A second one ends a stop that hangs on something unreachable, at once, as a shell
+		// reports a process its signal killed.
+		fmt.Fprintf(os.Stderr, "%v again: stopping at once\n", sig)
+		os.Exit(128 + int(sig.(syscall.Signal)))
+	}()
 	code := t.execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	signal.Stop(sigs)
+	cancel()
 	os.Exit(code)
 }
 
