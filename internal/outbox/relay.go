@@ -352,6 +352,11 @@ func (r *Relay) publish(ctx context.Context, rows []pendingRow) error {
 			// Checked before every call, the first too: a slow read may have used the margin
 			// step saw, and a call past the lease could land after another relay's.
 			return nil
+		case ctx.Err() != nil:
+			// A call outlives ctx (see write), so none starts once ctx has ended: a stop
+			// (SIGTERM, the end of the daemon's final flush) is not drawn out by calls begun
+			// after it. The rest stays pending for the next relay.
+			return nil
 		default:
 			if err := r.writeCall(ctx, rows[:len(msgs)], msgs); err != nil {
 				return err

@@ -45,3 +45,37 @@ func TestARelayWhoseLanesWereTakenOverReadsNothingOfThem(t *testing.T) {
 		t.Fatalf("with a second of lease left the relay read %d rows (%v), want none", len(rows), err)
 	}
 }
+
+// No produce call starts once the relay's context has ended (SIGTERM, the end of the daemon's
+// final flush): the stop is not drawn out by a call begun after it, and the rows stay pending.
+func TestNoCallStartsAfterTheStop(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	broker := newBroker(t)
+	ctx := context.Background()
+	enqueue(t, pool, snapshotEvents(5, 2))
+	r, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "stopping"))
+	if _, _, err := r.lanes.renew(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100)
+	if err != nil || len(rows) != 10 {
+		t.Fatalf("read %d rows (%v), want 10", len(rows), err)
+	}
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := r.publish(stopped, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows {
+		if row.sent {
+			t.Fatalf("row %d was sent after the stop", row.ID)
+		}
+	}
+	if recs := consumeAll(t, broker, testTopic); len(recs) != 0 {
+		t.Fatalf("the topic holds %d records, want none", len(recs))
+	}
+	if n := countWhere(t, pool, "state = 'pending'"); n != 10 {
+		t.Fatalf("%d rows pending, want all 10", n)
+	}
+}
