@@ -161,3 +161,41 @@ func TestASkewedClockDoesNotStampTheSharedRateInTheFuture(t *testing.T) {
 		t.Fatalf("the other process's step: rate %v (was %v), %v; want it raised", rate, before, err)
 	}
 }
+
+func (aheadClock) realTime() {}
+
+// A process whose clock runs an hour and a half second fast counts its quota in the database's
+// seconds, as every other process of the key does: counted in its own, it would spend its share
+// of second s in parts of s and s+1 that the others spend too.
+func TestASkewedClockCountsTheDatabasesSeconds(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	cfg := adaptive("skewed-seconds", 100)
+	cfg.KeyLabel = c.label
+	cfg.Clock = halfAhead{}
+	s, err := New(c.pool, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var db time.Time
+	if err := c.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	at := s.clock.Now().Add(s.offset)
+	s.mu.Unlock()
+	// A round trip on a loaded machine is well under the 400 ms this allows; the skew is 90 min.
+	if d := at.Sub(db); d < -400*time.Millisecond || d > 400*time.Millisecond {
+		t.Fatalf("the share's view of the database's clock is %s off it, want within a round trip", d)
+	}
+}
+
+// halfAhead is a host's wall clock an hour and a half second fast.
+type halfAhead struct{}
+
+func (halfAhead) Now() time.Time                         { return time.Now().Add(time.Hour + 500*time.Millisecond) }
+func (halfAhead) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (halfAhead) realTime()                              {}

@@ -14,7 +14,8 @@
 //	q = min(rate, per_minute/60) × (1 − Headroom) × factor / N   requests per second
 //
 // as its share. Within a process two things hold it to q:
-//   - a quota per wall-clock second: in second s it may send ⌊q·(s+1) + r/N⌋ − ⌊q·s + r/N⌋
+//   - a quota per second of the database's clock (each heartbeat measures how far this host's
+//     clock is from it): in second s it may send ⌊q·(s+1) + r/N⌋ − ⌊q·s + r/N⌋
 //     requests, r being its rank among the live processes, and only in the first 90 % of the
 //     second. Fractions are carried (q on average), and the ranks stagger the seconds that
 //     carry them, so by Hermite's identity (Σ_r ⌊x + r/N⌋ = ⌊N·x⌋) the whole cluster sends
@@ -24,7 +25,7 @@
 //
 // A request still in flight when a second begins may reach the provider in that second, so it
 // counts against that second's quota too (Wait returns a done func to call when the answer is
-// in). Counting in wall-clock seconds this way, rather than only pacing a rate, is what keeps
+// in). Counting in whole seconds this way, rather than only pacing a rate, is what keeps
 // the sum under the budget on a loaded machine, where goroutine scheduling can delay a paced
 // request past a second boundary by any amount: every request that can arrive in second s was
 // either granted in s or in flight when s began, and both count against s. N processes
@@ -32,8 +33,9 @@
 // under per_minute/60, never more than per_minute in a rolling minute either (±1 second at the
 // window's edges, which the headroom covers). The price is utilisation when calls are slow: a
 // call in flight across a boundary uses a slot in both seconds, hence the spread and cutoff
-// that keep the end of each second quiet. The quiet 10 % also tolerates clocks (hosts and
-// provider) that disagree by up to 100 ms: run NTP.
+// that keep the end of each second quiet. The quiet 10 % also absorbs what the processes' views
+// of the database's second disagree by (half a heartbeat's round trip each) and how far the
+// provider's clock is from the database's, up to 100 ms.
 //
 // Why the sum stays under the budget while N changes:
 //   - a joining process counts itself at once but sends nothing for 2 × Heartbeat, by when
@@ -185,16 +187,21 @@ type Share struct {
 	lim   *rate.Limiter
 	clock Clock
 
-	ready     chan struct{} // closed once the join delay has passed
-	joined    time.Time     // local clock of the first successful heartbeat
-	mu        sync.Mutex
-	live      int
-	factor    float64
-	lastBeat  time.Time // local clock of the last successful heartbeat
-	coolTill  time.Time // local clock
-	perSec    float64
-	qSec      int64 // the wall-clock second qUsed counts
-	qUsed     int   // granted in qSec, plus those in flight when it began
+	ready    chan struct{} // closed once the join delay has passed
+	joined   time.Time     // local clock of the first successful heartbeat
+	mu       sync.Mutex
+	live     int
+	factor   float64
+	lastBeat time.Time // local clock of the last successful heartbeat
+	coolTill time.Time // local clock
+	perSec   float64
+	qSec     int64 // the database's second qUsed counts
+	// The database's clock minus this one, measured by each heartbeat: the processes of a key
+	// split each second's requests by rank, which holds only if they agree which second it is.
+	// Counted on each host's own clock, one a second or minutes off spent its quota in the
+	// others' seconds, bursts passed the key's limit, and the 429s cooled the key down for all.
+	offset    time.Duration
+	qUsed     int // granted in qSec, plus those in flight when it began
 	inflight  int
 	rank      int       // live processes on the key whose instance name sorts before ours
 	milli     int64     // the cluster's rate in requests per 1000 s
@@ -320,7 +327,7 @@ func quota(milli int64, n int, sec int64, r int) int {
 // and every completion calls it first, so the first event of a second sees exactly the
 // requests that were in flight when the second began. Callers hold s.mu.
 func (s *Share) rollover(now time.Time) int64 {
-	sec := now.Unix()
+	sec := now.Add(s.offset).Unix()
 	if sec != s.qSec {
 		s.qSec, s.qUsed = sec, s.inflight
 	}
@@ -333,6 +340,7 @@ func (s *Share) grant(now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sec := s.rollover(now)
+	now = now.Add(s.offset)
 	if now.Sub(time.Unix(sec, 0)) < cutoff && s.qUsed < quota(s.milli, max(s.live, 1), sec, s.rank) {
 		s.qUsed++
 		s.inflight++
@@ -574,6 +582,8 @@ func (s *Share) beat(ctx context.Context) error {
 	ttl := 3 * s.cfg.Heartbeat
 	var others, rank int
 	var coolMS float64
+	var dbNow time.Time
+	sent := s.clock.Now()
 	err := s.pool.QueryRow(ctx, `
 		WITH me AS (
 			INSERT INTO collector_instances (key_label, instance, host, pid, used, share)
@@ -590,9 +600,10 @@ func (s *Share) beat(ctx context.Context) error {
 		       (SELECT count(*) FROM collector_instances
 		        WHERE key_label = $1 AND instance < $2 AND heartbeat_at > now() - $7 * interval '1 millisecond'),
 		       coalesce((SELECT extract(epoch FROM until - now()) * 1000 FROM budget_cooldowns
-		                 WHERE key_label = $1 AND until > now()), 0)
+		                 WHERE key_label = $1 AND until > now()), 0),
+		       clock_timestamp()
 		FROM me`,
-		s.cfg.KeyLabel, s.cfg.Instance, s.cfg.Host, s.cfg.PID, s.used.Load(), perSec, ttl.Milliseconds()).Scan(&others, &rank, &coolMS)
+		s.cfg.KeyLabel, s.cfg.Instance, s.cfg.Host, s.cfg.PID, s.used.Load(), perSec, ttl.Milliseconds()).Scan(&others, &rank, &coolMS, &dbNow)
 	if err != nil {
 		return fmt.Errorf("budget heartbeat for %s: %w", s.cfg.KeyLabel, err)
 	}
@@ -600,6 +611,10 @@ func (s *Share) beat(ctx context.Context) error {
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.lastBeat = now
+	if _, ok := s.clock.(realTime); ok {
+		// Within half the round trip of the database's clock: its reading lies between sent and now.
+		s.offset = dbNow.Sub(sent.Add(now.Sub(sent) / 2))
+	}
 	if s.live != others+1 {
 		s.log.Info("budget share changed", zap.String("key", s.cfg.KeyLabel), zap.Int("instances", others+1),
 			zap.Float64("per_second", s.total()*s.factor/float64(others+1)))
