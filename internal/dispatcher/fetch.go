@@ -61,9 +61,12 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 		}
 		cancel()
 	}()
-	var progress atomic.Int64 // when a call of the batch last finished (unix nanoseconds)
-	progress.Store(time.Now().UnixNano())
-	renewing.Go(func() { d.renewWhileRunning(fctx, done, claims, &progress) })
+	// When a call of the batch last finished, as time since began: on the monotonic clock, so a
+	// step of the wall clock (NTP correcting a host minutes off) neither makes a working batch
+	// look stuck, dropping its leases, nor keeps a stuck one renewing.
+	began := time.Now()
+	var progress atomic.Int64
+	renewing.Go(func() { d.renewWhileRunning(fctx, done, claims, began, &progress) })
 
 	var st packingState
 	if d.packSize > 1 {
@@ -97,7 +100,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 				t0 := time.Now()
 				rs := d.fetchGroup(fctx, group, st)
 				took := time.Since(t0)
-				progress.Store(time.Now().UnixNano())
+				progress.Store(int64(time.Since(began)))
 				<-f.slots
 				for _, r := range rs {
 					tm.add(&tm.fetch, took)
@@ -154,7 +157,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 // good. Its leases lapse; another collector's claim takes the items, and this batch's late
 // write-back, if any, is fenced by the token. While no call finishes the dispatcher reports
 // itself Stuck.
-func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []catalog.Claim, progress *atomic.Int64) {
+func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []catalog.Claim, began time.Time, progress *atomic.Int64) {
 	t := time.NewTicker(d.cfg.Lease / 3)
 	defer t.Stop()
 	left, stuck := false, false // leases left to lapse; no call finished since (Stuck)
@@ -170,7 +173,7 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			still := time.Since(time.Unix(0, progress.Load()))
+			still := time.Since(began) - time.Duration(progress.Load())
 			over := still >= renewCap*max(d.cfg.Lease, d.cfg.CallTimeout)
 			switch {
 			case over && !stuck:
