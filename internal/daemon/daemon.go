@@ -495,7 +495,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	stopBG()
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = srv.Shutdown(sctx)
+		if srv.Shutdown(sctx) != nil {
+			// Requests still running (a slow /timeseries) would hold their pool connections,
+			// and closing the pool waits for them: closing their connections cancels them.
+			_ = srv.Close()
+		}
 		cancel()
 	}
 	wg.Wait()
