@@ -444,6 +444,8 @@ type querier interface {
 
 // listSQL reads each partition's bounds from the catalog, never from its name. The bound
 // literals are printed in the session's time zone with an offset, so casting them back is exact.
+// A DEFAULT partition (an operator's) bounds nothing and is left out: read as MINVALUE to
+// MAXVALUE it made the table look covered for good, and no partition was created again.
 const listSQL = `
 SELECT c.relname, b.lower::timestamptz, b.upper::timestamptz, i.inhdetachpending, now()
 FROM pg_inherits i
@@ -451,7 +453,7 @@ JOIN pg_class c ON c.oid = i.inhrelid
 CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS expr) e
 CROSS JOIN LATERAL (SELECT (regexp_match(e.expr, 'FROM \(''([^'']+)''\)'))[1] AS lower,
                            (regexp_match(e.expr, 'TO \(''([^'']+)''\)'))[1] AS upper) b
-WHERE i.inhparent = $1::regclass
+WHERE i.inhparent = $1::regclass AND e.expr <> 'DEFAULT'
 ORDER BY c.relname`
 
 // list returns the table's partitions and the database's now.

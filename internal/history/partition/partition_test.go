@@ -538,3 +538,26 @@ func TestAPartitionDetachedButNotDroppedGoesInALaterPass(t *testing.T) {
 		t.Fatalf("%s, detached by hand and never marked, was dropped", kept)
 	}
 }
+
+// A DEFAULT partition an operator added bounds nothing: partitions are still created around it,
+// a week ahead, instead of the table being taken as covered for good.
+func TestADefaultPartitionDoesNotStopCreation(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE auction_sales_default PARTITION OF auction_sales DEFAULT`); err != nil {
+		t.Fatal(err)
+	}
+	// Two weeks ahead: more than the database was created with.
+	p, err := partition.New(pool, pool, partition.Config{Interval: 24 * time.Hour, Ahead: 14 * 24 * time.Hour,
+		Tables: []partition.Table{{Name: partition.Sales}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := p.RunOnce(ctx)
+	if err != nil || len(states) != 1 {
+		t.Fatal(states, err)
+	}
+	if st := states[0]; len(st.Created) == 0 || st.Ahead < 14*24*time.Hour {
+		t.Fatalf("%s: created %v, ahead %v; want two weeks ahead beside the DEFAULT partition", st.Table, st.Created, st.Ahead)
+	}
+}
