@@ -274,7 +274,32 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("POST /login", c.login)
 	mux.HandleFunc("POST /logout", c.logout)
 	mux.HandleFunc("POST /actions/{action}", c.action)
-	return secureHeaders(c.cleanInput(mux))
+	return secureHeaders(c.cleanInput(smallForms(mux)))
+}
+
+// maxForm bounds a POST's body: the console's forms are a few fields. Unbounded, a login
+// form (read before any credential is checked) could be held in memory up to 32 MB a request,
+// its file parts spilled to the temporary directory without end.
+const maxForm = 16 << 10
+
+// smallForms reads a POST's url-encoded form within maxForm before any handler runs, so that
+// none parses a multipart body: 413 past it, 400 when the form cannot be read.
+func smallForms(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+			if err := r.ParseForm(); err != nil {
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					http.Error(w, fmt.Sprintf("form larger than %d bytes", maxForm), http.StatusRequestEntityTooLarge)
+					return
+				}
+				http.Error(w, "unreadable form", http.StatusBadRequest)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // cleanInput answers 400, naming the parameter, for a path or query value PostgreSQL could not
