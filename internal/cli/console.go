@@ -15,6 +15,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/api"
 	"github.com/duecollector/duecollector/internal/console"
+	"github.com/duecollector/duecollector/internal/httpserve"
 	"github.com/duecollector/duecollector/internal/store"
 )
 
@@ -132,7 +133,7 @@ func hostURL(hostPort string) string {
 
 // serveUntilDone serves h on ln until ctx ends, then lets requests in flight finish.
 func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, log *zap.Logger) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserve.New(h)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -19,6 +19,7 @@ import (
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/export"
 	"github.com/duecollector/duecollector/internal/health"
+	"github.com/duecollector/duecollector/internal/httpserve"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/retention"
@@ -187,7 +188,7 @@ func (a *app) serveNotReady(why *atomic.Pointer[string]) (stop func()) {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, *why.Load(), http.StatusServiceUnavailable)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserve.New(mux)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
 	return func() {

@@ -42,6 +42,7 @@ import (
 	"github.com/duecollector/duecollector/internal/export"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/history/partition"
+	"github.com/duecollector/duecollector/internal/httpserve"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/retention"
@@ -456,7 +457,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var srv *http.Server
 	if d.ln != nil {
-		srv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 10 * time.Second}
+		srv = httpserve.New(d.handler())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
