@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -43,11 +45,23 @@ type Target struct {
 // Where is "file:line", for reports and errors.
 func (t Target) Where() string { return fmt.Sprintf("%s:%d", t.File, t.Line) }
 
+// MaxTargetsBytes bounds a targets file: parsed, YAML takes many times a file's size, and a
+// list of item names is a few hundred kilobytes at a hundred thousand items.
+const MaxTargetsBytes = 64 << 20
+
 // LoadTargets reads and checks a targets file.
 func LoadTargets(path string) ([]Target, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("import targets: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxTargetsBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("import targets: %w", err)
+	}
+	if len(data) > MaxTargetsBytes {
+		return nil, fmt.Errorf("import targets %s: larger than %d MB; is it the targets file?", path, MaxTargetsBytes>>20)
 	}
 	return ParseTargets(path, data)
 }
@@ -194,6 +208,9 @@ func parseTarget(file string, n *yaml.Node) (Target, error) {
 	}
 	if t.Name == "" {
 		return t, bad(n, "item has no name")
+	}
+	if r := utf8.RuneCountInString(t.Name); r > provider.MaxNameRunes {
+		return t, bad(n, "item name of %d characters: names are at most %d", r, provider.MaxNameRunes)
 	}
 	return t, nil
 }

@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -64,6 +66,7 @@ func TestParseTargetsErrorsNameFileAndLine(t *testing.T) {
 		{"a field given twice", "items:\n  - {name: a, name: b}\n", []string{"t.yaml:2:", "name is given again"}},
 		{"a tier given twice", "items:\n  - name: a\n    tier: HOT_1M\n    tier: COLD_10M\n", []string{"t.yaml:4:", "tier is given again (first at line 3)"}},
 		{"several at once", "items:\n  - {name: a, tier: X}\n  - {name: b, tier: Y}\n", []string{"t.yaml:2:", "t.yaml:3:"}},
+		{"a name too long", "items:\n  - a\n  - " + strings.Repeat("검", 201) + "\n", []string{"t.yaml:3:", "201 characters"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseTargets("t.yaml", []byte(tc.src))
@@ -79,5 +82,25 @@ func TestParseTargetsErrorsNameFileAndLine(t *testing.T) {
 	}
 	if got, err := ParseTargets("t.yaml", []byte("items:\n  - a\n---\n")); err != nil || len(got) != 1 {
 		t.Errorf("a trailing ---: %v %v, want the one item", got, err)
+	}
+}
+
+// A file far larger than any list of names is refused before it is parsed (YAML takes many
+// times a file's size in memory), naming the file.
+func TestATargetsFileTooLargeIsRefusedUnread(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("items:\n  - a\n#"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(MaxTargetsBytes + 1); err != nil { // sparse: no disk used
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if _, err := LoadTargets(path); err == nil || !strings.Contains(err.Error(), "huge.yaml") || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("LoadTargets of a %d-byte file: %v; want it refused, naming the file", MaxTargetsBytes+1, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
@@ -78,5 +79,19 @@ func TestAValueThatCannotBeScannedIsNotTransient(t *testing.T) {
 	}
 	if store.Transient(err) || store.RefusedCause(err) != "" {
 		t.Fatalf("scan error %v: Transient %v, RefusedCause %q; want neither", err, store.Transient(err), store.RefusedCause(err))
+	}
+}
+
+// An item name longer than the provider's names are kept is refused where it is written: the
+// read API's /latest copy and the console hold every name.
+func TestAnItemNameIsBounded(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	_, err := pool.Exec(context.Background(), `INSERT INTO tracked_items (item_id, item_name) VALUES ('n', repeat('x', $1))`, provider.MaxNameRunes+1)
+	if err == nil {
+		t.Fatal("a name past provider.MaxNameRunes was stored")
+	}
+	if _, err := pool.Exec(context.Background(), `INSERT INTO tracked_items (item_id, item_name) VALUES ('n', repeat('검', $1))`, provider.MaxNameRunes); err != nil {
+		t.Fatalf("a name of provider.MaxNameRunes characters: %v", err)
 	}
 }
