@@ -181,11 +181,13 @@ func TestASkewedClockCountsTheDatabasesSeconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	var db time.Time
+	before := s.clock.Now()
 	if err := c.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
 		t.Fatal(err)
 	}
+	after := s.clock.Now()
 	s.mu.Lock()
-	at := s.clock.Now().Add(s.offset)
+	at := before.Add(after.Sub(before) / 2).Add(s.offset)
 	s.mu.Unlock()
 	// A round trip on a loaded machine is well under the 400 ms this allows; the skew is 90 min.
 	if d := at.Sub(db); d < -400*time.Millisecond || d > 400*time.Millisecond {
@@ -199,3 +201,19 @@ type halfAhead struct{}
 func (halfAhead) Now() time.Time                         { return time.Now().Add(time.Hour + 500*time.Millisecond) }
 func (halfAhead) After(d time.Duration) <-chan time.Time { return time.After(d) }
 func (halfAhead) realTime()                              {}
+
+// A second already counted is never counted again when a new measure of the offset moves the
+// share's view of the database's clock back: its quota would be granted twice.
+func TestTheQuotasSecondNeverGoesBack(t *testing.T) {
+	s := &Share{clock: halfAhead{}, milli: 10_000, live: 1}
+	now := time.Date(2026, 12, 5, 12, 0, 0, 100e6, time.UTC) // early in its second: not the quiet tenth
+	if d := s.grant(now); d != 0 {
+		t.Fatalf("first grant waited %s", d)
+	}
+	first := s.qSec
+	s.offset = -time.Second // the next heartbeat measured the clock a second further back
+	s.rollover(now.Add(10 * time.Millisecond))
+	if s.qSec != first || s.qUsed != 1 {
+		t.Fatalf("after the offset moved back: counting second %d with %d used; want second %d still, its 1 grant kept", s.qSec, s.qUsed, first)
+	}
+}

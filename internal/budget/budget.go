@@ -34,8 +34,8 @@
 // window's edges, which the headroom covers). The price is utilisation when calls are slow: a
 // call in flight across a boundary uses a slot in both seconds, hence the spread and cutoff
 // that keep the end of each second quiet. The quiet 10 % also absorbs what the processes' views
-// of the database's second disagree by (half a heartbeat's round trip each) and how far the
-// provider's clock is from the database's, up to 100 ms.
+// of the database's second disagree by (each is measured from a heartbeat of at most
+// offsetTrip, so within 50 ms) and how far the provider's clock is from the database's.
 //
 // Why the sum stays under the budget while N changes:
 //   - a joining process counts itself at once but sends nothing for 2 × Heartbeat, by when
@@ -201,6 +201,7 @@ type Share struct {
 	// Counted on each host's own clock, one a second or minutes off spent its quota in the
 	// others' seconds, bursts passed the key's limit, and the 429s cooled the key down for all.
 	offset    time.Duration
+	offsetSet bool
 	qUsed     int // granted in qSec, plus those in flight when it began
 	inflight  int
 	rank      int       // live processes on the key whose instance name sorts before ours
@@ -323,11 +324,20 @@ func quota(milli int64, n int, sec int64, r int) int {
 	return int((milli*(sec+1)+1000*int64(r))/d - (milli*sec+1000*int64(r))/d)
 }
 
+// offsetTrip is the longest heartbeat round trip that measures the offset: the error is half
+// of it, well inside the quiet tenth of each second.
+const offsetTrip = 100 * time.Millisecond
+
 // rollover starts a new second's count with the requests in flight at its start. Every grant
 // and every completion calls it first, so the first event of a second sees exactly the
 // requests that were in flight when the second began. Callers hold s.mu.
 func (s *Share) rollover(now time.Time) int64 {
 	sec := now.Add(s.offset).Unix()
+	if sec < s.qSec {
+		// A new measure of the offset moved the clock back: the second already counted goes
+		// on, or its quota would be granted twice.
+		return s.qSec
+	}
 	if sec != s.qSec {
 		s.qSec, s.qUsed = sec, s.inflight
 	}
@@ -611,9 +621,10 @@ func (s *Share) beat(ctx context.Context) error {
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.lastBeat = now
-	if _, ok := s.clock.(realTime); ok {
-		// Within half the round trip of the database's clock: its reading lies between sent and now.
-		s.offset = dbNow.Sub(sent.Add(now.Sub(sent) / 2))
+	if _, ok := s.clock.(realTime); ok && (!s.offsetSet || now.Sub(sent) <= offsetTrip) {
+		// The database's reading lies between sent and now: within half the round trip of the
+		// midpoint. A slow trip (a lock wait, a commit's flush) says too little to move it by.
+		s.offset, s.offsetSet = dbNow.Sub(sent.Add(now.Sub(sent)/2)), true
 	}
 	if s.live != others+1 {
 		s.log.Info("budget share changed", zap.String("key", s.cfg.KeyLabel), zap.Int("instances", others+1),
