@@ -42,6 +42,10 @@ type Reactivation struct {
 // transaction. Other tiers are already collected often enough: the event only counts toward
 // the next popularity score. Leases are not touched: an item being collected right now is
 // rescheduled by its collector as usual, on its new tier.
+// MaxInterestWeight is the schema's cap on item_interest.weight: well below where the scoring's
+// sums and products leave double precision.
+const MaxInterestWeight = 1e9
+
 func RecordInterest(ctx context.Context, db DB, ev InterestEvent, reactivateTo tiers.Tier) (Reactivation, error) {
 	switch ev.Kind {
 	case KindView, KindWatch, KindTouch:
@@ -51,8 +55,8 @@ func RecordInterest(ctx context.Context, db DB, ev InterestEvent, reactivateTo t
 	if ev.Weight == 0 {
 		ev.Weight = 1
 	}
-	if ev.Weight < 0 || math.IsNaN(ev.Weight) || math.IsInf(ev.Weight, 0) {
-		return Reactivation{}, fmt.Errorf("interest weight %v must be a finite number > 0", ev.Weight)
+	if ev.Weight < 0 || ev.Weight > MaxInterestWeight || math.IsNaN(ev.Weight) {
+		return Reactivation{}, fmt.Errorf("interest weight %v must be > 0 and at most %g", ev.Weight, MaxInterestWeight)
 	}
 	if reactivateTo.Rank() >= tiers.Cold.Rank() {
 		return Reactivation{}, fmt.Errorf("reactivation tier %q must be collected more often than COLD_10M", reactivateTo)

@@ -173,10 +173,18 @@ func TestUnusableValuesAreRefusedWhereTheyAreWritten(t *testing.T) {
 		`INSERT INTO item_interest (item_id, kind, weight) VALUES ('` + ids[0] + `', 'watch', 'Infinity')`,
 		`INSERT INTO item_interest (item_id, kind, weight) VALUES ('` + ids[0] + `', 'watch', 'NaN')`,
 		`INSERT INTO budget_cooldowns (key_label, until) VALUES ('k', 'infinity')`,
+		// Finite, but past where the scoring's weight × 3 and sums leave double precision.
+		`INSERT INTO item_interest (item_id, kind, weight) VALUES ('` + ids[0] + `', 'watch', 1e308)`,
+		// Every collector's gate reads it on every pass; "until cleared" is NULL.
+		`UPDATE provider_status SET override_status = 'MAINTENANCE', override_until = 'infinity'`,
 	} {
 		if _, err := pool.Exec(ctx, sql); err == nil || !strings.Contains(err.Error(), "violates check constraint") {
 			t.Errorf("%s: %v; want a check constraint violation", sql, err)
 		}
+	}
+	if _, err := RecordInterest(ctx, pool, InterestEvent{ItemID: ids[0], Kind: KindWatch, Weight: 2 * MaxInterestWeight}, tiers.Hot); err == nil ||
+		!strings.Contains(err.Error(), "at most") {
+		t.Errorf("RecordInterest of weight %g: %v; want refused, saying the cap", 2*MaxInterestWeight, err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = '9999-12-31'`); err != nil {
 		t.Fatal(err)

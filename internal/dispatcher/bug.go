@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/catalog"
+	"github.com/duecollector/duecollector/internal/provider"
 )
 
 // A panic while one item is fetched, read or written is a bug that item's data meets. Left to
@@ -25,6 +26,9 @@ type bugError struct {
 	value any
 	stack []byte
 }
+
+// ProviderClass is ClassBug: a bug of ours says nothing of the provider's health.
+func (e *bugError) ProviderClass() provider.Class { return provider.ClassBug }
 
 func (e *bugError) Error() string {
 	return fmt.Sprintf("collector bug: panic %v (its stack is in the log)", e.value)

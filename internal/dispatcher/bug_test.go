@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -140,5 +141,15 @@ func TestAPanicWritingOneItemBackFailsThatItemAlone(t *testing.T) {
 	checkPanicRecorded(t, e, poison, logs)
 	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_outcome = 'ok' AND lease_token IS NULL`); n != 5 {
 		t.Fatalf("%d items written back as collected, want 5", n)
+	}
+}
+
+// A recovered panic is the collector's bug, not the provider's: it must not count against the
+// provider's health (a bug many answers meet would otherwise pause the cluster as DEGRADED).
+func TestAPanicIsNoProviderFailure(t *testing.T) {
+	for _, err := range []error{&bugError{value: "x"}, &store.DataError{Err: &bugError{value: "x"}}} {
+		if c := provider.ClassOf(err); c != provider.ClassBug {
+			t.Errorf("ClassOf(%v) = %s, want bug", err, c)
+		}
 	}
 }

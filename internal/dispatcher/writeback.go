@@ -179,6 +179,7 @@ func (w *writer) store(ctx context.Context, buf []result) (fenced, unwritten []s
 		f2, u2, s2, err2 := w.store(ctx, buf[h:])
 		return append(f1, f2...), append(u1, u2...), append(s1, s2...), errors.Join(err1, err2)
 	case buf[0].err != nil:
+		w.d.logBug("recording an item's failure panicked (a bug); its lease is handed back", itemIDs(buf), err)
 		return nil, itemIDs(buf), nil, err // not even its failure could be recorded
 	}
 	r := &buf[0]

@@ -87,13 +87,26 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// ClassOf returns the class of a provider error; errors that are not *Error are transient.
+// ClassOf returns the class of a provider error; errors that are not *Error, nor say their
+// class (Classed), are transient.
 func ClassOf(err error) Class {
 	var pe *Error
 	if errors.As(err, &pe) {
 		return pe.Class
 	}
+	var c Classed
+	if errors.As(err, &c) {
+		return c.ProviderClass()
+	}
 	return ClassTransient
+}
+
+// Classed is an error of the collector's own met on the way to or from the provider that says
+// its class (a recovered panic is ClassBug): taken for transient, it would count against the
+// provider's health.
+type Classed interface {
+	error
+	ProviderClass() Class
 }
 
 // RateLimitAnswer returns err's *Error when the provider itself answered that the key is over
