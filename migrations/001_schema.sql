@@ -10,9 +10,9 @@
 -- at the end, and the rest of the row is not logged again.
 CREATE TABLE tracked_items (
     item_id                 text PRIMARY KEY,
-    -- As long as the provider's names are kept (provider.MaxNameRunes): the read API's copy of
-    -- /latest and the console hold every name.
-    item_name               text NOT NULL CHECK (char_length(item_name) <= 200),
+    -- As long as the provider's names are kept (provider.MaxNameRunes, and the ellipsis Clean
+    -- ends a cut one with): the read API's copy of /latest and the console hold every name.
+    item_name               text NOT NULL CHECK (char_length(item_name) <= 201),
 
     -- Tier and schedule.
     collection_tier         text NOT NULL DEFAULT 'WARM_5M'

@@ -3,8 +3,10 @@ package store_test
 import (
 	"context"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
@@ -83,15 +85,17 @@ func TestAValueThatCannotBeScannedIsNotTransient(t *testing.T) {
 }
 
 // An item name longer than the provider's names are kept is refused where it is written: the
-// read API's /latest copy and the console hold every name.
+// read API's /latest copy and the console hold every name. A provider's name cut by Clean (its
+// MaxNameRunes and an ellipsis) is stored: refused, it would fail the whole import.
 func TestAnItemNameIsBounded(t *testing.T) {
 	t.Parallel()
 	pool, _ := storetest.NewPool(t)
-	_, err := pool.Exec(context.Background(), `INSERT INTO tracked_items (item_id, item_name) VALUES ('n', repeat('x', $1))`, provider.MaxNameRunes+1)
-	if err == nil {
-		t.Fatal("a name past provider.MaxNameRunes was stored")
+	cut := provider.Clean(strings.Repeat("검", 300), provider.MaxNameRunes)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO tracked_items (item_id, item_name) VALUES ('n', $1)`, cut); err != nil {
+		t.Fatalf("a provider's name as Clean cut it (%d characters): %v", utf8.RuneCountInString(cut), err)
 	}
-	if _, err := pool.Exec(context.Background(), `INSERT INTO tracked_items (item_id, item_name) VALUES ('n', repeat('검', $1))`, provider.MaxNameRunes); err != nil {
-		t.Fatalf("a name of provider.MaxNameRunes characters: %v", err)
+	_, err := pool.Exec(context.Background(), `INSERT INTO tracked_items (item_id, item_name) VALUES ('m', $1 || 'x')`, cut)
+	if err == nil {
+		t.Fatal("a name longer than a cut provider name was stored")
 	}
 }
