@@ -217,3 +217,22 @@ func TestTheQuotasSecondNeverGoesBack(t *testing.T) {
 		t.Fatalf("after the offset moved back: counting second %d with %d used; want second %d still, its 1 grant kept", s.qSec, s.qUsed, first)
 	}
 }
+
+// A step back of seconds (the host's clock set back, before a heartbeat has measured it) starts
+// the count over instead of waiting it out, and no wait the share asks for is longer than a
+// second: the caller sleeps on its own clock, which the step moved.
+func TestAClockSetBackNeitherStallsNorWaitsLong(t *testing.T) {
+	s := &Share{clock: halfAhead{}, milli: 1_000, live: 1} // one request a second
+	now := time.Date(2026, 12, 5, 12, 0, 0, 100e6, time.UTC)
+	if d := s.grant(now); d != 0 {
+		t.Fatalf("first grant waited %s", d)
+	}
+	if d := s.grant(now.Add(10 * time.Millisecond)); d <= 0 || d > time.Second {
+		t.Fatalf("the second's quota used up: wait %s, want at most a second", d)
+	}
+	s.inflight = 0 // both answered
+	s.offset = -5 * time.Second
+	if d := s.grant(now.Add(20 * time.Millisecond)); d != 0 || s.qSec != now.Add(-5*time.Second).Unix() {
+		t.Fatalf("after the clock went 5 s back: wait %s counting second %d; want a grant in the new second", d, s.qSec)
+	}
+}

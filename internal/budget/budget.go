@@ -34,8 +34,8 @@
 // window's edges, which the headroom covers). The price is utilisation when calls are slow: a
 // call in flight across a boundary uses a slot in both seconds, hence the spread and cutoff
 // that keep the end of each second quiet. The quiet 10 % also absorbs what the processes' views
-// of the database's second disagree by (each is measured from a heartbeat of at most
-// offsetTrip, so within 50 ms) and how far the provider's clock is from the database's.
+// of the database's second disagree by (each within half a heartbeat's round trip: 50 ms for a
+// database within offsetTrip) and how far the provider's clock is from the database's.
 //
 // Why the sum stays under the budget while N changes:
 //   - a joining process counts itself at once but sends nothing for 2 × Heartbeat, by when
@@ -202,7 +202,8 @@ type Share struct {
 	// others' seconds, bursts passed the key's limit, and the 429s cooled the key down for all.
 	offset    time.Duration
 	offsetSet bool
-	qUsed     int // granted in qSec, plus those in flight when it began
+	minTrip   time.Duration // the fastest heartbeat round trip seen
+	qUsed     int           // granted in qSec, plus those in flight when it began
 	inflight  int
 	rank      int       // live processes on the key whose instance name sorts before ours
 	milli     int64     // the cluster's rate in requests per 1000 s
@@ -324,8 +325,9 @@ func quota(milli int64, n int, sec int64, r int) int {
 	return int((milli*(sec+1)+1000*int64(r))/d - (milli*sec+1000*int64(r))/d)
 }
 
-// offsetTrip is the longest heartbeat round trip that measures the offset: the error is half
-// of it, well inside the quiet tenth of each second.
+// offsetTrip is a heartbeat round trip that always measures the offset: the error is half of
+// it, well inside the quiet tenth of each second. Slower ones measure it only when no more than
+// twice the fastest seen (a distant database).
 const offsetTrip = 100 * time.Millisecond
 
 // rollover starts a new second's count with the requests in flight at its start. Every grant
@@ -333,9 +335,10 @@ const offsetTrip = 100 * time.Millisecond
 // requests that were in flight when the second began. Callers hold s.mu.
 func (s *Share) rollover(now time.Time) int64 {
 	sec := now.Add(s.offset).Unix()
-	if sec < s.qSec {
-		// A new measure of the offset moved the clock back: the second already counted goes
-		// on, or its quota would be granted twice.
+	if sec < s.qSec && s.qSec-sec <= 1 {
+		// A new measure of the offset moved the clock back a little: the second already
+		// counted goes on, or its quota would be granted twice. (A step back of seconds, the
+		// host's clock set back, starts over: waiting it out would stall every call.)
 		return s.qSec
 	}
 	if sec != s.qSec {
@@ -356,7 +359,9 @@ func (s *Share) grant(now time.Time) time.Duration {
 		s.inflight++
 		return 0
 	}
-	return time.Unix(sec+1, 0).Sub(now)
+	// At most a second: the caller sleeps it on its own clock, which a step of the host's
+	// clock may have moved from the database's until the next heartbeat says so.
+	return min(time.Unix(sec+1, 0).Sub(now), time.Second)
 }
 
 func (s *Share) done() {
@@ -621,10 +626,17 @@ func (s *Share) beat(ctx context.Context) error {
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.lastBeat = now
-	if _, ok := s.clock.(realTime); ok && (!s.offsetSet || now.Sub(sent) <= offsetTrip) {
+	if _, ok := s.clock.(realTime); ok {
 		// The database's reading lies between sent and now: within half the round trip of the
-		// midpoint. A slow trip (a lock wait, a commit's flush) says too little to move it by.
-		s.offset, s.offsetSet = dbNow.Sub(sent.Add(now.Sub(sent)/2)), true
+		// midpoint. A trip much slower than the fastest seen (a lock wait, a commit's flush)
+		// says too little to move it by; one within offsetTrip always measures.
+		trip := now.Sub(sent)
+		if !s.offsetSet || trip < s.minTrip {
+			s.minTrip = trip
+		}
+		if !s.offsetSet || trip <= max(offsetTrip, 2*s.minTrip) {
+			s.offset, s.offsetSet = dbNow.Sub(sent.Add(trip/2)), true
+		}
 	}
 	if s.live != others+1 {
 		s.log.Info("budget share changed", zap.String("key", s.cfg.KeyLabel), zap.Int("instances", others+1),
