@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/httpserve"
 	"github.com/duecollector/duecollector/internal/store"
 )
 
@@ -115,7 +116,19 @@ func serve(w http.ResponseWriter, r *http.Request, b *body) {
 	if r.Method == http.MethodHead {
 		return
 	}
+	// Errors only where the writer cannot set deadlines (a test's recorder).
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTime(size)))
 	writeParts(w, parts)
+}
+
+// slowReader is the slowest client an answer waits for: a full /latest (35 MB of JSON at
+// 100,000 items) would outlast the server's write timeout (httpserve.WriteTimeout) on a slow
+// line, and it is read from the copy every client shares, so waiting costs no memory per client.
+const slowReader = 64 << 10 // bytes a second
+
+// writeTime is how long an answer of size bytes may take to write.
+func writeTime(size int) time.Duration {
+	return httpserve.WriteTimeout + time.Duration(size/slowReader)*time.Second
 }
 
 // writeScratch holds the buffers writeParts gathers pieces in.

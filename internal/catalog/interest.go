@@ -37,15 +37,15 @@ type Reactivation struct {
 	NextCollectAt *time.Time // after the event; nil for an item that stayed DORMANT (never)
 }
 
+// MaxInterestWeight is the schema's cap on item_interest.weight: well below where the scoring's
+// sums and products leave double precision.
+const MaxInterestWeight = 1e9
+
 // RecordInterest stores an interest event and, when the item is DORMANT or COLD_10M,
 // promotes it to reactivateTo and makes it due now (or keeps an earlier due time), in one
 // transaction. Other tiers are already collected often enough: the event only counts toward
 // the next popularity score. Leases are not touched: an item being collected right now is
 // rescheduled by its collector as usual, on its new tier.
-// MaxInterestWeight is the schema's cap on item_interest.weight: well below where the scoring's
-// sums and products leave double precision.
-const MaxInterestWeight = 1e9
-
 func RecordInterest(ctx context.Context, db DB, ev InterestEvent, reactivateTo tiers.Tier) (Reactivation, error) {
 	switch ev.Kind {
 	case KindView, KindWatch, KindTouch:
