@@ -3,7 +3,28 @@ package outbox
 import (
 	"context"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
+
+// holdingTen is a relay named owner holding every lane, and the ten pending events it reads.
+func holdingTen(t *testing.T, owner string) (*pgxpool.Pool, *kfake.Cluster, *Relay, []pendingRow) {
+	t.Helper()
+	pool := newDB(t)
+	broker := newBroker(t)
+	ctx := context.Background()
+	enqueue(t, pool, snapshotEvents(5, 2))
+	r, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), owner))
+	if _, _, err := r.lanes.renew(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100)
+	if err != nil || len(rows) != 10 {
+		t.Fatalf("holding its lanes, the relay read %d rows (%v), want 10", len(rows), err)
+	}
+	return pool, broker, r, rows
+}
 
 // A relay whose own count of its lease says it still holds its lanes (its clock stood still
 // while its VM was paused) publishes nothing of lanes the database gave to another relay since:
@@ -11,17 +32,8 @@ import (
 // are not published twice and out of order.
 func TestARelayWhoseLanesWereTakenOverReadsNothingOfThem(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	broker := newBroker(t)
 	ctx := context.Background()
-	enqueue(t, pool, snapshotEvents(5, 2))
-	r, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "paused"))
-	if _, _, err := r.lanes.renew(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	if rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100); err != nil || len(rows) != 10 {
-		t.Fatalf("holding its lanes, the relay read %d rows (%v), want 10", len(rows), err)
-	}
+	pool, broker, r, _ := holdingTen(t, "paused")
 	// While it was paused its leases lapsed and another relay took every lane.
 	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET owner = 'other', lease_token = gen_random_uuid(),
 		lease_expires_at = now() + interval '1 minute', acquired_at = now()`); err != nil {
@@ -50,19 +62,8 @@ func TestARelayWhoseLanesWereTakenOverReadsNothingOfThem(t *testing.T) {
 // final flush): the stop is not drawn out by a call begun after it, and the rows stay pending.
 func TestNoCallStartsAfterTheStop(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	broker := newBroker(t)
-	ctx := context.Background()
-	enqueue(t, pool, snapshotEvents(5, 2))
-	r, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "stopping"))
-	if _, _, err := r.lanes.renew(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100)
-	if err != nil || len(rows) != 10 {
-		t.Fatalf("read %d rows (%v), want 10", len(rows), err)
-	}
-	stopped, cancel := context.WithCancel(ctx)
+	pool, broker, r, rows := holdingTen(t, "stopping")
+	stopped, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := r.publish(stopped, rows); err != nil {
 		t.Fatal(err)
