@@ -413,12 +413,19 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 			}
 		}
 		t0 := time.Now()
-		claims, drained, err := claim(ctx, topOnly, limit)
+		claims, drained, err := claimThroughStop(ctx, claim, topOnly, limit)
 		tm.add(&tm.claim, time.Since(t0))
 		// Here, not in each claim function, so that no claim statement can skip it.
 		d.cfg.WriteHealth.Observe(err)
 		if err != nil {
 			return fail(err)
+		}
+		if ctx.Err() != nil {
+			// The stop came while the claim ran: its items go back at once, not after their lease.
+			f.ended(d.handBack(ctx, claims), nil)
+			sum.Claimed += len(claims)
+			sum.Stop = StopInterrupted
+			break
 		}
 		if topOnly {
 			// Between the claims the pending work lets in, one every TopAhead takes the most
@@ -479,6 +486,44 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 		retErr = errors.Join(retErr, ws.err)
 	}
 	return sum, retErr
+}
+
+// claimOvertime is how long a claim statement under way may go on after the pass is stopped.
+// Cut at once, a claim the server had already committed would leave its items leased to
+// nobody until the lease ran out; let finish, its items are handed back at once.
+const claimOvertime = 5 * time.Second
+
+// claimThroughStop runs claim with a context that ends claimOvertime after ctx does.
+func claimThroughStop(ctx context.Context, claim func(ctx context.Context, topOnly bool, limit float64) ([]catalog.Claim, bool, error), topOnly bool, limit float64) ([]catalog.Claim, bool, error) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(claimOvertime)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-cctx.Done():
+		}
+	})
+	defer stop()
+	return claim(cctx, topOnly, limit)
+}
+
+// handBack releases claims the pass will not collect; a release that fails leaves them to
+// their lease.
+func (d *Dispatcher) handBack(ctx context.Context, claims []catalog.Claim) int {
+	if len(claims) == 0 {
+		return 0
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	n, err := catalog.ReleaseLeases(rctx, d.pool, claims)
+	d.cfg.WriteHealth.Observe(err)
+	if err != nil {
+		d.log.Error("could not release leases; they will expire by themselves", zap.Int("items", len(claims)), zap.Error(err))
+	}
+	return int(n)
 }
 
 // flow is what a pass's batches share: the provider calls in flight (at most Concurrency over

@@ -133,17 +133,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 	}
 	close(jobs)
 	wg.Wait()
-	if len(unprocessed) > 0 {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer rcancel()
-		n, err := catalog.ReleaseLeases(rctx, d.pool, unprocessed)
-		d.cfg.WriteHealth.Observe(err)
-		if err != nil {
-			d.log.Error("could not release leases; they will expire by themselves", zap.Int("items", len(unprocessed)), zap.Error(err))
-		}
-		released = int(n)
-	}
-	return released, stop
+	return d.handBack(ctx, unprocessed), stop
 }
 
 // renewWhileRunning extends the batch's leases every third of a lease while its calls run, so a

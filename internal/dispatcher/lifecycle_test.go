@@ -61,6 +61,40 @@ func TestShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 	}
 }
 
+// A stop that comes while a claim statement runs lets it finish and hands its items back at
+// once: cut, a claim the server had already committed would leave them leased to nobody until
+// the lease ran out.
+func TestAClaimUnderWayAtAStopIsHandedBack(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	e := setup(t, 10, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			next.ServeHTTP(w, r)
+		})
+	})
+	d := e.dispatcher(t, Config{BatchSize: 10, Concurrency: 2, Lease: time.Hour}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := d.pass(ctx, 0, func(cctx context.Context, _ bool, _ float64) ([]catalog.Claim, bool, error) {
+		cancel() // SIGTERM while the statement is on its way
+		c, err := catalog.ClaimDue(cctx, e.pool, 10, time.Hour, "stopping", false, 0)
+		return c, false, err
+	})
+	if err != nil {
+		t.Fatalf("pass: %v", err)
+	}
+	if s.Claimed != 10 || s.Released != 10 || s.Stop != StopInterrupted {
+		t.Fatalf("summary %s: want the 10 claimed items released and the pass interrupted", s)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE lease_token IS NOT NULL`); c != 0 {
+		t.Fatalf("%d leases left after the stop; the claim's items must be handed back at once", c)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("%d provider calls after the stop", n)
+	}
+}
+
 func TestLeasesAreRenewedWhileCallsRun(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
