@@ -129,7 +129,12 @@ func (a *API) Start(ctx context.Context) {
 		if !a.latest.polled(idleAfter) {
 			continue
 		}
-		if err := a.latest.refresh(ctx, true); err != nil && ctx.Err() == nil {
+		// Bounded like a poll's read: polls wait on this one's lock, and a hung read would
+		// hold them past their own timeout.
+		rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+		err := a.latest.refresh(rctx, true)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			a.warn("refresh the latest markets", zap.Error(err))
 		}
 	}
