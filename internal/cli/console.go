@@ -144,7 +144,10 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, log *z
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
+		// Requests still running hold pool connections, and closing the pool would wait for
+		// them: closing their connections ends them (their contexts are cancelled).
 		log.Warn("console: shutdown", zap.Error(err))
+		_ = srv.Close()
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("console server: %w", err)

@@ -51,7 +51,7 @@ through a transaction-pooling PgBouncer.`,
 		cmd *cobra.Command
 		f   *migrateFlags
 		to  string
-	}{{up, &upF, "version to migrate up to (default: the latest)"}, {down, &downF, "version to migrate down to (default: one below the current)"}} {
+	}{{up, &upF, "version to migrate up to (default: the latest)"}, {down, &downF, "version to migrate down to (default: one below the current; 0 only when given)"}} {
 		c.cmd.Flags().Int32Var(&c.f.to, "to", -1, c.to)
 		c.cmd.Flags().BoolVar(&c.f.dryRun, "dry-run", false, "print the migrations that would run and change nothing")
 		c.cmd.Flags().BoolVar(&c.f.showSQL, "show-sql", false, "print each migration's SQL")
@@ -98,6 +98,11 @@ func runMigrate(ctx context.Context, a *app, f migrateFlags, direction string) e
 			return err
 		}
 		target = max(cur-1, 0)
+		if target == 0 && cur > 0 {
+			// Version 0 is no schema: the catalog, every partition of history and the
+			// unpublished events go with it. One below the current is then no default.
+			return fmt.Errorf("migrate down from version %d drops every table and all history (version 0): pass --to 0 if that is what you mean", cur)
+		}
 	}
 	cur, steps, err := store.Plan(ctx, url, target)
 	if err != nil {

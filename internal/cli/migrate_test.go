@@ -87,9 +87,18 @@ func TestMigrateDownUpRoundTrip(t *testing.T) {
 	if v := schemaVersion(t, url); v != latest || !tableExists(t, url, "tracked_items") {
 		t.Fatalf("up: version %d, want %d", v, latest)
 	}
-	migrateCmd(t, url, "down")
+	if latest == 1 {
+		// One below the first version drops everything: only an explicit --to 0 does that.
+		out, _, err = runCollector(t, "migrate", "--database-url", url, "down")
+		if err == nil || !strings.Contains(err.Error(), "--to 0") || !tableExists(t, url, "tracked_items") {
+			t.Fatalf("down without --to from version 1: %v\n%s", err, out)
+		}
+		migrateCmd(t, url, "down", "--to", "0")
+	} else {
+		migrateCmd(t, url, "down")
+	}
 	if v := schemaVersion(t, url); v != latest-1 {
-		t.Fatalf("down without --to: version %d, want %d", v, latest-1)
+		t.Fatalf("down: version %d, want %d", v, latest-1)
 	}
 	out, _, err = runCollector(t, "migrate", "--database-url", url, "down", "--to", "99")
 	if err == nil || !strings.Contains(err.Error(), "target version 99") {
