@@ -103,6 +103,11 @@ CREATE TABLE tracked_items (
            AND seen_weighted_price > '-Infinity' AND seen_weighted_price < 'Infinity')
 ) WITH (fillfactor = 70);
 
+-- Which text of this file made the schema (migrations.Revision, filled in when it is applied):
+-- until the first release this file changes in place at version 1, and store's schema checks
+-- refuse a database made by an earlier text instead of failing later on what it lacks.
+COMMENT ON TABLE tracked_items IS 'duecollector schema {{ .revision }}';
+
 -- Only scheduled rows are ever claimed; DORMANT rows (NULL) stay out of the index entirely.
 CREATE INDEX tracked_items_due_idx ON tracked_items (next_collect_at) WHERE next_collect_at IS NOT NULL;
 

@@ -136,7 +136,7 @@ func TestBareMigrateAppliesNothingAndStatusFailsWhilePending(t *testing.T) {
 func TestPreReleaseDatabaseSaysRecreate(t *testing.T) {
 	catalogEnv(t, true)
 	db := storetest.NewPreReleaseDatabase(t)
-	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14 of the old migration chain); "+
+	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14, made by an earlier text of the migrations); "+
 		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
 		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it; run `collector migrate up`", store.Where(db))
 	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "up", "--dry-run"}, {"migrate", "down"}, {"migrate", "status"}, {"status"}, {"collect-due"}} {

@@ -127,6 +127,7 @@ var embedded = sync.OnceValues(func() ([]*migrate.Migration, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.Data["revision"] = migrations.Revision()
 	if err := m.LoadMigrations(migrations.FS); err != nil {
 		return nil, fmt.Errorf("load embedded migrations: %w", err)
 	}
@@ -147,6 +148,7 @@ func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error)
 	if err != nil {
 		return nil, fmt.Errorf("prepare migrator: %w", err)
 	}
+	m.Data["revision"] = migrations.Revision()
 	if err := m.LoadMigrations(migrations.FS); err != nil {
 		return nil, fmt.Errorf("load embedded migrations: %w", err)
 	}
@@ -260,17 +262,20 @@ func CurrentVersion(ctx context.Context, q Querier) (int32, error) {
 	return v, err
 }
 
-// readVersion is CurrentVersion, and whether the schema was made by the pre-release chain of
-// migrations. That chain's first migration made next_collect_at the fourth column of
-// tracked_items, 001_schema.sql places it later, and a column never moves: so the shape tells
-// the two apart at any version, and a database of a later release, whose version may be
-// anything, is never taken for one of the pre-release chain.
+// readVersion is CurrentVersion, and whether the schema was made by a pre-release text of the
+// schema: by the pre-release chain of migrations (its first migration made next_collect_at the
+// fourth column of tracked_items, 001_schema.sql places it later, and a column never moves), or
+// by an earlier text of 001_schema.sql, which changes in place until the first release and
+// records which text it was on tracked_items (migrations.Revision). A database of a later
+// release, whose version may be anything, has the released 001 and is never taken for either.
 func readVersion(ctx context.Context, q Querier) (v int32, preRelease bool, err error) {
-	var exists bool
+	var exists, oldChain bool
+	var revision string
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
 		coalesce((SELECT attnum = 4 FROM pg_attribute
-		          WHERE attrelid = to_regclass('public.tracked_items') AND attname = 'next_collect_at'), false)`,
-		VersionTable).Scan(&exists, &preRelease); err != nil {
+		          WHERE attrelid = to_regclass('public.tracked_items') AND attname = 'next_collect_at'), false),
+		coalesce(obj_description(to_regclass('public.tracked_items'), 'pg_class'), '')`,
+		VersionTable).Scan(&exists, &oldChain, &revision); err != nil {
 		return 0, false, fmt.Errorf("read schema version: %w", err)
 	}
 	if !exists {
@@ -279,8 +284,11 @@ func readVersion(ctx context.Context, q Querier) (v int32, preRelease bool, err 
 	if err := q.QueryRow(ctx, "SELECT version FROM "+VersionTable).Scan(&v); err != nil {
 		return 0, false, fmt.Errorf("read schema version: %w", err)
 	}
-	return v, preRelease, nil
+	return v, oldChain || v >= 1 && revision != revisionComment(), nil
 }
+
+// revisionComment is what 001_schema.sql leaves on tracked_items.
+func revisionComment() string { return "duecollector schema " + migrations.Revision() }
 
 // CheckCurrent fails when the database schema is behind the binary. Every command that needs
 // the schema and /readyz make this same check, so a never-migrated database gets one line that
@@ -313,16 +321,17 @@ func (e *SchemaBehindError) Error() string {
 	return fmt.Sprintf("the database at %s is at schema version %d of %d: migrations are pending", e.Where, e.Current, e.Latest)
 }
 
-// PreReleaseSchemaError is the error of every migration and schema check on a database that
-// the pre-release chain of migrations made. That chain was folded into one migration before the
-// first release, so such a database is not upgraded: it is made again.
+// PreReleaseSchemaError is the error of every migration and schema check on a database that a
+// pre-release text of the schema made: the pre-release chain of migrations (folded into one
+// before the first release) or an earlier text of 001_schema.sql. Such a database is not
+// upgraded: it is made again.
 type PreReleaseSchemaError struct {
 	Where   string // host:port/dbname
-	Version int32  // its version in the pre-release chain
+	Version int32  // the version it records
 }
 
 func (e *PreReleaseSchemaError) Error() string {
-	return fmt.Sprintf("the database at %s was created by a pre-release schema (version %d of the old migration chain); "+
+	return fmt.Sprintf("the database at %s was created by a pre-release schema (version %d, made by an earlier text of the migrations); "+
 		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
 		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it", e.Where, e.Version)
 }

@@ -86,7 +86,7 @@ func TestPreReleaseSchemaSaysRecreate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := storetest.NewPreReleaseDatabase(t)
-	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14 of the old migration chain); "+
+	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14, made by an earlier text of the migrations); "+
 		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
 		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it", store.Where(url))
 	check := func(what string, err error) {
@@ -108,6 +108,29 @@ func TestPreReleaseSchemaSaysRecreate(t *testing.T) {
 	check("CheckCurrent", store.CheckCurrent(ctx, pool))
 	if v, err := store.CurrentVersion(ctx, pool); err != nil || v != 14 {
 		t.Fatalf("version after the refused migrations: %d, %v; want 14 untouched", v, err)
+	}
+}
+
+// A database an earlier text of 001_schema.sql made has the same version as the current one
+// but not what the code now uses: it is refused as pre-release, not taken for current.
+func TestAnEarlierTextOfTheSchemaIsPreRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, url := storetest.NewPool(t)
+	if err := store.CheckCurrent(ctx, pool); err != nil {
+		t.Fatalf("CheckCurrent on the schema this binary made: %v", err)
+	}
+	for _, comment := range []string{"'duecollector schema 0123456789abcdef'", "NULL"} {
+		if _, err := pool.Exec(ctx, `COMMENT ON TABLE tracked_items IS `+comment); err != nil {
+			t.Fatal(err)
+		}
+		var pre *store.PreReleaseSchemaError
+		if err := store.CheckCurrent(ctx, pool); !errors.As(err, &pre) || pre.Version != 1 {
+			t.Errorf("CheckCurrent, revision %s: %v; want a pre-release error at version 1", comment, err)
+		}
+		if err := store.Migrate(ctx, url, nil); !errors.As(err, &pre) {
+			t.Errorf("Migrate, revision %s: %v; want a pre-release error", comment, err)
+		}
 	}
 }
 
