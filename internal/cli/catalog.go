@@ -52,7 +52,7 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 		DefaultTier: def,
 		Progress: func(done, total, failed int) {
 			if total >= 40 && (done%step == 0 || done == total) {
-				fmt.Fprintf(a.stderr, "import-items: %d/%d targets resolved, %d failed\n", done, total, failed)
+				a.log.Info("import-items: targets resolved", zap.Int("done", done), zap.Int("total", total), zap.Int("failed", failed))
 			}
 		},
 	})
@@ -62,7 +62,7 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	a.printf("import-items %s: %d targets → %d items: %d new, %d renamed, %d unchanged; %d targets failed\n",
 		path, rep.Targets, rep.Matched, rep.Inserted, rep.Renamed, rep.Unchanged, len(rep.Failures))
 	for _, w := range rep.Warnings {
-		fmt.Fprintf(a.stderr, "warning: %s\n", w)
+		a.log.Warn("import-items: " + w.String())
 	}
 	if rep.Inserted > 0 && a.cfg.Catalog.Policy == config.PolicyBudget {
 		// New items add demand: plan again now rather than at the daemon's next recalculation.
@@ -70,7 +70,7 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 		if err != nil {
 			// The items are stored; say which targets failed before the re-plan's error.
 			if ferr := rep.Err(); ferr != nil {
-				fmt.Fprintf(a.stderr, "%v\n", ferr)
+				a.log.Error("import-items: targets failed", zap.Error(ferr))
 			}
 			return fmt.Errorf("items imported, but the re-plan failed (run `collector recalculate-popularity`): %w", err)
 		}
@@ -80,7 +80,7 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 	}
 	if err := rep.Err(); err != nil {
 		if allowMissing {
-			fmt.Fprintf(a.stderr, "warning (--allow-missing): %v\n", err)
+			a.log.Warn("import-items: targets failed (--allow-missing)", zap.Error(err))
 			return nil
 		}
 		return exitError{exitTargetsFailed, fmt.Errorf("%w\n(--allow-missing makes this a warning)", err)}
@@ -175,7 +175,7 @@ scheduled for collection, are hidden from ranking read paths, and purge:syntheti
 			next := step
 			opt.Progress = func(done, total int) {
 				if total >= 1000 && (done >= next || done == total) {
-					fmt.Fprintf(a.stderr, "seed:synthetic: %d/%d items written\n", done, total)
+					a.log.Info("seed:synthetic: items written", zap.Int("done", done), zap.Int("total", total))
 					next = done + step
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -67,6 +68,17 @@ func TestImportItemsExitCodes(t *testing.T) {
 		t.Fatalf("--allow-missing: err %v, stdout %q, stderr %q", err, out, stderr)
 	}
 
+	// With json logs every stderr line is JSON, the import's warnings too.
+	var jout, jerr bytes.Buffer
+	cmd := newRootCmd(&jout, &jerr)
+	cmd.SetArgs([]string{"import-items", "--database-url", db, "--targets", path, "--allow-missing", "--log-format=json"})
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("--allow-missing, json logs: %v", err)
+	}
+	if lines := jsonLines(t, jerr.String()); !strings.Contains(fmt.Sprint(lines), "없는 아이템") {
+		t.Fatalf("json logs name no failed target:\n%s", jerr.String())
+	}
+
 	out, _, err = runCollector(t, "items", "--database-url", db)
 	if err != nil || !strings.Contains(out, "무색 큐브 조각") || !strings.Contains(out, "imported from "+path+":2") {
 		t.Fatalf("items: err %v, stdout %q", err, out)
@@ -126,7 +138,7 @@ func TestSeedSyntheticProgressAndLimits(t *testing.T) {
 	if !strings.Contains(out, "seed:synthetic: 1000 items (1000 new)") {
 		t.Errorf("stdout %q", out)
 	}
-	if !strings.Contains(errOut, "seed:synthetic: 416/1000 items written") || !strings.Contains(errOut, "seed:synthetic: 1000/1000 items written") {
+	if !strings.Contains(errOut, `seed:synthetic: items written	{"done": 416, "total": 1000}`) || !strings.Contains(errOut, `seed:synthetic: items written	{"done": 1000, "total": 1000}`) {
 		t.Errorf("no progress lines on stderr:\n%s", errOut)
 	}
 	for _, args := range [][]string{{"--items", "1000001"}, {"--days", "0"}} {

@@ -158,7 +158,7 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 		"collector_claim_lag_seconds_bucket", "collector_claims_total 5", `collector_collections_total{outcome="collected"} 5`,
 		`collector_provider_requests_total{endpoint="/df/auction",outcome="ok"} 5`, `collector_items_due{tier="HOT_1M"}`,
 		"collector_items_overdue", "collector_leases_held", `collector_provider_status{provider="neople",status="HEALTHY"} 1`,
-		"collector_outbox_backlog 5", "collector_outbox_oldest_unpublished_seconds", "collector_db_pool_acquired_conns",
+		"collector_outbox_backlog 5", "collector_outbox_oldest_unpublished_seconds", "collector_outbox_failed 0", "collector_db_pool_acquired_conns",
 		`collector_budget_share_per_second{workload="market"}`, `collector_budget_used_total{workload="market"} 10`,
 		"collector_limiter_wait_seconds_total", `collector_passes_total{result="ok"}`,
 		`collector_claim_lag_seconds_bucket{tier="HOT_1M",le=`,

@@ -113,6 +113,7 @@ func (s *gaugeService) runOnce(ctx context.Context) (gaugeResult, error) {
 	s.metrics.LeasesHeld.Set(float64(res.Leases))
 	s.metrics.OutboxBacklog.Set(float64(backlog.Pending))
 	s.metrics.OutboxOldest.Set(backlog.Oldest.Seconds())
+	s.metrics.OutboxFailed.Set(float64(backlog.Failed))
 	s.cfg.Refreshed.Signal(res)
 	return res, nil
 }

@@ -36,6 +36,7 @@ type Metrics struct {
 	ProviderStatus    *prometheus.GaugeVec // provider, status: 1 for the effective status
 	StatusChanges     *prometheus.CounterVec
 	OutboxBacklog     prometheus.Gauge
+	OutboxFailed      prometheus.Gauge
 	OutboxOldest      prometheus.Gauge       // seconds
 	PublishLatency    prometheus.Histogram   // seconds from outbox insert to published
 	OutboxExpired     prometheus.Counter     // unpublished events dropped past retention.outbox_unpublished
@@ -86,6 +87,7 @@ func NewMetrics() *Metrics {
 		ProviderStatus:    f.gaugeVec("collector_provider_status", "1 for the provider's effective status.", "provider", "status"),
 		StatusChanges:     f.counterVec("collector_provider_status_changes_total", "Provider status changes seen by this instance.", "provider", "from", "to"),
 		OutboxBacklog:     f.gauge("collector_outbox_backlog", "Outbox events not yet published."),
+		OutboxFailed:      f.gauge("collector_outbox_failed", "Outbox events the broker refused for what they are (too large, invalid): unpublished until collector outbox retry sends them again."),
 		OutboxOldest:      f.gauge("collector_outbox_oldest_unpublished_seconds", "Age of the oldest unpublished outbox event."),
 		PublishLatency:    f.histogram("collector_outbox_publish_latency_seconds", "Time from an outbox event's insert to its acknowledged publish (database clock).", lagBuckets),
 		OutboxExpired:     f.counter("collector_outbox_expired_total", "Unpublished outbox events (pending or failed) dropped because they were older than retention.outbox_unpublished; their snapshots stay in auction_snapshots."),
