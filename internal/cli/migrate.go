@@ -154,8 +154,17 @@ func (a *app) createPartitions(ctx context.Context) error {
 		return err
 	}
 	states, err := parts.CreateAhead(ctx)
+	covered := len(states) > 0
 	for _, st := range states {
 		a.printf("%s: %d partitions, ready %s ahead\n", st.Table, st.Partitions, st.Ahead.Round(time.Minute))
+		covered = covered && st.Ahead > 0
+	}
+	if err != nil && covered {
+		// The schema is current and writes have their partitions: what is missing further
+		// ahead the daemon's upkeep creates. A lock held on a parent (a detach waiting out a
+		// long export) must not fail a rollout's migrate job.
+		a.log.Warn("history partitions not created ahead; the daemon's upkeep creates them", zap.Error(err))
+		return nil
 	}
 	return err
 }
