@@ -382,6 +382,12 @@ CREATE TABLE auction_snapshots (
     UNIQUE (claim_token, collected_at)
 ) PARTITION BY RANGE (collected_at);
 
+-- snapshot_id is in every event, and consumers order by it: it starts at the time the schema
+-- is made, in microseconds since 1970, so a database made again goes on past the ids the old
+-- one published instead of repeating them (a JSON number stays exact until 2255).
+SELECT setval(pg_get_serial_sequence('auction_snapshots', 'snapshot_id'),
+              (extract(epoch FROM clock_timestamp()) * 1e6)::bigint);
+
 -- The API has no sale id and identical rows are distinct sales, so a sale is keyed by its
 -- second and its position among the sales of that second.
 CREATE TABLE auction_sales (

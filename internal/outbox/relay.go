@@ -505,12 +505,18 @@ func newWriter(cfg RelayConfig, transport kafka.RoundTripper) *kafka.Writer {
 	}
 }
 
-// message is key = item_id with CloudEvents headers in binary mode (docs/events.md).
+// ceTimeLayout is ce_time's RFC 3339 form: UTC, always six fraction digits (docs/events.md).
+const ceTimeLayout = "2006-01-02T15:04:05.000000Z"
+
+// message is key = item_id with CloudEvents headers in binary mode (docs/events.md). Its
+// timestamp is left to kafka-go, which stamps the send time: the topic's retention counts from
+// the message timestamps, and a backlog published days late under its creation times could be
+// deleted by the broker before a consumer read it. ce_time keeps when the event was created.
 func message(r pendingRow, source string) kafka.Message {
 	h := func(k, v string) kafka.Header { return kafka.Header{Key: k, Value: []byte(v)} }
-	return kafka.Message{Key: []byte(r.ItemID), Value: r.Payload, Time: r.CreatedAt, Headers: []kafka.Header{
+	return kafka.Message{Key: []byte(r.ItemID), Value: r.Payload, Headers: []kafka.Header{
 		h("ce_specversion", "1.0"), h("ce_id", r.EventID), h("ce_type", r.EventType), h("ce_source", source),
-		h("ce_time", r.CreatedAt.UTC().Format(time.RFC3339Nano)), h("ce_subject", r.ItemID),
+		h("ce_time", r.CreatedAt.UTC().Format(ceTimeLayout)), h("ce_subject", r.ItemID),
 		h("content-type", "application/json"),
 	}}
 }

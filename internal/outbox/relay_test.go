@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,8 @@ import (
 	"github.com/duecollector/duecollector/internal/testkit"
 )
 
+var ceTimeForm = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$`)
+
 // N snapshots become N messages, keyed by item, with the CloudEvents headers and the JSON
 // value docs/events.md describes, and the rows are marked published.
 func TestRelayPublishesSnapshotsAsDocumented(t *testing.T) {
@@ -30,14 +33,21 @@ func TestRelayPublishesSnapshotsAsDocumented(t *testing.T) {
 	enqueue(t, pool, events[:15])
 	enqueue(t, pool, events[15:])
 
+	// A backlog: the events were created a week ago and are published now.
+	if _, err := pool.Exec(context.Background(), `UPDATE outbox SET created_at = created_at - interval '7 days'`); err != nil {
+		t.Fatal(err)
+	}
+
 	// Batches of 2 rows: many reads, produce calls and marks.
 	cfg := testConfig(broker.ListenAddrs(), "relay-a")
 	cfg.BatchSize = 2
 	r, _ := newTestRelay(t, pool, cfg)
+	sentFrom := time.Now().Truncate(time.Millisecond)
 	res, err := r.RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	sentTo := time.Now()
 	if res.Published != int64(len(events)) || res.Failed != 0 {
 		t.Fatalf("result %+v, want %d published", res, len(events))
 	}
@@ -70,7 +80,7 @@ func TestRelayPublishesSnapshotsAsDocumented(t *testing.T) {
 			"ce_id":          row.EventID,
 			"ce_type":        EventTypeSnapshot,
 			"ce_source":      "duecollector/neople",
-			"ce_time":        row.CreatedAt.UTC().Format(time.RFC3339Nano),
+			"ce_time":        row.CreatedAt.UTC().Format(ceTimeLayout),
 			"ce_subject":     row.ItemID,
 			"content-type":   "application/json",
 		}
@@ -82,11 +92,12 @@ func TestRelayPublishesSnapshotsAsDocumented(t *testing.T) {
 				t.Fatalf("header %s = %q, want %q", k, got, v)
 			}
 		}
-		if ts, err := time.Parse(time.RFC3339, want["ce_time"]); err != nil || !ts.Equal(row.CreatedAt) {
-			t.Fatalf("ce_time %q is not RFC 3339 for %s: %v", want["ce_time"], row.CreatedAt, err)
+		if ts, err := time.Parse(time.RFC3339, want["ce_time"]); err != nil || !ts.Equal(row.CreatedAt) || !ceTimeForm.MatchString(want["ce_time"]) {
+			t.Fatalf("ce_time %q is not RFC 3339 in UTC with six fraction digits for %s: %v", want["ce_time"], row.CreatedAt, err)
 		}
-		if string(rec.Key) != row.ItemID || !rec.Timestamp.Equal(row.CreatedAt.Truncate(time.Millisecond)) {
-			t.Fatalf("key %q timestamp %s, want %q %s", rec.Key, rec.Timestamp, row.ItemID, row.CreatedAt)
+		// The send time, not the creation: the topic's retention counts from it.
+		if string(rec.Key) != row.ItemID || rec.Timestamp.Before(sentFrom) || rec.Timestamp.After(sentTo) {
+			t.Fatalf("key %q timestamp %s, want %q and the send time (%s to %s; created %s)", rec.Key, rec.Timestamp, row.ItemID, sentFrom, sentTo, row.CreatedAt)
 		}
 		var got SnapshotEvent
 		dec := json.NewDecoder(bytes.NewReader(rec.Value))

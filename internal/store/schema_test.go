@@ -99,3 +99,20 @@ func TestAnItemNameIsBounded(t *testing.T) {
 		t.Fatal("a name longer than a cut provider name was stored")
 	}
 }
+
+// snapshot_id starts at the time the schema was made (µs since 1970): events of a database made
+// again go on past the ids the old one published, as consumers that order by it expect.
+func TestSnapshotIDsStartAtTheSchemasCreation(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	var first int64
+	if err := pool.QueryRow(context.Background(),
+		`SELECT nextval(pg_get_serial_sequence('auction_snapshots', 'snapshot_id'))`).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	// The test database is cloned from a template made at most a few days ago.
+	made := time.UnixMicro(first)
+	if made.After(time.Now()) || time.Since(made) > 7*24*time.Hour {
+		t.Fatalf("first snapshot_id %d (%s as µs since 1970): want the schema's creation time", first, made)
+	}
+}
