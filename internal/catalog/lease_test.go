@@ -52,8 +52,8 @@ func TestDueByTierCountsWhatAClaimTakes(t *testing.T) {
 	if err != nil || len(claims) != 2 || (claims[0].Tier != tiers.Hot && claims[1].Tier != tiers.Hot) {
 		t.Fatalf("claimed %+v, %v: want 2, the HOT item among them", claims, err)
 	}
-	if got := due(); got[0].Due != 0 || got[1].Due != 3 {
-		t.Fatalf("after claiming 2: %+v", got)
+	if got := due(); got[0].Due != 0 || got[1].Due != 3 || got[0].Leased+got[1].Leased != 2 {
+		t.Fatalf("after claiming 2: %+v; want 2 leased", got)
 	}
 	if wait, ok, err := NextClaimable(ctx, pool, 0); err != nil || !ok || wait > 0 {
 		t.Fatalf("next claimable in %v (ok %v, %v), want now", wait, ok, err)

@@ -94,6 +94,7 @@ func (s *gaugeService) runOnce(ctx context.Context) (gaugeResult, error) {
 		due[string(c.Tier)], overdue[string(c.Tier)] = c.Due, c.Overdue
 		requests[string(c.Tier)] = c.Requests
 		res.Tracked += c.Items
+		res.Leases += c.Leased // counted in the same scan: a second one cost as much again
 	}
 	for _, t := range tiers.All() {
 		s.metrics.ItemsDue.WithLabelValues(string(t)).Set(float64(due[string(t)]))
@@ -102,9 +103,6 @@ func (s *gaugeService) runOnce(ctx context.Context) (gaugeResult, error) {
 	}
 	s.metrics.BudgetRate.WithLabelValues(workload()).Set(min(s.cfg.Market.Rate, float64(s.cfg.Market.PerMinute)/60))
 	s.loop.SawTracked(res.Tracked)
-	if res.Leases, err = catalog.LeasesHeld(ctx, s.pool); err != nil {
-		return res, err
-	}
 	backlog, err := outbox.ReadBacklog(ctx, s.pool, false)
 	if err != nil {
 		return res, err

@@ -315,8 +315,9 @@ func TestOneSickInstanceDoesNotDegradeTheCluster(t *testing.T) {
 	for range 5 {
 		m.Observe(&provider.Error{Class: provider.ClassTransient, Status: 504})
 	}
-	if n := m.KeptShared.Wait(t); n != 20 {
-		t.Fatalf("kept the shared status for %d items collected elsewhere, want 20", n)
+	// Counted only as far as the answer needs (the count stops there), so at least MinSamples.
+	if n := m.KeptShared.Wait(t); n < testConfig("sick").MinSamples || n > 20 {
+		t.Fatalf("kept the shared status for %d items collected elsewhere, want %d to 20", n, testConfig("sick").MinSamples)
 	}
 	if st := status(t, pool); st.Status != provider.Healthy {
 		t.Fatalf("status %s after one instance's failures while others collect, want HEALTHY", st.Status)
