@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -134,21 +135,25 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
-	if c.failedLogins.Tokens() < 1 {
-		// Guessing stays slow: after loginBurst failures, one try every loginEvery, for everyone.
+	// Guessing stays slow: after loginBurst failures, one try every loginEvery, for everyone.
+	// Every try takes its token before the password is compared, returned only on success:
+	// taken after, tries arriving together all passed the check before any was charged.
+	try := c.failedLogins.Reserve()
+	if try.Delay() > 0 {
+		try.Cancel()
 		w.Header().Set("Retry-After", strconv.Itoa(int(loginEvery.Seconds())))
 		http.Error(w, "too many failed logins; try again in a moment", http.StatusTooManyRequests)
 		return
 	}
 	if !c.credentialsMatch(r.PostFormValue("user"), r.PostFormValue("password")) {
-		c.failedLogins.Allow()
 		c.log.Warn("console: login refused", zap.String("remote", r.RemoteAddr))
 		c.render(w, http.StatusUnauthorized, "login", pageData{Title: "Log in", Message: "Wrong user or password."})
 		return
 	}
+	try.Cancel() // a success costs nothing
 	id, _ := c.auth.create(c.cfg.User, time.Now())
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(c.cfg.Session.Seconds())})
+		SameSite: http.SameSiteStrictMode, Secure: overTLS(r), MaxAge: int(c.cfg.Session.Seconds())})
 	c.log.Info("console: login", zap.String("user", c.cfg.User), zap.String("remote", r.RemoteAddr))
 	http.Redirect(w, r, localPath(r.PostFormValue("back")), http.StatusSeeOther)
 }
@@ -165,14 +170,23 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// overTLS tells whether the browser reached the console over https: directly, or through the
+// TLS proxy the docs put in front (the login form's Origin is the page's, which a page cannot
+// forge), so that the session cookie is marked Secure and never sent over plain http.
+func overTLS(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(r.Header.Get("Origin"), "https://")
+}
+
 func tokenMatch(got, want string) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
-// localPath keeps a redirect on the console: a path of this host, or /.
+// localPath keeps a redirect on the console: a path of this host, or /. A backslash is refused
+// anywhere: browsers read it as a slash, and http.Redirect cleans "/./\\host" into "/\\host",
+// which they follow to another site.
 func localPath(p string) string {
 	u, err := url.Parse(p)
-	if err != nil || p == "" || p[0] != '/' || (len(p) > 1 && (p[1] == '/' || p[1] == '\\')) || u.Host != "" || u.Scheme != "" {
+	if err != nil || p == "" || p[0] != '/' || (len(p) > 1 && p[1] == '/') || strings.ContainsRune(p, '\\') || u.Host != "" || u.Scheme != "" {
 		return "/"
 	}
 	return p

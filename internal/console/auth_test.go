@@ -5,15 +5,17 @@ import "testing"
 // An action or a login returns only to a path of the console itself, never to another site.
 func TestLocalPathKeepsRedirectsOnTheConsole(t *testing.T) {
 	for in, want := range map[string]string{
-		"/items/abc?x=1":         "/items/abc?x=1",
-		"/":                      "/",
-		"":                       "/",
-		"//evil.example/":        "/",
-		"/\\evil.example":        "/",
-		"https://evil.example/":  "/",
-		"javascript:alert(1)":    "/",
-		"items":                  "/",
-		"/login?back=//evil.org": "/login?back=//evil.org",
+		"/items/abc?x=1":          "/items/abc?x=1",
+		"/":                       "/",
+		"":                        "/",
+		"//evil.example/":         "/",
+		"/\\evil.example":         "/",
+		"/./\\evil.example/login": "/",
+		"/items/a\\b":             "/",
+		"https://evil.example/":   "/",
+		"javascript:alert(1)":     "/",
+		"items":                   "/",
+		"/login?back=//evil.org":  "/login?back=//evil.org",
 	} {
 		if got := localPath(in); got != want {
 			t.Errorf("localPath(%q) = %q, want %q", in, got, want)

@@ -588,6 +588,54 @@ func TestFailedLoginsArePaced(t *testing.T) {
 	}
 }
 
+// Guesses sent together are paced like guesses in a row: each takes its try before its
+// password is compared.
+func TestGuessesSentTogetherArePaced(t *testing.T) {
+	e := setup(t, testPassword)
+	codes := make(chan int, 20)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- post(t, http.DefaultClient, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {"guess"}})
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	n := map[int]int{}
+	for c := range codes {
+		n[c]++
+	}
+	if n[http.StatusUnauthorized] > 5 || n[http.StatusUnauthorized]+n[http.StatusTooManyRequests] != 20 {
+		t.Errorf("20 guesses at once answered %v, want at most 5 compared (401), the rest 429", n)
+	}
+}
+
+// Behind the TLS proxy the docs put in front, the session cookie is Secure: the browser's
+// Origin says https though the console itself serves plain http.
+func TestTheSessionCookieIsSecureBehindATLSProxy(t *testing.T) {
+	e := setup(t, testPassword)
+	for origin, secure := range map[string]bool{"https://": true, "http://": false} {
+		u, _ := url.Parse(e.srv.URL)
+		req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/login", strings.NewReader(url.Values{"user": {testUser}, "password": {testPassword}}.Encode()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", origin+u.Host)
+		res, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		cookies := res.Cookies()
+		if res.StatusCode != http.StatusSeeOther || len(cookies) != 1 || cookies[0].Secure != secure {
+			t.Errorf("login from %s: %d, cookies %v; want one session cookie, Secure %t", origin+u.Host, res.StatusCode, cookies, secure)
+		}
+	}
+}
+
 func TestReadOnlyWithoutCredentials(t *testing.T) {
 	e := setup(t, "")
 	b := newBrowser(t)
