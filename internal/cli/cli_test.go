@@ -245,6 +245,7 @@ func TestConfigPrintShowsSources(t *testing.T) {
 	t.Setenv("COLLECTOR_API_TOKENS", "api-token-sentinel-0123456789")
 	t.Setenv("COLLECTOR_DATABASE_DIRECT_URL", "host=db.example password=dsn-secret-pw dbname=prod")
 	t.Setenv("COLLECTOR_DATABASE_READ_URL", "postgres://bob@standby.example/prod?password=query-secret-pw")
+	t.Setenv("NEOPLE_API_BASE_URL", "https://proxy:proxy-secret-pw@api.neople.co.kr/")
 	out, _, err := runCollector(t, "config", "print", "--config", file, "--log-level", "debug",
 		"--database-url", "postgres://bob:url-secret-pw@db.example:5433/prod")
 	if err != nil {
@@ -266,7 +267,7 @@ func TestConfigPrintShowsSources(t *testing.T) {
 			t.Errorf("config print lacks %s:\n%s", want, out)
 		}
 	}
-	for _, secret := range []string{"market-key-sentinel", "url-secret-pw", "file-secret-pw", "api-token-sentinel", "dsn-secret-pw", "query-secret-pw"} {
+	for _, secret := range []string{"market-key-sentinel", "url-secret-pw", "file-secret-pw", "api-token-sentinel", "dsn-secret-pw", "query-secret-pw", "proxy-secret-pw"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("config print shows the secret %s", secret)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -159,6 +160,8 @@ func oneItemID(cmd *cobra.Command, args []string) error {
 		return fmt.Errorf("missing ITEM_ID: give one tracked item's id (`collector items` lists them)")
 	case len(args) > 1:
 		return fmt.Errorf("%s takes one ITEM_ID, got %d arguments", cmd.Name(), len(args))
+	case strings.TrimSpace(args[0]) == "":
+		return fmt.Errorf("ITEM_ID is empty: give one tracked item's id (`collector items` lists them)")
 	}
 	return nil
 }

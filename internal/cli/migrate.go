@@ -87,6 +87,10 @@ func migrateURL(a *app) string {
 }
 
 func runMigrate(ctx context.Context, a *app, f migrateFlags, direction string) error {
+	if f.to < -1 {
+		// -1 is the flag's "not given"; any other negative would silently mean it too.
+		return usageError{"collector migrate " + direction, fmt.Errorf("--to %d: a version is 0 or more", f.to)}
+	}
 	url := migrateURL(a)
 	target := f.to
 	if direction == "up" && target < 0 {

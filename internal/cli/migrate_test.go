@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -169,5 +170,23 @@ func TestPreReleaseDatabaseSaysRecreate(t *testing.T) {
 	}
 	if v := schemaVersion(t, db); v != 14 {
 		t.Fatalf("schema version %d after the refused commands, want 14 untouched", v)
+	}
+}
+
+// Arguments that could never be right are refused before anything connects: a negative
+// version (which would have meant "one down"), an empty item id.
+func TestImpossibleArgumentsAreUsageErrors(t *testing.T) {
+	t.Setenv("COLLECTOR_CONFIG", "")
+	unreachable := "postgres://u@127.0.0.1:1/x?connect_timeout=2"
+	for _, args := range [][]string{
+		{"migrate", "--database-url", unreachable, "down", "--to", "-5"},
+		{"collect", "--database-url", unreachable, " "},
+		{"touch", "--database-url", unreachable, ""},
+	} {
+		_, _, err := runCollector(t, args...)
+		var ue usageError
+		if !errors.As(err, &ue) || strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Errorf("%q: %v; want a usage error before connecting", args, err)
+		}
 	}
 }

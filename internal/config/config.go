@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
@@ -53,11 +56,26 @@ func Load(opts Options) (*Config, error) {
 	}
 	var cfg Config
 	if err := v.UnmarshalExact(&cfg, func(c *mapstructure.DecoderConfig) {
-		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationNeedsUnit, c.DecodeHook)
+		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationNeedsUnit, numbersAsWritten, c.DecodeHook)
 	}); err != nil {
 		return nil, decodeError(err, opts.File)
 	}
+	// Lists from the environment are split at commas only: "a:9092, b:9092" kept a space that
+	// no resolver takes.
+	brokers := cfg.Kafka.Brokers[:0]
+	for _, b := range cfg.Kafka.Brokers {
+		if b = strings.TrimSpace(b); b != "" {
+			brokers = append(brokers, b)
+		}
+	}
+	cfg.Kafka.Brokers = brokers
 	var keyErrs []error
+	// A password from a mounted file or a heredoc ends with a newline the broker would take as
+	// part of it.
+	cfg.Kafka.SASL.Password = Secret(strings.TrimSpace(cfg.Kafka.SASL.Password.Reveal()))
+	if strings.ContainsFunc(cfg.Kafka.SASL.Password.Reveal(), unicode.IsControl) {
+		keyErrs = append(keyErrs, errors.New("config kafka.sasl.password (env COLLECTOR_KAFKA_SASL_PASSWORD): holds a control character (the value is not shown)"))
+	}
 	for _, k := range []struct {
 		env string
 		dst *Secret
@@ -120,8 +138,107 @@ func durationNeedsUnit(from, to reflect.Type, data any) (any, error) {
 			return data, nil
 		}
 		return nil, fmt.Errorf("%v has no unit: write a duration such as %vs or %vm", data, data, data)
+	case reflect.String:
+		s := strings.TrimSpace(data.(string))
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+				return nil, fmt.Errorf("%q has no unit: write a duration such as %ss or %sm", s, s, s)
+			}
+			return nil, fmt.Errorf("%q is not a duration: write one such as 30s, 5m or 1h30m", s)
+		}
+		return d, nil
 	}
 	return data, nil
+}
+
+// listenAddr checks an address to listen on: [host]:port, the port a number (0: any free one).
+func listenAddr(key, addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err != nil || !validPort(port, 0) {
+		return invalid(key, addr, "must be [HOST]:PORT, the port a number from 0 to 65535, such as :9090 or 127.0.0.1:8080")
+	}
+	return nil
+}
+
+// validPort tells whether port is a number from least to 65535.
+func validPort(port string, least int) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= least && n <= 65535
+}
+
+// numbersAsWritten reads numbers and booleans as written or refuses them, saying what is wanted:
+// the decoder's weak typing would otherwise cut 8.7 to 8, wrap 4294967304 into an int's 8 and
+// answer "abc" with strconv's text.
+func numbersAsWritten(from, to reflect.Type, data any) (any, error) {
+	if to == reflect.TypeFor[time.Duration]() || from == to {
+		return data, nil
+	}
+	s, isString := data.(string)
+	s = strings.TrimSpace(s)
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if isString {
+			n, err := strconv.ParseInt(s, 10, to.Bits())
+			if err != nil {
+				return nil, fmt.Errorf("%q is not a whole number", s)
+			}
+			return n, nil
+		}
+		hi := math.Pow(2, float64(to.Bits()-1))
+		if f, ok := asFloat(data); ok && (f != math.Trunc(f) || f < -hi || f >= hi) && !(isInt(from) && to.Bits() == 64) {
+			return nil, fmt.Errorf("%v is not a whole number of a size this key holds", data)
+		}
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if isString {
+			n, err := strconv.ParseUint(s, 10, to.Bits())
+			if err != nil {
+				return nil, fmt.Errorf("%q is not a whole number of 0 or more", s)
+			}
+			return n, nil
+		}
+		if f, ok := asFloat(data); ok && (f != math.Trunc(f) || f < 0 || f >= math.Pow(2, float64(to.Bits()))) {
+			return nil, fmt.Errorf("%v is not a whole number of 0 or more of a size this key holds", data)
+		}
+	case reflect.Float32, reflect.Float64:
+		if isString {
+			f, err := strconv.ParseFloat(s, to.Bits())
+			if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+				return nil, fmt.Errorf("%q is not a finite number", s)
+			}
+			return f, nil
+		}
+	case reflect.Bool:
+		if isString {
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				return nil, fmt.Errorf("%q is not true or false", s)
+			}
+			return b, nil
+		}
+	}
+	return data, nil
+}
+
+func isInt(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return true
+	}
+	return false
+}
+
+// asFloat is a number of any kind as a float64 (false: not a number).
+func asFloat(data any) (float64, bool) {
+	v := reflect.ValueOf(data)
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return float64(v.Int()), true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return float64(v.Uint()), true
+	case reflect.Float32, reflect.Float64:
+		return v.Float(), true
+	}
+	return 0, false
 }
 
 // decodeError names, for each key whose value could not be read as its type, where the value
@@ -130,8 +247,15 @@ func decodeError(err error, file string) error {
 	var out []error
 	var walk func(error)
 	walk = func(e error) {
-		var de *mapstructure.DecodeError
-		if errors.As(e, &de) && de.Name() != "" {
+		// Each node in turn: errors.As would find the first key inside a joined error and hide
+		// the others.
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, c := range j.Unwrap() {
+				walk(c)
+			}
+			return
+		}
+		if de, ok := e.(*mapstructure.DecodeError); ok && de.Name() != "" {
 			src := "file " + file
 			if env, set := envFor(de.Name()); set || file == "" {
 				src = "env " + env

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -424,5 +425,76 @@ func TestABadTokenNamesItsSourceNotItself(t *testing.T) {
 	_, err = Load(Options{})
 	if err == nil || !strings.Contains(err.Error(), APITokensEnv+": token 1 of 2") || strings.Contains(err.Error(), "short-secret") {
 		t.Fatalf("error %v; want %s and token 1 of 2, without the token", err, APITokensEnv)
+	}
+}
+
+// Numbers and booleans are read as written or refused, naming the key, the value and what is
+// wanted: never cut (8.7 → 8), wrapped (2^32+8 → 8) or answered with strconv's text; and every
+// key that cannot be read is named, not only the first.
+func TestNumbersAreReadAsWrittenOrRefused(t *testing.T) {
+	unsetEnv(t, "COLLECTOR_DATABASE_URL", "DATABASE_URL", "COLLECTOR_COLLECT_BATCH_SIZE", "COLLECTOR_OUTBOX_ENABLED")
+	for _, tc := range []struct{ yaml, want string }{
+		{"database:\n  max_conns: 4294967304\n", "config database.max_conns (file"},
+		{"database:\n  max_conns: 8.7\n", `8.7 is not a whole number`},
+		{"collect:\n  batch_size: 99999999999999999999999\n", `is not a whole number of a size`},
+		{"outbox:\n  enabled: yes\n", `"yes" is not true or false`},
+		{"collect:\n  batch_size: abc\n  concurrency: xyz\n", `"xyz" is not a whole number`},
+	} {
+		_, err := Load(Options{File: writeFile(t, tc.yaml)})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "strconv") {
+			t.Errorf("%q: %v; want an error saying %q", tc.yaml, err, tc.want)
+		}
+	}
+	_, err := Load(Options{File: writeFile(t, "collect:\n  batch_size: abc\n  concurrency: xyz\n")})
+	if err == nil || !strings.Contains(err.Error(), "collect.batch_size") || !strings.Contains(err.Error(), "collect.concurrency") {
+		t.Errorf("two bad keys: %v; want both named", err)
+	}
+	t.Setenv("COLLECTOR_COLLECT_BATCH_SIZE", "abc")
+	if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), `config collect.batch_size (env COLLECTOR_COLLECT_BATCH_SIZE): "abc" is not a whole number`) {
+		t.Errorf("env abc: %v", err)
+	}
+	t.Setenv("COLLECTOR_COLLECT_LEASE", "10")
+	if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), `config collect.lease (env COLLECTOR_COLLECT_LEASE): "10" has no unit`) {
+		t.Errorf("env lease 10: %v", err)
+	}
+	t.Setenv("COLLECTOR_COLLECT_LEASE", "")
+	t.Setenv("COLLECTOR_COLLECT_BATCH_SIZE", " 12 ")
+	if cfg, err := Load(Options{}); err != nil || cfg.Collect.BatchSize != 12 {
+		t.Errorf("env ' 12 ': %v", err)
+	}
+}
+
+// Values that could never work are refused at start, naming the key: listen addresses, broker
+// ports. A broker list's spaces and a password's trailing newline (a mounted file) are trimmed.
+func TestAddressesAndSecretsAreCheckedAtStart(t *testing.T) {
+	unsetEnv(t, "COLLECTOR_DATABASE_URL", "DATABASE_URL", "COLLECTOR_KAFKA_BROKERS", "COLLECTOR_DAEMON_HTTP_ADDR",
+		"COLLECTOR_CONSOLE_ADDR", "COLLECTOR_KAFKA_SASL_MECHANISM", "COLLECTOR_KAFKA_SASL_USERNAME", "COLLECTOR_KAFKA_SASL_PASSWORD")
+	for env, want := range map[string]string{
+		"COLLECTOR_DAEMON_HTTP_ADDR": "config daemon.http_addr",
+		"COLLECTOR_CONSOLE_ADDR":     "config console.addr",
+	} {
+		t.Setenv(env, "9090")
+		if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=9090: %v; want %q", env, err, want)
+		}
+		t.Setenv(env, "")
+	}
+	for _, b := range []string{"kafka:abc", "kafka:99999", ":9092"} {
+		t.Setenv("COLLECTOR_KAFKA_BROKERS", b)
+		if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), "kafka.brokers") {
+			t.Errorf("brokers %q: %v; want refused", b, err)
+		}
+	}
+	t.Setenv("COLLECTOR_KAFKA_BROKERS", "kafka:9092, kafka2:9092,")
+	t.Setenv("COLLECTOR_KAFKA_SASL_MECHANISM", "PLAIN")
+	t.Setenv("COLLECTOR_KAFKA_SASL_USERNAME", "relay")
+	t.Setenv("COLLECTOR_KAFKA_SASL_PASSWORD", "pw\n")
+	cfg, err := Load(Options{})
+	if err != nil || !slices.Equal(cfg.Kafka.Brokers, []string{"kafka:9092", "kafka2:9092"}) || cfg.Kafka.SASL.Password.Reveal() != "pw" {
+		t.Fatalf("trimmed: %v, brokers %q", err, cfg.Kafka.Brokers)
+	}
+	t.Setenv("COLLECTOR_KAFKA_SASL_PASSWORD", "p\x01w")
+	if _, err := Load(Options{}); err == nil || !strings.Contains(err.Error(), "kafka.sasl.password") || strings.Contains(err.Error(), "p\x01w") {
+		t.Errorf("a control character in the password: %v", err)
 	}
 }

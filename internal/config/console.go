@@ -61,6 +61,9 @@ func (c *ConsoleConfig) loadPassword() error {
 
 func (c ConsoleConfig) validate() error {
 	var errs []error
+	if err := listenAddr("console.addr", c.Addr); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Session < time.Minute || c.Session > 30*24*time.Hour {
 		errs = append(errs, invalid("console.session", c.Session, "must be between 1m and 720h"))
 	}

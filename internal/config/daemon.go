@@ -53,6 +53,11 @@ var daemonDefaults = map[string]any{
 
 func (c DaemonConfig) validate() error {
 	var errs []error
+	if c.HTTPAddr != "" {
+		if err := listenAddr("daemon.http_addr", c.HTTPAddr); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	durations := []struct {
 		key      string
 		v        time.Duration

@@ -108,8 +108,8 @@ var kafkaDefaults = map[string]any{
 func (c KafkaConfig) Validate() error {
 	var errs []error
 	for _, b := range c.Brokers {
-		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
-			errs = append(errs, invalid("kafka.brokers", c.Brokers, fmt.Sprintf("%q must be host:port (comma-separated in COLLECTOR_KAFKA_BROKERS)", b)))
+		if host, port, err := net.SplitHostPort(b); err != nil || host == "" || !validPort(port, 1) {
+			errs = append(errs, invalid("kafka.brokers", c.Brokers, fmt.Sprintf("%q must be host:port, the port a number from 1 to 65535 (comma-separated in COLLECTOR_KAFKA_BROKERS)", b)))
 		}
 	}
 	if c.Topic == "" {

@@ -47,6 +47,8 @@ func Explain(opts Options) ([]Setting, error) {
 			s.Value = "[redacted]"
 		case k == "database.url" || k == "database.direct_url" || k == "database.read_url":
 			s.Value = RedactURL(v.GetString(k))
+		case k == "provider.base_url":
+			s.Value = RedactHTTPURL(v.GetString(k))
 		}
 		out = append(out, s)
 	}
