@@ -200,6 +200,9 @@ func newPurgeSyntheticCmd(a *app) *cobra.Command {
 		Short: "Delete every row of every synthetic item (seed-, integration-item-) from every table",
 		Args:  cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
+			if batch < 1 {
+				return usageError{"collector purge:synthetic", fmt.Errorf("--batch-size %d: at least 1", batch)}
+			}
 			pool, err := a.db(ctx)
 			if err != nil {
 				return err
@@ -305,10 +308,13 @@ including what collection has learnt: observed collections and changes, the esti
 (Cho & Garcia-Molina), the sales rate and lost-sale gaps.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: a.runArgs(func(ctx context.Context, args []string) error {
+			if q.Limit < 0 {
+				return usageError{"collector items", fmt.Errorf("--limit %d: 0 (all) or more", q.Limit)}
+			}
 			if tier != "" {
 				t, err := tiers.Parse(tier)
 				if err != nil {
-					return fmt.Errorf("--tier: %w", err)
+					return usageError{"collector items", fmt.Errorf("--tier: %w", err)}
 				}
 				q.Tier = t
 			}

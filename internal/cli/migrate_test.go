@@ -182,6 +182,10 @@ func TestImpossibleArgumentsAreUsageErrors(t *testing.T) {
 		{"migrate", "--database-url", unreachable, "down", "--to", "-5"},
 		{"collect", "--database-url", unreachable, " "},
 		{"touch", "--database-url", unreachable, ""},
+		{"outbox", "list", "--database-url", unreachable, "--limit", "-5"},
+		{"items", "--database-url", unreachable, "--limit", "-5"},
+		{"items", "--database-url", unreachable, "--tier", "BOGUS"},
+		{"purge:synthetic", "--database-url", unreachable, "--batch-size", "-5"},
 	} {
 		_, _, err := runCollector(t, args...)
 		var ue usageError

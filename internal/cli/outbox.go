@@ -30,6 +30,9 @@ func newOutboxListCmd(a *app) *cobra.Command {
 		Short: "List events not yet published (pending, then failed), oldest first",
 		Args:  cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
+			if opts.Limit < 1 {
+				return usageError{"collector outbox list", fmt.Errorf("--limit %d: at least 1", opts.Limit)}
+			}
 			pool, err := a.db(ctx)
 			if err != nil {
 				return err
