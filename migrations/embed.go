@@ -8,6 +8,7 @@
 package migrations
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -26,6 +27,7 @@ func Revision() string {
 	if err != nil {
 		panic("migrations: 001_schema.sql is not embedded: " + err.Error())
 	}
-	sum := sha256.Sum256(b)
+	// Line endings are not the text: a checkout that converts them must not read as another.
+	sum := sha256.Sum256(bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n")))
 	return hex.EncodeToString(sum[:8])
 }

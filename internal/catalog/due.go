@@ -62,27 +62,29 @@ func DueByTier(ctx context.Context, pool *pgxpool.Pool, overdue time.Duration) (
 // rows before it (in flight, a handful) can become claimable earlier, when their lease expires
 // (firstLeaseSQL). The second gets the first's time as a value: bounded by a subquery, the
 // planner took the range for a third of the table and scanned all of it (30 ms at 100k items,
-// after every pass).
+// after every pass). It also gets the first's now(): a lease that expired between the two
+// reads must count as expired in both, or its item would be in neither.
 const (
 	firstFreeSQL = `
-SELECT next_collect_at FROM tracked_items
-WHERE next_collect_at IS NOT NULL AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-ORDER BY next_collect_at LIMIT 1`
+SELECT now(), (SELECT next_collect_at FROM tracked_items
+               WHERE next_collect_at IS NOT NULL AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+               ORDER BY next_collect_at LIMIT 1)`
 	firstLeaseSQL = `
-SELECT extract(epoch FROM least($1::timestamptz - $2 * interval '1 millisecond', min(lease_expires_at)) - now()) * 1000
+SELECT extract(epoch FROM least($1::timestamptz - $2 * interval '1 millisecond', min(lease_expires_at)) - $3::timestamptz) * 1000
 FROM tracked_items
-WHERE next_collect_at IS NOT NULL AND next_collect_at <= coalesce($1::timestamptz, 'infinity') AND lease_expires_at > now()`
+WHERE next_collect_at IS NOT NULL AND next_collect_at <= coalesce($1::timestamptz, 'infinity') AND lease_expires_at > $3::timestamptz`
 )
 
 // NextClaimable is how long until the next item is claimable by a dispatcher that claims ahead
 // (the dispatcher's Config.Ahead) (<= 0: now); ok is false when nothing is scheduled at all.
 func NextClaimable(ctx context.Context, pool *pgxpool.Pool, ahead time.Duration) (wait time.Duration, ok bool, err error) {
+	var now time.Time
 	var first *time.Time // nil: every scheduled item is leased, or none is scheduled
-	if err := pool.QueryRow(ctx, firstFreeSQL).Scan(&first); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err := pool.QueryRow(ctx, firstFreeSQL).Scan(&now, &first); err != nil {
 		return 0, false, fmt.Errorf("next due item: %w", err)
 	}
 	var ms *float64
-	if err := pool.QueryRow(ctx, firstLeaseSQL, first, ahead.Milliseconds()).Scan(&ms); err != nil {
+	if err := pool.QueryRow(ctx, firstLeaseSQL, first, ahead.Milliseconds(), now).Scan(&ms); err != nil {
 		return 0, false, fmt.Errorf("next due item: %w", err)
 	}
 	if ms == nil {

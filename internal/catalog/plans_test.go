@@ -27,8 +27,8 @@ func TestPeriodicReadsWalkTheDueIndex(t *testing.T) {
 		ANALYZE tracked_items`); err != nil {
 		t.Fatal(err)
 	}
-	var first time.Time
-	if err := pool.QueryRow(ctx, firstFreeSQL).Scan(&first); err != nil {
+	var now, first time.Time
+	if err := pool.QueryRow(ctx, firstFreeSQL).Scan(&now, &first); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -38,7 +38,7 @@ func TestPeriodicReadsWalkTheDueIndex(t *testing.T) {
 		ranged bool // a range, not the first row of the index
 	}{
 		{"first free", firstFreeSQL, nil, false},
-		{"first lease", firstLeaseSQL, []any{first, int64(0)}, true},
+		{"first lease", firstLeaseSQL, []any{first, int64(0), now}, true},
 		{"probe item", probeScheduledSQL, nil, false},
 	} {
 		var plan string

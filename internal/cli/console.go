@@ -59,9 +59,6 @@ api.enabled is false.`,
 				return err
 			}
 			a.printf("console: %s\n", hostURL(ln.Addr().String()))
-			if httpserve.IsLoopback(ln.Addr()) {
-				site = httpserve.LoopbackNames(site)
-			}
 			return serveUntilDone(ctx, ln, site, a.log)
 		}),
 	}

@@ -135,22 +135,17 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
-	// Guessing stays slow: after loginBurst failures, one try every loginEvery, for everyone.
-	// Every try takes its token before the password is compared, returned only on success:
-	// taken after, tries arriving together all passed the check before any was charged.
-	try := c.failedLogins.Reserve()
-	if try.Delay() > 0 {
-		try.Cancel()
+	ok, paced := c.tryLogin(r.PostFormValue("user"), r.PostFormValue("password"))
+	if paced {
 		w.Header().Set("Retry-After", strconv.Itoa(int(loginEvery.Seconds())))
 		http.Error(w, "too many failed logins; try again in a moment", http.StatusTooManyRequests)
 		return
 	}
-	if !c.credentialsMatch(r.PostFormValue("user"), r.PostFormValue("password")) {
+	if !ok {
 		c.log.Warn("console: login refused", zap.String("remote", r.RemoteAddr))
 		c.render(w, http.StatusUnauthorized, "login", pageData{Title: "Log in", Message: "Wrong user or password."})
 		return
 	}
-	try.Cancel() // a success costs nothing
 	id, _ := c.auth.create(c.cfg.User, time.Now())
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: overTLS(r), MaxAge: int(c.cfg.Session.Seconds())})
@@ -168,6 +163,23 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// tryLogin compares the credentials unless guessing is being paced (paced: refused unread).
+// Guessing stays slow: after loginBurst failures, one try every loginEvery, for everyone; a
+// success costs nothing. Check, compare and charge are one step under loginMu: apart, tries
+// arriving together all passed the check before any was charged.
+func (c *Console) tryLogin(user, password string) (ok, paced bool) {
+	c.loginMu.Lock()
+	defer c.loginMu.Unlock()
+	if c.failedLogins.Tokens() < 1 {
+		return false, true
+	}
+	if c.credentialsMatch(user, password) {
+		return true, false
+	}
+	c.failedLogins.Allow()
+	return false, false
 }
 
 // overTLS tells whether the browser reached the console over https: directly, or through the

@@ -576,6 +576,11 @@ func TestUnreadableInputIsABadRequest(t *testing.T) {
 // right password too.
 func TestFailedLoginsArePaced(t *testing.T) {
 	e := setup(t, testPassword)
+	for i := range 8 { // successes cost nothing: several operators log in within the minute
+		if code := post(t, http.DefaultClient, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {testPassword}}); code != http.StatusSeeOther {
+			t.Fatalf("login %d with the right password: %d, want 303", i+1, code)
+		}
+	}
 	codes := map[int]int{}
 	for range 6 {
 		codes[post(t, http.DefaultClient, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {"guess"}})]++

@@ -86,6 +86,7 @@ type Console struct {
 	auth  *sessions
 	// failedLogins paces password guessing (loginBurst, loginEvery).
 	failedLogins *rate.Limiter
+	loginMu      sync.Mutex // tryLogin
 
 	mu     sync.Mutex
 	ready  chan struct{} // closed after the first refresh

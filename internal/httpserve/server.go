@@ -3,9 +3,7 @@
 package httpserve
 
 import (
-	"net"
 	"net/http"
-	"strings"
 	"time"
 )
 
@@ -25,28 +23,4 @@ const (
 func New(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
 		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, MaxHeaderBytes: MaxHeaderBytes}
-}
-
-// LoopbackNames refuses a request whose Host is not a loopback name (421), for a listener on
-// a loopback address: a page on another site whose DNS name is re-pointed at 127.0.0.1 (DNS
-// rebinding) is otherwise the same origin as the server to the browser, and reads it.
-func LoopbackNames(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if name, _, err := net.SplitHostPort(host); err == nil {
-			host = name
-		}
-		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-		if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
-			http.Error(w, "this server answers only to a loopback name (localhost, 127.0.0.1, [::1])", http.StatusMisdirectedRequest)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// IsLoopback tells whether a listener's address is a loopback one.
-func IsLoopback(addr net.Addr) bool {
-	tcp, ok := addr.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
 }
