@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"testing"
@@ -309,4 +310,27 @@ func dequeue(tb testing.TB, pool *pgxpool.Pool, cond string) []int64 {
 		tb.Fatal(err)
 	}
 	return out
+}
+
+// A stop note of an owner that has not noted it again for an hour is of a process gone since
+// (every start has a new name): the next stop noted drops it, so collector status does not
+// list a line per restart for good.
+func TestStopNotesOfGoneRelaysAreDropped(t *testing.T) {
+	pool := newDB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox_relay_stops (owner, reason, stopped_at) VALUES
+		('host:1-gone', 'topic missing', now() - interval '2 hours'), ('host:2-recent', 'topic missing', now() - interval '5 minutes')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := recordStop(ctx, pool, "host:3-me", "topic missing"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT owner FROM outbox_relay_stops ORDER BY owner`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || !slices.Equal(owners, []string{"host:2-recent", "host:3-me"}) {
+		t.Fatalf("stop notes %v (%v), want the recent one and this relay's", owners, err)
+	}
 }

@@ -228,8 +228,13 @@ WHERE o.id = ANY (ARRAY(SELECT id FROM expired))
   AND (o.failed_at IS NOT NULL OR o.id IN (SELECT id FROM unpending))`
 
 // recordStop notes a relay's stop for collector status until clearStops, when one works again.
+// A stopped relay notes its stop again at each retry (the daemon's every minute, a standalone
+// one's at each restart), so notes of an hour ago belong to processes gone since: every start
+// has a new name, and a relay that stays stopped through restarts would otherwise add a line to
+// collector status a day for good.
 func recordStop(ctx context.Context, pool *pgxpool.Pool, owner, reason string) error {
 	_, err := pool.Exec(ctx, `
+		WITH gone AS (DELETE FROM outbox_relay_stops WHERE owner <> $1 AND stopped_at < now() - interval '1 hour')
 		INSERT INTO outbox_relay_stops (owner, reason) VALUES ($1, $2)
 		ON CONFLICT (owner) DO UPDATE SET stopped_at = now(), reason = excluded.reason`, owner, reason)
 	return err
