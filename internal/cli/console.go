@@ -47,7 +47,7 @@ api.enabled is false.`,
 				_ = ln.Close()
 				return err
 			}
-			go reads.Start(ctx)
+			a.background(ctx, reads.Start)
 			c, err := a.newConsole(ctx, pool, reads)
 			if err != nil {
 				_ = ln.Close()
@@ -80,7 +80,7 @@ func (a *app) withAPI(ctx context.Context, reads *store.Reads, console http.Hand
 	if err != nil {
 		return nil, nil, err
 	}
-	go ap.Start(ctx)
+	a.background(ctx, ap.Start)
 	mux := http.NewServeMux()
 	mux.Handle(api.Prefix, ap.Handler())
 	if console != nil {
@@ -115,7 +115,7 @@ func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool, reads *store.R
 	if err != nil {
 		return nil, err
 	}
-	go c.Start(ctx)
+	a.background(ctx, c.Start)
 	return c, nil
 }
 

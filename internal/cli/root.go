@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -36,6 +37,8 @@ type app struct {
 	// health is a one-shot's health thresholds: the defaults, or health.TestTimings under
 	// collect-due --test-timings (tools/faults).
 	health health.Thresholds
+	// bg counts the loops started with background: run ends them before the pools close.
+	bg sync.WaitGroup
 }
 
 // subcommands is every command under the root, in one explicit list.
@@ -214,9 +217,20 @@ func (a *app) run(fn func(ctx context.Context) error) func(cmd *cobra.Command, a
 		if err := a.load(); err != nil {
 			return err
 		}
+		// A command's background loops (read measurements, the console's refresh, /latest)
+		// end with its context; they are waited for before their pools close, so a stop does
+		// not make them fail on a closed pool.
+		ctx, cancel := context.WithCancel(cmd.Context())
 		defer a.close()
-		return fn(cmd.Context())
+		defer a.bg.Wait()
+		defer cancel()
+		return fn(ctx)
 	}
+}
+
+// background runs loop until ctx ends; run waits for it before closing the pools.
+func (a *app) background(ctx context.Context, loop func(context.Context)) {
+	a.bg.Go(func() { loop(ctx) })
 }
 
 // runArgs is run for commands that take positional arguments.

@@ -93,7 +93,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 	if err != nil {
 		return nil, err
 	}
-	go reads.Start(ctx)
+	a.background(ctx, reads.Start)
 	var con http.Handler
 	var apiMetrics []prometheus.Collector
 	if a.cfg.Console.Enabled && a.cfg.Daemon.HTTPAddr != "" {

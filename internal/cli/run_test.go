@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
 
 	"github.com/duecollector/duecollector/internal/testkit"
 )
@@ -183,4 +184,36 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// A command's background loops end before its pools close: what a loop does as it stops still
+// finds its pool open, and the command does not return before the loop has ended.
+func TestBackgroundLoopsEndBeforeThePoolsClose(t *testing.T) {
+	t.Setenv("COLLECTOR_DATABASE_URL", catalogEnv(t, true))
+	var out, errOut bytes.Buffer
+	_, a := newRoot(&out, &errOut)
+	lastPing := make(chan error, 1)
+	cmd := &cobra.Command{Use: "loop", RunE: a.run(func(ctx context.Context) error {
+		pool, err := a.db(ctx)
+		if err != nil {
+			return err
+		}
+		a.background(ctx, func(ctx context.Context) {
+			<-ctx.Done()
+			lastPing <- pool.Ping(context.Background())
+		})
+		return nil
+	})}
+	cmd.SetArgs([]string{})
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-lastPing:
+		if err != nil {
+			t.Fatalf("the loop's last query as it stopped: %v, want the pool still open", err)
+		}
+	default:
+		t.Fatal("the command returned before its background loop ended")
+	}
 }
