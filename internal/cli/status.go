@@ -190,6 +190,9 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 	} else {
 		a.printf("relay: none running (no lane leased)\n")
 	}
+	if st.Relay.Cooling > 0 {
+		a.printf("relay: %d lanes given back after a failed send, free once it can no longer land\n", st.Relay.Cooling)
+	}
 
 	for _, b := range st.Budgets {
 		cool := ""

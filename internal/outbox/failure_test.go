@@ -411,3 +411,22 @@ func TestRelayReportsTheDatabasesRefusalsOnly(t *testing.T) {
 		t.Fatalf("write state after the broker went down: %+v, want writable", s)
 	}
 }
+
+// Lanes given back after a failed send stay free for no one until it can no longer land; the
+// relay state counts them apart, not as held (their owner is gone), and still reads.
+func TestRelayStateCountsLanesGivenBackAfterAFailedSend(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	ctx := context.Background()
+	r, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "relay-a"))
+	if _, _, err := r.lanes.renew(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.lanes.release(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ReadRelayState(ctx, pool)
+	if err != nil || st.LanesHeld != 0 || len(st.Owners) != 0 || st.Cooling != Lanes {
+		t.Fatalf("relay state %+v %v, want no lane held and all %d cooling", st, err, Lanes)
+	}
+}

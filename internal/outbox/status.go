@@ -39,7 +39,9 @@ type RelayState struct {
 	LanesHeld int      // lanes under an unexpired lease
 	Owners    []string // who holds them
 	Pending   int64    // rows pending in those lanes
-	Stops     []RelayStop
+	// Cooling is lanes given back after a failed send, free once it can no longer land.
+	Cooling int
+	Stops   []RelayStop
 }
 
 // RelayStop is a relay that stopped for good, and why.
@@ -53,10 +55,12 @@ type RelayStop struct {
 func ReadRelayState(ctx context.Context, pool *pgxpool.Pool) (RelayState, error) {
 	var st RelayState
 	err := pool.QueryRow(ctx, `
-		WITH h AS (SELECT lane, owner FROM outbox_relay_lanes WHERE lease_expires_at > now())
+		WITH l AS (SELECT lane, owner FROM outbox_relay_lanes WHERE lease_expires_at > now()),
+		     h AS (SELECT lane, owner FROM l WHERE owner IS NOT NULL)
 		SELECT (SELECT count(*) FROM h), (SELECT coalesce(array_agg(DISTINCT owner), '{}') FROM h),
-		       (SELECT count(*) FROM outbox_pending WHERE lane IN (SELECT lane FROM h))`).
-		Scan(&st.LanesHeld, &st.Owners, &st.Pending)
+		       (SELECT count(*) FROM outbox_pending WHERE lane IN (SELECT lane FROM h)),
+		       (SELECT count(*) FROM l WHERE owner IS NULL)`).
+		Scan(&st.LanesHeld, &st.Owners, &st.Pending, &st.Cooling)
 	if err != nil {
 		return st, fmt.Errorf("read outbox relay lanes: %w", err)
 	}
