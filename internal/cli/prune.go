@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -28,20 +29,27 @@ this one-shot is for cron-only setups.`,
 			if batch < 0 {
 				return usageError{cmd: "collector prune", err: fmt.Errorf("--batch %d: must be >= 1 (0 = %d)", batch, retention.BatchDefault)}
 			}
-			pool, states, err := a.keepPartitions(ctx)
+			pool, states, partErr := a.keepPartitions(ctx)
 			for _, st := range states {
-				a.printf("%s: dropped %d partitions\n", st.Table, len(st.Dropped))
+				skipped := ""
+				if st.DropSkipped {
+					skipped = " (another instance is dropping)"
+				}
+				a.printf("%s: dropped %d partitions%s\n", st.Table, len(st.Dropped), skipped)
 			}
-			if err != nil {
-				return err
+			if pool == nil {
+				return partErr
 			}
+			// Rows are pruned even when the partitions' upkeep failed (a drop that waited out
+			// a long export's lock, no session behind PgBouncer): in a cron-only setup this is
+			// the outbox's only pruner, and it must not stop behind partitions.
 			cfg := retention.FromConfig(a.cfg)
 			cfg.Batch = batch
 			res, err := retention.Prune(ctx, pool, cfg, 0)
 			retention.LogExpired(a.log, cfg, res.OutboxExpired)
 			a.printf("deleted %d published and %d unpublished (expired) outbox events, %d interest events, %d hourly candles, %d daily candles\n",
 				res.OutboxPublished, res.OutboxExpired, res.Interest, res.CandlesHourly, res.CandlesDaily)
-			return err
+			return errors.Join(partErr, err)
 		}),
 	}
 	f := cmd.Flags()
