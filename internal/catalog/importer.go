@@ -142,6 +142,7 @@ func Import(ctx context.Context, db DB, search ItemSearcher, targets []Target, o
 		SELECT u.item_id, u.item_name, u.tier,
 		       CASE WHEN u.tier = 'DORMANT' THEN NULL ELSE now() END, now(), u.reason
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(item_id, item_name, tier, reason)
+		ORDER BY u.item_id -- two imports lock their common items in one order: no deadlock
 		ON CONFLICT (item_id) DO UPDATE SET item_name = EXCLUDED.item_name, updated_at = now()
 		WHERE tracked_items.item_name IS DISTINCT FROM EXCLUDED.item_name
 		RETURNING (xmax = 0) AS inserted`,

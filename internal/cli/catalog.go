@@ -74,7 +74,11 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 			}
 			return fmt.Errorf("items imported, but the re-plan failed (run `collector recalculate-popularity`): %w", err)
 		}
-		if res.Plan != nil {
+		if res.Skipped {
+			// The other process may have read its signals before these items were committed.
+			a.log.Warn("import-items: re-plan skipped, another process recalculated at the same moment; " +
+				"the new items are collected from now on and planned at the next recalculation (or run `collector recalculate-popularity`)")
+		} else if res.Plan != nil {
 			a.printf("re-planned: %d tier moves; demand %.1f of %.1f requests/s\n", len(res.Changes), res.Plan.DemandAfter, res.Plan.Limit)
 		}
 	}
