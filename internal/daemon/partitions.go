@@ -69,6 +69,9 @@ func (s *partitionService) runOnce(ctx context.Context) ([]partition.TableState,
 	states, err := s.parts.RunOnce(ctx)
 	s.writes.refused(err)
 	for _, st := range states {
+		if !st.Described {
+			continue // a pass that could not read the table keeps the last figures it read
+		}
 		s.metrics.PartitionsAhead.WithLabelValues(st.Table).Set(st.Ahead.Seconds())
 		if !st.Oldest.IsZero() {
 			s.metrics.OldestPartition.WithLabelValues(st.Table).Set(time.Since(st.Oldest).Seconds())

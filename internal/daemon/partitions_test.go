@@ -73,4 +73,16 @@ func TestPartitionGaugesTellAheadAndRetentionBehind(t *testing.T) {
 	if o := oldest(partition.Sales); !near(o, today.AddDate(0, 0, -10)) {
 		t.Errorf("sales' oldest partition %v s old, want 10 days (kept)", o)
 	}
+
+	// A pass that cannot read the tables at all (here its context is gone before it starts)
+	// leaves the figures it last read, not "0 s ahead".
+	before := ahead(partition.Sales)
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := d.parts.runOnce(gone); err == nil {
+		t.Fatal("a pass without its database reported no error")
+	}
+	if a := ahead(partition.Sales); a != before || a < (7*24*time.Hour).Seconds() {
+		t.Errorf("sales' ahead gauge %v s after a pass that read nothing, want the last read %v s", a, before)
+	}
 }

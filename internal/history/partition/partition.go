@@ -149,6 +149,9 @@ type TableState struct {
 	// oldest partition past the archive (zero when there is none).
 	Ahead  time.Duration
 	Oldest time.Time
+	// Described: Partitions, Ahead and Oldest were read; a pass that failed to read them
+	// leaves them zero, which is not what the table holds.
+	Described bool
 }
 
 // RunOnce creates what is missing up to Ahead past now, then drops the partitions past
@@ -427,6 +430,7 @@ func (p *Partitions) describe(ctx context.Context, st *TableState) error {
 	if err != nil {
 		return err
 	}
+	st.Described = true
 	st.Partitions = len(parts)
 	st.Ahead = coveredUntil(parts, now).Sub(now)
 	for _, part := range parts {
