@@ -339,7 +339,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	if d.gauges, err = newGaugeService(gaugeConfig{Interval: cfg.GaugeInterval, Market: cfg.Market, Refreshed: &d.cfg.signals.refreshed},
-		&gaugeService{pool: pool, share: d.share, loop: loop, metrics: d.metrics}); err != nil {
+		&gaugeService{pool: pool, share: d.share, loop: loop, metrics: d.metrics, log: log}); err != nil {
 		return nil, err
 	}
 	if cfg.Catalog.RecalcInterval > 0 {
@@ -452,8 +452,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 			listenNotifications(ctx, d.pool, d.cfg.ListenURL, d.wake, d.metrics, d.log, d.cfg.Daemon.MaxSleep)
 		})
 	}
+	// Every loop's error series exists from the start, so the first error is an increase.
+	loops := []string{"collect", "wake"}
+	if d.cfg.Daemon.Notify {
+		loops = append(loops, "listen")
+	}
 	for _, s := range d.maintenance() {
+		loops = append(loops, jobName(s))
 		start(func(ctx context.Context) { isolated(ctx, jobName(s), s.Start, d.cfg.RelayRestart, d.metrics, d.log) })
+	}
+	for _, l := range loops {
+		d.metrics.LoopErrors.WithLabelValues(l)
 	}
 	var srv *http.Server
 	if d.ln != nil {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -424,5 +425,23 @@ func TestTierGaugesResetWhenATierEmpties(t *testing.T) {
 	}
 	if want := 2 * len(tiers.All()); n != want {
 		t.Fatalf("%d tier series exported, want %d (every tier, 0 when empty)", n, want)
+	}
+
+	// A refresh that cannot read the database leaves them unknown, not at their last values;
+	// the next that can reads them again.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := d.gauges.runOnce(gone); err == nil {
+		t.Fatal("a refresh without its database reported no error")
+	}
+	m := d.Metrics()
+	for name, v := range map[string]float64{"due COLD_10M": testutil.ToFloat64(m.ItemsDue.WithLabelValues("COLD_10M")),
+		"leases": testutil.ToFloat64(m.LeasesHeld), "outbox backlog": testutil.ToFloat64(m.OutboxBacklog)} {
+		if !math.IsNaN(v) {
+			t.Errorf("%s reads %v after a failed refresh, want NaN", name, v)
+		}
+	}
+	if g := gauges(); g["COLD_10M"] != [2]float64{1, 1} {
+		t.Fatalf("after a refresh that works again: %v", g)
 	}
 }

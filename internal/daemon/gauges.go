@@ -3,9 +3,12 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
@@ -39,6 +42,8 @@ type gaugeService struct {
 	share   *budget.Share // nil without a cluster budget
 	loop    *budget.Loop
 	metrics *telemetry.Metrics
+	log     *zap.Logger
+	failing bool // the last refresh failed: said once per failing streak
 }
 
 func newGaugeService(cfg gaugeConfig, s *gaugeService) (*gaugeService, error) {
@@ -61,8 +66,18 @@ func (s *gaugeService) Start(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
-		if _, err := s.runOnce(ctx); err != nil && ctx.Err() == nil {
+		_, err := s.runOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
 			s.metrics.LoopErrors.WithLabelValues("gauges").Inc()
+			if !s.failing {
+				s.log.Warn("refreshing the gauges failed; they read NaN (unknown) until a refresh works, tried every interval",
+					zap.Duration("interval_seconds", s.cfg.Interval), zap.Error(err))
+			}
+			s.failing = true
+		case err == nil && s.failing:
+			s.log.Info("refreshing the gauges works again")
+			s.failing = false
 		}
 		select {
 		case <-ctx.Done():
@@ -74,9 +89,27 @@ func (s *gaugeService) Start(ctx context.Context) {
 
 func workload() string { return string(provider.WorkloadMarket) }
 
-// runOnce refreshes every gauge once.
-func (s *gaugeService) runOnce(ctx context.Context) (gaugeResult, error) {
-	var res gaugeResult
+// unknown sets the gauges read from the database to NaN: a last value kept while the reads
+// fail would be a lie an alert acts on (a stale backlog keeps CollectorOutboxLagging firing
+// through max across instances, which passes over NaN).
+func (s *gaugeService) unknown() {
+	for _, t := range tiers.All() {
+		s.metrics.ItemsDue.WithLabelValues(string(t)).Set(math.NaN())
+		s.metrics.ItemsOverdue.WithLabelValues(string(t)).Set(math.NaN())
+		s.metrics.TierDemand.WithLabelValues(string(t)).Set(math.NaN())
+	}
+	for _, g := range []prometheus.Gauge{s.metrics.LeasesHeld, s.metrics.OutboxBacklog, s.metrics.OutboxOldest, s.metrics.OutboxFailed} {
+		g.Set(math.NaN())
+	}
+}
+
+// runOnce refreshes every gauge once; when it fails, those read from the database are unknown.
+func (s *gaugeService) runOnce(ctx context.Context) (res gaugeResult, err error) {
+	defer func() {
+		if err != nil {
+			s.unknown()
+		}
+	}()
 	if s.share != nil {
 		st := s.share.Stats()
 		s.metrics.BudgetShare.WithLabelValues(workload()).Set(st.PerSecond)
