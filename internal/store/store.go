@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 
@@ -85,6 +86,7 @@ func poolConfig(cfg PoolConfig, key string) (*pgxpool.Config, error) {
 		idle = IdleInTransactionDefault
 	}
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		inUTC(c.TypeMap())
 		// A bound the operator set (ALTER ROLE, the URL's options) is theirs to keep.
 		_, err := c.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, false)
 			WHERE current_setting('idle_in_transaction_session_timeout') = '0'`, fmt.Sprintf("%dms", idle.Milliseconds()))
@@ -101,6 +103,16 @@ func poolConfig(cfg PoolConfig, key string) (*pgxpool.Config, error) {
 		pc.ConnConfig.DefaultQueryExecMode = mode
 	}
 	return pc, nil
+}
+
+// inUTC makes timestamptz values (and arrays of them) scan in UTC rather than the host's
+// time zone: what the API, `collector history` and the exports write must not depend on the
+// TZ of the machine serving it (a daemon on a host in Asia/Seoul answered +09:00 beside the
+// events' Z, and two servers gave one answer two ETags).
+func inUTC(m *pgtype.Map) {
+	tz := &pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID, Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}}
+	m.RegisterType(tz)
+	m.RegisterType(&pgtype.Type{Name: "_timestamptz", OID: pgtype.TimestamptzArrayOID, Codec: &pgtype.ArrayCodec{ElementType: tz}})
 }
 
 // MigrationStatus is the applied and the latest known schema version.
