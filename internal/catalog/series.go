@@ -11,8 +11,9 @@ import (
 	"github.com/duecollector/duecollector/internal/history"
 )
 
-// ReadSeries is history.ReadBetween for a tracked item, with its last successful collection
-// as SeenUntil: the series' last point held at least until then. An id nobody tracks is
+// ReadSeries is history.ReadBetween for a tracked item, with SeenUntil the last collection
+// that saw the series' last point's market (its last successful collection, unless a snapshot
+// at or after until replaced it): the last point held at least until then. An id nobody tracks is
 // ErrNotTracked. Synthetic fixtures are read like any item: the operator's tools (the console,
 // `collector history`) show them.
 func ReadSeries(ctx context.Context, db history.Reader, itemID, resolution string, since, until time.Time) (history.Series, error) {
@@ -34,6 +35,17 @@ func readSeries(ctx context.Context, db history.Reader, itemID, resolution strin
 			return history.Series{ItemID: itemID}, fmt.Errorf("item %q: %w", itemID, ErrNotTracked)
 		}
 		return history.Series{ItemID: itemID}, fmt.Errorf("read item %q: %w", itemID, err)
+	}
+	// Read before the points: a point collected after it could only make it say less than
+	// is known, never claim a market unchanged across a change the points do not show.
+	if !until.IsZero() {
+		held, replaced, err := history.HeldUntil(ctx, db, itemID, until)
+		if err != nil {
+			return history.Series{ItemID: itemID}, err
+		}
+		if replaced {
+			seen = held // a later snapshot changed the market: it held until the one before
+		}
 	}
 	s, err := history.ReadBetween(ctx, db, itemID, resolution, since, until)
 	s.SeenUntil = seen

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -34,6 +35,10 @@ func TestHistoryCommand(t *testing.T) {
 		tok.Valid = true
 		c := history.Collection{ItemID: "x", Tier: "HOT_1M", Token: tok, At: at, Last: last,
 			State: history.State{Count: 1, Quantity: 1, Lowest: &lowest}}
+		if i > 0 {
+			prev := at.Add(-30 * time.Minute)
+			c.SeenAt = &prev
+		}
 		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			st, err := p.Write(ctx, tx, []history.Collection{c})
 			if err == nil && st[0].Reason != history.Skip {
@@ -62,6 +67,17 @@ func TestHistoryCommand(t *testing.T) {
 	// 100 first, 90 a change, 120 a change: the repeats wrote nothing.
 	if len(raw.Snapshots) != 3 || raw.Snapshots[1].Reason != "change" || raw.SeenUntil == nil {
 		t.Fatalf("raw: %s", out)
+	}
+
+	// A window that ends before the last change: its last point (90, from +1h) was last seen
+	// by the collection at +1h30, the one before the change to 120 at +2h; not by the item's
+	// last collection, which saw 120.
+	s, err := catalog.ReadSeries(ctx, pool, "x", "raw", start, start.Add(75*time.Minute))
+	if err != nil || len(s.Points) != 2 || s.SeenUntil == nil || !s.SeenUntil.Equal(start.Add(90*time.Minute)) {
+		t.Fatalf("raw until +75m: %d points, seen until %v (%v); want 2 points, seen until %s", len(s.Points), s.SeenUntil, err, start.Add(90*time.Minute))
+	}
+	if s, err := catalog.ReadSeries(ctx, pool, "x", "1h", start, start.Add(3*time.Hour)); err != nil || s.SeenUntil == nil || !s.SeenUntil.Equal(start.Add(2*time.Hour)) {
+		t.Fatalf("1h until +3h (nothing changed since): seen until %v (%v), want the last collection %s", s.SeenUntil, err, start.Add(2*time.Hour))
 	}
 
 	out, _, err = runCollector(t, "history", "x", "--database-url", db, "--interval", "1h", "--since", "36h", "-o", "csv")

@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,8 +54,9 @@ type Series struct {
 	ItemID string
 	Points []Point  // raw snapshots (Interval raw)
 	Candle []Candle // candles (Interval 1h or 1d)
-	// SeenUntil is the item's last successful collection: the last point held at least
-	// until then. Nil when the item was never collected.
+	// SeenUntil is the last collection that saw the last point's market: it held at least
+	// until then. For a window that ends before the market changed again, the item's last
+	// successful collection. Nil when the item was never collected (or it is unknown).
 	SeenUntil *time.Time
 }
 
@@ -123,6 +125,22 @@ func ReadBetween(ctx context.Context, db Reader, itemID, resolution string, sinc
 		return s, fmt.Errorf("resolution %q: allowed raw, 1h, 1d", resolution)
 	}
 	return s, err
+}
+
+// HeldUntil is, for a window ending at until, when the market of its last point was last
+// seen: the first snapshot at or after until replaced it, and its previous_seen_at is the last
+// collection that saw the old market unchanged (nil on an item's first snapshot). found is
+// false when nothing replaced it: then the item's last collection saw it (catalog.ReadSeries).
+func HeldUntil(ctx context.Context, db Reader, itemID string, until time.Time) (at *time.Time, found bool, err error) {
+	err = db.QueryRow(ctx, `SELECT previous_seen_at FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2
+		ORDER BY collected_at LIMIT 1`, itemID, until).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read when item %q's market before %s was last seen: %w", itemID, until.UTC().Format(time.RFC3339), err)
+	}
+	return at, true, nil
 }
 
 // inForceLookback is how far before `since` a raw read first looks for the snapshot in force
