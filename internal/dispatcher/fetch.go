@@ -238,7 +238,7 @@ func (d *Dispatcher) salesAlone(ctx context.Context, c catalog.Claim) (sales []h
 		return nil, false, err
 	}
 	f := full(a.sent, d.soldLimit)
-	return history.SequenceSales(a.rows, f), salesGap(a.rows, f, c.LastSaleAt, c.LastCollectedAt), nil
+	return history.SequenceSales(a.rows, f, c.LastSaleAt), salesGap(a.rows, f, c.LastSaleAt, c.LastCollectedAt), nil
 }
 
 // answer carries a call's rows and how many the provider sent through untilAnswered.

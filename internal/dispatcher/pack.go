@@ -219,7 +219,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 				if v.DropOldestSecond {
 					part = dropOldestSecond(part)
 				}
-				sales, spacked = history.SequenceSales(part, false), true
+				sales, spacked = history.SequenceSales(part, false, nil), true
 			} else {
 				sales, r.salesGap, err = d.salesAlone(ctx, c)
 			}
@@ -301,7 +301,7 @@ func (d *Dispatcher) verify(ctx context.Context, c catalog.Claim, listings, prio
 	if spacked {
 		alone, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
 		if err == nil {
-			bad := !sameSales(sales, history.SequenceSales(alone, full(sent, d.soldLimit)), c.LastSaleAt, upTo)
+			bad := !sameSales(sales, history.SequenceSales(alone, full(sent, d.soldLimit), c.LastSaleAt), c.LastSaleAt, upTo)
 			d.cfg.Observer.Shadowed(provider.EndpointAuctionSold, bad)
 			if bad {
 				d.packingMismatch(ctx, provider.EndpointAuctionSold, c.ItemID, "new sales differ between the packed and the single-item answer")

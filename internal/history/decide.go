@@ -150,9 +150,13 @@ func Summarize(rows []provider.Listing, full bool) State {
 // a re-fetch that sees the same sales yields the same keys and the insert ignores them.
 //
 // Rows come newest first. When the response is full (its limit reached) the oldest second in it
-// may be cut off part-way, which would shift positions, so that second is left out; it was fully
-// visible in an earlier fetch. A response that is one single second is kept whole.
-func SequenceSales(rows []provider.Sale, full bool) []Sale {
+// may be cut off part-way, which would shift positions. If that second is at or before the
+// newest one stored (stored), it is left out: its positions there are already taken, and an
+// earlier fetch saw it whole. If it is newer, what the page shows of it is kept: no later page
+// can show it again (newer sales push it further out), so leaving it out would lose those
+// sales for good, and their shifted keys can never meet the true ones. A response that is one
+// single second is kept whole.
+func SequenceSales(rows []provider.Sale, full bool, stored *time.Time) []Sale {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -162,8 +166,7 @@ func SequenceSales(rows []provider.Sale, full bool) []Sale {
 	}
 	sort.SliceStable(chrono, func(i, j int) bool { return chrono[i].SoldAt.Before(chrono[j].SoldAt) })
 	start := 0
-	if full {
-		oldest := chrono[0].SoldAt.Truncate(time.Second)
+	if oldest := chrono[0].SoldAt.Truncate(time.Second); full && stored != nil && !oldest.After(*stored) {
 		for start < len(chrono) && chrono[start].SoldAt.Truncate(time.Second).Equal(oldest) {
 			start++
 		}

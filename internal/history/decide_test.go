@@ -110,7 +110,7 @@ func TestSequenceSalesKeysDuplicatesByPosition(t *testing.T) {
 	}
 	// Newest first, as the API returns them; three identical sales in second 5.
 	rows := []provider.Sale{sale(9, 1, 100), sale(5, 2, 50), sale(5, 2, 50), sale(5, 2, 50), sale(1, 1, 10)}
-	got := SequenceSales(rows, false)
+	got := SequenceSales(rows, false, nil)
 	if len(got) != 5 {
 		t.Fatalf("got %d sales, want 5", len(got))
 	}
@@ -122,7 +122,7 @@ func TestSequenceSalesKeysDuplicatesByPosition(t *testing.T) {
 	}
 	// A later fetch with one more sale in second 5 keeps the old keys and adds seq 3.
 	rows2 := append([]provider.Sale{sale(9, 1, 100), sale(5, 2, 50)}, rows[1:]...)
-	got2 := SequenceSales(rows2, false)
+	got2 := SequenceSales(rows2, false, nil)
 	keys := map[[2]int64]bool{}
 	for _, s := range got {
 		keys[[2]int64{s.SoldAt.Unix(), int64(s.Seq)}] = true
@@ -146,11 +146,20 @@ func TestSequenceSalesDropsCutOffOldestSecondWhenFull(t *testing.T) {
 		{SoldAt: t0, Count: 1, UnitPrice: 1, Price: 1},
 		{SoldAt: t0, Count: 1, UnitPrice: 1, Price: 1},
 	}
-	if got := SequenceSales(rows, true); len(got) != 1 {
-		t.Fatalf("full response: got %d sales, want only the uncut newest second", len(got))
+	stored := t0.UTC()
+	if got := SequenceSales(rows, true, &stored); len(got) != 1 {
+		t.Fatalf("full response reaching back to the newest stored second: got %d sales, want only the uncut newest second", len(got))
 	}
-	if got := SequenceSales(rows, false); len(got) != 3 {
+	if got := SequenceSales(rows, false, &stored); len(got) != 3 {
 		t.Fatalf("response under the limit: got %d sales, want 3", len(got))
+	}
+	// A full page whose oldest second is newer than any stored: no later page can show that
+	// second again, so what this one shows of it is kept rather than lost.
+	older := t0.Add(-time.Minute).UTC()
+	for name, st := range map[string]*time.Time{"newer than the stored": &older, "nothing stored": nil} {
+		if got := SequenceSales(rows, true, st); len(got) != 3 || got[0].Seq != 0 || got[1].Seq != 1 {
+			t.Fatalf("full response, oldest second %s: got %+v, want all 3 sales, the oldest second's at positions 0 and 1", name, got)
+		}
 	}
 }
 
