@@ -851,6 +851,38 @@ func TestLatestPatchesWhatChanged(t *testing.T) {
 	}
 }
 
+// A write that began before a /latest read and committed after it is in the next refresh,
+// however long it ran: the refresh looks for rows written since the read's horizon (the start
+// of the oldest transaction then running), not only a few seconds back, which would miss a
+// write-back that waited on a lock.
+func TestLatestPatchesAWriteCommittedAfterTheRead(t *testing.T) {
+	e := setup(t, func(c *api.Config) { c.MaxAge = time.Nanosecond })
+	e.api.SetChangeOverlap(0) // what is looked for then comes from the horizon alone
+	ctx := context.Background()
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// updated_at is the transaction's start, as every writer of these columns sets it.
+	if _, err := tx.Exec(ctx, `UPDATE tracked_items SET updated_at = now(), seen_lowest_price = 444 WHERE item_id = 'filler-12'`); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	_, b := e.get(t, "/api/v1/latest")
+	if l := find(t, decode[latestBody](t, b), "filler-12").Lowest; l != nil && *l == 444 {
+		t.Fatal("an uncommitted write is in the answer")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second) // well within fullEvery: this refresh patches
+	_, b = e.get(t, "/api/v1/latest")
+	if l := find(t, decode[latestBody](t, b), "filler-12").Lowest; l == nil || *l != 444 {
+		t.Fatal("filler-12's lowest price is not the committed write's 444")
+	}
+}
+
 func find(t *testing.T, b latestBody, id string) latestItem {
 	t.Helper()
 	for _, it := range b.Items {

@@ -1,7 +1,13 @@
 package api
 
+import "time"
+
 // TakeReadSlot takes one of the API's database read slots until the returned func is called.
 func (a *API) TakeReadSlot() (release func()) {
 	a.slots <- struct{}{}
 	return func() { <-a.slots }
 }
+
+// SetChangeOverlap sets how far before the last read's horizon a /latest refresh looks, before
+// the first request: a test can then tell the horizon from the overlap.
+func (a *API) SetChangeOverlap(d time.Duration) { a.latest.overlap = d }

@@ -23,9 +23,10 @@ import (
 // At 20,000 items collected every minute that is a few hundred items and a tenth of the body
 // a refresh, instead of 20,000 rows decoded and 7 MB compressed.
 type latestCache struct {
-	db     DB
-	maxAge time.Duration
-	now    func() time.Time
+	db      DB
+	maxAge  time.Duration
+	now     func() time.Time
+	overlap time.Duration // changeOverlap; tests shorten it
 
 	refreshed prometheus.Observer // each read's seconds
 
@@ -39,6 +40,9 @@ type latestCache struct {
 type latestCopy struct {
 	readAt time.Time // this process's clock when the read began
 	dbNow  time.Time // the database's clock at the read
+	// since is where the next refresh looks for written rows from: the read's horizon (its
+	// oldest running transaction's start), less changeOverlap for sessions it cannot see.
+	since  time.Time
 	fullAt time.Time // readAt of the last read of every row
 	ids    map[string]int
 	items  []*latestItem // pointers: a refresh copies the slice, not 20,000 items
@@ -65,9 +69,10 @@ const (
 	// chunkItems is small enough that a refresh's changes (spread over the ids at random)
 	// leave most chunks alone, large enough that each compresses well (about 10 KB of JSON).
 	chunkItems = 32
-	// changeOverlap is how far before the previous read a refresh looks for written rows:
-	// updated_at is a transaction's start, and a write-back that began before the previous
-	// read may have committed after it. Write-backs take milliseconds.
+	// changeOverlap is how far before the previous read's horizon a refresh looks for written
+	// rows: the horizon covers every transaction the read could see running (catalog.Clock);
+	// this covers writers of another role, whose sessions it cannot see. Write-backs take
+	// milliseconds.
 	changeOverlap = 5 * time.Second
 	// fullEvery reads every row now and then whatever the overlap missed (a transaction held
 	// open for longer, an item that left and another that came between two reads).
@@ -77,7 +82,7 @@ const (
 )
 
 func newLatestCache(db DB, maxAge time.Duration, now func() time.Time) *latestCache {
-	return &latestCache{db: db, maxAge: maxAge, now: now, z: newDeflater()}
+	return &latestCache{db: db, maxAge: maxAge, now: now, z: newDeflater(), overlap: changeOverlap}
 }
 
 func (c *latestCache) polled(within time.Duration) bool {
@@ -129,19 +134,22 @@ func (c *latestCache) refresh(ctx context.Context, force bool) error {
 // no copy, when it is time, or when an item came or left.
 func (c *latestCache) read(ctx context.Context, prev *latestCopy, start time.Time) (*latestCopy, error) {
 	if prev != nil && start.Sub(prev.fullAt) < fullEvery {
-		changed, dbNow, total, err := catalog.LatestChanged(ctx, c.db, prev.dbNow.Add(-changeOverlap))
+		changed, clock, total, err := catalog.LatestChanged(ctx, c.db, prev.since)
 		if err != nil {
 			return nil, err
 		}
-		if next, ok := patch(c.z, prev, changed, total, dbNow, start); ok {
+		if next, ok := patch(c.z, prev, changed, total, clock.Now, start); ok {
+			next.since = clock.Horizon.Add(-c.overlap)
 			return next, nil
 		}
 	}
-	states, dbNow, err := catalog.LatestStates(ctx, c.db)
+	states, clock, err := catalog.LatestStates(ctx, c.db)
 	if err != nil {
 		return nil, err
 	}
-	return rebuild(c.z, prev, states, dbNow, start), nil
+	next := rebuild(c.z, prev, states, clock.Now, start)
+	next.since = clock.Horizon.Add(-c.overlap)
+	return next, nil
 }
 
 // patch applies changed rows to prev; false when the set of items differs (a full read then

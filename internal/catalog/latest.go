@@ -29,28 +29,43 @@ type Latest struct {
 }
 
 // LatestStates returns every tracked item's current market in item id order (synthetic
-// fixtures left out), with the database's clock at the read. The write-back keeps these
-// figures on the item's row (seen_*), so this is one pass over tracked_items whatever the
-// history holds.
-func LatestStates(ctx context.Context, db history.Reader) ([]Latest, time.Time, error) {
+// fixtures left out), with the database's clock at the read and its horizon (see Horizon).
+// The write-back keeps these figures on the item's row (seen_*), so this is one pass over
+// tracked_items whatever the history holds.
+func LatestStates(ctx context.Context, db history.Reader) ([]Latest, Clock, error) {
 	return latest(ctx, db, `NOT synthetic_item(item_id)`)
 }
 
+// Clock is the database's clock at a read of the latest markets, and its horizon: the start
+// of the oldest transaction then running in this database (Now when none). Every writer of
+// these columns sets updated_at to its transaction's start, and one that began before the
+// read may commit after it: a later read that looks for rows written since Horizon misses
+// none of them, however long they ran. Sessions of other roles are invisible without
+// pg_read_all_stats; a reader keeps a few seconds of overlap for them.
+type Clock struct {
+	Now, Horizon time.Time
+}
+
+// clockCols reads Clock in any statement on tracked_items.
+const clockCols = `now(), least(now(), (SELECT min(xact_start) FROM pg_stat_activity
+	WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()))`
+
 // LatestOf is LatestStates for the given ids; ids nobody tracks are left out.
 func LatestOf(ctx context.Context, db history.Reader, ids []string) ([]Latest, time.Time, error) {
-	return latest(ctx, db, `item_id = ANY($1) AND NOT synthetic_item(item_id)`, ids)
+	out, clock, err := latest(ctx, db, `item_id = ANY($1) AND NOT synthetic_item(item_id)`, ids)
+	return out, clock.Now, err
 }
 
 // LatestChanged is LatestStates of the items whose row was written at or after since (every
 // writer of these columns sets updated_at, to its transaction's start), with how many items
 // LatestStates would return, so a reader holding the rest can tell an item left or came. One
 // pass over the rows' updated_at, no index: a few milliseconds at 20,000 items.
-func LatestChanged(ctx context.Context, db history.Reader, since time.Time) ([]Latest, time.Time, int, error) {
-	var now time.Time
+func LatestChanged(ctx context.Context, db history.Reader, since time.Time) ([]Latest, Clock, int, error) {
+	var now Clock
 	var total int
 	rows, err := db.Query(ctx, `
-		WITH c AS (SELECT now() AS now, count(*)::int AS n FROM tracked_items WHERE NOT synthetic_item(item_id))
-		SELECT c.now, c.n, t.item_id, t.item_name, t.collection_tier, t.last_snapshot_at, t.last_collected_at,
+		WITH c AS (SELECT `+clockCols+`, count(*)::int AS n FROM tracked_items WHERE NOT synthetic_item(item_id))
+		SELECT c.*, t.item_id, t.item_name, t.collection_tier, t.last_snapshot_at, t.last_collected_at,
 		       t.seen_lowest_price, t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price,
 		       t.seen_listing_count, t.seen_listing_quantity, t.seen_truncated
 		FROM c LEFT JOIN tracked_items t ON t.updated_at >= $1 AND NOT synthetic_item(t.item_id)
@@ -62,7 +77,7 @@ func LatestChanged(ctx context.Context, db history.Reader, since time.Time) ([]L
 	for rows.Next() {
 		var id, name, tier *string
 		var l Latest
-		if err := rows.Scan(&now, &total, &id, &name, &tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
+		if err := rows.Scan(&now.Now, &now.Horizon, &total, &id, &name, &tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
 			&l.APIAverage, &l.ListingCount, &l.Quantity, &l.Truncated); err != nil {
 			rows.Close()
 			return nil, now, 0, fmt.Errorf("read the changed markets: %w", err)
@@ -78,10 +93,10 @@ func LatestChanged(ctx context.Context, db history.Reader, since time.Time) ([]L
 	return out, now, total, nil
 }
 
-func latest(ctx context.Context, db history.Reader, where string, args ...any) ([]Latest, time.Time, error) {
-	var now time.Time
+func latest(ctx context.Context, db history.Reader, where string, args ...any) ([]Latest, Clock, error) {
+	var now Clock
 	rows, err := db.Query(ctx, `
-		SELECT now(), item_id, item_name, collection_tier, last_snapshot_at, last_collected_at,
+		SELECT `+clockCols+`, item_id, item_name, collection_tier, last_snapshot_at, last_collected_at,
 		       seen_lowest_price, seen_median_price, seen_weighted_price, seen_api_average_price,
 		       seen_listing_count, seen_listing_quantity, seen_truncated
 		FROM tracked_items WHERE `+where+` ORDER BY item_id`, args...)
@@ -90,7 +105,7 @@ func latest(ctx context.Context, db history.Reader, where string, args ...any) (
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Latest, error) {
 		var l Latest
-		err := r.Scan(&now, &l.ItemID, &l.Name, &l.Tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
+		err := r.Scan(&now.Now, &now.Horizon, &l.ItemID, &l.Name, &l.Tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
 			&l.APIAverage, &l.ListingCount, &l.Quantity, &l.Truncated)
 		return l, err
 	})
@@ -98,7 +113,7 @@ func latest(ctx context.Context, db history.Reader, where string, args ...any) (
 		return nil, now, fmt.Errorf("read the latest markets: %w", err)
 	}
 	if len(out) == 0 {
-		if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		if err := db.QueryRow(ctx, `SELECT `+clockCols).Scan(&now.Now, &now.Horizon); err != nil {
 			return nil, now, fmt.Errorf("read the database clock: %w", err)
 		}
 	}
