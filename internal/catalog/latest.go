@@ -41,7 +41,10 @@ func LatestStates(ctx context.Context, db history.Reader) ([]Latest, Clock, erro
 // these columns sets updated_at to its transaction's start, and one that began before the
 // read may commit after it: a later read that looks for rows written since Horizon misses
 // none of them, however long they ran. Sessions of other roles are invisible without
-// pg_read_all_stats; a reader keeps a few seconds of overlap for them.
+// pg_read_all_stats; a reader keeps a few seconds of overlap for them. A long transaction
+// that writes nothing here (an export, a backup) holds the horizon back too: refreshes then
+// read more rows, up to all of them, and miss nothing. Writers cannot be told apart by their
+// xid: one waiting on a lock at its first write has none yet.
 type Clock struct {
 	Now, Horizon time.Time
 }
