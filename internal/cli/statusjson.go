@@ -9,6 +9,7 @@ import (
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -249,11 +250,18 @@ func (l checkLimits) problems(st daemon.ClusterStatus) []string {
 			out = append(out, fmt.Sprintf("%d live collector instances, fewer than --min-instances %d", n, l.minInstances))
 		}
 	}
+	for _, stop := range st.Relay.Stops {
+		out = append(out, fmt.Sprintf("outbox relay %s STOPPED at %s: %s", stop.Owner, stop.StoppedAt.UTC().Format(time.RFC3339), stop.Reason))
+	}
 	var overdue, due int64
 	for _, t := range st.Tiers {
 		overdue, due = overdue+t.Overdue, due+t.Due
 	}
-	if p := l.idle(st, due); p != "" {
+	// The provider's own maintenance (weekly, hours) holds every item back by design, as the
+	// alerts hold off then; a manual pause is named above.
+	if eff, _, _ := st.Provider.Effective(); eff == provider.Maintenance && st.Provider.OverrideStatus == "" {
+		overdue, due = 0, 0
+	} else if p := l.idle(st, due); p != "" {
 		out = append(out, p)
 	}
 	if overdue > l.maxOverdue {

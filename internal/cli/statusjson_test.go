@@ -12,6 +12,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/daemon"
+	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -244,6 +245,34 @@ func TestCheckIdleCountsFromWhenItemsFellDue(t *testing.T) {
 	st.Provider.Status, st.Provider.Reason = provider.Degraded, "5 of the last 10 calls failed"
 	if p := lim.problems(st); len(p) != 1 || !strings.HasSuffix(p[0], "(--max-idle 15m0s); provider neople DEGRADED: 5 of the last 10 calls failed") {
 		t.Errorf("idle behind a degraded provider: %q", p)
+	}
+}
+
+// The provider's own maintenance holds every item back by design: --check does not call that
+// idle or overdue (a manual pause is still named). A relay stopped for good is named.
+func TestCheckDuringMaintenanceAndWithAStoppedRelay(t *testing.T) {
+	now := time.Now()
+	lim := checkLimits{maxIdle: 15 * time.Minute}
+	st := daemon.ClusterStatus{DatabaseNow: now,
+		Provider: provider.StatusRow{Provider: "neople", Status: provider.Maintenance, Reason: "DNF980 system maintenance"},
+		Tiers:    []daemon.TierStatus{{Tier: "HOT_1M", Items: 40, Due: 40, Overdue: 40}},
+		Activity: catalog.Activity{LastCollected: now.Add(-2 * time.Hour), OldestDue: now.Add(-2 * time.Hour)}}
+	if p := lim.problems(st); len(p) != 0 {
+		t.Fatalf("in the provider's maintenance: problems %q, want none", p)
+	}
+	st.Provider.Status = provider.Healthy
+	if p := lim.problems(st); len(p) != 2 || !strings.Contains(p[0], "collections are not happening") || !strings.Contains(p[1], "40 items overdue") {
+		t.Fatalf("the same backlog with the provider healthy: %q, want idle and overdue", p)
+	}
+	st.Provider.Status, st.Provider.OverrideStatus = provider.Healthy, provider.Maintenance
+	if p := lim.problems(st); len(p) != 3 || !strings.Contains(p[0], "paused by manual override") {
+		t.Fatalf("paused by hand: %q, want the override named, then idle and overdue", p)
+	}
+	st.Provider.OverrideStatus = ""
+	st.Tiers, st.Activity = nil, catalog.Activity{}
+	st.Relay.Stops = []outbox.RelayStop{{Owner: "h:1", StoppedAt: now, Reason: "kafka topic t does not exist"}}
+	if p := lim.problems(st); len(p) != 1 || !strings.Contains(p[0], "outbox relay h:1 STOPPED at ") || !strings.HasSuffix(p[0], "kafka topic t does not exist") {
+		t.Fatalf("a stopped relay: %q", p)
 	}
 }
 
