@@ -89,6 +89,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
@@ -181,11 +182,13 @@ func KeyLabel(workload, key string) string {
 
 // Share is this process's part of a key's budget.
 type Share struct {
-	pool  *pgxpool.Pool
-	cfg   Config
-	log   *zap.Logger
-	lim   *rate.Limiter
-	clock Clock
+	pool *pgxpool.Pool
+	cfg  Config
+	log  *zap.Logger
+	// beatFailures logs failed heartbeats once a streak (and a minute), from the heartbeat's goroutine.
+	beatFailures telemetry.Streak
+	lim          *rate.Limiter
+	clock        Clock
 
 	ready    chan struct{} // closed once the join delay has passed
 	joined   time.Time     // local clock of the first successful heartbeat
@@ -245,7 +248,8 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Share, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = Wall
 	}
-	s := &Share{pool: pool, cfg: cfg, log: log, lim: rate.NewLimiter(0, 1), clock: cfg.Clock, ready: make(chan struct{}), factor: 1, live: 1}
+	s := &Share{pool: pool, cfg: cfg, log: log, lim: rate.NewLimiter(0, 1), clock: cfg.Clock, ready: make(chan struct{}), factor: 1, live: 1,
+		beatFailures: telemetry.Streak{Log: log, What: "budget heartbeat failed"}}
 	s.learned = s.total()
 	if cfg.Adaptive && cfg.SlowStart {
 		// Until the first heartbeat reads the key's row (nothing is sent before it).
@@ -577,9 +581,12 @@ func (s *Share) heartbeat(ctx context.Context) {
 	s.cfg.WriteHealth.Observe(err)
 	now := s.clock.Now()
 	if err != nil {
-		s.log.Warn("budget heartbeat failed; retrying", zap.String("key", s.cfg.KeyLabel), zap.Error(err))
-	} else if s.joined.IsZero() {
-		s.joined = now
+		s.beatFailures.Failed(now, err, zap.String("key", s.cfg.KeyLabel))
+	} else {
+		s.beatFailures.Ok(now, zap.String("key", s.cfg.KeyLabel))
+		if s.joined.IsZero() {
+			s.joined = now
+		}
 	}
 	if !s.joined.IsZero() && now.Sub(s.joined) >= 2*s.cfg.Heartbeat {
 		select {

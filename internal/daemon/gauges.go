@@ -43,7 +43,6 @@ type gaugeService struct {
 	loop    *budget.Loop
 	metrics *telemetry.Metrics
 	log     *zap.Logger
-	failing bool // the last refresh failed: said once per failing streak
 }
 
 func newGaugeService(cfg gaugeConfig, s *gaugeService) (*gaugeService, error) {
@@ -65,19 +64,15 @@ type gaugeResult struct {
 func (s *gaugeService) Start(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
+	failures := telemetry.Streak{Log: s.log, What: "refreshing the gauges failed (they read NaN, unknown, until a refresh works)"}
 	for {
 		_, err := s.runOnce(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			s.metrics.LoopErrors.WithLabelValues("gauges").Inc()
-			if !s.failing {
-				s.log.Warn("refreshing the gauges failed; they read NaN (unknown) until a refresh works, tried every interval",
-					zap.Duration("interval_seconds", s.cfg.Interval), zap.Error(err))
-			}
-			s.failing = true
-		case err == nil && s.failing:
-			s.log.Info("refreshing the gauges works again")
-			s.failing = false
+			failures.Failed(time.Now(), err)
+		case err == nil:
+			failures.Ok(time.Now())
 		}
 		select {
 		case <-ctx.Done():

@@ -42,6 +42,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
@@ -308,9 +309,12 @@ func (m *Monitor) rampLocked(now time.Time) {
 func (m *Monitor) Start(ctx context.Context) {
 	t := time.NewTicker(m.cfg.CheckInterval)
 	defer t.Stop()
+	failures := telemetry.Streak{Log: m.log, What: "provider health check failed"}
 	for {
 		if err := m.step(ctx); err != nil && ctx.Err() == nil {
-			m.log.Warn("provider health check failed; retrying", zap.Error(err))
+			failures.Failed(time.Now(), err)
+		} else if err == nil {
+			failures.Ok(time.Now())
 		}
 		m.Checked.Signal(m.Status())
 		select {
