@@ -52,6 +52,10 @@ docs/api.md says how to load a day into DuckDB.`,
 				if err != nil {
 					return fmt.Errorf("export --day %s --out %s: %w", day, out, err)
 				}
+				if res.Busy {
+					a.printf("%s: another export is writing %s right now; this one wrote nothing and leaves the day to it\n", res.Day, out)
+					return nil
+				}
 				if res.Kept != "" {
 					a.printf("%s: already exported to %s and complete, and kept: %s\n", res.Day, out, res.Kept)
 					return nil

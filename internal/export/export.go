@@ -75,6 +75,9 @@ type Options struct {
 type Result struct {
 	Day     string
 	Skipped bool // a complete export was already there and is kept (Kept says why if its counts differ)
+	// Busy: another export was writing the day's directory; this run wrote nothing and left
+	// the day to it.
+	Busy bool
 	// Kept, when set, is why a complete export was kept although the database's counts differ
 	// from it: the database no longer holds some of its rows (retention dropped them), and an
 	// export is never rewritten with less than it holds.
@@ -189,9 +192,13 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 		}
 		if whole && old.Format == opts.Format && sameCounts(old, counts) {
 			// A run in another format killed between its manifest and the removal below left
-			// that format's files, which a glob over the directory would read twice.
-			_ = removeOtherFormats(opts.Dir, opts.Format)
-			removeTemps(opts.Dir)
+			// that format's files, which a glob over the directory would read twice. Not while
+			// another export writes the day: they may be its own.
+			if unlock, busy := lockDir(opts.Dir); !busy {
+				_ = removeOtherFormats(opts.Dir, opts.Format)
+				removeTemps(opts.Dir)
+				unlock()
+			}
 			res.Skipped, res.Manifest = true, old
 			return res, nil
 		}
@@ -234,6 +241,12 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 		}
 	}
 	// Only a day to write needs a writable directory: one kept as it is does not.
+	unlock, busy := lockDir(opts.Dir)
+	if busy {
+		res.Busy = true
+		return res, nil
+	}
+	defer unlock()
 	if err := writable(opts.Dir); err != nil {
 		return res, err
 	}
@@ -385,7 +398,7 @@ func pastRetention(now, day time.Time, r config.RetentionConfig) string {
 }
 
 // removeTemps deletes the temporary files an interrupted export left; a day is written by one
-// exporter at a time (docs/api.md, "Exports").
+// exporter at a time (lockDir).
 func removeTemps(dir string) {
 	names, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
 	for _, n := range names {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -170,6 +171,9 @@ func checksums(t *testing.T, dir string) map[string][]byte {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
+		if e.Name() == export.LockName { // no data: what one export at a time locks
+			continue
+		}
 		body, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -218,6 +222,38 @@ func TestExportRerunSkipsOrWritesTheSameBytes(t *testing.T) {
 	res := b.export(t, dir, "csv")
 	if res.Skipped || res.Manifest.Tables[1].Rows != 4 {
 		t.Fatalf("after a new sale the day was %+v; want it written with 4 sales", res)
+	}
+}
+
+// One export writes a day at a time: a run that finds the day's directory locked by another
+// (replicas sharing a volume, collector export beside the daemon) writes and removes nothing,
+// says so, and leaves the day to it; once that one lets go, however it ends, a run writes.
+func TestOneExportWritesADayAtATime(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	other, err := os.OpenFile(filepath.Join(dir, export.LockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := syscall.Flock(int(other.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	temp := filepath.Join(dir, ".auction_sales.csv.tmp-1") // the other's file in progress
+	if err := os.WriteFile(temp, []byte("item_id\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := b.export(t, dir, "csv")
+	if !res.Busy || res.Manifest.Day != "" || len(checksums(t, dir)) != 1 {
+		t.Fatalf("with the day locked by another export: %+v, files %v; want nothing written and the other's file left", res, slices.Sorted(maps.Keys(checksums(t, dir))))
+	}
+	other.Close() // as its process ending would
+	res = b.export(t, dir, "csv")
+	if res.Busy || !res.Manifest.Complete {
+		t.Fatalf("once the other let go: %+v, want the day written", res)
+	}
+	if _, err := os.Stat(temp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the killed run's temporary file: %v, want it removed by the next run", err)
 	}
 }
 

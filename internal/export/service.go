@@ -116,7 +116,7 @@ func (e *Exporter) runOnce(ctx context.Context) (Turn, error) {
 			t.Waiting = append(t.Waiting, res.Day) // collection has not caught up past its end
 		case err != nil:
 			errs = append(errs, fmt.Errorf("export of %s: %w", res.Day, err))
-		case res.Skipped:
+		case res.Skipped, res.Busy: // kept, or being written by another exporter
 			t.Skipped = append(t.Skipped, res.Day)
 		case res.Manifest.Day != "":
 			t.Exported = append(t.Exported, res.Day)

@@ -1,0 +1,34 @@
+package export
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// LockName is the file a day's directory is locked through; hidden, like the temporary files,
+// from a reader globbing the day's tables.
+const LockName = ".export.lock"
+
+// lockDir takes the day's directory for this run. Two exporters on one day (replicas sharing a
+// volume, a CronJob beside the daemon) would remove each other's manifest and temporary files
+// and list hashes of files the other renamed in. It is flock(2), let go when the process ends,
+// however it ends, so a killed exporter never leaves the day locked. busy: another run holds
+// it. A directory this run cannot make or write in is not locked: it can only keep what is
+// there, and writable says why when it must write.
+func lockDir(dir string) (unlock func(), busy bool) {
+	_ = os.MkdirAll(dir, 0o755)
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return func() {}, false
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, true
+		}
+		return func() {}, false // a file system without locks: as before there were any
+	}
+	return func() { f.Close() }, false
+}
