@@ -80,7 +80,7 @@ func TestRateLimitAnswerCoolsDownEveryInstance(t *testing.T) {
 		cfg := testConfig()
 		cfg.Daemon.Budget.Enabled = true
 		cfg.Daemon.Budget.Heartbeat = 100 * time.Millisecond
-		cfg.Daemon.Budget.Cooldown = 3 * time.Second
+		cfg.Daemon.Budget.Cooldown = 10 * time.Second // long enough that a loaded machine still checks within it
 		cfg.Daemon.Budget.Adaptive = false // adaptive, only a Retry-After pauses (adaptive_test.go)
 		cfg.Market.Rate = 1000             // far above what the simulator allows: it answers 429
 		rs = append(rs, e.start(t, cfg, nil))

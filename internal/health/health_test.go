@@ -123,7 +123,7 @@ func TestOneProbeAtATimeWithGrowingBackoff(t *testing.T) {
 	for i := range rates {
 		rates[i] = &rateRecorder{}
 		cfg := testConfig(fmt.Sprintf("m%d", i))
-		cfg.RecoverFor = time.Hour // the rate stays near recover_factor while the test looks
+		cfg.RecoverFor = 1000 * time.Hour // the rate stays near recover_factor while the test looks, however slowly
 		m := New(pool, cfg, probe, rates[i], log)
 		seen[i] = changes(m)
 		run(t, m)
@@ -456,7 +456,9 @@ func TestADeadProbeHoldersLeaseIsTakenOver(t *testing.T) {
 	taken := make(chan probeRow, 1)
 	taker := New(pool, cfg, func(ctx context.Context) error {
 		var r probeRow // read here, on the monitor's goroutine, without failing the test from it
-		err := pool.QueryRow(ctx, `SELECT leased_by, lease_expires_at FROM provider_probe WHERE provider = 'neople'`).Scan(&r.leasedBy, &r.expires)
+		// Not bounded by the probe's own short deadline (half the lease): a slow read on a
+		// loaded machine would read nothing.
+		err := pool.QueryRow(context.WithoutCancel(ctx), `SELECT leased_by, lease_expires_at FROM provider_probe WHERE provider = 'neople'`).Scan(&r.leasedBy, &r.expires)
 		taken <- r
 		return err
 	}, nil, log)

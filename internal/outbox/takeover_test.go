@@ -23,7 +23,7 @@ import (
 // kill -9 leaves its lanes exactly as a node lost or an OOM kill does: leased, unreleased).
 const (
 	victimEnv      = "OUTBOX_TEST_VICTIM_RELAY" // "dbURL|broker,broker"
-	victimLease    = 2 * time.Second
+	victimLease    = 4 * time.Second            // room for a loaded machine between the kill and the first look
 	victimAcquired = "acquired outbox lanes"
 )
 
@@ -115,10 +115,11 @@ func TestLanesOfAKilledRelayAreTakenOver(t *testing.T) {
 	// A pass (relay-outbox --once, a cron job) run after the kill.
 	victim := startVictim(t, dbURL, broker.ListenAddrs())
 	kill9(t, victim)
-	enqueue(t, pool, snapshotEvents(40, 3))
+	// Read at once: the dead relay's last renewal runs out a lease after it.
 	if st, err := ReadRelayState(ctx, pool); err != nil || st.LanesHeld != Lanes {
 		t.Fatalf("after the kill: %+v %v, want every lane still held by the dead relay", st, err)
 	}
+	enqueue(t, pool, snapshotEvents(40, 3))
 	untilLeasesExpire(t, pool)
 	once, _ := newTestRelay(t, pool, testConfig(broker.ListenAddrs(), "cron"))
 	res, err := once.RunOnce(ctx)

@@ -226,8 +226,9 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 		if st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "replica unreachable") || st.LagKnown {
 			t.Fatalf("stopped standby: %+v, want the primary, saying the replica is unreachable", st)
 		}
-		if d := time.Since(start); d > 6*time.Second {
-			t.Fatalf("measuring a stopped standby took %s, beyond its timeout", d)
+		// A hang guard, not a timing: unbounded, the measurement would wait out TCP (minutes).
+		if d := time.Since(start); d > 30*time.Second {
+			t.Fatalf("measuring a stopped standby took %s: its timeout did not bound it", d)
 		}
 		if !seen(t, reads, "kept-up") {
 			t.Fatal("reads fail while the standby is down")
