@@ -41,8 +41,15 @@ func Transport(cfg config.KafkaConfig, dial Dial) (*kafka.Transport, error) {
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: DialTimeoutDefault}).DialContext
 	}
-	return &kafka.Transport{Dial: dial, DialTimeout: DialTimeoutDefault, ClientID: cfg.ClientID, TLS: tc, SASL: mech}, nil
+	// Metadata of the one topic, refreshed within MetadataTTL: kafka-go learns of a new
+	// partition leader only at a refresh, and a relay --once gives up after a few seconds of
+	// retries (its 6 s default outlasted them through a routine leader election).
+	return &kafka.Transport{Dial: dial, DialTimeout: DialTimeoutDefault, ClientID: cfg.ClientID, TLS: tc, SASL: mech,
+		MetadataTTL: MetadataTTL, MetadataTopics: []string{cfg.Topic}}, nil
 }
+
+// MetadataTTL bounds how long the relay's view of the topic's leaders may be stale.
+const MetadataTTL = time.Second
 
 // Compression is kafka-go's codec for kafka.compression (config validates the name).
 func Compression(name string) kafka.Compression {
@@ -87,6 +94,10 @@ func EnsureTopic(ctx context.Context, cfg config.KafkaConfig, t *kafka.Transport
 		return false, fmt.Errorf("create kafka topic %s: %w", cfg.Topic, err)
 	}
 	if err := res.Errors[cfg.Topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		if kerr, ok := errors.AsType[kafka.Error](err); ok && kerr.Temporary() {
+			// A controller moving, a request timed out (the topic may yet be created): retried.
+			return false, fmt.Errorf("create kafka topic %s: %w", cfg.Topic, err)
+		}
 		return false, TopicError{fmt.Errorf("create kafka topic %s (kafka.partitions=%d, kafka.replication_factor=%d): %w",
 			cfg.Topic, cfg.Partitions, cfg.ReplicationFactor, err)}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -428,5 +429,31 @@ func TestRelayStateCountsLanesGivenBackAfterAFailedSend(t *testing.T) {
 	st, err := ReadRelayState(ctx, pool)
 	if err != nil || st.LanesHeld != 0 || len(st.Owners) != 0 || st.Cooling != Lanes {
 		t.Fatalf("relay state %+v %v, want no lane held and all %d cooling", st, err, Lanes)
+	}
+}
+
+// What a broker error means for the event and the relay: only what the event is makes it fail
+// for good; a timestamp is the relay host's own clock (kafka-go stamps it at send), so it is
+// retried; SASL refusals of any kind stop the relay as an authorization problem.
+func TestBrokerErrorsAreJudgedByWhoseFaultTheyAre(t *testing.T) {
+	for _, c := range []struct {
+		err       kafka.Error
+		rejected  bool
+		reason    string
+		permanent bool
+	}{
+		{kafka.MessageSizeTooLarge, true, "broker", false},
+		{kafka.InvalidRecord, true, "broker", false},
+		{kafka.InvalidTimestamp, false, "broker", false},
+		{kafka.NotLeaderForPartition, false, "broker", false},
+		{kafka.TopicAuthorizationFailed, false, "authorization", true},
+		{kafka.UnsupportedSASLMechanism, false, "authorization", true},
+		{kafka.IllegalSASLState, false, "authorization", true},
+	} {
+		reason, permanent := classify(brokerError(c.err))
+		if rejected(c.err) != c.rejected || reason != c.reason || permanent != c.permanent {
+			t.Errorf("%s: rejected %v, %s, permanent %v; want %v, %s, %v", c.err.Title(), rejected(c.err), reason, permanent,
+				c.rejected, c.reason, c.permanent)
+		}
 	}
 }

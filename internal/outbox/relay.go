@@ -348,27 +348,34 @@ func (r *Relay) publish(ctx context.Context, rows []pendingRow) error {
 			n := messageSize(message(rows[0], r.cfg.Source))
 			rows[0].settle(fmt.Errorf("event of about %d bytes is larger than kafka.batch_bytes (%d)", n, r.cfg.BatchBytes))
 			rows = rows[1:]
-		case time.Until(r.lanes.validUntil) < r.publishWindow():
-			// Checked before every call, the first too: a slow read may have used the margin
-			// step saw, and a call past the lease could land after another relay's.
-			return nil
-		case ctx.Err() != nil:
-			// A call outlives ctx (see write), so none starts once ctx has ended: a stop
-			// (SIGTERM, the end of the daemon's final flush) is not drawn out by calls begun
-			// after it. The rest stays pending for the next relay.
+		case !r.mayCall(ctx):
 			return nil
 		default:
-			if err := r.writeCall(ctx, rows[:len(msgs)], msgs); err != nil {
+			err := r.writeCall(ctx, rows[:len(msgs)], msgs)
+			if errors.Is(err, errNoCallWindow) {
+				return nil
+			}
+			if err != nil {
 				return err
 			}
 			rows = rows[len(msgs):]
-			if r.afterCall != nil {
-				r.afterCall()
-			}
 		}
 	}
 	return nil
 }
+
+// mayCall says whether a produce call may start. Checked before every call, the first too: a
+// slow read may have used the margin step saw, and a call past the lease could land after
+// another relay's. A call outlives ctx (see write), so none starts once ctx has ended: a stop
+// (SIGTERM, the end of the daemon's final flush) is not drawn out by calls begun after it. The
+// rest stays pending for the next relay.
+func (r *Relay) mayCall(ctx context.Context) bool {
+	return time.Until(r.lanes.validUntil) >= r.publishWindow() && ctx.Err() == nil
+}
+
+// errNoCallWindow: writeCall stopped before a call mayCall refused; its rows not yet settled
+// stay pending, and publish stops as it would have before the call.
+var errNoCallWindow = errors.New("no window left for a produce call")
 
 // nextCall is the next produce call; empty when the first row alone exceeds kafka.batch_bytes.
 func (r *Relay) nextCall(rows []pendingRow) []kafka.Message {
@@ -384,24 +391,37 @@ func (r *Relay) nextCall(rows []pendingRow) []kafka.Message {
 	return msgs
 }
 
-// writeCall sends a rejected partition's messages again one by one to find which are refused.
+// writeCall sends a rejected partition's messages again one by one to find which are refused
+// (the broker judges a partition's batch whole: one message over the topic's limit refuses
+// them all). Each of those calls is a call like any other: it starts only while mayCall says
+// so, or a long batch sent singly would outlive the lease and race the relay that took it.
 func (r *Relay) writeCall(ctx context.Context, rows []pendingRow, msgs []kafka.Message) (failed error) {
 	err := r.write(ctx, msgs)
 	werrs := make(kafka.WriteErrors, len(msgs))
 	if err != nil && (!errors.As(err, &werrs) || len(werrs) != len(msgs)) {
 		return r.wrapWriteErr(len(msgs), err)
 	}
+	stopped := false
 	for i := range rows {
 		e := werrs[i]
-		if e != nil && rejected(e) && failed == nil {
-			e = r.writeOne(ctx, msgs[i])
+		if e != nil && rejected(e) && failed == nil && !stopped {
+			if stopped = !r.mayCall(ctx); !stopped {
+				e = r.writeOne(ctx, msgs[i])
+			}
 		}
 		switch {
-		case e == nil || (rejected(e) && failed == nil):
+		case e == nil:
+			rows[i].settle(nil) // acknowledged
+		case stopped:
+			// Its batch was refused, maybe for another message: judged by the next call.
+		case rejected(e) && failed == nil:
 			rows[i].settle(e)
 		case failed == nil:
 			failed = r.wrapWriteErr(len(msgs), e)
 		}
+	}
+	if failed == nil && stopped {
+		return errNoCallWindow
 	}
 	return failed
 }
@@ -410,6 +430,9 @@ func (r *Relay) writeCall(ctx context.Context, rows []pendingRow, msgs []kafka.M
 func (r *Relay) write(ctx context.Context, msgs []kafka.Message) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
+	if r.afterCall != nil {
+		defer r.afterCall()
+	}
 	err := r.writer.WriteMessages(ctx, msgs...)
 	if err != nil && !allRejected(err) {
 		r.lastFailedWrite = time.Now()
@@ -531,11 +554,14 @@ func messageSize(m kafka.Message) int64 {
 }
 
 // rejected: the broker refused the message for what it is, so sending it again cannot succeed.
+// Not InvalidTimestamp: kafka-go stamps records with this host's clock when it sends them, so a
+// broker bounding timestamps refuses a skewed relay's every event, not one event's content;
+// that is retried (and logged) until the clock is right, not marked failed out of order.
 func rejected(err error) bool {
 	var tooLarge kafka.MessageTooLargeError
 	var kerr kafka.Error
 	return errors.As(err, &tooLarge) || errors.As(err, &kerr) && slices.Contains([]kafka.Error{
-		kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidRecord, kafka.InvalidTimestamp}, kerr)
+		kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidRecord}, kerr)
 }
 
 // relayError is a failure about Kafka or a panic; a permanent one stops even a following relay.
@@ -552,7 +578,8 @@ func (e *relayError) Unwrap() error { return e.err }
 func brokerError(err error) error {
 	var kerr kafka.Error
 	if errors.As(err, &kerr) && slices.Contains([]kafka.Error{
-		kafka.TopicAuthorizationFailed, kafka.ClusterAuthorizationFailed, kafka.SASLAuthenticationFailed}, kerr) {
+		kafka.TopicAuthorizationFailed, kafka.ClusterAuthorizationFailed, kafka.SASLAuthenticationFailed,
+		kafka.UnsupportedSASLMechanism, kafka.IllegalSASLState}, kerr) {
 		return &relayError{reason: "authorization", permanent: true, err: err}
 	}
 	return &relayError{reason: "broker", err: err}

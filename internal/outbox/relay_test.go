@@ -502,3 +502,54 @@ func TestTwoRelaysDeliverLateCommitsInOrder(t *testing.T) {
 		t.Fatalf("%d duplicates after a clean hand-over", dups)
 	}
 }
+
+// A partition's batch the broker refuses whole (one message over the topic's limit refuses
+// them all) is sent again message by message, each a call that starts only while the lease
+// leaves room for it: the rest stays pending, not failed, for whoever holds the lanes next,
+// and nothing is sent past the lease.
+func TestResendingARefusedBatchStopsAtTheLease(t *testing.T) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	enqueue(t, pool, snapshotEvents(1, 6)) // one item: one partition, one batch
+	cfg := testConfig(broker.ListenAddrs(), "relay-a")
+	cfg.Topic = "small-batches"
+	r, _ := newTestRelay(t, pool, cfg)
+	ctx := context.Background()
+	if _, _, err := r.lanes.renew(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	defer r.releaseLanes(ctx, 0)
+	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, cfg.BatchSize)
+	if err != nil || len(rows) != 6 {
+		t.Fatalf("read %d rows: %v", len(rows), err)
+	}
+	var largest int64
+	for _, row := range rows {
+		largest = max(largest, messageSize(message(row, r.cfg.Source)))
+	}
+	// Room for one event, not for the batch of six.
+	limit := strconv.FormatInt(largest*3/2, 10)
+	if err := broker.CreateTopic(cfg.Topic, 1, map[string]string{"max.message.bytes": limit}); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	r.afterCall = func() { // the batch, then the first event alone; then the lease runs short
+		if calls++; calls == 2 {
+			r.lanes.validUntil = time.Now().Add(r.publishWindow() - time.Second)
+		}
+	}
+	if err := r.publish(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 {
+		t.Fatalf("%d produce calls, want the refused batch and one event alone", calls)
+	}
+	for i, row := range rows {
+		if row.sent != (i == 0) || row.reason != "" {
+			t.Fatalf("row %d: sent=%v %q, want the first published and the rest pending", i, row.sent, row.reason)
+		}
+	}
+	if recs := consumeAll(t, broker, cfg.Topic); len(recs) != 1 {
+		t.Fatalf("topic holds %d records, want 1", len(recs))
+	}
+}
