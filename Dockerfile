@@ -16,22 +16,12 @@ ARG COMMIT=unknown
 ARG BUILD_DATE=unknown
 ARG TARGETOS=linux
 ARG TARGETARCH
-# Static (no cgo), stripped, reproducible paths; the same ldflags as the Makefile. collector-dev
-# (collector plus demo and sim) is for the compose stack's simulator, the dev target below; the
-# shipped image copies collector alone.
+# Static (no cgo), stripped, reproducible paths; the same ldflags as the Makefile. The shipped
+# image is collector alone; collector-dev (the compose stack's simulator) is the dev target below.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    for cmd in collector collector-dev; do \
-      CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} GOFLAGS=-buildvcs=false go build -trimpath \
-        -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.buildDate=${BUILD_DATE}" \
-        -o /out/$cmd ./cmd/$cmd || exit 1; \
-    done
-
-# The simulator image: docker build --target dev -t duecollector-dev .
-FROM gcr.io/distroless/static-debian12:nonroot AS dev
-COPY --from=build /out/collector-dev /usr/local/bin/collector-dev
-USER nonroot:nonroot
-ENTRYPOINT ["collector-dev"]
-CMD ["sim", "--addr", "0.0.0.0:8080"]
+    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} GOFLAGS=-buildvcs=false go build -trimpath \
+      -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.buildDate=${BUILD_DATE}" \
+      -o /out/collector ./cmd/collector
 
 # collector-dev (collector plus demo and sim) for the compose stack's simulator only; the
 # default target below never builds it: docker build --target dev -t duecollector-dev .
