@@ -14,21 +14,32 @@ const LockName = ".export.lock"
 // lockDir takes the day's directory for this run. Two exporters on one day (replicas sharing a
 // volume, a CronJob beside the daemon) would remove each other's manifest and temporary files
 // and list hashes of files the other renamed in. It is flock(2), let go when the process ends,
-// however it ends, so a killed exporter never leaves the day locked. busy: another run holds
-// it. A directory this run cannot make or write in is not locked: it can only keep what is
-// there, and writable says why when it must write.
+// however it ends, so a killed exporter never leaves the day locked (only the file, which the
+// next run takes and removes). busy: another run holds it. A directory this run cannot make or
+// write in is not locked: it can only keep what is there, and writable says why when it must
+// write.
 func lockDir(dir string) (unlock func(), busy bool) {
 	_ = os.MkdirAll(dir, 0o755)
-	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return func() {}, false
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, true
+	path := filepath.Join(dir, LockName)
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return func() {}, false
 		}
-		return func() {}, false // a file system without locks: as before there were any
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, true
+			}
+			return func() {}, false // a file system without locks: as before there were any
+		}
+		// The run before may have removed the file between our open and our lock: a lock on
+		// a removed file guards nothing, so take the one at the path.
+		held, err1 := f.Stat()
+		now, err2 := os.Stat(path)
+		if err1 == nil && err2 == nil && os.SameFile(held, now) {
+			return func() { _ = os.Remove(path); f.Close() }, false // removed while held
+		}
+		f.Close()
 	}
-	return func() { f.Close() }, false
 }
