@@ -39,7 +39,16 @@ func readSeries(ctx context.Context, db history.Reader, itemID, resolution strin
 	// Read before the points: a point collected after it could only make it say less than
 	// is known, never claim a market unchanged across a change the points do not show.
 	if !until.IsZero() {
-		held, replaced, err := history.HeldUntil(ctx, db, itemID, until)
+		// A candle whose bucket starts before until is read whole: the market that held at its
+		// close is the one to follow past the bucket's end, not past until.
+		end := until
+		switch resolution {
+		case history.Hourly:
+			end = ceilUTC(until, time.Hour)
+		case history.Daily:
+			end = ceilUTC(until, 24*time.Hour)
+		}
+		held, replaced, err := history.HeldUntil(ctx, db, itemID, end)
 		if err != nil {
 			return history.Series{ItemID: itemID}, err
 		}
@@ -50,4 +59,14 @@ func readSeries(ctx context.Context, db history.Reader, itemID, resolution strin
 	s, err := history.ReadBetween(ctx, db, itemID, resolution, since, until)
 	s.SeenUntil = seen
 	return s, err
+}
+
+// ceilUTC rounds t up to a multiple of d since the Unix epoch (UTC hours and days, as candle
+// buckets are).
+func ceilUTC(t time.Time, d time.Duration) time.Time {
+	f := t.Truncate(d)
+	if f.Equal(t) {
+		return t
+	}
+	return f.Add(d)
 }

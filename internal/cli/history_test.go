@@ -27,7 +27,7 @@ func TestHistoryCommand(t *testing.T) {
 	start := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
 	p := history.Policy{Heartbeat: time.Hour}
 	var last *history.Written
-	for i, price := range []int64{100, 100, 90, 90, 120} {
+	for i, price := range []int64{100, 100, 90, 120, 120} {
 		lowest := price
 		at := start.Add(time.Duration(i) * 30 * time.Minute)
 		var tok pgtype.UUID
@@ -70,14 +70,18 @@ func TestHistoryCommand(t *testing.T) {
 	}
 
 	// A window that ends before the last change: its last point (90, from +1h) was last seen
-	// by the collection at +1h30, the one before the change to 120 at +2h; not by the item's
-	// last collection, which saw 120.
+	// by the collection at +1h, the one before the change to 120 at +1h30; not by the item's
+	// last collection (+2h), which saw 120.
 	s, err := catalog.ReadSeries(ctx, pool, "x", "raw", start, start.Add(75*time.Minute))
-	if err != nil || len(s.Points) != 2 || s.SeenUntil == nil || !s.SeenUntil.Equal(start.Add(90*time.Minute)) {
-		t.Fatalf("raw until +75m: %d points, seen until %v (%v); want 2 points, seen until %s", len(s.Points), s.SeenUntil, err, start.Add(90*time.Minute))
+	if err != nil || len(s.Points) != 2 || s.SeenUntil == nil || !s.SeenUntil.Equal(start.Add(time.Hour)) {
+		t.Fatalf("raw until +75m: %d points, seen until %v (%v); want 2 points, seen until %s", len(s.Points), s.SeenUntil, err, start.Add(time.Hour))
 	}
-	if s, err := catalog.ReadSeries(ctx, pool, "x", "1h", start, start.Add(3*time.Hour)); err != nil || s.SeenUntil == nil || !s.SeenUntil.Equal(start.Add(2*time.Hour)) {
-		t.Fatalf("1h until +3h (nothing changed since): seen until %v (%v), want the last collection %s", s.SeenUntil, err, start.Add(2*time.Hour))
+	// Hourly until +75m holds the candle of +1h whole, closing at 120 (the change at +1h30):
+	// that market held until the last collection, not the 90 before it.
+	for _, until := range []time.Duration{75 * time.Minute, 3 * time.Hour} {
+		if s, err := catalog.ReadSeries(ctx, pool, "x", "1h", start, start.Add(until)); err != nil || s.SeenUntil == nil || !s.SeenUntil.Equal(start.Add(2*time.Hour)) {
+			t.Fatalf("1h until +%s: seen until %v (%v), want the last collection %s", until, s.SeenUntil, err, start.Add(2*time.Hour))
+		}
 	}
 
 	out, _, err = runCollector(t, "history", "x", "--database-url", db, "--interval", "1h", "--since", "36h", "-o", "csv")
