@@ -442,6 +442,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer stopBG()
 	var wg sync.WaitGroup
 	start := func(fn func(context.Context)) { wg.Go(func() { fn(bg) }) }
+	// Every loop's error series exists before any loop runs, so a first error is an increase.
+	loops := []string{"collect", "wake"}
+	if d.cfg.Daemon.Notify {
+		loops = append(loops, "listen")
+	}
+	for _, s := range d.maintenance() {
+		loops = append(loops, jobName(s))
+	}
+	for _, l := range loops {
+		d.metrics.LoopErrors.WithLabelValues(l)
+	}
 	if d.share != nil {
 		start(d.share.Start)
 	}
@@ -452,17 +463,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			listenNotifications(ctx, d.pool, d.cfg.ListenURL, d.wake, d.metrics, d.log, d.cfg.Daemon.MaxSleep)
 		})
 	}
-	// Every loop's error series exists from the start, so the first error is an increase.
-	loops := []string{"collect", "wake"}
-	if d.cfg.Daemon.Notify {
-		loops = append(loops, "listen")
-	}
 	for _, s := range d.maintenance() {
-		loops = append(loops, jobName(s))
 		start(func(ctx context.Context) { isolated(ctx, jobName(s), s.Start, d.cfg.RelayRestart, d.metrics, d.log) })
-	}
-	for _, l := range loops {
-		d.metrics.LoopErrors.WithLabelValues(l)
 	}
 	var srv *http.Server
 	if d.ln != nil {

@@ -427,21 +427,36 @@ func TestTierGaugesResetWhenATierEmpties(t *testing.T) {
 		t.Fatalf("%d tier series exported, want %d (every tier, 0 when empty)", n, want)
 	}
 
-	// A refresh that cannot read the database leaves them unknown, not at their last values;
-	// the next that can reads them again.
+	// Refreshes that cannot read the database keep the last values through a blip (a NaN would
+	// reset the alerts' for: timers), and leave them unknown once the failing has lasted.
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := d.gauges.runOnce(gone); err == nil {
-		t.Fatal("a refresh without its database reported no error")
-	}
 	m := d.Metrics()
-	for name, v := range map[string]float64{"due COLD_10M": testutil.ToFloat64(m.ItemsDue.WithLabelValues("COLD_10M")),
-		"leases": testutil.ToFloat64(m.LeasesHeld), "outbox backlog": testutil.ToFloat64(m.OutboxBacklog)} {
-		if !math.IsNaN(v) {
-			t.Errorf("%s reads %v after a failed refresh, want NaN", name, v)
+	unknown := func(want bool, when string) {
+		t.Helper()
+		for name, v := range map[string]float64{"due COLD_10M": testutil.ToFloat64(m.ItemsDue.WithLabelValues("COLD_10M")),
+			"leases": testutil.ToFloat64(m.LeasesHeld), "outbox backlog": testutil.ToFloat64(m.OutboxBacklog)} {
+			if math.IsNaN(v) != want {
+				t.Errorf("%s reads %v %s, want NaN: %v", name, v, when, want)
+			}
 		}
 	}
-	if g := gauges(); g["COLD_10M"] != [2]float64{1, 1} {
-		t.Fatalf("after a refresh that works again: %v", g)
+	t0 := time.Now()
+	for _, at := range []time.Duration{0, time.Minute, gaugeStaleAfter - time.Second} {
+		_, err := d.gauges.runOnce(gone)
+		if err == nil {
+			t.Fatal("a refresh without its database reported no error")
+		}
+		d.gauges.judge(t0.Add(at), err)
 	}
+	unknown(false, "while the failing is a blip")
+	_, err = d.gauges.runOnce(gone)
+	d.gauges.judge(t0.Add(gaugeStaleAfter), err)
+	unknown(true, "once the refreshes have failed for gaugeStaleAfter")
+	res, err := d.gauges.runOnce(ctx)
+	d.gauges.judge(t0.Add(gaugeStaleAfter+time.Second), err)
+	if err != nil || res.Tracked != 1 {
+		t.Fatalf("a refresh that works again: %+v %v", res, err)
+	}
+	unknown(false, "after a refresh that works")
 }

@@ -43,6 +43,8 @@ type gaugeService struct {
 	loop    *budget.Loop
 	metrics *telemetry.Metrics
 	log     *zap.Logger
+	// failingSince is when the refreshes began to fail (zero: the last one worked).
+	failingSince time.Time
 }
 
 func newGaugeService(cfg gaugeConfig, s *gaugeService) (*gaugeService, error) {
@@ -64,7 +66,7 @@ type gaugeResult struct {
 func (s *gaugeService) Start(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	failures := telemetry.Streak{Log: s.log, What: "refreshing the gauges failed (they read NaN, unknown, until a refresh works)"}
+	failures := telemetry.Streak{Log: s.log, What: "refreshing the gauges failed (they keep their last values for a while, then read NaN, unknown)"}
 	for {
 		_, err := s.runOnce(ctx)
 		switch {
@@ -74,6 +76,7 @@ func (s *gaugeService) Start(ctx context.Context) {
 		case err == nil:
 			failures.Ok(time.Now())
 		}
+		s.judge(time.Now(), err)
 		select {
 		case <-ctx.Done():
 			return
@@ -84,9 +87,27 @@ func (s *gaugeService) Start(ctx context.Context) {
 
 func workload() string { return string(provider.WorkloadMarket) }
 
-// unknown sets the gauges read from the database to NaN: a last value kept while the reads
-// fail would be a lie an alert acts on (a stale backlog keeps CollectorOutboxLagging firing
-// through max across instances, which passes over NaN).
+// gaugeStaleAfter is how long the gauges keep their last values through failed refreshes. A
+// blip (a database restart) must not reset the alerts' for: timers, which a NaN does (every
+// comparison with it is false); a last value kept for long is a lie an alert acts on (one
+// instance's stale backlog keeps CollectorOutboxLagging firing through max across instances,
+// which passes over NaN).
+const gaugeStaleAfter = 5 * time.Minute
+
+// judge follows the refreshes' failing streak at now: once it has lasted gaugeStaleAfter, the
+// gauges read from the database are unknown until a refresh works. Used by Start's goroutine.
+func (s *gaugeService) judge(now time.Time, err error) {
+	switch {
+	case err == nil:
+		s.failingSince = time.Time{}
+	case s.failingSince.IsZero():
+		s.failingSince = now
+	case now.Sub(s.failingSince) >= gaugeStaleAfter:
+		s.unknown()
+	}
+}
+
+// unknown sets the gauges read from the database to NaN.
 func (s *gaugeService) unknown() {
 	for _, t := range tiers.All() {
 		s.metrics.ItemsDue.WithLabelValues(string(t)).Set(math.NaN())
@@ -98,13 +119,8 @@ func (s *gaugeService) unknown() {
 	}
 }
 
-// runOnce refreshes every gauge once; when it fails, those read from the database are unknown.
+// runOnce refreshes every gauge once.
 func (s *gaugeService) runOnce(ctx context.Context) (res gaugeResult, err error) {
-	defer func() {
-		if err != nil {
-			s.unknown()
-		}
-	}()
 	if s.share != nil {
 		st := s.share.Stats()
 		s.metrics.BudgetShare.WithLabelValues(workload()).Set(st.PerSecond)
