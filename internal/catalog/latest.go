@@ -49,9 +49,18 @@ type Clock struct {
 	Now, Horizon time.Time
 }
 
-// clockCols reads Clock in any statement on tracked_items.
-const clockCols = `now(), least(now(), (SELECT min(xact_start) FROM pg_stat_activity
-	WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()))`
+// readHorizon reads the horizon in a statement of its own, before the rows: read in the same
+// statement, after its snapshot was taken, it would miss a writer that committed in between
+// (invisible to the read, gone from pg_stat_activity).
+func readHorizon(ctx context.Context, db history.Reader) (time.Time, error) {
+	var h time.Time
+	err := db.QueryRow(ctx, `SELECT least(now(), (SELECT min(xact_start) FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()))`).Scan(&h)
+	if err != nil {
+		return h, fmt.Errorf("read the oldest running transaction: %w", err)
+	}
+	return h, nil
+}
 
 // LatestOf is LatestStates for the given ids; ids nobody tracks are left out.
 func LatestOf(ctx context.Context, db history.Reader, ids []string) ([]Latest, time.Time, error) {
@@ -66,8 +75,12 @@ func LatestOf(ctx context.Context, db history.Reader, ids []string) ([]Latest, t
 func LatestChanged(ctx context.Context, db history.Reader, since time.Time) ([]Latest, Clock, int, error) {
 	var now Clock
 	var total int
+	horizon, err := readHorizon(ctx, db)
+	if err != nil {
+		return nil, now, 0, err
+	}
 	rows, err := db.Query(ctx, `
-		WITH c AS (SELECT `+clockCols+`, count(*)::int AS n FROM tracked_items WHERE NOT synthetic_item(item_id))
+		WITH c AS (SELECT now(), count(*)::int AS n FROM tracked_items WHERE NOT synthetic_item(item_id))
 		SELECT c.*, t.item_id, t.item_name, t.collection_tier, t.last_snapshot_at, t.last_collected_at,
 		       t.seen_lowest_price, t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price,
 		       t.seen_listing_count, t.seen_listing_quantity, t.seen_truncated
@@ -80,7 +93,7 @@ func LatestChanged(ctx context.Context, db history.Reader, since time.Time) ([]L
 	for rows.Next() {
 		var id, name, tier *string
 		var l Latest
-		if err := rows.Scan(&now.Now, &now.Horizon, &total, &id, &name, &tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
+		if err := rows.Scan(&now.Now, &total, &id, &name, &tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
 			&l.APIAverage, &l.ListingCount, &l.Quantity, &l.Truncated); err != nil {
 			rows.Close()
 			return nil, now, 0, fmt.Errorf("read the changed markets: %w", err)
@@ -93,13 +106,19 @@ func LatestChanged(ctx context.Context, db history.Reader, since time.Time) ([]L
 	if err := rows.Err(); err != nil {
 		return nil, now, 0, fmt.Errorf("read the changed markets: %w", err)
 	}
+	now.Horizon = horizon
 	return out, now, total, nil
 }
 
 func latest(ctx context.Context, db history.Reader, where string, args ...any) ([]Latest, Clock, error) {
 	var now Clock
+	horizon, err := readHorizon(ctx, db)
+	if err != nil {
+		return nil, now, err
+	}
+	now.Horizon = horizon
 	rows, err := db.Query(ctx, `
-		SELECT `+clockCols+`, item_id, item_name, collection_tier, last_snapshot_at, last_collected_at,
+		SELECT now(), item_id, item_name, collection_tier, last_snapshot_at, last_collected_at,
 		       seen_lowest_price, seen_median_price, seen_weighted_price, seen_api_average_price,
 		       seen_listing_count, seen_listing_quantity, seen_truncated
 		FROM tracked_items WHERE `+where+` ORDER BY item_id`, args...)
@@ -108,7 +127,7 @@ func latest(ctx context.Context, db history.Reader, where string, args ...any) (
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Latest, error) {
 		var l Latest
-		err := r.Scan(&now.Now, &now.Horizon, &l.ItemID, &l.Name, &l.Tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
+		err := r.Scan(&now.Now, &l.ItemID, &l.Name, &l.Tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
 			&l.APIAverage, &l.ListingCount, &l.Quantity, &l.Truncated)
 		return l, err
 	})
@@ -116,7 +135,7 @@ func latest(ctx context.Context, db history.Reader, where string, args ...any) (
 		return nil, now, fmt.Errorf("read the latest markets: %w", err)
 	}
 	if len(out) == 0 {
-		if err := db.QueryRow(ctx, `SELECT `+clockCols).Scan(&now.Now, &now.Horizon); err != nil {
+		if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now.Now); err != nil {
 			return nil, now, fmt.Errorf("read the database clock: %w", err)
 		}
 	}

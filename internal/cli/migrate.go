@@ -160,6 +160,11 @@ func (a *app) createPartitions(ctx context.Context) error {
 	states, err := parts.CreateAhead(ctx)
 	covered := len(states) > 0
 	for _, st := range states {
+		if !st.Described {
+			a.printf("%s: partitions could not be read\n", st.Table)
+			covered = false
+			continue
+		}
 		a.printf("%s: %d partitions, ready %s ahead\n", st.Table, st.Partitions, st.Ahead.Round(time.Minute))
 		covered = covered && st.Ahead > 0
 	}

@@ -28,6 +28,10 @@ behind PgBouncer in transaction mode without it, partitions are created but not 
 		RunE: a.run(func(ctx context.Context) error {
 			_, states, err := a.keepPartitions(ctx)
 			for _, st := range states {
+				if !st.Described {
+					a.printf("%s: could not be read; created %d, dropped %d (the error follows)\n", st.Table, len(st.Created), len(st.Dropped))
+					continue
+				}
 				oldest := "none"
 				if !st.Oldest.IsZero() {
 					oldest = st.Oldest.UTC().Format(time.RFC3339)
@@ -87,7 +91,7 @@ func (a *app) keepPartitions(ctx context.Context) (*pgxpool.Pool, []partition.Ta
 	}
 	parts, err := a.keeper(ctx, pool)
 	if err != nil {
-		return nil, nil, err
+		return pool, nil, err // the pool works: prune still prunes rows
 	}
 	states, err := parts.RunOnce(ctx)
 	return pool, states, err

@@ -33,9 +33,11 @@ names (docs/operations.md).
 database takes writes (not read-only, not a standby, not out of space: a write that needs new
 space is made and rolled back), that collections keep happening, whoever makes them (daemons or collect-due from cron): the provider
 paused by a manual override, fewer live daemon instances than --min-instances (0: a cron-only
-deployment needs none; set 1 where collector run is what collects), items due with no successful
-collection for longer than --max-idle, more overdue items than --max-overdue, or an unpublished
-outbox event older than --max-outbox-age.`,
+deployment needs none; set 1 where collector run is what collects), an outbox relay stopped for
+good, items due with no successful collection for longer than --max-idle, more overdue items
+than --max-overdue, or an unpublished outbox event older than --max-outbox-age. While the
+provider itself reports MAINTENANCE, idle and overdue items are not counted, unless it has
+lasted longer than 6 hours.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			if output != "text" && output != "json" {

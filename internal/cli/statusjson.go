@@ -228,6 +228,10 @@ type checkLimits struct {
 	minInstances int
 }
 
+// maxMaintenance is how long the provider's own maintenance may last before --check names it
+// (its weekly window is about four hours; CollectorProviderMaintenanceLong's for: too).
+const maxMaintenance = 6 * time.Hour
+
 // defaultMaxIdle is the longest tier interval (COLD, 10m) and a margin: a deployment whose
 // collect-due runs are no further apart than that passes.
 const defaultMaxIdle = 15 * time.Minute
@@ -257,10 +261,15 @@ func (l checkLimits) problems(st daemon.ClusterStatus) []string {
 	for _, t := range st.Tiers {
 		overdue, due = overdue+t.Overdue, due+t.Due
 	}
-	// The provider's own maintenance (weekly, hours) holds every item back by design, as the
-	// alerts hold off then; a manual pause is named above.
-	if eff, _, _ := st.Provider.Effective(); eff == provider.Maintenance && st.Provider.OverrideStatus == "" {
+	// The provider's own maintenance (weekly, about four hours) holds every item back by
+	// design, as the alerts hold off then; one that lasts past maxMaintenance is named, as
+	// CollectorProviderMaintenanceLong does. A manual pause is named above.
+	if eff, _, since := st.Provider.Effective(); eff == provider.Maintenance && st.Provider.OverrideStatus == "" {
 		overdue, due = 0, 0
+		if d := st.DatabaseNow.Sub(since); !since.IsZero() && d > maxMaintenance {
+			out = append(out, fmt.Sprintf("provider %s in MAINTENANCE for %s, longer than its weekly window: check its announcements",
+				st.Provider.Provider, d.Round(time.Minute)))
+		}
 	} else if p := l.idle(st, due); p != "" {
 		out = append(out, p)
 	}

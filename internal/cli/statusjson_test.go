@@ -254,11 +254,15 @@ func TestCheckDuringMaintenanceAndWithAStoppedRelay(t *testing.T) {
 	now := time.Now()
 	lim := checkLimits{maxIdle: 15 * time.Minute}
 	st := daemon.ClusterStatus{DatabaseNow: now,
-		Provider: provider.StatusRow{Provider: "neople", Status: provider.Maintenance, Reason: "DNF980 system maintenance"},
+		Provider: provider.StatusRow{Provider: "neople", Status: provider.Maintenance, Reason: "DNF980 system maintenance", Since: now.Add(-2 * time.Hour)},
 		Tiers:    []daemon.TierStatus{{Tier: "HOT_1M", Items: 40, Due: 40, Overdue: 40}},
 		Activity: catalog.Activity{LastCollected: now.Add(-2 * time.Hour), OldestDue: now.Add(-2 * time.Hour)}}
 	if p := lim.problems(st); len(p) != 0 {
 		t.Fatalf("in the provider's maintenance: problems %q, want none", p)
+	}
+	st.Provider.Since = now.Add(-7 * time.Hour)
+	if p := lim.problems(st); len(p) != 1 || !strings.Contains(p[0], "in MAINTENANCE for 7h0m0s, longer than its weekly window") {
+		t.Fatalf("in the provider's maintenance for 7 hours: problems %q, want it named", p)
 	}
 	st.Provider.Status = provider.Healthy
 	if p := lim.problems(st); len(p) != 2 || !strings.Contains(p[0], "collections are not happening") || !strings.Contains(p[1], "40 items overdue") {

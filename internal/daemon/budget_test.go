@@ -81,8 +81,8 @@ func TestRateLimitAnswerCoolsDownEveryInstance(t *testing.T) {
 		cfg.Daemon.Budget.Enabled = true
 		cfg.Daemon.Budget.Heartbeat = 100 * time.Millisecond
 		cfg.Daemon.Budget.Cooldown = 10 * time.Second // long enough that a loaded machine still checks within it
-		cfg.Daemon.Budget.Adaptive = false // adaptive, only a Retry-After pauses (adaptive_test.go)
-		cfg.Market.Rate = 1000             // far above what the simulator allows: it answers 429
+		cfg.Daemon.Budget.Adaptive = false            // adaptive, only a Retry-After pauses (adaptive_test.go)
+		cfg.Market.Rate = 1000                        // far above what the simulator allows: it answers 429
 		rs = append(rs, e.start(t, cfg, nil))
 	}
 	testkit.Eventually(t, 20*time.Second, "a 429 answer", func() bool { return e.sim.KeyStats(marketKey).RateLimited > 0 })

@@ -43,13 +43,15 @@ func Transport(cfg config.KafkaConfig, dial Dial) (*kafka.Transport, error) {
 	}
 	// Metadata of the one topic, refreshed within MetadataTTL: kafka-go learns of a new
 	// partition leader only at a refresh, and a relay --once gives up after a few seconds of
-	// retries (its 6 s default outlasted them through a routine leader election).
+	// retries (the 6 s default often outlasted them through a routine leader election).
 	return &kafka.Transport{Dial: dial, DialTimeout: DialTimeoutDefault, ClientID: cfg.ClientID, TLS: tc, SASL: mech,
 		MetadataTTL: MetadataTTL, MetadataTopics: []string{cfg.Topic}}, nil
 }
 
-// MetadataTTL bounds how long the relay's view of the topic's leaders may be stale.
-const MetadataTTL = time.Second
+// MetadataTTL bounds how long the relay's view of the topic's leaders may be stale (kafka-go
+// refreshes at a random moment within it). It is also the deadline of each metadata request,
+// which a loaded or distant cluster must be able to answer within.
+const MetadataTTL = 3 * time.Second
 
 // Compression is kafka-go's codec for kafka.compression (config validates the name).
 func Compression(name string) kafka.Compression {

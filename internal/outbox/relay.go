@@ -412,12 +412,14 @@ func (r *Relay) writeCall(ctx context.Context, rows []pendingRow, msgs []kafka.M
 		switch {
 		case e == nil:
 			rows[i].settle(nil) // acknowledged
+		case failed != nil:
+			// After a failure, nothing later is judged: it stays pending behind it.
+		case !rejected(e):
+			failed = r.wrapWriteErr(len(msgs), e)
 		case stopped:
 			// Its batch was refused, maybe for another message: judged by the next call.
-		case rejected(e) && failed == nil:
+		default:
 			rows[i].settle(e)
-		case failed == nil:
-			failed = r.wrapWriteErr(len(msgs), e)
 		}
 	}
 	if failed == nil && stopped {

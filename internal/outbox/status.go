@@ -36,7 +36,7 @@ func ReadBacklog(ctx context.Context, pool *pgxpool.Pool, countPublished bool) (
 
 // RelayState is who holds lanes, what is pending in them and which relays stopped for good.
 type RelayState struct {
-	LanesHeld int      // lanes under an unexpired lease
+	LanesHeld int      // lanes under an unexpired lease, with an owner
 	Owners    []string // who holds them
 	Pending   int64    // rows pending in those lanes
 	// Cooling is lanes given back after a failed send, free once it can no longer land.

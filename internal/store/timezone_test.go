@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+	_ "time/tzdata" // Asia/Seoul on a host without zone files too
 
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
