@@ -87,13 +87,7 @@ func poolConfig(cfg PoolConfig, key string) (*pgxpool.Config, error) {
 	}
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		inUTC(c.TypeMap())
-		// A bound the operator set (ALTER ROLE, the URL's options) is theirs to keep.
-		_, err := c.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, false)
-			WHERE current_setting('idle_in_transaction_session_timeout') = '0'`, fmt.Sprintf("%dms", idle.Milliseconds()))
-		if err != nil {
-			return fmt.Errorf("bound idle transactions: %w", err)
-		}
-		return nil
+		return boundIdle(ctx, c, idle)
 	}
 	if cfg.QueryExecMode != "" {
 		mode, ok := execModes[cfg.QueryExecMode]
@@ -103,6 +97,34 @@ func poolConfig(cfg PoolConfig, key string) (*pgxpool.Config, error) {
 		pc.ConnConfig.DefaultQueryExecMode = mode
 	}
 	return pc, nil
+}
+
+// boundIdle has the server end the session's transaction once it has been idle for longer
+// than idle: a client frozen inside one (a paused VM, SIGSTOP) would otherwise keep its locks,
+// and what waits on them, for good. A bound the operator set (ALTER ROLE, the URL's options)
+// is theirs to keep.
+func boundIdle(ctx context.Context, c *pgx.Conn, idle time.Duration) error {
+	_, err := c.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, false)
+		WHERE current_setting('idle_in_transaction_session_timeout') = '0'`, fmt.Sprintf("%dms", idle.Milliseconds()))
+	if err != nil {
+		return fmt.Errorf("bound idle transactions: %w", err)
+	}
+	return nil
+}
+
+// Connect opens one connection outside any pool (migrations), bounded as the pools' are: a
+// migrator frozen between the statements of a migration's transaction would otherwise hold
+// its ACCESS EXCLUSIVE locks, and every query of every collector behind them, for good.
+func Connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := boundIdle(ctx, conn, IdleInTransactionDefault); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
 }
 
 // inUTC makes timestamptz values (and arrays of them) scan in UTC rather than the host's
@@ -180,7 +202,7 @@ func Migrate(ctx context.Context, url string, onStart func(seq int32, name strin
 // MigrateTo brings the schema up or down to version target (Latest for the newest), under
 // tern's advisory lock, calling onStart before each step.
 func MigrateTo(ctx context.Context, url string, target int32, onStart func(Step)) error {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := Connect(ctx, url)
 	if err != nil {
 		return fmt.Errorf("connect to the database at %s for migration: %w", Where(url), err)
 	}

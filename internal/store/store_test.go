@@ -183,6 +183,29 @@ func TestTransientTellsRetryableFailuresFromDataErrors(t *testing.T) {
 	}
 }
 
+// The migrator's own connection, outside the pools, is bounded as theirs are: frozen between
+// a migration's statements, it would hold ACCESS EXCLUSIVE locks that every collector's
+// queries wait behind. An operator's own bound is kept.
+func TestAMigratorsConnectionIsBoundedToo(t *testing.T) {
+	ctx := context.Background()
+	url := storetest.NewDatabase(t)
+	for _, c := range []struct{ url, want string }{
+		{url, "1min"},
+		{url + "&options=-c%20idle_in_transaction_session_timeout%3D5min", "5min"},
+	} {
+		conn, err := store.Connect(ctx, c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = conn.QueryRow(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&got)
+		conn.Close(ctx)
+		if err != nil || got != c.want {
+			t.Fatalf("idle_in_transaction_session_timeout = %q (%v), want %s", got, err, c.want)
+		}
+	}
+}
+
 // A client frozen inside a transaction (a paused VM, SIGSTOP) must not keep its row locks, and
 // so its items, from every claim for good: the server ends the transaction. An operator's own
 // bound is kept.

@@ -47,6 +47,10 @@ const (
 // history.partition_ahead runs out, so a failed pass is retried long before writes need it.
 const KeepIntervalDefault = time.Hour
 
+// dropIdleSession (Partitions.dropIdle) is how long the drop pass's session may sit idle while it holds the drop
+// lock before the server ends it (and so the lock): its statements follow each other at once.
+const dropIdleSession = time.Minute
+
 // createLockTimeout bounds a creation's wait for the parent (ATTACH takes SHARE UPDATE
 // EXCLUSIVE, which only other DDL holds); the next pass retries, well before the ahead runs out.
 const createLockTimeout = "5s"
@@ -111,6 +115,7 @@ type Partitions struct {
 	cfg     Config
 	// lockedForDrop, when set (tests), runs while the drop pass holds its lock.
 	lockedForDrop func()
+	dropIdle      time.Duration // dropIdleSession; tests shorten it
 }
 
 // New validates cfg. direct is the pool on database.direct_url: nil (or pool) when none is
@@ -126,7 +131,7 @@ func New(pool, direct *pgxpool.Pool, cfg Config) (*Partitions, error) {
 	if cfg.DropStatementTimeout == 0 {
 		cfg.DropStatementTimeout = DropStatementTimeoutDefault
 	}
-	p := &Partitions{pool: pool, ddl: direct, session: true, cfg: cfg}
+	p := &Partitions{pool: pool, ddl: direct, session: true, cfg: cfg, dropIdle: dropIdleSession}
 	if direct == nil || direct == pool {
 		p.ddl = pool
 		p.session = pool != nil && pool.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol
@@ -280,8 +285,10 @@ func (p *Partitions) dropPast(ctx context.Context, states []TableState) error {
 	defer conn.Release()
 	var locked bool
 	var lockTimeout, stmtTimeout string
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1), current_setting('lock_timeout'), current_setting('statement_timeout')`,
-		int64(dropLockKey)).Scan(&locked, &lockTimeout, &stmtTimeout); err != nil {
+	var idleSession *string // nil before PostgreSQL 14
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1), current_setting('lock_timeout'), current_setting('statement_timeout'),
+		current_setting('idle_session_timeout', true)`,
+		int64(dropLockKey)).Scan(&locked, &lockTimeout, &stmtTimeout, &idleSession); err != nil {
 		return fmt.Errorf("drop partitions: lock: %w", err)
 	}
 	if !locked {
@@ -290,6 +297,7 @@ func (p *Partitions) dropPast(ctx context.Context, states []TableState) error {
 		}
 		return nil
 	}
+	boundSession := idleSession != nil && *idleSession == "0" // an operator's own bound is kept
 	defer func() {
 		// Unlock and restore the session as it was; a lock left behind would lock every later
 		// pass out, so a session that cannot say it let go is closed, which frees the lock.
@@ -298,6 +306,9 @@ func (p *Partitions) dropPast(ctx context.Context, states []TableState) error {
 		defer cancel()
 		err := conn.QueryRow(uctx, `SELECT pg_advisory_unlock($1), set_config('lock_timeout', $2, false), set_config('statement_timeout', $3, false)`,
 			int64(dropLockKey), lockTimeout, stmtTimeout).Scan(&unlocked, nil, nil)
+		if err == nil && boundSession {
+			_, err = conn.Exec(uctx, `SELECT set_config('idle_session_timeout', '0', false)`)
+		}
 		if err != nil || !unlocked {
 			_ = conn.Conn().Close(context.WithoutCancel(ctx))
 		}
@@ -305,6 +316,14 @@ func (p *Partitions) dropPast(ctx context.Context, states []TableState) error {
 	if _, err := conn.Exec(ctx, `SELECT set_config('lock_timeout', $1, false), set_config('statement_timeout', $2, false)`,
 		millis(p.cfg.DropLockTimeout), millis(p.cfg.DropStatementTimeout)); err != nil {
 		return fmt.Errorf("drop partitions: timeouts: %w", err)
+	}
+	// The lock is the session's, outside any transaction, so no idle-transaction bound ends it:
+	// a holder frozen between its statements (SIGSTOP, a paused VM) would keep every instance's
+	// drops away for good. The server ends a session idle that long (PostgreSQL 14 and later).
+	if boundSession {
+		if _, err := conn.Exec(ctx, `SELECT set_config('idle_session_timeout', $1, false)`, millis(p.dropIdle)); err != nil {
+			return fmt.Errorf("drop partitions: idle bound: %w", err)
+		}
 	}
 	if p.lockedForDrop != nil {
 		p.lockedForDrop()

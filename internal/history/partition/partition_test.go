@@ -218,6 +218,56 @@ func names(bs []bound) []string {
 	return out
 }
 
+// A drop pass frozen while it holds the drop lock (SIGSTOP, a paused VM) sits idle in a session
+// outside any transaction, where no idle-transaction bound reaches: the server ends the idle
+// session, and the lock with it, so the other instances' drops do not stop for good.
+func TestAFrozenDropPassLetsGoOfTheLock(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	var version int
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil || version < 140000 {
+		t.Skipf("idle_session_timeout needs PostgreSQL 14 (server %d, %v)", version, err)
+	}
+	storetest.PartitionDays(t, pool, -10, 1, partition.Sales)
+	frozen := upkeep(t, pool, 3*24*time.Hour)
+	partition.BoundDropIdle(frozen, time.Second)
+	locked, release := make(chan struct{}), make(chan struct{})
+	partition.WhileDropLocked(frozen, func() { close(locked); <-release })
+	var thaw sync.Once
+	defer thaw.Do(func() { close(release) }) // on failure too: the pool's close waits for its connection
+	done := make(chan error, 1)
+	go func() {
+		_, err := frozen.RunOnce(ctx)
+		done <- err
+	}()
+	select {
+	case <-locked:
+	case err := <-done:
+		t.Fatalf("the pass ended without reaching its drop: %v", err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET lock_timeout = '30s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(partition.DropLockKey)); err != nil {
+		t.Fatalf("the frozen pass kept the drop lock: %v", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(partition.DropLockKey)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `RESET lock_timeout`); err != nil {
+		t.Fatal(err)
+	}
+	thaw.Do(func() { close(release) })
+	if err := <-done; err == nil {
+		t.Fatal("the frozen pass went on as if it still held the drop lock")
+	}
+}
+
 // Two drop passes at once: the one that finds the lock taken skips its drop (still creating what
 // is missing) instead of waiting, and the old days are dropped once, by the other.
 func TestTwoDropPassesAtOnceOneSkipsAndTheDaysGoOnce(t *testing.T) {
