@@ -36,8 +36,8 @@ paused by a manual override, fewer live daemon instances than --min-instances (0
 deployment needs none; set 1 where collector run is what collects), an outbox relay stopped for
 good, items due with no successful collection for longer than --max-idle, more overdue items
 than --max-overdue, or an unpublished outbox event older than --max-outbox-age. While the
-provider itself reports MAINTENANCE, idle and overdue items are not counted, unless it has
-lasted longer than 6 hours.`,
+provider itself reports MAINTENANCE, idle and overdue items are not counted; a maintenance
+that has lasted longer than 6 hours is named instead.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			if output != "text" && output != "json" {

@@ -459,4 +459,8 @@ func TestTierGaugesResetWhenATierEmpties(t *testing.T) {
 		t.Fatalf("a refresh that works again: %+v %v", res, err)
 	}
 	unknown(false, "after a refresh that works")
+	// A new failure starts a new streak: a blip again, however long ago the last one began.
+	_, err = d.gauges.runOnce(gone)
+	d.gauges.judge(t0.Add(2*gaugeStaleAfter), err)
+	unknown(false, "at the first failure of a new streak")
 }

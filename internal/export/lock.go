@@ -21,25 +21,32 @@ const LockName = ".export.lock"
 func lockDir(dir string) (unlock func(), busy bool) {
 	_ = os.MkdirAll(dir, 0o755)
 	path := filepath.Join(dir, LockName)
-	for {
+	for attempt := 1; ; attempt++ {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 		if err != nil {
 			return func() {}, false
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
-				return nil, true
-			}
-			return func() {}, false // a file system without locks: as before there were any
-		}
+		lockErr := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		// The run before may have removed the file between our open and our lock: a lock on
-		// a removed file guards nothing, so take the one at the path.
+		// (or an error from) a removed file says nothing, so judge the file at the path.
 		held, err1 := f.Stat()
 		now, err2 := os.Stat(path)
-		if err1 == nil && err2 == nil && os.SameFile(held, now) {
+		same := err1 == nil && err2 == nil && os.SameFile(held, now)
+		switch {
+		case lockErr == nil && same:
 			return func() { _ = os.Remove(path); f.Close() }, false // removed while held
+		case errors.Is(lockErr, syscall.EWOULDBLOCK):
+			f.Close()
+			return nil, true
+		case !same && attempt < 3:
+			f.Close()
+		case !same:
+			f.Close()
+			return nil, true // replaced under us again and again: others are at work
+		default:
+			// A file system without locks: as before there were any, and no file left behind.
+			f.Close()
+			return func() { _ = os.Remove(path) }, false
 		}
-		f.Close()
 	}
 }
