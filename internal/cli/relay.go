@@ -42,7 +42,8 @@ kafka.outbox_retention, and what retention.* ages are set.
 Several relays may run at once: each holds a share of the outbox lanes (all events of one item
 share a lane), so per-item order holds. With --once, lanes another relay holds are left to it;
 the command says so and exits 0. It exits non-zero when the broker stays unreachable after
-outbox.RetryAttemptsDefault (5) tries; unpublished rows stay in the outbox for the next run.`,
+outbox.RetryAttemptsDefault (5) tries; unpublished rows stay in the outbox for the next run.
+Stopped by SIGTERM or Ctrl-C, it says what it published and exits 0, as collect-due does.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			r, err := a.newRelay(ctx)
@@ -54,6 +55,13 @@ outbox.RetryAttemptsDefault (5) tries; unpublished rows stay in the outbox for t
 				return a.followWithPruner(ctx, r)
 			}
 			res, err := r.RunOnce(ctx)
+			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				// A stop asked for (SIGTERM, Ctrl-C) is an end like collect-due's: exit 0,
+				// saying so; the rest stays pending for the next run.
+				a.printf("published %d, failed %d, in %d batches; interrupted: the rest stays in the outbox for the next run\n",
+					res.Published, res.Failed, res.Batches)
+				return nil
+			}
 			if err == nil || res.Batches > 0 {
 				a.printf("published %d, failed %d, in %d batches\n", res.Published, res.Failed, res.Batches)
 			}
