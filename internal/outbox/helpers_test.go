@@ -334,3 +334,24 @@ func TestStopNotesOfGoneRelaysAreDropped(t *testing.T) {
 		t.Fatalf("stop notes %v (%v), want the recent one and this relay's", owners, err)
 	}
 }
+
+// leasedRows is a relay holding every lane, the n pending rows it reads, and the size of the
+// largest of their messages: one publish step, taken apart. The lanes go back when the test ends.
+func leasedRows(t *testing.T, pool *pgxpool.Pool, cfg RelayConfig, n int) (*Relay, []pendingRow, int64) {
+	t.Helper()
+	r, _ := newTestRelay(t, pool, cfg)
+	ctx := context.Background()
+	if _, _, err := r.lanes.renew(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.releaseLanes(ctx, 0) })
+	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, cfg.BatchSize)
+	if err != nil || len(rows) != n {
+		t.Fatalf("read %d rows: %v", len(rows), err)
+	}
+	var largest int64
+	for _, row := range rows {
+		largest = max(largest, messageSize(message(row, r.cfg.Source)))
+	}
+	return r, rows, largest
+}

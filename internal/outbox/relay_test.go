@@ -370,20 +370,8 @@ func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 	broker := newBroker(t)
 	enqueue(t, pool, snapshotEvents(1, 4))
 	cfg := testConfig(broker.ListenAddrs(), "relay-a")
-	r, _ := newTestRelay(t, pool, cfg)
+	r, rows, largest := leasedRows(t, pool, cfg, 4)
 	ctx := context.Background()
-	if _, _, err := r.lanes.renew(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	defer r.releaseLanes(ctx, 0)
-	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, cfg.BatchSize)
-	if err != nil || len(rows) != 4 {
-		t.Fatalf("read %d rows: %v", len(rows), err)
-	}
-	var largest int64
-	for _, row := range rows {
-		largest = max(largest, messageSize(message(row, r.cfg.Source)))
-	}
 	r.cfg.BatchBytes = largest * 5 / 2 // two events per produce call
 	// Just under the window: no call goes.
 	r.lanes.validUntil = time.Now().Add(r.publishWindow() - time.Second)
@@ -513,20 +501,8 @@ func TestResendingARefusedBatchStopsAtTheLease(t *testing.T) {
 	enqueue(t, pool, snapshotEvents(1, 6)) // one item: one partition, one batch
 	cfg := testConfig(broker.ListenAddrs(), "relay-a")
 	cfg.Topic = "small-batches"
-	r, _ := newTestRelay(t, pool, cfg)
+	r, rows, largest := leasedRows(t, pool, cfg, 6)
 	ctx := context.Background()
-	if _, _, err := r.lanes.renew(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	defer r.releaseLanes(ctx, 0)
-	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, cfg.BatchSize)
-	if err != nil || len(rows) != 6 {
-		t.Fatalf("read %d rows: %v", len(rows), err)
-	}
-	var largest int64
-	for _, row := range rows {
-		largest = max(largest, messageSize(message(row, r.cfg.Source)))
-	}
 	// Room for one event, not for the batch of six.
 	limit := strconv.FormatInt(largest*3/2, 10)
 	if err := broker.CreateTopic(cfg.Topic, 1, map[string]string{"max.message.bytes": limit}); err != nil {
