@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/export"
 )
+
+// exportBusyBackoff spaces the looks at a day another export is writing.
+var exportBusyBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Second}
 
 func newExportCmd(a *app) *cobra.Command {
 	var day, out, format string
@@ -48,13 +53,23 @@ docs/api.md says how to load a day into DuckDB.`,
 				}
 				opts.Version, _, _ = buildInfo()
 				opts.Retention = a.cfg.Retention
-				res, err := export.Run(ctx, pool, opts)
-				if err != nil {
-					return fmt.Errorf("export --day %s --out %s: %w", day, out, err)
-				}
-				if res.Busy {
-					a.printf("%s: another export is writing %s right now; this one wrote nothing and leaves the day to it\n", res.Day, out)
-					return nil
+				// Another export writing the day (the daemon's, a CronJob's) is waited for, then
+				// the day judged again, so that success means the day is there for what runs next
+				// (an upload): usually it is then complete and skipped.
+				var res export.Result
+				for attempt := 1; ; attempt++ {
+					if res, err = export.Run(ctx, pool, opts); err != nil {
+						return fmt.Errorf("export --day %s --out %s: %w", day, out, err)
+					}
+					if !res.Busy {
+						break
+					}
+					if attempt == 1 {
+						a.printf("%s: another export is writing %s right now; waiting for it to finish\n", res.Day, out)
+					}
+					if !backoff.Sleep(ctx, exportBusyBackoff.Delay(attempt)) {
+						return fmt.Errorf("export --day %s --out %s: stopped while another export was writing the day: %w", day, out, context.Cause(ctx))
+					}
 				}
 				if res.Kept != "" {
 					a.printf("%s: already exported to %s and complete, and kept: %s\n", res.Day, out, res.Kept)

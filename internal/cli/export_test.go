@@ -1,12 +1,18 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/export"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
@@ -55,5 +61,65 @@ func TestExportCommandErrorsNameTheFlag(t *testing.T) {
 	entries, _ := os.ReadDir(out)
 	if len(entries) != 4 {
 		t.Errorf("the out directory holds %d entries, want 3 files and the manifest", len(entries))
+	}
+}
+
+// signalWriter collects what is written and closes seen once it holds want.
+type signalWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, _ := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, nil
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// collector export that finds another export writing the day waits for it and then judges the
+// day again, so that its success means the day is there for what runs next (an upload).
+func TestExportCommandWaitsForAnotherExportOfTheDay(t *testing.T) {
+	t.Setenv("COLLECTOR_CONFIG", "")
+	_, db := storetest.NewPool(t)
+	out := t.TempDir()
+	other, err := os.OpenFile(filepath.Join(out, export.LockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := syscall.Flock(int(other.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	stdout := &signalWriter{want: "waiting for it", seen: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		cmd := newRootCmd(stdout, io.Discard)
+		cmd.SetArgs([]string{"export", "--database-url", db, "--day", "2026-01-01", "--out", out, "--format", "csv", "--log-format=console"})
+		done <- cmd.ExecuteContext(context.Background())
+	}()
+	select {
+	case <-stdout.seen:
+	case err := <-done:
+		t.Fatalf("with the day locked by another export it ended: %v, %q; want it waiting", err, stdout.String())
+	}
+	other.Close() // the other export ends
+	if err := <-done; err != nil || !strings.Contains(stdout.String(), "exported") {
+		t.Fatalf("once the other let go: %v, %q; want the day exported", err, stdout.String())
+	}
+	if _, err := os.Stat(filepath.Join(out, export.ManifestName)); err != nil {
+		t.Fatalf("the manifest: %v", err)
 	}
 }

@@ -69,6 +69,8 @@ type Options struct {
 	skipEmpty bool
 	// afterCount, when set, runs once the day's rows are counted (tests).
 	afterCount func()
+	// afterTable, when set, runs once each table's file is written, before it is in place (tests).
+	afterTable func()
 }
 
 // Result says what Run did.
@@ -250,10 +252,6 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 	if err := writable(opts.Dir); err != nil {
 		return res, err
 	}
-	// The old manifest goes first: until the new one is written, the day is not complete.
-	if err := os.Remove(filepath.Join(opts.Dir, ManifestName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return res, fmt.Errorf("remove the old manifest: %w", err)
-	}
 	removeTemps(opts.Dir)
 	version, err := store.CurrentVersion(ctx, db)
 	if err != nil {
@@ -261,15 +259,40 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 	}
 	m := Manifest{Day: res.Day, Format: opts.Format, Complete: complete, SchemaVersion: version,
 		CollectorVersion: opts.Version, CreatedBy: "duecollector collector export"}
+	// Every table is written in full before anything of the day's current export is touched:
+	// a full disk, a kill or a stop during the long part leaves that export as it was.
+	var temps []string
+	defer func() {
+		for _, tmp := range temps {
+			os.Remove(tmp) // those not renamed into place
+		}
+	}()
 	for _, t := range tables {
-		f, err := writeTable(ctx, db, opts, t)
+		f, tmp, err := writeTable(ctx, db, opts, t)
 		if err != nil {
 			return res, err
+		}
+		temps = append(temps, tmp)
+		if opts.afterTable != nil {
+			opts.afterTable()
 		}
 		if want := dayCount(counts, t.name); f.Rows != want {
 			return res, fmt.Errorf("%s: wrote %d rows, the day holds %d: the manifest is not written", f.File, f.Rows, want)
 		}
 		m.Tables = append(m.Tables, f)
+	}
+	// The old manifest goes first: until the new one is written, the day is not complete.
+	if err := os.Remove(filepath.Join(opts.Dir, ManifestName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return res, fmt.Errorf("remove the old manifest: %w", err)
+	}
+	for i, f := range m.Tables {
+		if err := os.Rename(temps[i], filepath.Join(opts.Dir, f.File)); err != nil {
+			return res, fmt.Errorf("write %s: %w", f.File, err)
+		}
+	}
+	temps = nil
+	if err := syncDir(opts.Dir); err != nil {
+		return res, fmt.Errorf("write %s: %w", opts.Dir, err)
 	}
 	body, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -310,6 +333,9 @@ func writable(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("out directory: %w", err)
 	}
+	// A new day's directory is an entry of its parent: until that is synced, a crash of the
+	// machine can lose the whole day, manifest and all.
+	_ = syncDir(filepath.Dir(dir))
 	f, err := os.CreateTemp(dir, ".probe-*")
 	if err != nil {
 		return fmt.Errorf("out directory %s is not writable: %w", dir, err)
@@ -400,18 +426,40 @@ func pastRetention(now, day time.Time, r config.RetentionConfig) string {
 // removeTemps deletes the temporary files an interrupted export left; a day is written by one
 // exporter at a time (lockDir).
 func removeTemps(dir string) {
-	names, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
-	for _, n := range names {
-		os.Remove(n)
+	entries, _ := os.ReadDir(dir) // not a glob: the directory's own name may hold [ * ?
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".probe-") || strings.HasPrefix(n, ".") && strings.Contains(n, ".tmp-") {
+			os.Remove(filepath.Join(dir, n))
+		}
 	}
 }
 
 // writeFile writes name in dir through a temporary file renamed into place, so a reader or
 // a crash never sees a half-written file under the final name.
 func writeFile(dir, name string, write func(io.Writer) error) error {
+	tmp, err := writeTemp(dir, name, write)
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, name))
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		if tmp != "" {
+			os.Remove(tmp)
+		}
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// writeTemp writes what is to become name in dir to a hidden temporary file there, synced,
+// and returns its path; on an error it leaves nothing behind.
+func writeTemp(dir, name string, write func(io.Writer) error) (string, error) {
 	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
+		return "", err
 	}
 	tmp := f.Name()
 	err = write(f)
@@ -424,17 +472,11 @@ func writeFile(dir, name string, write func(io.Writer) error) error {
 	if err == nil {
 		err = os.Chmod(tmp, 0o644)
 	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", name, err)
+		return "", err
 	}
-	return nil
+	return tmp, nil
 }
 
 // syncDir makes a rename in dir durable: until the directory is synced, a crash of the
@@ -470,13 +512,16 @@ func (c *counter) Write(p []byte) (int, error) {
 // exportIdleBound is how long the export's snapshot may wait on its files between tables.
 const exportIdleBound = "15min"
 
-func writeTable(ctx context.Context, db DB, opts Options, t table) (TableFile, error) {
+func writeTable(ctx context.Context, db DB, opts Options, t table) (TableFile, string, error) {
 	tf := TableFile{Table: t.name, File: t.name + "." + opts.Format}
-	err := writeFile(opts.Dir, tf.File, func(w io.Writer) error {
+	tmp, err := writeTemp(opts.Dir, tf.File, func(w io.Writer) error {
 		c := &counter{w: w, hash: sha256.New()}
 		n, err := t.write(ctx, db, opts.Day, opts.Format, c)
 		tf.Rows, tf.Bytes, tf.SHA256 = n, c.n, hex.EncodeToString(c.hash.Sum(nil))
 		return err
 	})
-	return tf, err
+	if err != nil {
+		return tf, "", fmt.Errorf("write %s: %w", tf.File, err)
+	}
+	return tf, tmp, nil
 }

@@ -225,6 +225,30 @@ func TestExportRerunSkipsOrWritesTheSameBytes(t *testing.T) {
 	}
 }
 
+// A rewrite of a complete day (late sales) that fails part-way, here stopped after its first
+// table, leaves the day's export as it was: its manifest, its files, no temporary file.
+// Consumers keep a complete day; the next run writes the new one.
+func TestARewriteThatFailsKeepsTheDay(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	b.export(t, dir, "csv")
+	before := checksums(t, dir)
+	storetest.Sales(t, b.pool, storetest.Sale{ItemID: "b", SoldAt: storetest.At(b.yesterday.Add(time.Hour)), UnitPrice: 7})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := export.AfterTable(export.Options{Day: b.yesterday, Dir: dir, Format: "csv", Version: "test", Settle: settleAtOnce}, cancel)
+	if _, err := export.Run(ctx, b.pool, opts); err == nil {
+		t.Fatal("a rewrite stopped after its first table succeeded")
+	}
+	after := checksums(t, dir)
+	if !maps.EqualFunc(before, after, bytes.Equal) {
+		t.Fatalf("a failed rewrite changed the day: before %v, after %v", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
+	}
+	if res := b.export(t, dir, "csv"); res.Skipped || res.Manifest.Tables[1].Rows != 4 {
+		t.Fatalf("the next run: %+v; want the day written with 4 sales", res)
+	}
+}
+
 // One export writes a day at a time: a run that finds the day's directory locked by another
 // (replicas sharing a volume, collector export beside the daemon) writes and removes nothing,
 // says so, and leaves the day to it; once that one lets go, however it ends, a run writes.

@@ -6,3 +6,10 @@ func AfterCount(o Options, f func()) Options {
 	o.afterCount = f
 	return o
 }
+
+// AfterTable returns o with f run once each table's file is written, before any is in place:
+// what a stop, a kill or a full disk in the middle of a day does to its export.
+func AfterTable(o Options, f func()) Options {
+	o.afterTable = f
+	return o
+}

@@ -23,6 +23,11 @@ func lockDir(dir string) (unlock func(), busy bool) {
 	path := filepath.Join(dir, LockName)
 	for attempt := 1; ; attempt++ {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if errors.Is(err, os.ErrPermission) {
+			// Left by a run as another user (root beside the service's own): flock needs no
+			// write access, and skipping the lock would let the two runs undo each other.
+			f, err = os.Open(path)
+		}
 		if err != nil {
 			return func() {}, false
 		}
