@@ -222,15 +222,24 @@ func MigrateTo(ctx context.Context, url string, target int32, onStart func(Step)
 	if target < 0 || target > int32(len(m.Migrations)) {
 		return fmt.Errorf("target version %d: allowed 0 to %d", target, len(m.Migrations))
 	}
-	if onStart != nil {
-		m.OnStart = func(seq int32, name, direction, sql string) {
-			onStart(Step{Sequence: seq, Name: name, Direction: direction, SQL: sql})
-		}
-	}
+	boundSteps(ctx, conn, m, onStart)
 	if err := m.MigrateTo(ctx, target); err != nil {
 		return fmt.Errorf("migrate to version %d: %w", target, err)
 	}
 	return nil
+}
+
+// boundSteps bounds each migration's transaction as Connect bounds the connection, then calls
+// onStart (when set): tern runs RESET ALL at the end of every migration, which undid
+// Connect's bound for the migrations after the first.
+func boundSteps(ctx context.Context, conn *pgx.Conn, m *migrate.Migrator, onStart func(Step)) {
+	m.OnStart = func(seq int32, name, direction, sql string) {
+		// Inside the step's transaction: an error aborts it, and the step fails saying so.
+		_ = boundIdle(ctx, conn, IdleInTransactionDefault)
+		if onStart != nil {
+			onStart(Step{Sequence: seq, Name: name, Direction: direction, SQL: sql})
+		}
+	}
 }
 
 // Plan lists the steps MigrateTo(target) would run now, changing nothing (not even creating

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -202,6 +204,43 @@ func TestAMigratorsConnectionIsBoundedToo(t *testing.T) {
 		conn.Close(ctx)
 		if err != nil || got != c.want {
 			t.Fatalf("idle_in_transaction_session_timeout = %q (%v), want %s", got, err, c.want)
+		}
+	}
+}
+
+// Every migration's transaction is bounded, not only the first: tern's RESET ALL after each
+// step undid the connection's bound, so a migrator frozen in a later step held its locks for
+// good.
+func TestEveryMigrationStepIsBounded(t *testing.T) {
+	ctx := context.Background()
+	conn, err := store.Connect(ctx, storetest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	m, err := migrate.NewMigrator(ctx, conn, "bound_test_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		m.AppendMigration(fmt.Sprintf("step %d", i), fmt.Sprintf(
+			`CREATE TABLE bound_seen_%d AS SELECT current_setting('idle_in_transaction_session_timeout') AS v`, i), "")
+	}
+	var steps []int32
+	store.BoundSteps(ctx, conn, m, func(s store.Step) { steps = append(steps, s.Sequence) })
+	if err := m.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(steps, []int32{1, 2, 3}) {
+		t.Fatalf("onStart saw steps %v, want 1 2 3", steps)
+	}
+	for i := 1; i <= 3; i++ {
+		var got string
+		if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT v FROM bound_seen_%d`, i)).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != "1min" {
+			t.Errorf("step %d ran with idle_in_transaction_session_timeout = %q, want 1min", i, got)
 		}
 	}
 }

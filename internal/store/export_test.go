@@ -1,0 +1,4 @@
+package store
+
+// BoundSteps is boundSteps, for a test migrating its own steps.
+var BoundSteps = boundSteps
