@@ -441,6 +441,14 @@ func TestTierGaugesResetWhenATierEmpties(t *testing.T) {
 			}
 		}
 	}
+	// Before any refresh has worked, the gauges' zeros are not values to keep: unknown at once.
+	_, err = d.gauges.runOnce(gone)
+	d.gauges.judge(time.Now(), err)
+	unknown(true, "when no refresh has worked since start")
+	if _, err := d.gauges.runOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.gauges.judge(time.Now(), nil) // the refreshes above, as Start judges them
 	t0 := time.Now()
 	for _, at := range []time.Duration{0, time.Minute, gaugeStaleAfter - time.Second} {
 		_, err := d.gauges.runOnce(gone)

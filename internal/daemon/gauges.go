@@ -45,6 +45,9 @@ type gaugeService struct {
 	log     *zap.Logger
 	// failingSince is when the refreshes began to fail (zero: the last one worked).
 	failingSince time.Time
+	// refreshed: a refresh has worked since start. Until one has, the gauges' zeros are not
+	// last values to keep but made up (a daemon started in a database outage read backlog 0).
+	refreshed bool
 }
 
 func newGaugeService(cfg gaugeConfig, s *gaugeService) (*gaugeService, error) {
@@ -94,12 +97,15 @@ func workload() string { return string(provider.WorkloadMarket) }
 // which passes over NaN).
 const gaugeStaleAfter = 5 * time.Minute
 
-// judge follows the refreshes' failing streak at now: once it has lasted gaugeStaleAfter, the
-// gauges read from the database are unknown until a refresh works. Used by Start's goroutine.
+// judge follows the refreshes' failing streak at now: once it has lasted gaugeStaleAfter (at
+// once before any refresh has worked), the gauges read from the database are unknown until a
+// refresh works. Used by Start's goroutine.
 func (s *gaugeService) judge(now time.Time, err error) {
 	switch {
 	case err == nil:
-		s.failingSince = time.Time{}
+		s.failingSince, s.refreshed = time.Time{}, true
+	case !s.refreshed:
+		s.unknown()
 	case s.failingSince.IsZero():
 		s.failingSince = now
 	case now.Sub(s.failingSince) >= gaugeStaleAfter:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 // A day read in a transaction (an export's snapshot) comes through a cursor a batch at a time:
@@ -43,10 +44,16 @@ func TestADaysReadInATransactionLeavesTheSessionIdle(t *testing.T) {
 	var state string
 	var last history.SaleRow
 	err = history.EachSaleOfDay(ctx, tx, day, func(s history.SaleRow) error {
-		if seen == 0 { // the reader holds its first row: what is its session doing meanwhile?
-			if err := pool.QueryRow(ctx, `SELECT state FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&state); err != nil {
-				return err
-			}
+		if seen == 0 {
+			// The reader holds its first row: what is its session doing meanwhile? Sending the
+			// rest of its fetch at first (a loaded machine may take a moment); without
+			// batches it stays active, blocked on a full socket, for as long as the reader holds.
+			testkit.Eventually(t, 10*time.Second, "the reader's session done sending", func() bool {
+				if err := pool.QueryRow(ctx, `SELECT state FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&state); err != nil {
+					t.Fatal(err)
+				}
+				return state != "active"
+			})
 		}
 		if seen > 0 && (s.ItemID < last.ItemID || s.ItemID == last.ItemID && !s.SoldAt.After(last.SoldAt)) {
 			t.Fatalf("row %d (%s %s) after (%s %s): out of order", seen, s.ItemID, s.SoldAt, last.ItemID, last.SoldAt)
