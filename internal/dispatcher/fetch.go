@@ -203,7 +203,9 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c catalog.Claim) result {
 	listings, err := d.listingsAlone(ctx, c)
 	var sales []history.Sale
 	if err == nil {
-		// The listings are kept whatever happens to this call.
+		// A sales call that fails fails the collection: a snapshot without its sales would
+		// tell consumers nothing sold. Rows with impossible amounts are only dropped
+		// (provider.RowCheck), so they cannot fail it.
 		sales, r.salesGap, err = d.salesAlone(ctx, c)
 	}
 	r.at = d.clock.now()

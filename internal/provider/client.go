@@ -212,7 +212,7 @@ func (c *Client) Stats() ClientStats {
 
 // checked drops the rows of an answer that fail the row check, counts them, logs them once
 // for the answer naming the items whose rows were dropped, and turns an answer with rows but
-// none left into a ClassRejected error.
+// none left into a ClassRejected error, unless all it dropped were impossible amounts.
 func checked[T any](c *Client, endpoint string, ids []string, rows []T, err error,
 	check func(RowCheck, []T, IDSet) ([]T, Rejected)) ([]T, error) {
 	if err != nil || len(rows) == 0 {
@@ -228,10 +228,13 @@ func checked[T any](c *Client, endpoint string, ids []string, rows []T, err erro
 	c.cfg.Log.Warn("provider rows rejected", zap.Strings("item_ids", cleanIDs(rej.ItemIDs, 10)),
 		zap.Strings("asked_item_ids", ids), zap.String("endpoint", endpoint),
 		zap.Int("rows", len(rows)), zap.Int("rejected", rej.Total()), zap.Stringer("reasons", rej))
-	if len(kept) == 0 {
+	if len(kept) == 0 && rej.Total() > rej.Reasons[RejectBadAmount] {
 		return nil, c.fail(&Error{Class: ClassRejected, Endpoint: endpoint, Status: http.StatusOK,
 			Err: fmt.Errorf("all %d rows rejected (%s)", len(rows), rej)})
 	}
+	// Rows of the asked items at possible dates, only their amounts impossible, are dropped
+	// as rows: the answer is about the right items, and failing it whole failed the item's
+	// every collection (its listings too) for as long as one such sale stayed in the answer.
 	return kept, nil
 }
 

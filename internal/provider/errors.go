@@ -24,8 +24,8 @@ const (
 	// ClassBug: parameters we built that the provider refuses (DNF008) or that cannot be
 	// sent at all: fail loudly.
 	ClassBug
-	// ClassRejected: every row of a 200 failed the checks (another item's rows, impossible
-	// dates). This item failed; other items are fine.
+	// ClassRejected: every row of a 200 failed the checks, not all for impossible amounts
+	// (another item's rows, impossible dates). This item failed; other items are fine.
 	ClassRejected
 	// ClassEndpoint: the answer is not the Neople API at the configured address: a redirect,
 	// a 400/404 without a Neople error body, or API900/DNF900 (no such URL). Every call would

@@ -97,32 +97,38 @@ func (c RowCheck) reason(want IDSet, id string, at time.Time) string {
 	return ""
 }
 
-// Listings keeps the listings of the requested items registered at a possible date, whose value
-// (units × unit price) fits in 64 bits: past it, the snapshot's quantity and weighted price
-// would wrap to nonsense. A non-positive price or quantity passes: the API reports -1 on some
-// rows, and the snapshot ignores them.
+// MaxUnits is the most units one listing or sale may hold: far past any stack the game
+// allows, and low enough that a day's sums of them cannot pass 64 bits.
+const MaxUnits = 1 << 31
+
+// Listings keeps the listings of the requested items registered at a possible date, of at
+// most MaxUnits units whose value (units × unit price) fits in 64 bits: past it, the
+// snapshot's quantity and weighted price would wrap to nonsense. A non-positive price or
+// quantity passes: the API reports -1 on some rows, and the snapshot ignores them.
 func (c RowCheck) Listings(rows []Listing, want IDSet) ([]Listing, Rejected) {
 	return keep(rows, func(l Listing) (string, string) {
 		if why := c.reason(want, l.ItemID, l.RegDate); why != "" {
 			return why, l.ItemID
 		}
-		if l.UnitPrice > 0 && l.Count > math.MaxInt64/l.UnitPrice {
+		if l.Count > MaxUnits || l.UnitPrice > 0 && l.Count > math.MaxInt64/l.UnitPrice {
 			return RejectBadAmount, l.ItemID
 		}
 		return "", l.ItemID
 	})
 }
 
-// Sales keeps the sales of the requested items sold at a possible date, of at least one unit
-// at a price that is not negative. A sale of no or negative units, or of a value past int64,
-// would go into the candles' volumes and sales_vwap (or overflow their sums and fail the item's
-// every write until the sale aged out of the answer).
+// Sales keeps the sales of the requested items sold at a possible date, of one to MaxUnits
+// units at a price that is not negative, nor nothing at all. A sale of no or negative units,
+// of gold for nothing, or of a value past int64 would go into the candles' volumes and
+// sales_vwap (or overflow their sums and fail the item's every write until the sale aged out
+// of the answer).
 func (c RowCheck) Sales(rows []Sale, want IDSet) ([]Sale, Rejected) {
 	return keep(rows, func(s Sale) (string, string) {
 		if why := c.reason(want, s.ItemID, s.SoldAt); why != "" {
 			return why, s.ItemID
 		}
-		if s.Count <= 0 || s.Price < 0 || s.UnitPrice < 0 || (s.UnitPrice > 0 && s.Count > math.MaxInt64/s.UnitPrice) {
+		if s.Count <= 0 || s.Count > MaxUnits || s.Price < 0 || s.UnitPrice < 0 || s.Price == 0 && s.UnitPrice == 0 ||
+			(s.UnitPrice > 0 && s.Count > math.MaxInt64/s.UnitPrice) {
 			return RejectBadAmount, s.ItemID
 		}
 		return "", s.ItemID

@@ -22,19 +22,21 @@ func TestRowCheckDropsImpossibleDatesAndForeignRows(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, provider.KST)
 	c := provider.RowCheck{Now: now, FutureTolerance: 24 * time.Hour}
 	sales := []provider.Sale{
-		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 1},                               // kept
-		{ItemID: askedID, SoldAt: now.Add(23 * time.Hour), Count: 1},                           // clock skew within tolerance: kept
-		{ItemID: askedID, SoldAt: time.Date(2099, 1, 1, 0, 0, 0, 0, provider.KST), Count: 1},   // future
-		{ItemID: askedID, SoldAt: time.Date(2004, 12, 31, 0, 0, 0, 0, provider.KST), Count: 1}, // before launch
-		{ItemID: "someone-else", SoldAt: now.Add(-time.Hour), Count: 1},                        // foreign
-		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 0, Price: 5},                     // no units
-		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 2, Price: -10, UnitPrice: -5},    // negative price
-		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 1 << 40, UnitPrice: 1 << 40},     // value past int64
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 1, Price: 5},                               // kept
+		{ItemID: askedID, SoldAt: now.Add(23 * time.Hour), Count: 1, UnitPrice: 5},                       // clock skew within tolerance: kept
+		{ItemID: askedID, SoldAt: time.Date(2099, 1, 1, 0, 0, 0, 0, provider.KST), Count: 1, Price: 5},   // future
+		{ItemID: askedID, SoldAt: time.Date(2004, 12, 31, 0, 0, 0, 0, provider.KST), Count: 1, Price: 5}, // before launch
+		{ItemID: "someone-else", SoldAt: now.Add(-time.Hour), Count: 1, Price: 5},                        // foreign
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 0, Price: 5},                               // no units
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 2, Price: -10, UnitPrice: -5},              // negative price
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 1 << 40, UnitPrice: 1 << 40},               // value past int64
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: 3},                                         // gold for nothing
+		{ItemID: askedID, SoldAt: now.Add(-time.Hour), Count: provider.MaxUnits + 1, UnitPrice: 1},       // units no stack holds
 	}
 	kept, rej := c.Sales(sales, provider.NewIDSet(askedID))
 	if len(kept) != 2 || rej.Reasons[provider.RejectFutureDate] != 1 || rej.Reasons[provider.RejectAncientDate] != 1 ||
-		rej.Reasons[provider.RejectForeignItem] != 1 || rej.Reasons[provider.RejectBadAmount] != 3 {
-		t.Fatalf("kept %d, rejected %v; want 2 kept, one of each date reason and 3 bad amounts", len(kept), rej)
+		rej.Reasons[provider.RejectForeignItem] != 1 || rej.Reasons[provider.RejectBadAmount] != 5 {
+		t.Fatalf("kept %d, rejected %v; want 2 kept, one of each date reason and 5 bad amounts", len(kept), rej)
 	}
 	if !slices.Equal(rej.ItemIDs, []string{askedID, "someone-else"}) {
 		t.Fatalf("rejected rows' items %v, want each once in answer order", rej.ItemIDs)
@@ -86,6 +88,14 @@ func TestClientDropsRowsItCannotTrustAndCountsThem(t *testing.T) {
 	_, _, err = cl.Auction(context.Background(), askedID)
 	if pe := wantClass(t, err, provider.ClassRejected); pe.Status != http.StatusOK {
 		t.Fatalf("an answer of only foreign rows: %+v", pe)
+	}
+	// An answer about the asked item whose every row has an impossible amount is that item's
+	// answer without those rows: no sales, not a failed collection.
+	badOnly := stubClient(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"rows":[{"soldDate":%[2]q,"itemId":%[1]q,"count":0,"price":0,"unitPrice":0}]}`, askedID, soon)
+	}, nil)
+	if sales, sent, err := badOnly.AuctionSold(context.Background(), askedID); err != nil || len(sales) != 0 || sent != 1 {
+		t.Fatalf("an answer of one zero sale: %v, sent %d, %v; want no sales and no error", sales, sent, err)
 	}
 	st := cl.Stats().Rejected
 	if st[provider.RejectFutureDate] != 1 || st[provider.RejectAncientDate] != 1 || st[provider.RejectForeignItem] != 1 {
