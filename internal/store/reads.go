@@ -434,6 +434,8 @@ func (r *Reads) replicaFailed(ctx context.Context, ranOut bool, err error) bool 
 		return false // the caller gave up: nobody waits for the primary's answer
 	case ranOut:
 		reason = fmt.Sprintf("replica did not answer a read within %s", r.cfg.Timeout)
+	case replicaLacks(err):
+		reason = "replica refused a read: " + err.Error()
 	case errors.Is(err, pgx.ErrNoRows) || !Transient(err):
 		return false
 	case errors.As(err, &pgErr):
@@ -445,6 +447,21 @@ func (r *Reads) replicaFailed(ctx context.Context, ranOut bool, err error) bool 
 	defer r.mu.Unlock()
 	r.setLocked(r.primaryState(causeUnreachable, reason))
 	return true
+}
+
+// replicaLacks tells an error that is the replica's, not the read's: its role may not read
+// what the primary's may (database.read_url's user never granted), or it lacks a table or
+// column the primary has. The same read on the primary answers.
+func replicaLacks(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "42501", "42P01", "42703", "42883": // insufficient privilege, undefined table, column, function
+		return true
+	}
+	return false
 }
 
 // Start measures the lag at once and then every Config.Every until ctx ends.
@@ -473,8 +490,8 @@ type replicaLag struct {
 	inRecovery bool
 	replayLSN  uint64
 	paused     bool
-	// sinceReplay is now() - pg_last_xact_replay_timestamp() on the replica; nil before it
-	// replayed any transaction.
+	// sinceReplay is the primary's clock at the measurement less the replica's
+	// pg_last_xact_replay_timestamp(); nil before it replayed any transaction.
 	sinceReplay *time.Duration
 }
 
@@ -551,8 +568,9 @@ func (r *Reads) measure(ctx context.Context) (replicaLag, readCause, error) {
 	// (left following an old primary, a staging one) has LSNs that say nothing about ours, and
 	// another database on the right standby lacks our tables; either would be read as in step.
 	var sysID, db, rSysID, rDB string
-	if err := r.primary.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, (SELECT system_identifier::text FROM pg_control_system()), current_database()`).
-		Scan(&lsn, &sysID, &db); err != nil {
+	var primaryNow time.Time
+	if err := r.primary.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, (SELECT system_identifier::text FROM pg_control_system()), current_database(), clock_timestamp()`).
+		Scan(&lsn, &sysID, &db, &primaryNow); err != nil {
 		return m, causePrimary, fmt.Errorf("cannot measure the replica's lag: the primary's WAL position: %w", err)
 	}
 	var err error
@@ -560,14 +578,14 @@ func (r *Reads) measure(ctx context.Context) (replicaLag, readCause, error) {
 		return m, causePrimary, err
 	}
 	var replay *string
-	var since *time.Duration
+	var replayedAt *time.Time
 	// pg_is_wal_replay_paused() fails outside recovery; CASE does not call it there.
 	err = r.replica.QueryRow(ctx, `
 		SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text,
 		       CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END,
-		       now() - pg_last_xact_replay_timestamp(),
+		       pg_last_xact_replay_timestamp(),
 		       (SELECT system_identifier::text FROM pg_control_system()), current_database()`).
-		Scan(&m.inRecovery, &replay, &m.paused, &since, &rSysID, &rDB)
+		Scan(&m.inRecovery, &replay, &m.paused, &replayedAt, &rSysID, &rDB)
 	if err != nil {
 		return m, causeUnreachable, fmt.Errorf("replica unreachable at %s: %w", r.where, err)
 	}
@@ -577,7 +595,19 @@ func (r *Reads) measure(ctx context.Context) (replicaLag, readCause, error) {
 	case rDB != db:
 		m.other = fmt.Sprintf("serves database %q, the primary's is %q: check database.read_url", rDB, db)
 	}
-	m.sinceReplay = since
+	if m.other == "" {
+		// The functions above are everyone's: a role that may not read the tables would look
+		// in step, and every read would fail on it first.
+		if _, err := r.replica.Exec(ctx, `SELECT 1 FROM tracked_items LIMIT 0`); err != nil {
+			return m, causeUnreachable, fmt.Errorf("replica at %s cannot be read: %w", r.where, err)
+		}
+	}
+	if replayedAt != nil {
+		// A commit's time is the primary's clock: measured on it, not on the replica's, whose
+		// skew would hide a stalled replay (a replica 60 s slow read lag 0) or invent one.
+		since := primaryNow.Sub(*replayedAt)
+		m.sinceReplay = &since
+	}
 	if replay != nil {
 		if m.replayLSN, err = parseLSN(*replay); err != nil {
 			return m, causeUnreachable, err

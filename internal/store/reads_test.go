@@ -208,6 +208,44 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 		}
 	})
 
+	t.Run("replica role cannot read", func(t *testing.T) {
+		// database.read_url's user was granted the items but not the sales: a read of the sales
+		// runs on the primary, and the replica is marked down saying why. Without even the
+		// items, the measurement says the replica cannot be read, so reads never try it.
+		for _, q := range []string{`CREATE ROLE limited_reader LOGIN`, `GRANT SELECT ON tracked_items TO limited_reader`} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		addItem(t, conn, "granted")
+		untilReplica(t, reads) // the role and its grant replayed
+		limited, err := store.OpenReplica(ctx, store.PoolConfig{URL: strings.Replace(s.StandbyURL, "postgres://postgres@", "postgres://limited_reader@", 1), MaxConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(limited.Close)
+		r := store.NewReads(reads.Primary(), limited, store.ReadsConfig{MaxLag: time.Hour, Every: time.Hour, Timeout: testkit.Timeout}, nil)
+		if st := r.RunOnce(ctx); st.Source != store.SourceReplica {
+			t.Fatalf("a replica whose role may read the items: %+v, want it used", st)
+		}
+		var rec bool
+		if err := r.QueryRow(ctx, `SELECT pg_is_in_recovery(), (SELECT count(*) FROM auction_sales)`).Scan(&rec, new(int64)); err != nil || rec {
+			t.Fatalf("a read of the sales the replica's role may not read: recovery %v, %v; want it answered by the primary", rec, err)
+		}
+		if st := r.State(); st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "permission denied") {
+			t.Fatalf("after the refused read: %+v, want the primary, naming the refusal", st)
+		}
+		if _, err := conn.Exec(ctx, `REVOKE SELECT ON tracked_items FROM limited_reader`); err != nil {
+			t.Fatal(err)
+		}
+		addItem(t, conn, "revoked")
+		untilReplica(t, reads)
+		if st := r.RunOnce(ctx); st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "cannot be read") ||
+			!strings.Contains(st.Reason, "permission denied") {
+			t.Fatalf("a replica whose role may read nothing: %+v, want the primary, saying it cannot be read", st)
+		}
+	})
+
 	t.Run("replica stopped", func(t *testing.T) {
 		untilReplica(t, reads)
 		s.StopStandby(t)
