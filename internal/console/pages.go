@@ -470,7 +470,12 @@ func (c *Console) chartJSON(w http.ResponseWriter, r *http.Request) {
 		}
 		days = n
 	}
-	ch, err := c.readChart(r.Context(), r.PathValue("id"), time.Now().Add(-time.Duration(days)*24*time.Hour))
+	since := time.Now().Add(-time.Duration(days) * 24 * time.Hour)
+	ch, err := c.readChart(r.Context(), c.readsFor(r), r.PathValue("id"), since)
+	if errors.Is(err, catalog.ErrNotTracked) && c.cfg.Reads != nil {
+		// Not on the replica yet (imported a moment ago), as for the item's page.
+		ch, err = c.readChart(r.Context(), c.pool, r.PathValue("id"), since)
+	}
 	switch {
 	case errors.Is(err, catalog.ErrNotTracked):
 		http.Error(w, err.Error(), http.StatusNotFound)
@@ -487,9 +492,9 @@ func (c *Console) chartJSON(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(ch)
 }
 
-func (c *Console) readChart(ctx context.Context, id string, since time.Time) (chart, error) {
+func (c *Console) readChart(ctx context.Context, db reader, id string, since time.Time) (chart, error) {
 	ch := chart{T: []int64{}, Price: []*float64{}, Volume: []float64{}}
-	s, err := catalog.ReadSeries(ctx, c.reads(), id, history.Hourly, since, time.Time{})
+	s, err := catalog.ReadSeries(ctx, db, id, history.Hourly, since, time.Time{})
 	if err != nil {
 		return ch, err
 	}
@@ -502,7 +507,7 @@ func (c *Console) readChart(ctx context.Context, id string, since time.Time) (ch
 		}
 		return ch, nil
 	}
-	if s, err = catalog.ReadSeries(ctx, c.reads(), id, "raw", since, time.Time{}); err != nil {
+	if s, err = catalog.ReadSeries(ctx, db, id, "raw", since, time.Time{}); err != nil {
 		return ch, err
 	}
 	ch.Source = "snapshots"

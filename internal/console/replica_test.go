@@ -24,7 +24,8 @@ import (
 
 // With pages read from a replica, the operator who pins an item is sent back to a page that
 // shows the pin, though the replica has not replayed it; everyone else reads the replica. An
-// item the replica does not have yet is found on the primary rather than answered 404.
+// item the replica does not have yet is found on the primary rather than answered 404, its
+// page and its chart.
 func TestAnActionIsSeenOnThePageItReturnsTo(t *testing.T) {
 	s := storetest.NewStandby(t)
 	ctx := context.Background()
@@ -64,6 +65,9 @@ func TestAnActionIsSeenOnThePageItReturnsTo(t *testing.T) {
 
 	if code, _ := page(http.DefaultClient, "/items/"+snapshotItem); code != http.StatusOK {
 		t.Fatalf("an item the replica has not replayed: %d, want its page from the primary", code)
+	}
+	if code, body := page(http.DefaultClient, "/items/"+snapshotItem+"/chart.json"); code != http.StatusOK {
+		t.Fatalf("the chart of an item the replica has not replayed: %d %s, want it from the primary", code, body)
 	}
 	jar, _ := cookiejar.New(nil)
 	hc := &http.Client{Jar: jar}
