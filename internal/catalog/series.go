@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // ReadSeries is history.ReadBetween for a tracked item, with SeenUntil the last collection
@@ -27,6 +28,12 @@ func ReadPublicSeries(ctx context.Context, db history.Reader, itemID, resolution
 }
 
 func readSeries(ctx context.Context, db history.Reader, itemID, resolution string, since, until time.Time, fixtures bool) (history.Series, error) {
+	if store.ServedFrom(ctx) == nil {
+		// Over a read replica, the statements below stay on the primary once one ran there
+		// (store.Served): seen_until from the primary over points from a trailing replica
+		// could claim a market held across a change the points lack.
+		ctx, _ = store.WithServed(ctx)
+	}
 	var seen *time.Time
 	err := db.QueryRow(ctx, `SELECT last_collected_at FROM tracked_items WHERE item_id = $1 AND ($2 OR NOT synthetic_item(item_id))`,
 		itemID, fixtures).Scan(&seen)

@@ -187,6 +187,10 @@ type Served struct {
 	replica  bool
 	lag      time.Duration
 	lagKnown bool
+	// primary: a read of the request ran on the primary. The reads after it do too: a replica
+	// the router returned to meanwhile trails it, and one answer read partly from each could
+	// claim what neither holds (a series' seen_until past a change the replica lacks).
+	primary bool
 }
 
 type servedKey struct{}
@@ -218,13 +222,40 @@ func (s *Served) Reset() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.replica, s.lag, s.lagKnown = false, 0, false
+	s.replica, s.lag, s.lagKnown, s.primary = false, 0, false, false
 }
 
 // ServedFrom is ctx's Served (WithServed), or nil.
 func ServedFrom(ctx context.Context) *Served {
 	s, _ := ctx.Value(servedKey{}).(*Served)
 	return s
+}
+
+// toReplica says whether a read of ctx goes to the replica: the router says so, and no read of
+// the same request (ctx's Served) ran on the primary. A read that does not is noted as the
+// primary's.
+func (r *Reads) toReplica(ctx context.Context) bool {
+	s := ServedFrom(ctx)
+	if s != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	if (s == nil || !s.primary) && r.onReplica() {
+		return true
+	}
+	if s != nil {
+		s.primary = true
+	}
+	return false
+}
+
+// fromPrimary notes in ctx's Served, if any, that a read fell back to the primary.
+func fromPrimary(ctx context.Context) {
+	if s := ServedFrom(ctx); s != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.primary = true
+	}
 }
 
 // fromReplica notes in ctx's Served, if any, that the replica answered a read.
@@ -245,13 +276,14 @@ func (r *Reads) fromReplica(ctx context.Context) {
 // Query runs a read where State says; a replica that fails to answer, or does not answer
 // within Config.Timeout, is marked down and the read runs on the primary instead.
 func (r *Reads) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if !r.onReplica() {
+	if !r.toReplica(ctx) {
 		return r.primary.Query(ctx, sql, args...)
 	}
 	w := r.waitReplica(ctx)
 	rows, err := r.replica.Query(w.ctx, sql, args...)
 	if err != nil {
 		if r.replicaFailed(ctx, w.end(), err) {
+			fromPrimary(ctx)
 			return r.primary.Query(ctx, sql, args...)
 		}
 		return rows, err
@@ -347,6 +379,7 @@ func (f *fallbackRows) Next() bool {
 		return false
 	}
 	f.Rows.Close()
+	fromPrimary(f.ctx)
 	rows, err := r.primary.Query(f.ctx, f.sql, f.args...)
 	if err != nil {
 		f.err = err
@@ -370,7 +403,7 @@ func (f *fallbackRows) Err() error {
 
 // QueryRow is Query for one row; the fallback happens at Scan, where pgx reports the error.
 func (r *Reads) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if !r.onReplica() {
+	if !r.toReplica(ctx) {
 		return r.primary.QueryRow(ctx, sql, args...)
 	}
 	w := r.waitReplica(ctx)
@@ -389,6 +422,7 @@ type fallbackRow struct {
 func (f fallbackRow) Scan(dest ...any) error {
 	err := f.row.Scan(dest...)
 	if ranOut := f.w.end(); err != nil && f.r.replicaFailed(f.ctx, ranOut, err) {
+		fromPrimary(f.ctx)
 		return f.r.primary.QueryRow(f.ctx, f.sql, f.args...).Scan(dest...)
 	}
 	f.r.fromReplica(f.ctx)

@@ -98,6 +98,34 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 		}
 	})
 
+	t.Run("one request stays on the primary", func(t *testing.T) {
+		// A request whose read ran on the primary (the replica down, lagging) reads the rest
+		// there, even once the router returns to the replica: one answer from one source.
+		// Other requests, and those that began on the replica, go where the router says.
+		s.PauseReplay(t)
+		addItem(t, conn, "pinned")
+		if st := reads.RunOnce(ctx); st.Source != store.SourcePrimary {
+			t.Fatalf("paused behind a write: %+v, want the primary", st)
+		}
+		req, served := store.WithServed(ctx)
+		var rec bool
+		if err := reads.QueryRow(req, `SELECT pg_is_in_recovery()`).Scan(&rec); err != nil || rec {
+			t.Fatalf("the request's first read: recovery %v, %v; want the primary", rec, err)
+		}
+		s.ResumeReplay(t)
+		untilReplica(t, reads)
+		if err := reads.QueryRow(req, `SELECT pg_is_in_recovery()`).Scan(&rec); err != nil || rec {
+			t.Fatalf("the same request's next read: recovery %v, %v; want the primary still", rec, err)
+		}
+		if served.String() != "primary" {
+			t.Fatalf("the request says it was served from %s", served)
+		}
+		other, _ := store.WithServed(ctx)
+		if !inRecovery(t, reads) || reads.QueryRow(other, `SELECT pg_is_in_recovery()`).Scan(&rec) != nil || !rec {
+			t.Fatal("another request did not go to the replica the router returned to")
+		}
+	})
+
 	t.Run("replica lagging", func(t *testing.T) {
 		s.PauseReplay(t)
 		sconn, err := pgx.Connect(ctx, s.StandbyURL)
