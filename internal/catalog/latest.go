@@ -51,11 +51,14 @@ type Clock struct {
 
 // readHorizon reads the horizon in a statement of its own, before the rows: read in the same
 // statement, after its snapshot was taken, it would miss a writer that committed in between
-// (invisible to the read, gone from pg_stat_activity).
+// (invisible to the read, gone from pg_stat_activity). On a standby (database.url pointed at
+// one, for a console) the writers run on the primary, out of its sight: the horizon is then
+// the epoch, and every refresh reads every row.
 func readHorizon(ctx context.Context, db history.Reader) (time.Time, error) {
 	var h time.Time
-	err := db.QueryRow(ctx, `SELECT least(now(), (SELECT min(xact_start) FROM pg_stat_activity
-		WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()))`).Scan(&h)
+	err := db.QueryRow(ctx, `SELECT CASE WHEN pg_is_in_recovery() THEN timestamptz 'epoch' ELSE
+		least(now(), (SELECT min(xact_start) FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid())) END`).Scan(&h)
 	if err != nil {
 		return h, fmt.Errorf("read the oldest running transaction: %w", err)
 	}
