@@ -160,7 +160,7 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc(Prefix+"items", get(readSource(a.getItems)))
 	mux.HandleFunc(Prefix+"items/{id}/timeseries", get(readSource(a.getTimeseries)))
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, http.StatusNotFound, probNotFound, "no such endpoint: "+r.URL.Path+" (see "+Prefix+"openapi.json)", "")
+		writeProblem(w, http.StatusNotFound, probNotFound, "no such endpoint: "+truncate(r.URL.Path, 200)+" (see "+Prefix+"openapi.json)", "")
 	})
 	return a.observed(nosniff(a.cors(a.guard(mux))))
 }
@@ -356,12 +356,25 @@ type slotted struct {
 	slots chan struct{}
 }
 
+// slotWait bounds a read's wait for a slot: a client's request has no deadline of its own
+// (the server's read timeout no longer runs once the handler has it), so behind a few slow
+// windows held by one client every other series read waited without end, and got no answer
+// telling it to come back.
+var slotWait = 5 * time.Second
+
+// errSlotsBusy: every read slot stayed taken for slotWait.
+var errSlotsBusy = errors.New("every database read slot stayed busy")
+
 func (s slotted) acquire(ctx context.Context) error {
+	t := time.NewTimer(slotWait)
+	defer t.Stop()
 	select {
 	case s.slots <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("wait for a database read slot: %w", ctx.Err())
+	case <-t.C:
+		return fmt.Errorf("%w for %s", errSlotsBusy, slotWait)
 	}
 }
 

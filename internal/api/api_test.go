@@ -478,6 +478,7 @@ func TestBadParametersAreRefusedBeforeSQL(t *testing.T) {
 	cases := []struct{ path, param string }{
 		{"/api/v1/latest?ids=" + url.QueryEscape("x'; DROP TABLE tracked_items; --"), "ids"},
 		{"/api/v1/latest?ids=" + strings.Join(many, ","), "ids"},
+		{"/api/v1/latest?ids=" + strings.Repeat("x,", 2*api.MaxIDs) + "x", "ids"}, // one id, repeated past any use
 		{"/api/v1/latest?ids=a,,b", "ids"},
 		{"/api/v1/latest?ids=" + strings.Repeat("a", 129), "ids"},
 		{"/api/v1/items/" + url.PathEscape("bad id") + "/timeseries", "id"},
@@ -510,8 +511,8 @@ func TestBadParametersAreRefusedBeforeSQL(t *testing.T) {
 	if n := e.db.n.Load() - before; n != 0 {
 		t.Fatalf("%d statements reached the database for bad parameters", n)
 	}
-	if got := counted(t, e.api, "latest", "400"); got != 4 {
-		t.Fatalf("collector_api_requests_total{endpoint=latest,code=400} = %v, want 4", got)
+	if got := counted(t, e.api, "latest", "400"); got != 5 {
+		t.Fatalf("collector_api_requests_total{endpoint=latest,code=400} = %v, want 5", got)
 	}
 	resp, b := e.do(t, http.MethodPost, "/api/v1/latest")
 	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET, HEAD" || decode[problem](t, b).Status != 405 {
@@ -789,7 +790,8 @@ func counted(t *testing.T, a *api.API, endpoint, code string) float64 {
 }
 
 // The API runs at most MaxReads reads on the database at once: with every slot taken a series
-// request sends nothing until one is free, and then answers.
+// request sends nothing until one is free, and then answers; one that waits past slotWait is
+// answered 503 with Retry-After.
 func TestReadsWaitForASlot(t *testing.T) {
 	e := setup(t, func(c *api.Config) { c.MaxReads = 1 })
 	release := e.api.TakeReadSlot()
@@ -800,6 +802,16 @@ func TestReadsWaitForASlot(t *testing.T) {
 	if resp, err := e.client.Do(req); err == nil {
 		resp.Body.Close()
 		t.Fatalf("answered %d with the only slot taken", resp.StatusCode)
+	}
+	if n := e.db.n.Load() - before; n != 0 {
+		t.Fatalf("%d statements sent with the only slot taken", n)
+	}
+	// Nor does it wait without end: past slotWait it answers 503, asking to come back.
+	defer api.SetSlotWait(100 * time.Millisecond)()
+	resp, b := e.get(t, "/api/v1/items/"+hotItem+"/timeseries")
+	if p := decode[problem](t, b); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(p.Detail, "busy") {
+		t.Fatalf("with the only slot taken past the wait: %d, Retry-After %q, %s; want 503 saying the reads are busy", resp.StatusCode, resp.Header.Get("Retry-After"), b)
 	}
 	if n := e.db.n.Load() - before; n != 0 {
 		t.Fatalf("%d statements sent with the only slot taken", n)

@@ -11,3 +11,10 @@ func (a *API) TakeReadSlot() (release func()) {
 // SetChangeOverlap sets how far before the last read's horizon a /latest refresh looks, before
 // the first request: a test can then tell the horizon from the overlap.
 func (a *API) SetChangeOverlap(d time.Duration) { a.latest.overlap = d }
+
+// SetSlotWait sets how long a read waits for a slot, returning a func that puts it back.
+func SetSlotWait(d time.Duration) (restore func()) {
+	old := slotWait
+	slotWait = d
+	return func() { slotWait = old }
+}

@@ -170,8 +170,13 @@ func parseIDs(params []string) ([]string, error) {
 		return nil, nil
 	}
 	out := []string{}
+	given := 0
 	for _, p := range params {
 		for id := range strings.SplitSeq(p, ",") {
+			// Repeats are allowed, but not thousands of them: each is checked against the rest.
+			if given++; given > 2*MaxIDs {
+				return nil, fmt.Errorf("more than %d ids given, repeats counted: at most %d per request (omit ids for every item)", 2*MaxIDs, MaxIDs)
+			}
 			id = strings.TrimSpace(id)
 			if !idPattern.MatchString(id) {
 				return nil, fmt.Errorf("item id %q: ids are 1 to 128 letters, digits, '-', '_', '.' or ':', separated by commas", truncate(id, 40))
@@ -229,5 +234,9 @@ func (a *API) unavailable(w http.ResponseWriter, r *http.Request, what string, e
 	}
 	a.warn(what, zap.String("path", r.URL.Path), zap.Error(err))
 	w.Header().Set("Retry-After", "1")
-	writeProblem(w, http.StatusServiceUnavailable, probUnavailable, "cannot "+what+" now: the database did not answer; try again", "")
+	why := "the database did not answer"
+	if errors.Is(err, errSlotsBusy) {
+		why = "the server's database reads are all busy"
+	}
+	writeProblem(w, http.StatusServiceUnavailable, probUnavailable, "cannot "+what+" now: "+why+"; try again", "")
 }

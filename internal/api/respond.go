@@ -116,15 +116,31 @@ func serve(w http.ResponseWriter, r *http.Request, b *body) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	// Errors only where the writer cannot set deadlines (a test's recorder).
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTime(size)))
-	writeParts(w, parts)
+	rc := http.NewResponseController(w)
+	end := time.Now().Add(writeTime(size))
+	writeParts(w, parts, func() {
+		// Errors only where the writer cannot set deadlines (a test's recorder).
+		_ = rc.SetWriteDeadline(earliest(end, time.Now().Add(stallLimit)))
+	})
 }
 
 // slowReader is the slowest client an answer waits for: a full /latest (35 MB of JSON at
 // 100,000 items) would outlast the server's write timeout (httpserve.WriteTimeout) on a slow
-// line, and it is read from the copy every client shares, so waiting costs no memory per client.
+// line.
 const slowReader = 64 << 10 // bytes a second
+
+// stallLimit is how long one write of an answer may wait for the client to read. A reader
+// that reads nothing keeps its connection, its goroutine and the /latest copy it was sent
+// (megabytes, replaced every half second while items are collected); the whole answer's
+// writeTime alone let one that never reads hold them for minutes.
+var stallLimit = 15 * time.Second
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
 
 // writeTime is how long an answer of size bytes may take to write.
 func writeTime(size int) time.Duration {
@@ -134,34 +150,40 @@ func writeTime(size int) time.Duration {
 // writeScratch holds the buffers writeParts gathers pieces in.
 var writeScratch = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
-// writeParts writes parts gathered into 64 KB writes: /latest's 600 chunks written one by one
-// would each be a system call.
-func writeParts(w io.Writer, parts [][]byte) {
-	if len(parts) == 1 {
-		_, _ = w.Write(parts[0])
-		return
-	}
+// writeParts writes parts in writes of at most 64 KB, gathering small ones (/latest's 600
+// chunks written one by one would each be a system call), and calls before each write
+// before (which moves the write deadline on).
+func writeParts(w io.Writer, parts [][]byte, before func()) {
 	bp := writeScratch.Get().(*[]byte)
 	buf := (*bp)[:0]
 	defer func() { *bp = buf[:0]; writeScratch.Put(bp) }()
+	write := func(p []byte) bool {
+		for len(p) > 0 {
+			n := min(len(p), cap(buf))
+			before()
+			if _, err := w.Write(p[:n]); err != nil {
+				return false
+			}
+			p = p[n:]
+		}
+		return true
+	}
 	for _, p := range parts {
 		if len(buf)+len(p) > cap(buf) {
-			if _, err := w.Write(buf); err != nil {
+			if !write(buf) {
 				return
 			}
 			buf = buf[:0]
 		}
 		if len(p) >= cap(buf) {
-			if _, err := w.Write(p); err != nil {
+			if !write(p) {
 				return
 			}
 			continue
 		}
 		buf = append(buf, p...)
 	}
-	if len(buf) > 0 {
-		_, _ = w.Write(buf)
-	}
+	write(buf)
 }
 
 func notModified(r *http.Request, b *body) bool {
