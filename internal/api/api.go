@@ -131,7 +131,7 @@ func (a *API) Start(ctx context.Context) {
 		}
 		// Bounded like a poll's read: polls wait on this one's lock, and a hung read would
 		// hold them past their own timeout.
-		rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+		rctx, cancel := context.WithTimeout(ctx, a.latest.timeout)
 		err := a.latest.refresh(rctx, true)
 		cancel()
 		if err != nil && ctx.Err() == nil {

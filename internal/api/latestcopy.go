@@ -34,6 +34,17 @@ type latestCache struct {
 	z        *deflater  // the refresh's, under mu
 	cur      atomic.Pointer[latestCopy]
 	lastPoll atomic.Int64 // unix ns of the last request
+
+	// ended counts the reads that ended; failed is the last one's error (nil: it worked),
+	// under mu. A poll that waited for a read that ended after it asked takes that read's
+	// failure rather than trying again: behind a hung database, each of N waiting polls
+	// would otherwise wait out a refreshTimeout of its own in turn, the last N of them.
+	ended  atomic.Uint64
+	failed error
+	// timeout bounds one read: refreshTimeout (tests shorten it). waiting, when set, runs as
+	// a refresh is about to wait for the one in flight (tests).
+	timeout time.Duration
+	waiting func()
 }
 
 // latestCopy is one read of the items' current markets.
@@ -82,7 +93,7 @@ const (
 )
 
 func newLatestCache(db DB, maxAge time.Duration, now func() time.Time) *latestCache {
-	return &latestCache{db: db, maxAge: maxAge, now: now, z: newDeflater(), overlap: changeOverlap}
+	return &latestCache{db: db, maxAge: maxAge, now: now, z: newDeflater(), overlap: changeOverlap, timeout: refreshTimeout}
 }
 
 func (c *latestCache) polled(within time.Duration) bool {
@@ -96,7 +107,7 @@ func (c *latestCache) current(ctx context.Context) (*latestCopy, error) {
 		return cp, nil
 	}
 	// The read serves every poll waiting on it: one client hanging up must not cancel it.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	defer cancel()
 	if err := c.refresh(rctx, false); err != nil {
 		return nil, err
@@ -113,15 +124,24 @@ func (c *latestCache) fresh(cp *latestCopy) bool {
 // refresh (force true) one read after it asked.
 func (c *latestCache) refresh(ctx context.Context, force bool) error {
 	asked := c.now()
+	ended := c.ended.Load()
+	if c.waiting != nil {
+		c.waiting()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev := c.cur.Load()
 	if prev != nil && (!prev.readAt.Before(asked) || !force && c.fresh(prev)) {
 		return nil
 	}
+	if !force && c.failed != nil && c.ended.Load() > ended {
+		return c.failed
+	}
 	start := c.now()
 	t0 := time.Now()
 	next, err := c.read(ctx, prev, start)
+	c.failed = err
+	c.ended.Add(1)
 	if err != nil {
 		return err
 	}
