@@ -22,6 +22,10 @@ const (
 // ErrNotTracked: the item id is not in tracked_items.
 var ErrNotTracked = errors.New("item is not tracked (add it to the targets file and run import-items)")
 
+// ErrFixture: the item is a synthetic fixture, which is never scheduled: a pin or an interest
+// event would put it on the schedule, to be collected (and fail) at its tier for good.
+var ErrFixture = errors.New("is a synthetic fixture (seed:synthetic): fixtures are never collected or scheduled")
+
 // InterestEvent is one row for item_interest.
 type InterestEvent struct {
 	ItemID string
@@ -64,14 +68,18 @@ func RecordInterest(ctx context.Context, db DB, ev InterestEvent, reactivateTo t
 	var r Reactivation
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var tier string
+		var fixture bool
 		// The row lock orders this against a concurrent recalculation of the same item.
-		err := tx.QueryRow(ctx, `SELECT collection_tier, next_collect_at FROM tracked_items WHERE item_id = $1 FOR NO KEY UPDATE`,
-			ev.ItemID).Scan(&tier, &r.NextCollectAt)
+		err := tx.QueryRow(ctx, `SELECT collection_tier, next_collect_at, synthetic_item(item_id) FROM tracked_items WHERE item_id = $1 FOR NO KEY UPDATE`,
+			ev.ItemID).Scan(&tier, &r.NextCollectAt, &fixture)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("item %s: %w", ev.ItemID, ErrNotTracked)
 		}
 		if err != nil {
 			return err
+		}
+		if fixture {
+			return fmt.Errorf("item %s %w", ev.ItemID, ErrFixture)
 		}
 		r.From, r.To = tiers.Tier(tier), tiers.Tier(tier)
 		if _, err := tx.Exec(ctx, `INSERT INTO item_interest (item_id, kind, weight, source) VALUES ($1, $2, $3, $4)`,

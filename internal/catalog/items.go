@@ -40,6 +40,12 @@ type ItemRow struct {
 	Requests float64
 	// Synthetic: a fixture (the schema's synthetic_item), which the read API does not serve.
 	Synthetic bool
+	// How its last collection ended ("" before any), the failures in a row up to it, and the
+	// last failure's error: an item the provider no longer knows fails item_error at its
+	// tier until it goes dormant (never, while pinned), and shows here.
+	LastOutcome   string
+	FailureStreak int32
+	LastError     string
 }
 
 // ListItems returns tracked items, most popular first. Synthetic items are excluded unless
@@ -71,7 +77,8 @@ func ListItems(ctx context.Context, db Reader, q ItemsQuery) ([]ItemRow, error) 
 const itemColumns = `item_id, item_name, collection_tier, popularity_score, next_collect_at, last_collected_at,
 		       tier_changed_at, coalesce(tier_reason, ''), coalesce(pinned_tier, ''),
 		       est_collections, est_changes, est_changed_seconds, est_unchanged_seconds, est_sales, sales_gaps,
-		       requests_per_collection, synthetic_item(item_id)`
+		       requests_per_collection, synthetic_item(item_id),
+		       coalesce(last_outcome, ''), failure_streak, coalesce(last_error, '')`
 
 func scanItems(rows pgx.Rows) ([]ItemRow, error) {
 	defer rows.Close()
@@ -109,7 +116,7 @@ func scanItem(rows pgx.Rows, extra ...any) (ItemRow, error) {
 	o := &r.Observed
 	dst := append([]any{&r.ItemID, &r.Name, &tier, &r.Score, &r.NextCollectAt, &r.LastCollectedAt,
 		&r.TierChangedAt, &r.TierReason, &pinned, &o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds,
-		&sales, &r.SalesGaps, &r.Requests, &r.Synthetic}, extra...)
+		&sales, &r.SalesGaps, &r.Requests, &r.Synthetic, &r.LastOutcome, &r.FailureStreak, &r.LastError}, extra...)
 	if err := rows.Scan(dst...); err != nil {
 		return r, err
 	}

@@ -138,12 +138,14 @@ WITH locked AS MATERIALIZED (
 )` + claimDueUpdate + `, due.n_locked`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
-// another worker holds a live lease on it.
+// another worker holds a live lease on it, or it is a synthetic fixture: its write-back would
+// schedule it at its tier, collected (and failing) for good.
 const claimOneSQL = `
 UPDATE tracked_items t
 ` + claimSet + `
 WHERE t.item_id = $1
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
+  AND NOT synthetic_item(t.item_id)
 ` + claimReturning
 
 // MaxAhead bounds how far ahead a claim reaches (the dispatcher's Config.Ahead and TopAhead): half

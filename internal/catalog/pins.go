@@ -25,13 +25,17 @@ func PinItem(ctx context.Context, db DB, itemID string, t tiers.Tier) (TierChang
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var from string
 		var now time.Time
-		err := tx.QueryRow(ctx, `SELECT collection_tier, now() FROM tracked_items WHERE item_id = $1 FOR NO KEY UPDATE`,
-			itemID).Scan(&from, &now)
+		var fixture bool
+		err := tx.QueryRow(ctx, `SELECT collection_tier, now(), synthetic_item(item_id) FROM tracked_items WHERE item_id = $1 FOR NO KEY UPDATE`,
+			itemID).Scan(&from, &now, &fixture)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("pin item %s: %w", itemID, ErrNotTracked)
 		}
 		if err != nil {
 			return err
+		}
+		if fixture {
+			return fmt.Errorf("pin item %s: %w", itemID, ErrFixture)
 		}
 		c.From = tiers.Tier(from)
 		next, _ := tiers.NextDue(itemID, t, now)

@@ -178,6 +178,9 @@ func waitForRecalculation(ctx context.Context, db DB, before *time.Time) (commit
 // recalcWaiting tells tests that a recalculation is about to wait for another's.
 var recalcWaiting = func() {}
 
+// recalcRead tells tests that a recalculation has read the items and is about to decide.
+var recalcRead = func() {}
+
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
@@ -208,6 +211,7 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 		if err != nil {
 			return err
 		}
+		recalcRead()
 		res.Now = now
 		res.Scored = len(items)
 		scores := make([]float64, len(items))
@@ -352,10 +356,10 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 
 // updates accumulates one batched UPDATE ... FROM unnest.
 type updates struct {
-	ids, oldTiers, newTiers, reasons []string
-	scores, requests                 []float64
-	nexts                            []*time.Time
-	dueNow, promote                  []bool
+	ids, oldTiers, oldPins, newTiers, reasons []string
+	scores, requests                          []float64
+	nexts                                     []*time.Time
+	dueNow, promote                           []bool
 }
 
 func (u *updates) len() int { return len(u.ids) }
@@ -366,6 +370,7 @@ func (u *updates) add(it itemState, score float64, d tierplan.Decision, next *ti
 	u.ids = append(u.ids, it.ItemID)
 	u.requests = append(u.requests, requests)
 	u.oldTiers = append(u.oldTiers, string(it.Tier))
+	u.oldPins = append(u.oldPins, string(it.Pinned))
 	u.newTiers = append(u.newTiers, string(d.Tier))
 	u.reasons = append(u.reasons, d.Reason)
 	u.scores = append(u.scores, score)
@@ -374,8 +379,8 @@ func (u *updates) add(it itemState, score float64, d tierplan.Decision, next *ti
 	u.promote = append(u.promote, tiers.IsPromotion(it.Tier, d.Tier) || firstDue)
 }
 
-// flush writes the batch. A row whose tier changed since it was read (a concurrent touch)
-// is skipped and counted as a conflict. For a tier change the schedule is computed against
+// flush writes the batch. A row whose tier or pin changed since it was read (a concurrent
+// touch, an operator's pin) is skipped and counted as a conflict. For a tier change the schedule is computed against
 // the row as it is now: LEAST with the current next_collect_at (LEAST ignores NULL) keeps a
 // promotion, or any move of an item whose first collection is due, from delaying a
 // collection. Lease columns are not touched.
@@ -397,11 +402,11 @@ func (u *updates) flush(ctx context.Context, tx pgx.Tx, res *Result) error {
 			tier_reason      = CASE WHEN u.new_tier = u.old_tier THEN t.tier_reason ELSE u.reason END,
 			requests_per_collection = u.requests,
 			updated_at       = now()
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::timestamptz[], $7::bool[], $8::bool[], $9::float8[])
-		     AS u(item_id, old_tier, new_tier, reason, score, next, due_now, promote, requests)
-		WHERE t.item_id = u.item_id AND t.collection_tier = u.old_tier
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::timestamptz[], $7::bool[], $8::bool[], $9::float8[], $10::text[])
+		     AS u(item_id, old_tier, new_tier, reason, score, next, due_now, promote, requests, old_pin)
+		WHERE t.item_id = u.item_id AND t.collection_tier = u.old_tier AND coalesce(t.pinned_tier, '') = u.old_pin
 		RETURNING t.item_id, u.old_tier, u.new_tier, u.reason, u.due_now, t.next_collect_at`,
-		u.ids, u.oldTiers, u.newTiers, u.reasons, u.scores, u.nexts, u.dueNow, u.promote, u.requests)
+		u.ids, u.oldTiers, u.newTiers, u.reasons, u.scores, u.nexts, u.dueNow, u.promote, u.requests, u.oldPins)
 	if err != nil {
 		return fmt.Errorf("update %d tracked items: %w", u.len(), err)
 	}

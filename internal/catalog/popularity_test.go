@@ -268,6 +268,30 @@ func TestRecalculationRunsOneAtATime(t *testing.T) {
 	}
 }
 
+// An operator's pin made while a recalculation decides wins: the recalculation skips the
+// item (a conflict) rather than writing a tier decided for it unpinned, also when the pin
+// keeps the tier the item had.
+func TestAPinDuringARecalculationWins(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	id := randomItemID(t)
+	item(t, pool, id, tiers.Warm, storetest.Now(), storetest.Ago(100*time.Hour), storetest.Ago(100*time.Hour))
+	recalcRead = func() {
+		if _, err := PinItem(ctx, pool, id, tiers.Warm); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { recalcRead = func() {} })
+	res := recalc(t, pool, testPolicy())
+	var tier, pinned string
+	if err := pool.QueryRow(ctx, `SELECT collection_tier, coalesce(pinned_tier, '') FROM tracked_items WHERE item_id = $1`, id).Scan(&tier, &pinned); err != nil {
+		t.Fatal(err)
+	}
+	if tier != string(tiers.Warm) || pinned != string(tiers.Warm) || res.Conflicts != 1 {
+		t.Fatalf("pinned to WARM_5M during a recalculation that decided it dormant: %s pinned %q, %+v; want it kept, a conflict", tier, pinned, res)
+	}
+}
+
 // A recalculation whose holder died (its session gone, nothing committed) is done by the
 // next one at once, not left to the next scheduled run.
 func TestRecalculationOfADeadHolderIsTakenOver(t *testing.T) {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 func randomItemID(t *testing.T) string {
@@ -65,5 +68,29 @@ func TestSyntheticItemRule(t *testing.T) {
 	}
 	if strings.ContainsAny(SyntheticPrefix, `%_\'`) || !strings.Contains(SyntheticPrefix, "-") {
 		t.Errorf("prefix %q holds a LIKE wildcard or a quote, or no '-' (it could collide with a 32-hex id)", SyntheticPrefix)
+	}
+}
+
+// A fixture never gets on the schedule: a pin or an interest event is refused naming it, and
+// `collect ITEM_ID` does not claim it (its write-back would schedule it at its tier, to be
+// collected and fail for good). Its schedule stays empty.
+func TestAFixtureIsNeverScheduled(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	const id = "seed-0003"
+	storetest.Items(t, pool, storetest.Item{ID: id, Tier: tiers.Cold, NextCollectAt: storetest.Null()})
+	if _, err := PinItem(ctx, pool, id, tiers.Hot); !errors.Is(err, ErrFixture) {
+		t.Errorf("pin a fixture: %v, want ErrFixture", err)
+	}
+	if _, err := RecordInterest(ctx, pool, InterestEvent{ItemID: id, Kind: KindTouch}, tiers.Hot); !errors.Is(err, ErrFixture) {
+		t.Errorf("touch a fixture: %v, want ErrFixture", err)
+	}
+	if claims, err := ClaimOne(ctx, pool, id, time.Minute, "test"); err != nil || len(claims) != 0 {
+		t.Errorf("claim a fixture by id: %d claims, %v; want none", len(claims), err)
+	}
+	var next *time.Time
+	if err := pool.QueryRow(ctx, `SELECT next_collect_at FROM tracked_items WHERE item_id = $1`, id).Scan(&next); err != nil || next != nil {
+		t.Fatalf("the fixture's next_collect_at: %v, %v; want NULL", next, err)
 	}
 }

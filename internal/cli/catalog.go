@@ -373,10 +373,23 @@ func printItem(a *app, r catalog.ItemRow) error {
 		{"sales_per_hour", fmtRate(r.SalesPerHour) + " (observed)"},
 		{"sales_gaps", strconv.FormatInt(r.SalesGaps, 10)},
 		{"collection_cost", fmtRequests(r.Requests)},
+		{"last_outcome", lastOutcome(r)},
+		{"last_error", orDash(r.LastError)},
 	} {
 		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], strings.ReplaceAll(kv[1], "\t", " "))
 	}
 	return tw.Flush()
+}
+
+// lastOutcome is how an item's last collection ended, with the failures in a row up to it.
+func lastOutcome(r catalog.ItemRow) string {
+	switch {
+	case r.LastOutcome == "":
+		return "- (never collected)"
+	case r.FailureStreak > 0:
+		return fmt.Sprintf("%s (%d failed in a row)", r.LastOutcome, r.FailureStreak)
+	}
+	return r.LastOutcome
 }
 
 func fmtRequests(r float64) string {

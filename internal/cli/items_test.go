@@ -30,7 +30,8 @@ func TestItemsShowsWhatCollectionLearnt(t *testing.T) {
 	}
 	id := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1}).Catalog()[0].ItemID
 	out, _, err := runCollector(t, "items", id, "--database-url", db)
-	if err != nil || !strings.Contains(out, "changes_per_hour:") || !strings.Contains(out, "-") {
+	if err != nil || !strings.Contains(out, "changes_per_hour:") || !strings.Contains(out, "-") ||
+		itemField(out, "last_outcome") != "- (never collected)" {
 		t.Fatalf("items %s before any collection: %v\n%s", id, err, out)
 	}
 	// Two collections make one observed interval.
@@ -41,8 +42,22 @@ func TestItemsShowsWhatCollectionLearnt(t *testing.T) {
 	}
 	out, _, err = runCollector(t, "items", id, "--database-url", db)
 	if err != nil || !strings.Contains(out, "observed_collections:  1.0") || strings.Contains(out, "changes_per_hour:      - ") ||
-		!strings.Contains(out, "collection_cost:       2.00 requests (its own calls)") {
+		!strings.Contains(out, "collection_cost:       2.00 requests (its own calls)") || itemField(out, "last_outcome") != "ok" {
 		t.Fatalf("items %s after two collections: %v\n%s", id, err, out)
+	}
+	// An item the provider no longer knows shows it: its failures in a row and the error.
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `UPDATE tracked_items SET last_outcome = 'item_error', failure_streak = 4,
+		last_error = 'DNF003: no such item' WHERE item_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runCollector(t, "items", id, "--database-url", db)
+	if err != nil || itemField(out, "last_outcome") != "item_error (4 failed in a row)" || itemField(out, "last_error") != "DNF003: no such item" {
+		t.Fatalf("items %s failing: %v\n%s", id, err, out)
 	}
 	out, _, err = runCollector(t, "items", "--database-url", db)
 	if err != nil || !strings.Contains(out, "CHANGES/H") || !strings.Contains(out, id) {
@@ -168,4 +183,14 @@ func TestPlanUsesTheLearnedBudget(t *testing.T) {
 	if out, _, err := runCollector(t, "plan", "--database-url", db); err != nil || strings.Contains(out, "the provider allows") {
 		t.Fatalf("plan during a slow start: %v; want the configured budget in\n%s", err, out)
 	}
+}
+
+// itemField is the value of field in `collector items ITEM_ID`'s output.
+func itemField(out, field string) string {
+	for line := range strings.SplitSeq(out, "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }

@@ -422,6 +422,25 @@ func TestAFixturePageLinksNoAPI(t *testing.T) {
 	}
 }
 
+// An item whose collections fail (one the provider no longer knows) says so on its page: how
+// its last collection ended, how many failed in a row, and the error.
+func TestAnItemPageSaysItsCollectionsFail(t *testing.T) {
+	const dead = "0123456789abcdef0123456789abcdef"
+	e := setupWith(t, "", func(ctx context.Context, pool *pgxpool.Pool) {
+		storetest.Items(t, pool, storetest.Item{ID: dead, Name: "Lost Needle", Tier: tiers.Warm})
+		if _, err := pool.Exec(ctx, `UPDATE tracked_items SET last_outcome = 'item_error', failure_streak = 3,
+			last_error = 'DNF003: no such item' WHERE item_id = $1`, dead); err != nil {
+			t.Fatal(err)
+		}
+	}, nil)
+	b := newBrowser(t)
+	b.do(t, "item page", chromedp.Navigate(e.srv.URL+"/items/"+dead), chromedp.WaitVisible(chromedp.CSS("#chart")))
+	text := get(t, b, "page text", chromedp.Evaluate[string](`document.body.innerText`))
+	if !strings.Contains(text, "Last collection: item_error, 3 failed in a row: DNF003: no such item.") {
+		t.Fatalf("the page of an item failing item_error does not say so:\n%s", text)
+	}
+}
+
 func TestSearchFindsAnItem(t *testing.T) {
 	e := setup(t, "")
 	b := newBrowser(t)

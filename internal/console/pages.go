@@ -387,6 +387,7 @@ type itemView struct {
 	Score, Changes, Sales, Observed, Packing                string
 	Gaps                                                    int64
 	API                                                     string
+	Outcome                                                 string // how the last collection ended
 	Sales20                                                 []saleView
 	PinTiers                                                []string
 }
@@ -429,9 +430,17 @@ func (c *Console) itemPage(r *http.Request, d *pageData) (string, error) {
 		v.Packing = fmt.Sprintf("%.2f requests a collection (shares packed calls)", it.Requests)
 	}
 	for _, t := range tiers.All() {
-		if _, ok := t.Interval(); ok {
+		if _, ok := t.Interval(); ok && !it.Synthetic { // a fixture is never scheduled
 			v.PinTiers = append(v.PinTiers, string(t))
 		}
+	}
+	switch {
+	case it.LastOutcome == "":
+		v.Outcome = "never collected"
+	case it.FailureStreak > 0:
+		v.Outcome = fmt.Sprintf("%s, %d failed in a row: %s", it.LastOutcome, it.FailureStreak, it.LastError)
+	default:
+		v.Outcome = it.LastOutcome
 	}
 	sales, err := history.RecentSales(r.Context(), c.reads(), id, recentSales)
 	if err != nil {

@@ -317,8 +317,9 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 	})
 }
 
-// ErrNotClaimable: the item does not exist or another worker holds its lease.
-var ErrNotClaimable = errors.New("item not found or leased by another worker")
+// ErrNotClaimable: the item does not exist, is a synthetic fixture, or another worker holds
+// its lease.
+var ErrNotClaimable = errors.New("item not found, a synthetic fixture (never collected), or leased by another worker")
 
 // CollectOne collects one item now, whatever its schedule, through the same gate, lease,
 // budget and write path as collect-due.
