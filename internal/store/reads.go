@@ -631,9 +631,17 @@ func (r *Reads) measure(ctx context.Context) (replicaLag, readCause, error) {
 	}
 	if m.other == "" {
 		// The functions above are everyone's: a role that may not read the tables would look
-		// in step, and every read would fail on it first.
-		if _, err := r.replica.Exec(ctx, `SELECT 1 FROM tracked_items LIMIT 0`); err != nil {
-			return m, causeUnreachable, fmt.Errorf("replica at %s cannot be read: %w", r.where, err)
+		// in step, and every read would fail on it first. Partitions are read through their
+		// parents, whose privileges decide.
+		var denied *string
+		if err := r.replica.QueryRow(ctx, `
+			SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c
+			WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+			  AND NOT c.relispartition AND NOT has_table_privilege(c.oid, 'SELECT')`).Scan(&denied); err != nil {
+			return m, causeUnreachable, fmt.Errorf("replica unreachable at %s: %w", r.where, err)
+		}
+		if denied != nil {
+			return m, causeUnreachable, fmt.Errorf("replica at %s cannot be read: database.read_url's role may not read %s (GRANT SELECT ON ALL TABLES IN SCHEMA on the primary)", r.where, *denied)
 		}
 	}
 	if replayedAt != nil {
