@@ -66,3 +66,18 @@ func UnpinItem(ctx context.Context, db DB, itemID string) error {
 	}
 	return nil
 }
+
+// UntrackItem stops tracking an item: its row goes (its search copy with it), so it is never
+// collected again and the read API no longer lists it. Its history stays until retention drops
+// it; import-items tracks it again as a new item. A collection of it under way writes nothing:
+// its write-back is fenced by the row that is gone.
+func UntrackItem(ctx context.Context, db DB, itemID string) error {
+	tag, err := db.Exec(ctx, `DELETE FROM tracked_items WHERE item_id = $1`, itemID)
+	if err != nil {
+		return fmt.Errorf("untrack item %s: %w", itemID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("untrack item %s: %w", itemID, ErrNotTracked)
+	}
+	return nil
+}

@@ -354,7 +354,7 @@ including what collection has learnt: observed collections and changes, the esti
 	f.StringVar(&tier, "tier", "", "only this tier ("+tiers.Names()+")")
 	f.IntVar(&q.Limit, "limit", 100, "at most this many rows (0 = all)")
 	f.BoolVar(&q.IncludeSynthetic, "include-synthetic", false, "also list synthetic fixtures (seed-, integration-item-)")
-	cmd.AddCommand(newPinCmd(a), newUnpinCmd(a))
+	cmd.AddCommand(newPinCmd(a), newUnpinCmd(a), newUntrackCmd(a))
 	return cmd
 }
 

@@ -66,6 +66,23 @@ func TestItemsShowsWhatCollectionLearnt(t *testing.T) {
 	if _, _, err := runCollector(t, "items", "no-such-item", "--database-url", db); err == nil || !strings.Contains(err.Error(), "no-such-item is not tracked") {
 		t.Fatalf("items of an unknown id: %v", err)
 	}
+	// Untracked, it is gone from the items and never claimed again; its history stays.
+	if out, _, err := runCollector(t, "items", "untrack", id, "--database-url", db); err != nil || !strings.Contains(out, "no longer tracked") {
+		t.Fatalf("items untrack: %v\n%s", err, out)
+	}
+	if _, _, err := runCollector(t, "items", id, "--database-url", db); err == nil || !strings.Contains(err.Error(), "is not tracked") {
+		t.Fatalf("items of an untracked item: %v", err)
+	}
+	var snapshots int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM auction_snapshots WHERE item_id = $1`, id).Scan(&snapshots); err != nil || snapshots == 0 {
+		t.Fatalf("the untracked item's snapshots: %d, %v; want them kept", snapshots, err)
+	}
+	if _, _, err := runCollector(t, "collect", id, "--database-url", db); err == nil {
+		t.Fatal("an untracked item was collected")
+	}
+	if _, _, err := runCollector(t, "items", "untrack", id, "--database-url", db); err == nil || !strings.Contains(err.Error(), "not tracked") {
+		t.Fatalf("untrack twice: %v; want it not tracked", err)
+	}
 }
 
 func TestPinAndPlan(t *testing.T) {

@@ -232,6 +232,28 @@ func newUnpinCmd(a *app) *cobra.Command {
 	}
 }
 
+func newUntrackCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "untrack ITEM_ID",
+		Short: "Stop tracking an item: never collected again, no longer listed by the read API; its history stays until retention drops it",
+		Long: `untrack stops tracking an item. Removing it from the targets file does not: import-items only
+adds and updates. Its row goes, with its tier, pin and estimates; its snapshots, sales and candles
+stay until retention drops them, and import-items tracks it again as a new item.`,
+		Args: cobra.ExactArgs(1),
+		RunE: a.runArgs(func(ctx context.Context, args []string) error {
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			if err := catalog.UntrackItem(ctx, pool, args[0]); err != nil {
+				return err
+			}
+			a.printf("item %s: no longer tracked (its history stays until retention drops it)\n", args[0])
+			return nil
+		}),
+	}
+}
+
 // learnedMarket is the market key's configured budget and the share of it the adaptive budget
 // learned the provider allows (budget_rates): the daemon plans within that share of it.
 func (a *app) learnedMarket(ctx context.Context, pool *pgxpool.Pool) (config.WorkloadLimits, float64, error) {
