@@ -255,7 +255,7 @@ func (a *API) guard(next http.Handler) http.Handler {
 					"this API requires a bearer token: send Authorization: Bearer <token>", "")
 				return
 			}
-			client = "token:" + tok
+			client = tokenClient + tok
 		}
 		if a.overRate(w, client) {
 			return

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,8 +25,11 @@ type limiter struct {
 	lastSweep time.Time
 }
 
-// maxClients bounds the buckets kept at once.
+// maxClients bounds the buckets of addresses kept at once.
 const maxClients = 100_000
+
+// tokenClient prefixes the key of a client known by its bearer token.
+const tokenClient = "token:"
 
 func newLimiter(perSecond float64, now func() time.Time) *limiter {
 	if perSecond <= 0 {
@@ -57,7 +61,9 @@ func (l *limiter) take(client string) decision {
 	}
 	b := l.clients[client]
 	if b == nil {
-		if len(l.clients) >= maxClients {
+		// Token holders are as many as the configured tokens: they always get buckets of
+		// their own, so a flood from many addresses cannot make them share one with it.
+		if len(l.clients) >= maxClients && !strings.HasPrefix(client, tokenClient) {
 			// More clients at once than any real deployment has: the newcomers share a bucket
 			// rather than grow the map without bound.
 			client = "overflow"
