@@ -133,7 +133,7 @@ func hostURL(hostPort string) string {
 
 // serveUntilDone serves h on ln until ctx ends, then lets requests in flight finish.
 func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, log *zap.Logger) error {
-	srv := httpserve.New(ln, h)
+	srv := httpserve.New(h)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -188,7 +188,7 @@ func (a *app) serveNotReady(why *atomic.Pointer[string]) (stop func()) {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, *why.Load(), http.StatusServiceUnavailable)
 	})
-	srv := httpserve.New(ln, mux)
+	srv := httpserve.New(mux)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
 	return func() {

@@ -41,7 +41,7 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 			code = he.code
 		} else if errors.Is(err, catalog.ErrNotTracked) {
 			code = http.StatusNotFound
-		} else if errors.Is(err, catalog.ErrNotPinnable) {
+		} else if errors.Is(err, catalog.ErrNotPinnable) || errors.Is(err, catalog.ErrFixture) {
 			code = http.StatusBadRequest
 		}
 		if code >= http.StatusInternalServerError {

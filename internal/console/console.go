@@ -275,7 +275,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("POST /login", c.login)
 	mux.HandleFunc("POST /logout", c.logout)
 	mux.HandleFunc("POST /actions/{action}", c.action)
-	return secureHeaders(c.cleanInput(smallForms(mux)))
+	return c.loopbackHosts(secureHeaders(c.cleanInput(smallForms(mux))))
 }
 
 // maxForm bounds a POST's body: the console's forms are a few fields. Unbounded, a login

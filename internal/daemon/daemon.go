@@ -468,7 +468,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var srv *http.Server
 	if d.ln != nil {
-		srv = httpserve.New(d.ln, d.handler())
+		srv = httpserve.New(d.handler())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
