@@ -360,13 +360,16 @@ type slotted struct {
 // (the server's read timeout no longer runs once the handler has it), so behind a few slow
 // windows held by one client every other series read waited without end, and got no answer
 // telling it to come back.
-var slotWait = 5 * time.Second
+var slotWait atomic.Int64
+
+func init() { slotWait.Store(int64(5 * time.Second)) }
 
 // errSlotsBusy: every read slot stayed taken for slotWait.
 var errSlotsBusy = errors.New("every database read slot stayed busy")
 
 func (s slotted) acquire(ctx context.Context) error {
-	t := time.NewTimer(slotWait)
+	wait := time.Duration(slotWait.Load())
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case s.slots <- struct{}{}:
@@ -374,7 +377,7 @@ func (s slotted) acquire(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("wait for a database read slot: %w", ctx.Err())
 	case <-t.C:
-		return fmt.Errorf("%w for %s", errSlotsBusy, slotWait)
+		return fmt.Errorf("%w for %s", errSlotsBusy, wait)
 	}
 }
 

@@ -14,7 +14,6 @@ func (a *API) SetChangeOverlap(d time.Duration) { a.latest.overlap = d }
 
 // SetSlotWait sets how long a read waits for a slot, returning a func that puts it back.
 func SetSlotWait(d time.Duration) (restore func()) {
-	old := slotWait
-	slotWait = d
-	return func() { slotWait = old }
+	old := slotWait.Swap(int64(d))
+	return func() { slotWait.Store(old) }
 }

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"go.uber.org/zap/zaptest"
 
@@ -35,7 +34,7 @@ func TestPollsWaitingOnAFailedRefreshShareIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.latest.timeout = 500 * time.Millisecond
+	a.latest.timeout = testkit.Timeout // the test ends the read itself, once every poll waits
 	waiting := make(chan struct{}, 8)
 	a.latest.waiting = func() { waiting <- struct{}{} }
 	srv := httptest.NewServer(a.Handler())
@@ -59,6 +58,7 @@ func TestPollsWaitingOnAFailedRefreshShareIt(t *testing.T) {
 	go poll()
 	testkit.Recv(t, waiting, testkit.Timeout, "the second poll to wait")
 	testkit.Recv(t, waiting, testkit.Timeout, "the third poll to wait")
+	proxy.Close() // the database goes away: the first read fails, and every read after it
 	for range 3 {
 		if code := testkit.Recv(t, codes, testkit.Timeout, "a poll's answer"); code != http.StatusServiceUnavailable {
 			t.Fatalf("a poll behind a hung database: %d, want 503", code)

@@ -636,7 +636,7 @@ func (r *Reads) measure(ctx context.Context) (replicaLag, readCause, error) {
 		var denied *string
 		if err := r.replica.QueryRow(ctx, `
 			SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c
-			WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+			WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) AND c.relkind IN ('r', 'p')
 			  AND NOT c.relispartition AND NOT has_table_privilege(c.oid, 'SELECT')`).Scan(&denied); err != nil {
 			return m, causeUnreachable, fmt.Errorf("replica unreachable at %s: %w", r.where, err)
 		}
