@@ -66,8 +66,9 @@ var examples = map[string]string{
 	"collector items": `  collector items --tier HOT_1M
   collector items --limit 0 --include-synthetic
   collector items 2ba6d4c8b04cbc5d5b9d6bba23fae3a5   # one item in full, with its estimated rates`,
-	"collector items pin":   `  collector items pin 2ba6d4c8b04cbc5d5b9d6bba23fae3a5 HOT_1M`,
-	"collector items unpin": `  collector items unpin 2ba6d4c8b04cbc5d5b9d6bba23fae3a5`,
+	"collector items pin":     `  collector items pin 2ba6d4c8b04cbc5d5b9d6bba23fae3a5 HOT_1M`,
+	"collector items unpin":   `  collector items unpin 2ba6d4c8b04cbc5d5b9d6bba23fae3a5`,
+	"collector items untrack": `  collector items untrack 2ba6d4c8b04cbc5d5b9d6bba23fae3a5`,
 	"collector run": `  collector run
   collector run --http-addr 127.0.0.1:9090 --max-sleep 10s --log-format console`,
 	"collector status": `  collector status
