@@ -109,7 +109,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 						class := provider.ClassOf(r.err)
 						// A refusal reaches here only when a long Retry-After or repeated
 						// refusals outlast untilAnswered: then the key cools down and the pass stops.
-						ends := class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig || class == provider.ClassEndpoint
+						ends := endsPass(class)
 						if ends || fctx.Err() != nil {
 							mu.Lock()
 							if ends && stop == nil {
@@ -192,6 +192,13 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 			}
 		}
 	}
+}
+
+// endsPass says whether an item's failure of class ends the pass: what fails one call would
+// fail every other alike (maintenance, a refused key, a rate limit that outlasted the retries,
+// an address that is not the API).
+func endsPass(class provider.Class) bool {
+	return class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig || class == provider.ClassEndpoint
 }
 
 // renewCap is how many leases (collect.lease) a batch keeps its items without a call finishing,

@@ -180,6 +180,9 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 	var newest time.Time // the newest sale in the packed answer: the provider's clock was past it
 	sok := false
 	if st.sales {
+		// Sales older than this were made before the packed call was sent, whatever the packed
+		// answer holds (an empty one too): the shadow check compares them.
+		newest = d.clock.now().Add(-shadowSkew)
 		a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
 			rows, sent, err := d.fetch.AuctionSoldMany(ctx, ids)
 			return answer[provider.Sale]{rows, sent}, err
@@ -225,6 +228,14 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 			}
 		}
 		r.at = d.clock.now()
+		if err != nil && endsPass(provider.ClassOf(err)) {
+			// What failed this item's call would fail its pack-mates' alike: they are not
+			// called, and go back with the pass.
+			for j := i; j < len(group); j++ {
+				out[j] = result{claim: group[j], at: r.at, err: err, outcome: provider.ClassOf(err).String()}
+			}
+			return out
+		}
 		if err != nil {
 			r.err, r.outcome = err, provider.ClassOf(err).String()
 			out[i] = r
@@ -241,13 +252,18 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 	return out
 }
 
-// stops reports errors that end the pass whatever the item (maintenance, a refused key). An
+// stops reports errors of a packed call that end the pass whatever the item (maintenance, a
+// refused key, a rate limit that outlasted the retries: single calls would meet it too). An
 // answer that is not the API's (provider.ClassEndpoint) does not: a proxy may refuse the longer
 // itemIds URL while single calls pass, so the items are fetched alone and those calls decide.
 func stops(err error) bool {
 	c := provider.ClassOf(err)
-	return c == provider.ClassMaintenance || c == provider.ClassConfig
+	return c == provider.ClassMaintenance || c == provider.ClassConfig || c == provider.ClassRateLimited
 }
+
+// shadowSkew is how far the provider's clock may trail ours: a sale dated before the packed
+// call less this was made before the call, and must be in its answer.
+const shadowSkew = time.Minute
 
 func failAll(group []catalog.Claim, err error, at time.Time) []result {
 	out := make([]result, len(group))
@@ -285,13 +301,14 @@ func (d *Dispatcher) shadow() bool {
 
 // verify fetches a packed item alone and compares; a mismatch switches packing off for that
 // endpoint for the whole cluster, with one error line naming the item. Listings count as a
-// mismatch only when the single-item answers before and after the packed call agree: a
-// market that moved in between proves nothing either way.
+// mismatch only when the single-item answers before and after the packed call agree (a
+// market that moved in between proves nothing either way), and the packed part lacks one of
+// their listings: one more in the packed part is a listing made and bought between the calls.
 func (d *Dispatcher) verify(ctx context.Context, c catalog.Claim, listings, prior []provider.Listing, lpacked bool, sales []history.Sale, spacked bool, upTo time.Time) {
 	if lpacked {
 		alone, _, err := d.fetch.Auction(ctx, c.ItemID)
 		if err == nil && sameListings(prior, alone) {
-			bad := !sameListings(listings, alone)
+			bad := lacksAny(listings, alone)
 			d.cfg.Observer.Shadowed(provider.EndpointAuction, bad)
 			if bad {
 				d.packingMismatch(ctx, provider.EndpointAuction, c.ItemID, fmt.Sprintf("%d listings packed, %d alone", len(listings), len(alone)))
@@ -317,6 +334,20 @@ func (d *Dispatcher) packingMismatch(ctx context.Context, endpoint, itemID, what
 	cancel()
 	d.log.Error("packed answer differs from the single-item answer: packing switched off cluster-wide until an operator turns it back on",
 		zap.String("endpoint", endpoint), zap.String("item_id", itemID), zap.String("difference", what), zap.Error(err))
+}
+
+// lacksAny says whether packed lacks a listing of alone, by auction number.
+func lacksAny(packed, alone []provider.Listing) bool {
+	have := make(map[int64]bool, len(packed))
+	for _, l := range packed {
+		have[l.AuctionNo] = true
+	}
+	for _, l := range alone {
+		if !have[l.AuctionNo] {
+			return true
+		}
+	}
+	return false
 }
 
 // sameListings compares two answers for one item by auction number.

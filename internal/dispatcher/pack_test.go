@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -240,6 +241,105 @@ func TestShadowMismatchSwitchesPackingOff(t *testing.T) {
 	st, err := ReadPackingStatus(ctx, e.pool)
 	if err != nil || len(st) != 1 || st[0].Endpoint != provider.EndpointAuction || st[0].Enabled || !strings.Contains(st[0].Reason, "shadow verification of item") {
 		t.Fatalf("packing state %+v %v: want /df/auction switched off naming the item", st, err)
+	}
+}
+
+// A packed sales answer with no rows at all (a provider that ignores itemIds on that endpoint)
+// is caught by shadow verification: sales made before the packed call was sent must be in it,
+// whatever it holds. Packing goes off for that endpoint.
+func TestShadowCatchesAnEmptyPackedSalesAnswer(t *testing.T) {
+	e := setup(t, 12, tiers.Cold, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/df/auction-sold" || r.URL.Query().Get("itemIds") == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"rows":[]}`))
+		})
+	})
+	ctx := context.Background()
+	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: packMaxSalesMax, ShadowFraction: 1}
+	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil { // first collections: alone
+		t.Fatal(err)
+	}
+	// The stored sales end a day back: the provider's last day of sales is new to every item.
+	var selling int
+	if err := e.pool.QueryRow(ctx, `
+		WITH u AS (UPDATE tracked_items SET next_collect_at = now() - interval '1 second',
+		                  last_sale_at = last_sale_at - interval '1 day', last_second_sales = 0
+		           WHERE last_sale_at IS NOT NULL RETURNING 1)
+		SELECT count(*) FROM u`).Scan(&selling); err != nil {
+		t.Fatal(err)
+	}
+	if selling == 0 {
+		t.Fatal("no item has sales: the test proves nothing")
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ReadPackingStatus(ctx, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := false
+	for _, s := range st {
+		off = off || s.Endpoint == provider.EndpointAuctionSold && !s.Enabled && strings.Contains(s.Reason, "shadow verification of item")
+	}
+	if !off {
+		t.Fatalf("packing state %+v: want /df/auction-sold switched off naming the item", st)
+	}
+}
+
+// A listing made and bought between the single-item calls around a packed one shows only in
+// the packed answer: not a packing fault (the packed part lacks nothing), so packing stays on.
+func TestShadowIgnoresAListingOnlyThePackedAnswerSaw(t *testing.T) {
+	e := setup(t, 12, tiers.Cold, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/df/auction" || r.URL.Query().Get("itemIds") == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			var body struct {
+				Rows []map[string]any `json:"rows"`
+			}
+			_ = json.Unmarshal(rec.Body.Bytes(), &body)
+			if len(body.Rows) > 0 { // one more listing of the first row's item, gone by the next call
+				extra := maps.Clone(body.Rows[0])
+				extra["auctionNo"] = 9_000_000_000
+				body.Rows = append(body.Rows, extra)
+			}
+			b, _ := json.Marshal(body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(b)
+		})
+	})
+	ctx := context.Background()
+	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: packMaxSalesMax, ShadowFraction: 1}
+	var shadowed bool
+	for pass := 0; pass < 2; pass++ {
+		s, err := e.dispatcher(t, cfg, nil).RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shadowed = shadowed || pass == 1 && s.Collected > 0
+		if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := ReadPackingStatus(ctx, e.pool)
+	if err != nil || !shadowed {
+		t.Fatalf("%v (collected in the packed pass: %v)", err, shadowed)
+	}
+	for _, s := range st {
+		if !s.Enabled {
+			t.Fatalf("packing switched off by a listing only the packed answer saw: %+v", s)
+		}
 	}
 }
 
