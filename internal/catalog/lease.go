@@ -45,6 +45,8 @@ type Claim struct {
 	LastSnapshot *history.Written
 	// Requests is what the plan counted one collection of the item as costing.
 	Requests float64
+	// FailureStreak is how many collections in a row failed up to this one.
+	FailureStreak int32
 	// TID is where the claim left the row: the write-back finds it there unless something
 	// else updated the item meanwhile (WriteBack).
 	TID pgtype.TID
@@ -75,7 +77,7 @@ const claimSet = `SET lease_expires_at = now() + $2 * interval '1 millisecond',
 const claimReturning = `RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at, t.last_second_sales,
           t.seen_listing_count, t.est_sales, t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.last_collected_at,
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
-          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.ctid`
+          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.failure_streak, t.ctid`
 
 // claimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
 // "due" includes what falls due within the next $4 milliseconds (the dispatcher's Config.Ahead).
@@ -226,7 +228,7 @@ func scanClaim(row pgx.CollectableRow, extra ...any) (Claim, error) {
 	var s history.State
 	err := row.Scan(append([]any{&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt, &c.LastSecondSales,
 		&c.SeenListings, &c.EstSales, &c.Est.Accesses, &c.Est.Changes, &c.Est.ChangedSeconds, &c.Est.UnchangedSeconds, &c.LastCollectedAt, &c.Requests,
-		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated, &c.TID}, extra...)...)
+		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated, &c.FailureStreak, &c.TID}, extra...)...)
 	c.Tier = tiers.Tier(tier)
 	if snapAt != nil && c.SeenListings != nil && qty != nil && truncated != nil {
 		s.Count, s.Quantity, s.Truncated = int(*c.SeenListings), *qty, *truncated

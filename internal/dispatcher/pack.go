@@ -85,9 +85,10 @@ func ReadPackingStatus(ctx context.Context, q *pgxpool.Pool) ([]PackingStatus, e
 // are known. Sales per collection are its sales rate times its tier's interval, not an average
 // of past collections, so an item the plan moved to a faster tier shares calls at once, as the
 // plan counted it (packing.Model.PackedUpTo). Whatever is guessed here, the completeness rule
-// decides what is kept.
+// decides what is kept. An item whose last collection failed is asked alone: the provider says
+// what is wrong with it (an item it no longer knows) only to a call of its own.
 func (d *Dispatcher) small(c catalog.Claim) bool {
-	if c.SeenListings == nil {
+	if c.SeenListings == nil || c.FailureStreak > 0 {
 		return false
 	}
 	perCollection := 0.0
@@ -204,6 +205,12 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 	for i, c := range group {
 		r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}
 		listings, lpacked := lparts[c.ItemID], lok
+		if lpacked && len(listings) == 0 && c.SeenListings != nil && *c.SeenListings > 0 {
+			// It had listings and the packed answer has none: a market emptied since, or an item
+			// the provider no longer knows, which a packed answer leaves out without a word.
+			// Asked alone, the provider says which.
+			lpacked = false
+		}
 		var err error
 		if lpacked {
 			r.listings = history.Summarize(listings, false) // complete: the answer was not cut

@@ -343,6 +343,78 @@ func TestShadowIgnoresAListingOnlyThePackedAnswerSaw(t *testing.T) {
 	}
 }
 
+// An item the provider no longer knows is left out of packed answers without a word, and
+// answered 404 DNF003 alone. An item that had listings and has none in a packed answer is
+// asked alone, so its collection fails item_error instead of storing an empty market as ok;
+// failed, it is not packed again.
+func TestAnItemLeftOutOfAPackedAnswerIsAskedAlone(t *testing.T) {
+	var mu sync.Mutex
+	lost := "" // the first item with listings in a packed listings answer, from then on
+	e := setup(t, 12, tiers.Cold, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			q := r.URL.Query()
+			if r.URL.Path != "/df/auction" && r.URL.Path != "/df/auction-sold" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if lost != "" && q.Get("itemId") == lost {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = w.Write([]byte(`{"error":{"status":404,"code":"DNF003","message":"NOT_FOUND_ITEM"}}`))
+				return
+			}
+			if q.Get("itemIds") == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			var body struct {
+				Rows []map[string]any `json:"rows"`
+			}
+			_ = json.Unmarshal(rec.Body.Bytes(), &body)
+			if lost == "" && r.URL.Path == "/df/auction" && len(body.Rows) > 0 {
+				lost, _ = body.Rows[0]["itemId"].(string)
+			}
+			body.Rows = slices.DeleteFunc(body.Rows, func(row map[string]any) bool { return row["itemId"] == lost })
+			b, _ := json.Marshal(body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(b)
+		})
+	})
+	ctx := context.Background()
+	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: packMaxSalesMax}
+	for pass := 0; pass < 3; pass++ {
+		if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		id := lost
+		mu.Unlock()
+		if pass == 0 {
+			continue // first collections: alone
+		}
+		if id == "" {
+			t.Fatal("no packed listings answer had rows: the test proves nothing")
+		}
+		var outcome string
+		var listings, streak int
+		if err := e.pool.QueryRow(ctx, `SELECT last_outcome, seen_listing_count, failure_streak FROM tracked_items WHERE item_id = $1`, id).
+			Scan(&outcome, &listings, &streak); err != nil {
+			t.Fatal(err)
+		}
+		if outcome != "item_error" || listings == 0 || streak != pass {
+			t.Fatalf("pass %d: the lost item ended %s with %d listings stored, %d failures in a row; want item_error, its listings kept, %d",
+				pass+1, outcome, listings, streak, pass)
+		}
+	}
+}
+
 // A market that moves between the packed call and the single-item check is not a packing
 // fault: the item's single-item answers before and after the packed call disagree, so the
 // check proves nothing and packing stays on.
