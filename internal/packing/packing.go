@@ -61,7 +61,10 @@ type SalesVerdict struct {
 // The part is complete when the whole answer has fewer rows than the limit, or when the part
 // reaches back to the newest stored sale and is newest first: a cut then only dropped rows
 // older than the oldest one kept, so every newer sale is inside. An empty part of a full
-// answer, an item with nothing stored, or a part in any other order proves nothing.
+// answer, an item with nothing stored, or a part in any other order proves nothing. The second
+// rule trusts the order single answers have (newest first, the spec says): a packed answer
+// sorted otherwise, whose part only happens to be newest first, is for the shadow check to
+// catch.
 func Sales(answerRows, limit int, part []time.Time, newestStored *time.Time) SalesVerdict {
 	if answerRows < limit {
 		return SalesVerdict{Complete: true}
