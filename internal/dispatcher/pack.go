@@ -250,7 +250,22 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 		}
 		prior, shadowed := before[c.ItemID]
 		if (lpacked && shadowed) || (spacked && d.shadow()) {
-			d.verify(ctx, c, listings, prior, lpacked && shadowed, sales, spacked, newest)
+			lbad, sbad := d.verify(ctx, c, listings, prior, lpacked && shadowed, sales, spacked, newest)
+			// A packed answer shown wrong is not written: the item is fetched alone, and so are
+			// its pack-mates still to come, whose parts came from the same answer.
+			if lbad {
+				lpacked, lok = false, false
+				r.listings, err = d.listingsAlone(ctx, c)
+			}
+			if sbad && err == nil {
+				spacked, sok = false, false
+				sales, r.salesGap, err = d.salesAlone(ctx, c)
+			}
+			if err != nil {
+				r.err, r.outcome = err, provider.ClassOf(err).String()
+				out[i] = r
+				continue
+			}
 		}
 		r.packed = lpacked || spacked
 		r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales)
@@ -306,18 +321,19 @@ func (d *Dispatcher) shadow() bool {
 	return d.cfg.ShadowFraction > 0 && rand.Float64() < d.cfg.ShadowFraction
 }
 
-// verify fetches a packed item alone and compares; a mismatch switches packing off for that
-// endpoint for the whole cluster, with one error line naming the item. Listings count as a
+// verify fetches a packed item alone and compares, and says which endpoint's part was wrong; a
+// mismatch switches packing off for that endpoint for the whole cluster, with one error line
+// naming the item. Listings count as a
 // mismatch only when the single-item answers before and after the packed call agree (a
 // market that moved in between proves nothing either way), and the packed part lacks one of
 // their listings: one more in the packed part is a listing made and bought between the calls.
-func (d *Dispatcher) verify(ctx context.Context, c catalog.Claim, listings, prior []provider.Listing, lpacked bool, sales []history.Sale, spacked bool, upTo time.Time) {
+func (d *Dispatcher) verify(ctx context.Context, c catalog.Claim, listings, prior []provider.Listing, lpacked bool, sales []history.Sale, spacked bool, upTo time.Time) (lbad, sbad bool) {
 	if lpacked {
 		alone, _, err := d.fetch.Auction(ctx, c.ItemID)
 		if err == nil && sameListings(prior, alone) {
-			bad := lacksAny(listings, alone)
-			d.cfg.Observer.Shadowed(provider.EndpointAuction, bad)
-			if bad {
+			lbad = lacksAny(listings, alone)
+			d.cfg.Observer.Shadowed(provider.EndpointAuction, lbad)
+			if lbad {
 				d.packingMismatch(ctx, provider.EndpointAuction, c.ItemID, fmt.Sprintf("%d listings packed, %d alone", len(listings), len(alone)))
 			}
 		}
@@ -325,13 +341,14 @@ func (d *Dispatcher) verify(ctx context.Context, c catalog.Claim, listings, prio
 	if spacked {
 		alone, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
 		if err == nil {
-			bad := !sameSales(sales, history.SequenceSales(alone, full(sent, d.soldLimit), c.LastSaleAt), c.LastSaleAt, upTo)
-			d.cfg.Observer.Shadowed(provider.EndpointAuctionSold, bad)
-			if bad {
+			sbad = !sameSales(sales, history.SequenceSales(alone, full(sent, d.soldLimit), c.LastSaleAt), c.LastSaleAt, upTo)
+			d.cfg.Observer.Shadowed(provider.EndpointAuctionSold, sbad)
+			if sbad {
 				d.packingMismatch(ctx, provider.EndpointAuctionSold, c.ItemID, "new sales differ between the packed and the single-item answer")
 			}
 		}
 	}
+	return lbad, sbad
 }
 
 func (d *Dispatcher) packingMismatch(ctx context.Context, endpoint, itemID, what string) {

@@ -244,6 +244,66 @@ func TestShadowMismatchSwitchesPackingOff(t *testing.T) {
 	}
 }
 
+// The item whose packed part the shadow check shows wrong is not written from it: its listings
+// are what the provider answers it alone, not the packed part that lacked one.
+func TestAnItemShownWrongByTheShadowCheckIsWrittenFromItsOwnAnswer(t *testing.T) {
+	var mu sync.Mutex
+	dropped, whole := "", 0 // the item whose row the packed answer dropped, and its rows with it
+	e := setup(t, 12, tiers.Cold, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/df/auction" || r.URL.Query().Get("itemIds") == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			var body struct {
+				Rows []map[string]any `json:"rows"`
+			}
+			_ = json.Unmarshal(rec.Body.Bytes(), &body)
+			mu.Lock()
+			if dropped == "" && len(body.Rows) > 0 {
+				dropped, _ = body.Rows[0]["itemId"].(string)
+				for _, row := range body.Rows {
+					if row["itemId"] == dropped {
+						whole++
+					}
+				}
+			}
+			mu.Unlock()
+			if len(body.Rows) > 0 {
+				body.Rows = body.Rows[1:]
+			}
+			b, _ := json.Marshal(body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(b)
+		})
+	})
+	ctx := context.Background()
+	cfg := Config{BatchSize: 20, Concurrency: 1, PackSize: 10, PackMaxListings: 60, PackMaxSales: packMaxSalesMax, ShadowFraction: 1}
+	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dropped == "" {
+		t.Fatal("no packed listings answer had rows: the test proves nothing")
+	}
+	var stored int
+	if err := e.pool.QueryRow(ctx, `SELECT seen_listing_count FROM tracked_items WHERE item_id = $1`, dropped).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != whole {
+		t.Fatalf("the item whose packed part lacked a listing stored %d listings, want its own answer's %d", stored, whole)
+	}
+}
+
 // A packed sales answer with no rows at all (a provider that ignores itemIds on that endpoint)
 // is caught by shadow verification: sales made before the packed call was sent must be in it,
 // whatever it holds. Packing goes off for that endpoint.
