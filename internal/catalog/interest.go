@@ -69,9 +69,10 @@ func RecordInterest(ctx context.Context, db DB, ev InterestEvent, reactivateTo t
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var tier string
 		var fixture bool
+		var now time.Time
 		// The row lock orders this against a concurrent recalculation of the same item.
-		err := tx.QueryRow(ctx, `SELECT collection_tier, next_collect_at, synthetic_item(item_id) FROM tracked_items WHERE item_id = $1 FOR NO KEY UPDATE`,
-			ev.ItemID).Scan(&tier, &r.NextCollectAt, &fixture)
+		err := tx.QueryRow(ctx, `SELECT collection_tier, next_collect_at, synthetic_item(item_id), now() FROM tracked_items WHERE item_id = $1 FOR NO KEY UPDATE`,
+			ev.ItemID).Scan(&tier, &r.NextCollectAt, &fixture, &now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("item %s: %w", ev.ItemID, ErrNotTracked)
 		}
@@ -96,11 +97,15 @@ func RecordInterest(ctx context.Context, db DB, ev InterestEvent, reactivateTo t
 		reason += ": reactivated from " + tier
 		// tier_changed_at = now() = this event's occurred_at, so recalculation sees the event
 		// as already acted on and does not reactivate the item a second time.
+		// An item being collected right now is served by that collection: its next one is on
+		// the new tier's phase, not due again the moment its write-back keeps this schedule.
+		next, _ := tiers.NextDue(ev.ItemID, reactivateTo, now)
 		err = tx.QueryRow(ctx, `
-			UPDATE tracked_items SET collection_tier = $2, next_collect_at = LEAST(next_collect_at, now()),
+			UPDATE tracked_items SET collection_tier = $2,
+			       next_collect_at = CASE WHEN coalesce(lease_expires_at > now(), false) THEN $4 ELSE LEAST(next_collect_at, now()) END,
 			       tier_changed_at = now(), tier_reason = $3, updated_at = now()
 			WHERE item_id = $1
-			RETURNING next_collect_at`, ev.ItemID, string(reactivateTo), reason).Scan(&r.NextCollectAt)
+			RETURNING next_collect_at`, ev.ItemID, string(reactivateTo), reason, next).Scan(&r.NextCollectAt)
 		if err != nil {
 			return err
 		}

@@ -42,7 +42,8 @@ func PinItem(ctx context.Context, db DB, itemID string, t tiers.Tier) (TierChang
 		return tx.QueryRow(ctx, `
 			UPDATE tracked_items SET pinned_tier = $2, collection_tier = $2,
 			       next_collect_at = CASE WHEN collection_tier = $2 THEN next_collect_at
-			                              WHEN $4 THEN LEAST(next_collect_at, $3) ELSE $3 END,
+			                              WHEN $4 AND NOT coalesce(lease_expires_at > now(), false) THEN LEAST(next_collect_at, $3)
+			                              ELSE $3 END,
 			       tier_changed_at = CASE WHEN collection_tier = $2 THEN tier_changed_at ELSE now() END,
 			       tier_reason = CASE WHEN collection_tier = $2 THEN tier_reason ELSE $5 END,
 			       updated_at = now()

@@ -395,6 +395,9 @@ func (u *updates) flush(ctx context.Context, tx pgx.Tx, res *Result) error {
 			next_collect_at  = CASE
 				WHEN u.new_tier = u.old_tier THEN t.next_collect_at
 				WHEN u.new_tier = 'DORMANT'  THEN NULL
+				-- Being collected now: that collection serves the move, the next is on the new
+				-- tier's phase (its write-back keeps this schedule, the tier having changed).
+				WHEN coalesce(t.lease_expires_at > now(), false) THEN u.next
 				WHEN u.due_now               THEN LEAST(t.next_collect_at, now())
 				WHEN u.promote               THEN LEAST(t.next_collect_at, u.next)
 				ELSE u.next END,

@@ -329,3 +329,28 @@ func holdRecalculation(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
 	}
 	return tx
 }
+
+// A move of an item being collected right now (a pin, a reactivation, a recalculation's
+// promotion) is served by that collection: its next one is on the new tier's phase, ahead,
+// not the past due time the claim is serving, which its write-back (keeping the schedule of a
+// tier that changed) would make due again at once.
+func TestAMoveDuringACollectionSchedulesTheNextAhead(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	pinned, touched := randomItemID(t), randomItemID(t)
+	storetest.Items(t, pool, storetest.Item{ID: pinned, Tier: tiers.Warm, NextCollectAt: storetest.Ago(time.Minute)},
+		storetest.Item{ID: touched, Tier: tiers.Cold, NextCollectAt: storetest.Ago(time.Minute)})
+	for _, id := range []string{pinned, touched} {
+		if c, err := ClaimOne(ctx, pool, id, time.Minute, "test"); err != nil || len(c) != 1 {
+			t.Fatalf("claim %s: %d, %v", id, len(c), err)
+		}
+	}
+	c, err := PinItem(ctx, pool, pinned, tiers.Hot)
+	if err != nil || c.NextCollectAt == nil || !c.NextCollectAt.After(time.Now().Add(-time.Second)) {
+		t.Fatalf("pinned to HOT_1M while being collected: next %v, %v; want ahead", c.NextCollectAt, err)
+	}
+	r, err := RecordInterest(ctx, pool, InterestEvent{ItemID: touched, Kind: KindTouch}, tiers.Active)
+	if err != nil || !r.Reactivated || r.NextCollectAt == nil || !r.NextCollectAt.After(time.Now().Add(-time.Second)) {
+		t.Fatalf("reactivated while being collected: %+v, %v; want its next collection ahead", r, err)
+	}
+}
