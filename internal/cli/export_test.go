@@ -123,3 +123,28 @@ func TestExportCommandWaitsForAnotherExportOfTheDay(t *testing.T) {
 		t.Fatalf("the manifest: %v", err)
 	}
 }
+
+// The wait for another export of the day is bounded: one frozen while holding the lock fails
+// the command, naming the lock, instead of piling cron runs up behind it.
+func TestExportCommandWaitsForAnotherExportOnlySoLong(t *testing.T) {
+	t.Setenv("COLLECTOR_CONFIG", "")
+	defer func(d time.Duration) { exportBusyWait = d }(exportBusyWait)
+	exportBusyWait = 300 * time.Millisecond
+	_, db := storetest.NewPool(t)
+	out := t.TempDir()
+	other, err := os.OpenFile(filepath.Join(out, export.LockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := syscall.Flock(int(other.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runCollector(t, "export", "--database-url", db, "--day", "2026-01-01", "--out", out, "--format", "csv")
+	if err == nil || exitCode(err) != exitRuntime || !strings.Contains(err.Error(), export.LockName) {
+		t.Fatalf("with the day locked for good: %v; want a failure naming the lock", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, export.ManifestName)); err == nil {
+		t.Fatal("a manifest was written beside the other export")
+	}
+}
