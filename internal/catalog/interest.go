@@ -48,8 +48,8 @@ const MaxInterestWeight = 1e9
 // RecordInterest stores an interest event and, when the item is DORMANT or COLD_10M,
 // promotes it to reactivateTo and makes it due now (or keeps an earlier due time), in one
 // transaction. Other tiers are already collected often enough: the event only counts toward
-// the next popularity score. Leases are not touched: an item being collected right now is
-// rescheduled by its collector as usual, on its new tier.
+// the next popularity score. Leases are not touched: an item being collected right now is served
+// by that collection, and its next one is on the new tier's phase (its write-back keeps it).
 func RecordInterest(ctx context.Context, db DB, ev InterestEvent, reactivateTo tiers.Tier) (Reactivation, error) {
 	switch ev.Kind {
 	case KindView, KindWatch, KindTouch:

@@ -205,7 +205,8 @@ func ClaimByCost(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Dura
 	return claims, int(locked) > len(claims), nil
 }
 
-// ClaimOne leases the named item whatever its schedule, unless another worker holds it.
+// ClaimOne leases the named item whatever its schedule, unless another worker holds it or it is
+// a synthetic fixture.
 func ClaimOne(ctx context.Context, pool *pgxpool.Pool, itemID string, lease time.Duration, owner string) ([]Claim, error) {
 	rows, err := pool.Query(ctx, claimOneSQL, itemID, lease.Milliseconds(), owner)
 	if err != nil {

@@ -309,7 +309,8 @@ func newItemsCmd(a *app) *cobra.Command {
 		Short: "List tracked items, most popular first: tier, score, schedule, estimated change and sales rates, and when and why the tier last changed",
 		Long: `items lists tracked items, most popular first. With ITEM_ID it shows that one item in full,
 including what collection has learnt: observed collections and changes, the estimated change rate
-(Cho & Garcia-Molina), the sales rate and lost-sale gaps.`,
+(Cho & Garcia-Molina), the sales rate and lost-sale gaps, and how its last collection ended
+(the failures in a row, the last error).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: a.runArgs(func(ctx context.Context, args []string) error {
 			if q.Limit < 0 {

@@ -36,7 +36,9 @@ refused unless --partial (its manifest then says "complete": false). The counts 
 are read in one snapshot of the database. A re-run skips a complete day
 whose manifest still matches the database's row counts, and otherwise writes the same bytes
 again; each file is written under a temporary name and renamed, so nothing half-written ever
-sits under a final name. The daemon exports past days itself when export.enabled is set.
+sits under a final name. If another export is writing the day, it waits for it (up to 30
+minutes, then fails naming its lock) and judges the day again. The daemon exports past days
+itself when export.enabled is set.
 docs/api.md says how to load a day into DuckDB.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -238,7 +238,8 @@ func newUntrackCmd(a *app) *cobra.Command {
 		Short: "Stop tracking an item: never collected again, no longer listed by the read API; its history stays until retention drops it",
 		Long: `untrack stops tracking an item. Removing it from the targets file does not: import-items only
 adds and updates. Its row goes, with its tier, pin and estimates; its snapshots, sales and candles
-stay until retention drops them, and import-items tracks it again as a new item.`,
+stay in the database and day exports until retention drops them (collector history, the console
+and the API no longer show them), and import-items tracks it again as a new item.`,
 		Args: cobra.ExactArgs(1),
 		RunE: a.runArgs(func(ctx context.Context, args []string) error {
 			pool, err := a.db(ctx)

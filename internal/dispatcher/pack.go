@@ -178,12 +178,13 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 	}
 	var sparts map[string][]provider.Sale
 	var ssent int
-	var newest time.Time // the newest sale in the packed answer: the provider's clock was past it
+	// Sales before newest (the send time less shadowSkew, or the packed answer's newest sale
+	// if later) must be in the packed answer: the shadow check compares them.
+	var newest time.Time
 	sok := false
 	if st.sales {
-		// Sales older than this were made before the packed call was sent, whatever the packed
-		// answer holds (an empty one too): the shadow check compares them.
-		newest = d.clock.now().Add(-shadowSkew)
+		newest = d.clock.now().Add(-shadowSkew) // made before the call, whatever the answer holds
+
 		a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
 			rows, sent, err := d.fetch.AuctionSoldMany(ctx, ids)
 			return answer[provider.Sale]{rows, sent}, err
