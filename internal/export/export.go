@@ -71,6 +71,8 @@ type Options struct {
 	afterCount func()
 	// afterTable, when set, runs once each table's file is written, before it is in place (tests).
 	afterTable func()
+	// beforeLock, when set, runs once the day is judged to need writing, before its lock (tests).
+	beforeLock func()
 }
 
 // Result says what Run did.
@@ -243,12 +245,26 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 		}
 	}
 	// Only a day to write needs a writable directory: one kept as it is does not.
+	if opts.beforeLock != nil {
+		opts.beforeLock()
+	}
 	unlock, busy := lockDir(opts.Dir)
 	if busy {
 		res.Busy = true
 		return res, nil
 	}
 	defer unlock()
+	// Judged again under the lock: another run may have written the day since it was judged
+	// above, from a later snapshot; it is kept as the checks above keep one.
+	if old, ok := readManifest(opts.Dir); ok && old.Complete && intact(opts.Dir, old) {
+		if lost := lostRows(old, counts); lost != "" || !complete || old.Format == opts.Format && sameCounts(old, counts) {
+			res.Skipped, res.Manifest = true, old
+			if lost != "" || !complete {
+				res.Kept = "a complete export of the day, written by another run meanwhile, is kept"
+			}
+			return res, nil
+		}
+	}
 	if err := writable(opts.Dir); err != nil {
 		return res, err
 	}

@@ -249,6 +249,24 @@ func TestARewriteThatFailsKeepsTheDay(t *testing.T) {
 	}
 }
 
+// A run that judged the day before another wrote it judges it again once it holds the lock:
+// it finds the other's complete export of the same rows and keeps it, writing nothing.
+func TestARunJudgesTheDayAgainUnderTheLock(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	var other export.Result
+	opts := export.BeforeLock(export.Options{Day: b.yesterday, Dir: dir, Format: "csv", Version: "test", Settle: settleAtOnce}, func() {
+		other = b.export(t, dir, "csv") // finishes between this run's judgement and its lock
+	})
+	res, err := export.Run(context.Background(), b.pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Skipped || !other.Manifest.Complete || !res.Skipped {
+		t.Fatalf("the other run %+v, this one %+v; want the other's export kept, this one skipped", other, res)
+	}
+}
+
 // One export writes a day at a time: a run that finds the day's directory locked by another
 // (replicas sharing a volume, collector export beside the daemon) writes and removes nothing,
 // says so, and leaves the day to it; once that one lets go, however it ends, a run writes.

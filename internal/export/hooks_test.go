@@ -13,3 +13,10 @@ func AfterTable(o Options, f func()) Options {
 	o.afterTable = f
 	return o
 }
+
+// BeforeLock returns o with f run once the day is judged to need writing, before its lock is
+// taken: what another run finishing the day in between does.
+func BeforeLock(o Options, f func()) Options {
+	o.beforeLock = f
+	return o
+}
