@@ -95,14 +95,7 @@ func TestExportCommandWaitsForAnotherExportOfTheDay(t *testing.T) {
 	t.Setenv("COLLECTOR_CONFIG", "")
 	_, db := storetest.NewPool(t)
 	out := t.TempDir()
-	other, err := os.OpenFile(filepath.Join(out, export.LockName), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if err := syscall.Flock(int(other.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	other := holdDayLock(t, out)
 	stdout := &signalWriter{want: "waiting for it", seen: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
@@ -132,19 +125,27 @@ func TestExportCommandWaitsForAnotherExportOnlySoLong(t *testing.T) {
 	exportBusyWait = 300 * time.Millisecond
 	_, db := storetest.NewPool(t)
 	out := t.TempDir()
-	other, err := os.OpenFile(filepath.Join(out, export.LockName), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if err := syscall.Flock(int(other.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = runCollector(t, "export", "--database-url", db, "--day", "2026-01-01", "--out", out, "--format", "csv")
+	holdDayLock(t, out)
+	_, _, err := runCollector(t, "export", "--database-url", db, "--day", "2026-01-01", "--out", out, "--format", "csv")
 	if err == nil || exitCode(err) != exitRuntime || !strings.Contains(err.Error(), export.LockName) {
 		t.Fatalf("with the day locked for good: %v; want a failure naming the lock", err)
 	}
 	if _, err := os.Stat(filepath.Join(out, export.ManifestName)); err == nil {
 		t.Fatal("a manifest was written beside the other export")
 	}
+}
+
+// holdDayLock locks the day's directory as another export writing it does, until the test ends
+// or the returned file is closed (its process ending).
+func holdDayLock(t *testing.T, dir string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, export.LockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -255,28 +255,22 @@ func TestAnItemShownWrongByTheShadowCheckIsWrittenFromItsOwnAnswer(t *testing.T)
 				next.ServeHTTP(w, r)
 				return
 			}
-			rec := httptest.NewRecorder()
-			next.ServeHTTP(rec, r)
-			var body struct {
-				Rows []map[string]any `json:"rows"`
-			}
-			_ = json.Unmarshal(rec.Body.Bytes(), &body)
-			mu.Lock()
-			if dropped == "" && len(body.Rows) > 0 {
-				dropped, _ = body.Rows[0]["itemId"].(string)
-				for _, row := range body.Rows {
-					if row["itemId"] == dropped {
-						whole++
+			serveRewritingRows(w, r, next, func(rows []map[string]any) []map[string]any {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(rows) == 0 {
+					return rows
+				}
+				if dropped == "" {
+					dropped, _ = rows[0]["itemId"].(string)
+					for _, row := range rows {
+						if row["itemId"] == dropped {
+							whole++
+						}
 					}
 				}
-			}
-			mu.Unlock()
-			if len(body.Rows) > 0 {
-				body.Rows = body.Rows[1:]
-			}
-			b, _ := json.Marshal(body)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(b)
+				return rows[1:]
+			})
 		})
 	})
 	ctx := context.Background()
@@ -363,20 +357,14 @@ func TestShadowIgnoresAListingOnlyThePackedAnswerSaw(t *testing.T) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			rec := httptest.NewRecorder()
-			next.ServeHTTP(rec, r)
-			var body struct {
-				Rows []map[string]any `json:"rows"`
-			}
-			_ = json.Unmarshal(rec.Body.Bytes(), &body)
-			if len(body.Rows) > 0 { // one more listing of the first row's item, gone by the next call
-				extra := maps.Clone(body.Rows[0])
+			serveRewritingRows(w, r, next, func(rows []map[string]any) []map[string]any {
+				if len(rows) == 0 {
+					return rows
+				}
+				extra := maps.Clone(rows[0]) // one more listing of the first row's item, gone by the next call
 				extra["auctionNo"] = 9_000_000_000
-				body.Rows = append(body.Rows, extra)
-			}
-			b, _ := json.Marshal(body)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(b)
+				return append(rows, extra)
+			})
 		})
 	})
 	ctx := context.Background()
@@ -429,19 +417,12 @@ func TestAnItemLeftOutOfAPackedAnswerIsAskedAlone(t *testing.T) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			rec := httptest.NewRecorder()
-			next.ServeHTTP(rec, r)
-			var body struct {
-				Rows []map[string]any `json:"rows"`
-			}
-			_ = json.Unmarshal(rec.Body.Bytes(), &body)
-			if lost == "" && r.URL.Path == "/df/auction" && len(body.Rows) > 0 {
-				lost, _ = body.Rows[0]["itemId"].(string)
-			}
-			body.Rows = slices.DeleteFunc(body.Rows, func(row map[string]any) bool { return row["itemId"] == lost })
-			b, _ := json.Marshal(body)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(b)
+			serveRewritingRows(w, r, next, func(rows []map[string]any) []map[string]any {
+				if lost == "" && r.URL.Path == "/df/auction" && len(rows) > 0 {
+					lost, _ = rows[0]["itemId"].(string)
+				}
+				return slices.DeleteFunc(rows, func(row map[string]any) bool { return row["itemId"] == lost })
+			})
 		})
 	})
 	ctx := context.Background()
@@ -528,6 +509,20 @@ func TestSameSalesIgnoresTheNewestSecond(t *testing.T) {
 	if sameSales(packed[1:], alone, nil, s) {
 		t.Fatal("a sale missing from an older second was not noticed")
 	}
+}
+
+// serveRewritingRows serves next's answer with its rows as edit returns them.
+func serveRewritingRows(w http.ResponseWriter, r *http.Request, next http.Handler, edit func([]map[string]any) []map[string]any) {
+	rec := httptest.NewRecorder()
+	next.ServeHTTP(rec, r)
+	var body struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	body.Rows = edit(body.Rows)
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
 }
 
 // serveDroppingFirstRow serves next's answer, without its first row when drop is set.
