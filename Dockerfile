@@ -61,8 +61,10 @@ COPY configs/ /app/configs/
 USER nonroot:nonroot
 # /metrics, /healthz and /readyz of `collector run` (daemon.http_addr, default :9090).
 EXPOSE 9090
-# No curl in distroless: the binary probes its own /readyz (daemon.http_addr). One-shot
-# commands (migrate, import-items) exit before the first check.
+# No curl in distroless: the binary probes its own /readyz (daemon.http_addr), which only
+# `collector run` serves. A container of this image running anything else (`console`, a long
+# `import-items` or `export`) would turn unhealthy: run it with --no-healthcheck (compose:
+# `healthcheck: {disable: true}`; Kubernetes ignores HEALTHCHECK and uses its own probes).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["collector", "healthcheck"]
 ENTRYPOINT ["collector"]
 CMD ["run"]

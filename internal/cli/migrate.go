@@ -27,8 +27,11 @@ func newMigrateCmd(a *app) *cobra.Command {
 processes may run them at once). Run them against PostgreSQL directly (database.direct_url), not
 through a transaction-pooling PgBouncer.`,
 		Args: cobra.NoArgs,
-		// A bare `collector migrate` only prints help: applying needs an explicit `up`.
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		// A bare `collector migrate` applies nothing: applying needs an explicit `up`. It fails,
+		// so that a Job or init container written `migrate` does not report a migration done.
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageError{"collector migrate", fmt.Errorf("name what to do: `collector migrate up` applies the pending migrations (`status`, `down` the others)")}
+		},
 	}
 	var upF, downF migrateFlags
 	up := &cobra.Command{

@@ -134,9 +134,12 @@ func TestMigrateDownUpRoundTrip(t *testing.T) {
 // migrations are pending.
 func TestBareMigrateAppliesNothingAndStatusFailsWhilePending(t *testing.T) {
 	url := emptyDB(t)
-	out := migrateCmd(t, url)
-	if !strings.Contains(out, "Usage:") || !strings.Contains(out, "migrate up") {
-		t.Fatalf("bare migrate printed:\n%s", out)
+	t.Setenv("COLLECTOR_CONFIG", "")
+	// A Job or init container written `collector migrate` must not exit 0 having applied nothing.
+	_, errOut, err := runCollector(t, "migrate", "--database-url", url)
+	var usage usageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "collector migrate up") {
+		t.Fatalf("bare migrate: %v (want a usage error naming `migrate up`)\n%s", err, errOut)
 	}
 	if v := schemaVersion(t, url); v != 0 {
 		t.Fatalf("bare migrate moved the schema to %d", v)
@@ -156,7 +159,7 @@ func TestBareMigrateAppliesNothingAndStatusFailsWhilePending(t *testing.T) {
 func TestPreReleaseDatabaseSaysRecreate(t *testing.T) {
 	catalogEnv(t, true)
 	db := storetest.NewPreReleaseDatabase(t)
-	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14, made by an earlier text of the migrations); "+
+	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14, made by another text of the migrations than this binary's); "+
 		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
 		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it; run `collector migrate up`", store.Where(db))
 	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "up", "--dry-run"}, {"migrate", "down"}, {"migrate", "status"}, {"status"}, {"collect-due"}} {

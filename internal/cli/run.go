@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/dispatcher"
@@ -23,6 +24,7 @@ import (
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/retention"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 func newRunCmd(a *app) *cobra.Command {
@@ -152,21 +154,23 @@ func (a *app) waitForDB(ctx context.Context) (*pgxpool.Pool, error) {
 	setWhy(err)
 	stop := a.serveNotReady(&why)
 	defer stop()
-	backoff := time.Second
+	retry := backoff.Policy{Min: time.Second, Max: 30 * time.Second}
 	for attempt := 1; ; attempt++ {
 		setWhy(err)
-		a.log.Warn("database not reachable yet; retrying", zap.Int("attempt", attempt),
-			zap.Duration("retry_in_seconds", backoff), zap.Error(err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("stopped while waiting for the database: %w", err)
-		case <-t.C:
+		wait := retry.Delay(attempt)
+		if store.NeedsMigration(err) {
+			// Reachable, but behind (or made by another schema text): only a migration helps.
+			a.log.Warn("database schema not current; waiting for `collector migrate up`", zap.Int("attempt", attempt),
+				zap.Duration("retry_in_seconds", wait), zap.Error(err))
+		} else {
+			a.log.Warn("database not reachable yet; retrying", zap.Int("attempt", attempt),
+				zap.Duration("retry_in_seconds", wait), zap.Error(err))
 		}
-		backoff = min(2*backoff, 30*time.Second)
+		if !backoff.Sleep(ctx, wait) {
+			return nil, fmt.Errorf("stopped while waiting for the database: %w", err)
+		}
 		if pool, err = a.db(ctx); err == nil {
-			a.log.Info("database reachable; starting", zap.Int("attempts", attempt+1))
+			a.log.Info("database ready; starting", zap.Int("attempts", attempt+1))
 			return pool, nil
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/testkit"
 )
 
@@ -162,6 +163,57 @@ func TestRunWaitsForItsDatabase(t *testing.T) {
 	if rc, body := get("/metrics"); rc != 200 || !strings.Contains(body, `collector_api_requests_total{code="200",endpoint="latest"}`) {
 		t.Errorf("/metrics: %d, no count of /api/v1/latest's answers:\n%.300s", rc, body)
 	}
+	stop()
+	if err := testkit.Recv(t, done, time.Minute, "run to stop"); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+// A daemon started on a reachable database whose schema is behind says so, rather than that
+// the database is not reachable, and starts once the schema is migrated.
+func TestRunWaitsForItsMigration(t *testing.T) {
+	catalogEnv(t, true)
+	db := emptyDB(t)
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := httpLn.Addr().String()
+	_ = httpLn.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	var stderr lockedBuffer
+	go func() {
+		var out bytes.Buffer
+		cmd := newRootCmd(&out, &stderr)
+		cmd.SetArgs([]string{"run", "--database-url", db, "--http-addr", httpAddr, "--log-format", "console"})
+		done <- cmd.ExecuteContext(ctx)
+	}()
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testkit.Eventually(t, 30*time.Second, "a logged wait for the migration, /readyz naming it", func() bool {
+		rc, body := readyz()
+		return strings.Contains(stderr.String(), "database schema not current; waiting for `collector migrate up`") &&
+			rc == 503 && strings.Contains(body, "migrations are pending")
+	})
+	if strings.Contains(stderr.String(), "not reachable") {
+		t.Errorf("a reachable database was logged as not reachable:\n%s", stderr.String())
+	}
+	if err := store.Migrate(ctx, db, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, "the daemon to start once migrated", func() bool {
+		rc, _ := readyz()
+		return rc == 200
+	})
 	stop()
 	if err := testkit.Recv(t, done, time.Minute, "run to stop"); err != nil {
 		t.Fatalf("run: %v", err)

@@ -312,19 +312,24 @@ func CurrentVersion(ctx context.Context, q Querier) (int32, error) {
 // records which text it was on tracked_items (migrations.Revision). A database of a later
 // release, whose version may be anything, has the released 001 and is never taken for either.
 func readVersion(ctx context.Context, q Querier) (v int32, preRelease bool, err error) {
-	var exists, oldChain bool
-	var revision string
-	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
-		coalesce((SELECT attnum = 4 FROM pg_attribute
-		          WHERE attrelid = to_regclass('public.tracked_items') AND attname = 'next_collect_at'), false),
-		coalesce(obj_description(to_regclass('public.tracked_items'), 'pg_class'), '')`,
-		VersionTable).Scan(&exists, &oldChain, &revision); err != nil {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, VersionTable).Scan(&exists); err != nil {
 		return 0, false, fmt.Errorf("read schema version: %w", err)
 	}
 	if !exists {
 		return 0, false, nil
 	}
-	if err := q.QueryRow(ctx, "SELECT version FROM "+VersionTable).Scan(&v); err != nil {
+	// The version and what 001 left on tracked_items come from one statement, so from one
+	// snapshot: tern commits its version table before the migration, and a migration
+	// committing between two reads would pair version 1 with a tracked_items not yet seen,
+	// taken for a pre-release schema.
+	var oldChain bool
+	var revision string
+	if err := q.QueryRow(ctx, `SELECT version,
+		coalesce((SELECT attnum = 4 FROM pg_attribute
+		          WHERE attrelid = to_regclass('public.tracked_items') AND attname = 'next_collect_at'), false),
+		coalesce(obj_description(to_regclass('public.tracked_items'), 'pg_class'), '')
+		FROM `+VersionTable).Scan(&v, &oldChain, &revision); err != nil {
 		return 0, false, fmt.Errorf("read schema version: %w", err)
 	}
 	return v, oldChain || v >= 1 && revision != revisionComment(), nil
@@ -374,7 +379,7 @@ type PreReleaseSchemaError struct {
 }
 
 func (e *PreReleaseSchemaError) Error() string {
-	return fmt.Sprintf("the database at %s was created by a pre-release schema (version %d, made by an earlier text of the migrations); "+
+	return fmt.Sprintf("the database at %s was created by a pre-release schema (version %d, made by another text of the migrations than this binary's); "+
 		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
 		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it", e.Where, e.Version)
 }

@@ -88,7 +88,7 @@ func TestPreReleaseSchemaSaysRecreate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := storetest.NewPreReleaseDatabase(t)
-	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14, made by an earlier text of the migrations); "+
+	want := fmt.Sprintf("the database at %s was created by a pre-release schema (version 14, made by another text of the migrations than this binary's); "+
 		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
 		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it", store.Where(url))
 	check := func(what string, err error) {
@@ -152,6 +152,44 @@ func TestNewerSchemaIsNotPreRelease(t *testing.T) {
 	_, err := store.Status(ctx, url)
 	if err == nil || store.NeedsMigration(err) || !strings.Contains(err.Error(), "newer than this binary") {
 		t.Fatalf("Status on a newer schema: %v", err)
+	}
+}
+
+// migrateBetween is a Querier that lets a migration commit between its first and second
+// statements, as another process's `migrate up` may.
+type migrateBetween struct {
+	conn  *pgx.Conn
+	url   string
+	calls int
+	err   error
+}
+
+func (m *migrateBetween) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	m.calls++
+	if m.calls == 2 {
+		m.err = store.Migrate(ctx, m.url, nil)
+	}
+	return m.conn.QueryRow(ctx, sql, args...)
+}
+
+// tern commits its version table before the migration that sets version 1. A check reading
+// the version and the schema in two snapshots, with that migration committing between them,
+// took the database for a pre-release one and told the operator to drop it.
+func TestAMigrationCommittingMidCheckIsNotPreRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewEmptyDatabase(t)
+	if err := store.MigrateTo(ctx, url, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := store.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	q := &migrateBetween{conn: conn, url: url}
+	if err := store.CheckCurrent(ctx, q); err != nil || q.err != nil || q.calls < 2 {
+		t.Fatalf("CheckCurrent while a migration commits: %v (migration: %v, %d statements)", err, q.err, q.calls)
 	}
 }
 
