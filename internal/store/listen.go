@@ -48,7 +48,7 @@ func Listen(ctx context.Context, cfg ListenConfig, wake chan<- struct{}, interru
 func listenOnce(ctx context.Context, cfg ListenConfig, wake chan<- struct{}) (listened bool, err error) {
 	var pc *pgx.Conn
 	if cfg.DirectURL != "" {
-		if pc, err = pgx.Connect(ctx, cfg.DirectURL); err != nil {
+		if pc, err = connect(ctx, cfg.DirectURL); err != nil {
 			return false, fmt.Errorf("connect to database.direct_url for LISTEN %s: %w", cfg.Channel, err)
 		}
 	} else {

@@ -75,6 +75,7 @@ func poolConfig(cfg PoolConfig, key string) (*pgxpool.Config, error) {
 		// pgx redacts the password from its parse errors.
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}
+	pc.ConnConfig.DialFunc = dial
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
 	}
@@ -116,7 +117,7 @@ func boundIdle(ctx context.Context, c *pgx.Conn, idle time.Duration) error {
 // migrator frozen between the statements of a migration's transaction would otherwise hold
 // its ACCESS EXCLUSIVE locks, and every query of every collector behind them, for good.
 func Connect(ctx context.Context, url string) (*pgx.Conn, error) {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connect(ctx, url)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +250,7 @@ func Plan(ctx context.Context, url string, target int32) (current int32, steps [
 	if err != nil {
 		return 0, nil, err
 	}
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connect(ctx, url)
 	if err != nil {
 		return 0, nil, fmt.Errorf("connect to the database at %s for migration status: %w", Where(url), err)
 	}
