@@ -188,3 +188,12 @@ func (l *Loop) Planned(now time.Time, share float64) {
 	defer l.mu.Unlock()
 	l.lastPlan, l.planned, l.grew = now, share, false
 }
+
+// PlanFailed records a plan that was tried at now and did not land (the database was away):
+// what asked for it still asks, one try per MinReplanGap, instead of waiting for the next
+// catalog.recalc_interval.
+func (l *Loop) PlanFailed(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastPlan = now
+}

@@ -125,6 +125,30 @@ func TestNewItemsAskForAPlanOnce(t *testing.T) {
 	}
 }
 
+// A plan that failed (the database away) leaves what asked for it asking, once the gap has
+// passed: new items and a fallen budget are planned as soon as a plan can land.
+func TestAFailedPlanIsAskedForAgain(t *testing.T) {
+	l := newTestLoop(t, 1)
+	l.Planned(t0, 1)
+	l.SawTracked(10)
+	l.SawTracked(15)
+	if !l.ReplanDue(t0.Add(time.Hour), 1) {
+		t.Fatal("new items did not ask for a plan")
+	}
+	failed := t0.Add(time.Hour)
+	l.PlanFailed(failed)
+	if l.ReplanDue(failed.Add(MinReplanGapDefault-time.Millisecond), 1) {
+		t.Fatal("a failed plan was tried again before the gap")
+	}
+	if !l.ReplanDue(failed.Add(MinReplanGapDefault), 1) {
+		t.Fatal("new items stopped asking after a plan that failed")
+	}
+	l.PlanFailed(failed.Add(MinReplanGapDefault))
+	if !l.ReplanDue(failed.Add(2*MinReplanGapDefault), 0.5) {
+		t.Fatal("a fallen budget did not ask after a plan that failed: the failed plan's share was taken as planned")
+	}
+}
+
 // A learned budget falling below 80 % of the one the last plan assumed asks for a plan; one
 // above it does not.
 func TestAFallingBudgetAsksForAPlan(t *testing.T) {

@@ -96,17 +96,19 @@ func (s *planService) Start(ctx context.Context) {
 // runOnce plans once, at now, within the share of the budget the feedback loop allows.
 func (s *planService) runOnce(ctx context.Context, now time.Time) (planResult, error) {
 	share := s.loop.PlanShare(s.learned())
-	s.loop.Planned(now, share)
 	res := planResult{Share: share}
 	pm, err := dispatcher.PackingModelNow(ctx, s.pool, s.cfg.Dispatch, s.cfg.AuctionLimit)
 	if err != nil {
+		s.loop.PlanFailed(now)
 		return res, err
 	}
 	res.Result, err = catalog.RecalculatePopularity(ctx, s.pool, catalog.PolicyFromConfig(s.cfg.Catalog, s.loop.PlanLimit(share), pm))
 	if err != nil {
+		s.loop.PlanFailed(now)
 		s.writes.refused(err)
 		return res, err
 	}
+	s.loop.Planned(now, share)
 	if !res.Skipped {
 		s.log.Info("popularity recalculated", zap.Int("scored", res.Scored), zap.Int("promoted", res.Promoted),
 			zap.Int("demoted", res.Demoted), zap.Int("dormant", res.Dormant), zap.Int("reactivated", res.Reactivated),

@@ -49,6 +49,17 @@ func TestNewItemsAreReplannedWithoutWaitingForTheInterval(t *testing.T) {
 	if st, err := Status(ctx, e.pool, "neople"); err != nil || !st.PlannedAt.IsZero() {
 		t.Fatalf("status before any plan: planned at %s (%v), want no forecast", st.PlannedAt, err)
 	}
+	// A plan that fails (here its context is gone, as its database may be) leaves the new
+	// items asking for one.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	failedAt := time.Now()
+	if _, err := d.plan.runOnce(gone, failedAt); err == nil {
+		t.Fatal("a plan without its database succeeded")
+	}
+	if !d.loop.ReplanDue(failedAt.Add(time.Hour), 1) {
+		t.Fatal("a plan that failed was taken as made: the new items stopped asking for one")
+	}
 	if _, err := d.plan.runOnce(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
