@@ -223,6 +223,46 @@ func TestTransientTellsRetryableFailuresFromDataErrors(t *testing.T) {
 	}
 }
 
+// A statement pgx prepared before a migration changed its table's columns fails once with
+// "cached plan must not change result type"; pgx then drops it from its cache, so the error is
+// one to retry (a write-back splitting its group over it marked items write_refused).
+func TestAChangedResultTypeIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `CREATE TABLE result_type_probe (a int, b int); INSERT INTO result_type_probe VALUES (1, 2)`); err != nil {
+		t.Fatal(err)
+	}
+	var a, b int
+	if err := conn.QueryRow(ctx, `SELECT * FROM result_type_probe WHERE $1::int > 0`, 1).Scan(&a, &b); err != nil {
+		t.Fatal(err)
+	}
+	// A migration on another session changes the table under the cached statement.
+	if _, err := pool.Exec(ctx, `ALTER TABLE result_type_probe ADD COLUMN c int`); err != nil {
+		t.Fatal(err)
+	}
+	err = conn.QueryRow(ctx, `SELECT * FROM result_type_probe WHERE $1::int > 0`, 1).Scan(&a, &b)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "0A000" {
+		t.Fatalf("a cached statement after its result changed: %v, want SQLSTATE 0A000", err)
+	}
+	if !store.Transient(err) {
+		t.Errorf("%v: Transient = false, want true", err)
+	}
+	var c *int
+	if err := conn.QueryRow(ctx, `SELECT * FROM result_type_probe WHERE $1::int > 0`, 1).Scan(&a, &b, &c); err != nil {
+		t.Fatalf("the same statement again: %v, want it prepared anew", err)
+	}
+	if store.Transient(&pgconn.PgError{Code: "0A000", Message: "cannot use COPY in a read-only transaction"}) {
+		t.Error("any other 0A000 (a feature not supported) is not transient")
+	}
+}
+
 // The migrator's own connection, outside the pools, is bounded as theirs are: frozen between
 // a migration's statements, it would hold ACCESS EXCLUSIVE locks that every collector's
 // queries wait behind. An operator's own bound is kept.

@@ -28,6 +28,10 @@ func Transient(err error) bool {
 		// serialization_failure, deadlock_detected, lock_not_available, admin_shutdown,
 		// crash_shutdown, cannot_connect_now, too_many_connections, query_canceled
 		return true
+	case "0A000":
+		// A statement pgx prepared before a migration changed its result's columns: pgx
+		// drops it from its cache on this error, so the same statement succeeds again.
+		return strings.Contains(pgErr.Message, "cached plan must not change result type")
 	}
 	return strings.HasPrefix(pgErr.Code, "08")
 }
