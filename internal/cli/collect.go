@@ -13,6 +13,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
+	"github.com/duecollector/duecollector/internal/maintenance"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
@@ -41,7 +42,10 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		}
 		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
-		go func() { defer close(done); share.Start(sctx) }()
+		go func() {
+			defer close(done)
+			maintenance.Runner{Restart: a.bgRestart, Log: a.log}.Run(sctx, "budget", share.Start)
+		}()
 		stop = func() { cancel(); <-done }
 		fetch = &budget.Fetcher{Next: client, Share: share, Within: a.cfg.Collect.Lease}
 	}

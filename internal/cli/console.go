@@ -47,7 +47,7 @@ api.enabled is false.`,
 				_ = ln.Close()
 				return err
 			}
-			a.background(ctx, reads.Start)
+			a.background(ctx, "replica", reads.Start)
 			c, err := a.newConsole(ctx, pool, reads)
 			if err != nil {
 				_ = ln.Close()
@@ -80,7 +80,7 @@ func (a *app) withAPI(ctx context.Context, reads *store.Reads, console http.Hand
 	if err != nil {
 		return nil, nil, err
 	}
-	a.background(ctx, ap.Start)
+	a.background(ctx, "api", ap.Start)
 	mux := http.NewServeMux()
 	mux.Handle(api.Prefix, ap.Handler())
 	if console != nil {
@@ -115,7 +115,7 @@ func (a *app) newConsole(ctx context.Context, pool *pgxpool.Pool, reads *store.R
 	if err != nil {
 		return nil, err
 	}
-	a.background(ctx, c.Start)
+	a.background(ctx, "console", c.Start)
 	return c, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/maintenance"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/retention"
 )
@@ -105,7 +106,10 @@ func (a *app) followWithPruner(ctx context.Context, r *outbox.Relay) error {
 	}
 	pctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); p.Start(pctx) }()
+	go func() {
+		defer close(done)
+		maintenance.Runner{Restart: a.bgRestart, Log: a.log}.Run(pctx, "retention", p.Start)
+	}()
 	err = r.Run(ctx)
 	stop()
 	<-done

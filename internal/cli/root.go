@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -15,6 +16,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/history/partition"
+	"github.com/duecollector/duecollector/internal/maintenance"
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
@@ -38,7 +40,8 @@ type app struct {
 	// collect-due --test-timings (tools/faults).
 	health health.Thresholds
 	// bg counts the loops started with background: run ends them before the pools close.
-	bg sync.WaitGroup
+	bg        sync.WaitGroup
+	bgRestart time.Duration // how long a background loop that panicked waits (0: maintenance.RestartDefault)
 }
 
 // subcommands is every command under the root, in one explicit list.
@@ -228,9 +231,11 @@ func (a *app) run(fn func(ctx context.Context) error) func(cmd *cobra.Command, a
 	}
 }
 
-// background runs loop until ctx ends; run waits for it before closing the pools.
-func (a *app) background(ctx context.Context, loop func(context.Context)) {
-	a.bg.Go(func() { loop(ctx) })
+// background runs loop until ctx ends, under the daemon's lifecycle for background jobs (a
+// panic is logged and the loop started again, the command lives on); run waits for it before
+// closing the pools.
+func (a *app) background(ctx context.Context, name string, loop func(context.Context)) {
+	a.bg.Go(func() { maintenance.Runner{Restart: a.bgRestart, Log: a.log}.Run(ctx, name, loop) })
 }
 
 // runArgs is run for commands that take positional arguments.

@@ -95,7 +95,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 	if err != nil {
 		return nil, err
 	}
-	a.background(ctx, reads.Start)
+	a.background(ctx, "replica", reads.Start)
 	var con http.Handler
 	var apiMetrics []prometheus.Collector
 	if a.cfg.Console.Enabled && a.cfg.Daemon.HTTPAddr != "" {

@@ -238,6 +238,37 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// A command's background loop that panics (the console's refresh, the API's /latest copy, the
+// replica's lag) is started again; the command, a daemon or a console, lives on.
+func TestABackgroundLoopOutlivesItsPanic(t *testing.T) {
+	t.Setenv("COLLECTOR_DATABASE_URL", catalogEnv(t, true))
+	var out, errOut bytes.Buffer
+	_, a := newRoot(&out, &errOut)
+	a.bgRestart = time.Millisecond
+	starts := make(chan int, 2)
+	cmd := &cobra.Command{Use: "loop", RunE: a.run(func(ctx context.Context) error {
+		n := 0
+		a.background(ctx, "refresh", func(ctx context.Context) {
+			n++
+			starts <- n
+			if n == 1 {
+				var rows []int
+				_ = rows[1] // a bug some data meets
+			}
+		})
+		testkit.Recv(t, starts, testkit.Timeout, "the loop's first start")
+		testkit.Recv(t, starts, testkit.Timeout, "the loop's start after its panic")
+		return nil
+	})}
+	cmd.SetArgs([]string{})
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut.String(), "a background job panicked") {
+		t.Errorf("the panic was not logged:\n%s", errOut.String())
+	}
+}
+
 // A command's background loops end before its pools close: what a loop does as it stops still
 // finds its pool open, and the command does not return before the loop has ended.
 func TestBackgroundLoopsEndBeforeThePoolsClose(t *testing.T) {
@@ -250,7 +281,7 @@ func TestBackgroundLoopsEndBeforeThePoolsClose(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		a.background(ctx, func(ctx context.Context) {
+		a.background(ctx, "loop", func(ctx context.Context) {
 			<-ctx.Done()
 			lastPing <- pool.Ping(context.Background())
 		})

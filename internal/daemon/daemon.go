@@ -34,7 +34,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
@@ -43,6 +42,7 @@ import (
 	"github.com/duecollector/duecollector/internal/health"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/httpserve"
+	"github.com/duecollector/duecollector/internal/maintenance"
 	"github.com/duecollector/duecollector/internal/outbox"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/retention"
@@ -217,29 +217,6 @@ func jobName(s service) string {
 		return "export"
 	}
 	return "maintenance"
-}
-
-// isolated runs a maintenance job so that a panic in it (a bug some day's data meets) is
-// logged, counted, and the job started again after restart, instead of killing the process
-// and collection with it: restarted, the daemon would meet the same data and die again.
-func isolated(ctx context.Context, name string, run func(context.Context), restart time.Duration, m *telemetry.Metrics, log *zap.Logger) {
-	for panicked(ctx, name, run, m, log) && ctx.Err() == nil && backoff.Sleep(ctx, restart) {
-		// panicked: started again after restart
-	}
-}
-
-// panicked runs run and reports whether it ended in a panic, which it logs and counts.
-func panicked(ctx context.Context, name string, run func(context.Context), m *telemetry.Metrics, log *zap.Logger) (p bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			p = true
-			m.LoopErrors.WithLabelValues(name).Inc()
-			log.Error("a maintenance job panicked; it runs again later, collection goes on",
-				zap.String("job", name), zap.String("panic", fmt.Sprint(r)), zap.Stack("stack"))
-		}
-	}()
-	run(ctx)
-	return false
 }
 
 // New builds the daemon and binds its HTTP address (so a busy port fails at start).
@@ -442,8 +419,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer stopBG()
 	var wg sync.WaitGroup
 	start := func(fn func(context.Context)) { wg.Go(func() { fn(bg) }) }
+	// Every background job but the collect loop (which hands a panicking item back itself) and
+	// the relay (which restarts itself) runs under the one lifecycle: a panic is logged,
+	// counted under the job's name, and the job started again, the process living on.
+	jobs := maintenance.Runner{Restart: d.cfg.RelayRestart, Panics: d.metrics.LoopErrors, Log: d.log}
+	job := func(name string, fn func(context.Context)) {
+		start(func(ctx context.Context) { jobs.Run(ctx, name, fn) })
+	}
 	// Every loop's error series exists before any loop runs, so a first error is an increase.
-	loops := []string{"collect", "wake"}
+	loops := []string{"collect", "wake", "health", "writes"}
+	if d.share != nil {
+		loops = append(loops, "budget")
+	}
 	if d.cfg.Daemon.Notify {
 		loops = append(loops, "listen")
 	}
@@ -454,17 +441,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.metrics.LoopErrors.WithLabelValues(l)
 	}
 	if d.share != nil {
-		start(d.share.Start)
+		job("budget", d.share.Start)
 	}
-	start(d.health.Start)
-	start(d.probeWrites)
+	job("health", d.health.Start)
+	job("writes", d.probeWrites)
 	if d.cfg.Daemon.Notify {
-		start(func(ctx context.Context) {
+		job("listen", func(ctx context.Context) {
 			listenNotifications(ctx, d.pool, d.cfg.ListenURL, d.wake, d.metrics, d.log, d.cfg.Daemon.MaxSleep)
 		})
 	}
 	for _, s := range d.maintenance() {
-		start(func(ctx context.Context) { isolated(ctx, jobName(s), s.Start, d.cfg.RelayRestart, d.metrics, d.log) })
+		job(jobName(s), s.Start)
 	}
 	var srv *http.Server
 	if d.ln != nil {
