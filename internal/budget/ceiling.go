@@ -18,6 +18,14 @@ func Ceiling(l config.WorkloadLimits, headroom float64) float64 {
 	return r * (1 - headroom)
 }
 
+// KeyRate is what the provider allows a key, in requests per second, before headroom: the
+// tighter of its limits (per_minute 0: none), times the share of them the adaptive budget
+// learned it really allows (1 with nothing learned). Status, the console and the budget gauge
+// show it.
+func KeyRate(l config.WorkloadLimits, learned float64) float64 {
+	return Ceiling(l, 0) * learned
+}
+
 // PlanReserve is the fraction of its share of the ceiling the tier plan leaves unplanned: the
 // room retries, imports and `collector collect ITEM_ID` take without delaying scheduled
 // collections.

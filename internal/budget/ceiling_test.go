@@ -24,6 +24,18 @@ func TestCeilingIsTheTighterBudgetLessHeadroom(t *testing.T) {
 	}
 }
 
+// What a key allows, as status, the console and the gauge show it, is the ceiling's own
+// arithmetic without headroom, times what was learned.
+func TestKeyRateIsTheCeilingWithoutHeadroom(t *testing.T) {
+	l := config.WorkloadLimits{Rate: 500, PerMinute: 6000}
+	if got := KeyRate(l, 1); got != 100 {
+		t.Errorf("key rate %v, want the minute budget's 100/s", got)
+	}
+	if got := KeyRate(l, 0.25); got != 25 {
+		t.Errorf("a quarter learned: %v, want 25/s", got)
+	}
+}
+
 // The plan receives its share of the very ceiling the share enforces, less its reserve.
 func TestPlanLimitIsItsShareOfTheShareCeiling(t *testing.T) {
 	l := config.WorkloadLimits{Rate: 500, PerMinute: 30000}

@@ -147,7 +147,7 @@ func printStatus(a *app, st daemon.ClusterStatus, learned float64) {
 			st.PlannedAt.UTC().Format(time.RFC3339), ago(st.PlannedAt))
 	}
 	m := a.cfg.Provider.Market
-	keyBudget := min(m.Rate, float64(m.PerMinute)/60) * learned
+	keyBudget := budget.KeyRate(m, learned)
 	if learned < 1 {
 		a.printf("market key budget: %.1f req/s, the %.0f%% of the configured %.0f/s, %d/min the provider was found to allow; demand is %.0f%% of it\n",
 			keyBudget, 100*learned, m.Rate, m.PerMinute, 100*ratio(demand, keyBudget))

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/daemon"
 	"github.com/duecollector/duecollector/internal/history"
@@ -219,8 +220,8 @@ func (c *Console) overviewView(ov overview) overviewView {
 			max(cd.Until.Sub(now), 0).Round(time.Second), cd.Reason))
 	}
 	m := c.cfg.Market
-	configured := min(m.Rate, float64(m.PerMinute)/60)
-	budget := configured * ov.Learned
+	configured := budget.KeyRate(m, 1)
+	keyRate := budget.KeyRate(m, ov.Learned)
 	var forecast []tierplan.TierForecast
 	for _, t := range st.Tiers {
 		tv := tierView{Tier: t.Tier, Items: t.Items, Due: t.Due, Overdue: t.Overdue, Demand: tierplan.TierDemand(tiers.Tier(t.Tier), t.Requests), Lag: "-"}
@@ -232,7 +233,7 @@ func (c *Console) overviewView(ov overview) overviewView {
 		} else {
 			tv.Interval = "not collected"
 		}
-		tv.Share = ratio(tv.Demand, budget)
+		tv.Share = ratio(tv.Demand, keyRate)
 		tv.Freshness = noForecast
 		if f := t.Forecast; f != nil {
 			tv.Freshness = freshText(f.Freshness)
@@ -242,7 +243,7 @@ func (c *Console) overviewView(ov overview) overviewView {
 		v.Tiers = append(v.Tiers, tv)
 		v.Total.Items, v.Total.Due, v.Total.Overdue, v.Total.Demand = v.Total.Items+t.Items, v.Total.Due+t.Due, v.Total.Overdue+t.Overdue, v.Total.Demand+tv.Demand
 	}
-	v.Total.Tier, v.Total.Share, v.Total.Freshness = "total", ratio(v.Total.Demand, budget), noForecast
+	v.Total.Tier, v.Total.Share, v.Total.Freshness = "total", ratio(v.Total.Demand, keyRate), noForecast
 	if len(forecast) > 0 {
 		_, fresh := tierplan.Overall(forecast)
 		v.Total.Freshness = freshText(fresh)
@@ -250,10 +251,10 @@ func (c *Console) overviewView(ov overview) overviewView {
 		v.PlannedAt = fmt.Sprintf("%s UTC (%s)", st.PlannedAt.UTC().Format("2006-01-02 15:04:05"), ago(now, st.PlannedAt))
 	}
 	if len(st.Budgets) == 0 {
-		v.Keys = append(v.Keys, keyView{Key: "market", Configured: configured, Learned: budget, Note: "no live instance"})
+		v.Keys = append(v.Keys, keyView{Key: "market", Configured: configured, Learned: keyRate, Note: "no live instance"})
 	}
 	for _, b := range st.Budgets {
-		k := keyView{Key: b.KeyLabel, Configured: configured, Learned: budget, Use: b.SharePerSec, Instances: b.Instances, Sent: b.Used}
+		k := keyView{Key: b.KeyLabel, Configured: configured, Learned: keyRate, Use: b.SharePerSec, Instances: b.Instances, Sent: b.Used}
 		if b.LearnedRate != nil {
 			k.Learned = *b.LearnedRate
 		}

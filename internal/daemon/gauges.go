@@ -151,7 +151,7 @@ func (s *gaugeService) runOnce(ctx context.Context) (res gaugeResult, err error)
 		s.metrics.ItemsOverdue.WithLabelValues(string(t)).Set(float64(overdue[string(t)]))
 		s.metrics.TierDemand.WithLabelValues(string(t)).Set(tierplan.TierDemand(t, requests[string(t)]))
 	}
-	s.metrics.BudgetRate.WithLabelValues(workload()).Set(min(s.cfg.Market.Rate, float64(s.cfg.Market.PerMinute)/60))
+	s.metrics.BudgetRate.WithLabelValues(workload()).Set(budget.KeyRate(s.cfg.Market, 1))
 	s.loop.SawTracked(res.Tracked)
 	backlog, err := outbox.ReadBacklog(ctx, s.pool, false)
 	if err != nil {
