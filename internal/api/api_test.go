@@ -27,6 +27,7 @@ import (
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -369,7 +370,7 @@ type seriesBody struct {
 func TestTimeseriesIsHistorysSeries(t *testing.T) {
 	e := setup(t, nil)
 	ctx := context.Background()
-	now, err := history.Now(ctx, e.pool)
+	now, err := store.Now(ctx, e.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +427,7 @@ func TestTimeseriesIsHistorysSeries(t *testing.T) {
 func TestTimeseriesIsConditionalByETagOnly(t *testing.T) {
 	e := setup(t, nil)
 	ctx := context.Background()
-	now, err := history.Now(ctx, e.pool)
+	now, err := store.Now(ctx, e.pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 	}
 	end := until
 	if end.IsZero() || since.IsZero() {
-		now, err := history.Now(r.Context(), a.db)
+		now, err := store.Now(r.Context(), a.db)
 		if err != nil {
 			a.unavailable(w, r, "read the database clock", err)
 			return

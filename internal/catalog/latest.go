@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // Latest is an item's current market: the figures of its last snapshot (SnapshotAt), which
@@ -138,8 +139,8 @@ func latest(ctx context.Context, db history.Reader, where string, args ...any) (
 		return nil, now, fmt.Errorf("read the latest markets: %w", err)
 	}
 	if len(out) == 0 {
-		if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now.Now); err != nil {
-			return nil, now, fmt.Errorf("read the database clock: %w", err)
+		if now.Now, err = store.Now(ctx, db); err != nil {
+			return nil, now, err
 		}
 	}
 	return out, now, nil

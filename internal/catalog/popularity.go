@@ -13,6 +13,7 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/packing"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/tierplan"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -347,8 +348,8 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 		out[i].Sales, out[i].Gold, out[i].Churn = a.Sales, a.Gold, a.Churn
 	}
 	if len(out) == 0 {
-		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-			return nil, now, fmt.Errorf("read database clock: %w", err)
+		if now, err = store.Now(ctx, tx); err != nil {
+			return nil, now, err
 		}
 	}
 	return out, now, nil

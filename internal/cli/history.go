@@ -15,6 +15,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 func newHistoryCmd(a *app) *cobra.Command {
@@ -91,7 +92,7 @@ func parseAge(s string) (time.Duration, error) {
 }
 
 func (a *app) printHistory(ctx context.Context, db history.Reader, item, interval string, age time.Duration, output string) error {
-	now, err := history.Now(ctx, db)
+	now, err := store.Now(ctx, db)
 	if err != nil {
 		return err
 	}

@@ -164,9 +164,9 @@ func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
 		}
 		db = tx
 	}
-	var now time.Time
-	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return res, fmt.Errorf("read the database clock: %w", err)
+	now, err := store.Now(ctx, db)
+	if err != nil {
+		return res, err
 	}
 	end := opts.Day.AddDate(0, 0, 1)
 	complete := !now.Before(end.Add(opts.Settle))

@@ -424,3 +424,12 @@ func WithExecMode(conn, mode string) string {
 	}
 	return conn + " default_query_exec_mode=" + mode
 }
+
+// Now is the database's clock, the one clock that decides "now" for every process.
+func Now(ctx context.Context, q Querier) (time.Time, error) {
+	var now time.Time
+	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return now, fmt.Errorf("read the database clock: %w", err)
+	}
+	return now, nil
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/duecollector/duecollector/internal/api"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -157,7 +158,7 @@ func apiLatest(ctx context.Context, e *env, as apiSize, rep *report) error {
 		}
 	}
 
-	from, err := history.Now(ctx, pool)
+	from, err := store.Now(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -188,7 +189,7 @@ func apiLatest(ctx context.Context, e *env, as apiSize, rep *report) error {
 	if err != nil {
 		return fmt.Errorf("collector console: %w", err)
 	}
-	to, err := history.Now(ctx, pool)
+	to, err := store.Now(ctx, pool)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // Table is a partitioned history table and its retention (0 = kept).
@@ -499,7 +500,7 @@ func list(ctx context.Context, q querier, table string) ([]Partition, time.Time,
 		return nil, time.Time{}, fmt.Errorf("list %s partitions: %w", table, err)
 	}
 	if now.IsZero() {
-		if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		if now, err = store.Now(ctx, q); err != nil {
 			return nil, time.Time{}, fmt.Errorf("list %s partitions: %w", table, err)
 		}
 	}
