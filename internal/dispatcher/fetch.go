@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/history"
 
 	"go.uber.org/zap"
@@ -273,24 +274,19 @@ const (
 // untilAnswered sends one call again while the provider refuses it for the rate limit, so a
 // refusal costs that call a wait rather than the item its other call or the pass its items.
 func untilAnswered[T any](ctx context.Context, call func() (T, error)) (T, error) {
-	backoff := rateLimitBackoff
+	retry := backoff.Policy{Min: rateLimitBackoff, Max: rateLimitBackoffMax}
 	for attempt := 1; ; attempt++ {
 		v, err := call()
 		pe, refused := provider.RateLimitAnswer(err)
 		if !refused || attempt == rateLimitAttempts || pe.RetryAfter > rateLimitBackoffMax {
 			return v, err
 		}
-		wait := backoff
+		wait := retry.Delay(attempt)
 		if pe.RetryAfter > 0 {
 			wait = pe.RetryAfter
 		}
-		backoff = min(2*backoff, rateLimitBackoffMax)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, wait) {
 			return v, err
-		case <-t.C:
 		}
 	}
 }
