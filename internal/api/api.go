@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 )
 
@@ -160,7 +161,7 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc(Prefix+"items", get(readSource(a.getItems)))
 	mux.HandleFunc(Prefix+"items/{id}/timeseries", get(readSource(a.getTimeseries)))
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, http.StatusNotFound, probNotFound, "no such endpoint: "+truncate(r.URL.Path, 200)+" (see "+Prefix+"openapi.json)", "")
+		writeProblem(w, http.StatusNotFound, probNotFound, "no such endpoint: "+provider.Clean(r.URL.Path, 200)+" (see "+Prefix+"openapi.json)", "")
 	})
 	return a.observed(nosniff(a.cors(a.guard(mux))))
 }
@@ -209,12 +210,12 @@ func params(w http.ResponseWriter, r *http.Request, allowed ...string) (url.Valu
 	if err != nil {
 		param, pair := malformedPair(r.URL.RawQuery)
 		badParam(w, param, fmt.Sprintf("the query string is malformed at %q (%v): separate parameters with '&', and percent-encode '%%', '&', ';' and '+' within a value",
-			truncate(pair, 40), err))
+			provider.Clean(pair, 40), err))
 		return nil, false
 	}
 	for _, name := range slices.Sorted(maps.Keys(q)) {
 		if !slices.Contains(allowed, name) {
-			name = truncate(name, 40)
+			name = provider.Clean(name, 40)
 			badParam(w, name, fmt.Sprintf("unknown parameter %q: this endpoint takes %s", name, strings.Join(allowed, ", ")))
 			return nil, false
 		}
@@ -231,7 +232,7 @@ func malformedPair(raw string) (param, pair string) {
 		}
 		key, _, _ := strings.Cut(pair, "=")
 		if name, err := url.QueryUnescape(key); err == nil && !strings.Contains(key, ";") {
-			param = truncate(name, 40)
+			param = provider.Clean(name, 40)
 		}
 		return param, pair
 	}

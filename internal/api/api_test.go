@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -521,6 +522,11 @@ func TestBadParametersAreRefusedBeforeSQL(t *testing.T) {
 	}
 	if resp, b = e.get(t, "/api/v1/nothing-here"); resp.StatusCode != 404 || decode[problem](t, b).Status != 404 {
 		t.Fatalf("unknown endpoint: %d %s", resp.StatusCode, b)
+	}
+	// What is echoed back is cut on a character, not inside one.
+	resp, b = e.get(t, "/api/v1/x"+strings.Repeat("가", 300))
+	if p := decode[problem](t, b); resp.StatusCode != 404 || strings.ContainsRune(p.Detail, utf8.RuneError) || !strings.Contains(p.Detail, "가…") {
+		t.Fatalf("a long unknown path: %d %q; want its echo cut between characters", resp.StatusCode, p.Detail)
 	}
 }
 

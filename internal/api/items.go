@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/duecollector/duecollector/internal/catalog"
+	"github.com/duecollector/duecollector/internal/provider"
 )
 
 // Page sizes of /items.
@@ -64,7 +65,7 @@ func (a *API) getItems(w http.ResponseWriter, r *http.Request) {
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > itemsPageMax {
-			badParam(w, "limit", fmt.Sprintf("limit %q: a whole number from 1 to %d", truncate(l, 20), itemsPageMax))
+			badParam(w, "limit", fmt.Sprintf("limit %q: a whole number from 1 to %d", provider.Clean(l, 20), itemsPageMax))
 			return
 		}
 		limit = n

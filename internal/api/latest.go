@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/catalog"
+	"github.com/duecollector/duecollector/internal/provider"
 )
 
 func sameLatest(a, b catalog.Latest) bool {
@@ -179,7 +180,7 @@ func parseIDs(params []string) ([]string, error) {
 			}
 			id = strings.TrimSpace(id)
 			if !idPattern.MatchString(id) {
-				return nil, fmt.Errorf("item id %q: ids are 1 to 128 letters, digits, '-', '_', '.' or ':', separated by commas", truncate(id, 40))
+				return nil, fmt.Errorf("item id %q: ids are 1 to 128 letters, digits, '-', '_', '.' or ':', separated by commas", provider.Clean(id, 40))
 			}
 			// At most MaxIDs ids: a scan costs less than a map made for each poll.
 			if !slices.Contains(out, id) {
@@ -191,13 +192,6 @@ func parseIDs(params []string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // warnEvery is the least time between two logged read failures.

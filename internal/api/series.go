@@ -10,6 +10,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 )
 
@@ -28,7 +29,7 @@ var defaultAlign = map[string]time.Duration{"raw": time.Minute, history.Hourly: 
 func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !idPattern.MatchString(id) {
-		badParam(w, "id", fmt.Sprintf("item id %q: 1 to 128 letters, digits, '-', '_', '.' or ':'", truncate(id, 40)))
+		badParam(w, "id", fmt.Sprintf("item id %q: 1 to 128 letters, digits, '-', '_', '.' or ':'", provider.Clean(id, 40)))
 		return
 	}
 	q, ok := params(w, r, "interval", "since", "until")
@@ -40,7 +41,7 @@ func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 		interval = history.Hourly
 	}
 	if _, ok := defaultSpan[interval]; !ok {
-		badParam(w, "interval", fmt.Sprintf("interval %q: allowed raw, 1h, 1d", truncate(interval, 20)))
+		badParam(w, "interval", fmt.Sprintf("interval %q: allowed raw, 1h, 1d", provider.Clean(interval, 20)))
 		return
 	}
 	since, err := parseTime(q.Get("since"))
@@ -126,11 +127,11 @@ func parseTime(s string) (time.Time, error) {
 	}
 	switch {
 	case err != nil:
-		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (2026-12-01T10:00:00Z) or a date (2026-12-01)", truncate(s, 40))
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (2026-12-01T10:00:00Z) or a date (2026-12-01)", provider.Clean(s, 40))
 	case t.UTC().Year() < 1970:
-		return time.Time{}, fmt.Errorf("%q is before 1970; leave the parameter out for its default", truncate(s, 40))
+		return time.Time{}, fmt.Errorf("%q is before 1970; leave the parameter out for its default", provider.Clean(s, 40))
 	case t.UTC().Year() > 9999:
-		return time.Time{}, fmt.Errorf("%q is after the year 9999 in UTC", truncate(s, 40))
+		return time.Time{}, fmt.Errorf("%q is after the year 9999 in UTC", provider.Clean(s, 40))
 	}
 	return t, nil
 }

@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/duecollector/duecollector/internal/provider"
 )
 
 // loopbackHosts refuses, while no console password is set, a request that reached this
@@ -22,18 +24,11 @@ func (c *Console) loopbackHosts(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if overLoopback(r) && !loopbackHost(r.Host) {
 			http.Error(w, "this console has no password and was reached over loopback, so it answers only requests addressed to localhost or a loopback address, not "+
-				truncate(r.Host, 100)+" (behind a reverse proxy, set a console password: see docs/console.md)", http.StatusMisdirectedRequest)
+				provider.Clean(r.Host, 100)+" (behind a reverse proxy, set a console password: see docs/console.md)", http.StatusMisdirectedRequest)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // overLoopback says whether the request's connection arrived on a loopback address.
