@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"math"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -137,8 +136,8 @@ func (c CatalogConfig) validate() error {
 		{"catalog.weights.watch", c.Weights.Watch},
 		{"catalog.weights.touch", c.Weights.Touch},
 	} {
-		if w.v < 0 || math.IsNaN(w.v) || math.IsInf(w.v, 0) {
-			errs = append(errs, invalid(w.key, w.v, "must be a finite number >= 0"))
+		if w.v < 0 { // NaN and infinities: finite() names them, once
+			errs = append(errs, invalid(w.key, w.v, "must be >= 0"))
 		}
 	}
 	return errors.Join(errs...)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -343,8 +344,9 @@ func setDefaults(v *viper.Viper) {
 
 // Validate checks every section and reports every bad key at once.
 func (c *Config) Validate() error {
-	return errors.Join(
-		errors.Join(finite(reflect.ValueOf(*c), "")...),
+	nonFinite := finite(reflect.ValueOf(*c), "")
+	errs := append([]error(nil), nonFinite...)
+	for _, err := range leaves(errors.Join(
 		c.Database.validate(),
 		c.Log.validate(),
 		c.Provider.validate(),
@@ -358,7 +360,31 @@ func (c *Config) Validate() error {
 		c.Console.validate(),
 		c.Export.validate(c.Retention),
 		c.API.validate(),
-	)
+	)) {
+		// A key finite() refused is named once: its range check would only say it again.
+		var ke *KeyError
+		if errors.As(err, &ke) && slices.ContainsFunc(nonFinite, func(e error) bool { return e.(*KeyError).Key == ke.Key }) {
+			continue
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// leaves flattens joined errors into the errors they join.
+func leaves(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		if err == nil {
+			return nil
+		}
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, leaves(e)...)
+	}
+	return out
 }
 
 // finite refuses NaN and infinity in every number key, wherever it is: NaN passes every range

@@ -120,6 +120,8 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"provider:\n  timeout: 10\n", "config provider.timeout (file "},      // 10ns otherwise, under no floor
 		{"collect:\n  shutdown_grace: 2.5\n", "collect.shutdown_grace"},       // a float too
 		{"catalog:\n  demotion_hold: 3600\n", "catalog.demotion_hold (file "}, // floor 0
+		{"catalog:\n  weights:\n    sales: -1\n", "catalog.weights.sales"},
+		{"catalog:\n  weights:\n    sales: .nan\n", "catalog.weights.sales"},
 	} {
 		_, err := Load(Options{File: writeFile(t, tc.yaml)})
 		if err != nil && strings.Contains(err.Error(), "s3cret") {
@@ -127,6 +129,9 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want it to mention %q", tc.yaml, err, tc.want)
+		}
+		if err != nil && strings.Count(err.Error(), tc.want) > 1 && !strings.Contains(tc.want, " ") {
+			t.Errorf("%q: error %v names %q twice: one check per problem", tc.yaml, err, tc.want)
 		}
 	}
 }

@@ -78,6 +78,11 @@ func TestReferenceListsEveryKey(t *testing.T) {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	// Issue 37 brought the keys down from 125 to 100; a tuning knob nobody should turn is a
+	// constant, so a new key has to make room.
+	if len(names) > 100 {
+		t.Errorf("%d configuration keys; at most 100: make a knob only a benchmark turns a constant", len(names))
+	}
 
 	var missing []string
 	for _, k := range names {
