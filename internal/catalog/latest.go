@@ -66,12 +66,6 @@ func readHorizon(ctx context.Context, db history.Reader) (time.Time, error) {
 	return h, nil
 }
 
-// LatestOf is LatestStates for the given ids; ids nobody tracks are left out.
-func LatestOf(ctx context.Context, db history.Reader, ids []string) ([]Latest, time.Time, error) {
-	out, clock, err := latest(ctx, db, `item_id = ANY($1) AND NOT synthetic_item(item_id)`, ids)
-	return out, clock.Now, err
-}
-
 // LatestChanged is LatestStates of the items whose row was written at or after since (every
 // writer of these columns sets updated_at, to its transaction's start), with how many items
 // LatestStates would return, so a reader holding the rest can tell an item left or came. One

@@ -34,7 +34,6 @@ import (
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
-	"github.com/duecollector/duecollector/internal/testsignal"
 )
 
 //go:embed templates/*.html
@@ -69,8 +68,6 @@ type Config struct {
 	// API is where the read API is served beside the console (api.Prefix), for the item page's
 	// links to it; "" = it is not.
 	API string
-	// Refreshed, when initialised (tests), hears every status refresh.
-	Refreshed *testsignal.Signal[time.Time]
 	// Reads, when set, serves the item pages' reads, from a replica while it keeps up
 	// (database.read_url), and the overview says where they go. The overview's status and the
 	// actions use the pool: the status asks whether the primary takes writes, and who is alive.
@@ -212,7 +209,6 @@ func (c *Console) refresh(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	c.once.Do(func() { close(c.ready) })
-	c.cfg.Refreshed.Signal(ov.ReadAt)
 }
 
 func (c *Console) readOverview(ctx context.Context) (overview, error) {
