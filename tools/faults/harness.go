@@ -19,6 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/config"
 )
 
 // harness owns everything a run creates: the log directory, the databases, the processes.
@@ -64,7 +66,7 @@ func newHarness(ctx context.Context, o options) (*harness, error) {
 	}
 
 	if h.admin, err = pgx.Connect(ctx, o.adminURL); err != nil {
-		return h, fmt.Errorf("connect to the admin database %s: %w", redactURL(o.adminURL), err)
+		return h, fmt.Errorf("connect to the admin database %s: %w", config.RedactURL(o.adminURL), err)
 	}
 	// One migrated template, cloned per scenario: each scenario starts from an empty schema
 	// and `collector migrate up` (the real binary) runs once.
@@ -394,14 +396,6 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
-
 // scenarioDB is every scenario's start: a fresh database with the first n catalog items due
 // now (COLD_10M, so none comes due again within a scenario), and the simulator's latency set.
 func (h *harness) scenarioDB(ctx context.Context, suffix string, n int, latency time.Duration, options ...string) (*database, error) {
@@ -423,7 +417,7 @@ func (h *harness) reconnectAdmin(ctx context.Context) error {
 	_ = h.admin.Close(ctx)
 	var err error
 	if h.admin, err = pgx.Connect(ctx, h.o.adminURL); err != nil {
-		return fmt.Errorf("reconnect to the admin database %s: %w", redactURL(h.o.adminURL), err)
+		return fmt.Errorf("reconnect to the admin database %s: %w", config.RedactURL(h.o.adminURL), err)
 	}
 	return nil
 }

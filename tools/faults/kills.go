@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/health"
 )
 
@@ -928,7 +929,7 @@ func consumeEvents(ctx context.Context, broker string, want int) ([]event, error
 		if err := json.Unmarshal(rec.Value, &e); err != nil {
 			return fmt.Errorf("event at offset %d: %w", rec.Offset, err)
 		}
-		if !seen[e.SnapshotID] && !strings.HasPrefix(e.ItemID, "seed-") {
+		if !seen[e.SnapshotID] && !strings.HasPrefix(e.ItemID, catalog.SyntheticPrefix) {
 			seen[e.SnapshotID] = true
 			out = append(out, e)
 		}
