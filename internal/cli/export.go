@@ -4,21 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/export"
 )
 
-// exportBusyBackoff spaces the looks at a day another export is writing.
-var exportBusyBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Second}
-
-// exportBusyWait bounds the wait for another export of the day (a day takes seconds to write):
-// one frozen while holding the lock must not pile up every cron run behind it.
-var exportBusyWait = 30 * time.Minute
+// exportBusyWait is the command's wait for another export of the day (tests shorten it).
+var exportBusyWait = export.BusyWaitDefault
 
 func newExportCmd(a *app) *cobra.Command {
 	var day, out, format string
@@ -60,28 +53,13 @@ docs/api.md says how to load a day into DuckDB.`,
 				}
 				opts.Version, _, _ = buildInfo()
 				opts.Retention = a.cfg.Retention
-				// Another export writing the day (the daemon's, a CronJob's) is waited for, then
-				// the day judged again, so that success means the day is there for what runs next
-				// (an upload): usually it is then complete and skipped.
-				var res export.Result
-				waitUntil := time.Now().Add(exportBusyWait)
-				for attempt := 1; ; attempt++ {
-					if res, err = export.Run(ctx, pool, opts); err != nil {
-						return fmt.Errorf("export --day %s --out %s: %w", day, out, err)
-					}
-					if !res.Busy {
-						break
-					}
-					if attempt == 1 {
-						a.printf("%s: another export is writing %s right now; waiting for it to finish\n", res.Day, out)
-					}
-					if time.Now().After(waitUntil) {
-						return fmt.Errorf("export --day %s --out %s: another export has been writing the day for over %s (its lock, %s, goes when its process ends): nothing written",
-							day, out, exportBusyWait, filepath.Join(out, export.LockName))
-					}
-					if !backoff.Sleep(ctx, exportBusyBackoff.Delay(attempt)) {
-						return fmt.Errorf("export --day %s --out %s: stopped while another export was writing the day: %w", day, out, context.Cause(ctx))
-					}
+				opts.BusyWait = exportBusyWait
+				opts.OnBusy = func() {
+					a.printf("%s: another export is writing %s right now; waiting for it to finish\n", day, out)
+				}
+				res, err := export.Run(ctx, pool, opts)
+				if err != nil {
+					return fmt.Errorf("export --day %s --out %s: %w", day, out, err)
 				}
 				if res.Kept != "" {
 					a.printf("%s: already exported to %s and complete, and kept: %s\n", res.Day, out, res.Kept)

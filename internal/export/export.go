@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history"
@@ -65,6 +66,14 @@ type Options struct {
 	Version string
 	// Settle is how long after the day's end it counts as complete; 0 = SettleDefault.
 	Settle time.Duration
+	// BusyWait, when set, is how long Run waits for another export writing the day (the
+	// daemon's, a CronJob's), judging the day again once it is done, so that success means
+	// the day is there for what runs next (an upload). Past it Run fails, naming the lock:
+	// one frozen while holding it must not pile every cron run up behind it. 0 = leave the
+	// day to the other (Result.Busy), as the daemon's catch-up does.
+	BusyWait time.Duration
+	// OnBusy, when set, is called once when Run starts waiting for another export.
+	OnBusy func()
 	// skipEmpty leaves a day without rows unwritten (the daemon's catch-up).
 	skipEmpty bool
 	// afterCount, when set, runs once the day's rows are counted (tests).
@@ -135,12 +144,40 @@ type DB interface {
 	history.Reader
 }
 
+// BusyWaitDefault is `collector export`'s Options.BusyWait: a day takes seconds to write.
+const BusyWaitDefault = 30 * time.Minute
+
+// busyBackoff spaces the looks at a day another export is writing.
+var busyBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Second}
+
 // Run exports one day. It refuses a day in progress or partly past retention unless
 // opts.Partial, skips a day whose complete manifest matches the database's counts, and
 // otherwise (re)writes every file. Given a pool or a connection, it reads the counts and
 // every table in one REPEATABLE READ snapshot, so a write or a retention drop during the
-// export cannot make the files disagree with the manifest's counts.
-func Run(ctx context.Context, db DB, opts Options) (res Result, err error) {
+// export cannot make the files disagree with the manifest's counts. Another export writing
+// the day is waited for up to opts.BusyWait.
+func Run(ctx context.Context, db DB, opts Options) (Result, error) {
+	waitUntil := time.Now().Add(opts.BusyWait)
+	for attempt := 1; ; attempt++ {
+		res, err := runOnce(ctx, db, opts)
+		if err != nil || !res.Busy || opts.BusyWait <= 0 {
+			return res, err
+		}
+		if attempt == 1 && opts.OnBusy != nil {
+			opts.OnBusy()
+		}
+		if time.Now().After(waitUntil) {
+			return res, fmt.Errorf("another export has been writing the day for over %s (its lock, %s, goes when its process ends): nothing written",
+				opts.BusyWait, filepath.Join(opts.Dir, LockName))
+		}
+		if !backoff.Sleep(ctx, busyBackoff.Delay(attempt)) {
+			return res, fmt.Errorf("stopped while another export was writing the day: %w", context.Cause(ctx))
+		}
+	}
+}
+
+// runOnce is Run without waiting for another export.
+func runOnce(ctx context.Context, db DB, opts Options) (res Result, err error) {
 	res = Result{Day: opts.Day.Format(time.DateOnly)}
 	if err := CheckFormat(opts.Format); err != nil {
 		return res, fmt.Errorf("format %w", err)
