@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/history/partition"
 )
 
 // Usage is what the stored history takes, from the catalog's sizes and row estimates (no
@@ -65,15 +67,8 @@ func ReadUsage(ctx context.Context, db Reader) (Usage, error) {
 	if err := rows.Err(); err != nil {
 		return u, fmt.Errorf("read history sizes: %w", err)
 	}
-	var since *time.Time
-	if err := db.QueryRow(ctx, `
-		SELECT min((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz)
-		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = 'auction_snapshots'::regclass`).Scan(&since); err != nil {
+	if u.Since, err = partition.Oldest(ctx, db, "auction_snapshots"); err != nil {
 		return u, fmt.Errorf("read history partitions: %w", err)
-	}
-	if since != nil {
-		u.Since = *since
 	}
 	return u, nil
 }

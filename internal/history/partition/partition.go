@@ -453,11 +453,7 @@ func (p *Partitions) describe(ctx context.Context, st *TableState) error {
 	st.Described = true
 	st.Partitions = len(parts)
 	st.Ahead = coveredUntil(parts, now).Sub(now)
-	for _, part := range parts {
-		if part.Lower != nil && (st.Oldest.IsZero() || part.Lower.Before(st.Oldest)) {
-			st.Oldest = *part.Lower
-		}
-	}
+	st.Oldest = oldestOf(parts)
 	return nil
 }
 
@@ -524,6 +520,27 @@ func stamp(t time.Time) string {
 		s += t.Format("1504")
 	}
 	return s
+}
+
+// Oldest is the lower bound of the table's oldest partition past the archive (zero when
+// there is none): how far back its history reaches, read as the upkeep reads the bounds.
+func Oldest(ctx context.Context, q querier, table string) (time.Time, error) {
+	parts, _, err := list(ctx, q, table)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return oldestOf(parts), nil
+}
+
+// oldestOf is the lowest lower bound among parts (the archive, from MINVALUE, has none).
+func oldestOf(parts []Partition) time.Time {
+	var oldest time.Time
+	for _, part := range parts {
+		if part.Lower != nil && (oldest.IsZero() || part.Lower.Before(oldest)) {
+			oldest = *part.Lower
+		}
+	}
+	return oldest
 }
 
 // IsMissing reports whether err is an insert that found no partition for its row, from the
