@@ -46,8 +46,8 @@ func (d *Daemon) probeWrites(ctx context.Context) {
 // probeOnce probes on a pooled connection while the database takes writes, and reports what
 // it saw. While it is read-only or a standby it probes on a connection of its own instead: a
 // pooled session keeps the read-only setting it was opened with after the database takes
-// writes again. Once the fresh session can write, the pool drops its sessions (pgxpool's
-// Reset, meant for a server state change), so every one reconnects into the writable state and
+// writes again. Once the fresh session can write, the pools (and the direct one) drop their
+// sessions (pgxpool's Reset, meant for a server state change), so every one reconnects into the writable state and
 // collection resumes by itself. While a lack of space stands, a read proves nothing: it makes
 // the space probe's write instead, whose success alone ends that state.
 func (d *Daemon) probeOnce(ctx context.Context) {
@@ -69,6 +69,11 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 	cause, detail := store.ProbeWritable(ctx, conn)
 	if cause == "" {
 		d.pool.Reset()
+		// database.direct_url's sessions (partition DDL) kept the setting too: a read-only one
+		// would fail the write path's partition creation and turn the daemon not ready again.
+		if p := d.cfg.DirectPool; p != nil && p != d.pool {
+			p.Reset()
+		}
 	}
 	d.writes.ObserveProbe(cause, detail)
 }

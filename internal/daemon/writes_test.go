@@ -41,12 +41,21 @@ func switchReadOnly(t *testing.T, e *env, on bool) {
 // collected them all and is ready.
 func startReady(t *testing.T, log *zap.Logger) (*env, *running) {
 	t.Helper()
+	return startReadyWith(t, log, nil)
+}
+
+// startReadyWith is startReady with setup changing the configuration first.
+func startReadyWith(t *testing.T, log *zap.Logger, setup func(*env, *Config)) (*env, *running) {
+	t.Helper()
 	e := newEnv(t, 20, neoplesim.Options{})
 	e.ownPools = true
 	e.track(t, 0, 20, tiers.Cold, -time.Second)
 	cfg := testConfig()
 	cfg.Daemon.HTTPAddr = "127.0.0.1:0"
 	cfg.Daemon.MaxSleep = 500 * time.Millisecond // items made due later are seen soon
+	if setup != nil {
+		setup(e, &cfg)
+	}
 	r := e.start(t, cfg, log)
 	testkit.Eventually(t, 30*time.Second, "every item collected", func() bool { return collected(t, e.pool) == 20 })
 	if code, body := readyz(t, r); code != http.StatusOK {
@@ -58,7 +67,14 @@ func startReady(t *testing.T, log *zap.Logger) (*env, *running) {
 // A database that refuses writes makes the daemon not ready, naming the cause, while it stays
 // live; the metrics say so too, and both turn back by themselves when writes return.
 func TestReadOnlyDatabaseMakesTheDaemonNotReady(t *testing.T) {
-	e, r := startReady(t, nil)
+	// The daemon's database.direct_url pool (partition DDL), told apart like its pool.
+	e, r := startReadyWith(t, nil, func(e *env, cfg *Config) {
+		var err error
+		if cfg.DirectPool, err = store.Open(context.Background(), store.PoolConfig{URL: e.url, MaxConns: 2, ApplicationName: daemonApp}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cfg.DirectPool.Close)
+	})
 
 	m := r.d.Metrics()
 	// The metrics follow the state /readyz reads a moment later (they are set after the change
@@ -81,12 +97,27 @@ func TestReadOnlyDatabaseMakesTheDaemonNotReady(t *testing.T) {
 		t.Fatalf("/healthz while read-only: %d, want 200 (a restart would not help)", resp.StatusCode)
 	}
 
+	// A direct session opened while read-only (the write path's partition creation) keeps
+	// the setting, as the pool's do (the pool dropped first: its sessions the switch cut).
+	r.d.cfg.DirectPool.Reset()
+	dc, err := r.d.cfg.DirectPool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dc.Exec(context.Background(), `CREATE TEMP TABLE direct_writes ()`); err == nil || store.RefusedCause(err) != store.CauseReadOnly {
+		t.Fatalf("a direct session while read-only: %v, want it refused as read-only", err)
+	}
+	dc.Release()
+
 	switchReadOnly(t, e, false)
 	testkit.Eventually(t, 30*time.Second, "/readyz ready and collector_database_writable 1 again", func() bool {
 		code, _ := readyz(t, r)
 		w, ro := metrics()
 		return code == http.StatusOK && w == 1 && ro == 0
 	})
+	if _, err := r.d.cfg.DirectPool.Exec(context.Background(), `CREATE TEMP TABLE direct_writes ()`); err != nil {
+		t.Fatalf("the direct pool once writes came back: %v; want its read-only sessions dropped", err)
+	}
 	// Collection resumes on the same connections' pool: items made due are collected.
 	if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 second', last_collected_at = NULL`); err != nil {
 		t.Fatal(err)
