@@ -223,7 +223,7 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c catalog.Claim) result {
 		return r
 	}
 	r.listings = listings
-	r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales)
+	r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales, history.Settled(r.at))
 	return r
 }
 

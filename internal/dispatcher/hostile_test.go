@@ -157,6 +157,63 @@ func TestImpossibleRowsNeverReachTheDatabase(t *testing.T) {
 	}
 }
 
+// A second still under way when its page is read may gain a sale ordered among its others by
+// price, which would shift the positions its stored sales are keyed by: its sales are left for
+// the next collection. So are sales dated ahead of the clock (within the row check's day):
+// stored, they would move last_sale_at past every real sale and hide those for hours.
+func TestSalesOfASecondUnderWayOrAheadWait(t *testing.T) {
+	t.Parallel()
+	var e *env
+	var rows atomic.Value // the sales page, newest first
+	e = setup(t, 1, tiers.Active, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != provider.EndpointAuctionSold {
+				next.ServeHTTP(w, r)
+				return
+			}
+			var b strings.Builder
+			for i, sale := range rows.Load().([]time.Time) {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				fmt.Fprintf(&b, `{"soldDate":%q,"itemId":%q,"count":1,"price":%[3]d,"unitPrice":%[3]d}`,
+					sale.In(provider.KST).Format(provider.DateLayout), e.items[0].ItemID, 100*(i+1))
+			}
+			fmt.Fprintf(w, `{"rows":[%s]}`, b.String())
+		})
+	})
+	ctx := context.Background()
+	now := time.Now()
+	past := now.Add(-time.Minute)
+	// The second under way is a second ahead by minutes, so that the test holds however slow the
+	// machine: history's TestNewSalesHoldsBackASecondStillUnderWay pins the boundary itself.
+	open := now.Add(10 * time.Minute)
+	rows.Store([]time.Time{now.Add(2 * time.Hour), open, open, past})
+	collect := func() {
+		t.Helper()
+		if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 second'`); err != nil {
+			t.Fatal(err)
+		}
+		if s, err := e.dispatcher(t, Config{}, nil).RunOnce(ctx); err != nil || s.Collected != 1 {
+			t.Fatalf("pass: %s %v", s, err)
+		}
+	}
+	collect()
+	var last time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT last_sale_at FROM tracked_items`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM auction_sales`); n != 1 || !last.Equal(past.Truncate(time.Second)) {
+		t.Fatalf("%d sales stored, last_sale_at %v; want only the settled one, at %v", n, last, past.Truncate(time.Second))
+	}
+	// A sale after the one stored, but before the second that was under way, is not hidden.
+	rows.Store([]time.Time{now.Add(2 * time.Hour), open, open, past.Add(30 * time.Second), past})
+	collect()
+	if n := count(t, e.pool, `SELECT count(*) FROM auction_sales`); n != 2 {
+		t.Fatalf("%d sales stored after a later settled sale came, want 2", n)
+	}
+}
+
 // An address that is not the API (a wrong provider.base_url: a web server's 404 page) ends the
 // pass at its first answer with an error naming the key, instead of failing every item as if
 // each were broken: nothing is marked failed, and every item is handed back still due.

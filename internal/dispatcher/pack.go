@@ -269,7 +269,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 			}
 		}
 		r.packed = lpacked || spacked
-		r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales)
+		r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales, history.Settled(r.at))
 		out[i] = r
 	}
 	return out

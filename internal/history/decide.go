@@ -193,17 +193,30 @@ func SequenceSales(rows []provider.Sale, full bool, stored *time.Time) []Sale {
 	return out
 }
 
+// SalesSettle is how recent a sale's second may be for it to be stored: the provider orders a
+// second's sales by unit price, not time, so a second still under way when its page was read
+// can gain a sale in the middle of it, shifting the positions that key its sales; stored
+// then, the second would keep a wrong price for good. It covers the call's own time and a
+// few seconds between the provider's clock and the database's; a held-back sale is stored by
+// the item's next collection (a sale dated later still, even in the future, waits until it is
+// not: it cannot move last_sale_at ahead of the real sales and hide them).
+const SalesSettle = 5 * time.Second
+
+// Settled is the second from which a collection made at at holds its sales back (SalesSettle).
+func Settled(at time.Time) time.Time { return at.Add(-SalesSettle).Truncate(time.Second) }
+
 // NewSales keeps the sales not stored yet: those after the newest second already stored, and
-// in that second those past the positions stored (known of them). Positions within a second
-// are the sales' keys and always stored from 0 up, so this is exactly what the insert would
-// find new, known before anything is written.
-func NewSales(rows []Sale, lastStored *time.Time, known int32) []Sale {
-	if lastStored == nil {
-		return rows
-	}
+// in that second those past the positions stored (known of them); of those, only the ones
+// before openFrom (Settled: newer seconds may still change). Positions within a second are
+// the sales' keys and always stored from 0 up, so this is exactly what the insert would find
+// new, known before anything is written.
+func NewSales(rows []Sale, lastStored *time.Time, known int32, openFrom time.Time) []Sale {
 	out := rows[:0]
 	for _, r := range rows {
-		if r.SoldAt.After(*lastStored) || (r.SoldAt.Equal(*lastStored) && r.Seq >= known) {
+		if !r.SoldAt.Before(openFrom) {
+			continue
+		}
+		if lastStored == nil || r.SoldAt.After(*lastStored) || (r.SoldAt.Equal(*lastStored) && r.Seq >= known) {
 			out = append(out, r)
 		}
 	}

@@ -167,17 +167,35 @@ func TestNewSalesKeepsTheWatermarkSecond(t *testing.T) {
 	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, time.UTC)
 	rows := []Sale{{SoldAt: t0}, {SoldAt: t0.Add(time.Second)}, {SoldAt: t0.Add(time.Second), Seq: 1}, {SoldAt: t0.Add(2 * time.Second)}}
 	wm := t0.Add(time.Second)
-	if got := NewSales(append([]Sale(nil), rows...), &wm, 0); len(got) != 3 || !got[0].SoldAt.Equal(wm) {
+	open := t0.Add(time.Hour)
+	if got := NewSales(append([]Sale(nil), rows...), &wm, 0, open); len(got) != 3 || !got[0].SoldAt.Equal(wm) {
 		t.Fatalf("got %+v: want the watermark second and newer", got)
 	}
-	if got := NewSales(append([]Sale(nil), rows...), &wm, 1); len(got) != 2 || got[0].Seq != 1 {
+	if got := NewSales(append([]Sale(nil), rows...), &wm, 1, open); len(got) != 2 || got[0].Seq != 1 {
 		t.Fatalf("got %+v: want the watermark second's second sale (one of it stored) and newer", got)
 	}
-	if got := NewSales(append([]Sale(nil), rows...), &wm, 2); len(got) != 1 || !got[0].SoldAt.After(wm) {
+	if got := NewSales(append([]Sale(nil), rows...), &wm, 2, open); len(got) != 1 || !got[0].SoldAt.After(wm) {
 		t.Fatalf("got %+v: want only the newer second (the watermark second fully stored)", got)
 	}
-	if got := NewSales(append([]Sale(nil), rows...), nil, 0); len(got) != 4 {
+	if got := NewSales(append([]Sale(nil), rows...), nil, 0, open); len(got) != 4 {
 		t.Fatal("no watermark: every sale is offered")
+	}
+}
+
+// A second too close to the collection may still gain sales, ordered among its others by
+// price: its sales, and any dated later (the future included), wait for the next collection.
+func TestNewSalesHoldsBackASecondStillUnderWay(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 1, 0, 0, 0, time.UTC)
+	rows := []Sale{{SoldAt: t0}, {SoldAt: t0.Add(10 * time.Second)}, {SoldAt: t0.Add(10 * time.Second), Seq: 1}, {SoldAt: t0.Add(time.Hour)}}
+	at := t0.Add(10*time.Second + 300*time.Millisecond) // read during the second of two of them
+	got := NewSales(append([]Sale(nil), rows...), nil, 0, Settled(at))
+	if len(got) != 1 || !got[0].SoldAt.Equal(t0) {
+		t.Fatalf("got %+v: want only the second that was over", got)
+	}
+	later := t0.Add(10*time.Second + SalesSettle + time.Second)
+	got = NewSales(append([]Sale(nil), rows...), &t0, 1, Settled(later))
+	if len(got) != 2 || !got[0].SoldAt.Equal(t0.Add(10*time.Second)) || got[1].Seq != 1 {
+		t.Fatalf("got %+v: want the second held back, now over, whole", got)
 	}
 }
 
