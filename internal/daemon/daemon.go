@@ -219,6 +219,11 @@ func jobName(s service) string {
 	return "maintenance"
 }
 
+// passSpan ends a pass through a backlog once a minute: the cost loop learns from each pass
+// (budget.Loop.Learn), and the pass's log line and collector_passes_total come at its end.
+// The next pass starts at once; what it costs is the tail of the last batch.
+const passSpan = time.Minute
+
 // New builds the daemon and binds its HTTP address (so a busy port fails at start).
 func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logger) (*Daemon, error) {
 	if log == nil {
@@ -293,6 +298,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc.ClaimLimit = func() int { return loop.ClaimLimit(d.perSecond()) }
 	dc.ClaimRequests = func() float64 { return loop.ClaimRequests(d.perSecond(), cfg.ClaimHorizon) }
 	dc.TopAhead = min(cfg.ClaimHorizon, catalog.MaxAhead-time.Millisecond)
+	dc.Span = passSpan
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	dc.WriteHealth = d.writes
 	dc.DirectPool = cfg.DirectPool

@@ -76,6 +76,10 @@ type Config struct {
 	Lease       time.Duration // lease per claim (collect.lease)
 	Concurrency int           // provider calls in flight (collect.concurrency)
 	MaxBatches  int           // 0 = until nothing is due (collect.max_batches)
+	// Span, when set, ends a pass that has claimed for this long (StopSpan), what is due or
+	// not: a daemon's pass through a backlog would otherwise never end, and what a pass
+	// teaches the cost loop (daemon) and says in its log line is learnt at its end.
+	Span time.Duration
 	FlushSize   int           // results per write-back transaction (FlushSizeDefault)
 	Owner       string        // recorded in leased_by; "" = this process (telemetry.Instance)
 	// Recover, when set, is called by the gate while the provider's automatic status is not
@@ -381,6 +385,10 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 		return sum, errors.Join(err, ws.err)
 	}
 	for maxBatches == 0 || sum.Batches < maxBatches {
+		if d.cfg.Span > 0 && sum.Batches > 0 && time.Since(start) >= d.cfg.Span {
+			sum.Stop = StopSpan
+			break
+		}
 		topOnly, limit := false, math.MaxFloat64
 		if d.cfg.ClaimRequests != nil {
 			limit = d.cfg.ClaimRequests()

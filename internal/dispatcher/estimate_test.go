@@ -179,3 +179,17 @@ func TestClaimLimitCapsEachClaim(t *testing.T) {
 		t.Fatalf("a limit below 1 still claims one: %+v, %v", s, err)
 	}
 }
+
+// A pass that has claimed for Config.Span ends, items still due: through a backlog a daemon's
+// pass would otherwise never end, and the cost loop learns only when one does.
+func TestAPassEndsAfterItsSpan(t *testing.T) {
+	e := setup(t, 20, tiers.Cold, nil)
+	d := e.dispatcher(t, Config{BatchSize: 5, Span: time.Nanosecond}, nil)
+	s, err := d.RunOnce(context.Background())
+	if err != nil || s.Stop != StopSpan || s.Claimed != 5 || s.Batches != 1 {
+		t.Fatalf("a pass past its span: %+v, %v; want one batch of 5, stopped for its span", s, err)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now()`); n != 15 {
+		t.Fatalf("%d items still due, want the 15 the pass left to the next", n)
+	}
+}

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ const (
 	StopNone StopReason = iota
 	StopNothingDue
 	StopMaxBatches
+	StopSpan        // the pass claimed for Config.Span (more may be due: the next pass goes on)
 	StopInterrupted // ctx ended (shutdown)
 	StopPaused      // the provider status may not dispatch
 	StopMaintenance // a maintenance answer
@@ -32,6 +34,8 @@ func (r StopReason) String() string {
 		return "nothing due"
 	case StopMaxBatches:
 		return "max batches"
+	case StopSpan:
+		return "span"
 	case StopInterrupted:
 		return "interrupted"
 	case StopPaused:
@@ -104,21 +108,40 @@ func (s Summary) String() string {
 
 type timings struct {
 	mu                    sync.Mutex
-	claim, fetch, persist []time.Duration
+	claim, fetch, persist samples
 }
 
-func (t *timings) add(dst *[]time.Duration, d time.Duration) {
+// timingSamples bounds what a pass keeps of each kind of timing: a daemon's pass through a
+// backlog claims for a minute (Config.Span) and a one-shot's for as long as items are due, and
+// kept whole its timings grew by the item. Past the bound a uniform sample is kept (reservoir
+// sampling), so the quantiles are still the pass's.
+const timingSamples = 4096
+
+// samples is a bounded uniform sample of durations and how many there were.
+type samples struct {
+	kept []time.Duration
+	seen int
+}
+
+func (t *timings) add(dst *samples, d time.Duration) {
 	t.mu.Lock()
-	*dst = append(*dst, d)
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	dst.seen++
+	if len(dst.kept) < timingSamples {
+		dst.kept = append(dst.kept, d)
+		return
+	}
+	if i := rand.IntN(dst.seen); i < timingSamples {
+		dst.kept[i] = d
+	}
 }
 
-func summarize(ds []time.Duration) Timing {
-	if len(ds) == 0 {
+func summarize(ds samples) Timing {
+	if len(ds.kept) == 0 {
 		return Timing{}
 	}
-	s := append([]time.Duration(nil), ds...)
+	s := append([]time.Duration(nil), ds.kept...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	at := func(q float64) time.Duration { return s[int(q*float64(len(s)-1))].Round(time.Microsecond) }
-	return Timing{N: len(s), P50: at(0.50), P95: at(0.95)}
+	return Timing{N: ds.seen, P50: at(0.50), P95: at(0.95)}
 }
