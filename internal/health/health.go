@@ -162,7 +162,7 @@ type Monitor struct {
 	changed chan struct{}
 
 	mu        sync.Mutex
-	window    []sample
+	window    outcomes
 	effective provider.Status
 	auto      provider.Status
 	since     time.Time
@@ -208,7 +208,7 @@ func (m *Monitor) Observe(err error) {
 	}
 	now := time.Now()
 	m.mu.Lock()
-	m.window = append(m.window, sample{now, err != nil})
+	m.window.add(sample{now, err != nil})
 	m.trim(now)
 	act := false
 	switch m.auto {
@@ -224,32 +224,50 @@ func (m *Monitor) Observe(err error) {
 	}
 }
 
-func (m *Monitor) trim(now time.Time) {
-	cut := 0
-	for cut < len(m.window) && now.Sub(m.window[cut].at) > m.cfg.Window {
-		cut++
-	}
-	if cut > 0 {
-		m.window = append(m.window[:0], m.window[cut:]...)
+func (m *Monitor) trim(now time.Time) { m.window.dropBefore(now.Add(-m.cfg.Window)) }
+
+// outcomes is the window of outcomes, oldest first, with its failures counted: it takes one
+// outcome per fetched item (hundreds a second), so neither adding nor trimming copies it, and
+// the ratio is not a scan.
+type outcomes struct {
+	s    []sample
+	head int // s[:head] have left the window
+	bad  int // failures in s[head:]
+}
+
+func (w *outcomes) add(x sample) {
+	w.s = append(w.s, x)
+	if x.bad {
+		w.bad++
 	}
 }
 
+// dropBefore drops the outcomes older than cut, compacting once half the slice has left.
+func (w *outcomes) dropBefore(cut time.Time) {
+	for w.head < len(w.s) && w.s[w.head].at.Before(cut) {
+		if w.s[w.head].bad {
+			w.bad--
+		}
+		w.head++
+	}
+	if w.head > 0 && w.head >= len(w.s)/2 {
+		w.s = w.s[:copy(w.s, w.s[w.head:])]
+		w.head = 0
+	}
+}
+
+func (w *outcomes) len() int { return len(w.s) - w.head }
+
+func (w *outcomes) reset() { w.s, w.head, w.bad = w.s[:0], 0, 0 }
+
 func (m *Monitor) degradedLocked() bool {
-	if len(m.window) < m.cfg.MinSamples {
+	if m.window.len() < m.cfg.MinSamples {
 		return false
 	}
 	return m.ratioLocked() > m.cfg.ErrorRatio
 }
 
-func (m *Monitor) successesLocked() int {
-	n := 0
-	for _, s := range m.window {
-		if !s.bad {
-			n++
-		}
-	}
-	return n
-}
+func (m *Monitor) successesLocked() int { return m.window.len() - m.window.bad }
 
 // sickRatio is the share of this instance's outcomes that fail past which it asks whether the
 // others succeed: a host cut off from the provider fails nearly every call, while a provider
@@ -286,13 +304,7 @@ func (m *Monitor) othersSucceed(ctx context.Context, own int) bool {
 }
 
 func (m *Monitor) ratioLocked() float64 {
-	bad := 0
-	for _, s := range m.window {
-		if s.bad {
-			bad++
-		}
-	}
-	return float64(bad) / float64(max(len(m.window), 1))
+	return float64(m.window.bad) / float64(max(m.window.len(), 1))
 }
 
 // rampLocked sets the rate for the time spent RECOVERING.
@@ -338,7 +350,7 @@ func (m *Monitor) step(ctx context.Context) error {
 	m.mu.Lock()
 	now := time.Now()
 	m.trim(now)
-	degraded, ratio, n := m.degradedLocked(), m.ratioLocked(), len(m.window)
+	degraded, ratio, n := m.degradedLocked(), m.ratioLocked(), m.window.len()
 	own, sick := m.successesLocked(), ratio >= sickRatio
 	recovering := now.Sub(m.recSince)
 	if row.Status == provider.Recovering {
@@ -375,7 +387,7 @@ func (m *Monitor) see(row provider.StatusRow) {
 	m.effective, m.auto, m.since, m.override = eff, row.Status, row.Since, row.OverrideStatus != ""
 	if row.Status != prevAuto {
 		m.recSince = time.Now()
-		m.window = m.window[:0]
+		m.window.reset()
 		if m.rate != nil {
 			if row.Status == provider.Recovering {
 				m.rate.SetRateFactor(budget.RecoveryFactor(m.cfg.RecoverFactor, m.cfg.RecoverFor, 0))

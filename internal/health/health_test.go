@@ -282,7 +282,7 @@ func TestOnlyTransientFailuresDegrade(t *testing.T) {
 		m.Observe(&provider.Error{Class: provider.ClassRateLimited, Code: "API002"})
 	}
 	m.mu.Lock()
-	n := len(m.window)
+	n := m.window.len()
 	m.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d outcomes counted, want none", n)
@@ -611,5 +611,23 @@ func TestOnceBringsAPausedProviderBackWithoutAMonitor(t *testing.T) {
 	once()
 	if probes.Load() != before || status(t, pool).Status != provider.Maintenance {
 		t.Fatal("Once probed or moved the status under an override")
+	}
+}
+
+// The window takes an outcome per fetched item: trimming it must not copy it each time, and
+// its counts must follow what is in it.
+func TestTheWindowCountsWithoutCopying(t *testing.T) {
+	var w outcomes
+	t0 := time.Unix(0, 0)
+	for i := range 100_000 {
+		w.add(sample{at: t0.Add(time.Duration(i) * time.Millisecond), bad: i%4 == 0})
+		w.dropBefore(t0.Add(time.Duration(i-1000) * time.Millisecond)) // a 1 s window of 1,001
+	}
+	if w.len() != 1001 || w.bad != 250 || cap(w.s) > 4096 {
+		t.Fatalf("window of %d (%d failed, capacity %d), want 1001 (250 failed) kept in a few thousand", w.len(), w.bad, cap(w.s))
+	}
+	w.dropBefore(t0.Add(time.Hour))
+	if w.len() != 0 || w.bad != 0 {
+		t.Fatalf("emptied window: %d (%d failed)", w.len(), w.bad)
 	}
 }
