@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,8 +44,9 @@ func (d *Daemon) probeWrites(ctx context.Context) {
 	}
 }
 
-// probeOnce probes on a pooled connection while the database takes writes, and reports what
-// it saw. While it is read-only or a standby it probes on a connection of its own instead: a
+// probeOnce probes on a pooled connection while the database takes writes (on one of its own
+// while every pooled one is busy), and reports what it saw. While it is read-only or a standby
+// it probes on a connection of its own instead: a
 // pooled session keeps the read-only setting it was opened with after the database takes
 // writes again. Once the fresh session can write, the pools (and the direct one) drop their
 // sessions (pgxpool's Reset, meant for a server state change), so every one reconnects into the writable state and
@@ -57,17 +59,27 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 			d.probeSpace(ctx)
 			return
 		}
-		d.writes.ObserveProbe(store.ProbeWritable(ctx, d.pool))
-		return
+		if st := d.pool.Stat(); st.AcquiredConns() < st.MaxConns() {
+			d.writes.ObserveProbe(store.ProbeWritable(ctx, d.pool))
+			return
+		}
+		// Every pooled connection is in use (an export's snapshot, reads, write-backs): waiting
+		// for one would time the probe out and report the database unreachable, holding every
+		// provider call, when it is only busy. The probe opens a session of its own instead.
 	}
 	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
 	if err != nil {
+		if c != store.CauseReadOnly && c != store.CauseStandby {
+			cause := store.RefusedCause(err)
+			d.writes.ObserveProbe(cmp.Or(cause, store.CauseUnreachable), fmt.Sprintf("probe: %v", err))
+			return
+		}
 		d.writes.ObserveProbe(store.ProbeWritable(ctx, d.pool)) // the pool's connection error names it best
 		return
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	cause, detail := store.ProbeWritable(ctx, conn)
-	if cause == "" {
+	if cause == "" && (c == store.CauseReadOnly || c == store.CauseStandby) {
 		d.pool.Reset()
 		// database.direct_url's sessions (partition DDL) kept the setting too: a read-only one
 		// would fail the write path's partition creation and turn the daemon not ready again.

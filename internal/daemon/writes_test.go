@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -223,5 +224,37 @@ func TestASpaceProbeThatCannotRunEndsTheLackAfterAWhile(t *testing.T) {
 	}
 	if n := logs.FilterMessageSnippet("ending the lack of space unproven").Len(); n != 1 {
 		t.Fatalf("%d warnings that the lack ended unproven, want 1", n)
+	}
+}
+
+// A pool whose every connection is in use (an export's snapshot, slow reads) is busy, not a
+// database gone: the probe asks on a session of its own instead of timing out waiting for a
+// pooled one, which held every provider call and turned /readyz 503.
+func TestABusyPoolIsNotAnUnreachableDatabase(t *testing.T) {
+	url := storetest.NewDatabase(t)
+	pool, err := store.Open(context.Background(), store.PoolConfig{URL: url, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var held []*pgxpool.Conn
+	for range 2 {
+		c, err := pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	defer func() {
+		for _, c := range held {
+			c.Release()
+		}
+	}()
+	d := &Daemon{pool: pool, writes: store.NewWriteHealth()}
+	ctx, cancel := context.WithTimeout(context.Background(), writeProbeTimeout)
+	defer cancel()
+	d.probeOnce(ctx)
+	if st := d.writes.State(); !st.Writable || st.Cause != "" {
+		t.Fatalf("probe with every pooled connection in use: %+v, want writable", st)
 	}
 }
