@@ -93,8 +93,8 @@ type salesAgg struct {
 // days' candles; it returns them, which is what the snapshot reports.
 const insertSalesSQL = `
 WITH s AS (
-	INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price)
-	SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[])
+	INSERT INTO auction_sales (item_id, sold_at, seq, quantity, unit_price, total_price, first_seen_at)
+	SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::timestamptz[])
 	ON CONFLICT (item_id, sold_at, seq) DO NOTHING
 	RETURNING item_id, sold_at, quantity, unit_price),
 c AS (
@@ -114,8 +114,13 @@ func insertSales(ctx context.Context, tx pgx.Tx, cs []Collection) (map[string]sa
 	var soldAt []time.Time
 	var seqs []int32
 	var qty, unit, total []int64
+	var seen []time.Time
 	for _, c := range cs {
 		for _, s := range c.Sales {
+			// First seen by the collection that reports it (its snapshot's collected_at), not
+			// when its write committed: a retried write-back across midnight would put the
+			// sale on the next day beside the snapshot counting it.
+			seen = append(seen, c.At)
 			ids = append(ids, c.ItemID)
 			soldAt = append(soldAt, s.SoldAt)
 			seqs = append(seqs, s.Seq)
@@ -128,7 +133,7 @@ func insertSales(ctx context.Context, tx pgx.Tx, cs []Collection) (map[string]sa
 	if len(ids) == 0 {
 		return agg, nil
 	}
-	rows, err := tx.Query(ctx, insertSalesSQL, ids, soldAt, seqs, qty, unit, total)
+	rows, err := tx.Query(ctx, insertSalesSQL, ids, soldAt, seqs, qty, unit, total, seen)
 	if err != nil {
 		return nil, fmt.Errorf("insert sales: %w", err)
 	}

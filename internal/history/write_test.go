@@ -355,6 +355,15 @@ func TestARetriedClaimStoresOneSnapshot(t *testing.T) {
 	if snaps != 1 || events != 1 || candleSnaps != 1 || candleSales != 1 {
 		t.Fatalf("snapshots %d, events %d, candle snapshots %d, candle sales %d; want 1 each", snaps, events, candleSnaps, candleSales)
 	}
+	// A sale was first seen by the collection that reports it, not when a write committed.
+	var seen, collected time.Time
+	if err := pool.QueryRow(ctx, `SELECT (SELECT first_seen_at FROM auction_sales), (SELECT collected_at FROM auction_snapshots)`).
+		Scan(&seen, &collected); err != nil {
+		t.Fatal(err)
+	}
+	if !seen.Equal(collected) || !seen.Equal(at) {
+		t.Fatalf("sale first seen at %v, its snapshot collected at %v; want both the collection's %v", seen, collected, at)
+	}
 }
 
 // Only outbox.enabled decides whether a snapshot writes its event. With the defaults, which
