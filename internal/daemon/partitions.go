@@ -74,7 +74,7 @@ func (s *partitionService) runOnce(ctx context.Context) ([]partition.TableState,
 		}
 		s.metrics.PartitionsAhead.WithLabelValues(st.Table).Set(st.Ahead.Seconds())
 		if !st.Oldest.IsZero() {
-			s.metrics.OldestPartition.WithLabelValues(st.Table).Set(time.Since(st.Oldest).Seconds())
+			s.metrics.OldestPartition.WithLabelValues(st.Table).Set(st.Now.Sub(st.Oldest).Seconds())
 		}
 		if len(st.Created) > 0 || len(st.Dropped) > 0 {
 			s.log.Info("history partitions kept", zap.String("table", st.Table), zap.Strings("created", st.Created),

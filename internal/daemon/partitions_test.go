@@ -56,6 +56,10 @@ func TestPartitionGaugesTellAheadAndRetentionBehind(t *testing.T) {
 		if a := ahead(st.Table); a != st.Ahead.Seconds() || a < (7*24*time.Hour).Seconds() {
 			t.Errorf("%s: ahead gauge %v s, the pass said %v", st.Table, a, st.Ahead)
 		}
+		// Both ages are by the database's clock, which the bounds are written in.
+		if o := oldest(st.Table); !st.Oldest.IsZero() && o != st.Now.Sub(st.Oldest).Seconds() {
+			t.Errorf("%s: oldest gauge %v s, the database's clock says %v", st.Table, o, st.Now.Sub(st.Oldest))
+		}
 	}
 	if o := oldest(partition.Snapshots); !near(o, today.AddDate(0, 0, -10)) || o <= retention.Seconds()+2*interval {
 		t.Fatalf("snapshots' oldest partition %v s old while its drop fails, want 10 days and past retention + 2 intervals", o)

@@ -155,6 +155,7 @@ type TableState struct {
 	// oldest partition past the archive (zero when there is none).
 	Ahead  time.Duration
 	Oldest time.Time
+	Now    time.Time // the database's clock when they were read
 	// Described: Partitions, Ahead and Oldest were read; a pass that failed to read them
 	// leaves them zero, which is not what the table holds.
 	Described bool
@@ -453,7 +454,7 @@ func (p *Partitions) describe(ctx context.Context, st *TableState) error {
 	st.Described = true
 	st.Partitions = len(parts)
 	st.Ahead = coveredUntil(parts, now).Sub(now)
-	st.Oldest = oldestOf(parts)
+	st.Oldest, st.Now = oldestOf(parts), now
 	return nil
 }
 
