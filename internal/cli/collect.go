@@ -13,7 +13,6 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/health"
-	"github.com/duecollector/duecollector/internal/maintenance"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/telemetry"
 )
@@ -42,10 +41,8 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 		}
 		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			maintenance.Runner{Restart: a.bgRestart, Log: a.log}.Run(sctx, "budget", share.Start)
-		}()
+		// Not restarted after a panic (maintenance.Runner): one can leave the share given up.
+		go func() { defer close(done); share.Start(sctx) }()
 		stop = func() { cancel(); <-done }
 		fetch = &budget.Fetcher{Next: client, Share: share, Within: a.cfg.Collect.Lease}
 	}

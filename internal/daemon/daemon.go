@@ -425,18 +425,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer stopBG()
 	var wg sync.WaitGroup
 	start := func(fn func(context.Context)) { wg.Go(func() { fn(bg) }) }
-	// Every background job but the collect loop (which hands a panicking item back itself) and
-	// the relay (which restarts itself) runs under the one lifecycle: a panic is logged,
-	// counted under the job's name, and the job started again, the process living on.
+	// The background jobs run under the one lifecycle: a panic is logged, counted under the
+	// job's name, and the job started again, the process living on. Not the collect loop
+	// (which hands a panicking item back itself), the relay (which restarts itself), nor the
+	// health monitor and the budget share: a panic in them can leave a lock held or this
+	// instance's share given up, so it ends the process, and its leases are taken over.
 	jobs := maintenance.Runner{Restart: d.cfg.RelayRestart, Panics: d.metrics.LoopErrors, Log: d.log}
 	job := func(name string, fn func(context.Context)) {
 		start(func(ctx context.Context) { jobs.Run(ctx, name, fn) })
 	}
 	// Every loop's error series exists before any loop runs, so a first error is an increase.
-	loops := []string{"collect", "wake", "health", "writes"}
-	if d.share != nil {
-		loops = append(loops, "budget")
-	}
+	loops := []string{"collect", "wake", "writes"}
 	if d.cfg.Daemon.Notify {
 		loops = append(loops, "listen")
 	}
@@ -447,9 +446,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.metrics.LoopErrors.WithLabelValues(l)
 	}
 	if d.share != nil {
-		job("budget", d.share.Start)
+		start(d.share.Start)
 	}
-	job("health", d.health.Start)
+	start(d.health.Start)
 	job("writes", d.probeWrites)
 	if d.cfg.Daemon.Notify {
 		job("listen", func(ctx context.Context) {

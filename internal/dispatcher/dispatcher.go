@@ -76,12 +76,12 @@ type Config struct {
 	Lease       time.Duration // lease per claim (collect.lease)
 	Concurrency int           // provider calls in flight (collect.concurrency)
 	MaxBatches  int           // 0 = until nothing is due (collect.max_batches)
+	FlushSize   int           // results per write-back transaction (FlushSizeDefault)
+	Owner       string        // recorded in leased_by; "" = this process (telemetry.Instance)
 	// Span, when set, ends a pass that has claimed for this long (StopSpan), what is due or
 	// not: a daemon's pass through a backlog would otherwise never end, and what a pass
 	// teaches the cost loop (daemon) and says in its log line is learnt at its end.
 	Span time.Duration
-	FlushSize   int           // results per write-back transaction (FlushSizeDefault)
-	Owner       string        // recorded in leased_by; "" = this process (telemetry.Instance)
 	// Recover, when set, is called by the gate while the provider's automatic status is not
 	// HEALTHY, before the gate decides (health.Once: a probe while paused, RECOVERING ended by
 	// time). Processes without a health monitor set it (the one-shots), so cron alone brings a
