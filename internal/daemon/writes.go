@@ -3,10 +3,12 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/store"
@@ -19,9 +21,13 @@ import (
 // database.
 const writeProbeInterval = time.Second
 
-// writeProbeTimeout bounds one probe: longer than the interval, so a busy pool (every
-// connection in a write-back) or a loaded machine is not mistaken for a database gone; one
-// that refuses connections answers at once anyway.
+// busyPoolWait is how long the probe waits for a pooled connection before it takes the pool
+// for busy and asks on a session of its own.
+const busyPoolWait = time.Second
+
+// writeProbeTimeout bounds one probe: longer than the interval, so a loaded machine is not
+// mistaken for a database gone (a busy pool is busyPoolWait's); one that refuses connections
+// answers at once anyway.
 const writeProbeTimeout = 5 * time.Second
 
 // probeWrites runs probeOnce every writeProbeInterval until ctx ends. A database that does
@@ -59,19 +65,31 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 			d.probeSpace(ctx)
 			return
 		}
-		if st := d.pool.Stat(); st.AcquiredConns() < st.MaxConns() {
-			d.writes.ObserveProbe(store.ProbeWritable(ctx, d.pool))
+		actx, cancel := context.WithTimeout(ctx, busyPoolWait)
+		pc, err := d.pool.Acquire(actx)
+		cancel()
+		if err == nil {
+			cause, detail := store.ProbeWritable(ctx, pc)
+			pc.Release()
+			d.writes.ObserveProbe(cause, detail)
+			return
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			d.writes.ObserveProbe(cmp.Or(store.RefusedCause(err), store.CauseUnreachable), fmt.Sprintf("probe: %v", err))
 			return
 		}
 		// Every pooled connection is in use (an export's snapshot, reads, write-backs): waiting
-		// for one would time the probe out and report the database unreachable, holding every
+		// on would time the probe out and report the database unreachable, holding every
 		// provider call, when it is only busy. The probe opens a session of its own instead.
 	}
 	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		if c != store.CauseReadOnly && c != store.CauseStandby {
-			cause := store.RefusedCause(err)
-			d.writes.ObserveProbe(cmp.Or(cause, store.CauseUnreachable), fmt.Sprintf("probe: %v", err))
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "53300" {
+				return // the server has no session to spare beside the busy pool: it answers, nothing is learnt
+			}
+			d.writes.ObserveProbe(cmp.Or(store.RefusedCause(err), store.CauseUnreachable), fmt.Sprintf("probe: %v", err))
 			return
 		}
 		d.writes.ObserveProbe(store.ProbeWritable(ctx, d.pool)) // the pool's connection error names it best

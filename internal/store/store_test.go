@@ -258,6 +258,9 @@ func TestAChangedResultTypeIsRetried(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT * FROM result_type_probe WHERE $1::int > 0`, 1).Scan(&a, &b, &c); err != nil {
 		t.Fatalf("the same statement again: %v, want it prepared anew", err)
 	}
+	if pgErr.Routine != "RevalidateCachedQuery" {
+		t.Errorf("the error comes from %q; Transient tells it by RevalidateCachedQuery", pgErr.Routine)
+	}
 	if store.Transient(&pgconn.PgError{Code: "0A000", Message: "cannot use COPY in a read-only transaction"}) {
 		t.Error("any other 0A000 (a feature not supported) is not transient")
 	}

@@ -29,9 +29,11 @@ func Transient(err error) bool {
 		// crash_shutdown, cannot_connect_now, too_many_connections, query_canceled
 		return true
 	case "0A000":
-		// A statement pgx prepared before a migration changed its result's columns: pgx
-		// drops it from its cache on this error, so the same statement succeeds again.
-		return strings.Contains(pgErr.Message, "cached plan must not change result type")
+		// A statement pgx prepared before a migration changed its result's columns ("cached
+		// plan must not change result type", told by the server function that raises it: the
+		// message is translated under lc_messages): pgx drops it from its cache on this error,
+		// so the same statement succeeds again.
+		return pgErr.Routine == "RevalidateCachedQuery"
 	}
 	return strings.HasPrefix(pgErr.Code, "08")
 }
