@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
@@ -41,7 +42,9 @@ func TestSalesGapIsAFullPageOfOnlyNewerSales(t *testing.T) {
 		// The last page was empty: every sale since that collection is new, so a full page
 		// that does not reach back to it lost some.
 		{"no sale stored, full page all after the last collection", page(100, collected.Add(time.Second)), nil, &collected, 0, true},
-		{"no sale stored, full page reaching the last collection", page(100, collected.Add(-time.Second)), nil, &collected, 0, false},
+		{"no sale stored, full page reaching the last collection's settled seconds", page(100, history.Settled(collected)), nil, &collected, 0, false},
+		// That collection held its last seconds back: pushed off the page, they are lost.
+		{"no sale stored, full page reaching only into the seconds held back", page(100, collected.Add(-time.Second)), nil, &collected, 0, true},
 	} {
 		sent := len(tc.rows) + tc.dropped
 		if got := salesGap(tc.rows, full(sent, 100), tc.stored, tc.collected); got != tc.want {

@@ -210,11 +210,12 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c catalog.Claim) result {
 	r := result{claim: c, outcome: "ok", window: d.cfg.EstimateWindow}
 	listings, err := d.listingsAlone(ctx, c)
 	var sales []history.Sale
+	var salesAt time.Time
 	if err == nil {
 		// A sales call that fails fails the collection: a snapshot without its sales would
 		// tell consumers nothing sold. Rows with impossible amounts are only dropped
 		// (provider.RowCheck), so they cannot fail it.
-		sales, r.salesGap, err = d.salesAlone(ctx, c)
+		sales, r.salesGap, salesAt, err = d.salesAlone(ctx, c)
 	}
 	r.at = d.clock.now()
 	if err != nil {
@@ -223,7 +224,7 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c catalog.Claim) result {
 		return r
 	}
 	r.listings = listings
-	r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales, history.Settled(r.at))
+	r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales, history.Settled(salesAt))
 	return r
 }
 
@@ -237,18 +238,20 @@ func (d *Dispatcher) listingsAlone(ctx context.Context, c catalog.Claim) (histor
 }
 
 // salesAlone asks for one item's sales in a call of its own and reports whether sales were lost
-// since the previous collection. Every collection that reads a sales page alone comes here, so
-// none can miss a gap.
-func (d *Dispatcher) salesAlone(ctx context.Context, c catalog.Claim) (sales []history.Sale, gap bool, err error) {
+// since the previous collection, and the database's time before the call: the page shows the
+// market of then or later, so the seconds history.Settled holds back are counted from it.
+// Every collection that reads a sales page alone comes here, so none can miss a gap.
+func (d *Dispatcher) salesAlone(ctx context.Context, c catalog.Claim) (sales []history.Sale, gap bool, at time.Time, err error) {
+	at = d.clock.now()
 	a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
 		rows, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
 		return answer[provider.Sale]{rows, sent}, err
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, false, at, err
 	}
 	f := full(a.sent, d.soldLimit)
-	return history.SequenceSales(a.rows, f, c.LastSaleAt), salesGap(a.rows, f, c.LastSaleAt, c.LastCollectedAt), nil
+	return history.SequenceSales(a.rows, f, c.LastSaleAt), salesGap(a.rows, f, c.LastSaleAt, c.LastCollectedAt), at, nil
 }
 
 // answer carries a call's rows and how many the provider sent through untilAnswered.
@@ -297,8 +300,11 @@ func untilAnswered[T any](ctx context.Context, call func() (T, error)) (T, error
 // item's last collection bounds what was seen (its page was empty); before the first
 // collection there is nothing to compare with.
 func salesGap(rows []provider.Sale, full bool, lastStored, lastCollected *time.Time) bool {
-	if lastStored == nil {
-		lastStored = lastCollected
+	if lastStored == nil && lastCollected != nil {
+		// That collection saw its page whole but left its newest seconds for later
+		// (history.Settled): those were not seen for good.
+		settled := history.Settled(*lastCollected)
+		lastStored = &settled
 	}
 	if lastStored == nil || !full || len(rows) == 0 {
 		return false

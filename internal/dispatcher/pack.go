@@ -182,8 +182,10 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 	// if later) must be in the packed answer: the shadow check compares them.
 	var newest time.Time
 	sok := false
+	var sentAt time.Time // before the packed sales call: the seconds held back count from it
 	if st.sales {
-		newest = d.clock.now().Add(-shadowSkew) // made before the call, whatever the answer holds
+		sentAt = d.clock.now()
+		newest = sentAt.Add(-shadowSkew) // made before the call, whatever the answer holds
 
 		a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
 			rows, sent, err := d.fetch.AuctionSoldMany(ctx, ids)
@@ -219,6 +221,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 			r.listings, err = d.listingsAlone(ctx, c)
 		}
 		var sales []history.Sale
+		salesAt := sentAt
 		spacked := false
 		if err == nil {
 			var v packing.SalesVerdict
@@ -232,7 +235,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 				}
 				sales, spacked = history.SequenceSales(part, false, nil), true
 			} else {
-				sales, r.salesGap, err = d.salesAlone(ctx, c)
+				sales, r.salesGap, salesAt, err = d.salesAlone(ctx, c)
 			}
 		}
 		r.at = d.clock.now()
@@ -260,7 +263,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 			}
 			if sbad && err == nil {
 				spacked, sok = false, false
-				sales, r.salesGap, err = d.salesAlone(ctx, c)
+				sales, r.salesGap, salesAt, err = d.salesAlone(ctx, c)
 			}
 			if err != nil {
 				r.err, r.outcome = err, provider.ClassOf(err).String()
@@ -269,7 +272,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 			}
 		}
 		r.packed = lpacked || spacked
-		r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales, history.Settled(r.at))
+		r.sales = history.NewSales(sales, c.LastSaleAt, c.LastSecondSales, history.Settled(salesAt))
 		out[i] = r
 	}
 	return out

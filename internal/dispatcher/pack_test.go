@@ -559,3 +559,56 @@ func TestSmallJudgesSalesAtTheItemsTier(t *testing.T) {
 		t.Error("an item never collected shares a call")
 	}
 }
+
+// jumpingFetcher answers one sale per item, at sale, to packed and single sales calls, and
+// makes each single listings call take ten seconds of the database's clock: the later items of
+// a pack are read long after their packed sales answer was.
+type jumpingFetcher struct {
+	Fetcher
+	clock *dbClock
+	sale  time.Time
+}
+
+func (f *jumpingFetcher) Auction(context.Context, string) ([]provider.Listing, int, error) {
+	f.clock.set(f.clock.now().Add(10 * time.Second))
+	return nil, 0, nil
+}
+
+func (f *jumpingFetcher) AuctionSold(_ context.Context, id string) ([]provider.Sale, int, error) {
+	return []provider.Sale{{ItemID: id, SoldAt: f.sale, Count: 1, Price: 5, UnitPrice: 5}}, 1, nil
+}
+
+func (f *jumpingFetcher) AuctionSoldMany(_ context.Context, ids []string) ([]provider.Sale, int, error) {
+	var rows []provider.Sale
+	for _, id := range ids {
+		rows = append(rows, provider.Sale{ItemID: id, SoldAt: f.sale, Count: 1, Price: 5, UnitPrice: 5})
+	}
+	return rows, len(rows), nil
+}
+
+// The seconds a collection holds back are counted from when its sales page was asked for, not
+// from when the item's result was made: in a pack, that is the packed call, and the calls of
+// the items before it can take longer than history.SalesSettle.
+func TestPackedSalesAreHeldBackFromTheirCall(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	srv := httptest.NewServer(neoplesim.New(neoplesim.Options{Items: 2, Seed: 9, MarketKey: marketKey}))
+	t.Cleanup(srv.Close)
+	at := time.Now().Truncate(time.Second)
+	f := &jumpingFetcher{Fetcher: marketClient(t, srv.URL, 400, 100), sale: at}
+	d, err := New(pool, f, configured(Config{PackSize: 10}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock = &d.clock
+	d.clock.set(at.Add(300 * time.Millisecond)) // the packed call goes out in the sale's second
+	group := []catalog.Claim{{ItemID: strings.Repeat("a", 32)}, {ItemID: strings.Repeat("b", 32)}}
+	for _, r := range d.fetchPacked(context.Background(), group, packingState{sales: true}) {
+		if r.err != nil {
+			t.Fatalf("item %s: %v", r.claim.ItemID, r.err)
+		}
+		if len(r.sales) != 0 {
+			t.Fatalf("item %s, read %s after its packed sales call: %d sales of the second under way at the call kept, want them held back",
+				r.claim.ItemID, r.at.Sub(at), len(r.sales))
+		}
+	}
+}

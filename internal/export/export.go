@@ -249,7 +249,9 @@ func runOnce(ctx context.Context, db DB, opts Options) (res Result, err error) {
 		// provider pause or a backlog can hold past the settle time. Waited for up to
 		// CatchUpWaitDefault: past it, collection may have stopped for good (a refused key, an
 		// archive), and the day is as complete as it will get (late rows rewrite it).
-		behind, err := catalog.NotAttemptedSince(ctx, db, end)
+		// Tried since the day's end and then some: a collection holds the newest seconds of
+		// sales it reads back for the next (history.SalesSettle).
+		behind, err := catalog.NotAttemptedSince(ctx, db, end.Add(history.SalesSettle))
 		if err != nil {
 			return res, err
 		}
