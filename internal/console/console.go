@@ -94,7 +94,9 @@ type Console struct {
 	// a refresh at once when a page finds the copy stale.
 	viewed atomic.Bool
 	kick   chan struct{}
-	every  atomic.Int64 // the time between status reads, ns (see refreshCost)
+	// readSlots holds one token per request reading the database (slotted).
+	readSlots chan struct{}
+	every     atomic.Int64 // the time between status reads, ns (see refreshCost)
 }
 
 // RefreshDefault is how often the console re-reads the cluster status its pages show: pages
@@ -118,7 +120,7 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Console, error) {
 	}
 	return &Console{cfg: cfg, pool: pool, log: log, pages: pages, auth: newSessions(cfg.Session),
 		failedLogins: rate.NewLimiter(rate.Every(loginEvery), loginBurst),
-		ready:        make(chan struct{}), kick: make(chan struct{}, 1)}, nil
+		ready:        make(chan struct{}), kick: make(chan struct{}, 1), readSlots: make(chan struct{}, MaxReads)}, nil
 }
 
 // reader is what the item pages read through: Config.Reads, else the pool.
@@ -262,9 +264,9 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("GET /static/", http.StripPrefix("/static/", cacheStatic(http.FileServerFS(static))))
 	mux.HandleFunc("GET /{$}", c.page(c.overviewPage))
 	mux.HandleFunc("GET /overview.part", c.page(c.overviewPart))
-	mux.HandleFunc("GET /items", c.page(c.itemsPage))
-	mux.HandleFunc("GET /items/{id}", c.page(c.itemPage))
-	mux.HandleFunc("GET /items/{id}/chart.json", c.chartJSON)
+	mux.HandleFunc("GET /items", c.slotted(c.page(c.itemsPage)))
+	mux.HandleFunc("GET /items/{id}", c.slotted(c.page(c.itemPage)))
+	mux.HandleFunc("GET /items/{id}/chart.json", c.slotted(c.chartJSON))
 	mux.HandleFunc("GET /login", c.page(c.loginPage))
 	// Browsers ask for it on pages without an icon link, such as the API's JSON answers.
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
