@@ -20,7 +20,7 @@ import (
 var FS embed.FS
 
 // Revision names the text of 001_schema.sql, which the migration records on tracked_items (its
-// template's {{ .revision }}): while 001 changes in place, a database it made at an earlier text
+// template's {{ .revision }}): while 001 changes in place, a database it made at another text
 // has the same version number, and only this tells the two apart (store's schema checks).
 func Revision() string {
 	b, err := FS.ReadFile("001_schema.sql")

@@ -23,7 +23,7 @@ func newExportCmd(a *app) *cobra.Command {
 (the day's hourly candles and its daily one), one file per table, then manifest.json with each
 file's row count, size and sha256, the schema and collector versions, and "complete". A day
 is complete an hour after it ends by the database's clock, once every collected item has been
-tried since it ended (waited for up to a day); a day still in progress, or one
+tried since a minute past its end (waited for up to a day); a day still in progress, or one
 that began longer ago than a retention.* age (retention may have deleted some of its rows), is
 refused unless --partial (its manifest then says "complete": false). The counts and the files
 are read in one snapshot of the database. A re-run skips a complete day

@@ -9,8 +9,9 @@
 // costs, the share of the budget the plan may assume, the claim size, when to plan again — is
 // budget.Loop, which has no database and no clock.
 //
-// The collection loop runs a dispatcher pass until nothing is due, then asks the database when
-// the next item becomes claimable (the earliest next_collect_at among unleased rows, or the
+// The collection loop runs a dispatcher pass until nothing is due (or for a minute,
+// dispatcher.Config.Span, then the next at once), then asks the database when the next item
+// becomes claimable (the earliest next_collect_at among unleased rows, or the
 // earliest expiry of a lease held on an earlier row) and sleeps exactly that long, capped by
 // daemon.max_sleep. A tracked_items notification (daemon.notify) or a provider status change
 // may wake it earlier; nothing depends on them.

@@ -5,7 +5,7 @@
 // A pass is: read the provider status gate (gate.go) → claim a batch in one statement
 // (catalog.ClaimByCost, sized in dispatcher.go) → fetch with at most Concurrency calls in flight, each item alone (fetch.go) or
 // small items sharing itemIds calls (pack.go) → write results back in short transactions as
-// they arrive (writeback.go) → repeat until nothing is due (or MaxBatches). A maintenance
+// they arrive (writeback.go) → repeat until nothing is due (or MaxBatches, or Span). A maintenance
 // answer stops the pass at once and hands the unprocessed items back, so nothing waits for its
 // lease to expire.
 package dispatcher

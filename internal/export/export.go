@@ -144,6 +144,12 @@ type DB interface {
 	history.Reader
 }
 
+// CaughtUpAfter is how long past a day's end every collected item must have been tried for
+// the day to count as caught up: a collection leaves the sales of history.SalesSettle before
+// its sales call for the next, and the attempt is recorded after its calls (a pack's, budget
+// waits included).
+const CaughtUpAfter = history.SalesSettle + time.Minute
+
 // BusyWaitDefault is `collector export`'s Options.BusyWait: a day takes seconds to write.
 const BusyWaitDefault = 30 * time.Minute
 
@@ -249,9 +255,7 @@ func runOnce(ctx context.Context, db DB, opts Options) (res Result, err error) {
 		// provider pause or a backlog can hold past the settle time. Waited for up to
 		// CatchUpWaitDefault: past it, collection may have stopped for good (a refused key, an
 		// archive), and the day is as complete as it will get (late rows rewrite it).
-		// Tried since the day's end and then some: a collection holds the newest seconds of
-		// sales it reads back for the next (history.SalesSettle).
-		behind, err := catalog.NotAttemptedSince(ctx, db, end.Add(history.SalesSettle))
+		behind, err := catalog.NotAttemptedSince(ctx, db, end.Add(CaughtUpAfter))
 		if err != nil {
 			return res, err
 		}

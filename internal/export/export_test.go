@@ -679,8 +679,8 @@ func TestADayWaitsForCollectionToCatchUp(t *testing.T) {
 		t.Fatalf("exporter turn: %+v, %v; want yesterday waiting, no error", turn, err)
 	}
 	// Tried after midnight, one of them failing (it may fail for good: it is not waited for),
-	// the day is complete; tried within history.SalesSettle of midnight, the collection left
-	// the day's last seconds of sales for the next one, so it is not yet.
+	// the day is complete; tried within export.CaughtUpAfter of midnight, the collection may
+	// have left the day's last seconds of sales for the next one, so it is not yet.
 	tried := func(at time.Time) {
 		t.Helper()
 		if _, err := b.pool.Exec(ctx, `UPDATE tracked_items SET last_attempt_at = $1,
@@ -689,11 +689,11 @@ func TestADayWaitsForCollectionToCatchUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tried(b.today.Add(time.Second))
-	if _, err := export.Run(ctx, b.pool, opts); !errors.Is(err, export.ErrInProgress) {
-		t.Fatalf("every item tried a second after midnight: %v; want in progress (its last seconds' sales held back)", err)
-	}
 	tried(b.today.Add(history.SalesSettle))
+	if _, err := export.Run(ctx, b.pool, opts); !errors.Is(err, export.ErrInProgress) {
+		t.Fatalf("every item tried %s after midnight: %v; want in progress (its last seconds' sales may be held back)", history.SalesSettle, err)
+	}
+	tried(b.today.Add(export.CaughtUpAfter))
 	if res, err := export.Run(ctx, b.pool, opts); err != nil || !res.Manifest.Complete || res.Behind != 0 {
 		t.Fatalf("after every item was tried since midnight: %+v, %v; want complete", res.Manifest, err)
 	}

@@ -227,7 +227,7 @@ func (m *Monitor) Observe(err error) {
 func (m *Monitor) trim(now time.Time) { m.window.dropBefore(now.Add(-m.cfg.Window)) }
 
 // outcomes is the window of outcomes, oldest first, with its failures counted: it takes one
-// outcome per fetched item (hundreds a second), so neither adding nor trimming copies it, and
+// outcome per fetched item (hundreds a second), so adding does not copy it and trimming copies it only once half of it has left, and
 // the ratio is not a scan.
 type outcomes struct {
 	s    []sample

@@ -16,7 +16,7 @@ const (
 	MaxNameRunes = 200
 )
 
-// Clean is the one boundary for text that came from the provider (or quotes it) before it
+// Clean is the one boundary for text that came from the provider or a client (or quotes it) before it
 // reaches a log, an error or the database: NUL bytes are removed, invalid UTF-8 (an EUC-KR
 // maintenance page, gzip bytes) and other control characters become U+FFFD, and the result is
 // capped at maxRunes runes, ending in "…" when cut. maxRunes <= 0 means no cap.

@@ -309,7 +309,7 @@ func CurrentVersion(ctx context.Context, q Querier) (int32, error) {
 // readVersion is CurrentVersion, and whether the schema was made by a pre-release text of the
 // schema: by the pre-release chain of migrations (its first migration made next_collect_at the
 // fourth column of tracked_items, 001_schema.sql places it later, and a column never moves), or
-// by an earlier text of 001_schema.sql, which changes in place until the first release and
+// by another text of 001_schema.sql than this binary's, which changes in place until the first release and
 // records which text it was on tracked_items (migrations.Revision). A database of a later
 // release, whose version may be anything, has the released 001 and is never taken for either.
 func readVersion(ctx context.Context, q Querier) (v int32, preRelease bool, err error) {
@@ -372,7 +372,7 @@ func (e *SchemaBehindError) Error() string {
 
 // PreReleaseSchemaError is the error of every migration and schema check on a database that a
 // pre-release text of the schema made: the pre-release chain of migrations (folded into one
-// before the first release) or an earlier text of 001_schema.sql. Such a database is not
+// before the first release) or another text of 001_schema.sql than this binary's. Such a database is not
 // upgraded: it is made again.
 type PreReleaseSchemaError struct {
 	Where   string // host:port/dbname
