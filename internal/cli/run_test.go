@@ -93,31 +93,8 @@ func TestRunWaitsForItsDatabase(t *testing.T) {
 	}
 	u.Host = free.Addr().String()
 	_ = free.Close()
-	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr := httpLn.Addr().String()
-	_ = httpLn.Close()
-
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	var stderr lockedBuffer
-	go func() {
-		var out bytes.Buffer
-		cmd := newRootCmd(&out, &stderr)
-		cmd.SetArgs([]string{"run", "--database-url", u.String(), "--http-addr", httpAddr, "--log-format", "console"})
-		done <- cmd.ExecuteContext(ctx)
-	}()
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + httpAddr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	r := startRun(t, u.String())
+	stderr, done, stop, get := &r.stderr, r.done, r.stop, r.get
 	testkit.Eventually(t, 30*time.Second, "two logged attempts with /healthz up and /readyz not ready", func() bool {
 		hc, _ := get("/healthz")
 		rc, body := get("/readyz")
@@ -174,31 +151,11 @@ func TestRunWaitsForItsDatabase(t *testing.T) {
 func TestRunWaitsForItsMigration(t *testing.T) {
 	catalogEnv(t, true)
 	db := emptyDB(t)
-	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr := httpLn.Addr().String()
-	_ = httpLn.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	done := make(chan error, 1)
-	var stderr lockedBuffer
-	go func() {
-		var out bytes.Buffer
-		cmd := newRootCmd(&out, &stderr)
-		cmd.SetArgs([]string{"run", "--database-url", db, "--http-addr", httpAddr, "--log-format", "console"})
-		done <- cmd.ExecuteContext(ctx)
-	}()
-	readyz := func() (int, string) {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	r := startRun(t, db)
+	defer r.stop()
+	stderr, done, stop := &r.stderr, r.done, r.stop
+	ctx := context.Background()
+	readyz := func() (int, string) { return r.get("/readyz") }
 	testkit.Eventually(t, 30*time.Second, "a logged wait for the migration, /readyz naming it", func() bool {
 		rc, body := readyz()
 		return strings.Contains(stderr.String(), "database schema not current; waiting for `collector migrate up`") &&
@@ -218,6 +175,45 @@ func TestRunWaitsForItsMigration(t *testing.T) {
 	if err := testkit.Recv(t, done, time.Minute, "run to stop"); err != nil {
 		t.Fatalf("run: %v", err)
 	}
+}
+
+// running is a `collector run` started by startRun.
+type running struct {
+	stderr lockedBuffer
+	done   chan error // run's result
+	stop   func()     // cancels run's context (SIGTERM)
+	addr   string     // its daemon.http_addr
+}
+
+// startRun starts `collector run` on db with a free daemon.http_addr and console logs.
+func startRun(t *testing.T, db string) *running {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &running{done: make(chan error, 1), addr: ln.Addr().String()}
+	_ = ln.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	go func() {
+		var out bytes.Buffer
+		cmd := newRootCmd(&out, &r.stderr)
+		cmd.SetArgs([]string{"run", "--database-url", db, "--http-addr", r.addr, "--log-format", "console"})
+		r.done <- cmd.ExecuteContext(ctx)
+	}()
+	return r
+}
+
+// get asks the running daemon for path: its status and body (0 and the error when unanswered).
+func (r *running) get(path string) (int, string) {
+	resp, err := http.Get("http://" + r.addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // lockedBuffer lets the test read what a running command has printed so far.
