@@ -51,6 +51,14 @@ func setup(t *testing.T, n int, tier tiers.Tier, wrap func(next http.Handler) ht
 	return setupSim(t, n, tier, neoplesim.Options{Seed: 7}, wrap)
 }
 
+// stoppedMarket is the simulator with its clock stopped a minute back: a test that compares
+// answers across calls sees no listing change at a minute's turn and no sale that
+// history.SalesSettle held back from the first collection stored by a later one.
+func stoppedMarket() neoplesim.Options {
+	stopped := time.Now().Add(-time.Minute)
+	return neoplesim.Options{Seed: 7, Now: func() time.Time { return stopped }}
+}
+
 // setupSim is setup with the simulator's options (its market, seed and clock); the item count
 // and keys are setup's.
 func setupSim(t *testing.T, n int, tier tiers.Tier, opts neoplesim.Options, wrap func(next http.Handler) http.Handler) *env {

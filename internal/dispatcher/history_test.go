@@ -53,10 +53,7 @@ func (e *env) due(t *testing.T) {
 // heartbeat writes one anyway once the last is old enough; every mode writes each collection.
 func TestUnchangedCollectionsWriteNothingButTheirTimeUntilTheHeartbeat(t *testing.T) {
 	const n = 20
-	// The market's clock stops a minute back: a sale within history.SalesSettle of the first
-	// collection would otherwise be held back then and stored by a later pass as a change.
-	stopped := time.Now().Add(-time.Minute)
-	e := setupSim(t, n, tiers.Cold, neoplesim.Options{Seed: 7, Now: func() time.Time { return stopped }}, frozen())
+	e := setupSim(t, n, tiers.Cold, stoppedMarket(), frozen())
 	ctx := context.Background()
 	stored := &storedCounts{n: map[history.Reason]int{}}
 	pass := func(cfg Config) {

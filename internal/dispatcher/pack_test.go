@@ -217,7 +217,7 @@ func TestAPackedCallThatIsNotTheAPIsFallsBackToSingleCalls(t *testing.T) {
 // A packed answer that lacks a row its single-item answer has is caught by shadow
 // verification: packing goes off for that endpoint, for everyone.
 func TestShadowMismatchSwitchesPackingOff(t *testing.T) {
-	e := setup(t, 12, tiers.Cold, func(next http.Handler) http.Handler {
+	e := setupSim(t, 12, tiers.Cold, stoppedMarket(), func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/df/auction" || r.URL.Query().Get("itemIds") == "" {
 				next.ServeHTTP(w, r)
@@ -249,7 +249,7 @@ func TestShadowMismatchSwitchesPackingOff(t *testing.T) {
 func TestAnItemShownWrongByTheShadowCheckIsWrittenFromItsOwnAnswer(t *testing.T) {
 	var mu sync.Mutex
 	dropped, whole := "", 0 // the item whose row the packed answer dropped, and its rows with it
-	e := setup(t, 12, tiers.Cold, func(next http.Handler) http.Handler {
+	e := setupSim(t, 12, tiers.Cold, stoppedMarket(), func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/df/auction" || r.URL.Query().Get("itemIds") == "" {
 				next.ServeHTTP(w, r)
