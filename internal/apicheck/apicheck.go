@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		if err != nil {
 			return rep, err
 		}
-		_, _, err = c.Auction(ctx, id)
+		_, err = c.Auction(ctx, id)
 		if err := pace(); err != nil {
 			return rep, err
 		}
@@ -102,26 +102,26 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	l1, _, err1 := one.AuctionMany(ctx, ids)
+	l1, err1 := one.AuctionMany(ctx, ids)
 	if err := pace(); err != nil {
 		return rep, err
 	}
-	lf, _, errf := full.AuctionMany(ctx, ids)
+	lf, errf := full.AuctionMany(ctx, ids)
 	if err := pace(); err != nil {
 		return rep, err
 	}
-	rep.Auction = judge(err1, errf, len(l1), provider.MaxAuctionLimit, idsOf(lf, func(l provider.Listing) string { return l.ItemID }),
-		slices.IsSortedFunc(lf, func(a, b provider.Listing) int { return compare(a.UnitPrice, b.UnitPrice) }), ids)
-	s1, _, err1 := one.AuctionSoldMany(ctx, ids)
+	rep.Auction = judge(err1, errf, len(l1.Rows), provider.MaxAuctionLimit, idsOf(lf.Rows, func(l provider.Listing) string { return l.ItemID }),
+		slices.IsSortedFunc(lf.Rows, func(a, b provider.Listing) int { return compare(a.UnitPrice, b.UnitPrice) }), ids)
+	s1, err1 := one.AuctionSoldMany(ctx, ids)
 	if err := pace(); err != nil {
 		return rep, err
 	}
-	sf, _, errf := full.AuctionSoldMany(ctx, ids)
+	sf, errf := full.AuctionSoldMany(ctx, ids)
 	if err := pace(); err != nil {
 		return rep, err
 	}
-	rep.Sold = judge(err1, errf, len(s1), provider.MaxSoldLimit, idsOf(sf, func(s provider.Sale) string { return s.ItemID }),
-		slices.IsSortedFunc(sf, func(a, b provider.Sale) int { return b.SoldAt.Compare(a.SoldAt) }), ids)
+	rep.Sold = judge(err1, errf, len(s1.Rows), provider.MaxSoldLimit, idsOf(sf.Rows, func(s provider.Sale) string { return s.ItemID }),
+		slices.IsSortedFunc(sf.Rows, func(a, b provider.Sale) int { return b.SoldAt.Compare(a.SoldAt) }), ids)
 
 	rep.RateLimit = "not provoked (no burst of requests was asked for)"
 	if cfg.Burst > 0 {
@@ -200,7 +200,7 @@ func provoke(ctx context.Context, c *provider.Client, id string, n int, requests
 	errs := make(chan error, n)
 	for range n {
 		go func() {
-			_, _, err := c.Auction(ctx, id)
+			_, err := c.Auction(ctx, id)
 			errs <- err
 		}()
 	}

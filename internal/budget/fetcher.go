@@ -39,32 +39,32 @@ func (f *Fetcher) SoldLimit() int { return f.Next.SoldLimit() }
 // PackLimit: see AuctionLimit.
 func (f *Fetcher) PackLimit() int { return f.Next.PackLimit() }
 
-func (f *Fetcher) Auction(ctx context.Context, itemID string) ([]provider.Listing, int, error) {
-	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, int, error) {
+func (f *Fetcher) Auction(ctx context.Context, itemID string) (provider.Answer[provider.Listing], error) {
+	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) (provider.Answer[provider.Listing], error) {
 		return f.Next.Auction(ctx, itemID)
 	})
 }
 
-func (f *Fetcher) AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, int, error) {
-	return call(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, int, error) {
+func (f *Fetcher) AuctionSold(ctx context.Context, itemID string) (provider.Answer[provider.Sale], error) {
+	return call(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) (provider.Answer[provider.Sale], error) {
 		return f.Next.AuctionSold(ctx, itemID)
 	})
 }
 
-func (f *Fetcher) AuctionMany(ctx context.Context, ids []string) ([]provider.Listing, int, error) {
-	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) ([]provider.Listing, int, error) {
+func (f *Fetcher) AuctionMany(ctx context.Context, ids []string) (provider.Answer[provider.Listing], error) {
+	return call(ctx, f, provider.EndpointAuction, func(ctx context.Context) (provider.Answer[provider.Listing], error) {
 		return f.Next.AuctionMany(ctx, ids)
 	})
 }
 
-func (f *Fetcher) AuctionSoldMany(ctx context.Context, ids []string) ([]provider.Sale, int, error) {
-	return call(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) ([]provider.Sale, int, error) {
+func (f *Fetcher) AuctionSoldMany(ctx context.Context, ids []string) (provider.Answer[provider.Sale], error) {
+	return call(ctx, f, provider.EndpointAuctionSold, func(ctx context.Context) (provider.Answer[provider.Sale], error) {
 		return f.Next.AuctionSoldMany(ctx, ids)
 	})
 }
 
-// call makes one provider call (rows kept, rows sent) within this process's share.
-func call[T any](ctx context.Context, f *Fetcher, endpoint string, fn func(context.Context) ([]T, int, error)) ([]T, int, error) {
+// call makes one provider call within this process's share.
+func call[T any](ctx context.Context, f *Fetcher, endpoint string, fn func(context.Context) (provider.Answer[T], error)) (provider.Answer[T], error) {
 	if f.Share != nil {
 		t0 := time.Now()
 		done, err := f.Share.WaitWithin(ctx, f.Within)
@@ -73,18 +73,18 @@ func call[T any](ctx context.Context, f *Fetcher, endpoint string, fn func(conte
 			f.Observer.Waited(endpoint, time.Since(t0), err)
 		}
 		if err != nil {
-			return nil, 0, err
+			return provider.Answer[T]{}, err
 		}
 		defer done()
 	}
-	rows, sent, err := fn(ctx)
+	a, err := fn(ctx)
 	if pe, ok := provider.RateLimitAnswer(err); ok && f.Share != nil {
 		f.Share.RateLimited(ctx, pe.RetryAfter, pe.Error())
 	}
 	if f.Observer != nil {
 		f.Observer.Called(endpoint, err)
 	}
-	return rows, sent, err
+	return a, err
 }
 
 // waitError is the provider error a failed wait for the share becomes.

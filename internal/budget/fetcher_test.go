@@ -29,7 +29,7 @@ func TestFetcherEndsOnACooldownPastItsWindow(t *testing.T) {
 	before := c.sim.KeyStats(marketKey).Total
 
 	oneShot := &Fetcher{Next: c.client, Share: a.share, Within: time.Second}
-	_, _, err := oneShot.Auction(ctx, c.item)
+	_, err := oneShot.Auction(ctx, c.item)
 	var pe *provider.Error
 	if !errors.As(err, &pe) || pe.Class != provider.ClassRateLimited || pe.RetryAfter < 30*time.Second {
 		t.Fatalf("one-shot during a 1 min cool-down: %v, want a rate-limit error with the cool-down's Retry-After", err)
@@ -42,7 +42,7 @@ func TestFetcherEndsOnACooldownPastItsWindow(t *testing.T) {
 		<-r.clk.waiting // the daemon's call waits out the cool-down on the share's clock
 		cancel()
 	}()
-	if _, _, err := daemon.Auction(wctx, c.item); provider.ClassOf(err) != provider.ClassTransient || !errors.Is(err, context.Canceled) {
+	if _, err := daemon.Auction(wctx, c.item); provider.ClassOf(err) != provider.ClassTransient || !errors.Is(err, context.Canceled) {
 		t.Fatalf("daemon during the cool-down: %v, want it to wait until its context ends", err)
 	}
 	if n := c.sim.KeyStats(marketKey).Total - before; n != 0 {
@@ -60,7 +60,7 @@ func TestFetcherEndsWhenTheShareDoesNotOpenWithinItsWindow(t *testing.T) {
 	oneShot := &Fetcher{Next: c.client, Share: a.share, Within: time.Second}
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := oneShot.Auction(context.Background(), c.item)
+		_, err := oneShot.Auction(context.Background(), c.item)
 		done <- err
 	}()
 	<-r.clk.waiting // the wait for the share to open, bounded by the window past the join delay

@@ -9,6 +9,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 func newProviderCmd(a *app) *cobra.Command {
@@ -44,7 +45,12 @@ func newProviderCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printCooldowns(a, cds, time.Now())
+			// The cool-downs end by the database's clock, which this host's may be minutes from.
+			now, err := store.Now(ctx, pool)
+			if err != nil {
+				return err
+			}
+			printCooldowns(a, cds, now)
 			return nil
 		}),
 	}

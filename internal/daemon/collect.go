@@ -299,7 +299,7 @@ func (s *collectService) probeKey(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("key re-check: %w", err)
 	}
-	_, _, err = s.client.Auction(ctx, id)
+	_, err = s.client.Auction(ctx, id)
 	return err
 }
 

@@ -134,13 +134,13 @@ func (e *env) newestSale(tb testing.TB) func(itemID string) storetest.Time {
 		tb.Fatal(err)
 	}
 	return func(itemID string) storetest.Time {
-		sales, _, err := client.AuctionSold(context.Background(), itemID)
+		a, err := client.AuctionSold(context.Background(), itemID)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if len(sales) == 0 {
+		if len(a.Rows) == 0 {
 			return storetest.Null()
 		}
-		return storetest.At(sales[0].SoldAt)
+		return storetest.At(a.Rows[0].SoldAt)
 	}
 }

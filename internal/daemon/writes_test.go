@@ -137,7 +137,7 @@ func TestProviderCallsAreHeldWhileWritesAreRefused(t *testing.T) {
 	d.writes.Observe(&pgconn.PgError{Code: "25006", Message: "cannot execute UPDATE in a read-only transaction"})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if _, _, err := d.collect.client.Auction(ctx, id); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := d.collect.client.Auction(ctx, id); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a call while writes are refused: %v, want it held until its deadline", err)
 	}
 	if n := e.sim.Stats().Requests; n != 0 {
@@ -145,7 +145,7 @@ func TestProviderCallsAreHeldWhileWritesAreRefused(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := d.collect.client.Auction(context.Background(), id)
+		_, err := d.collect.client.Auction(context.Background(), id)
 		done <- err
 	}()
 	d.writes.Observe(nil)

@@ -16,11 +16,11 @@ import (
 // benchmark measures our claim, write-back and reschedule path and nothing else.
 type zeroFetcher struct{ NoPacking }
 
-func (zeroFetcher) Auction(context.Context, string) ([]provider.Listing, int, error) {
-	return []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, 1, nil
+func (zeroFetcher) Auction(context.Context, string) (provider.Answer[provider.Listing], error) {
+	return provider.Answer[provider.Listing]{Rows: []provider.Listing{{UnitPrice: 100, Count: 3, AveragePrice: 90}}, Sent: 1}, nil
 }
-func (zeroFetcher) AuctionSold(context.Context, string) ([]provider.Sale, int, error) {
-	return nil, 0, nil
+func (zeroFetcher) AuctionSold(context.Context, string) (provider.Answer[provider.Sale], error) {
+	return provider.Answer[provider.Sale]{}, nil
 }
 func (zeroFetcher) AuctionLimit() int { return provider.MaxAuctionLimit }
 func (zeroFetcher) SoldLimit() int    { return provider.MaxSoldLimit }

@@ -32,12 +32,12 @@ func (p *panicking) meet(ids ...string) {
 	}
 }
 
-func (p *panicking) Auction(ctx context.Context, id string) ([]provider.Listing, int, error) {
+func (p *panicking) Auction(ctx context.Context, id string) (provider.Answer[provider.Listing], error) {
 	p.meet(id)
 	return p.Fetcher.Auction(ctx, id)
 }
 
-func (p *panicking) AuctionMany(ctx context.Context, ids []string) ([]provider.Listing, int, error) {
+func (p *panicking) AuctionMany(ctx context.Context, ids []string) (provider.Answer[provider.Listing], error) {
 	p.meet(ids...)
 	return p.Fetcher.AuctionMany(ctx, ids)
 }

@@ -34,16 +34,15 @@ import (
 )
 
 // Fetcher is everything the dispatcher asks of the provider's market workload
-// (provider.Client, or budget.Fetcher in front of it). Each call returns the rows kept and how
-// many rows the provider sent: an answer is full, and may have been cut, when it sent as many
-// as its limit, whatever the row check dropped.
+// (provider.Client, or budget.Fetcher in front of it). An answer is full, and may have been
+// cut, when the provider sent as many rows as its limit, whatever the row check dropped.
 type Fetcher interface {
-	Auction(ctx context.Context, itemID string) ([]provider.Listing, int, error)
-	AuctionSold(ctx context.Context, itemID string) ([]provider.Sale, int, error)
+	Auction(ctx context.Context, itemID string) (provider.Answer[provider.Listing], error)
+	AuctionSold(ctx context.Context, itemID string) (provider.Answer[provider.Sale], error)
 	// AuctionMany and AuctionSoldMany ask for several items in one itemIds call. They are
 	// called only with at most PackLimit ids, so never when PackLimit is below 2.
-	AuctionMany(ctx context.Context, itemIDs []string) ([]provider.Listing, int, error)
-	AuctionSoldMany(ctx context.Context, itemIDs []string) ([]provider.Sale, int, error)
+	AuctionMany(ctx context.Context, itemIDs []string) (provider.Answer[provider.Listing], error)
+	AuctionSoldMany(ctx context.Context, itemIDs []string) (provider.Answer[provider.Sale], error)
 	// AuctionLimit and SoldLimit are the row limits the calls ask for (at least 1): they are
 	// what cuts an answer, so the completeness rules judge by them.
 	AuctionLimit() int
@@ -59,12 +58,12 @@ type NoPacking struct{}
 
 func (NoPacking) PackLimit() int { return 0 }
 
-func (NoPacking) AuctionMany(context.Context, []string) ([]provider.Listing, int, error) {
-	return nil, 0, errors.ErrUnsupported
+func (NoPacking) AuctionMany(context.Context, []string) (provider.Answer[provider.Listing], error) {
+	return provider.Answer[provider.Listing]{}, errors.ErrUnsupported
 }
 
-func (NoPacking) AuctionSoldMany(context.Context, []string) ([]provider.Sale, int, error) {
-	return nil, 0, errors.ErrUnsupported
+func (NoPacking) AuctionSoldMany(context.Context, []string) (provider.Answer[provider.Sale], error) {
+	return provider.Answer[provider.Sale]{}, errors.ErrUnsupported
 }
 
 // Config sizes a pass. The caller fills it from the validated configuration (FromConfig), which

@@ -230,34 +230,27 @@ func (d *Dispatcher) fetchOne(ctx context.Context, c catalog.Claim) result {
 
 // listingsAlone asks for one item's listings in a call of its own.
 func (d *Dispatcher) listingsAlone(ctx context.Context, c catalog.Claim) (history.State, error) {
-	a, err := untilAnswered(ctx, func() (answer[provider.Listing], error) {
-		rows, sent, err := d.fetch.Auction(ctx, c.ItemID)
-		return answer[provider.Listing]{rows, sent}, err
+	a, err := untilAnswered(ctx, func() (provider.Answer[provider.Listing], error) {
+		return d.fetch.Auction(ctx, c.ItemID)
 	})
-	return history.Summarize(a.rows, full(a.sent, d.auctionLimit)), err
+	return history.Summarize(a.Rows, full(a.Sent, d.auctionLimit)), err
 }
 
 // salesAlone asks for one item's sales in a call of its own and reports whether sales were lost
-// since the previous collection, and the database's time before the call: the page shows the
-// market of then or later, so the seconds history.Settled holds back are counted from it.
+// since the previous collection, and when the provider answered by the clock it dates sales
+// with (provider.Answer.AnsweredAt; the database's time before the call when the answer does
+// not say): the seconds history.Settled holds back are counted from it.
 // Every collection that reads a sales page alone comes here, so none can miss a gap.
-func (d *Dispatcher) salesAlone(ctx context.Context, c catalog.Claim) (sales []history.Sale, gap bool, at time.Time, err error) {
-	at = d.clock.now()
-	a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
-		rows, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
-		return answer[provider.Sale]{rows, sent}, err
+func (d *Dispatcher) salesAlone(ctx context.Context, c catalog.Claim) (sales []history.Sale, gap bool, answered time.Time, err error) {
+	at := d.clock.now()
+	a, err := untilAnswered(ctx, func() (provider.Answer[provider.Sale], error) {
+		return d.fetch.AuctionSold(ctx, c.ItemID)
 	})
 	if err != nil {
 		return nil, false, at, err
 	}
-	f := full(a.sent, d.soldLimit)
-	return history.SequenceSales(a.rows, f, c.LastSaleAt), salesGap(a.rows, f, c.LastSaleAt, c.LastCollectedAt), at, nil
-}
-
-// answer carries a call's rows and how many the provider sent through untilAnswered.
-type answer[T any] struct {
-	rows []T
-	sent int
+	f := full(a.Sent, d.soldLimit)
+	return history.SequenceSales(a.Rows, f, c.LastSaleAt), salesGap(a.Rows, f, c.LastSaleAt, c.LastCollectedAt), a.AnsweredAt(at), nil
 }
 
 // full reports an answer that reached its limit: rows past it, if any, were cut off.

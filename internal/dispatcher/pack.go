@@ -156,19 +156,18 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 	before := map[string][]provider.Listing{}
 	for _, c := range group {
 		if st.listings && d.shadow() {
-			if rows, _, err := d.fetch.Auction(ctx, c.ItemID); err == nil {
-				before[c.ItemID] = rows
+			if a, err := d.fetch.Auction(ctx, c.ItemID); err == nil {
+				before[c.ItemID] = a.Rows
 			}
 		}
 	}
 	var lparts map[string][]provider.Listing
 	lok := false
 	if st.listings {
-		a, err := untilAnswered(ctx, func() (answer[provider.Listing], error) {
-			rows, sent, err := d.fetch.AuctionMany(ctx, ids)
-			return answer[provider.Listing]{rows, sent}, err
+		a, err := untilAnswered(ctx, func() (provider.Answer[provider.Listing], error) {
+			return d.fetch.AuctionMany(ctx, ids)
 		})
-		rows, sent := a.rows, a.sent
+		rows, sent := a.Rows, a.Sent
 		if err == nil {
 			lparts = packing.Split(rows, func(l provider.Listing) string { return l.ItemID }, ids)
 			lok = packing.ListingsComplete(sent, d.auctionLimit)
@@ -178,23 +177,24 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 	}
 	var sparts map[string][]provider.Sale
 	var ssent int
-	// Sales before newest (the send time less shadowSkew, or the packed answer's newest sale
+	// Sales before newest (when the packed answer was made less shadowSkew, or its newest sale
 	// if later) must be in the packed answer: the shadow check compares them.
 	var newest time.Time
 	sok := false
-	var sentAt time.Time // before the packed sales call: the seconds held back count from it
+	// When the packed sales call was answered, by the clock the provider dates sales with
+	// (provider.Answer.AnsweredAt): the seconds held back count from it.
+	var answeredAt time.Time
 	if st.sales {
-		sentAt = d.clock.now()
-		newest = sentAt.Add(-shadowSkew) // made before the call, whatever the answer holds
-
-		a, err := untilAnswered(ctx, func() (answer[provider.Sale], error) {
-			rows, sent, err := d.fetch.AuctionSoldMany(ctx, ids)
-			return answer[provider.Sale]{rows, sent}, err
+		sentAt := d.clock.now()
+		a, err := untilAnswered(ctx, func() (provider.Answer[provider.Sale], error) {
+			return d.fetch.AuctionSoldMany(ctx, ids)
 		})
 		if err == nil {
-			sparts = packing.Split(a.rows, func(s provider.Sale) string { return s.ItemID }, ids)
-			ssent, sok = a.sent, true
-			for _, s := range a.rows {
+			answeredAt = a.AnsweredAt(sentAt)
+			newest = answeredAt.Add(-shadowSkew) // made before the call, whatever the answer holds
+			sparts = packing.Split(a.Rows, func(s provider.Sale) string { return s.ItemID }, ids)
+			ssent, sok = a.Sent, true
+			for _, s := range a.Rows {
 				if s.SoldAt.After(newest) {
 					newest = s.SoldAt
 				}
@@ -221,7 +221,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 			r.listings, err = d.listingsAlone(ctx, c)
 		}
 		var sales []history.Sale
-		salesAt := sentAt
+		salesAt := answeredAt
 		spacked := false
 		if err == nil {
 			var v packing.SalesVerdict
@@ -287,8 +287,9 @@ func stops(err error) bool {
 	return c == provider.ClassMaintenance || c == provider.ClassConfig || c == provider.ClassRateLimited
 }
 
-// shadowSkew is how far the provider's clock may trail ours: a sale dated before the packed
-// call less this was made before the call, and must be in its answer.
+// shadowSkew is how long before the packed answer was made a sale must be dated to have been
+// made before the call was sent, and so be in its answer: room for the call's own time, and
+// for a provider whose answers carry no Date and whose clock trails ours.
 const shadowSkew = time.Minute
 
 func failAll(group []catalog.Claim, err error, at time.Time) []result {
@@ -333,8 +334,8 @@ func (d *Dispatcher) shadow() bool {
 // their listings: one more in the packed part is a listing made and bought between the calls.
 func (d *Dispatcher) verify(ctx context.Context, c catalog.Claim, listings, prior []provider.Listing, lpacked bool, sales []history.Sale, spacked bool, upTo time.Time) (lbad, sbad bool) {
 	if lpacked {
-		alone, _, err := d.fetch.Auction(ctx, c.ItemID)
-		if err == nil && sameListings(prior, alone) {
+		a, err := d.fetch.Auction(ctx, c.ItemID)
+		if alone := a.Rows; err == nil && sameListings(prior, alone) {
 			lbad = lacksAny(listings, alone)
 			d.cfg.Observer.Shadowed(provider.EndpointAuction, lbad)
 			if lbad {
@@ -343,9 +344,9 @@ func (d *Dispatcher) verify(ctx context.Context, c catalog.Claim, listings, prio
 		}
 	}
 	if spacked {
-		alone, sent, err := d.fetch.AuctionSold(ctx, c.ItemID)
+		a, err := d.fetch.AuctionSold(ctx, c.ItemID)
 		if err == nil {
-			sbad = !sameSales(sales, history.SequenceSales(alone, full(sent, d.soldLimit), c.LastSaleAt), c.LastSaleAt, upTo)
+			sbad = !sameSales(sales, history.SequenceSales(a.Rows, full(a.Sent, d.soldLimit), c.LastSaleAt), c.LastSaleAt, upTo)
 			d.cfg.Observer.Shadowed(provider.EndpointAuctionSold, sbad)
 			if sbad {
 				d.packingMismatch(ctx, provider.EndpointAuctionSold, c.ItemID, "new sales differ between the packed and the single-item answer")

@@ -42,7 +42,8 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 			// Eight items of a thin-ish market: the first ones with fewer listings than the cap.
 			var group []catalog.Claim
 			for _, it := range sim.Catalog() {
-				rows, _, _ := probe.Auction(context.Background(), it.ItemID)
+				rowsA, _ := probe.Auction(context.Background(), it.ItemID)
+				rows := rowsA.Rows
 				if len(rows) > 0 && len(rows) < 60 && len(group) < 8 {
 					group = append(group, catalog.Claim{ItemID: it.ItemID, ItemName: it.ItemName})
 				}
@@ -50,7 +51,8 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 			// Half the items have sales stored up to their third newest.
 			for i := range group {
 				if i%2 == 0 {
-					sales, _, _ := probe.AuctionSold(context.Background(), group[i].ItemID)
+					salesA, _ := probe.AuctionSold(context.Background(), group[i].ItemID)
+					sales := salesA.Rows
 					if len(sales) >= 3 {
 						at := sales[2].SoldAt
 						group[i].LastSaleAt = &at
@@ -61,8 +63,10 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 			for i, c := range group {
 				ids[i] = c.ItemID
 			}
-			fullL, _, _ := probe.AuctionMany(context.Background(), ids)
-			fullS, _, _ := probe.AuctionSoldMany(context.Background(), ids)
+			fullLA, _ := probe.AuctionMany(context.Background(), ids)
+			fullL := fullLA.Rows
+			fullSA, _ := probe.AuctionSoldMany(context.Background(), ids)
+			fullS := fullSA.Rows
 			exactL, exactS := len(fullL), len(fullS)
 			if lim == neoplesim.LimitPerItem {
 				exactL, exactS = maxPart(fullL, func(l provider.Listing) string { return l.ItemID }), maxPart(fullS, func(s provider.Sale) string { return s.ItemID })
@@ -522,6 +526,9 @@ func serveRewritingRows(w http.ResponseWriter, r *http.Request, next http.Handle
 	body.Rows = edit(body.Rows)
 	b, _ := json.Marshal(body)
 	w.Header().Set("Content-Type", "application/json")
+	if d := rec.Header().Get("Date"); d != "" {
+		w.Header().Set("Date", d) // the provider's clock, as it answered
+	}
 	_, _ = w.Write(b)
 }
 
@@ -538,6 +545,9 @@ func serveDroppingFirstRow(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	b, _ := json.Marshal(body)
 	w.Header().Set("Content-Type", "application/json")
+	if d := rec.Header().Get("Date"); d != "" {
+		w.Header().Set("Date", d) // the provider's clock, as it answered
+	}
 	_, _ = w.Write(b)
 }
 
@@ -569,21 +579,21 @@ type jumpingFetcher struct {
 	sale  time.Time
 }
 
-func (f *jumpingFetcher) Auction(context.Context, string) ([]provider.Listing, int, error) {
+func (f *jumpingFetcher) Auction(context.Context, string) (provider.Answer[provider.Listing], error) {
 	f.clock.set(f.clock.now().Add(10 * time.Second))
-	return nil, 0, nil
+	return provider.Answer[provider.Listing]{}, nil
 }
 
-func (f *jumpingFetcher) AuctionSold(_ context.Context, id string) ([]provider.Sale, int, error) {
-	return []provider.Sale{{ItemID: id, SoldAt: f.sale, Count: 1, Price: 5, UnitPrice: 5}}, 1, nil
+func (f *jumpingFetcher) AuctionSold(_ context.Context, id string) (provider.Answer[provider.Sale], error) {
+	return provider.Answer[provider.Sale]{Rows: []provider.Sale{{ItemID: id, SoldAt: f.sale, Count: 1, Price: 5, UnitPrice: 5}}, Sent: 1}, nil
 }
 
-func (f *jumpingFetcher) AuctionSoldMany(_ context.Context, ids []string) ([]provider.Sale, int, error) {
+func (f *jumpingFetcher) AuctionSoldMany(_ context.Context, ids []string) (provider.Answer[provider.Sale], error) {
 	var rows []provider.Sale
 	for _, id := range ids {
 		rows = append(rows, provider.Sale{ItemID: id, SoldAt: f.sale, Count: 1, Price: 5, UnitPrice: 5})
 	}
-	return rows, len(rows), nil
+	return provider.Answer[provider.Sale]{Rows: rows, Sent: len(rows)}, nil
 }
 
 // The seconds a collection holds back are counted from when its sales page was asked for, not

@@ -146,8 +146,9 @@ type DB interface {
 
 // CaughtUpAfter is how long past a day's end every collected item must have been tried for
 // the day to count as caught up: a collection leaves the sales of history.SalesSettle before
-// its sales call for the next, and the attempt is recorded after its calls (a pack's, budget
-// waits included).
+// its sales page was answered for the next, and the attempt is recorded after its calls (a
+// pack's, budget waits included). The attempt is on the database's clock and the sales on the
+// provider's: the minute is also how far the provider's clock may trail the database's.
 const CaughtUpAfter = history.SalesSettle + time.Minute
 
 // BusyWaitDefault is `collector export`'s Options.BusyWait: a day takes seconds to write.

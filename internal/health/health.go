@@ -534,13 +534,13 @@ func Once(ctx context.Context, pool *pgxpool.Pool, cfg Config, probe Prober, log
 
 // AuctionProbe is the probe daemons and one-shots send: one tracked item's listings, through
 // auction (the budget's fetcher, so a probe spends the key's budget like any call).
-func AuctionProbe(pool *pgxpool.Pool, auction func(ctx context.Context, itemID string) ([]provider.Listing, int, error)) Prober {
+func AuctionProbe(pool *pgxpool.Pool, auction func(ctx context.Context, itemID string) (provider.Answer[provider.Listing], error)) Prober {
 	return func(ctx context.Context) error {
 		id, err := catalog.ProbeItem(ctx, pool)
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
 		}
-		_, _, err = auction(ctx, id)
+		_, err = auction(ctx, id)
 		return err
 	}
 }

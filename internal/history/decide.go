@@ -196,13 +196,15 @@ func SequenceSales(rows []provider.Sale, full bool, stored *time.Time) []Sale {
 // SalesSettle is how recent a sale's second may be for it to be stored: the provider orders a
 // second's sales by unit price, not time, so a second still under way when its page was read
 // can gain a sale in the middle of it, shifting the positions that key its sales; stored
-// then, the second would keep a wrong price for good. It covers the call's own time and a
-// few seconds between the provider's clock and the database's; a held-back sale is stored by
-// the item's next collection (a sale dated later still, even in the future, waits until it is
-// not: it cannot move last_sale_at ahead of the real sales and hide them).
+// then, the second would keep a wrong price for good. It is counted on the provider's clock,
+// which dates the sales (provider.Answer.AnsweredAt), and covers the answer's own time; a
+// held-back sale is stored by the item's next collection (a sale dated later still, even in
+// the future, waits until it is not: it cannot move last_sale_at ahead of the real sales and
+// hide them).
 const SalesSettle = 5 * time.Second
 
-// Settled is the second from which a collection made at at holds its sales back (SalesSettle).
+// Settled is the second from which a sales page answered at `at` holds its sales back
+// (SalesSettle).
 func Settled(at time.Time) time.Time { return at.Add(-SalesSettle).Truncate(time.Second) }
 
 // NewSales keeps the sales not stored yet: those after the newest second already stored, and

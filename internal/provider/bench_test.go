@@ -26,10 +26,10 @@ func BenchmarkCollectOneItem(b *testing.B) {
 	for b.Loop() {
 		id := cat[i%len(cat)].ItemID
 		i++
-		if _, _, err := c.Auction(ctx, id); err != nil {
+		if _, err := c.Auction(ctx, id); err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := c.AuctionSold(ctx, id); err != nil {
+		if _, err := c.AuctionSold(ctx, id); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -247,60 +247,81 @@ func cleanIDs(ids []string, n int) []string {
 	return out
 }
 
-// Auction returns the current listings of one item, cheapest first, at most AuctionLimit rows,
-// and how many rows the provider sent before the row check: an answer is cut at the limit by
-// what was sent, so a full answer with a dropped row is still full.
-func (c *Client) Auction(ctx context.Context, itemID string) (rows []Listing, sent int, err error) {
+// Answer is one market call's answer: the rows kept, how many rows the provider sent before
+// the row check (an answer is cut at its limit by what was sent, so a full answer with a
+// dropped row is still full), and its Date header, when the provider answered by its own clock
+// (zero without one).
+type Answer[T any] struct {
+	Rows []T
+	Sent int
+	Date time.Time
+}
+
+// ClockTrust is how far an answer's Date may be from our clock and still be read as the
+// provider's: further off, it is a broken header or a stale copy, not a clock.
+const ClockTrust = time.Hour
+
+// AnsweredAt is when the provider answered by the clock it dates its rows with: its Date
+// header, or ours (at, read just before the call) when the answer has none or one ClockTrust
+// or more from ours. Which seconds of a sales page have settled is judged by it, so a
+// provider whose clock trails ours is not read as further on than it is.
+func (a Answer[T]) AnsweredAt(at time.Time) time.Time {
+	if a.Date.IsZero() || a.Date.Sub(at).Abs() >= ClockTrust {
+		return at
+	}
+	return a.Date
+}
+
+// answerOf checks rows and makes them an Answer.
+func answerOf[T any](c *Client, endpoint string, ids []string, rows []T, date time.Time, err error,
+	check func(RowCheck, []T, IDSet) ([]T, Rejected)) (Answer[T], error) {
+	sent := len(rows)
+	rows, err = checked(c, endpoint, ids, rows, err, check)
+	return Answer[T]{Rows: rows, Sent: sent, Date: date}, err
+}
+
+// Auction returns the current listings of one item, cheapest first, at most AuctionLimit rows.
+func (c *Client) Auction(ctx context.Context, itemID string) (Answer[Listing], error) {
 	q := url.Values{"itemId": {itemID}, "sort": {"unitPrice:asc"}, "limit": {strconv.Itoa(c.cfg.AuctionLimit)}}
-	rows, err = call(ctx, c, WorkloadMarket, EndpointAuction, "", itemID, q, parseAuction)
-	sent = len(rows)
-	rows, err = checked(c, EndpointAuction, []string{itemID}, rows, err, RowCheck.Listings)
-	return rows, sent, err
+	rows, date, err := call(ctx, c, WorkloadMarket, EndpointAuction, "", itemID, q, parseAuction)
+	return answerOf(c, EndpointAuction, []string{itemID}, rows, date, err, RowCheck.Listings)
 }
 
 // AuctionSold returns the latest sales of one item, newest first as the API orders them, at
-// most SoldLimit rows, and how many rows the provider sent (see Auction). Identical rows are
-// distinct sales.
-func (c *Client) AuctionSold(ctx context.Context, itemID string) (rows []Sale, sent int, err error) {
+// most SoldLimit rows. Identical rows are distinct sales.
+func (c *Client) AuctionSold(ctx context.Context, itemID string) (Answer[Sale], error) {
 	q := url.Values{"itemId": {itemID}, "limit": {strconv.Itoa(c.cfg.SoldLimit)}}
-	rows, err = call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", itemID, q, parseSold)
-	sent = len(rows)
-	rows, err = checked(c, EndpointAuctionSold, []string{itemID}, rows, err, RowCheck.Sales)
-	return rows, sent, err
+	rows, date, err := call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", itemID, q, parseSold)
+	return answerOf(c, EndpointAuctionSold, []string{itemID}, rows, date, err, RowCheck.Sales)
 }
 
 // MaxItemIDs is how many ids one itemIds call may name (more is DNF008).
 const MaxItemIDs = 10
 
 // AuctionMany returns the current listings of up to MaxItemIDs items in one itemIds call,
-// sorted by unit price, at most AuctionLimit rows, and how many rows the provider sent before
-// the row check, as Auction does. Whether the
+// sorted by unit price, at most AuctionLimit rows. Whether the
 // limit counts per call or per item, and how rows of several items are ordered, is unknown:
 // split the rows by ItemID and judge each item's part with the packing rules before trusting it.
-func (c *Client) AuctionMany(ctx context.Context, itemIDs []string) (rows []Listing, sent int, err error) {
+func (c *Client) AuctionMany(ctx context.Context, itemIDs []string) (Answer[Listing], error) {
 	ids, err := c.joinIDs(EndpointAuction, itemIDs)
 	if err != nil {
-		return nil, 0, err
+		return Answer[Listing]{}, err
 	}
 	q := url.Values{"itemIds": {ids}, "sort": {"unitPrice:asc"}, "limit": {strconv.Itoa(c.cfg.AuctionLimit)}}
-	rows, err = call(ctx, c, WorkloadMarket, EndpointAuction, "", ids, q, parseAuction)
-	sent = len(rows)
-	rows, err = checked(c, EndpointAuction, itemIDs, rows, err, RowCheck.Listings)
-	return rows, sent, err
+	rows, date, err := call(ctx, c, WorkloadMarket, EndpointAuction, "", ids, q, parseAuction)
+	return answerOf(c, EndpointAuction, itemIDs, rows, date, err, RowCheck.Listings)
 }
 
-// AuctionSoldMany returns the latest sales of up to MaxItemIDs items in one itemIds call and
-// how many rows the provider sent, with the same caveats as AuctionMany.
-func (c *Client) AuctionSoldMany(ctx context.Context, itemIDs []string) (rows []Sale, sent int, err error) {
+// AuctionSoldMany returns the latest sales of up to MaxItemIDs items in one itemIds call, with
+// the same caveats as AuctionMany.
+func (c *Client) AuctionSoldMany(ctx context.Context, itemIDs []string) (Answer[Sale], error) {
 	ids, err := c.joinIDs(EndpointAuctionSold, itemIDs)
 	if err != nil {
-		return nil, 0, err
+		return Answer[Sale]{}, err
 	}
 	q := url.Values{"itemIds": {ids}, "limit": {strconv.Itoa(c.cfg.SoldLimit)}}
-	rows, err = call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", ids, q, parseSold)
-	sent = len(rows)
-	rows, err = checked(c, EndpointAuctionSold, itemIDs, rows, err, RowCheck.Sales)
-	return rows, sent, err
+	rows, date, err := call(ctx, c, WorkloadMarket, EndpointAuctionSold, "", ids, q, parseSold)
+	return answerOf(c, EndpointAuctionSold, itemIDs, rows, date, err, RowCheck.Sales)
 }
 
 // AuctionLimit and SoldLimit are the limits this client asks for: an answer with that many
@@ -342,7 +363,7 @@ func (c *Client) SearchItems(ctx context.Context, name, wordType string, limit i
 	if wordType != "" {
 		q.Set("wordType", wordType)
 	}
-	rows, err := call(ctx, c, WorkloadItem, EndpointItems, "", name, q, parseItems)
+	rows, _, err := call(ctx, c, WorkloadItem, EndpointItems, "", name, q, parseItems)
 	if IsNotFound(err) {
 		return []Item{}, nil
 	}
@@ -351,28 +372,30 @@ func (c *Client) SearchItems(ctx context.Context, name, wordType string, limit i
 
 // GetItem returns one item by id.
 func (c *Client) GetItem(ctx context.Context, itemID string) (Item, error) {
-	return call(ctx, c, WorkloadItem, EndpointItem, "/df/items/"+itemID, itemID, url.Values{}, parseItem)
+	item, _, err := call(ctx, c, WorkloadItem, EndpointItem, "/df/items/"+itemID, itemID, url.Values{}, parseItem)
+	return item, err
 }
 
 // call runs one request: workload guard, budgets, HTTP, classification, parsing. path
-// defaults to endpoint; arg is the required parameter, which must not be blank.
-func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg string, q url.Values, parse func([]byte) (T, error)) (T, error) {
+// defaults to endpoint; arg is the required parameter, which must not be blank. It returns
+// the answer's Date header too (zero without one).
+func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg string, q url.Values, parse func([]byte) (T, error)) (T, time.Time, error) {
 	var zero T
 	if c.cfg.Workload != w {
-		return zero, c.fail(&Error{Class: ClassBug, Endpoint: endpoint,
+		return zero, time.Time{}, c.fail(&Error{Class: ClassBug, Endpoint: endpoint,
 			Err: fmt.Errorf("%s is a %s endpoint; this client holds the %s key", endpoint, w, c.cfg.Workload)})
 	}
 	if strings.TrimSpace(arg) == "" {
-		return zero, c.fail(&Error{Class: ClassBug, Endpoint: endpoint, Err: errors.New("empty item id or name")})
+		return zero, time.Time{}, c.fail(&Error{Class: ClassBug, Endpoint: endpoint, Err: errors.New("empty item id or name")})
 	}
 	if err := c.waitToSend(ctx, endpoint); err != nil {
-		return zero, c.fail(err)
+		return zero, time.Time{}, c.fail(err)
 	}
 	if path == "" {
 		path = endpoint
 	}
 	t0 := time.Now()
-	body, derr := c.do(ctx, endpoint, path, q)
+	body, date, derr := c.do(ctx, endpoint, path, q)
 	took := time.Since(t0)
 	var v T
 	var perr error
@@ -389,9 +412,9 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 		c.obs.Request(c.cfg.Workload, endpoint, outcome, took)
 	}
 	if derr != nil {
-		return zero, c.fail(derr)
+		return zero, time.Time{}, c.fail(derr)
 	}
-	return v, nil
+	return v, date, nil
 }
 
 // parseSlots bounds the answers decoded at once to one fewer than the Ps, so collection bursts
@@ -405,8 +428,8 @@ func decode[T any](parse func([]byte) (T, error), body []byte) (T, error) {
 	return parse(body)
 }
 
-// do sends one GET and returns the body of a 200; anything else becomes an *Error.
-func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([]byte, *Error) {
+// do sends one GET and returns the body of a 200 and its Date header; anything else becomes an *Error.
+func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([]byte, time.Time, *Error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	u := *c.base
@@ -417,7 +440,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, &Error{Class: ClassBug, Endpoint: endpoint, Err: stripURL(err, endpoint)}
+		return nil, time.Time{}, &Error{Class: ClassBug, Endpoint: endpoint, Err: stripURL(err, endpoint)}
 	}
 	req.Header.Set("Accept", "application/json")
 	if c.cfg.KeyIn == "header" {
@@ -426,7 +449,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	c.requests.Add(1)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, &Error{Class: ClassTransient, Endpoint: endpoint, Err: stripURL(err, endpoint)}
+		return nil, time.Time{}, &Error{Class: ClassTransient, Endpoint: endpoint, Err: stripURL(err, endpoint)}
 	}
 	defer resp.Body.Close()
 	fail := func(class Class, err error) *Error {
@@ -434,7 +457,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	}
 	tooBig := fmt.Errorf("response body exceeds %d bytes (provider.MaxBodyBytesDefault)", c.cfg.MaxBodyBytes)
 	if resp.ContentLength > c.cfg.MaxBodyBytes {
-		return nil, fail(ClassTransient, tooBig)
+		return nil, time.Time{}, fail(ClassTransient, tooBig)
 	}
 	// Read into a buffer of the announced size: io.ReadAll grows every answer from 512 bytes,
 	// which at hundreds of answers a second was the daemon's largest garbage. Not a pool: kept
@@ -447,13 +470,14 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	_, err = buf.ReadFrom(io.LimitReader(resp.Body, c.cfg.MaxBodyBytes+1))
 	body := buf.Bytes()
 	if err != nil {
-		return nil, fail(ClassTransient, fmt.Errorf("reading response body: %w", stripURL(err, endpoint)))
+		return nil, time.Time{}, fail(ClassTransient, fmt.Errorf("reading response body: %w", stripURL(err, endpoint)))
 	}
 	if int64(len(body)) > c.cfg.MaxBodyBytes {
-		return nil, fail(ClassTransient, tooBig)
+		return nil, time.Time{}, fail(ClassTransient, tooBig)
 	}
 	if resp.StatusCode == http.StatusOK {
-		return body, nil
+		date, _ := http.ParseTime(resp.Header.Get("Date"))
+		return body, date, nil
 	}
 	// Redacted before parseEnvelope shortens it: a key cut in half by the excerpt would no
 	// longer match the redactor, and its prefix would reach last_error and the console.
@@ -476,7 +500,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	if e.Class == ClassRateLimited {
 		e.RetryAfter = min(parseRetryAfter(resp.Header.Get("Retry-After"), answeredAt(resp)), c.cfg.MaxRetryAfter)
 	}
-	return nil, e
+	return nil, time.Time{}, e
 }
 
 // answeredAt is when the provider answered by its own clock (the Date header), to read a dated

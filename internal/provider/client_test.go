@@ -79,7 +79,8 @@ func TestKeyInHeader(t *testing.T) {
 	e := newEnv(t, neoplesim.Options{Seed: 1})
 	c := e.client(t, provider.WorkloadMarket, nil)
 	item := e.sim.Catalog()[3]
-	rows, _, err := c.Auction(context.Background(), item.ItemID)
+	rowsA, err := c.Auction(context.Background(), item.ItemID)
+	rows := rowsA.Rows
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,8 @@ func TestMarketAndItemEndpoints(t *testing.T) {
 	items := e.client(t, provider.WorkloadItem, func(c *provider.ClientConfig) { c.KeyIn = "query" })
 	cat := e.sim.Catalog()
 
-	sales, _, err := market.AuctionSold(ctx, cat[0].ItemID)
+	salesA, err := market.AuctionSold(ctx, cat[0].ItemID)
+	sales := salesA.Rows
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,9 +150,9 @@ func TestWrongWorkloadIsABug(t *testing.T) {
 	items := e.client(t, provider.WorkloadItem, nil)
 	_, err := market.SearchItems(context.Background(), "코스모 소울", "match", 1)
 	wantClass(t, err, provider.ClassBug)
-	_, _, err = items.Auction(context.Background(), e.sim.Catalog()[0].ItemID)
+	_, err = items.Auction(context.Background(), e.sim.Catalog()[0].ItemID)
 	wantClass(t, err, provider.ClassBug)
-	_, _, err = market.Auction(context.Background(), "")
+	_, err = market.Auction(context.Background(), "")
 	wantClass(t, err, provider.ClassBug)
 	if n := e.sim.Stats().Requests; n != 0 {
 		t.Fatalf("%d requests reached the provider", n)
@@ -178,7 +180,7 @@ func TestQueryKeyNeverInErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = c.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
+		_, err = c.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
 		pe := wantClass(t, err, provider.ClassTransient)
 		for _, text := range []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", pe.Err), pe.Endpoint} {
 			if strings.Contains(text, sentinel) || strings.Contains(text, url.QueryEscape(sentinel)) || strings.Contains(text, "apikey") {
@@ -198,7 +200,7 @@ func TestErrorClassesFromSimulator(t *testing.T) {
 	market := e.client(t, provider.WorkloadMarket, nil)
 
 	e.sim.SetMaintenance(true)
-	_, _, err := market.Auction(ctx, id)
+	_, err := market.Auction(ctx, id)
 	pe := wantClass(t, err, provider.ClassMaintenance)
 	if pe.Status != 503 || pe.Code != "DNF980" || pe.Endpoint != provider.EndpointAuction || pe.Workload != provider.WorkloadMarket {
 		t.Fatalf("maintenance error %+v", pe)
@@ -206,7 +208,7 @@ func TestErrorClassesFromSimulator(t *testing.T) {
 	e.sim.SetMaintenance(false)
 
 	wrongKey := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.Key = neoplesim.DefaultItemKey })
-	_, _, err = wrongKey.AuctionSold(ctx, id)
+	_, err = wrongKey.AuctionSold(ctx, id)
 	if pe := wantClass(t, err, provider.ClassConfig); !strings.Contains(err.Error(), "NEOPLE_MARKET_API_KEY") || pe.Code != "API003" {
 		t.Fatalf("config error should name the variable: %v", err)
 	}
@@ -226,7 +228,7 @@ func TestErrorClassesFromSimulator(t *testing.T) {
 		{neoplesim.Faults{OversizeRate: 1}, "MaxBodyBytes"},
 	} {
 		e.sim.SetFaults(c.faults)
-		_, _, err := market.Auction(ctx, id)
+		_, err := market.Auction(ctx, id)
 		wantClass(t, err, provider.ClassTransient)
 		if !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%+v: error %q lacks %q", c.faults, err, c.want)
@@ -238,7 +240,7 @@ func TestErrorClassesFromSimulator(t *testing.T) {
 	c := limited.client(t, provider.WorkloadMarket, nil)
 	var last error
 	for range 10 { // one per second allowed: ten at once cannot all pass
-		if _, _, err := c.Auction(ctx, id); err != nil {
+		if _, err := c.Auction(ctx, id); err != nil {
 			last = err
 		}
 	}
@@ -287,7 +289,7 @@ func TestErrorClassesFromStub(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = cl.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
+		_, err = cl.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
 		srv.Close()
 		if pe := wantClass(t, err, c.want); pe.RetryAfter != c.wantAfter || pe.Status != c.status {
 			t.Fatalf("HTTP %d %s: %+v", c.status, c.body, pe)
@@ -299,7 +301,7 @@ func TestBodyCap(t *testing.T) {
 	e := newEnv(t, neoplesim.Options{})
 	c := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.MaxBodyBytes = 4096 })
 	// A 400-row answer is far above 4 KiB: a legitimate but oversized body is refused too.
-	_, _, err := c.Auction(context.Background(), e.sim.Catalog()[3].ItemID)
+	_, err := c.Auction(context.Background(), e.sim.Catalog()[3].ItemID)
 	if wantClass(t, err, provider.ClassTransient); !strings.Contains(err.Error(), "4096") {
 		t.Fatalf("error should name the cap: %v", err)
 	}
@@ -317,7 +319,7 @@ func TestRateLimiterKeepsTheBudget(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for range n / 4 {
-				if _, _, err := c.AuctionSold(context.Background(), id); err != nil {
+				if _, err := c.AuctionSold(context.Background(), id); err != nil {
 					t.Error(err)
 				}
 			}
@@ -341,14 +343,14 @@ func TestPerMinuteBudget(t *testing.T) {
 	c := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.PerMinute = 3 })
 	id := e.sim.Catalog()[0].ItemID
 	for range 3 {
-		if _, _, err := c.Auction(context.Background(), id); err != nil {
+		if _, err := c.Auction(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The fourth would have to wait a minute; a caller with less time is told at once.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _, err := c.Auction(ctx, id)
+	_, err := c.Auction(ctx, id)
 	if pe := wantClass(t, err, provider.ClassRateLimited); pe.RetryAfter <= 5*time.Second {
 		t.Fatalf("RetryAfter %s, want most of a minute", pe.RetryAfter)
 	}
@@ -365,12 +367,12 @@ func TestCancelledWhileWaiting(t *testing.T) {
 	e := newEnv(t, neoplesim.Options{})
 	c := e.client(t, provider.WorkloadMarket, func(c *provider.ClientConfig) { c.PerMinute = 1 })
 	id := e.sim.Catalog()[0].ItemID
-	if _, _, err := c.Auction(context.Background(), id); err != nil {
+	if _, err := c.Auction(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := c.Auction(ctx, id); !errors.Is(err, context.Canceled) {
+	if _, err := c.Auction(ctx, id); !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 }
@@ -436,7 +438,7 @@ func TestObserverSeparatesRequestFromLimiterWait(t *testing.T) {
 	c.SetObserver(o)
 	id := e.sim.Catalog()[0].ItemID
 	for range 2 {
-		if _, _, err := c.Auction(context.Background(), id); err != nil {
+		if _, err := c.Auction(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -481,7 +483,7 @@ func TestHeldCallSendsNothingUntilReleased(t *testing.T) {
 	id := e.sim.Catalog()[0].ItemID
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := c.Auction(context.Background(), id)
+		_, err := c.Auction(context.Background(), id)
 		done <- err
 	}()
 	select {
@@ -509,7 +511,7 @@ func TestHeldCallSendsNothingUntilReleased(t *testing.T) {
 		<-ctx.Done()
 		return true, ctx.Err()
 	})
-	_, _, err := c.Auction(ctx, id)
+	_, err := c.Auction(ctx, id)
 	if provider.ClassOf(err) != provider.ClassTransient || !errors.Is(err, context.Canceled) {
 		t.Fatalf("held until the context ended: %v (class %v), want a transient error wrapping context.Canceled", err, provider.ClassOf(err))
 	}
@@ -535,7 +537,7 @@ func TestAKeyCutByTheExcerptIsStillRedacted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = c.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
+		_, err = c.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
 		srv.Close()
 		var pe *provider.Error
 		if !errors.As(err, &pe) {
@@ -574,7 +576,7 @@ func TestAnAddressThatIsNotTheAPINamesTheKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = cl.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
+		_, err = cl.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
 		srv.Close()
 		wantClass(t, err, provider.ClassEndpoint)
 		if msg := err.Error(); !strings.Contains(msg, "provider.base_url") || !strings.Contains(msg, srv.URL+"/df") || strings.Contains(msg, "hunter2") {

@@ -38,7 +38,7 @@ func TestAnswersDecodeInBoundedSlots(t *testing.T) {
 	errs := make(chan error, slots+1)
 	for range slots + 1 {
 		wg.Go(func() {
-			_, err := call(context.Background(), c, WorkloadMarket, "/df/auction", "", "1", url.Values{}, parse)
+			_, _, err := call(context.Background(), c, WorkloadMarket, "/df/auction", "", "1", url.Values{}, parse)
 			errs <- err
 		})
 	}

@@ -17,11 +17,13 @@ func TestPackedCallsNameEveryIDOnce(t *testing.T) {
 		ids = append(ids, it.ItemID)
 	}
 	ctx := context.Background()
-	listings, sent, err := c.AuctionMany(ctx, ids)
+	listingsA, err := c.AuctionMany(ctx, ids)
+	listings, sent := listingsA.Rows, listingsA.Sent
 	if err != nil || sent != len(listings) {
 		t.Fatal(sent, err)
 	}
-	sales, sent, err := c.AuctionSoldMany(ctx, ids)
+	salesA, err := c.AuctionSoldMany(ctx, ids)
+	sales, sent := salesA.Rows, salesA.Sent
 	if err != nil || sent != len(sales) {
 		t.Fatal(sent, err)
 	}
@@ -49,7 +51,7 @@ func TestPackedCallsNameEveryIDOnce(t *testing.T) {
 	}
 	eleven := append(append(append([]string{}, ids...), ids...), ids...)[:11]
 	for _, bad := range [][]string{nil, eleven, {ids[0], ""}, {ids[0] + "," + ids[1]}} {
-		_, _, err := c.AuctionMany(ctx, bad)
+		_, err := c.AuctionMany(ctx, bad)
 		wantClass(t, err, provider.ClassBug)
 	}
 	if n := e.sim.Stats().Requests; n != 2 {

@@ -81,11 +81,12 @@ func TestClientDropsRowsItCannotTrustAndCountsThem(t *testing.T) {
 		}
 		fmt.Fprintf(w, `{"rows":[{"itemId":"not-asked","regDate":%q,"count":1,"unitPrice":5}]}`, soon)
 	}, nil)
-	sales, _, err := cl.AuctionSold(context.Background(), askedID)
+	salesA, err := cl.AuctionSold(context.Background(), askedID)
+	sales := salesA.Rows
 	if err != nil || len(sales) != 1 || sales[0].SoldAt.Year() == 2099 {
 		t.Fatalf("sales %v, %v: want only the real sale", sales, err)
 	}
-	_, _, err = cl.Auction(context.Background(), askedID)
+	_, err = cl.Auction(context.Background(), askedID)
 	if pe := wantClass(t, err, provider.ClassRejected); pe.Status != http.StatusOK {
 		t.Fatalf("an answer of only foreign rows: %+v", pe)
 	}
@@ -94,8 +95,8 @@ func TestClientDropsRowsItCannotTrustAndCountsThem(t *testing.T) {
 	badOnly := stubClient(t, func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"rows":[{"soldDate":%[2]q,"itemId":%[1]q,"count":0,"price":0,"unitPrice":0}]}`, askedID, soon)
 	}, nil)
-	if sales, sent, err := badOnly.AuctionSold(context.Background(), askedID); err != nil || len(sales) != 0 || sent != 1 {
-		t.Fatalf("an answer of one zero sale: %v, sent %d, %v; want no sales and no error", sales, sent, err)
+	if a, err := badOnly.AuctionSold(context.Background(), askedID); err != nil || len(a.Rows) != 0 || a.Sent != 1 {
+		t.Fatalf("an answer of one zero sale: %v, sent %d, %v; want no sales and no error", a.Rows, a.Sent, err)
 	}
 	st := cl.Stats().Rejected
 	if st[provider.RejectFutureDate] != 1 || st[provider.RejectAncientDate] != 1 || st[provider.RejectForeignItem] != 1 {
@@ -110,7 +111,7 @@ func TestRetryAfterIsCapped(t *testing.T) {
 			w.WriteHeader(http.StatusTooManyRequests)
 			_, _ = w.Write([]byte(`{"error":{"status":429,"code":"API002","message":"APIKEY_USAGE_EXCEEDED"}}`))
 		}, func(c *provider.ClientConfig) { c.MaxRetryAfter = 90 * time.Second })
-		_, _, err := cl.Auction(context.Background(), askedID)
+		_, err := cl.Auction(context.Background(), askedID)
 		if pe := wantClass(t, err, provider.ClassRateLimited); pe.RetryAfter != 90*time.Second {
 			t.Fatalf("Retry-After %q gave %s, want the 90s cap", v, pe.RetryAfter)
 		}
@@ -127,7 +128,7 @@ func TestADatedRetryAfterIsReadAgainstTheProvidersClock(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 		_, _ = w.Write([]byte(`{"error":{"status":429,"code":"API002","message":"APIKEY_USAGE_EXCEEDED"}}`))
 	}, func(c *provider.ClientConfig) { c.MaxRetryAfter = 90 * time.Second })
-	_, _, err := cl.Auction(context.Background(), askedID)
+	_, err := cl.Auction(context.Background(), askedID)
 	if pe := wantClass(t, err, provider.ClassRateLimited); pe.RetryAfter != 40*time.Second {
 		t.Fatalf("Retry-After 40 s after the answer's Date gave %s, want 40s", pe.RetryAfter)
 	}
@@ -139,7 +140,8 @@ func TestPackedCallKeepsRowsOfEveryRequestedIDOnly(t *testing.T) {
 			{"itemId":"b","regDate":"2026-01-01 00:00:00","count":1,"unitPrice":6},
 			{"itemId":"z","regDate":"2026-01-01 00:00:00","count":1,"unitPrice":7}]}`))
 	}, nil)
-	rows, sent, err := cl.AuctionMany(context.Background(), []string{"a", "b"})
+	rowsA, err := cl.AuctionMany(context.Background(), []string{"a", "b"})
+	rows, sent := rowsA.Rows, rowsA.Sent
 	if err != nil || len(rows) != 2 || rows[0].ItemID != "a" || rows[1].ItemID != "b" {
 		t.Fatalf("rows %+v, %v: want a and b, not z", rows, err)
 	}
@@ -160,7 +162,8 @@ func TestRejectedRowsAreLoggedWithTheirItem(t *testing.T) {
 			{"soldDate":"2099-01-01 00:00:00","itemId":"item-b","count":1,"price":5,"unitPrice":5},
 			{"soldDate":"2099-01-01 00:00:00","itemId":"item-b","count":1,"price":5,"unitPrice":5}]}`, soon)
 	}, func(c *provider.ClientConfig) { c.Log = zap.New(core) })
-	rows, _, err := cl.AuctionSoldMany(context.Background(), []string{"item-a", "item-b", "item-c"})
+	rowsA, err := cl.AuctionSoldMany(context.Background(), []string{"item-a", "item-b", "item-c"})
+	rows := rowsA.Rows
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("rows %v, %v: want item-a's sale", rows, err)
 	}
@@ -170,5 +173,29 @@ func TestRejectedRowsAreLoggedWithTheirItem(t *testing.T) {
 	}
 	if got := lines[0].ContextMap()["item_ids"]; !reflect.DeepEqual(got, []any{"item-b"}) {
 		t.Fatalf("item_ids %v, want [item-b]", got)
+	}
+}
+
+// An answer carries its Date: the provider's clock, which dates its rows. It is read as that
+// clock only within ClockTrust of ours; a missing or wild one leaves ours.
+func TestAnAnswerCarriesTheProvidersClock(t *testing.T) {
+	date := time.Now().Add(-30 * time.Second).Truncate(time.Second)
+	cl := stubClient(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Date", date.UTC().Format(http.TimeFormat))
+		fmt.Fprint(w, `{"rows":[]}`)
+	}, nil)
+	a, err := cl.AuctionSold(context.Background(), askedID)
+	if err != nil || !a.Date.Equal(date) {
+		t.Fatalf("answer Date %v, %v; want %v", a.Date, err, date)
+	}
+	ours := time.Now()
+	if got := a.AnsweredAt(ours); !got.Equal(date) {
+		t.Fatalf("answered at %v; want the provider's %v", got, date)
+	}
+	for _, d := range []time.Time{{}, ours.Add(provider.ClockTrust), ours.Add(-2 * provider.ClockTrust)} {
+		a.Date = d
+		if got := a.AnsweredAt(ours); !got.Equal(ours) {
+			t.Fatalf("Date %v: answered at %v; want ours, %v", d, got, ours)
+		}
 	}
 }

@@ -60,16 +60,16 @@ type steadyFetcher struct {
 	changed *atomic.Int64
 }
 
-func (f steadyFetcher) Auction(_ context.Context, itemID string) ([]provider.Listing, int, error) {
+func (f steadyFetcher) Auction(_ context.Context, itemID string) (provider.Answer[provider.Listing], error) {
 	price := int64(cyclePrice)
 	if changedShare(itemID, f.share) {
 		price = cycleChangedPrice
 		f.changed.Add(1)
 	}
-	return []provider.Listing{{UnitPrice: price, Count: cycleQuantity, AveragePrice: cycleAPIAverage}}, 1, nil
+	return provider.Answer[provider.Listing]{Rows: []provider.Listing{{UnitPrice: price, Count: cycleQuantity, AveragePrice: cycleAPIAverage}}, Sent: 1}, nil
 }
-func (steadyFetcher) AuctionSold(context.Context, string) ([]provider.Sale, int, error) {
-	return nil, 0, nil
+func (steadyFetcher) AuctionSold(context.Context, string) (provider.Answer[provider.Sale], error) {
+	return provider.Answer[provider.Sale]{}, nil
 }
 func (steadyFetcher) AuctionLimit() int { return provider.MaxAuctionLimit }
 func (steadyFetcher) SoldLimit() int    { return provider.MaxSoldLimit }

@@ -262,6 +262,8 @@ func (s *Server) df(route string, wl provider.Workload, h handler) http.HandlerF
 			return
 		}
 		body, apiErr := h(r)
+		// Dated by the market's clock, which dates its rows, as a real provider's answers are.
+		w.Header().Set("Date", s.opts.Now().UTC().Format(http.TimeFormat))
 		if apiErr != nil {
 			s.writeAPIError(w, apiErr)
 			return
