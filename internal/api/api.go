@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -28,6 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/httpserve"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
 )
@@ -243,7 +243,7 @@ func malformedPair(raw string) (param, pair string) {
 // The OpenAPI document is public: it says how to call, not what the data is.
 func (a *API) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		client := clientAddr(r)
+		client := httpserve.ClientAddr(r) // behind a reverse proxy every client shares the proxy's: give clients tokens
 		if len(a.tokens) > 0 && r.URL.Path != Prefix+"openapi.json" {
 			tok, ok := a.bearer(r)
 			if !ok {
@@ -297,21 +297,6 @@ func (a *API) bearer(r *http.Request) (string, bool) {
 		return "", false
 	}
 	return strconv.Itoa(found), true
-}
-
-// clientAddr is the client's IP address, an IPv6 one by its /64 (what one subscriber is
-// given, so a client cannot step through addresses to dodge its limit). Behind a reverse
-// proxy every client shares the proxy's: give clients tokens, or limit at the proxy.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	ip := net.ParseIP(host)
-	if ip == nil || ip.To4() != nil {
-		return host
-	}
-	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 // exposedHeaders are the answers' headers a configured origin's page may read (docs/api.md#cors

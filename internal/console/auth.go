@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/duecollector/duecollector/internal/httpserve"
 )
 
 // Logins and CSRF. A login makes a session held in this process's memory (a restart logs
@@ -20,11 +23,52 @@ import (
 // of its own that every action form carries and the server compares with the session's
 // (the synchroniser token pattern). A POST whose Origin names another host is refused first.
 
-// Failed logins are limited for the whole console: loginBurst at once, then one every loginEvery.
+// Failed logins are paced per client (httpserve.ClientAddr): loginBurst at once, then one
+// every loginEvery. A guesser so paced only locks itself out; the operator logging in from
+// elsewhere meanwhile is not refused. All clients together get loginAllBurst, then one every
+// loginAllEvery: guessing from many addresses stays slow too.
 const (
-	loginBurst = 5
-	loginEvery = 12 * time.Second
+	loginBurst    = 5
+	loginEvery    = 12 * time.Second
+	loginAllBurst = 30
+	loginAllEvery = 3 * time.Second
+	// loginClients bounds the buckets kept: newcomers past it share one.
+	loginClients = 10_000
 )
+
+// loginPacer holds the failed-login buckets; its owner serialises the calls (loginMu).
+type loginPacer struct {
+	all     *rate.Limiter
+	clients map[string]*rate.Limiter
+}
+
+func newLoginPacer() *loginPacer {
+	return &loginPacer{all: rate.NewLimiter(rate.Every(loginAllEvery), loginAllBurst), clients: map[string]*rate.Limiter{}}
+}
+
+// bucket is client's bucket; a full one holds nothing worth keeping, so buckets are dropped
+// once refilled and the map stays the size of the recent guessers.
+func (p *loginPacer) bucket(client string, now time.Time) *rate.Limiter {
+	if b := p.clients[client]; b != nil {
+		return b
+	}
+	if len(p.clients) >= loginClients {
+		for k, b := range p.clients {
+			if b.TokensAt(now) >= loginBurst {
+				delete(p.clients, k)
+			}
+		}
+		if len(p.clients) >= loginClients {
+			client = "overflow"
+			if b := p.clients[client]; b != nil {
+				return b
+			}
+		}
+	}
+	b := rate.NewLimiter(rate.Every(loginEvery), loginBurst)
+	p.clients[client] = b
+	return b
+}
 
 // sessionCookie names the console's session cookie.
 const sessionCookie = "duecollector_console"
@@ -115,16 +159,14 @@ func (c *Console) credentialsMatch(user, password string) bool {
 	return subtle.ConstantTimeCompare(hu[:], wu[:])&subtle.ConstantTimeCompare(hp[:], wp[:]) == 1
 }
 
-// sameOrigin refuses a POST a browser sent from another site. Browsers send Origin on every
-// POST; a request without one (curl) is judged by its CSRF token alone.
-func sameOrigin(r *http.Request) bool {
-	o := r.Header.Get("Origin")
-	if o == "" {
-		return true
-	}
-	u, err := url.Parse(o)
-	return err == nil && u.Host == r.Host
-}
+// crossOrigin judges a request by Sec-Fetch-Site, which browsers send and a page cannot set,
+// else by its Origin against the Host it was sent to: a proxy that rewrites Host does not
+// turn the console's own forms away.
+var crossOrigin = http.NewCrossOriginProtection()
+
+// sameOrigin refuses a POST a browser sent from another site. A request that says neither
+// (curl) is judged by its CSRF token alone.
+func sameOrigin(r *http.Request) bool { return crossOrigin.Check(r) == nil }
 
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if !c.actionsEnabled() {
@@ -135,7 +177,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
-	ok, paced := c.tryLogin(r.PostFormValue("user"), r.PostFormValue("password"))
+	ok, paced := c.tryLogin(httpserve.ClientAddr(r), r.PostFormValue("user"), r.PostFormValue("password"), time.Now())
 	if paced {
 		w.Header().Set("Retry-After", strconv.Itoa(int(loginEvery.Seconds())))
 		http.Error(w, "too many failed logins; try again in a moment", http.StatusTooManyRequests)
@@ -165,20 +207,21 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// tryLogin compares the credentials unless guessing is being paced (paced: refused unread).
-// Guessing stays slow: after loginBurst failures, one try every loginEvery, for everyone; a
-// success costs nothing. Check, compare and charge are one step under loginMu: apart, tries
-// arriving together all passed the check before any was charged.
-func (c *Console) tryLogin(user, password string) (ok, paced bool) {
+// tryLogin compares the credentials unless client's guessing, or everyone's, is being paced
+// (paced: refused unread); a success costs nothing. Check, compare and charge are one step
+// under loginMu: apart, tries arriving together all passed the check before any was charged.
+func (c *Console) tryLogin(client, user, password string, now time.Time) (ok, paced bool) {
 	c.loginMu.Lock()
 	defer c.loginMu.Unlock()
-	if c.failedLogins.Tokens() < 1 {
+	b := c.logins.bucket(client, now)
+	if b.TokensAt(now) < 1 || c.logins.all.TokensAt(now) < 1 {
 		return false, true
 	}
 	if c.credentialsMatch(user, password) {
 		return true, false
 	}
-	c.failedLogins.Allow()
+	b.AllowN(now, 1)
+	c.logins.all.AllowN(now, 1)
 	return false, false
 }
 

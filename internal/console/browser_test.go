@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -612,6 +613,26 @@ func TestFailedLoginsArePaced(t *testing.T) {
 	}
 }
 
+// A guesser paced out locks out only itself: the operator logging in from another address
+// meanwhile is let in.
+func TestAGuesserLocksOutOnlyItself(t *testing.T) {
+	e := setup(t, testPassword)
+	for range loginBurstForTest + 1 {
+		post(t, http.DefaultClient, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {"guess"}})
+	}
+	if code := post(t, http.DefaultClient, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {testPassword}}); code != http.StatusTooManyRequests {
+		t.Fatalf("the guesser's own address with the right password: %d, want 429", code)
+	}
+	// Another loopback address: Linux routes all of 127/8 to lo.
+	elsewhere := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	if code := post(t, elsewhere, e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {testPassword}}); code != http.StatusSeeOther {
+		t.Fatalf("the operator from another address meanwhile: %d, want 303 (logged in)", code)
+	}
+}
+
+// loginBurstForTest is console.loginBurst: the failed logins one address gets before pacing.
+const loginBurstForTest = 5
+
 // Guesses sent together are paced like guesses in a row: each takes its try before its
 // password is compared.
 func TestGuessesSentTogetherArePaced(t *testing.T) {
@@ -656,6 +677,43 @@ func TestTheSessionCookieIsSecureBehindATLSProxy(t *testing.T) {
 		cookies := res.Cookies()
 		if res.StatusCode != http.StatusSeeOther || len(cookies) != 1 || cookies[0].Secure != secure {
 			t.Errorf("login from %s: %d, cookies %v; want one session cookie, Secure %t", origin+u.Host, res.StatusCode, cookies, secure)
+		}
+	}
+}
+
+// A login another site's page sends is refused by what the browser says of it (Sec-Fetch-Site,
+// else Origin); the console's own form is let in, also through a proxy that rewrote Host.
+func TestCrossSiteLoginsAreRefused(t *testing.T) {
+	e := setup(t, testPassword)
+	u, _ := url.Parse(e.srv.URL)
+	for _, tc := range []struct {
+		what, site, origin string
+		want               int
+	}{
+		{"another site's form", "cross-site", "https://evil.example", http.StatusForbidden},
+		{"an older browser from another site (Origin alone)", "", "https://evil.example", http.StatusForbidden},
+		{"the console's own form", "same-origin", "http://" + u.Host, http.StatusSeeOther},
+		{"the console's own form through a proxy that rewrote Host", "same-origin", "https://console.example", http.StatusSeeOther},
+		{"curl (neither header)", "", "", http.StatusSeeOther},
+	} {
+		req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/login", strings.NewReader(url.Values{"user": {testUser}, "password": {testPassword}}.Encode()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if tc.site != "" {
+			req.Header.Set("Sec-Fetch-Site", tc.site)
+		}
+		if tc.origin != "" {
+			req.Header.Set("Origin", tc.origin)
+		}
+		res, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		if res.StatusCode != tc.want {
+			t.Errorf("%s: %d, want %d", tc.what, res.StatusCode, tc.want)
 		}
 	}
 }

@@ -27,7 +27,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/daemon"
@@ -81,9 +80,9 @@ type Console struct {
 	log   *zap.Logger
 	pages map[string]*template.Template
 	auth  *sessions
-	// failedLogins paces password guessing (loginBurst, loginEvery).
-	failedLogins *rate.Limiter
-	loginMu      sync.Mutex // tryLogin
+	// logins paces password guessing (loginBurst, loginEvery).
+	logins  *loginPacer
+	loginMu sync.Mutex // tryLogin
 
 	mu     sync.Mutex
 	ready  chan struct{} // closed after the first refresh
@@ -119,8 +118,8 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Console, error) {
 		return nil, err
 	}
 	return &Console{cfg: cfg, pool: pool, log: log, pages: pages, auth: newSessions(cfg.Session),
-		failedLogins: rate.NewLimiter(rate.Every(loginEvery), loginBurst),
-		ready:        make(chan struct{}), kick: make(chan struct{}, 1), readSlots: make(chan struct{}, MaxReads)}, nil
+		logins: newLoginPacer(),
+		ready:  make(chan struct{}), kick: make(chan struct{}, 1), readSlots: make(chan struct{}, MaxReads)}, nil
 }
 
 // reader is what the item pages read through: Config.Reads, else the pool.

@@ -3,6 +3,7 @@
 package httpserve
 
 import (
+	"net"
 	"net/http"
 	"time"
 )
@@ -23,4 +24,19 @@ const (
 func New(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
 		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, MaxHeaderBytes: MaxHeaderBytes}
+}
+
+// ClientAddr is the client's IP address, an IPv6 one by its /64 (what one subscriber is
+// given, so a client cannot step through addresses to dodge a limit). Behind a reverse proxy
+// every client shares the proxy's.
+func ClientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.To4() != nil {
+		return host
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
