@@ -22,7 +22,7 @@ func newMetrics() *metrics {
 			Help: "Read API answers by endpoint (latest, timeseries, items, openapi, other) and status code."}, []string{"endpoint", "code"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "collector_api_request_seconds",
 			Help:    "Read API answer time by endpoint, from the request to the last byte written.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"endpoint"}),
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"endpoint"}),
 		refresh: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "collector_api_latest_refresh_seconds",
 			Help:    "One read of every tracked item's market for /latest (at most every half second while polled).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),

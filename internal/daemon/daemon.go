@@ -347,6 +347,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	}
 	d.parts.writes = writeReports{d.writes}
 	if cfg.Export != nil {
+		d.metrics.RegisterExport()
 		if d.export, err = newExportService(*cfg.Export, pool, d.metrics, log); err != nil {
 			return nil, err
 		}

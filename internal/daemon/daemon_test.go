@@ -160,7 +160,7 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 		`collector_provider_requests_total{endpoint="/df/auction",outcome="ok"} 5`, `collector_items_due{tier="HOT_1M"}`,
 		"collector_items_overdue", "collector_leases_held", `collector_provider_status{provider="neople",status="HEALTHY"} 1`,
 		"collector_outbox_backlog 5", "collector_outbox_oldest_unpublished_seconds", "collector_outbox_failed 0", "collector_db_pool_acquired_conns",
-		`collector_budget_share_per_second{workload="market"}`, `collector_budget_used_total{workload="market"} 10`,
+		`collector_budget_share_requests_per_second{workload="market"}`, `collector_budget_used_total{workload="market"} 10`, `collector_budget_cooldown_seconds{workload="market"} 0`,
 		"collector_limiter_wait_seconds_total", `collector_passes_total{result="ok"}`,
 		`collector_claim_lag_seconds_bucket{tier="HOT_1M",le=`,
 		`collector_provider_request_duration_seconds_count{endpoint="/df/auction",outcome="ok",workload="market"} 5`,
@@ -385,7 +385,7 @@ func TestDaemonKeepsHistoryPartitionsAhead(t *testing.T) {
 	r := e.start(t, cfg, nil)
 	states := cfg.signals.kept.Wait(t)
 	for _, st := range states {
-		ahead := testutil.ToFloat64(r.d.Metrics().PartitionsAhead.WithLabelValues(st.Table))
+		ahead, _ := r.d.Metrics().PartitionsAhead.Value(st.Table)
 		if len(st.Created) < 8 || ahead < (7*24*time.Hour).Seconds() {
 			t.Errorf("%s: created %v, %v s ahead; want today and a week ahead", st.Table, st.Created, ahead)
 		}

@@ -33,6 +33,9 @@ func newExportService(cfg export.Config, pool *pgxpool.Pool, m *telemetry.Metric
 func (s *exportService) Start(ctx context.Context) { s.exporter.Start(ctx) }
 
 func (s *exportService) report(t export.Turn, err error) {
+	if !t.Newest.IsZero() { // also when another day failed: the gauge says how far the export is current
+		s.metrics.ExportNewestDay.Set(float64(t.Newest.Unix()))
+	}
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			s.metrics.LoopErrors.WithLabelValues("export").Inc()

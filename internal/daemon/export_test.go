@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/duecollector/duecollector/internal/export"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
@@ -37,5 +40,17 @@ func TestDaemonExportsSettledDaysWhenEnabled(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, day.Format(time.DateOnly), export.ManifestName)); err != nil {
 		t.Fatalf("no manifest for the exported day: %v", err)
+	}
+	// Exported on this instance alone, the newest complete day's start: yesterday (no rows) or
+	// the day written, whichever the turn could finish.
+	if got := testutil.ToFloat64(d.Metrics().ExportNewestDay); got != float64(turn.Newest.Unix()) || turn.Newest.Before(day) {
+		t.Fatalf("collector_export_newest_day_timestamp_seconds %v; want the turn's newest complete day, %s or later", got, day.Format(time.DateOnly))
+	}
+	families, err := d.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(families, func(f *dto.MetricFamily) bool { return f.GetName() == "collector_export_newest_day_timestamp_seconds" }) {
+		t.Fatal("an exporting instance does not export collector_export_newest_day_timestamp_seconds")
 	}
 }

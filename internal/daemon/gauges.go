@@ -28,7 +28,7 @@ const OverdueAfter = 30 * time.Second
 type gaugeConfig struct {
 	// Interval is how often the gauges refresh (Config.GaugeInterval).
 	Interval time.Duration
-	// Market is the market key's configured budget, exported as collector_budget_rate.
+	// Market is the market key's configured budget, exported as collector_budget_requests_per_second.
 	Market config.WorkloadLimits
 	// Refreshed, when initialised (tests), hears every refresh.
 	Refreshed *testsignal.Signal[gaugeResult]
@@ -132,6 +132,7 @@ func (s *gaugeService) runOnce(ctx context.Context) (res gaugeResult, err error)
 		s.metrics.BudgetShare.WithLabelValues(workload()).Set(st.PerSecond)
 		s.metrics.BudgetInstances.WithLabelValues(workload()).Set(float64(st.Live))
 		s.metrics.BudgetClusterRate.WithLabelValues(workload()).Set(st.ClusterRate)
+		s.metrics.BudgetCooldown.WithLabelValues(workload()).Set(st.Cooldown.Seconds())
 	}
 	counts, err := catalog.DueByTier(ctx, s.pool, OverdueAfter)
 	if err != nil {

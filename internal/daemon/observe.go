@@ -81,6 +81,11 @@ func (f fetchMetrics) Called(endpoint string, err error) {
 	if err != nil {
 		outcome = provider.ClassOf(err).String()
 	}
+	if _, answered := provider.RateLimitAnswer(err); outcome == provider.ClassRateLimited.String() && !answered {
+		// The client's own limiter refused it unsent: rate_limited counts the provider's
+		// refusals alone (CollectorBudgetRefusals).
+		outcome = "cancelled"
+	}
 	f.m.ProviderRequests.WithLabelValues(endpoint, outcome).Inc()
 	f.calls.Add(1)
 }

@@ -72,9 +72,9 @@ func (s *partitionService) runOnce(ctx context.Context) ([]partition.TableState,
 		if !st.Described {
 			continue // a pass that could not read the table keeps the last figures it read
 		}
-		s.metrics.PartitionsAhead.WithLabelValues(st.Table).Set(st.Ahead.Seconds())
+		s.metrics.PartitionsAhead.Set(st.Table, st.Ahead)
 		if !st.Oldest.IsZero() {
-			s.metrics.OldestPartition.WithLabelValues(st.Table).Set(st.Now.Sub(st.Oldest).Seconds())
+			s.metrics.OldestPartition.Set(st.Table, st.Now.Sub(st.Oldest))
 		}
 		if len(st.Created) > 0 || len(st.Dropped) > 0 {
 			s.log.Info("history partitions kept", zap.String("table", st.Table), zap.Strings("created", st.Created),

@@ -675,8 +675,9 @@ func TestADayWaitsForCollectionToCatchUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if turn, err := e.RunOnce(ctx); err != nil || !slices.Contains(turn.Waiting, b.yesterday.Format(time.DateOnly)) {
-		t.Fatalf("exporter turn: %+v, %v; want yesterday waiting, no error", turn, err)
+	if turn, err := e.RunOnce(ctx); err != nil || !slices.Contains(turn.Waiting, b.yesterday.Format(time.DateOnly)) ||
+		!turn.Newest.Equal(b.yesterday.AddDate(0, 0, -1)) {
+		t.Fatalf("exporter turn: %+v, %v; want yesterday waiting, no error, complete up to the day before (no rows)", turn, err)
 	}
 	// Tried after midnight, one of them failing (it may fail for good: it is not waited for),
 	// the day is complete; tried within export.CaughtUpAfter of midnight, the collection may
@@ -696,6 +697,9 @@ func TestADayWaitsForCollectionToCatchUp(t *testing.T) {
 	tried(b.today.Add(export.CaughtUpAfter))
 	if res, err := export.Run(ctx, b.pool, opts); err != nil || !res.Manifest.Complete || res.Behind != 0 {
 		t.Fatalf("after every item was tried since midnight: %+v, %v; want complete", res.Manifest, err)
+	}
+	if turn, err := e.RunOnce(ctx); err != nil || !turn.Newest.Equal(b.yesterday) {
+		t.Fatalf("exporter turn once caught up: %+v, %v; want complete up to yesterday", turn, err)
 	}
 	// The wait is bounded: a day that ended more than export.CatchUpWaitDefault ago is complete
 	// although no item was tried since (collection stopped for good), and says how many were not.

@@ -76,6 +76,9 @@ type Exporter struct {
 // wait for collection to catch up past their end before they count as complete.
 type Turn struct {
 	Exported, Skipped, Waiting []string
+	// Newest is the newest day of the turn whose export is complete: written now or before, or
+	// a day without rows (zero: none).
+	Newest time.Time
 	// Behind lists the days written complete although collection had not caught up past them
 	// within CatchUpWaitDefault, with how many items were behind.
 	Behind []string
@@ -116,13 +119,19 @@ func (e *Exporter) runOnce(ctx context.Context) (Turn, error) {
 			t.Waiting = append(t.Waiting, res.Day) // collection has not caught up past its end
 		case err != nil:
 			errs = append(errs, fmt.Errorf("export of %s: %w", res.Day, err))
-		case res.Skipped, res.Busy: // kept, or being written by another exporter
+		case res.Busy: // being written by another exporter
 			t.Skipped = append(t.Skipped, res.Day)
+		case res.Skipped: // kept
+			t.Skipped = append(t.Skipped, res.Day)
+			t.Newest = day
 		case res.Manifest.Day != "":
 			t.Exported = append(t.Exported, res.Day)
+			t.Newest = day
 			if res.Behind > 0 {
 				t.Behind = append(t.Behind, fmt.Sprintf("%s (%d items)", res.Day, res.Behind))
 			}
+		default: // a day without rows: nothing to export
+			t.Newest = day
 		}
 	}
 	return t, errors.Join(errs...)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,6 +42,8 @@ type Metrics struct {
 	PublishLatency    prometheus.Histogram   // seconds from outbox insert to published
 	OutboxExpired     prometheus.Counter     // unpublished events dropped past retention.outbox_unpublished
 	RelayUp           prometheus.Gauge       // 1 while the outbox relay can publish, 0 once it stopped for good; ExportRelay
+	ExportNewestDay   prometheus.Gauge       // the newest past day exported complete, Unix seconds; RegisterExport
+	BudgetCooldown    *prometheus.GaugeVec   // workload: seconds left of the key's shared cool-down
 	RelayErrors       *prometheus.CounterVec // reason: topic | authorization | broker | database | panic | rejected
 	Passes            *prometheus.CounterVec // result: ok | paused | error
 	LoopErrors        *prometheus.CounterVec // loop
@@ -50,8 +53,8 @@ type Metrics struct {
 	CostRatio         prometheus.Gauge       // provider calls made ÷ what the plan counted them as
 	SnapshotsWritten  *prometheus.CounterVec // reason: first | change | heartbeat | repeat
 	Unchanged         prometheus.Counter     // collections that saw the market unchanged and wrote no snapshot
-	PartitionsAhead   *prometheus.GaugeVec   // table: seconds past now the table's partitions reach
-	OldestPartition   *prometheus.GaugeVec   // table: age of the oldest partition's lower bound
+	PartitionsAhead   *Aging                 // table: seconds past now the table's partitions reach
+	OldestPartition   *Aging                 // table: age of the oldest partition's lower bound
 	Retention         *prometheus.GaugeVec   // table: retention.snapshots / retention.sales, tables with one only
 	PartitionInterval prometheus.Gauge       // history.partition_interval
 	DatabaseWritable  prometheus.Gauge       // 1 while the database takes this instance's writes
@@ -70,16 +73,17 @@ func NewMetrics() *Metrics {
 		Claims:       f.counter("collector_claims_total", "Items claimed."),
 		Collections:  f.counterVec("collector_collections_total", "Claimed items written back, by outcome (collected, failed, fenced).", "outcome"),
 		WriteSeconds: f.histogram("collector_write_seconds", "Duration of one write-back transaction.", prometheus.DefBuckets),
-		FetchSeconds: f.histogram("collector_fetch_seconds", "Duration of one item's provider calls, limiter waits included.", prometheus.DefBuckets),
+		// Budget waits are included, and may last up to a lease (collect.lease, 2m by default).
+		FetchSeconds: f.histogram("collector_fetch_seconds", "Duration of one item's provider calls, limiter waits included.", append(slices.Clone(prometheus.DefBuckets), 30, 60, 120, 300)),
 		RequestSeconds: f.histogramVec("collector_provider_request_duration_seconds",
 			"Duration of one provider HTTP request (response read and classified), limiter and budget waits excluded.",
 			prometheus.DefBuckets, "workload", "endpoint", "outcome"),
 		ProviderRequests:  f.counterVec("collector_provider_requests_total", "Provider calls by endpoint and outcome.", "endpoint", "outcome"),
 		LimiterWait:       f.counterVec("collector_limiter_wait_seconds_total", "Time spent waiting for the cluster budget or the client rate limiter.", "workload"),
-		BudgetShare:       f.gaugeVec("collector_budget_share_per_second", "Requests per second this instance may send on the workload's key.", "workload"),
+		BudgetShare:       f.gaugeVec("collector_budget_share_requests_per_second", "Requests per second this instance may send on the workload's key.", "workload"),
 		BudgetInstances:   f.gaugeVec("collector_budget_instances", "Live instances sharing the workload's key.", "workload"),
 		PackingShadow:     f.counterVec("collector_packing_shadow_total", "Packed items fetched again alone and compared, by endpoint and outcome (match, mismatch); a mismatch switches packing off for the endpoint cluster-wide.", "endpoint", "outcome"),
-		BudgetClusterRate: f.gaugeVec("collector_budget_cluster_rate", "Requests per second the whole cluster may send on the workload's key: the configured ceiling, or the rate learned from the provider's rate-limit answers (daemon.budget.adaptive).", "workload"),
+		BudgetClusterRate: f.gaugeVec("collector_budget_cluster_requests_per_second", "Requests per second the whole cluster may send on the workload's key: the configured ceiling, or the rate learned from the provider's rate-limit answers (daemon.budget.adaptive).", "workload"),
 		BudgetUsed:        f.counterVec("collector_budget_used_total", "Requests sent under the workload's budget.", "workload"),
 		ItemsDue:          f.gaugeVec("collector_items_due", "Items due now, by tier.", "tier"),
 		ItemsOverdue:      f.gaugeVec("collector_items_overdue", "Items due for more than 30s and not claimed, by tier.", "tier"),
@@ -92,6 +96,9 @@ func NewMetrics() *Metrics {
 		PublishLatency:    f.histogram("collector_outbox_publish_latency_seconds", "Time from an outbox event's insert to its acknowledged publish (database clock).", lagBuckets),
 		OutboxExpired:     f.counter("collector_outbox_expired_total", "Unpublished outbox events (pending or failed) dropped because they were older than retention.outbox_unpublished; their snapshots stay in auction_snapshots."),
 		RelayUp:           newRelayUp(),
+		ExportNewestDay: prometheus.NewGauge(prometheus.GaugeOpts{Name: "collector_export_newest_day_timestamp_seconds",
+			Help: "Start (UTC midnight, Unix seconds) of the newest past day whose export is complete: written by this instance or before it, or a day without rows. Only instances with export.enabled export it."}),
+		BudgetCooldown:    f.gaugeVec("collector_budget_cooldown_seconds", "Time left in the workload key's cool-down after a rate-limit answer, shared by every instance; 0 when none.", "workload"),
 		RelayErrors:       f.counterVec("collector_relay_publish_errors_total", "Failed outbox relay attempts and events the broker rejected, by reason.", "reason"),
 		Passes:            f.counterVec("collector_passes_total", "Collection passes by result.", "result"),
 		LoopErrors:        f.counterVec("collector_loop_errors_total", "Errors in the daemon's loops (each is retried).", "loop"),
@@ -100,8 +107,8 @@ func NewMetrics() *Metrics {
 		BudgetRate:        f.gaugeVec("collector_budget_requests_per_second", "The workload key's request budget per second (the tighter of the per-second and per-minute budgets).", "workload"),
 		SnapshotsWritten:  f.counterVec("collector_snapshots_written_total", "Snapshots (and events) written, by why: first, change, heartbeat, repeat.", "reason"),
 		Unchanged:         f.counter("collector_collections_unchanged_total", "Collections that saw the item's market unchanged and wrote no snapshot (history.mode changes)."),
-		PartitionsAhead:   f.gaugeVec("collector_history_partitions_ahead_seconds", "How far past now the history table's partitions reach.", "table"),
-		OldestPartition:   f.gaugeVec("collector_history_oldest_partition_age_seconds", "Age of the lower bound of the history table's oldest partition past the archive: the history kept.", "table"),
+		PartitionsAhead:   f.aging("collector_history_partitions_ahead_seconds", "How far past now the history table's partitions reach: measured by each upkeep pass, and falling with the clock in between, also while upkeep fails.", "table", -1),
+		OldestPartition:   f.aging("collector_history_oldest_partition_age_seconds", "Age of the lower bound of the history table's oldest partition past the archive, the history kept: measured by each upkeep pass, and growing with the clock in between, also while upkeep fails.", "table", +1),
 		Retention:         f.gaugeVec("collector_history_retention_seconds", "The history table's retention (retention.snapshots, retention.sales); only tables with one export it. The oldest partition's age stays under it plus a partition interval while drops work.", "table"),
 		PartitionInterval: f.gauge("collector_history_partition_interval_seconds", "The time range of one history partition (history.partition_interval)."),
 		DatabaseWritable:  f.gauge("collector_database_writable", "1 while the database takes this instance's writes; 0 while it refuses them (read-only, standby, disk full, shutting down, unreachable; see collector_database_write_refused and /readyz)."),
@@ -124,6 +131,11 @@ func (m *Metrics) ExportRelay() {
 	m.RelayUp.Set(1)
 	m.Registry.MustRegister(m.RelayUp)
 }
+
+// RegisterExport exports collector_export_newest_day_timestamp_seconds: call it once, on an
+// instance that exports days (export.enabled). Elsewhere a 0 would read as an export years
+// behind.
+func (m *Metrics) RegisterExport() { m.Registry.MustRegister(m.ExportNewestDay) }
 
 // SetBuildInfo exports collector_build_info{version,commit,go_version} 1.
 func (m *Metrics) SetBuildInfo(version, commit string) {

@@ -19,8 +19,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/duecollector/duecollector/internal/api"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -32,6 +34,7 @@ var (
 	alertsTestFile = filepath.Join("..", "..", "deploy", "prometheus", "alerts_test.yml")
 	promConfigFile = filepath.Join("..", "..", "deploy", "prometheus", "prometheus.yml")
 	dashboardFile  = filepath.Join("..", "..", "deploy", "grafana", "duecollector.json")
+	operationsFile = filepath.Join("..", "..", "docs", "operations.md")
 )
 
 // registered is every metric name the daemon's registry can expose, with whether it is a
@@ -84,6 +87,47 @@ func registered(t *testing.T) map[string]bool {
 		}
 	}
 	return names
+}
+
+// The metrics table of docs/operations.md lists every metric the collector exports, and only
+// those: an operator writes alerts from it.
+func TestOperationsListsEveryMetric(t *testing.T) {
+	names := registered(t)
+	a, err := api.New(nil, api.Config{}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range a.Collectors() {
+		descs := make(chan *prometheus.Desc, 8)
+		c.Describe(descs)
+		close(descs)
+		for d := range descs {
+			if m := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String()); m != nil {
+				names[m[1]] = false
+			}
+		}
+	}
+	doc, err := os.ReadFile(operationsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	// A row's first cell names one metric or several, each in full.
+	for _, row := range regexp.MustCompile("(?m)^\\| (`collector_[^|]*)\\|").FindAllStringSubmatch(string(doc), -1) {
+		for _, m := range regexp.MustCompile("`(collector_[a-z0-9_]+)`").FindAllStringSubmatch(row[1], -1) {
+			listed[m[1]] = true
+		}
+	}
+	for n := range names {
+		if strings.HasPrefix(n, "collector_") && !listed[n] {
+			t.Errorf("%s is exported but not in docs/operations.md's metrics table", n)
+		}
+	}
+	for n := range listed {
+		if _, ok := names[n]; !ok {
+			t.Errorf("docs/operations.md's metrics table lists %s, which the collector does not export", n)
+		}
+	}
 }
 
 var metricName = regexp.MustCompile(`\bcollector_[a-zA-Z0-9_]+`)
