@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -25,6 +28,7 @@ const outcomePanic = "panic"
 type bugError struct {
 	value any
 	stack []byte
+	site  string // where it panicked: the stack's program counters, alike for every item it meets
 }
 
 // ProviderClass is ClassBug: a bug of ours says nothing of the provider's health.
@@ -32,6 +36,13 @@ func (e *bugError) ProviderClass() provider.Class { return provider.ClassBug }
 
 func (e *bugError) Error() string {
 	return fmt.Sprintf("collector bug: panic %v (its stack is in the log)", e.value)
+}
+
+// newBugError is the panic p, recovered in a deferred function.
+func newBugError(p any) *bugError {
+	pcs := make([]uintptr, 32)
+	n := runtime.Callers(2, pcs)
+	return &bugError{value: p, stack: debug.Stack(), site: fmt.Sprint(pcs[:n])}
 }
 
 // isBug reports whether err is, or wraps, a recovered panic.
@@ -44,16 +55,46 @@ func isBug(err error) bool {
 func guard[T any](f func() T) (v T, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &bugError{value: p, stack: debug.Stack()}
+			err = newBugError(p)
 		}
 	}()
 	return f(), nil
 }
 
-// logBug logs a recovered panic with its stack, once, where it was met.
+// bugStackEvery is how often one panic site's stack is logged again: a bug every answer meets
+// would otherwise log a stack per item (thousands a minute); the pass's failure line counts
+// the items (outcome panic).
+const bugStackEvery = time.Hour
+
+// bugSites remembers when each panic site's stack was last logged.
+type bugSites struct {
+	mu     sync.Mutex
+	logged map[string]time.Time
+}
+
+// due reports whether site's stack is to be logged at now, and if so marks it logged.
+func (s *bugSites) due(site string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if last, ok := s.logged[site]; ok && now.Sub(last) < bugStackEvery {
+		return false
+	}
+	if s.logged == nil {
+		s.logged = map[string]time.Time{}
+	}
+	s.logged[site] = now
+	return true
+}
+
+// logBug logs a recovered panic where it was met: with its stack the first time its site is
+// met (and once an hour after), at debug level between.
 func (d *Dispatcher) logBug(msg string, ids []string, err error) {
 	var b *bugError
 	if !errors.As(err, &b) {
+		return
+	}
+	if !d.bugs.due(b.site, time.Now()) {
+		d.log.Debug(msg, zap.Strings("item_ids", ids), zap.String("panic", fmt.Sprint(b.value)))
 		return
 	}
 	d.log.Error(msg, zap.Strings("item_ids", ids), zap.String("panic", fmt.Sprint(b.value)), zap.ByteString("stack", b.stack))

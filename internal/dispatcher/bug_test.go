@@ -17,16 +17,17 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// panicking is a Fetcher whose every call naming the poison item panics, as a bug in reading
-// that item's answer would.
+// panicking is a Fetcher whose every call naming the poison item (every item: poisonAll)
+// panics, as a bug in reading that item's answer would.
 type panicking struct {
 	Fetcher
-	poison string
-	calls  atomic.Int64 // calls that panicked
+	poison    string
+	poisonAll bool
+	calls     atomic.Int64 // calls that panicked
 }
 
 func (p *panicking) meet(ids ...string) {
-	if slices.Contains(ids, p.poison) {
+	if p.poisonAll || slices.Contains(ids, p.poison) {
 		p.calls.Add(1)
 		panic("index out of range [3] with length 3")
 	}

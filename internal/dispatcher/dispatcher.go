@@ -256,6 +256,7 @@ type Dispatcher struct {
 	log   *zap.Logger
 	clock dbClock
 	pause pauseLog
+	bugs  bugSites
 	// The fetcher's limits, read once; packSize is Config.PackSize within the fetcher's
 	// PackLimit (below 2: every item alone).
 	auctionLimit, soldLimit, packSize int

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,6 +45,48 @@ const writers = 2
 type writerStats struct {
 	collected, failed, fenced int
 	err                       error
+	// failures sums the failed items by outcome for the pass's log lines: a line per item
+	// flooded the log with thousands a minute while the provider failed a share of calls.
+	failures map[string]*failureSample
+}
+
+// failureSample is a pass's failed items of one outcome: how many, the first few ids, the
+// first error and the longest failure streak among them.
+type failureSample struct {
+	n         int
+	itemIDs   []string
+	err       error
+	maxStreak int32
+}
+
+// failureExamples is how many item ids a pass's failure line names per outcome.
+const failureExamples = 5
+
+func (s *writerStats) addFailure(r result) {
+	if s.failures == nil {
+		s.failures = map[string]*failureSample{}
+	}
+	f := s.failures[r.outcome]
+	if f == nil {
+		f = &failureSample{err: r.err}
+		s.failures[r.outcome] = f
+	}
+	f.n++
+	if len(f.itemIDs) < failureExamples {
+		f.itemIDs = append(f.itemIDs, r.claim.ItemID)
+	}
+	f.maxStreak = max(f.maxStreak, r.claim.FailureStreak+1) // this collection failed too
+}
+
+// logFailures writes one line per outcome for the pass's failed items; each item's own error
+// is in its last_error (collector items show ITEM_ID, the console) and at debug level.
+func (s *writerStats) logFailures(log *zap.Logger) {
+	for _, outcome := range slices.Sorted(maps.Keys(s.failures)) {
+		f := s.failures[outcome]
+		log.Warn("items failed in this pass; each rescheduled by its tier", zap.String("outcome", outcome),
+			zap.Int("items", f.n), zap.Strings("item_ids", f.itemIDs), zap.Int32("max_failure_streak", f.maxStreak),
+			zap.NamedError("first_error", f.err))
+	}
 }
 
 func (d *Dispatcher) startWriter(ctx context.Context, tm *timings) *writer {
@@ -99,6 +142,7 @@ func (w *writer) finish() writerStats {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.stats.logFailures(w.d.log)
 	return w.stats
 }
 
@@ -138,11 +182,16 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 			}
 		default:
 			failed++
-			w.d.log.Warn("item collection failed; rescheduled by tier",
+			w.d.log.Debug("item collection failed; rescheduled by tier",
 				zap.String("item_id", r.claim.ItemID), zap.String("outcome", r.outcome), zap.Error(r.err))
 		}
 	}
 	w.mu.Lock()
+	for _, r := range buf {
+		if r.err != nil && !skip[r.claim.ItemID] {
+			w.stats.addFailure(r)
+		}
+	}
 	w.stats.collected += collected
 	w.stats.failed += failed
 	w.stats.fenced += len(fencedIDs)
@@ -351,7 +400,7 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, res
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
-				err = &store.DataError{Err: &bugError{value: p, stack: debug.Stack()}}
+				err = &store.DataError{Err: newBugError(p)}
 			}
 		}()
 		if inTx != nil {
