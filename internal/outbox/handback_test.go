@@ -11,6 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/duecollector/duecollector/internal/kafkaconn"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -113,11 +116,17 @@ const (
 )
 
 // followRelay runs a following relay until the returned cancel; dial nil dials the broker.
-func followRelay(t *testing.T, pool *pgxpool.Pool, brokers []string, owner string, dial kafkaconn.Dial) (*TestSignals, context.CancelFunc, chan error) {
+func followRelay(t *testing.T, pool *pgxpool.Pool, brokers []string, owner string, dial kafkaconn.Dial, log ...*zap.Logger) (*TestSignals, context.CancelFunc, chan error) {
 	t.Helper()
 	cfg := testConfig(brokers, owner)
 	cfg.Lease, cfg.WriteTimeout, cfg.Dial = handBackLease, handBackWriteTimeout, dial
-	r, sig := newTestRelay(t, pool, cfg)
+	var r *Relay
+	var sig *TestSignals
+	if len(log) > 0 {
+		r, sig = newLoggedRelay(t, pool, cfg, log[0])
+	} else {
+		r, sig = newTestRelay(t, pool, cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
@@ -219,7 +228,8 @@ func TestRelayAloneTakesItsLanesBackWhenKafkaReturns(t *testing.T) {
 	pool := newDB(t)
 	broker := newBroker(t)
 	proxy := startCutProxy(t, broker.ListenAddrs()[0])
-	sig, stop, done := followRelay(t, pool, broker.ListenAddrs(), "relay-a", proxy.dial)
+	core, logs := observer.New(zapcore.InfoLevel)
+	sig, stop, done := followRelay(t, pool, broker.ListenAddrs(), "relay-a", proxy.dial, zap.New(core))
 	defer stop()
 	sig.Idle.Wait(t)
 
@@ -234,10 +244,24 @@ func TestRelayAloneTakesItsLanesBackWhenKafkaReturns(t *testing.T) {
 	if n := len(sig.Published.C()); n != 0 {
 		t.Fatalf("%d batches published with the path to Kafka cut", n)
 	}
+	// Each hand-back tells how long publishing has failed, over the rounds: not a first minute
+	// again after each.
+	handed := logs.FilterMessageSnippet("handing its lanes back").All()
+	if len(handed) < 2 {
+		t.Fatalf("%d hand-backs logged, want 2", len(handed))
+	}
+	first, second := handed[0].ContextMap()["failing_seconds"].(time.Duration), handed[1].ContextMap()["failing_seconds"].(time.Duration)
+	if second < first+handBackLease {
+		t.Fatalf("the second hand-back says failing for %v, the first %v; want a lease more at least", second, first)
+	}
 	proxy.restore()
 	var published []int64
 	for len(published) < len(pending) {
 		published = append(published, sig.Published.Wait(t)...)
+	}
+	if again := logs.FilterMessage("outbox relay publishing again").All(); len(again) != 1 ||
+		again[0].ContextMap()["failed_for_seconds"].(time.Duration) < second {
+		t.Fatalf("recovery logged %v; want one line with the outage's length", again)
 	}
 	if len(pending) != 40 || published[0] != pending[0] || !slices.Equal(slices.Sorted(slices.Values(published)), pending) {
 		t.Fatalf("published %v, want the pending rows %v from the oldest", published, pending)

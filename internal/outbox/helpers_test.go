@@ -71,13 +71,19 @@ func waitPublished(t *testing.T, n int, sigs ...*TestSignals) []int {
 
 func newTestRelay(tb testing.TB, pool *pgxpool.Pool, cfg RelayConfig) (*Relay, *TestSignals) {
 	tb.Helper()
-	sig := &TestSignals{}
-	sig.Init(tb)
-	cfg.Test = sig
 	var log *zap.Logger
 	if t, ok := tb.(*testing.T); ok && testing.Verbose() {
 		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
+	return newLoggedRelay(tb, pool, cfg, log)
+}
+
+// newLoggedRelay is newTestRelay logging to log.
+func newLoggedRelay(tb testing.TB, pool *pgxpool.Pool, cfg RelayConfig, log *zap.Logger) (*Relay, *TestSignals) {
+	tb.Helper()
+	sig := &TestSignals{}
+	sig.Init(tb)
+	cfg.Test = sig
 	r, err := NewRelay(pool, cfg, log)
 	if err != nil {
 		tb.Fatalf("NewRelay: %v", err)

@@ -135,7 +135,10 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 	defer r.catchPanic(&err)
 	r.pass = Result{}
 	s := &schedule{follow: wake != nil}
-	var failingSince time.Time
+	var failingSince time.Time // this run of failed attempts: its back-off and hand-back
+	// outage is since when attempts have failed, across hand-backs (whose idle turns end a run
+	// of failures): what the log lines tell. Zero while publishing works.
+	var outage time.Time
 	for failures := 0; ctx.Err() == nil; {
 		idle, err := r.turn(ctx, s)
 		switch {
@@ -143,6 +146,14 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			return nil
 		case err == nil:
 			failures = 0
+			// The outage is over only once the relay publishes, or holds lanes with nothing to
+			// publish: after a hand-back it has nothing to do, which says nothing of Kafka.
+			if !outage.IsZero() && (!idle || len(r.lanes.held) > 0) {
+				if !idle {
+					r.log.Info("outbox relay publishing again", zap.Duration("failed_for_seconds", time.Since(outage)))
+				}
+				outage = time.Time{}
+			}
 			if idle {
 				r.cfg.Test.Idle.Signal(struct{}{})
 				r.wait(ctx, r.cfg.PollInterval, wake)
@@ -152,6 +163,9 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			if failures++; failures == 1 {
 				failingSince = time.Now()
 			}
+			if outage.IsZero() {
+				outage = failingSince
+			}
 			if err := r.failed(ctx, err); err != nil {
 				return err
 			}
@@ -159,11 +173,12 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 				return fmt.Errorf("outbox relay gave up after %d attempts; unpublished rows stay in the outbox: %w", failures, err)
 			}
 			d := r.retry().Delay(failures)
-			r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures), zap.Duration("backoff_seconds", d))
+			r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures),
+				zap.Duration("failing_seconds", time.Since(outage)), zap.Duration("backoff_seconds", d))
 			// A lease of failures hands the lanes back, counted to this back-off's end so that
 			// they are not kept through a back-off that ends past it.
 			if reason, _ := classify(err); reason != "database" && s.follow && len(r.lanes.held) > 0 && time.Since(failingSince)+d >= r.cfg.Lease {
-				r.handBack(ctx, s, time.Since(failingSince), err)
+				r.handBack(ctx, s, time.Since(outage), err)
 			}
 			r.wait(ctx, d, nil)
 		}
