@@ -21,7 +21,8 @@ import (
 // Logins and CSRF. A login makes a session held in this process's memory (a restart logs
 // everyone out): a random id in an HttpOnly, SameSite=Strict cookie, and a random CSRF token
 // of its own that every action form carries and the server compares with the session's
-// (the synchroniser token pattern). A POST whose Origin names another host is refused first.
+// (the synchroniser token pattern). A POST the browser marks as sent from another site
+// (Sec-Fetch-Site, else an Origin naming another host) is refused first.
 
 // Failed logins are paced per client (httpserve.ClientAddr): loginBurst at once, then one
 // every loginEvery. A guesser so paced only locks itself out; the operator logging in from
@@ -46,8 +47,24 @@ func newLoginPacer() *loginPacer {
 	return &loginPacer{all: rate.NewLimiter(rate.Every(loginAllEvery), loginAllBurst), clients: map[string]*rate.Limiter{}}
 }
 
-// bucket is client's bucket; a full one holds nothing worth keeping, so buckets are dropped
-// once refilled and the map stays the size of the recent guessers.
+// paced reports whether client, or everyone, is out of failed logins for now. A client that
+// never failed has no bucket: a full one.
+func (p *loginPacer) paced(client string, now time.Time) bool {
+	if b := p.clients[client]; b != nil && b.TokensAt(now) < 1 {
+		return true
+	}
+	return p.all.TokensAt(now) < 1
+}
+
+// failed charges a failed login to client and to everyone.
+func (p *loginPacer) failed(client string, now time.Time) {
+	p.bucket(client, now).AllowN(now, 1)
+	p.all.AllowN(now, 1)
+}
+
+// bucket is client's bucket, made at its first failure. A refilled one holds nothing worth
+// keeping: once the map reaches loginClients they are dropped, and past that newcomers share
+// one.
 func (p *loginPacer) bucket(client string, now time.Time) *rate.Limiter {
 	if b := p.clients[client]; b != nil {
 		return b
@@ -213,15 +230,13 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 func (c *Console) tryLogin(client, user, password string, now time.Time) (ok, paced bool) {
 	c.loginMu.Lock()
 	defer c.loginMu.Unlock()
-	b := c.logins.bucket(client, now)
-	if b.TokensAt(now) < 1 || c.logins.all.TokensAt(now) < 1 {
+	if c.logins.paced(client, now) {
 		return false, true
 	}
 	if c.credentialsMatch(user, password) {
 		return true, false
 	}
-	b.AllowN(now, 1)
-	c.logins.all.AllowN(now, 1)
+	c.logins.failed(client, now)
 	return false, false
 }
 

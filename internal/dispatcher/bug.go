@@ -28,7 +28,7 @@ const outcomePanic = "panic"
 type bugError struct {
 	value any
 	stack []byte
-	site  string // where it panicked: the stack's program counters, alike for every item it meets
+	site  string // the stack's program counters: alike for every item that meets the bug on one code path
 }
 
 // ProviderClass is ClassBug: a bug of ours says nothing of the provider's health.

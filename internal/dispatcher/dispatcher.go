@@ -257,6 +257,7 @@ type Dispatcher struct {
 	clock dbClock
 	pause pauseLog
 	bugs  bugSites
+	skew  skewLog
 	// The fetcher's limits, read once; packSize is Config.PackSize within the fetcher's
 	// PackLimit (below 2: every item alone).
 	auctionLimit, soldLimit, packSize int

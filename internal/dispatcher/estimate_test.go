@@ -47,9 +47,18 @@ func TestSalesGapIsAFullPageOfOnlyNewerSales(t *testing.T) {
 		{"no sale stored, full page reaching only into the seconds held back", page(100, collected.Add(-time.Second)), nil, &collected, 0, true},
 	} {
 		sent := len(tc.rows) + tc.dropped
-		if got := salesGap(tc.rows, full(sent, 100), tc.stored, tc.collected); got != tc.want {
+		if got := salesGap(tc.rows, full(sent, 100), tc.stored, tc.collected, 0); got != tc.want {
 			t.Errorf("%s: gap %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	// A provider whose clock trails the database's by 30 s dated the last collection's page 30 s
+	// earlier: a full page of only sales after that, by its clock, lost some.
+	behind := -30 * time.Second
+	if !salesGap(page(100, collected.Add(behind+time.Second)), true, nil, &collected, behind) {
+		t.Error("provider 30 s behind, no sale stored, a full page all after the last collection by its clock: no gap found")
+	}
+	if salesGap(page(100, history.Settled(collected.Add(behind))), true, nil, &collected, behind) {
+		t.Error("provider 30 s behind, a full page reaching the last collection's settled seconds by its clock: a gap found")
 	}
 }
 

@@ -250,7 +250,9 @@ func (d *Dispatcher) salesAlone(ctx context.Context, c catalog.Claim) (sales []h
 		return nil, false, at, err
 	}
 	f := full(a.Sent, d.soldLimit)
-	return history.SequenceSales(a.Rows, f, c.LastSaleAt), salesGap(a.Rows, f, c.LastSaleAt, c.LastCollectedAt), a.AnsweredAt(at), nil
+	answered = a.AnsweredAt(at)
+	d.skew.seen(d.log, answered.Sub(at), time.Now())
+	return history.SequenceSales(a.Rows, f, c.LastSaleAt), salesGap(a.Rows, f, c.LastSaleAt, c.LastCollectedAt, answered.Sub(at)), answered, nil
 }
 
 // full reports an answer that reached its limit: rows past it, if any, were cut off.
@@ -291,12 +293,14 @@ func untilAnswered[T any](ctx context.Context, call func() (T, error)) (T, error
 // (as sent: rows the row check dropped still filled it) whose oldest kept sale is newer than
 // the newest sale already stored. With no sale stored, the
 // item's last collection bounds what was seen (its page was empty); before the first
-// collection there is nothing to compare with.
-func salesGap(rows []provider.Sale, full bool, lastStored, lastCollected *time.Time) bool {
+// collection there is nothing to compare with. skew is how far the provider's clock is ahead
+// of the database's (this answer's Date less our time: provider.Answer.AnsweredAt), which
+// puts the last collection, on the database's clock, on the sales' own.
+func salesGap(rows []provider.Sale, full bool, lastStored, lastCollected *time.Time, skew time.Duration) bool {
 	if lastStored == nil && lastCollected != nil {
 		// That collection saw its page whole but left its newest seconds for later
 		// (history.Settled): those were not seen for good.
-		settled := history.Settled(*lastCollected)
+		settled := history.Settled(lastCollected.Add(skew))
 		lastStored = &settled
 	}
 	if lastStored == nil || !full || len(rows) == 0 {

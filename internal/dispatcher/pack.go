@@ -191,6 +191,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 		})
 		if err == nil {
 			answeredAt = a.AnsweredAt(sentAt)
+			d.skew.seen(d.log, answeredAt.Sub(sentAt), time.Now())
 			newest = answeredAt.Add(-shadowSkew) // made before the call, whatever the answer holds
 			sparts = packing.Split(a.Rows, func(s provider.Sale) string { return s.ItemID }, ids)
 			ssent, sok = a.Sent, true

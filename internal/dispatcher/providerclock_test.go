@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -93,15 +97,21 @@ func TestShadowCheckReadsSalesOnTheProvidersClock(t *testing.T) {
 	checks := &salesShadows{}
 	cfg := Config{BatchSize: 20, Concurrency: 2, PackSize: 10, PackMaxListings: 60, PackMaxSales: packMaxSalesMax,
 		ShadowFraction: 1, Observer: checks}
+	core, logs := observer.New(zapcore.WarnLevel)
+	d := e.dispatcher(t, cfg, zap.New(core))
 	for pass := range 2 {
 		after.Store(pass == 1)
 		e.due(t)
-		if _, err := e.dispatcher(t, cfg, nil).RunOnce(ctx); err != nil {
+		if _, err := d.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if checks.n.Load() == 0 || extra.Load() == 0 {
 		t.Fatal("no packed sales answer was shadow-checked: the test proves nothing")
+	}
+	// Every answer was 5 minutes behind: said once, not per answer.
+	if n := logs.FilterMessageSnippet("the provider's clock is off the database's").Len(); n != 1 {
+		t.Fatalf("%d warnings of the provider's clock, want 1: %v", n, logs.All())
 	}
 	st, err := ReadPackingStatus(ctx, e.pool)
 	if err != nil {

@@ -79,7 +79,7 @@ func (s *writerStats) addFailure(r result) {
 }
 
 // logFailures writes one line per outcome for the pass's failed items; each item's own error
-// is in its last_error (collector items show ITEM_ID, the console) and at debug level.
+// is in its last_error (collector items ITEM_ID, the console) and at debug level.
 func (s *writerStats) logFailures(log *zap.Logger) {
 	for _, outcome := range slices.Sorted(maps.Keys(s.failures)) {
 		f := s.failures[outcome]

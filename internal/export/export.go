@@ -148,7 +148,9 @@ type DB interface {
 // the day to count as caught up: a collection leaves the sales of history.SalesSettle before
 // its sales page was answered for the next, and the attempt is recorded after its calls (a
 // pack's, budget waits included). The attempt is on the database's clock and the sales on the
-// provider's: the minute is also how far the provider's clock may trail the database's.
+// provider's: the minute is also how far the provider's clock may trail the database's (the
+// collector warns from 30 s; sales are stored right whatever the skew, only the day's
+// completeness assumes it).
 const CaughtUpAfter = history.SalesSettle + time.Minute
 
 // BusyWaitDefault is `collector export`'s Options.BusyWait: a day takes seconds to write.

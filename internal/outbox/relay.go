@@ -127,6 +127,7 @@ func (r *Relay) Run(ctx context.Context) error {
 type schedule struct {
 	follow      bool
 	nextAcquire time.Time
+	foundNone   bool // the last look for free lanes left the relay holding none
 }
 
 // loop takes turns until ctx ends, a permanent error or, in a pass (no wake), idleness.
@@ -148,10 +149,16 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			failures = 0
 			// The outage is over only once the relay publishes, or holds lanes with nothing to
 			// publish: after a hand-back it has nothing to do, which says nothing of Kafka.
-			if !outage.IsZero() && (!idle || len(r.lanes.held) > 0) {
+			switch {
+			case outage.IsZero():
+			case !idle || len(r.lanes.held) > 0:
 				if !idle {
 					r.log.Info("outbox relay publishing again", zap.Duration("failed_for_seconds", time.Since(outage)))
 				}
+				outage = time.Time{}
+			case s.foundNone:
+				// It looked for lanes again and found none free: other relays publish them. Its
+				// own outage is no longer told; a new failure starts a new one.
 				outage = time.Time{}
 			}
 			if idle {
@@ -214,6 +221,7 @@ func (r *Relay) leaseIfDue(ctx context.Context, s *schedule) error {
 	}
 	if err == nil && acquire {
 		s.nextAcquire = now.Add(min(r.cfg.PollInterval, r.cfg.Lease/4))
+		s.foundNone = len(r.lanes.held) == 0
 	}
 	return err
 }
@@ -249,7 +257,7 @@ func (r *Relay) checkTopic(ctx context.Context) error {
 	}
 	r.topicOK = true
 	if r.stopped.Swap(nil) != nil {
-		r.log.Info("outbox relay publishing again")
+		r.log.Info("outbox relay past its topic check after a stop: publishing again")
 		r.cfg.OnHealth(true)
 	}
 	if err := clearStops(ctx, r.pool); err != nil {
