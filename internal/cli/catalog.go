@@ -162,10 +162,10 @@ scheduled for collection, are hidden from ranking read paths, and purge:syntheti
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			if opt.Items < 1 || opt.Items > devdata.MaxSyntheticItems {
-				return fmt.Errorf("--items %d: must be between 1 and %d", opt.Items, devdata.MaxSyntheticItems)
+				return usageError{cmd: "collector seed:synthetic", err: fmt.Errorf("--items %d: must be between 1 and %d", opt.Items, devdata.MaxSyntheticItems)}
 			}
 			if opt.Days < 1 || opt.Days > devdata.MaxSyntheticDays {
-				return fmt.Errorf("--days %d: must be between 1 and %d", opt.Days, devdata.MaxSyntheticDays)
+				return usageError{cmd: "collector seed:synthetic", err: fmt.Errorf("--days %d: must be between 1 and %d", opt.Days, devdata.MaxSyntheticDays)}
 			}
 			pool, err := a.db(ctx)
 			if err != nil {

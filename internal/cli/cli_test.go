@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -343,6 +344,10 @@ func TestBadValuesAreRefusedAndUnknownEnvIsNamed(t *testing.T) {
 		{[]string{"history", "x", "--since", "213504d"}, "at most 106751d"}, // wrapped to 25m otherwise
 		{[]string{"outbox", "retry", "--id", "-3"}, "--id -3: outbox ids are positive"},
 		{[]string{"outbox", "retry", "--id", "0"}, "--id 0: outbox ids are positive"},
+		{[]string{"outbox", "retry"}, "give either --id (one or more) or --all"},
+		{[]string{"outbox", "retry", "--all", "--id", "3"}, "give either --id (one or more) or --all"},
+		{[]string{"seed:synthetic", "--items", "0"}, "--items 0: must be between 1 and"},
+		{[]string{"seed:synthetic", "--days", "0"}, "--days 0: must be between 1 and"},
 		{[]string{"collect-due", "--batch-size", "99999999999999999999"}, "out of range"},
 		{[]string{"plan", "--budget", "0"}, "--budget 0: want a positive, finite number"},
 		{[]string{"plan", "--budget", "-2"}, "--budget -2: want a positive, finite number"},
@@ -414,5 +419,17 @@ func TestEveryCommandTheDocsNameExists(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("only %d command lines found: the patterns no longer match the docs", checked)
+	}
+}
+
+// A one-shot a signal stops before it finished says so, not a bare "context canceled".
+func TestAOneShotStoppedBySignalSaysSo(t *testing.T) {
+	db := catalogEnv(t, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the signal, before the import got anywhere
+	var stdout, stderr strings.Builder
+	code := execute(ctx, []string{"import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml", "--log-format", "console"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "stopped by a signal before it finished") {
+		t.Fatalf("exit %d, stderr %q; want 1 saying a signal stopped it", code, stderr.String())
 	}
 }

@@ -77,7 +77,9 @@ func newCollectDueCmd(a *app) *cobra.Command {
 		Long: `collect-due claims due items in batches (safe to run from several processes or schedulers
 at once: each item goes to exactly one of them), collects current listings and recent sales,
 stores a snapshot and an outbox event per item, and reschedules every claimed item by its tier.
-When the provider is not HEALTHY or RECOVERING it claims nothing, says why, and exits 0.`,
+When the provider is not HEALTHY or RECOVERING it claims nothing, says why, and exits 0. It exits 1
+when it claimed items and every one failed, so that a scheduler sees a run that did nothing;
+items failing beside others collected leave it at 0 (the log's per-outcome lines name them).`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			d, stop, err := a.newDispatcher(ctx)
@@ -89,6 +91,9 @@ When the provider is not HEALTHY or RECOVERING it claims nothing, says why, and 
 			a.printf("%s\n", sum)
 			if err == nil {
 				a.log.Info("collect-due finished", summaryFields(sum)...)
+			}
+			if err == nil && sum.Failed > 0 && sum.Collected == 0 {
+				return fmt.Errorf("every item claimed failed (%d); the log names them by outcome, `collector items ITEM_ID` shows one's last error", sum.Failed)
 			}
 			return err
 		}),

@@ -56,6 +56,27 @@ func TestCollectDueEndToEnd(t *testing.T) {
 	}
 }
 
+// A run in which every claimed item failed exits 1, so that a CronJob or a timer shows it
+// failed; a run with some collected exits 0 (the log's per-outcome lines name the failed).
+func TestCollectDueExitsOneWhenEveryItemFailed(t *testing.T) {
+	_, db := storetest.NewPool(t)
+	sim := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1})
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	t.Setenv("NEOPLE_API_BASE_URL", srv.URL)
+	t.Setenv("COLLECTOR_CONFIG", "")
+	t.Setenv("NEOPLE_ITEM_API_KEY", neoplesim.DefaultItemKey)
+	t.Setenv("NEOPLE_MARKET_API_KEY", neoplesim.DefaultMarketKey)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	sim.SetFaults(neoplesim.Faults{ErrorRate: 1})
+	out, _, err := runCollector(t, "collect-due", "--database-url", db)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "every item claimed failed") || !strings.Contains(out, "collected=0") {
+		t.Fatalf("collect-due with every call failing: %q, %v; want exit 1 saying every item failed", out, err)
+	}
+}
+
 func TestCollectDueWithoutMarketKeyNamesTheVariable(t *testing.T) {
 	db := catalogEnv(t, false)
 	t.Setenv("NEOPLE_ITEM_API_KEY", "an-item-key-is-not-a-market-key")

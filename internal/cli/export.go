@@ -55,7 +55,7 @@ docs/api.md says how to load a day into DuckDB.`,
 				opts.Retention = a.cfg.Retention
 				opts.BusyWait = exportBusyWait
 				opts.OnBusy = func() {
-					a.printf("%s: another export is writing %s right now; waiting for it to finish\n", day, out)
+					fmt.Fprintf(a.stderr, "%s: another export is writing %s right now; waiting for it to finish\n", day, out)
 				}
 				res, err := export.Run(ctx, pool, opts)
 				if err != nil {

@@ -87,7 +87,7 @@ outbox id, so they are published after newer events of the same item that went o
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			if all == (len(ids) > 0) {
-				return errors.New("give either --id (one or more) or --all")
+				return usageError{cmd: "collector outbox retry", err: errors.New("give either --id (one or more) or --all")}
 			}
 			for _, id := range ids {
 				if id <= 0 {

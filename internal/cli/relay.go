@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -43,7 +44,9 @@ kafka.outbox_retention, and what retention.* ages are set.
 Several relays may run at once: each holds a share of the outbox lanes (all events of one item
 share a lane), so per-item order holds. With --once, lanes another relay holds are left to it;
 the command says so and exits 0. It exits non-zero when the broker stays unreachable after
-outbox.RetryAttemptsDefault (5) tries; unpublished rows stay in the outbox for the next run.
+outbox.RetryAttemptsDefault (5) tries; unpublished rows stay in the outbox for the next run. It
+exits 1 too when the broker refused events for what they are (too large, invalid): they are set
+aside until collector outbox retry, and this run is the one a scheduler hears of them from.
 Stopped by SIGTERM or Ctrl-C, it says what it published and exits 0, as collect-due does.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
@@ -71,6 +74,10 @@ Stopped by SIGTERM or Ctrl-C, it says what it published and exits 0, as collect-
 			}
 			if res.Failed > 0 {
 				a.printf("see `collector outbox list --failed`\n")
+				if err == nil {
+					// Set aside for good until someone acts: a scheduler is told by this run.
+					err = fmt.Errorf("the broker refused %d events for what they are; they wait for `collector outbox retry` (`collector outbox list --failed` shows why)", res.Failed)
+				}
 			}
 			return err
 		}),

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/duecollector/duecollector/internal/testkit"
 )
 
@@ -41,5 +43,30 @@ func TestRelayOnceStoppedSaysSoAndExitsZero(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "published 0, failed 0, in 0 batches; interrupted: the rest stays in the outbox") {
 		t.Fatalf("relay-outbox --once stopped printed %q", out.String())
+	}
+}
+
+// Events the broker refuses for what they are are set aside as failed, and the run that met
+// them exits 1: a cron-only deployment has no gauge to alert on, and later runs do not see them.
+func TestRelayOnceExitsOneWhenTheBrokerRefusesEvents(t *testing.T) {
+	db := catalogEnv(t, true)
+	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCollector(t, "collect-due", "--database-url", db); err != nil {
+		t.Fatal(err)
+	}
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	if err := broker.CreateTopic("tiny-messages", 1, map[string]string{"max.message.bytes": "100"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COLLECTOR_KAFKA_TOPIC", "tiny-messages")
+	out, _, err := runCollector(t, "relay-outbox", "--once", "--database-url", db, "--brokers", broker.ListenAddrs()[0])
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "the broker refused 12 events") || !strings.Contains(out, "failed 12") {
+		t.Fatalf("relay-outbox --once with every event refused: %q, %v; want exit 1 naming the 12 set aside", out, err)
 	}
 }
