@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,17 +95,18 @@ func TestExportCommandWaitsForAnotherExportOfTheDay(t *testing.T) {
 	_, db := storetest.NewPool(t)
 	out := t.TempDir()
 	other := holdDayLock(t, out)
-	stdout := &signalWriter{want: "waiting for it", seen: make(chan struct{})}
+	stderr := &signalWriter{want: "waiting for it", seen: make(chan struct{})} // a diagnostic: not on stdout
+	stdout := &signalWriter{want: "exported", seen: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		cmd := newRootCmd(stdout, io.Discard)
+		cmd := newRootCmd(stdout, stderr)
 		cmd.SetArgs([]string{"export", "--database-url", db, "--day", "2026-01-01", "--out", out, "--format", "csv", "--log-format=console"})
 		done <- cmd.ExecuteContext(context.Background())
 	}()
 	select {
-	case <-stdout.seen:
+	case <-stderr.seen:
 	case err := <-done:
-		t.Fatalf("with the day locked by another export it ended: %v, %q; want it waiting", err, stdout.String())
+		t.Fatalf("with the day locked by another export it ended: %v, %q; want it waiting", err, stderr.String())
 	}
 	other.Close() // the other export ends
 	if err := <-done; err != nil || !strings.Contains(stdout.String(), "exported") {
