@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
@@ -225,10 +226,21 @@ func MigrateTo(ctx context.Context, url string, target int32, onStart func(Step)
 	}
 	boundSteps(ctx, conn, m, onStart)
 	if err := m.MigrateTo(ctx, target); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			return fmt.Errorf("migrate to version %d: waited %s for a lock another session holds (a long query, an export, a claim) and gave up rather than queue every writer behind it; nothing of that step was applied, run it again: %w",
+				target, migrationLockTimeout, err)
+		}
 		return fmt.Errorf("migrate to version %d: %w", target, err)
 	}
 	return nil
 }
+
+// migrationLockTimeout bounds how long a migration step waits for a table lock. Waiting, its
+// ACCESS EXCLUSIVE request would queue every claim and write-back behind the transaction it
+// waits for; failed, the step rolls back and is run again. A role's statement_timeout does
+// not apply inside a step: a long DDL is meant to finish.
+var migrationLockTimeout = 10 * time.Second
 
 // boundSteps bounds each migration's transaction as Connect bounds the connection, then calls
 // onStart (when set): tern runs RESET ALL at the end of every migration, which undid
@@ -237,6 +249,8 @@ func boundSteps(ctx context.Context, conn *pgx.Conn, m *migrate.Migrator, onStar
 	m.OnStart = func(seq int32, name, direction, sql string) {
 		// Inside the step's transaction: an error aborts it, and the step fails saying so.
 		_ = boundIdle(ctx, conn, IdleInTransactionDefault)
+		_, _ = conn.Exec(ctx, `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', '0', true)`,
+			fmt.Sprintf("%dms", migrationLockTimeout.Milliseconds()))
 		if onStart != nil {
 			onStart(Step{Sequence: seq, Name: name, Direction: direction, SQL: sql})
 		}

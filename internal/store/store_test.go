@@ -305,7 +305,8 @@ func TestEveryMigrationStepIsBounded(t *testing.T) {
 	}
 	for i := 1; i <= 3; i++ {
 		m.AppendMigration(fmt.Sprintf("step %d", i), fmt.Sprintf(
-			`CREATE TABLE bound_seen_%d AS SELECT current_setting('idle_in_transaction_session_timeout') AS v`, i), "")
+			`CREATE TABLE bound_seen_%d AS SELECT current_setting('idle_in_transaction_session_timeout')
+				|| ' ' || current_setting('lock_timeout') || ' ' || current_setting('statement_timeout') AS v`, i), "")
 	}
 	var steps []int32
 	store.BoundSteps(ctx, conn, m, func(s store.Step) { steps = append(steps, s.Sequence) })
@@ -320,9 +321,40 @@ func TestEveryMigrationStepIsBounded(t *testing.T) {
 		if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT v FROM bound_seen_%d`, i)).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
-		if got != "1min" {
-			t.Errorf("step %d ran with idle_in_transaction_session_timeout = %q, want 1min", i, got)
+		if got != "1min 10s 0" {
+			t.Errorf("step %d ran with idle_in_transaction, lock and statement timeouts %q, want 1min 10s 0", i, got)
 		}
+	}
+}
+
+// A migration step waiting for a table lock behind a long transaction gives up after
+// migrationLockTimeout, saying so, rather than queue every claim and write-back behind its
+// ACCESS EXCLUSIVE request; run again once the lock is free, it applies.
+func TestAMigrationBehindALongTransactionGivesUpSayingSo(t *testing.T) {
+	ctx := context.Background()
+	pool, url := storetest.NewPool(t)
+	defer store.SetMigrationLockTimeout(200 * time.Millisecond)()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE tracked_items IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	err = store.MigrateTo(ctx, url, 0, nil) // dropping the tables needs their ACCESS EXCLUSIVE lock
+	if err == nil || !strings.Contains(err.Error(), "for a lock another session holds") || !strings.Contains(err.Error(), "run it again") {
+		t.Fatalf("migrate down behind a held lock: %v; want it to give up saying so", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	latest, err := store.LatestVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := store.CurrentVersion(ctx, pool); err != nil || v != latest {
+		t.Fatalf("after the failed step the schema is at %d (%v); want it untouched at %d", v, err, latest)
 	}
 }
 

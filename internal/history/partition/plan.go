@@ -70,9 +70,9 @@ func planCreate(parts []Partition, now, until time.Time, iv time.Duration) []Ran
 		}
 	}
 	for _, p := range sorted {
-		if p.DetachPending {
-			continue
-		}
+		// A partition an interrupted DETACH … CONCURRENTLY left pending still holds its range
+		// (until FINALIZE, which may wait out a long snapshot): planning over it, as the archive
+		// recreated below the oldest partition did, failed every creation for the table.
 		if p.Lower != nil && (cursor == nil || p.Lower.After(*cursor)) {
 			fill(*p.Lower)
 		}

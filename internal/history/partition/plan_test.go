@@ -115,3 +115,22 @@ func TestCoverageAheadStopsAtTheFirstGap(t *testing.T) {
 		t.Fatalf("now uncovered: %v", got)
 	}
 }
+
+// A partition whose detach was interrupted (retention's, at the old end, with the archive
+// already gone) still holds its range: nothing is planned over it, so the table's creation
+// pass does not fail on an overlap while FINALIZE waits.
+func TestAPartitionLeftDetachingIsNotPlannedOver(t *testing.T) {
+	now := ts("2026-12-02T05:30:00Z")
+	parts := asParts(planCreate(nil, now.Add(-3*day), now.Add(3*day), day))[1:] // the archive dropped
+	parts[0].DetachPending = true                                               // 11-29, half detached
+	for _, r := range planCreate(parts, now, now.Add(3*day), day) {
+		for _, p := range parts {
+			if (r.Lower == nil || r.Lower.Before(*p.Upper)) && (p.Lower == nil || r.Upper.After(*p.Lower)) {
+				t.Fatalf("planned %v over the partition %v..%v", show([]Range{r}), p.Lower, p.Upper)
+			}
+		}
+	}
+	if got := coveredUntil(parts, now); !got.Equal(*parts[len(parts)-1].Upper) {
+		t.Fatalf("covered until %v", got)
+	}
+}
