@@ -74,6 +74,7 @@ type collectService struct {
 	calls   *atomic.Int64 // provider calls made, counted by the fetcher
 	metrics *telemetry.Metrics
 	log     *zap.Logger
+	passes  passLog // logPass's, one goroutine's
 	// wake and changed cut a sleep between passes short: a tracked_items notification, a
 	// provider status change.
 	wake    <-chan struct{}
@@ -307,12 +308,45 @@ func (s *collectService) logPass(sum dispatcher.Summary) {
 	if sum.Claimed == 0 {
 		return
 	}
-	s.log.Info("collection pass", zap.Int("claimed", sum.Claimed), zap.Int("collected", sum.Collected),
+	s.passes.add(s.log, sum, time.Now())
+	s.log.Debug("collection pass", zap.Int("claimed", sum.Claimed), zap.Int("collected", sum.Collected),
 		zap.Int("failed", sum.Failed), zap.Int("fenced_out", sum.Fenced), zap.Int("released", sum.Released),
 		zap.Stringer("stop", sum.Stop), zap.Duration("duration_seconds", sum.Duration),
 		zap.Duration("claim_p50_seconds", sum.Claim.P50), zap.Duration("claim_p95_seconds", sum.Claim.P95),
 		zap.Duration("fetch_p50_seconds", sum.Fetch.P50), zap.Duration("fetch_p95_seconds", sum.Fetch.P95),
 		zap.Duration("persist_p50_seconds", sum.Persist.P50), zap.Duration("persist_p95_seconds", sum.Persist.P95))
+}
+
+// passLogEvery is how often the daemon sums its passes up in one line: with packing on a
+// healthy daemon runs a pass every second or so, and a line each was 60 a minute.
+const passLogEvery = time.Minute
+
+// passLog sums the passes that claimed something since its last line; the first is logged at
+// once, so a starting daemon shows it collects.
+type passLog struct {
+	last, since                                          time.Time // the last line; the first pass summed
+	passes, claimed, collected, failed, fenced, released int
+	longest                                              time.Duration
+}
+
+func (p *passLog) add(log *zap.Logger, sum dispatcher.Summary, now time.Time) {
+	if p.passes == 0 {
+		p.since = now.Add(-sum.Duration)
+	}
+	p.passes++
+	p.claimed += sum.Claimed
+	p.collected += sum.Collected
+	p.failed += sum.Failed
+	p.fenced += sum.Fenced
+	p.released += sum.Released
+	p.longest = max(p.longest, sum.Duration)
+	if !p.last.IsZero() && now.Sub(p.last) < passLogEvery {
+		return
+	}
+	log.Info("collection passes", zap.Int("passes", p.passes), zap.Int("claimed", p.claimed), zap.Int("collected", p.collected),
+		zap.Int("failed", p.failed), zap.Int("fenced_out", p.fenced), zap.Int("released", p.released),
+		zap.Duration("longest_pass_seconds", p.longest), zap.Duration("over_seconds", now.Sub(p.since)))
+	*p = passLog{last: now}
 }
 
 // retryBackoff spaces the daemon's retries after database errors.
