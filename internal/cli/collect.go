@@ -78,8 +78,9 @@ func newCollectDueCmd(a *app) *cobra.Command {
 at once: each item goes to exactly one of them), collects current listings and recent sales,
 stores a snapshot and an outbox event per item, and reschedules every claimed item by its tier.
 When the provider is not HEALTHY or RECOVERING it claims nothing, says why, and exits 0. It exits 1
-when it claimed items and every one failed, so that a scheduler sees a run that did nothing;
-items failing beside others collected leave it at 0 (the log's per-outcome lines name them).`,
+when every item it claimed was tried and failed (not all for the item's own error), so that a
+scheduler sees a run that did nothing; items failing beside others collected, or handed back by
+a maintenance answer, a cool-down or a signal, leave it at 0 (the log names the failed by outcome).`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			d, stop, err := a.newDispatcher(ctx)
@@ -92,7 +93,7 @@ items failing beside others collected leave it at 0 (the log's per-outcome lines
 			if err == nil {
 				a.log.Info("collect-due finished", summaryFields(sum)...)
 			}
-			if err == nil && sum.Failed > 0 && sum.Collected == 0 {
+			if err == nil && everyItemFailed(sum) {
 				return fmt.Errorf("every item claimed failed (%d); the log names them by outcome, `collector items ITEM_ID` shows one's last error", sum.Failed)
 			}
 			return err
@@ -144,6 +145,14 @@ func newCollectCmd(a *app) *cobra.Command {
 			return nil
 		}),
 	}
+}
+
+// everyItemFailed tells a collect-due run that did nothing because its calls failed: every item
+// it claimed was tried and failed, not all of them for the item's own error (a removed item
+// alone due must not fail every run until it goes dormant). Items handed back (a maintenance
+// answer, a cool-down, a signal) are not failures: such a run exits 0, saying why.
+func everyItemFailed(sum dispatcher.Summary) bool {
+	return sum.Claimed > 0 && sum.Failed+sum.Fenced == sum.Claimed && sum.Failed > sum.ItemErrors
 }
 
 // notCollected says why a pass that ended without error collected nothing.

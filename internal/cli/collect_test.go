@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/duecollector/duecollector/internal/budget"
+	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
@@ -74,6 +75,29 @@ func TestCollectDueExitsOneWhenEveryItemFailed(t *testing.T) {
 	out, _, err := runCollector(t, "collect-due", "--database-url", db)
 	if exitCode(err) != 1 || !strings.Contains(err.Error(), "every item claimed failed") || !strings.Contains(out, "collected=0") {
 		t.Fatalf("collect-due with every call failing: %q, %v; want exit 1 saying every item failed", out, err)
+	}
+}
+
+// Only a run whose every claimed item was tried and failed, not all for the item's own error,
+// fails: items handed back by a maintenance answer, a cool-down or a signal are not failures,
+// and a removed item alone due must not fail every run until it goes dormant.
+func TestWhichRunsFailedEveryItem(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sum  dispatcher.Summary
+		want bool
+	}{
+		{"every call failed", dispatcher.Summary{Claimed: 12, Failed: 12}, true},
+		{"failed or fenced", dispatcher.Summary{Claimed: 12, Failed: 10, Fenced: 2}, true},
+		{"one collected", dispatcher.Summary{Claimed: 12, Collected: 1, Failed: 11}, false},
+		{"maintenance after two failures", dispatcher.Summary{Claimed: 50, Failed: 2, Released: 48}, false},
+		{"a removed item alone", dispatcher.Summary{Claimed: 1, Failed: 1, ItemErrors: 1}, false},
+		{"a removed item among failures", dispatcher.Summary{Claimed: 3, Failed: 3, ItemErrors: 1}, true},
+		{"nothing claimed", dispatcher.Summary{}, false},
+	} {
+		if got := everyItemFailed(c.sum); got != c.want {
+			t.Errorf("%s: %t, want %t", c.name, got, c.want)
+		}
 	}
 }
 

@@ -56,7 +56,7 @@ func (t Tree) execute(ctx context.Context, args []string, stdout, stderr io.Writ
 	err = store.ExplainPooler(err)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// A bare "context canceled" told a Job's log nothing. The commands that stop cleanly on
-		// a signal (run, collect-due, collect, relay-outbox) return no error and exit 0.
+		// a signal (run, collect-due, relay-outbox) return no error and exit 0.
 		err = fmt.Errorf("stopped by a signal before it finished (every write is idempotent: a new run carries on): %w", err)
 	}
 	code := exitCode(err)

@@ -177,6 +177,7 @@ func (s *collectService) runOnce(ctx context.Context) passResult {
 	s.metrics.CostRatio.Set(s.loop.Learn(budget.PassCost{Collections: sum.Collected + sum.Failed, Calls: res.Calls, Planned: sum.PlannedRequests}))
 	if ctx.Err() != nil {
 		s.logPass(sum)
+		s.passes.flush(s.log, time.Now()) // the passes summed since the last line, at the stop
 		return res
 	}
 	if err != nil {
@@ -341,6 +342,14 @@ func (p *passLog) add(log *zap.Logger, sum dispatcher.Summary, now time.Time) {
 	p.released += sum.Released
 	p.longest = max(p.longest, sum.Duration)
 	if !p.last.IsZero() && now.Sub(p.last) < passLogEvery {
+		return
+	}
+	p.flush(log, now)
+}
+
+// flush writes the passes summed so far, if any.
+func (p *passLog) flush(log *zap.Logger, now time.Time) {
+	if p.passes == 0 {
 		return
 	}
 	log.Info("collection passes", zap.Int("passes", p.passes), zap.Int("claimed", p.claimed), zap.Int("collected", p.collected),

@@ -29,4 +29,11 @@ func TestPassesAreSummedOnceAMinute(t *testing.T) {
 	if f := lines[1].ContextMap(); f["passes"] != int64(60) || f["collected"] != int64(540) || f["failed"] != int64(60) {
 		t.Fatalf("the first minute's line: %v; want 60 passes, 540 collected, 60 failed", f)
 	}
+	// At a stop, the passes summed since the last line are written.
+	p.add(log, pass, t0.Add(121*time.Second))
+	p.flush(log, t0.Add(122*time.Second))
+	p.flush(log, t0.Add(123*time.Second)) // nothing more to say
+	if lines := logs.FilterMessage("collection passes").All(); len(lines) != 4 || lines[3].ContextMap()["passes"] != int64(1) {
+		t.Fatalf("after a pass and the stop: %d lines, want 4, the last of one pass", len(lines))
+	}
 }

@@ -257,6 +257,7 @@ type Dispatcher struct {
 	clock dbClock
 	pause pauseLog
 	bugs  bugSites
+	fails failLog
 	skew  skewLog
 	// The fetcher's limits, read once; packSize is Config.PackSize within the fetcher's
 	// PackLimit (below 2: every item alone).
@@ -382,7 +383,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 		// What was fetched before is still written (the writer retries a database that
 		// refuses writes while the leases hold): count it.
 		ws := w.finish()
-		sum.Collected, sum.Failed, sum.Fenced = ws.collected, ws.failed, ws.fenced
+		sum.Collected, sum.Failed, sum.Fenced, sum.ItemErrors = ws.collected, ws.failed, ws.fenced, ws.itemErrors()
 		return sum, errors.Join(err, ws.err)
 	}
 	for maxBatches == 0 || sum.Batches < maxBatches {
@@ -483,7 +484,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 	if sum.Stop == StopNone && stop == nil && ws.err == nil {
 		sum.Stop = StopMaxBatches
 	}
-	sum.Collected, sum.Failed, sum.Fenced = ws.collected, ws.failed, ws.fenced
+	sum.Collected, sum.Failed, sum.Fenced, sum.ItemErrors = ws.collected, ws.failed, ws.fenced, ws.itemErrors()
 	sum.Duration = time.Since(start)
 	sum.Claim, sum.Fetch, sum.Persist = summarize(tm.claim), summarize(tm.fetch), summarize(tm.persist)
 

@@ -14,8 +14,9 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// A pass whose items fail writes one warning per outcome, counting them and naming a few, not
-// a line per item: a provider failing a share of calls for hours made thousands a minute.
+// Failed items are one warning per outcome, counting them and naming a few, at once for the
+// first pass with failures and then at most once a minute, not a line per item: a provider
+// failing a share of calls for hours made thousands a minute.
 func TestAPassLogsItsFailuresOnceByOutcome(t *testing.T) {
 	t.Parallel()
 	const n = 20
@@ -30,13 +31,22 @@ func TestAPassLogsItsFailuresOnceByOutcome(t *testing.T) {
 		})
 	})
 	core, logs := observer.New(zapcore.InfoLevel)
-	s, err := e.dispatcher(t, Config{Concurrency: 2}, zap.New(core)).RunOnce(context.Background())
+	d := e.dispatcher(t, Config{Concurrency: 2}, zap.New(core))
+	s, err := d.RunOnce(context.Background())
 	if err != nil || s.Failed != n {
 		t.Fatalf("pass %s, %v; want every item failed", s, err)
 	}
 	lines := logs.FilterLevelExact(zapcore.WarnLevel).All()
 	if len(lines) != 1 {
 		t.Fatalf("%d warnings for %d failed items, want one: %v", len(lines), n, lines)
+	}
+	// The next pass within the minute (a daemon passes every second or so) adds to the next line.
+	e.due(t)
+	if s, err := d.RunOnce(context.Background()); err != nil || s.Failed != n {
+		t.Fatalf("second pass %s, %v; want every item failed again", s, err)
+	}
+	if got := logs.FilterLevelExact(zapcore.WarnLevel).Len(); got != 1 {
+		t.Fatalf("%d warnings after a second failing pass within the minute, want still 1", got)
 	}
 	f := lines[0].ContextMap()
 	if f["outcome"] != "transient" || f["items"] != int64(n) || len(f["item_ids"].([]any)) != failureExamples ||

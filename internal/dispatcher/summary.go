@@ -69,9 +69,12 @@ type Summary struct {
 	PlannedRequests float64
 	Collected       int
 	Failed          int
-	Fenced          int
-	Released        int
-	Stop            StopReason
+	// ItemErrors counts the failed whose provider answered the item itself was wrong
+	// (item_error: unknown, removed): failures of theirs, not of the provider's or ours.
+	ItemErrors int
+	Fenced     int
+	Released   int
+	Stop       StopReason
 	// CooldownUntil is when the key may be used again, when a rate limit with a known end
 	// stopped the pass.
 	CooldownUntil time.Time

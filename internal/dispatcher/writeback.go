@@ -62,6 +62,14 @@ type failureSample struct {
 // failureExamples is how many item ids a pass's failure line names per outcome.
 const failureExamples = 5
 
+// itemErrors counts the failed items of outcome item_error.
+func (s *writerStats) itemErrors() int {
+	if f := s.failures[provider.ClassItem.String()]; f != nil {
+		return f.n
+	}
+	return 0
+}
+
 func (s *writerStats) addFailure(r result) {
 	if s.failures == nil {
 		s.failures = map[string]*failureSample{}
@@ -78,15 +86,51 @@ func (s *writerStats) addFailure(r result) {
 	f.maxStreak = max(f.maxStreak, r.claim.FailureStreak+1) // this collection failed too
 }
 
-// logFailures writes one line per outcome for the pass's failed items; each item's own error
-// is in its last_error (collector items ITEM_ID, the console) and at debug level.
-func (s *writerStats) logFailures(log *zap.Logger) {
-	for _, outcome := range slices.Sorted(maps.Keys(s.failures)) {
-		f := s.failures[outcome]
-		log.Warn("items failed in this pass; each rescheduled by its tier", zap.String("outcome", outcome),
-			zap.Int("items", f.n), zap.Strings("item_ids", f.itemIDs), zap.Int32("max_failure_streak", f.maxStreak),
-			zap.NamedError("first_error", f.err))
+// failLogEvery is how often the failed items are logged at most: a daemon passes every second
+// or so, and a line per outcome per pass still made 60 a minute.
+const failLogEvery = time.Minute
+
+// failLog sums the passes' failed items by outcome: the first pass with failures is logged at
+// once (a one-shot's only pass), then at most once a minute. Each item's own error is in its
+// last_error (collector items ITEM_ID, the console) and at debug level.
+type failLog struct {
+	mu     sync.Mutex
+	last   time.Time // the last line
+	since  time.Time // the first failure summed
+	passes int
+	by     map[string]*failureSample
+}
+
+func (l *failLog) add(log *zap.Logger, pass map[string]*failureSample, now time.Time) {
+	if len(pass) == 0 {
+		return
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by == nil {
+		l.by, l.since = map[string]*failureSample{}, now
+	}
+	l.passes++
+	for outcome, f := range pass {
+		sum := l.by[outcome]
+		if sum == nil {
+			sum = &failureSample{err: f.err}
+			l.by[outcome] = sum
+		}
+		sum.n += f.n
+		sum.itemIDs = append(sum.itemIDs, f.itemIDs[:min(len(f.itemIDs), failureExamples-len(sum.itemIDs))]...)
+		sum.maxStreak = max(sum.maxStreak, f.maxStreak)
+	}
+	if !l.last.IsZero() && now.Sub(l.last) < failLogEvery {
+		return
+	}
+	for _, outcome := range slices.Sorted(maps.Keys(l.by)) {
+		f := l.by[outcome]
+		log.Warn("items failed; each rescheduled by its tier", zap.String("outcome", outcome),
+			zap.Int("items", f.n), zap.Strings("item_ids", f.itemIDs), zap.Int32("max_failure_streak", f.maxStreak),
+			zap.NamedError("first_error", f.err), zap.Int("passes", l.passes), zap.Duration("over_seconds", now.Sub(l.since)))
+	}
+	l.last, l.passes, l.by = now, 0, nil
 }
 
 func (d *Dispatcher) startWriter(ctx context.Context, tm *timings) *writer {
@@ -142,7 +186,7 @@ func (w *writer) finish() writerStats {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.stats.logFailures(w.d.log)
+	w.d.fails.add(w.d.log, w.stats.failures, time.Now())
 	return w.stats
 }
 

@@ -239,7 +239,9 @@ func MigrateTo(ctx context.Context, url string, target int32, onStart func(Step)
 // migrationLockTimeout bounds how long a migration step waits for a table lock. Waiting, its
 // ACCESS EXCLUSIVE request would queue every claim and write-back behind the transaction it
 // waits for; failed, the step rolls back and is run again. A role's statement_timeout does
-// not apply inside a step: a long DDL is meant to finish.
+// not apply inside a step: a long DDL is meant to finish. Both are set for the step's
+// transaction: a step that runs outside one (tern's disable-tx, for CREATE INDEX
+// CONCURRENTLY) must set its own.
 var migrationLockTimeout = 10 * time.Second
 
 // boundSteps bounds each migration's transaction as Connect bounds the connection, then calls
