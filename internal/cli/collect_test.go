@@ -101,6 +101,15 @@ func TestWhichRunsFailedEveryItem(t *testing.T) {
 	}
 }
 
+// `collect ITEM_ID` stalled past its lease (a paused VM) finds its write-back fenced off: the
+// reason names the lease, not the pass's end.
+func TestCollectOneFencedOffSaysTheLeaseRanOut(t *testing.T) {
+	got := notCollected(dispatcher.Summary{Claimed: 1, Fenced: 1, Stop: dispatcher.StopMaxBatches})
+	if !strings.Contains(got, "collect.lease") || strings.Contains(got, "max batches") {
+		t.Fatalf("notCollected = %q, want the lease named", got)
+	}
+}
+
 func TestCollectDueWithoutMarketKeyNamesTheVariable(t *testing.T) {
 	db := catalogEnv(t, false)
 	t.Setenv("NEOPLE_ITEM_API_KEY", "an-item-key-is-not-a-market-key")

@@ -207,7 +207,7 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func TestTransientTellsRetryableFailuresFromDataErrors(t *testing.T) {
 	for code, want := range map[string]bool{
-		"40001": true, "40P01": true, "57P01": true, "08006": true, "53300": true,
+		"40001": true, "40P01": true, "57P01": true, "08006": true, "53300": true, "25P03": true, "57P05": true,
 		"22021": false, "22003": false, "23505": false, "42P01": false,
 	} {
 		if got := store.Transient(fmt.Errorf("write back: %w", &pgconn.PgError{Code: code})); got != want {

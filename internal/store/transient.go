@@ -28,6 +28,11 @@ func Transient(err error) bool {
 		// serialization_failure, deadlock_detected, lock_not_available, admin_shutdown,
 		// crash_shutdown, cannot_connect_now, too_many_connections, query_canceled
 		return true
+	case "25P03", "57P05":
+		// idle_in_transaction_session_timeout, idle_session_timeout: the server ended a session
+		// that waited on us, as it does when this process was frozen (a paused VM, SIGSTOP)
+		// mid-transaction. The data was fine; a fresh connection writes it.
+		return true
 	case "0A000":
 		// A statement pgx prepared before a migration changed its result's columns ("cached
 		// plan must not change result type", told by the server function that raises it: the

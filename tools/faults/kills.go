@@ -203,6 +203,15 @@ func (k *killRun) finish(ctx context.Context, name string, args ...string) error
 // killAt waits for p's first sign of work, then moment of window, and kills it with SIGKILL.
 // It returns when the process is gone.
 func (k *killRun) killAt(ctx context.Context, p *proc, started func() (bool, error), window time.Duration, moment float64) (time.Time, error) {
+	at, err := k.signalAt(ctx, p, started, window, moment, syscall.SIGKILL)
+	if err == nil {
+		<-p.done
+	}
+	return at, err
+}
+
+// signalAt waits for p's first sign of work, then moment of window, and sends it sig.
+func (k *killRun) signalAt(ctx context.Context, p *proc, started func() (bool, error), window time.Duration, moment float64, sig syscall.Signal) (time.Time, error) {
 	// Often: for some roles what they hold lasts a few hundred milliseconds.
 	if err := poll(ctx, time.Minute, 5*time.Millisecond, func() (bool, error) {
 		ok, err := started()
@@ -220,8 +229,7 @@ func (k *killRun) killAt(ctx context.Context, p *proc, started func() (bool, err
 	} else {
 		k.hit++
 	}
-	p.signal(syscall.SIGKILL)
-	<-p.done
+	p.signal(sig)
 	return time.Now(), nil
 }
 
@@ -863,8 +871,9 @@ type event struct {
 }
 
 // verifyEvents reads the topic with a real consumer: every stored snapshot's event is there
-// (deduplicated by snapshot_id), each item's events chain (previous_snapshot_at is the
-// previous event's collected_at) and the sales they count equal the sales rows.
+// (deduplicated by snapshot_id), first delivered in its item's order, each item's events chain
+// (previous_snapshot_at is the previous event's collected_at) and the sales they count equal
+// the sales rows.
 func (k *killRun) verifyEvents(ctx context.Context) error {
 	var stored []int64
 	rows, err := k.d.pool.Query(ctx, `SELECT snapshot_id FROM auction_snapshots WHERE NOT synthetic_item(item_id)`)
@@ -904,10 +913,21 @@ func (k *killRun) verifyEvents(ctx context.Context) error {
 			}
 		}
 	}
+	// What a consumer reads in the partition's order: each item's first deliveries come in the
+	// order they were collected (a redelivery may come later; consumeEvents dropped it).
+	misordered := 0
+	last := map[string]time.Time{}
+	for _, e := range events {
+		if t, ok := last[e.ItemID]; ok && !e.CollectedAt.After(t) {
+			misordered++
+		}
+		last[e.ItemID] = e.CollectedAt
+	}
 	salesRows, err := k.d.count(ctx, `SELECT count(*) FROM auction_sales WHERE NOT synthetic_item(item_id)`)
 	if err != nil {
 		return err
 	}
+	k.r.check(misordered == 0, "%s: %d events first delivered after a newer event of their item", k.label, misordered)
 	k.r.check(missing == 0, "%s: %d of %d stored snapshots never published", k.label, missing, len(stored))
 	k.r.check(len(seen) == len(stored), "%s: %d distinct events for %d snapshots", k.label, len(seen), len(stored))
 	k.r.check(broken == 0, "%s: %d events whose previous_snapshot_at is not the previous event's collected_at", k.label, broken)

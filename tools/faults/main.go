@@ -48,10 +48,16 @@
 //	   probe or lock past its expiry, a dead daemon's budget share taken over within 3
 //	   heartbeats, no partition missing, overlapping or half detached; each role's worst
 //	   recovery time (kill → its work done by another) printed
+//	F  the freeze matrix: collect-due, relay-outbox and collector run each stopped with SIGSTOP
+//	   at seeded moments (-kill-moments, -kill-seed) while another instance takes their work
+//	   over once the leases run out, then resumed with SIGCONT → the resumed one-shot writes
+//	   nothing and ends by itself (exit 0 or 1, no panic); a resumed relay or daemon shares the
+//	   work again and does it alone once the other stops; the kill matrix's checks hold, and
+//	   each item's events are first delivered in order
 //	7  a sentinel in both API keys for the whole run, plus runs with the key in the query
 //	   string failing every way → not in any output, /_sim/stats, daemon HTTP or DB row
 //
-// 4b, 6b, 8c, 9, 9b and 10 are skipped when the binary has no `run` command. Every scenario prints PASS or
+// 4b, 6b, 8c, 9, 9b, 10, K and F are skipped when the binary has no `run` command. Every scenario prints PASS or
 // FAIL with the numbers it checked; the exit code is non-zero if any failed. Databases,
 // processes and the broker are cleaned up on every exit path (logs are kept on failure).
 package main
@@ -136,6 +142,7 @@ var scenarios = []scenario{
 	{"9b", "daemon+relay: postgres restart", scenarioPGRestart},
 	{"10", "daemon: disk full under the tables", scenarioDaemonDiskFull},
 	{"K", "kill matrix: every holder, SIGKILL", scenarioKillMatrix},
+	{"F", "freeze matrix: SIGSTOP, takeover, SIGCONT", scenarioFreezeMatrix},
 	{"7", "sentinel API key never leaks", scenarioSentinel},
 }
 
@@ -151,7 +158,7 @@ func main() {
 		"how long the broker stays down in scenario 3 (the issue's 60s; CI runs it too)")
 	flag.IntVar(&o.killMoments, "kill-moments", killMomentsDefault(), "kill matrix (K): seeded kill moments per role (env FAULTS_KILL_MOMENTS)")
 	var roles string
-	flag.StringVar(&roles, "kill-roles", "", "kill matrix (K): comma-separated roles to kill, e.g. 'run (probing)'; default every role")
+	flag.StringVar(&roles, "kill-roles", "", "kill and freeze matrices (K, F): comma-separated roles, e.g. 'run (probing)' or 'frozen run'; default every role")
 	flag.Uint64Var(&o.killSeed, "kill-seed", 1, "kill matrix (K): the seed of the kill moments; a failure prints it, so the same kills replay")
 	flag.BoolVar(&o.keep, "keep", false, "keep the databases and the log directory")
 	flag.BoolVar(&o.verbose, "v", false, "print progress")
@@ -166,7 +173,8 @@ func main() {
 		o.killRoles = map[string]bool{}
 		for _, r := range strings.Split(roles, ",") {
 			r = strings.TrimSpace(r)
-			if !slices.ContainsFunc(killRoles, func(k killRole) bool { return k.name == r }) {
+			if !slices.ContainsFunc(killRoles, func(k killRole) bool { return k.name == r }) &&
+				!slices.ContainsFunc(freezeRoles, func(f freezeRole) bool { return f.name == r }) {
 				fmt.Fprintf(os.Stderr, "faults: -kill-roles: no role %q\n", r)
 				os.Exit(2)
 			}
