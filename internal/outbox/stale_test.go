@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,6 +57,34 @@ func TestARelayWhoseLanesWereTakenOverReadsNothingOfThem(t *testing.T) {
 	}
 	if rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100); err != nil || len(rows) != 0 {
 		t.Fatalf("with a second of lease left the relay read %d rows (%v), want none", len(rows), err)
+	}
+}
+
+// A relay that woke from a pause to a failed produce call notes the failure only on rows still
+// pending in lanes it holds: another relay took its lanes and published those rows meanwhile,
+// and `outbox list` must not show them with the sleeper's error.
+func TestAWokenRelaysFailureIsNotNotedOnRowsItLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, r, rows := holdingTen(t, "paused")
+	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET owner = 'other', lease_token = gen_random_uuid(),
+		lease_expires_at = now() + interval '1 minute', acquired_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	dequeue(t, pool, "id = "+fmt.Sprint(rows[0].ID)) // the other relay published the first row
+	if _, _, err := markSettled(ctx, pool, r.lanes.tokens(), rows, errors.New("broker: request timed out")); err != nil {
+		t.Fatal(err)
+	}
+	if n := countWhere(t, pool, "attempts > 0 OR last_error IS NOT NULL"); n != 0 {
+		t.Fatalf("%d rows carry the woken relay's failure, want none", n)
+	}
+	// Its own lanes, still held: the failure is noted on every row it did not send.
+	pool2, _, r2, rows2 := holdingTen(t, "holder")
+	if _, _, err := markSettled(ctx, pool2, r2.lanes.tokens(), rows2, errors.New("broker: request timed out")); err != nil {
+		t.Fatal(err)
+	}
+	if n := countWhere(t, pool2, "attempts = 1 AND last_error = 'broker: request timed out'"); n != 10 {
+		t.Fatalf("%d rows carry the holder's failure, want 10", n)
 	}
 }
 

@@ -56,7 +56,9 @@ func readPending(ctx context.Context, pool *pgxpool.Pool, tokens []string, margi
 }
 
 // markSettled takes sent rows off the pending list only in lanes held under tokens (the others
-// are unsent again: lost) and notes failure on unsent rows; skipping the WAL flush risks duplicates.
+// are unsent again: lost) and notes failure on unsent rows still pending in those lanes (a
+// relay that woke from a pause to a failed call must not write its error over rows another
+// relay has published since); skipping the WAL flush risks duplicates.
 func markSettled(ctx context.Context, pool *pgxpool.Pool, tokens []string, rows []pendingRow, failure error) (now time.Time, lost bool, err error) {
 	var ids, failed, unsent, unmarked []int64
 	var reasons []string // only the failed rows': a long list here steers the planner to scan outbox
@@ -86,8 +88,9 @@ func markSettled(ctx context.Context, pool *pgxpool.Pool, tokens []string, rows 
 		         FROM unnest($3::bigint[], $4::text[]) AS f(id, err)
 		         WHERE o.id = f.id AND f.id IN (SELECT id FROM done)),
 		     attempted AS (
-		         UPDATE outbox SET attempts = attempts + 1, last_error = $6
-		         WHERE $6::text IS NOT NULL AND id = ANY ($5::bigint[]))
+		         UPDATE outbox o SET attempts = o.attempts + 1, last_error = $6
+		         FROM outbox_pending p JOIN held ON held.lane = p.lane
+		         WHERE $6::text IS NOT NULL AND o.id = ANY ($5::bigint[]) AND p.id = o.id)
 		SELECT now(), (SELECT coalesce(array_agg(id), '{}') FROM unnest($2::bigint[]) AS u(id) WHERE id NOT IN (SELECT id FROM done))
 		FROM sc`, tokens, ids, failed, reasons, unsent, cause).Scan(&now, &unmarked)
 	if err != nil {
