@@ -43,7 +43,9 @@
 //   - a leaving process deletes its row (others raise their share on their next heartbeat),
 //     a crashed one is dropped after 3 × Heartbeat: both only leave budget unused for a while;
 //   - a process whose own heartbeat has not succeeded for 2 × Heartbeat stops sending until it
-//     does, because the others may already count it dead and have raised their shares.
+//     does, because the others may already count it dead and have raised their shares; one
+//     whose heartbeat stopped for about 3 × Heartbeat (frozen, or cut off from the database)
+//     then waits 2 × Heartbeat more, as a joining process does, while they lower them again.
 //
 // While N or the ranks change, processes may briefly disagree on them; the headroom (3 % by
 // default, so a busy cluster uses about 97 % of the budget) absorbs that.
@@ -196,6 +198,9 @@ type Share struct {
 	live     int
 	factor   float64
 	lastBeat time.Time // local clock of the last successful heartbeat
+	// rejoinAt (local clock): a heartbeat that succeeded after the others may have counted
+	// this process out holds its requests until then, as a join does.
+	rejoinAt time.Time
 	coolTill time.Time // local clock
 	perSec   float64
 	qSec     int64 // the database's second qUsed counts
@@ -508,6 +513,16 @@ func (a *attempt) abandon(now time.Time) {
 // spread limiter's token, once reserved, is kept across its delay (as rate.Limiter.Wait
 // does), so that callers queue on it instead of all waking for each token.
 func (s *Share) admit(a *attempt, now time.Time, window time.Duration) (time.Duration, error) {
+	s.mu.Lock()
+	rejoin := s.rejoinAt.Sub(now)
+	s.mu.Unlock()
+	if rejoin > 0 {
+		// Also an attempt that reserved its token before this process stopped.
+		if window > 0 && rejoin > window {
+			return 0, &CooldownError{Until: now.Add(rejoin), Why: "this process is rejoining the key's shared budget"}
+		}
+		return rejoin, nil
+	}
 	if a.res == nil {
 		s.mu.Lock()
 		d := s.coolTill.Sub(now)
@@ -632,6 +647,14 @@ func (s *Share) beat(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
+	if gap := now.Sub(s.lastBeat); !s.lastBeat.IsZero() && gap > ttl-s.cfg.Heartbeat/2 {
+		// Frozen (a paused VM, SIGSTOP) or cut off from the database for about ttl: the others
+		// may have counted this process out and raised their shares, which they keep until
+		// their next heartbeat. Sending at once would put both on the key.
+		s.rejoinAt = now.Add(2 * s.cfg.Heartbeat)
+		s.log.Info("budget share rejoining after its heartbeat stopped", zap.String("key", s.cfg.KeyLabel),
+			zap.Duration("stopped_for", gap), zap.Duration("holds_requests_for", 2*s.cfg.Heartbeat))
+	}
 	s.lastBeat = now
 	if _, ok := s.clock.(realTime); ok {
 		// The database's reading lies between sent and now: within half the round trip of the

@@ -112,13 +112,7 @@ func TestADeadProcessesShareIsTakenOver(t *testing.T) {
 	})
 	third := a.share.Stats().PerSecond
 	dead.gone = true // SIGKILL: no more heartbeats, no leave
-	// Liveness runs on the database's clock, which the fake run does not move: age the dead
-	// row by the 3 heartbeats a real death waits for.
-	if _, err := c.pool.Exec(context.Background(), `UPDATE collector_instances
-		SET heartbeat_at = heartbeat_at - $1 * interval '1 millisecond' WHERE key_label = $2 AND instance = 'c'`,
-		(3 * hb).Milliseconds(), c.label); err != nil {
-		t.Fatal(err)
-	}
+	c.ageRow(t, "c")
 	r.until(hb+runStep, "the others to count the dead process out at their next heartbeat", func() bool {
 		return a.share.Stats().Live == 2 && b.share.Stats().Live == 2
 	})
@@ -132,6 +126,47 @@ func TestADeadProcessesShareIsTakenOver(t *testing.T) {
 	r.runFor(2 * time.Second)
 	if r.prov.busiest() > budget {
 		t.Errorf("%d requests in one second after the takeover, budget %v", r.prov.busiest(), budget)
+	}
+}
+
+// A process frozen (a paused VM, SIGSTOP) or cut off from the database for 3 heartbeats is
+// counted out, and the others raise their shares until their next heartbeat. When its
+// heartbeat succeeds again it rejoins as a newcomer joins, sending nothing for 2 heartbeats:
+// sending at once put its share and theirs on the key together.
+func TestAProcessCountedOutRejoinsAsANewcomerDoes(t *testing.T) {
+	const budget = 60.0
+	c := newCluster(t)
+	r := c.fakeRun(t, 0)
+	a := r.join(procConfig("a", budget), 8)
+	b := r.join(procConfig("b", budget), 8)
+	r.until(15*time.Second, "two live and sending", func() bool {
+		return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 && b.share.Stats().Used > 0
+	})
+	b.gone = true // frozen: no heartbeat, no request
+	c.ageRow(t, "b")
+	r.until(hb+runStep, "a to count b out", func() bool { return a.share.Stats().Live == 1 })
+	// b's clock runs on while it is stopped (Linux's monotonic clock does); once resumed, its
+	// overdue heartbeat runs at once.
+	r.runFor(3 * hb)
+	b.gone, b.beatAt = false, r.clk.Now()
+	used, resumed := b.share.Stats().Used, r.clk.Now()
+	r.until(2*hb+time.Second, "b to send again", func() bool { return b.share.Stats().Used > used })
+	if waited := r.clk.Now().Sub(resumed); waited < 2*hb {
+		t.Errorf("b sent again %s after its heartbeat came back; want %s, for a to count it again first", waited, 2*hb)
+	}
+	if live := a.share.Stats().Live; live != 2 {
+		t.Errorf("when b sent again, a counted %d live processes, want 2", live)
+	}
+}
+
+// ageRow ages instance's live-instance row by the 3 heartbeats after which the others count it
+// out: liveness runs on the database's clock, which the fake run does not move.
+func (c *cluster) ageRow(t *testing.T, instance string) {
+	t.Helper()
+	if _, err := c.pool.Exec(context.Background(), `UPDATE collector_instances
+		SET heartbeat_at = heartbeat_at - $1 * interval '1 millisecond' WHERE key_label = $2 AND instance = $3`,
+		(3 * hb).Milliseconds(), c.label, instance); err != nil {
+		t.Fatal(err)
 	}
 }
 
