@@ -197,14 +197,15 @@ func (m *Monitor) Status() provider.Status {
 }
 
 // Observe records one collection outcome (err nil = success). Only transient failures count
-// against the provider; item errors, rate limits and key problems say nothing about its health.
+// against the provider; item errors, rate limits and key problems say nothing about its health,
+// nor do calls this process stalled through (provider.ErrStalled).
 func (m *Monitor) Observe(err error) {
 	class := provider.ClassOf(err)
 	if err != nil && class != provider.ClassTransient {
 		return
 	}
-	if err != nil && errors.Is(err, context.Canceled) {
-		return // our own shutdown, not the provider
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, provider.ErrStalled)) {
+		return // our own shutdown, or this process stopped mid-call: not the provider
 	}
 	now := time.Now()
 	m.mu.Lock()

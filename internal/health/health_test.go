@@ -268,7 +268,8 @@ func TestRecoveringHoldsBelowTheSuccessShare(t *testing.T) {
 	}
 }
 
-// Item errors and rate limits say nothing about the provider's health.
+// Item errors, rate limits and calls this process stalled through say nothing about the
+// provider's health.
 func TestOnlyTransientFailuresDegrade(t *testing.T) {
 	t.Parallel()
 	pool, _ := storetest.NewPool(t)
@@ -280,6 +281,11 @@ func TestOnlyTransientFailuresDegrade(t *testing.T) {
 	for range 10 {
 		m.Observe(&provider.Error{Class: provider.ClassItem, Code: "DNF003"})
 		m.Observe(&provider.Error{Class: provider.ClassRateLimited, Code: "API002"})
+	}
+	// Calls in flight when this process was stopped (a paused VM, SIGSTOP) time out as it
+	// resumes: its own stall, which must not pause every instance.
+	for range 30 {
+		m.Observe(&provider.Error{Class: provider.ClassTransient, Err: fmt.Errorf("%w (%w)", context.DeadlineExceeded, provider.ErrStalled)})
 	}
 	m.mu.Lock()
 	n := m.window.len()

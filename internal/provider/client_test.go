@@ -584,3 +584,31 @@ func TestAnAddressThatIsNotTheAPINamesTheKey(t *testing.T) {
 		}
 	}
 }
+
+// A call whose deadline is noticed long after it passed was stalled by this process (a paused
+// VM, SIGSTOP), not slowed by the provider: its error says so (provider.ErrStalled), so that the
+// health monitor leaves the provider's status alone. A timeout noticed on time is the provider's.
+func TestATimeoutNoticedLateIsThisProcessesStall(t *testing.T) {
+	sim := neoplesim.New(neoplesim.Options{})
+	sim.SetFaults(neoplesim.Faults{TimeoutRate: 1})
+	slow := httptest.NewServer(sim)
+	defer slow.Close()
+	c, err := provider.NewClient(provider.ClientConfig{
+		Workload: provider.WorkloadMarket, BaseURL: slow.URL, Key: neoplesim.DefaultMarketKey, Timeout: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sim.Catalog()[0].ItemID
+	_, err = c.Auction(context.Background(), id)
+	wantClass(t, err, provider.ClassTransient)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, provider.ErrStalled) {
+		t.Fatalf("a timeout noticed on time: %v; want the provider's timeout, not a stall", err)
+	}
+	provider.StopProcessFor(t, time.Minute)
+	_, err = c.Auction(context.Background(), id)
+	wantClass(t, err, provider.ClassTransient)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, provider.ErrStalled) {
+		t.Fatalf("a timeout noticed a minute late: %v; want it marked a stall of this process", err)
+	}
+}
