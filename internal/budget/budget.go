@@ -653,7 +653,7 @@ func (s *Share) beat(ctx context.Context) error {
 		// their next heartbeat. Sending at once would put both on the key.
 		s.rejoinAt = now.Add(2 * s.cfg.Heartbeat)
 		s.log.Info("budget share rejoining after its heartbeat stopped", zap.String("key", s.cfg.KeyLabel),
-			zap.Duration("stopped_for", gap), zap.Duration("holds_requests_for", 2*s.cfg.Heartbeat))
+			zap.Duration("stopped_for_seconds", gap), zap.Duration("holds_requests_for_seconds", 2*s.cfg.Heartbeat))
 	}
 	s.lastBeat = now
 	if _, ok := s.clock.(realTime); ok {
