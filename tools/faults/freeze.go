@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/duecollector/duecollector/internal/health"
 )
 
 // The freeze matrix (scenario F): a holder stopped with SIGSTOP at a seeded moment, as a
@@ -20,14 +23,16 @@ import (
 // again, alone once the other instance stops. The kill matrix's checks (verify) hold after.
 
 type freezeRole struct {
-	name string
-	run  func(ctx context.Context, k *killRun, moment float64) (time.Duration, error)
+	name   string
+	target time.Duration // the takeover's: the lease it holds + killSlack
+	run    func(ctx context.Context, k *killRun, moment float64) (time.Duration, error)
 }
 
 var freezeRoles = []freezeRole{
-	{"frozen collect-due", freezeCollectDue},
-	{"frozen relay-outbox", freezeRelay},
-	{"frozen run", freezeDaemon},
+	{"frozen collect-due", killLease + killSlack, freezeCollectDue},
+	{"frozen relay-outbox", killLease + killSlack, freezeRelay},
+	{"frozen run", killLease + killSlack, freezeDaemon},
+	{"frozen run (probing)", health.TestTimings.ProbeLease + killSlack, freezeProber},
 }
 
 // freezeIdleInTransaction is the database's idle_in_transaction_session_timeout in the
@@ -48,7 +53,7 @@ func scenarioFreezeMatrix(ctx context.Context, h *harness, r *report) error {
 		if h.o.killRoles != nil && !h.o.killRoles[fr.name] {
 			continue
 		}
-		role := killRole{name: fr.name, target: killLease + killSlack, run: func(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+		role := killRole{name: fr.name, target: fr.target, run: func(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
 			// Before any process connects: the bound is each session's own.
 			if _, err := k.d.pool.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %q SET idle_in_transaction_session_timeout = '%dms'`,
 				k.d.name, freezeIdleInTransaction.Milliseconds())); err != nil {
@@ -80,8 +85,8 @@ func scenarioFreezeMatrix(ctx context.Context, h *harness, r *report) error {
 			r.num("%s %s", fr.name, w.Round(100*time.Millisecond))
 		}
 	}
-	r.num("worst takeover (freeze → work resumed by another) per role over %d moments (seed %d), target %s + %s; every resumed holder's writes refused",
-		h.o.killMoments, h.o.killSeed, killLease, killSlack)
+	r.num("worst takeover (freeze → work resumed by another; for the prober, the provider out of DEGRADED) per role over %d moments (seed %d), target the lease (%s; the probe's %s) + %s; every resumed holder's writes refused",
+		h.o.killMoments, h.o.killSeed, killLease, health.TestTimings.ProbeLease, killSlack)
 	return nil
 }
 
@@ -323,6 +328,72 @@ func (k *killRun) collectAgain(ctx context.Context, name string, items []catalog
 	}
 	return k.finish(ctx, name, "collect-due", "--concurrency", "8")
 }
+
+// freezeProber: `collector run` frozen while it holds the provider's probe, its request in
+// flight (the provider DEGRADED, every answer hanging). A second daemon takes the probe once the
+// lease has run out, not before, and brings the provider back. The frozen one then resumes to
+// its probe's timeout: it must record nothing (the probe is another's now; the write is fenced
+// by its name) and count nothing against the provider (its stalled calls are its own); once
+// the second daemon stops it collects every item made due again, alone, the provider HEALTHY.
+func freezeProber(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	if err := k.degradeHanging(ctx); err != nil {
+		return 0, err
+	}
+	defer func() { _ = k.h.sim.setLatency(context.WithoutCancel(ctx), killSimLatency) }()
+	p, err := k.start(ctx, "f-probe", daemonArgs...)
+	if err != nil {
+		return 0, err
+	}
+	frozen, err := k.freezeAt(ctx, p, k.probeHeld(ctx), health.TestTimings.ProbeLease/4, moment)
+	if err != nil {
+		return 0, err
+	}
+	heldUntil, err := k.probeHeldUntil(ctx, "run")
+	if err != nil {
+		return 0, err
+	}
+	if err := k.h.sim.setLatency(ctx, killSimLatency); err != nil {
+		return 0, err
+	}
+	other, err := k.start(ctx, "f-probe-other", daemonArgs...)
+	if err != nil {
+		return 0, err
+	}
+	early, err := k.providerIs(ctx, other, heldUntil, func(st string) bool { return st != "DEGRADED" })
+	took := time.Since(frozen)
+	if err != nil {
+		return took, fmt.Errorf("the provider stayed DEGRADED while its prober was frozen: %w", err)
+	}
+	k.r.check(!early, "%s: the provider recovered before the frozen holder's probe lease ran out (%s): a second probe while it was held", k.label, heldUntil)
+	if _, err := k.providerIs(ctx, other, nil, func(st string) bool { return st == "HEALTHY" }); err != nil {
+		return took, err
+	}
+	if err := k.allCollectedAndPublished(ctx, other); err != nil {
+		return took, err
+	}
+	k.resume(p)
+	if heldUntil != nil {
+		if _, err := p.waitLog(ctx, time.Minute, lateProbeRE); err != nil {
+			return took, fmt.Errorf("the resumed prober never told its probe was another's: %w: %s", err, p.tail())
+		}
+	}
+	if err := stopDaemon(ctx, other, "the other daemon"); err != nil {
+		return took, err
+	}
+	if err := k.collectedAgainBy(ctx, p); err != nil {
+		return took, fmt.Errorf("the resumed prober, alone: %w", err)
+	}
+	var st string
+	if err := k.d.pool.QueryRow(ctx, `SELECT status FROM provider_status WHERE provider = 'neople'`).Scan(&st); err != nil {
+		return took, err
+	}
+	k.r.check(st == "HEALTHY", "%s: after the resumed prober collected everything the provider is %s, want HEALTHY", k.label, st)
+	k.checkResumedCleanly(p)
+	return took, stopDaemon(ctx, p, "the resumed prober")
+}
+
+// lateProbeRE is a prober's log line for a probe that failed after another took it over.
+var lateProbeRE = regexp.MustCompile(`(provider probe failed after its lease ran out)`)
 
 // collectedAgainBy makes every item due again and waits until p, alone, collected each (by
 // the database's clock) and published everything.

@@ -368,14 +368,54 @@ func killProber(args []string) func(ctx context.Context, k *killRun, moment floa
 	}
 }
 
-func (k *killRun) killProbing(ctx context.Context, args []string, moment float64) (time.Duration, error) {
-	// Paused a while ago, so the first probe is due at once: a one-shot that finds it not yet
-	// due exits without holding anything.
+// degradeHanging pauses the provider (DEGRADED a minute ago, so the first probe is due at once:
+// a one-shot that finds it not yet due exits without holding anything) and makes every answer
+// hang until the caller gives up.
+func (k *killRun) degradeHanging(ctx context.Context) error {
 	if _, err := k.d.pool.Exec(ctx, `UPDATE provider_status SET status = 'DEGRADED', reason = 'kill matrix: every answer hangs',
 		since = now() - interval '1 minute', updated_at = now() WHERE provider = 'neople'`); err != nil {
-		return 0, err
+		return err
 	}
-	if err := k.h.sim.setFaults(ctx, simFaults{Latency: killSimLatency.String(), TimeoutRate: 1}); err != nil {
+	return k.h.sim.setFaults(ctx, simFaults{Latency: killSimLatency.String(), TimeoutRate: 1})
+}
+
+// probeHeld is a start signal for signalAt: the provider's probe is leased.
+func (k *killRun) probeHeld(ctx context.Context) func() (bool, error) {
+	return func() (bool, error) {
+		n, err := k.d.count(ctx, `SELECT count(*) FROM provider_probe WHERE lease_expires_at > now()`)
+		return n > 0, err
+	}
+}
+
+// probeHeldUntil is the end of the live probe lease (nil: none), which the stopped process held.
+func (k *killRun) probeHeldUntil(ctx context.Context, what string) (*time.Time, error) {
+	var until *time.Time
+	if err := k.d.pool.QueryRow(ctx, `SELECT max(lease_expires_at) FILTER (WHERE lease_expires_at > now()) FROM provider_probe`).
+		Scan(&until); err != nil {
+		return nil, err
+	}
+	k.heldWork = until != nil
+	k.h.logf("%s: the stopped %s held the probe until %v", k.label, what, until)
+	return until, nil
+}
+
+// providerIs waits until the provider's status satisfies want, and says whether it left its
+// pause before heldUntil (a second probe while the first was held).
+func (k *killRun) providerIs(ctx context.Context, survivor *proc, heldUntil *time.Time, want func(status string) bool) (early bool, err error) {
+	err = poll(ctx, time.Minute, 20*time.Millisecond, func() (bool, error) {
+		if survivor != nil && survivor.exited() {
+			return false, fmt.Errorf("%s exited (%d): %s", survivor.name, survivor.code, survivor.tail())
+		}
+		var st string
+		err := k.d.pool.QueryRow(ctx, `SELECT status, $1::timestamptz IS NOT NULL AND since < $1 FROM provider_status
+			WHERE provider = 'neople'`, heldUntil).Scan(&st, &early)
+		return want(st), err
+	})
+	return early, err
+}
+
+func (k *killRun) killProbing(ctx context.Context, args []string, moment float64) (time.Duration, error) {
+	if err := k.degradeHanging(ctx); err != nil {
 		return 0, err
 	}
 	defer func() { _ = k.h.sim.setLatency(context.WithoutCancel(ctx), killSimLatency) }()
@@ -384,21 +424,14 @@ func (k *killRun) killProbing(ctx context.Context, args []string, moment float64
 		return 0, err
 	}
 	// The probe's request may take half the lease; the kill lands in the first half of that.
-	lease := health.TestTimings.ProbeLease
-	killed, err := k.killAt(ctx, p, func() (bool, error) {
-		n, err := k.d.count(ctx, `SELECT count(*) FROM provider_probe WHERE lease_expires_at > now()`)
-		return n > 0, err
-	}, lease/4, moment)
+	killed, err := k.killAt(ctx, p, k.probeHeld(ctx), health.TestTimings.ProbeLease/4, moment)
 	if err != nil {
 		return 0, err
 	}
-	var deadUntil *time.Time
-	if err := k.d.pool.QueryRow(ctx, `SELECT max(lease_expires_at) FILTER (WHERE lease_expires_at > now()) FROM provider_probe`).
-		Scan(&deadUntil); err != nil {
+	deadUntil, err := k.probeHeldUntil(ctx, args[0])
+	if err != nil {
 		return 0, err
 	}
-	k.heldWork = deadUntil != nil
-	k.h.logf("%s: the dead %s held the probe until %v", k.label, args[0], deadUntil)
 	if err := k.h.sim.setLatency(ctx, killSimLatency); err != nil {
 		return 0, err
 	}
@@ -413,18 +446,7 @@ func (k *killRun) killProbing(ctx context.Context, args []string, moment float64
 	if err != nil {
 		return 0, err
 	}
-	providerIs := func(want func(status string) bool) (early bool, err error) {
-		err = poll(ctx, time.Minute, 20*time.Millisecond, func() (bool, error) {
-			if again != nil && again.exited() {
-				return false, fmt.Errorf("%s exited (%d): %s", again.name, again.code, again.tail())
-			}
-			var st string
-			err := k.d.pool.QueryRow(ctx, `SELECT status, $1::timestamptz IS NOT NULL AND since < $1 FROM provider_status
-				WHERE provider = 'neople'`, deadUntil).Scan(&st, &early)
-			return want(st), err
-		})
-		return early, err
-	}
+	providerIs := func(want func(status string) bool) (bool, error) { return k.providerIs(ctx, again, deadUntil, want) }
 	early, err := providerIs(func(st string) bool { return st != "DEGRADED" })
 	took := time.Since(killed)
 	if err != nil {
