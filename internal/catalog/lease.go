@@ -265,20 +265,24 @@ func ReleaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int
 // EstSeconds is the decayed time the item's counts were observed over.
 func (c Claim) EstSeconds() float64 { return c.Est.ChangedSeconds + c.Est.UnchangedSeconds }
 
-// RenewLeases pushes the lease expiry of claims still held (token unchanged) one lease ahead.
-func RenewLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim, lease time.Duration) (int64, error) {
+// RenewLeases pushes the lease expiry of claims still held (token unchanged) one lease ahead
+// and returns the ids it renewed: the others were written back, or taken by another collector
+// once their lease ran out.
+func RenewLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim, lease time.Duration) ([]string, error) {
 	ids := make([]string, len(claims))
 	tokens := make([]pgtype.UUID, len(claims))
 	for i, c := range claims {
 		ids[i], tokens[i] = c.ItemID, c.Token
 	}
-	tag, err := pool.Exec(ctx, `
+	rows, _ := pool.Query(ctx, `
 		UPDATE tracked_items t
 		SET lease_expires_at = now() + $3 * interval '1 millisecond'
 		FROM unnest($1::text[], $2::uuid[]) AS u(item_id, token)
-		WHERE t.item_id = u.item_id AND t.lease_token = u.token`, ids, tokens, lease.Milliseconds())
+		WHERE t.item_id = u.item_id AND t.lease_token = u.token
+		RETURNING t.item_id`, ids, tokens, lease.Milliseconds())
+	renewed, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return 0, fmt.Errorf("renew %d leases: %w", len(claims), err)
+		return nil, fmt.Errorf("renew %d leases: %w", len(claims), err)
 	}
-	return tag.RowsAffected(), nil
+	return renewed, nil
 }

@@ -266,6 +266,9 @@ type Dispatcher struct {
 
 	// LeasesLeft hears a batch whose leases stopped being renewed at renewCap (its items).
 	LeasesLeft testsignal.Signal[int]
+	// LeasesLost hears a renewal that found items of its batch no longer held (taken by another
+	// collector, or written back): how many, newly.
+	LeasesLost testsignal.Signal[int]
 	// stuck counts the batches past the renewal cap with no call finished since.
 	stuck atomic.Int32
 	// inWrite, when set (tests), runs first in every write-back transaction with its results.

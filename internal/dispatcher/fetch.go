@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,7 +68,8 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 	// look stuck, dropping its leases, nor keeps a stuck one renewing.
 	began := time.Now()
 	var progress atomic.Int64
-	renewing.Go(func() { d.renewWhileRunning(fctx, done, claims, began, &progress) })
+	lost := &lostLeases{}
+	renewing.Go(func() { d.renewWhileRunning(fctx, done, claims, began, &progress, lost) })
 
 	var st packingState
 	if d.packSize > 1 {
@@ -98,11 +100,20 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 					f.finished(group)
 					continue
 				}
+				live, gone := lost.split(group)
+				var rs []result
 				t0 := time.Now()
-				rs := d.fetchGroup(fctx, group, st)
+				if len(live) > 0 {
+					rs = d.fetchGroup(fctx, live, st)
+				}
 				took := time.Since(t0)
 				progress.Store(int64(time.Since(began)))
 				<-f.slots
+				for _, c := range gone {
+					// Not fetched: the answer could only be fenced. Its write-back is, and
+					// counts it fenced out.
+					w.results <- result{claim: c, at: d.clock.now(), err: errLeaseLost, outcome: provider.ClassTransient.String(), window: d.cfg.EstimateWindow}
+				}
 				for _, r := range rs {
 					tm.add(&tm.fetch, took)
 					d.cfg.Observer.Fetched(r.claim, took, r.err)
@@ -148,7 +159,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 // good. Its leases lapse; another collector's claim takes the items, and this batch's late
 // write-back, if any, is fenced by the token. While no call finishes the dispatcher reports
 // itself Stuck.
-func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []catalog.Claim, began time.Time, progress *atomic.Int64) {
+func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}, claims []catalog.Claim, began time.Time, progress *atomic.Int64, lost *lostLeases) {
 	t := time.NewTicker(d.cfg.Lease / 3)
 	defer t.Stop()
 	left, stuck := false, false // leases left to lapse; no call finished since (Stuck)
@@ -183,16 +194,75 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 				left = true
 				continue
 			}
-			_, err := catalog.RenewLeases(ctx, d.pool, claims, d.cfg.Lease)
+			renewed, err := catalog.RenewLeases(ctx, d.pool, claims, d.cfg.Lease)
 			if ctx.Err() != nil {
 				return
 			}
 			d.cfg.WriteHealth.Observe(err)
 			if err != nil {
 				d.log.Warn("lease renewal failed", zap.Error(err))
+				continue
+			}
+			if n := lost.mark(claims, renewed); n > 0 {
+				d.LeasesLost.Signal(n)
 			}
 		}
 	}
+}
+
+// errLeaseLost is the failure of an item whose lease passed to another collector before its
+// batch fetched it.
+var errLeaseLost = errors.New("its lease passed to another collector before it was fetched")
+
+// lostLeases are a batch's items that a renewal found held by another collector: this process
+// was stopped past their lease (a paused VM, SIGSTOP) or could not renew it, and another claim
+// took them. Their calls are not made: the answers could only be fenced, and the budget they
+// would spend is the other collector's too. (Items already written back are marked as well;
+// they are not fetched again anyway.)
+type lostLeases struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+// mark adds the claims not among renewed and returns how many are newly lost.
+func (l *lostLeases) mark(claims []catalog.Claim, renewed []string) int {
+	if len(renewed) == len(claims) {
+		return 0
+	}
+	still := make(map[string]bool, len(renewed))
+	for _, id := range renewed {
+		still[id] = true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ids == nil {
+		l.ids = map[string]bool{}
+	}
+	n := 0
+	for _, c := range claims {
+		if !still[c.ItemID] && !l.ids[c.ItemID] {
+			l.ids[c.ItemID] = true
+			n++
+		}
+	}
+	return n
+}
+
+// split returns the claims of group still held, and those lost.
+func (l *lostLeases) split(group []catalog.Claim) (live, gone []catalog.Claim) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ids) == 0 {
+		return group, nil
+	}
+	for _, c := range group {
+		if l.ids[c.ItemID] {
+			gone = append(gone, c)
+		} else {
+			live = append(live, c)
+		}
+	}
+	return live, gone
 }
 
 // endsPass says whether an item's failure of class ends the pass: what fails one call would

@@ -186,6 +186,51 @@ func TestAStuckBatchLetsItsLeasesLapse(t *testing.T) {
 	}
 }
 
+// A batch whose process was stopped past its leases (a paused VM, SIGSTOP) finds at its next
+// renewal that another collector took items it has not fetched yet: it makes no call for them
+// (the answers could only be fenced, and the budget is the other collector's too) and counts
+// them fenced out.
+func TestABatchMakesNoCallForItemsWhoseLeasesPassedToAnother(t *testing.T) {
+	t.Parallel()
+	const n = 5
+	release, arrived := make(chan struct{}), make(chan string, 1)
+	var calls atomic.Int64
+	e := setup(t, n, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" && calls.Add(1) == 1 {
+				arrived <- r.URL.Query().Get("itemId")
+				<-release
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	t.Cleanup(func() { closeOnce(release) })
+	ctx := context.Background()
+	d := e.dispatcher(t, Config{Lease: time.Second, Concurrency: 1, BatchSize: n}, nil)
+	d.LeasesLost.Init(t)
+	done := make(chan Summary, 1)
+	go func() {
+		s, _ := d.RunOnce(ctx)
+		done <- s
+	}()
+	first := testkit.Recv(t, arrived, testkit.Timeout, "the batch's first call")
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_token = gen_random_uuid(), leased_by = 'taker'
+		WHERE item_id <> $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.LeasesLost.Wait(t); got != n-1 {
+		t.Fatalf("the renewal found %d items taken, want %d", got, n-1)
+	}
+	closeOnce(release)
+	s := testkit.Recv(t, done, testkit.Timeout, "RunOnce to return")
+	if s.Collected != 1 || s.Fenced != n-1 || s.Failed != 0 {
+		t.Fatalf("summary %s: want the item in flight collected and the %d taken fenced out", s, n-1)
+	}
+	if c := calls.Load(); c != 1 {
+		t.Fatalf("%d /df/auction calls, want only the one in flight before the takeover", c)
+	}
+}
+
 // A batch that works, however slowly, keeps its leases past renewCap leases: one call after
 // another finishes, each within the cap, while the whole batch takes longer than it.
 func TestASlowBatchThatWorksKeepsItsLeases(t *testing.T) {

@@ -352,11 +352,11 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 			return ws, fmt.Errorf("%w (retried for %d leases (collect.lease): giving the items up)", err, renewCap)
 		}
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-		n, rerr := catalog.RenewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
+		renewed, rerr := catalog.RenewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
 		rcancel()
 		w.d.cfg.WriteHealth.Observe(rerr)
 		switch {
-		case rerr == nil && n == 0:
+		case rerr == nil && len(renewed) == 0:
 			return ws, fmt.Errorf("%w (and every lease of the group has passed to another worker)", err)
 		case rerr == nil:
 			held = w.d.clock.now().Add(w.d.cfg.Lease)
