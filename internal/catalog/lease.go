@@ -265,6 +265,24 @@ func ReleaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int
 // EstSeconds is the decayed time the item's counts were observed over.
 func (c Claim) EstSeconds() float64 { return c.Est.ChangedSeconds + c.Est.UnchangedSeconds }
 
+// HeldLeases returns the ids of claims whose lease is still theirs (token unchanged), expired
+// or not: for a batch that lets its leases lapse, which items another collector took.
+func HeldLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) ([]string, error) {
+	ids := make([]string, len(claims))
+	tokens := make([]pgtype.UUID, len(claims))
+	for i, c := range claims {
+		ids[i], tokens[i] = c.ItemID, c.Token
+	}
+	rows, _ := pool.Query(ctx, `
+		SELECT t.item_id FROM tracked_items t JOIN unnest($1::text[], $2::uuid[]) AS u(item_id, token)
+		    ON t.item_id = u.item_id AND t.lease_token = u.token`, ids, tokens)
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read %d leases: %w", len(claims), err)
+	}
+	return held, nil
+}
+
 // RenewLeases pushes the lease expiry of claims still held (token unchanged) one lease ahead
 // and returns the ids it renewed: the others were written back, or taken by another collector
 // once their lease ran out.

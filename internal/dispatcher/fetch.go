@@ -107,7 +107,9 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 					rs = d.fetchGroup(fctx, live, st)
 				}
 				took := time.Since(t0)
-				progress.Store(int64(time.Since(began)))
+				if len(live) > 0 {
+					progress.Store(int64(time.Since(began))) // a call finished: not stuck
+				}
 				<-f.slots
 				for _, c := range gone {
 					// Not fetched: the answer could only be fenced. Its write-back is, and
@@ -184,17 +186,22 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 				d.stuck.Add(-1) // a call finished after all: wedged no longer
 			}
 			stuck = over
-			switch {
-			case left: // lapsed for good: a late write is fenced anyway
-				continue
-			case stuck:
+			if stuck && !left {
 				d.log.Warn("no call of a batch finished for the leases' renewal cap; its items are left to lapse to other collectors",
 					zap.Int("items", len(claims)), zap.Duration("stuck_seconds", still), zap.Duration("lease_seconds", d.cfg.Lease))
 				d.LeasesLeft.Signal(len(claims))
 				left = true
-				continue
 			}
-			renewed, err := catalog.RenewLeases(ctx, d.pool, claims, d.cfg.Lease)
+			var renewed []string
+			var err error
+			if left {
+				// Lapsed for good (a late write is fenced anyway), but which items others took
+				// is still read: a batch that comes unstuck (its process resumed after a long
+				// stop) makes no call for them.
+				renewed, err = catalog.HeldLeases(ctx, d.pool, claims)
+			} else {
+				renewed, err = catalog.RenewLeases(ctx, d.pool, claims, d.cfg.Lease)
+			}
 			if ctx.Err() != nil {
 				return
 			}

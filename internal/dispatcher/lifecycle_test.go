@@ -206,7 +206,9 @@ func TestABatchMakesNoCallForItemsWhoseLeasesPassedToAnother(t *testing.T) {
 	})
 	t.Cleanup(func() { closeOnce(release) })
 	ctx := context.Background()
-	d := e.dispatcher(t, Config{Lease: time.Second, Concurrency: 1, BatchSize: n}, nil)
+	// One batch (the taken items are not claimed back), and a call timeout that keeps the one
+	// in flight from counting as stuck however loaded the machine.
+	d := e.dispatcher(t, Config{Lease: time.Second, Concurrency: 1, BatchSize: n, MaxBatches: 1, CallTimeout: time.Minute}, nil)
 	d.LeasesLost.Init(t)
 	done := make(chan Summary, 1)
 	go func() {
@@ -214,8 +216,8 @@ func TestABatchMakesNoCallForItemsWhoseLeasesPassedToAnother(t *testing.T) {
 		done <- s
 	}()
 	first := testkit.Recv(t, arrived, testkit.Timeout, "the batch's first call")
-	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_token = gen_random_uuid(), leased_by = 'taker'
-		WHERE item_id <> $1`, first); err != nil {
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_token = gen_random_uuid(), leased_by = 'taker',
+		lease_expires_at = now() + interval '1 hour' WHERE item_id <> $1`, first); err != nil {
 		t.Fatal(err)
 	}
 	if got := d.LeasesLost.Wait(t); got != n-1 {
@@ -228,6 +230,54 @@ func TestABatchMakesNoCallForItemsWhoseLeasesPassedToAnother(t *testing.T) {
 	}
 	if c := calls.Load(); c != 1 {
 		t.Fatalf("%d /df/auction calls, want only the one in flight before the takeover", c)
+	}
+}
+
+// A batch stuck past the renewal cap lets its leases lapse; when its call comes back after all
+// (its process resumed after a long stop), it makes no call for the items another collector
+// took meanwhile, and writes back the one still its own.
+func TestABatchComingUnstuckMakesNoCallForItemsTakenMeanwhile(t *testing.T) {
+	t.Parallel()
+	const n = 3
+	release, arrived := make(chan struct{}), make(chan string, 1)
+	var calls atomic.Int64
+	e := setup(t, n, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" && calls.Add(1) == 1 {
+				arrived <- r.URL.Query().Get("itemId")
+				<-release
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	t.Cleanup(func() { closeOnce(release) })
+	ctx := context.Background()
+	d := e.dispatcher(t, Config{Lease: time.Second, Concurrency: 1, BatchSize: n, MaxBatches: 1}, nil)
+	d.LeasesLeft.Init(t)
+	d.LeasesLost.Init(t)
+	done := make(chan Summary, 1)
+	go func() {
+		s, _ := d.RunOnce(ctx)
+		done <- s
+	}()
+	first := testkit.Recv(t, arrived, testkit.Timeout, "the batch's first call")
+	if got := d.LeasesLeft.Wait(t); got != n {
+		t.Fatalf("leases of %d items left to lapse, want %d", got, n)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_token = gen_random_uuid(), leased_by = 'taker',
+		lease_expires_at = now() + interval '1 hour' WHERE item_id <> $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.LeasesLost.Wait(t); got != n-1 {
+		t.Fatalf("the stuck batch found %d items taken, want %d", got, n-1)
+	}
+	closeOnce(release)
+	s := testkit.Recv(t, done, testkit.Timeout, "RunOnce to return")
+	if s.Collected != 1 || s.Fenced != n-1 || s.Failed != 0 {
+		t.Fatalf("summary %s: want the item in flight collected and the %d taken fenced out", s, n-1)
+	}
+	if c := calls.Load(); c != 1 {
+		t.Fatalf("%d /df/auction calls, want only the one in flight", c)
 	}
 }
 

@@ -357,7 +357,10 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 		w.d.cfg.WriteHealth.Observe(rerr)
 		switch {
 		case rerr == nil && len(renewed) == 0:
-			return ws, fmt.Errorf("%w (and every lease of the group has passed to another worker)", err)
+			// Every lease of the group passed to another collector (this process was stopped
+			// past them, or the retries outlasted them): nothing of it may be written, which
+			// is the fence's verdict, not a failure.
+			return writeStats{fenced: itemIDs(buf)}, nil
 		case rerr == nil:
 			held = w.d.clock.now().Add(w.d.cfg.Lease)
 		}

@@ -118,6 +118,37 @@ func TestWriteBackRetriesAKilledConnection(t *testing.T) {
 	}
 }
 
+// A write-back that fails on a lost connection, while every lease of its group passed to
+// another collector (this process was stopped past them), is fenced out, not a failed pass:
+// the retry's renewal finds none of the leases its own, and nothing may be written.
+func TestAWriteBackWhoseLeasesAllPassedIsFencedOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, 3, tiers.Active, nil)
+	d := e.dispatcher(t, Config{Concurrency: 1, FlushSize: 50, MaxBatches: 1}, nil)
+	var once sync.Once
+	d.inWrite = func([]result) {
+		once.Do(func() {
+			// Taken by another collector, then this transaction's session ended mid-way.
+			if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_token = gen_random_uuid(), leased_by = 'taker',
+				lease_expires_at = now() + interval '1 hour'`); err != nil {
+				t.Error(err)
+			}
+			if _, err := e.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE datname = current_database() AND state = 'idle in transaction'`); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	s, err := d.RunOnce(ctx)
+	if err != nil || s.Fenced != 3 || s.Failed != 0 || s.Collected != 0 {
+		t.Fatalf("summary %s, %v: want all 3 fenced out and no error", s, err)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM auction_snapshots`); n != 0 {
+		t.Fatalf("%d snapshots written for items another collector holds", n)
+	}
+}
+
 // A pass whose write-back fails as it does behind a mismatched PgBouncer (prepared statement
 // errors) hands its claims back at once, instead of leaving them leased until expiry, and
 // its error names the setting to change.
