@@ -186,6 +186,39 @@ func TestAStuckBatchLetsItsLeasesLapse(t *testing.T) {
 	}
 }
 
+// heldCall holds the first /df/auction call of a test's provider until release: arrived
+// hears its item, calls counts every /df/auction call.
+type heldCall struct {
+	release chan struct{}
+	arrived chan string
+	calls   atomic.Int64
+}
+
+// firstCallHeld sets up n HOT items behind a provider whose first /df/auction call is held.
+func firstCallHeld(t *testing.T, n int) (*env, *heldCall) {
+	h := &heldCall{release: make(chan struct{}), arrived: make(chan string, 1)}
+	e := setup(t, n, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/df/auction" && h.calls.Add(1) == 1 {
+				h.arrived <- r.URL.Query().Get("itemId")
+				<-h.release
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	t.Cleanup(func() { closeOnce(h.release) })
+	return e, h
+}
+
+// takeAllBut gives every item but one to another collector, for an hour: what a claim does
+// once their leases ran out.
+func takeAllBut(t *testing.T, e *env, item string) {
+	if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET lease_token = gen_random_uuid(), leased_by = 'taker',
+		lease_expires_at = now() + interval '1 hour' WHERE item_id <> $1`, item); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A batch whose process was stopped past its leases (a paused VM, SIGSTOP) finds at its next
 // renewal that another collector took items it has not fetched yet: it makes no call for them
 // (the answers could only be fenced, and the budget is the other collector's too) and counts
@@ -193,18 +226,7 @@ func TestAStuckBatchLetsItsLeasesLapse(t *testing.T) {
 func TestABatchMakesNoCallForItemsWhoseLeasesPassedToAnother(t *testing.T) {
 	t.Parallel()
 	const n = 5
-	release, arrived := make(chan struct{}), make(chan string, 1)
-	var calls atomic.Int64
-	e := setup(t, n, tiers.Hot, func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/df/auction" && calls.Add(1) == 1 {
-				arrived <- r.URL.Query().Get("itemId")
-				<-release
-			}
-			next.ServeHTTP(w, r)
-		})
-	})
-	t.Cleanup(func() { closeOnce(release) })
+	e, h := firstCallHeld(t, n)
 	ctx := context.Background()
 	// One batch (the taken items are not claimed back), and a call timeout that keeps the one
 	// in flight from counting as stuck however loaded the machine.
@@ -215,20 +237,17 @@ func TestABatchMakesNoCallForItemsWhoseLeasesPassedToAnother(t *testing.T) {
 		s, _ := d.RunOnce(ctx)
 		done <- s
 	}()
-	first := testkit.Recv(t, arrived, testkit.Timeout, "the batch's first call")
-	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_token = gen_random_uuid(), leased_by = 'taker',
-		lease_expires_at = now() + interval '1 hour' WHERE item_id <> $1`, first); err != nil {
-		t.Fatal(err)
-	}
+	first := testkit.Recv(t, h.arrived, testkit.Timeout, "the batch's first call")
+	takeAllBut(t, e, first)
 	if got := d.LeasesLost.Wait(t); got != n-1 {
 		t.Fatalf("the renewal found %d items taken, want %d", got, n-1)
 	}
-	closeOnce(release)
+	closeOnce(h.release)
 	s := testkit.Recv(t, done, testkit.Timeout, "RunOnce to return")
 	if s.Collected != 1 || s.Fenced != n-1 || s.Failed != 0 {
 		t.Fatalf("summary %s: want the item in flight collected and the %d taken fenced out", s, n-1)
 	}
-	if c := calls.Load(); c != 1 {
+	if c := h.calls.Load(); c != 1 {
 		t.Fatalf("%d /df/auction calls, want only the one in flight before the takeover", c)
 	}
 }
@@ -239,18 +258,7 @@ func TestABatchMakesNoCallForItemsWhoseLeasesPassedToAnother(t *testing.T) {
 func TestABatchComingUnstuckMakesNoCallForItemsTakenMeanwhile(t *testing.T) {
 	t.Parallel()
 	const n = 3
-	release, arrived := make(chan struct{}), make(chan string, 1)
-	var calls atomic.Int64
-	e := setup(t, n, tiers.Hot, func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/df/auction" && calls.Add(1) == 1 {
-				arrived <- r.URL.Query().Get("itemId")
-				<-release
-			}
-			next.ServeHTTP(w, r)
-		})
-	})
-	t.Cleanup(func() { closeOnce(release) })
+	e, h := firstCallHeld(t, n)
 	ctx := context.Background()
 	d := e.dispatcher(t, Config{Lease: time.Second, Concurrency: 1, BatchSize: n, MaxBatches: 1}, nil)
 	d.LeasesLeft.Init(t)
@@ -260,23 +268,20 @@ func TestABatchComingUnstuckMakesNoCallForItemsTakenMeanwhile(t *testing.T) {
 		s, _ := d.RunOnce(ctx)
 		done <- s
 	}()
-	first := testkit.Recv(t, arrived, testkit.Timeout, "the batch's first call")
+	first := testkit.Recv(t, h.arrived, testkit.Timeout, "the batch's first call")
 	if got := d.LeasesLeft.Wait(t); got != n {
 		t.Fatalf("leases of %d items left to lapse, want %d", got, n)
 	}
-	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_token = gen_random_uuid(), leased_by = 'taker',
-		lease_expires_at = now() + interval '1 hour' WHERE item_id <> $1`, first); err != nil {
-		t.Fatal(err)
-	}
+	takeAllBut(t, e, first)
 	if got := d.LeasesLost.Wait(t); got != n-1 {
 		t.Fatalf("the stuck batch found %d items taken, want %d", got, n-1)
 	}
-	closeOnce(release)
+	closeOnce(h.release)
 	s := testkit.Recv(t, done, testkit.Timeout, "RunOnce to return")
 	if s.Collected != 1 || s.Fenced != n-1 || s.Failed != 0 {
 		t.Fatalf("summary %s: want the item in flight collected and the %d taken fenced out", s, n-1)
 	}
-	if c := calls.Load(); c != 1 {
+	if c := h.calls.Load(); c != 1 {
 		t.Fatalf("%d /df/auction calls, want only the one in flight", c)
 	}
 }
