@@ -44,8 +44,9 @@
 //     a crashed one is dropped after 3 × Heartbeat: both only leave budget unused for a while;
 //   - a process whose own heartbeat has not succeeded for 2 × Heartbeat stops sending until it
 //     does, because the others may already count it dead and have raised their shares; one
-//     whose heartbeat stopped for about 3 × Heartbeat (frozen, or cut off from the database)
-//     then waits 2 × Heartbeat more, as a joining process does, while they lower them again.
+//     whose row was 3 × Heartbeat old by the database's clock (it was frozen, or cut off from
+//     the database) then waits 2 × Heartbeat more, as a joining process does, while they lower
+//     them again; so does every request it had reserved a limiter token for before.
 //
 // While N or the ranks change, processes may briefly disagree on them; the headroom (3 % by
 // default, so a busy cluster uses about 97 % of the budget) absorbs that.
@@ -513,29 +514,22 @@ func (a *attempt) abandon(now time.Time) {
 // spread limiter's token, once reserved, is kept across its delay (as rate.Limiter.Wait
 // does), so that callers queue on it instead of all waking for each token.
 func (s *Share) admit(a *attempt, now time.Time, window time.Duration) (time.Duration, error) {
+	// Every hold applies also to an attempt that reserved its token before: this process may
+	// have been stopped since (a paused VM, SIGSTOP), and the others may have counted it out.
 	s.mu.Lock()
-	rejoin := s.rejoinAt.Sub(now)
+	d := max(s.coolTill.Sub(now), s.rejoinAt.Sub(now))
+	if stale := now.Sub(s.lastBeat) - 2*s.cfg.Heartbeat; stale > 0 {
+		d = max(d, s.cfg.Heartbeat/4) // our heartbeat is failing: others may count us dead
+	}
 	s.mu.Unlock()
-	if rejoin > 0 {
-		// Also an attempt that reserved its token before this process stopped.
-		if window > 0 && rejoin > window {
-			return 0, &CooldownError{Until: now.Add(rejoin), Why: "this process is rejoining the key's shared budget"}
-		}
-		return rejoin, nil
+	if window > 0 && d > window {
+		a.abandon(now)
+		return 0, &CooldownError{Until: now.Add(d)}
+	}
+	if d > 0 {
+		return d, nil
 	}
 	if a.res == nil {
-		s.mu.Lock()
-		d := s.coolTill.Sub(now)
-		if stale := now.Sub(s.lastBeat) - 2*s.cfg.Heartbeat; stale > 0 {
-			d = max(d, s.cfg.Heartbeat/4) // our heartbeat is failing: others may count us dead
-		}
-		s.mu.Unlock()
-		if window > 0 && d > window {
-			return 0, &CooldownError{Until: now.Add(d)}
-		}
-		if d > 0 {
-			return d, nil
-		}
 		r := s.lim.ReserveN(now, 1)
 		if !r.OK() {
 			return s.cfg.Heartbeat / 4, nil
@@ -620,9 +614,13 @@ func (s *Share) beat(ctx context.Context) error {
 	var others, rank int
 	var coolMS float64
 	var dbNow time.Time
+	var prevAgeMS *float64 // how old our row was, by the database's clock (nil: gone)
 	sent := s.clock.Now()
 	err := s.pool.QueryRow(ctx, `
-		WITH me AS (
+		WITH prev AS (
+			SELECT extract(epoch FROM now() - heartbeat_at) * 1000 AS age_ms FROM collector_instances
+			WHERE key_label = $1 AND instance = $2
+		), me AS (
 			INSERT INTO collector_instances (key_label, instance, host, pid, used, share)
 			VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (key_label, instance) DO UPDATE
@@ -638,22 +636,28 @@ func (s *Share) beat(ctx context.Context) error {
 		        WHERE key_label = $1 AND instance < $2 AND heartbeat_at > now() - $7 * interval '1 millisecond'),
 		       coalesce((SELECT extract(epoch FROM until - now()) * 1000 FROM budget_cooldowns
 		                 WHERE key_label = $1 AND until > now()), 0),
-		       clock_timestamp()
+		       clock_timestamp(),
+		       (SELECT age_ms FROM prev)
 		FROM me`,
-		s.cfg.KeyLabel, s.cfg.Instance, s.cfg.Host, s.cfg.PID, s.used.Load(), perSec, ttl.Milliseconds()).Scan(&others, &rank, &coolMS, &dbNow)
+		s.cfg.KeyLabel, s.cfg.Instance, s.cfg.Host, s.cfg.PID, s.used.Load(), perSec, ttl.Milliseconds()).Scan(&others, &rank, &coolMS, &dbNow, &prevAgeMS)
 	if err != nil {
 		return fmt.Errorf("budget heartbeat for %s: %w", s.cfg.KeyLabel, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	if gap := now.Sub(s.lastBeat); !s.lastBeat.IsZero() && gap > ttl-s.cfg.Heartbeat/2 {
-		// Frozen (a paused VM, SIGSTOP) or cut off from the database for about ttl: the others
-		// may have counted this process out and raised their shares, which they keep until
-		// their next heartbeat. Sending at once would put both on the key.
+	if !s.lastBeat.IsZero() && (prevAgeMS == nil || *prevAgeMS >= float64(ttl.Milliseconds())) {
+		// Our row was ttl old (or gone), by the clock the others count it on: frozen (a paused
+		// VM, SIGSTOP) or cut off from the database, this process may have been counted out,
+		// and the others keep their raised shares until their next heartbeat. Sending at once
+		// would put both on the key.
 		s.rejoinAt = now.Add(2 * s.cfg.Heartbeat)
+		stopped := zap.Skip()
+		if prevAgeMS != nil {
+			stopped = zap.Duration("stopped_for_seconds", time.Duration(*prevAgeMS*float64(time.Millisecond)))
+		}
 		s.log.Info("budget share rejoining after its heartbeat stopped", zap.String("key", s.cfg.KeyLabel),
-			zap.Duration("stopped_for_seconds", gap), zap.Duration("holds_requests_for_seconds", 2*s.cfg.Heartbeat))
+			stopped, zap.Duration("holds_requests_for_seconds", 2*s.cfg.Heartbeat))
 	}
 	s.lastBeat = now
 	if _, ok := s.clock.(realTime); ok {

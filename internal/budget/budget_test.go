@@ -145,10 +145,11 @@ func TestAProcessCountedOutRejoinsAsANewcomerDoes(t *testing.T) {
 	b.gone = true // frozen: no heartbeat, no request
 	c.ageRow(t, "b")
 	r.until(hb+runStep, "a to count b out", func() bool { return a.share.Stats().Live == 1 })
-	// b's clock runs on while it is stopped (Linux's monotonic clock does); once resumed, its
-	// overdue heartbeat runs at once.
+	// b's clock runs on while it is stopped (Linux's monotonic clock does). Once resumed, its
+	// workers wake before its overdue heartbeat has come back (its round trip), some holding
+	// limiter tokens they reserved before the stop.
 	r.runFor(3 * hb)
-	b.gone, b.beatAt = false, r.clk.Now()
+	b.gone, b.beatAt = false, r.clk.Now().Add(50*time.Millisecond)
 	used, resumed := b.share.Stats().Used, r.clk.Now()
 	r.until(2*hb+time.Second, "b to send again", func() bool { return b.share.Stats().Used > used })
 	if waited := r.clk.Now().Sub(resumed); waited < 2*hb {
