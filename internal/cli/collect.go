@@ -163,8 +163,8 @@ func notCollected(sum dispatcher.Summary) string {
 	case !sum.CooldownUntil.IsZero():
 		return "the key cools down until " + sum.CooldownUntil.UTC().Format(time.RFC3339)
 	case sum.Fenced > 0:
-		// Only a process stalled past its lease (a paused VM, SIGSTOP) meets this: the lease ran
-		// out mid-call and another collector took the item.
+		// A process stalled past its lease (a paused VM, SIGSTOP), or a call stuck past the
+		// renewal cap, meets this: the lease ran out mid-call and another collector took the item.
 		return "its lease (collect.lease) ran out before the answer was stored, and another collector took the item over; its answer was not stored"
 	case sum.Stop != dispatcher.StopNone:
 		return "the pass stopped: " + sum.Stop.String()

@@ -450,7 +450,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	sent := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, time.Time{}, &Error{Class: ClassTransient, Endpoint: endpoint, Err: c.stalled(sent, stripURL(err, endpoint))}
+		return nil, time.Time{}, &Error{Class: ClassTransient, Endpoint: endpoint, Err: stalled(ctx, sent, stripURL(err, endpoint))}
 	}
 	defer resp.Body.Close()
 	fail := func(class Class, err error) *Error {
@@ -471,7 +471,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	_, err = buf.ReadFrom(io.LimitReader(resp.Body, c.cfg.MaxBodyBytes+1))
 	body := buf.Bytes()
 	if err != nil {
-		return nil, time.Time{}, fail(ClassTransient, c.stalled(sent, fmt.Errorf("reading response body: %w", stripURL(err, endpoint))))
+		return nil, time.Time{}, fail(ClassTransient, stalled(ctx, sent, fmt.Errorf("reading response body: %w", stripURL(err, endpoint))))
 	}
 	if int64(len(body)) > c.cfg.MaxBodyBytes {
 		return nil, time.Time{}, fail(ClassTransient, tooBig)
@@ -532,30 +532,36 @@ func (c *Client) fail(e *Error) *Error {
 	return e
 }
 
-// stripURL replaces the URL inside a *url.Error (which net/http prints whole, query and all)
-// with the endpoint, keeping the cause so errors.Is(err, context.DeadlineExceeded) still works.
-// ErrStalled marks a call that timed out because this process did not run, not because the
-// provider was slow: its deadline was noticed more than StallGrace after it passed, which a
-// timer does only when the process was stopped (a paused VM, SIGSTOP) or starved of CPU. The
-// health monitor does not count it against the provider: a daemon resumed after a long stop
-// must not mark the provider DEGRADED for every instance with its own late timeouts.
+// ErrStalled marks a call that failed because this process did not run, not because of the
+// provider: it ended more than StallGrace past its deadline, which a call does only when the
+// process was stopped (a paused VM, SIGSTOP) or starved of CPU: its timer fired late, or a
+// reset or end of stream that waited in the socket meanwhile was read first. The health
+// monitor does not count it against the provider: a daemon resumed after a long stop must not
+// mark the provider DEGRADED for every instance with its own late failures.
 var ErrStalled = errors.New("this process did not run while the call was in flight")
 
-// StallGrace is how late past a call's deadline its timeout may be noticed before the call
-// counts as stalled: far beyond what a loaded scheduler delays a timer by.
+// StallGrace is how far past a call's deadline it may end before it counts as stalled: far
+// beyond what a loaded scheduler delays a timer by.
 const StallGrace = 2 * time.Second
 
 // since is time.Since; tests stand in for a process stopped mid-call.
 var since = time.Since
 
-// stalled marks err with ErrStalled when it is the call's deadline noticed past StallGrace.
-func (c *Client) stalled(sent time.Time, err error) error {
-	if late := since(sent) - c.cfg.Timeout; late > StallGrace && errors.Is(err, context.DeadlineExceeded) {
+// stalled marks err with ErrStalled when the call ended past its deadline (ctx's) by more
+// than StallGrace.
+func stalled(ctx context.Context, sent time.Time, err error) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return err
+	}
+	if late := since(sent) - deadline.Sub(sent); late > StallGrace {
 		return fmt.Errorf("%w (%w for about %s)", err, ErrStalled, late.Round(time.Second))
 	}
 	return err
 }
 
+// stripURL replaces the URL inside a *url.Error (which net/http prints whole, query and all)
+// with the endpoint, keeping the cause so errors.Is(err, context.DeadlineExceeded) still works.
 func stripURL(err error, endpoint string) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {

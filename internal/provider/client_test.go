@@ -605,10 +605,32 @@ func TestATimeoutNoticedLateIsThisProcessesStall(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, provider.ErrStalled) {
 		t.Fatalf("a timeout noticed on time: %v; want the provider's timeout, not a stall", err)
 	}
-	provider.StopProcessFor(t, time.Minute)
+	// A connection the other end closed: the provider's failure, unless it is read only long
+	// after the call's deadline (the close waited in the socket while this process was stopped).
+	closing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	}))
+	defer closing.Close()
+	cc, err := provider.NewClient(provider.ClientConfig{
+		Workload: provider.WorkloadMarket, BaseURL: closing.URL, Key: neoplesim.DefaultMarketKey, Timeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.Auction(context.Background(), id); errors.Is(err, provider.ErrStalled) || err == nil {
+		t.Fatalf("a connection closed at once: %v; want the provider's failure, not a stall", err)
+	}
+
+	provider.StopProcessFor(t, 2*time.Minute)
 	_, err = c.Auction(context.Background(), id)
 	wantClass(t, err, provider.ClassTransient)
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, provider.ErrStalled) {
-		t.Fatalf("a timeout noticed a minute late: %v; want it marked a stall of this process", err)
+		t.Fatalf("a timeout noticed two minutes late: %v; want it marked a stall of this process", err)
+	}
+	if _, err := cc.Auction(context.Background(), id); !errors.Is(err, provider.ErrStalled) {
+		t.Fatalf("a closed connection read a minute past the call's deadline: %v; want it marked a stall", err)
 	}
 }

@@ -157,10 +157,10 @@ func main() {
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run, e.g. 1,4 (4 includes 4b); default all; 7 always runs and scans what ran")
 	flag.DurationVar(&o.kafkaDown, "kafka-down", 60*time.Second,
 		"how long the broker stays down in scenario 3 (the issue's 60s; CI runs it too)")
-	flag.IntVar(&o.killMoments, "kill-moments", killMomentsDefault(), "kill matrix (K): seeded kill moments per role (env FAULTS_KILL_MOMENTS)")
+	flag.IntVar(&o.killMoments, "kill-moments", killMomentsDefault(), "kill and freeze matrices (K, F): seeded moments per role (env FAULTS_KILL_MOMENTS)")
 	var roles string
 	flag.StringVar(&roles, "kill-roles", "", "kill and freeze matrices (K, F): comma-separated roles, e.g. 'run (probing)' or 'frozen run'; default every role")
-	flag.Uint64Var(&o.killSeed, "kill-seed", 1, "kill matrix (K): the seed of the kill moments; a failure prints it, so the same kills replay")
+	flag.Uint64Var(&o.killSeed, "kill-seed", 1, "kill and freeze matrices (K, F): the seed of the moments; a failure prints it, so the same kills and freezes replay")
 	flag.BoolVar(&o.keep, "keep", false, "keep the databases and the log directory")
 	flag.BoolVar(&o.verbose, "v", false, "print progress")
 	flag.Parse()
