@@ -164,6 +164,9 @@ type Daemon struct {
 	ln      net.Listener
 	wake    chan struct{}
 	writes  *store.WriteHealth // whether the database takes our writes: /readyz, metrics
+	// refusedBy is the cause of the last write state writesChanged heard (its calls are
+	// serialised by writes).
+	refusedBy store.WriteCause
 	// spaceProbeWarned: the space probe's odd failure is logged (probeSpace's goroutine only).
 	spaceProbeWarned bool
 	// space is the space probe's hysteresis (probeSpace's goroutine only): in a spell of

@@ -96,16 +96,7 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 		return
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	cause, detail := store.ProbeWritable(ctx, conn)
-	if cause == "" && (c == store.CauseReadOnly || c == store.CauseStandby) {
-		d.pool.Reset()
-		// database.direct_url's sessions (partition DDL) kept the setting too: a read-only one
-		// would fail the write path's partition creation and turn the daemon not ready again.
-		if p := d.cfg.DirectPool; p != nil && p != d.pool {
-			p.Reset()
-		}
-	}
-	d.writes.ObserveProbe(cause, detail)
+	d.writes.ObserveProbe(store.ProbeWritable(ctx, conn))
 }
 
 // probeSpace runs store.ProbeSpace. A failure that is no refusal (the role may neither create
@@ -183,6 +174,17 @@ func (w writeReports) refused(err error) {
 
 // writesChanged exports a change of the database's write state and logs it once.
 func (d *Daemon) writesChanged(s store.WriteState) {
+	// Sessions opened while the database was read-only (or a standby) keep that setting:
+	// dropped whoever saw writes come back first (the probe, a write on a session opened
+	// since), before the change is told. database.direct_url's too: a read-only one would fail
+	// the write path's partition creation and turn the daemon not ready again.
+	if s.Writable && (d.refusedBy == store.CauseReadOnly || d.refusedBy == store.CauseStandby) {
+		d.pool.Reset()
+		if p := d.cfg.DirectPool; p != nil && p != d.pool {
+			p.Reset()
+		}
+	}
+	d.refusedBy = s.Cause
 	if s.Writable {
 		d.metrics.DatabaseWritable.Set(1)
 	} else {

@@ -197,15 +197,18 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 			if left {
 				// Lapsed for good (a late write is fenced anyway), but which items others took
 				// is still read: a batch that comes unstuck (its process resumed after a long
-				// stop) makes no call for them.
+				// stop) makes no call for them. A read says nothing of writes: no WriteHealth
+				// report (a read-only database answers it).
 				renewed, err = catalog.HeldLeases(ctx, d.pool, claims)
 			} else {
 				renewed, err = catalog.RenewLeases(ctx, d.pool, claims, d.cfg.Lease)
+				if ctx.Err() == nil {
+					d.cfg.WriteHealth.Observe(err)
+				}
 			}
 			if ctx.Err() != nil {
 				return
 			}
-			d.cfg.WriteHealth.Observe(err)
 			if err != nil {
 				d.log.Warn("lease renewal failed", zap.Error(err))
 				continue
