@@ -30,7 +30,9 @@ type freezeRole struct {
 
 var freezeRoles = []freezeRole{
 	{"frozen collect-due", killLease + killSlack, freezeCollectDue},
+	{"frozen collect ITEM_ID", killLease + killSlack, freezeCollectOne},
 	{"frozen relay-outbox", killLease + killSlack, freezeRelay},
+	{"frozen relay-outbox --once", killLease + killSlack, freezeRelayOnce},
 	{"frozen run", killLease + killSlack, freezeDaemon},
 	{"frozen run (probing)", health.TestTimings.ProbeLease + killSlack, freezeProber},
 }
@@ -171,12 +173,42 @@ func freezeCollectDue(ctx context.Context, k *killRun, moment float64) (time.Dur
 	if err != nil {
 		return 0, err
 	}
+	return k.cronTakesOverFrozen(ctx, p, frozen)
+}
+
+// freezeCollectOne: `collect ITEM_ID` frozen with its one call at the provider. Cron's
+// collect-due takes the item once its lease runs out; the resumed run must write nothing, and
+// if it ends failed (exit 1), say that its lease ran out (collect.lease), not something else.
+func freezeCollectOne(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	p, calling, err := k.collectOneSlowly(ctx, "f-collect-one")
+	if err != nil {
+		return 0, err
+	}
+	frozen, err := k.freezeAt(ctx, p, calling, 800*time.Millisecond, moment)
+	if err != nil {
+		return 0, err
+	}
+	if err := k.h.sim.setLatency(ctx, killSimLatency); err != nil {
+		return 0, err
+	}
+	took, err := k.cronTakesOverFrozen(ctx, p, frozen)
+	if err == nil && p.code == 1 {
+		k.r.check(bytes.Contains(p.output(), []byte("collect.lease")),
+			"%s: the resumed collect ITEM_ID failed without naming its lease: %s", k.label, p.tail())
+	}
+	return took, err
+}
+
+// cronTakesOverFrozen: cron's collect-due takes over what the frozen one-shot p held and
+// collects everything; p is then resumed and must end by itself having written nothing; a
+// relay publishes the lot.
+func (k *killRun) cronTakesOverFrozen(ctx context.Context, p *proc, frozen time.Time) (time.Duration, error) {
 	w, err := k.held(ctx)
 	if err != nil {
 		return 0, err
 	}
 	w.pending = 0 // no relay runs until the end
-	cron, err := k.cron(ctx, "f-collect-cron", "collect-due", "--concurrency", "8")
+	cron, err := k.cron(ctx, p.name+"-cron", "collect-due", "--concurrency", "8")
 	if err != nil {
 		return 0, err
 	}
@@ -191,7 +223,7 @@ func freezeCollectDue(ctx context.Context, k *killRun, moment float64) (time.Dur
 	}
 	cron.stop()
 	if err != nil {
-		return took, fmt.Errorf("cron's collect-due beside a frozen one: %w", err)
+		return took, fmt.Errorf("cron's collect-due beside a frozen %s: %w", p.name, err)
 	}
 	before, err := k.fingerprint(ctx)
 	if err != nil {
@@ -199,18 +231,70 @@ func freezeCollectDue(ctx context.Context, k *killRun, moment float64) (time.Dur
 	}
 	k.resume(p)
 	if _, err := p.wait(ctx, time.Minute); err != nil {
-		return took, fmt.Errorf("the resumed collect-due never ended: %w: %s", err, p.tail())
+		return took, fmt.Errorf("the resumed %s never ended: %w: %s", p.name, err, p.tail())
 	}
 	k.checkResumedCleanly(p)
 	after, err := k.fingerprint(ctx)
 	if err != nil {
 		return took, err
 	}
-	k.r.check(before == after, "%s: the resumed collect-due wrote after its leases were taken over: %s, then %s", k.label, before, after)
-	if err := k.finish(ctx, "f-collect-relay", "relay-outbox", "--once"); err != nil {
+	k.r.check(before == after, "%s: the resumed %s wrote after its leases were taken over: %s, then %s", k.label, p.name, before, after)
+	if err := k.finish(ctx, p.name+"-relay", "relay-outbox", "--once"); err != nil {
 		return took, err
 	}
 	return took, k.allCollectedAndPublished(ctx, nil)
+}
+
+// freezeRelayOnce: relay-outbox --once frozen mid-pass holding every lane. --once from cron
+// takes the lanes once their lease runs out and publishes the backlog and newer events; the
+// frozen run then resumes with a batch it no longer holds: it must end by itself, and mark
+// nothing it did not publish (every stored snapshot is on the topic).
+func freezeRelayOnce(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
+	p, frozen, w, err := k.frozenRelay(ctx, moment, "f-once", relayOnce...)
+	if err != nil {
+		return 0, err
+	}
+	cron, err := k.cron(ctx, "f-once-cron", relayOnce...)
+	if err != nil {
+		return 0, err
+	}
+	defer cron.stop()
+	if err := k.collectAgain(ctx, "f-once-more", k.h.catalog[:killItems/2]); err != nil {
+		return 0, err
+	}
+	took, err := k.takenOver(ctx, w, frozen, nil)
+	if err != nil {
+		return took, err
+	}
+	cron.stop()
+	k.resume(p)
+	if _, err := p.wait(ctx, time.Minute); err != nil {
+		return took, fmt.Errorf("the resumed relay-outbox --once never ended: %w: %s", err, p.tail())
+	}
+	k.checkResumedCleanly(p)
+	return took, nil
+}
+
+// frozenRelay collects every item, adds a backlog of ballast events, starts a relay (args) and
+// freezes it at moment of its first quarter second holding lanes: a pass publishes the
+// backlog in about half a second. It returns the relay, when it froze and what it held.
+func (k *killRun) frozenRelay(ctx context.Context, moment float64, name string, args ...string) (*proc, time.Time, heldAtKill, error) {
+	if err := k.finish(ctx, name+"-fill", "collect-due", "--concurrency", "8"); err != nil {
+		return nil, time.Time{}, heldAtKill{}, err
+	}
+	if err := k.ballast(ctx, relayBallast); err != nil {
+		return nil, time.Time{}, heldAtKill{}, err
+	}
+	p, err := k.start(ctx, name, args...)
+	if err != nil {
+		return nil, time.Time{}, heldAtKill{}, err
+	}
+	frozen, err := k.freezeAt(ctx, p, k.lanesHeld(ctx), 250*time.Millisecond, moment)
+	if err != nil {
+		return p, frozen, heldAtKill{}, err
+	}
+	w, err := k.held(ctx)
+	return p, frozen, w, err
 }
 
 // freezeRelay: relay-outbox frozen while it holds every lane and publishes a backlog, perhaps
@@ -220,21 +304,7 @@ func freezeCollectDue(ctx context.Context, k *killRun, moment float64) (time.Dur
 // marks nothing it did not publish (every stored snapshot is on the topic). It must then
 // share the lanes, and publish alone once the other relay stops.
 func freezeRelay(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
-	if err := k.finish(ctx, "f-fill", "collect-due", "--concurrency", "8"); err != nil {
-		return 0, err
-	}
-	if err := k.ballast(ctx, relayBallast); err != nil {
-		return 0, err
-	}
-	p, err := k.start(ctx, "f-relay", "relay-outbox")
-	if err != nil {
-		return 0, err
-	}
-	frozen, err := k.freezeAt(ctx, p, k.lanesHeld(ctx), 250*time.Millisecond, moment)
-	if err != nil {
-		return 0, err
-	}
-	w, err := k.held(ctx)
+	p, frozen, w, err := k.frozenRelay(ctx, moment, "f-relay", "relay-outbox")
 	if err != nil {
 		return 0, err
 	}

@@ -554,39 +554,47 @@ func (k *killRun) cronCollectsTheRest(ctx context.Context, name string, killed t
 // in flight; five items only, so that cron's runs are short and the takeover is the lease's
 // expiry, not a backlog's; then every item is collected and published.
 func killCollectOne(ctx context.Context, k *killRun, moment float64) (time.Duration, error) {
-	if _, err := k.d.pool.Exec(ctx, `DELETE FROM tracked_items WHERE item_id NOT IN (
-		SELECT item_id FROM tracked_items ORDER BY item_id LIMIT 5)`); err != nil {
-		return 0, err
-	}
-	var item string
-	if err := k.d.pool.QueryRow(ctx, `SELECT item_id FROM tracked_items ORDER BY item_id LIMIT 1`).Scan(&item); err != nil {
-		return 0, err
-	}
-	if err := k.h.sim.setLatency(ctx, time.Second); err != nil {
-		return 0, err
-	}
-	before, err := k.h.sim.stats(ctx)
+	p, calling, err := k.collectOneSlowly(ctx, "k-collect-one")
 	if err != nil {
 		return 0, err
-	}
-	p, err := k.start(ctx, "k-collect-one", "collect", item)
-	if err != nil {
-		return 0, err
-	}
-	// Leased, and its request at the provider (counted on arrival, before the latency).
-	calling := func() (bool, error) {
-		n, err := k.d.count(ctx, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND lease_expires_at > now()`, item)
-		if err != nil || n == 0 {
-			return false, err
-		}
-		st, err := k.h.sim.stats(ctx)
-		return st.Requests > before.Requests, err
 	}
 	killed, err := k.killAt(ctx, p, calling, 800*time.Millisecond, moment)
 	if err != nil {
 		return 0, err
 	}
 	return k.cronCollectsTheRest(ctx, "k-collect-one", killed, func() error { return k.h.sim.setLatency(ctx, killSimLatency) })
+}
+
+// collectOneSlowly keeps five items, answers slowly (1 s) and starts `collect ITEM_ID` on the
+// first; calling says when it holds the item's lease and its request reached the provider
+// (counted on arrival, before the latency).
+func (k *killRun) collectOneSlowly(ctx context.Context, name string) (p *proc, calling func() (bool, error), err error) {
+	if _, err := k.d.pool.Exec(ctx, `DELETE FROM tracked_items WHERE item_id NOT IN (
+		SELECT item_id FROM tracked_items ORDER BY item_id LIMIT 5)`); err != nil {
+		return nil, nil, err
+	}
+	var item string
+	if err := k.d.pool.QueryRow(ctx, `SELECT item_id FROM tracked_items ORDER BY item_id LIMIT 1`).Scan(&item); err != nil {
+		return nil, nil, err
+	}
+	if err := k.h.sim.setLatency(ctx, time.Second); err != nil {
+		return nil, nil, err
+	}
+	before, err := k.h.sim.stats(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p, err = k.start(ctx, name, "collect", item); err != nil {
+		return nil, nil, err
+	}
+	return p, func() (bool, error) {
+		n, err := k.d.count(ctx, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND lease_expires_at > now()`, item)
+		if err != nil || n == 0 {
+			return false, err
+		}
+		st, err := k.h.sim.stats(ctx)
+		return st.Requests > before.Requests, err
+	}, nil
 }
 
 // ballast puts n events of fixture items (seed-…, left out of the snapshot checks) in the

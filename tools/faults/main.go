@@ -48,13 +48,14 @@
 //	   probe or lock past its expiry, a dead daemon's budget share taken over within 3
 //	   heartbeats, no partition missing, overlapping or half detached; each role's worst
 //	   recovery time (kill → its work done by another) printed
-//	F  the freeze matrix: collect-due, relay-outbox, collector run and collector run probing a
-//	   paused provider each stopped with SIGSTOP at seeded moments (-kill-moments, -kill-seed)
-//	   while another instance takes their work over once the leases run out, then resumed with
-//	   SIGCONT → the resumed one-shot writes nothing and ends by itself (exit 0 or 1, no
-//	   panic); the resumed prober records nothing of the probe it lost; a resumed relay or
-//	   daemon shares the work again and does it alone once the other stops; the kill matrix's
-//	   checks hold, and each item's events are first delivered in order
+//	F  the freeze matrix: collect-due, collect ITEM_ID, relay-outbox (both modes), collector run
+//	   and collector run probing a paused provider each stopped with SIGSTOP at seeded moments
+//	   (-kill-moments, -kill-seed) while another instance takes their work over once the leases
+//	   run out, then resumed with SIGCONT → a resumed one-shot writes nothing and ends by itself
+//	   (exit 0 or 1, no panic; collect ITEM_ID's failure names its lease); the resumed prober
+//	   records nothing of the probe it lost; a resumed relay or daemon shares the work again and
+//	   does it alone once the other stops; the kill matrix's checks hold, and each item's events
+//	   are first delivered in order
 //	7  a sentinel in both API keys for the whole run, plus runs with the key in the query
 //	   string failing every way → not in any output, /_sim/stats, daemon HTTP or DB row
 //
