@@ -210,6 +210,20 @@ func firstCallHeld(t *testing.T, n int) (*env, *heldCall) {
 	return e, h
 }
 
+// wantOnlyTheHeldCollected releases the held call and wants its item collected, the other n-1
+// (taken by another collector) fenced out and no call made for them.
+func (h *heldCall) wantOnlyTheHeldCollected(t *testing.T, done <-chan Summary, n int) {
+	t.Helper()
+	closeOnce(h.release)
+	s := testkit.Recv(t, done, testkit.Timeout, "RunOnce to return")
+	if s.Collected != 1 || s.Fenced != n-1 || s.Failed != 0 {
+		t.Fatalf("summary %s: want the item in flight collected and the %d taken fenced out", s, n-1)
+	}
+	if c := h.calls.Load(); c != 1 {
+		t.Fatalf("%d /df/auction calls, want only the one in flight before the takeover", c)
+	}
+}
+
 // takeAllBut gives every item but one to another collector, for an hour: what a claim does
 // once their leases ran out.
 func takeAllBut(t *testing.T, e *env, item string) {
@@ -242,14 +256,7 @@ func TestABatchMakesNoCallForItemsWhoseLeasesPassedToAnother(t *testing.T) {
 	if got := d.LeasesLost.Wait(t); got != n-1 {
 		t.Fatalf("the renewal found %d items taken, want %d", got, n-1)
 	}
-	closeOnce(h.release)
-	s := testkit.Recv(t, done, testkit.Timeout, "RunOnce to return")
-	if s.Collected != 1 || s.Fenced != n-1 || s.Failed != 0 {
-		t.Fatalf("summary %s: want the item in flight collected and the %d taken fenced out", s, n-1)
-	}
-	if c := h.calls.Load(); c != 1 {
-		t.Fatalf("%d /df/auction calls, want only the one in flight before the takeover", c)
-	}
+	h.wantOnlyTheHeldCollected(t, done, n)
 }
 
 // A batch stuck past the renewal cap lets its leases lapse; when its call comes back after all
@@ -276,14 +283,7 @@ func TestABatchComingUnstuckMakesNoCallForItemsTakenMeanwhile(t *testing.T) {
 	if got := d.LeasesLost.Wait(t); got != n-1 {
 		t.Fatalf("the stuck batch found %d items taken, want %d", got, n-1)
 	}
-	closeOnce(h.release)
-	s := testkit.Recv(t, done, testkit.Timeout, "RunOnce to return")
-	if s.Collected != 1 || s.Fenced != n-1 || s.Failed != 0 {
-		t.Fatalf("summary %s: want the item in flight collected and the %d taken fenced out", s, n-1)
-	}
-	if c := h.calls.Load(); c != 1 {
-		t.Fatalf("%d /df/auction calls, want only the one in flight", c)
-	}
+	h.wantOnlyTheHeldCollected(t, done, n)
 }
 
 // A batch that works, however slowly, keeps its leases past renewCap leases: one call after
