@@ -240,18 +240,22 @@ func (p *Partitions) create(ctx context.Context, table string, ahead time.Durati
 		if err != nil {
 			return err
 		}
+		schema, err := schemaOf(ctx, tx, table)
+		if err != nil {
+			return err
+		}
 		until := now.Add(ahead)
 		if atLeast.After(until) {
 			until = atLeast.Add(time.Nanosecond)
 		}
-		parent := pgx.Identifier{table}.Sanitize()
+		parent := pgx.Identifier{schema, table}.Sanitize()
 		for _, r := range planCreate(parts, now, until, p.cfg.Interval) {
 			name := partitionName(table, r)
 			lower := "MINVALUE"
 			if r.Lower != nil {
 				lower = literal(*r.Lower)
 			}
-			ident := pgx.Identifier{name}.Sanitize()
+			ident := pgx.Identifier{schema, name}.Sanitize()
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION)`,
 				ident, parent)); err != nil {
 				return fmt.Errorf("create partition %s: %w", name, err)
@@ -355,10 +359,15 @@ func (p *Partitions) dropTable(ctx context.Context, conn *pgxpool.Conn, t Table)
 	if err != nil {
 		return dropped, errors.Join(leftErr, err)
 	}
+	schema, err := schemaOf(ctx, conn, t.Name)
+	if err != nil {
+		return dropped, errors.Join(leftErr, err)
+	}
+	parent := pgx.Identifier{schema, t.Name}.Sanitize()
 	for _, part := range parts {
 		// An interrupted DETACH … CONCURRENTLY leaves the partition half detached; finish it.
 		if part.DetachPending {
-			if err := retire(ctx, conn, t.Name, part.Name, "FINALIZE"); err != nil {
+			if err := retire(ctx, conn, t.Name, parent, part, "FINALIZE"); err != nil {
 				return dropped, errors.Join(leftErr, err)
 			}
 			dropped = append(dropped, part.Name)
@@ -374,14 +383,14 @@ func (p *Partitions) dropTable(ctx context.Context, conn *pgxpool.Conn, t Table)
 			// The archive must reach the oldest partition, so it goes (and is recreated up to
 			// the new oldest) with any partition dropped above it; alone, an empty one stays.
 			var any bool
-			if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %s)`, pgx.Identifier{part.Name}.Sanitize())).Scan(&any); err != nil {
+			if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %s)`, part.ident())).Scan(&any); err != nil {
 				return dropped, errors.Join(leftErr, fmt.Errorf("read %s: %w", part.Name, err))
 			}
 			if !any {
 				continue
 			}
 		}
-		if err := retire(ctx, conn, t.Name, part.Name, "CONCURRENTLY"); err != nil {
+		if err := retire(ctx, conn, t.Name, parent, part, "CONCURRENTLY"); err != nil {
 			return dropped, errors.Join(leftErr, err)
 		}
 		dropped = append(dropped, part.Name)
@@ -397,16 +406,16 @@ func retiredMark(table string) string {
 
 // retire marks a partition of table, detaches it (how: CONCURRENTLY, or FINALIZE for one an
 // interrupted detach left pending) and drops it.
-func retire(ctx context.Context, conn *pgxpool.Conn, table, part, how string) error {
-	name := pgx.Identifier{part}.Sanitize()
+func retire(ctx context.Context, conn *pgxpool.Conn, table, parent string, part Partition, how string) error {
+	name := part.ident()
 	if _, err := conn.Exec(ctx, fmt.Sprintf(`COMMENT ON TABLE %s IS %s`, name, quote(retiredMark(table)))); err != nil {
-		return fmt.Errorf("mark %s for retention: %w", part, err)
+		return fmt.Errorf("mark %s for retention: %w", part.Name, err)
 	}
-	if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s %s`, pgx.Identifier{table}.Sanitize(), name, how)); err != nil {
-		return fmt.Errorf("detach %s: %w", part, err)
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s %s`, parent, name, how)); err != nil {
+		return fmt.Errorf("detach %s: %w", part.Name, err)
 	}
 	if _, err := conn.Exec(ctx, `DROP TABLE `+name); err != nil {
-		return fmt.Errorf("detached %s but could not drop it (the next pass tries again): %w", part, err)
+		return fmt.Errorf("detached %s but could not drop it (the next pass tries again): %w", part.Name, err)
 	}
 	return nil
 }
@@ -414,8 +423,9 @@ func retire(ctx context.Context, conn *pgxpool.Conn, table, part, how string) er
 // leftBehindSQL finds the tables beside the parent that carry its retirement mark and are no
 // partition any more: detached, then not dropped.
 const leftBehindSQL = `
-SELECT c.relname
+SELECT n.nspname, c.relname
 FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_description d ON d.classoid = 'pg_class'::regclass AND d.objoid = c.oid AND d.objsubid = 0
 WHERE c.relkind = 'r' AND NOT c.relispartition AND d.description = $2
   AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = $1::regclass)
@@ -427,14 +437,18 @@ func dropLeftBehind(ctx context.Context, conn *pgxpool.Conn, table string) ([]st
 	if err != nil {
 		return nil, fmt.Errorf("find what %s left detached: %w", table, err)
 	}
-	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	left, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+		var sn [2]string
+		return sn, r.Scan(&sn[0], &sn[1])
+	})
 	if err != nil {
 		return nil, fmt.Errorf("find what %s left detached: %w", table, err)
 	}
 	var dropped []string
 	var errs []error
-	for _, name := range left {
-		if _, err := conn.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
+	for _, sn := range left {
+		name := sn[1]
+		if _, err := conn.Exec(ctx, `DROP TABLE `+pgx.Identifier{sn[0], name}.Sanitize()); err != nil {
 			errs = append(errs, fmt.Errorf("drop %s, detached from %s by an earlier pass: %w", name, table, err))
 			continue
 		}
@@ -468,9 +482,10 @@ type querier interface {
 // A DEFAULT partition (an operator's) bounds nothing and is left out: read as MINVALUE to
 // MAXVALUE it made the table look covered for good, and no partition was created again.
 const listSQL = `
-SELECT c.relname, b.lower::timestamptz, b.upper::timestamptz, i.inhdetachpending, now()
+SELECT n.nspname, c.relname, b.lower::timestamptz, b.upper::timestamptz, i.inhdetachpending, now()
 FROM pg_inherits i
 JOIN pg_class c ON c.oid = i.inhrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
 CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS expr) e
 CROSS JOIN LATERAL (SELECT (regexp_match(e.expr, 'FROM \(''([^'']+)''\)'))[1] AS lower,
                            (regexp_match(e.expr, 'TO \(''([^'']+)''\)'))[1] AS upper) b
@@ -488,7 +503,7 @@ func list(ctx context.Context, q querier, table string) ([]Partition, time.Time,
 	var now time.Time
 	for rows.Next() {
 		var p Partition
-		if err := rows.Scan(&p.Name, &p.Lower, &p.Upper, &p.DetachPending, &now); err != nil {
+		if err := rows.Scan(&p.Schema, &p.Name, &p.Lower, &p.Upper, &p.DetachPending, &now); err != nil {
 			return nil, time.Time{}, fmt.Errorf("list %s partitions: %w", table, err)
 		}
 		parts = append(parts, p)
@@ -502,6 +517,22 @@ func list(ctx context.Context, q querier, table string) ([]Partition, time.Time,
 		}
 	}
 	return parts, now, nil
+}
+
+// ident is the partition's name for DDL, qualified by its schema.
+func (p Partition) ident() string { return pgx.Identifier{p.Schema, p.Name}.Sanitize() }
+
+// schemaOf is the schema the table resolves to on the session's search_path, as every other
+// statement of the collector names it. DDL names it and its partitions with that schema: an
+// unqualified CREATE TABLE would go to the first schema on the path (another role's, or the
+// user's own), and an unqualified DROP would find a same-named table there first.
+func schemaOf(ctx context.Context, q querier, table string) (string, error) {
+	var schema string
+	if err := q.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`,
+		table).Scan(&schema); err != nil {
+		return "", fmt.Errorf("find the schema of %s: %w", table, err)
+	}
+	return schema, nil
 }
 
 func literal(t time.Time) string { return "'" + t.UTC().Format(time.RFC3339Nano) + "'" }

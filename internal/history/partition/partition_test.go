@@ -611,3 +611,71 @@ func TestADefaultPartitionDoesNotStopCreation(t *testing.T) {
 		t.Fatalf("%s: created %v, ahead %v; want two weeks ahead beside the DEFAULT partition", st.Table, st.Created, st.Ahead)
 	}
 }
+
+// The tables live in the schema the search path finds them in; partition DDL names that schema.
+// A first schema on the path where the collector can create (its own, as "$user" gives it) got
+// every new partition, and a same-named table there was marked, detached and dropped in place
+// of the real partition.
+func TestPartitionDDLNamesTheTablesSchema(t *testing.T) {
+	base, db := storetest.NewPool(t)
+	ctx := context.Background()
+	var schema string
+	if err := base.QueryRow(ctx, `SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'auction_snapshots'::regclass`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	// Start from no partitions, then one day past retention.
+	for _, b := range bounds(t, base, partition.Snapshots) {
+		if _, err := base.Exec(ctx, `DROP TABLE `+pgx.Identifier{b.name}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := base.Exec(ctx, `DO $$ BEGIN EXECUTE format('CREATE TABLE auction_snapshots_old PARTITION OF auction_snapshots FOR VALUES FROM (%L) TO (%L)',
+		date_bin('1 day', now(), '2000-01-01 00:00:00+00') - interval '3 days', date_bin('1 day', now(), '2000-01-01 00:00:00+00') - interval '2 days'); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := base.Exec(ctx, `CREATE SCHEMA decoy; CREATE TABLE decoy.auction_snapshots_old (kept int); INSERT INTO decoy.auction_snapshots_old VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := pgxpool.ParseConfig(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["search_path"] = "decoy, " + schema
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	p, err := partition.New(pool, pool, partition.Config{Interval: 24 * time.Hour, Ahead: 7 * 24 * time.Hour,
+		Tables: []partition.Table{{Name: partition.Snapshots, Retention: 24 * time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := p.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(states[0].Dropped, "auction_snapshots_old") || len(states[0].Created) == 0 {
+		t.Fatalf("dropped %v, created %v; want the day 3 days back dropped and a week created", states[0].Dropped, states[0].Created)
+	}
+	var elsewhere []string
+	rows, err := base.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'auction_snapshots'::regclass AND c.relnamespace::regnamespace::text <> $1`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if elsewhere, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(elsewhere) > 0 {
+		t.Errorf("partitions created outside %s: %v", schema, elsewhere)
+	}
+	var kept int
+	if err := base.QueryRow(ctx, `SELECT kept FROM decoy.auction_snapshots_old`).Scan(&kept); err != nil || kept != 1 {
+		t.Errorf("the other schema's table was touched: %v", err)
+	}
+	var comment *string
+	if err := base.QueryRow(ctx, `SELECT obj_description('decoy.auction_snapshots_old'::regclass, 'pg_class')`).Scan(&comment); err != nil || comment != nil {
+		t.Errorf("the other schema's table was marked for retention: %v %v", comment, err)
+	}
+}

@@ -11,7 +11,7 @@ import (
 // Partition is one partition of a history table, with its bounds as the catalog states them
 // (pg_get_expr(relpartbound)); nil is MINVALUE (Lower) or MAXVALUE (Upper).
 type Partition struct {
-	Name          string
+	Schema, Name  string
 	Lower, Upper  *time.Time
 	DetachPending bool // a DETACH … CONCURRENTLY was interrupted
 }
