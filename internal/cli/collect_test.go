@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,12 +59,48 @@ func TestCollectDueEndToEnd(t *testing.T) {
 	}
 }
 
-// A run in which every claimed item failed exits 1, so that a CronJob or a timer shows it
-// failed; a run with some collected exits 0 (the log's per-outcome lines name the failed).
-func TestCollectDueExitsOneWhenEveryItemFailed(t *testing.T) {
-	_, db := storetest.NewPool(t)
+// collect-due ends once a claim comes back short: an item falling due while the run collects
+// is the next run's. Claiming until a claim came back empty never ended on a catalog whose items
+// fall due every second, so each cron run lasted until its deadline killed it.
+func TestCollectDueEndsOnceItsBacklogIsCollected(t *testing.T) {
+	pool, db := storetest.NewPool(t)
 	sim := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1})
-	srv := httptest.NewServer(sim)
+	var late atomic.Pointer[string]
+	var once sync.Once
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := late.Load(); r.URL.Path == "/df/auction" && id != nil {
+			// The first market call of the run: the held-back item falls due now.
+			once.Do(func() {
+				if _, err := pool.Exec(r.Context(), `UPDATE tracked_items SET next_collect_at = now() WHERE item_id = $1`, *id); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		sim.ServeHTTP(w, r)
+	})
+	importThrough(t, db, h)
+	var id string
+	if err := pool.QueryRow(context.Background(), `UPDATE tracked_items SET next_collect_at = now() + interval '1 hour'
+		WHERE item_id = (SELECT min(item_id) FROM tracked_items WHERE next_collect_at <= now()) RETURNING item_id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	late.Store(&id)
+	out, _, err := runCollector(t, "collect-due", "--database-url", db, "--batch-size", "50")
+	if err != nil || !strings.Contains(out, "claimed=11 collected=11") {
+		t.Fatalf("collect-due: %q %v; want the 11 items due at the start, then the end", out, err)
+	}
+	var leased bool
+	if err := pool.QueryRow(context.Background(), `SELECT lease_token IS NOT NULL OR last_collected_at IS NOT NULL OR next_collect_at > now()
+		FROM tracked_items WHERE item_id = $1`, id).Scan(&leased); err != nil || leased {
+		t.Fatalf("the item that fell due during the run: touched %t, %v; want it left due for the next run", leased, err)
+	}
+}
+
+// importThrough serves the provider with h, with the simulator's keys, and imports the sample
+// targets into db.
+func importThrough(t *testing.T, db string, h http.Handler) {
+	t.Helper()
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Setenv("NEOPLE_API_BASE_URL", srv.URL)
 	t.Setenv("COLLECTOR_CONFIG", "")
@@ -71,6 +109,14 @@ func TestCollectDueExitsOneWhenEveryItemFailed(t *testing.T) {
 	if _, _, err := runCollector(t, "import-items", "--database-url", db, "--targets", "../../configs/import-targets.yaml"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A run in which every claimed item failed exits 1, so that a CronJob or a timer shows it
+// failed; a run with some collected exits 0 (the log's per-outcome lines name the failed).
+func TestCollectDueExitsOneWhenEveryItemFailed(t *testing.T) {
+	_, db := storetest.NewPool(t)
+	sim := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1})
+	importThrough(t, db, sim)
 	sim.SetFaults(neoplesim.Faults{ErrorRate: 1})
 	out, _, err := runCollector(t, "collect-due", "--database-url", db)
 	if exitCode(err) != 1 || !strings.Contains(err.Error(), "every item claimed failed") || !strings.Contains(out, "collected=0") {

@@ -113,8 +113,10 @@ type Config struct {
 	TopAhead time.Duration
 	// Gather ends a pass after a batch smaller than it asked for, instead of claiming again
 	// what fell due while that batch was collected: those items wait for the next pass, where
-	// they can share packed calls (the daemon spaces its passes by daemon.pack_wait). Off, a
-	// pass claims until nothing is due, which one-shots want.
+	// they can share packed calls (the daemon spaces its passes by daemon.pack_wait). The
+	// one-shots set it too: claiming until a claim comes back empty never ends while items fall
+	// due every second, so a cron run would last until its deadline killed it. Off, a pass
+	// claims until nothing is due at all.
 	Gather bool
 	// Ahead claims items that fall due within this long, so a gathering pass collects them
 	// on time rather than up to a pack_wait late (the daemon sets it to daemon.pack_wait).
@@ -309,8 +311,8 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 		auctionLimit: fetch.AuctionLimit(), soldLimit: fetch.SoldLimit(), packSize: min(cfg.PackSize, fetch.PackLimit())}, nil
 }
 
-// RunOnce is one collect-due pass: claim and collect batches until nothing is due, MaxBatches
-// is reached, the provider stops being dispatchable, or ctx ends.
+// RunOnce is one collect-due pass: claim and collect batches until nothing is due (with
+// Gather: until a claim comes back short), MaxBatches is reached, the provider stops being dispatchable, or ctx ends.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context, topOnly bool, limit float64) ([]catalog.Claim, bool, error) {
 		n := d.cfg.BatchSize
