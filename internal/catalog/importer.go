@@ -35,6 +35,9 @@ const ImportConcurrencyDefault = 4
 type TargetFailure struct {
 	Target Target
 	Reason string
+	// Temporary: the search failed for a reason running the import again may not meet (a
+	// timeout, a 5xx, the key's rate limit), not for what the target says.
+	Temporary bool
 }
 
 func (f TargetFailure) String() string {
@@ -57,6 +60,17 @@ type ImportReport struct {
 // ErrTargetsFailed is wrapped by ImportReport.Err when some targets imported nothing.
 var ErrTargetsFailed = errors.New("import targets failed")
 
+// Temporary counts the failures running the import again may not meet.
+func (r ImportReport) Temporary() int {
+	n := 0
+	for _, f := range r.Failures {
+		if f.Temporary {
+			n++
+		}
+	}
+	return n
+}
+
 // Err is nil when every target imported something, and otherwise an error listing the
 // failed targets by name and line that wraps ErrTargetsFailed.
 func (r ImportReport) Err() error {
@@ -72,9 +86,10 @@ func (r ImportReport) Err() error {
 }
 
 type resolved struct {
-	items   []provider.Item
-	failure string
-	warning string
+	items     []provider.Item
+	failure   string
+	temporary bool // the failure was the search's, and may pass
+	warning   string
 }
 
 // Import resolves every target through /df/items and upserts what matched into
@@ -99,7 +114,7 @@ func Import(ctx context.Context, db DB, search ItemSearcher, targets []Target, o
 	for i, r := range results {
 		t := targets[i]
 		if r.failure != "" {
-			rep.Failures = append(rep.Failures, TargetFailure{Target: t, Reason: r.failure})
+			rep.Failures = append(rep.Failures, TargetFailure{Target: t, Reason: r.failure, Temporary: r.temporary})
 			continue
 		}
 		if r.warning != "" {
@@ -234,11 +249,12 @@ func resolveTarget(ctx context.Context, search ItemSearcher, t Target) (resolved
 		if ctx.Err() != nil {
 			return resolved{}, ctx.Err()
 		}
-		switch provider.ClassOf(err) {
+		c := provider.ClassOf(err)
+		switch c {
 		case provider.ClassConfig, provider.ClassMaintenance, provider.ClassBug, provider.ClassEndpoint:
 			return resolved{}, fmt.Errorf("import stopped at %s (%q): %w", t.Where(), t.Name, err)
 		}
-		return resolved{failure: "search failed: " + err.Error()}, nil
+		return resolved{failure: "search failed: " + err.Error(), temporary: c == provider.ClassTransient || c == provider.ClassRateLimited}, nil
 	}
 	if t.WordType == WordMatch {
 		// Compare names ourselves rather than trusting the search to be exact.

@@ -23,7 +23,9 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
-// exitTargetsFailed is the exit code when some import targets imported nothing.
+// exitTargetsFailed is the exit code when some import targets imported nothing for what they
+// say (no match, several): running the import again cannot help. A search that failed for a
+// temporary reason exits 1 instead.
 const exitTargetsFailed = 2
 
 // importItems resolves the targets file with the item workload's key and budget and
@@ -83,6 +85,11 @@ func (a *app) importItems(ctx context.Context, targetsFlag string, allowMissing 
 		}
 	}
 	if err := rep.Err(); err != nil {
+		if n := rep.Temporary(); n > 0 {
+			// Not "missing": the provider did not answer. Exit 1, which a scheduler retries;
+			// --allow-missing does not hide it, or those targets would silently stay untracked.
+			return exitError{1, fmt.Errorf("%w\n(%d of them failed for a temporary reason: run the import again, it changes nothing twice)", err, n)}
+		}
 		if allowMissing {
 			a.log.Warn("import-items: targets failed (--allow-missing)", zap.Error(err))
 			return nil
@@ -103,7 +110,9 @@ resolves each name through /df/items with the item workload's key and budget, an
 into tracked_items. New items start at their target's tier and are due at once; items already
 tracked keep their tier and schedule (a renamed item keeps its id and takes the new name), so running
 it twice changes nothing. Targets that match nothing, or several items when one was wanted, are
-listed by file line; the rest are still imported, and the exit code is 2 unless --allow-missing.`,
+listed by file line; the rest are still imported, and the exit code is 2 unless --allow-missing.
+A search that failed for a temporary reason (a timeout, a 5xx, the key's rate limit) makes it exit
+1, with or without --allow-missing: running it again may import that target.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error { return a.importItems(ctx, targets, allowMissing) }),
 	}

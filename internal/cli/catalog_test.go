@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -82,6 +83,41 @@ func TestImportItemsExitCodes(t *testing.T) {
 	out, _, err = runCollector(t, "items", "--database-url", db)
 	if err != nil || !strings.Contains(out, "무색 큐브 조각") || !strings.Contains(out, "imported from "+path+":2") {
 		t.Fatalf("items: err %v, stdout %q", err, out)
+	}
+}
+
+// A target whose search the provider failed for a temporary reason is no missing target: the
+// import exits 1, which a Job or a timer retries, even with --allow-missing (exit 2, or 0 with
+// it, made the Job give up, or left the target untracked without a word).
+func TestImportItemsTemporaryFailureExitsOne(t *testing.T) {
+	_, db := storetest.NewPool(t)
+	sim := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/df/items" && r.URL.Query().Get("itemName") == "없는 아이템" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(`{"error":{"status":500,"code":"DNF999","message":"SYSTEM_ERROR"}}`))
+			return
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("NEOPLE_API_BASE_URL", srv.URL)
+	t.Setenv("COLLECTOR_CONFIG", "")
+	t.Setenv("NEOPLE_ITEM_API_KEY", neoplesim.DefaultItemKey)
+	t.Setenv("NEOPLE_MARKET_API_KEY", neoplesim.DefaultMarketKey)
+	path := filepath.Join(t.TempDir(), "targets.yaml")
+	if err := os.WriteFile(path, []byte("items:\n  - 무색 큐브 조각\n  - 없는 아이템\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{nil, {"--allow-missing"}} {
+		out, _, err := runCollector(t, append([]string{"import-items", "--database-url", db, "--targets", path}, args...)...)
+		if exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "temporary") || !strings.Contains(fmt.Sprint(err), path+":3") {
+			t.Fatalf("import-items %v: %v (exit %d); want exit 1 naming the target and saying the failure is temporary", args, err, exitCode(err))
+		}
+		if !strings.Contains(out, "1 new") && !strings.Contains(out, "1 unchanged") {
+			t.Errorf("stdout %q: the good target must still be imported", out)
+		}
 	}
 }
 
