@@ -44,24 +44,30 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 		renewing.Wait() // the batch is over, Stuck included, when this returns
 	}()
 	go func() {
-		select {
-		case <-done:
-			return
-		case <-f.halted:
-			cancel()
-			return
-		case <-ctx.Done():
-		}
-		if d.cfg.Grace > 0 {
-			t := time.NewTimer(d.cfg.Grace)
-			defer t.Stop()
+		// The calls in flight end when another batch meets a pass-ending answer (429,
+		// maintenance), during a shutdown's grace too, or when the grace is over.
+		stopping := ctx.Done()
+		var grace <-chan time.Time
+		for {
 			select {
 			case <-done:
 				return
-			case <-t.C:
+			case <-f.halted:
+				cancel()
+				return
+			case <-stopping:
+				if d.cfg.Grace <= 0 {
+					cancel()
+					return
+				}
+				t := time.NewTimer(d.cfg.Grace)
+				defer t.Stop()
+				stopping, grace = nil, t.C
+			case <-grace:
+				cancel()
+				return
 			}
 		}
-		cancel()
 	}()
 	// When a call of the batch last finished, as time since began: on the monotonic clock, so a
 	// step of the wall clock (NTP correcting a host minutes off) neither makes a working batch

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -184,6 +185,35 @@ func TestAStuckBatchLetsItsLeasesLapse(t *testing.T) {
 	if stuck.Stuck() {
 		t.Fatal("the dispatcher still reports itself stuck after its batch ended")
 	}
+}
+
+// A batch's calls in flight during a shutdown's grace end as soon as another batch meets a
+// pass-ending answer (a 429, maintenance), not when the grace is over: they would go on
+// retrying against a provider that asked everyone to stop.
+func TestAHaltDuringTheShutdownGraceEndsTheCallsInFlight(t *testing.T) {
+	e, h := firstCallHeld(t, 1)
+	ctx := context.Background()
+	d := e.dispatcher(t, Config{Concurrency: 1, Grace: time.Hour}, nil)
+	claims, err := catalog.ClaimDue(ctx, e.pool, 1, time.Minute, "test", false, 0)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claimed %d: %v", len(claims), err)
+	}
+	d.clock.set(claims[0].DBNow)
+	var tm timings
+	f := newFlow(1)
+	w := d.startWriter(ctx, &tm)
+	pass, shutdown := context.WithCancel(ctx)
+	defer shutdown()
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		d.collectBatch(pass, claims, w, &tm, f)
+	}()
+	testkit.Recv(t, h.arrived, testkit.Timeout, "the call to arrive")
+	shutdown() // an hour of grace for the call in flight
+	f.halt(&stopError{class: provider.ClassRateLimited, err: errors.New("429 met by another batch")})
+	testkit.Recv(t, ended, testkit.Timeout, "the batch to end once the pass was halted")
+	w.finish()
 }
 
 // heldCall holds the first /df/auction call of a test's provider until release: arrived

@@ -297,6 +297,7 @@ var writeBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Sec
 // writeRetrying runs writeBack, retrying a transient failure (connection lost, serialization
 // failure, deadlock) with back-off. Before each retry it renews the group's leases, so the
 // results still apply; once none of them is ours any more it stops, as nothing could apply.
+// Once the pass has ended (shutdown) it retries only while the leases hold.
 //
 // A database that refuses writes (read-only after a failover, a standby, a full disk, a
 // restart: store.RefusedCause) is retried for as long as the group's leases hold, not just
@@ -338,8 +339,15 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 			return ws, err
 		}
 		wait := writeBackoff.Delay(attempt)
+		pastLeases := w.d.clock.now().Add(wait).After(held)
 		untilLeases := refused != "" && w.pass.Err() == nil
-		if attempt >= writeAttempts && (!untilLeases || w.d.clock.now().Add(wait).After(held)) {
+		if attempt >= writeAttempts && (!untilLeases || pastLeases) {
+			return ws, err
+		}
+		if w.pass.Err() != nil && pastLeases {
+			// Shutting down: a retry past the leases keeps the process from exiting (eight
+			// attempts of up to 30 s each, per group, against a database that drops traffic)
+			// for results the next claimer collects again anyway.
 			return ws, err
 		}
 		w.d.log.Warn("write-back failed; retrying", zap.Int("items", len(buf)), zap.Int("attempt", attempt),

@@ -149,6 +149,44 @@ func TestAWriteBackWhoseLeasesAllPassedIsFencedOut(t *testing.T) {
 	}
 }
 
+// A write-back that fails on lost connections after the pass ended (shutdown) stops retrying
+// once the leases have run out: eight attempts of up to 30 s each, per group, kept a daemon
+// from exiting for minutes behind a database that dropped traffic.
+func TestAShutdownWriteBackGivesUpPastItsLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, 2, tiers.Active, nil)
+	d := e.dispatcher(t, Config{}, nil)
+	claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "test", false, 0)
+	if err != nil || len(claims) != 2 {
+		t.Fatalf("claimed %d: %v", len(claims), err)
+	}
+	var results []result
+	d.clock.set(claims[0].DBNow)
+	for _, c := range claims {
+		results = append(results, d.fetchOne(ctx, c))
+	}
+	// The leases' minute is over by the dispatcher's clock, as after a long outage.
+	d.clock.set(claims[0].DBNow.Add(2 * time.Minute))
+	attempts := 0
+	d.inWrite = func([]result) {
+		attempts++
+		if _, err := e.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'idle in transaction'`); err != nil {
+			t.Error(err)
+		}
+	}
+	pass, stop := context.WithCancel(ctx)
+	stop() // the shutdown
+	w := &writer{d: d, pass: pass}
+	if _, err := w.writeRetrying(ctx, results); err == nil {
+		t.Fatal("the write-back succeeded on a terminated connection")
+	}
+	if attempts != 1 {
+		t.Fatalf("%d attempts after the shutdown, past the leases: want 1", attempts)
+	}
+}
+
 // A pass whose write-back fails as it does behind a mismatched PgBouncer (prepared statement
 // errors) hands its claims back at once, instead of leaving them leased until expiry, and
 // its error names the setting to change.
