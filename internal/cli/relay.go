@@ -27,7 +27,7 @@ func (a *app) newRelay(ctx context.Context) (*outbox.Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return outbox.NewRelay(pool, outbox.RelayConfig{KafkaConfig: a.cfg.Kafka}, a.log)
+	return outbox.NewRelay(pool, outbox.RelayConfig{KafkaConfig: a.cfg.Kafka, DirectURL: a.cfg.Database.DirectURL}, a.log)
 }
 
 func newRelayOutboxCmd(a *app) *cobra.Command {

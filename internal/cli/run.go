@@ -73,7 +73,7 @@ func (a *app) newDaemon(ctx context.Context, testTimings bool) (*daemon.Daemon, 
 	}
 	var relay *outbox.RelayConfig
 	if len(a.cfg.Kafka.Brokers) > 0 {
-		relay = &outbox.RelayConfig{KafkaConfig: a.cfg.Kafka}
+		relay = &outbox.RelayConfig{KafkaConfig: a.cfg.Kafka, DirectURL: a.cfg.Database.DirectURL}
 	}
 	pool, err := a.waitForDB(ctx) // after the configuration checks, so all of them show in one round
 	if err != nil {

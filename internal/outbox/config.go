@@ -15,7 +15,11 @@ import (
 type RelayConfig struct {
 	config.KafkaConfig
 
-	Owner       string               // names this relay in outbox_relay_lanes; default telemetry.Instance()
+	Owner string // names this relay in outbox_relay_lanes; default telemetry.Instance()
+	// DirectURL is database.direct_url: LISTEN's own session when the pool is behind a
+	// transaction-pooling PgBouncer. Without it such a pool has no session to LISTEN on, and a
+	// following relay polls every kafka.poll_interval.
+	DirectURL   string
 	Dial        kafkaconn.Dial       // opens broker connections (a proxy, the benchmarks' network distance)
 	OnPublished func(ages []float64) // per batch, each published row's age at its mark (database clock)
 	OnError     func(reason string)  // each failed attempt's reason (classify) and "rejected"

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/duecollector/duecollector/internal/kafkaconn"
+	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
 )
 
@@ -310,5 +311,41 @@ func TestLanesGivenUpAfterAFailedCallAreFreeOnlyOnceItCannotLand(t *testing.T) {
 	}
 	if held != 0 || later != Lanes {
 		t.Fatalf("after giving up: %d lanes still owned, %d free only later; want 0 and all %d", held, later, Lanes)
+	}
+}
+
+// A following relay whose pool runs in the simple protocol (behind a transaction-pooling
+// PgBouncer) and has no database.direct_url says once that it polls, and takes no pool
+// connection for LISTEN: through the pooler that connection heard nothing, for good.
+func TestRelayWithoutASessionPollsInsteadOfListening(t *testing.T) {
+	_, url := storetest.NewPool(t)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	broker := newBroker(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	sig, stop, done := followRelay(t, pool, broker.ListenAddrs(), "relay-a", nil, zap.New(core))
+	sig.Idle.Wait(t)
+	enqueue(t, pool, snapshotEvents(1, 1))
+	sig.Published.Wait(t)
+	var listening int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query ILIKE 'LISTEN%'`).Scan(&listening); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := testkit.Recv(t, done, testkit.Timeout, "the relay to stop"); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.FilterMessageSnippet("no session for LISTEN").Len(); n != 1 || listening != 0 {
+		t.Fatalf("%d LISTEN sessions, the fallback logged %d times: want none, and once", listening, n)
 	}
 }

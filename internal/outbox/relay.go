@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
@@ -111,11 +112,20 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer listener.Wait()
 	defer cancel()
 	wake := make(chan struct{}, 1)
-	listener.Go(func() { // turns notifications into wake-ups; polls meanwhile after errors
-		store.Listen(ctx, store.ListenConfig{Pool: r.pool, Channel: "outbox_pending", Retry: r.retry()}, wake, func(err error, _ int) {
-			r.log.Warn("outbox notifications interrupted; polling until reconnected", zap.Error(err))
+	if r.cfg.DirectURL == "" && r.pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
+		// LISTEN through a transaction pooler would hold a pool connection for good and hear
+		// nothing: the server session it ran on goes back to the pooler's other clients.
+		r.log.Warn("outbox relay: no session for LISTEN; polling for new events",
+			zap.String("reason", "the pool uses the simple protocol (a transaction-pooling PgBouncer) and database.direct_url is not set"),
+			zap.Duration("poll_interval_seconds", r.cfg.PollInterval))
+	} else {
+		listener.Go(func() { // turns notifications into wake-ups; polls meanwhile after errors
+			cfg := store.ListenConfig{Pool: r.pool, DirectURL: r.cfg.DirectURL, Channel: "outbox_pending", Retry: r.retry()}
+			store.Listen(ctx, cfg, wake, func(err error, _ int) {
+				r.log.Warn("outbox notifications interrupted; polling until reconnected", zap.Error(err))
+			})
 		})
-	})
+	}
 	err := r.loop(ctx, wake)
 	if _, permanent := classify(err); ctx.Err() != nil && !permanent {
 		return nil
