@@ -9,7 +9,8 @@
 //	MAINTENANCE/DEGRADED → RECOVERING
 //	                          a probe succeeded; one instance at a time probes (the probe is
 //	                          leased in provider_probe), after a back-off that doubles with
-//	                          each failed probe of the same outage
+//	                          each failed probe of the same outage (a relapse soon after
+//	                          a good probe is the same outage, that probe counting as failed)
 //	RECOVERING → HEALTHY      RecoverFor has passed (this instance's clock) and at least
 //	                          RecoverSuccessRatio of the outcomes in the last Window
 //	                          succeeded (or there were none); a process without a
@@ -433,14 +434,24 @@ func (m *Monitor) transition(ctx context.Context, row provider.StatusRow, to pro
 // instance's name: a holder that outlived its lease (paused, or its probe's answer late) finds
 // another holder there and leaves the probe to it.
 func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
-	// A new outage (a new since) starts a new back-off series.
+	// A new outage (a new since) starts a new back-off series, unless it began within
+	// RecoverFor + ProbeBackoffMax of the probe that ended the last one: a provider that fails
+	// again as its traffic ramps up (DEGRADED → RECOVERING → DEGRADED …) is one outage, and
+	// that probe counts as failed, so the series goes on doubling instead of probing and
+	// ramping up again every ProbeBackoff.
+	const relapse = `(provider_probe.last_result = 'ok' AND EXCLUDED.episode_since < provider_probe.updated_at + $4 * interval '1 millisecond')`
 	if _, err := m.pool.Exec(ctx, `
 		INSERT INTO provider_probe (provider, episode_since, failures, next_probe_at)
 		VALUES ($1, $2::timestamptz, 0, $2::timestamptz + $3 * interval '1 millisecond')
-		ON CONFLICT (provider) DO UPDATE SET episode_since = EXCLUDED.episode_since, failures = 0,
-			next_probe_at = EXCLUDED.next_probe_at, leased_by = NULL, lease_expires_at = NULL, updated_at = now()
+		ON CONFLICT (provider) DO UPDATE SET episode_since = EXCLUDED.episode_since,
+			failures = CASE WHEN `+relapse+` THEN provider_probe.failures + 1 ELSE 0 END,
+			next_probe_at = CASE WHEN `+relapse+`
+				THEN EXCLUDED.episode_since + least($5::float8, $3::float8 * power(2, least(provider_probe.failures + 1, 30))) * interval '1 millisecond'
+				ELSE EXCLUDED.next_probe_at END,
+			leased_by = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE provider_probe.episode_since <> EXCLUDED.episode_since`,
-		m.cfg.Provider, row.Since, m.cfg.ProbeBackoff.Milliseconds()); err != nil {
+		m.cfg.Provider, row.Since, m.cfg.ProbeBackoff.Milliseconds(),
+		(m.cfg.RecoverFor + m.cfg.ProbeBackoffMax).Milliseconds(), m.cfg.ProbeBackoffMax.Milliseconds()); err != nil {
 		return fmt.Errorf("provider %s probe schedule: %w", m.cfg.Provider, err)
 	}
 	var failures int

@@ -637,3 +637,56 @@ func TestTheWindowCountsWithoutCopying(t *testing.T) {
 		t.Fatalf("emptied window: %d (%d failed)", w.len(), w.bad)
 	}
 }
+
+// A provider that fails again as its traffic ramps up is one outage: the probe that let it
+// recover counts as failed and the back-off goes on doubling, instead of a probe and a ramp-up
+// every ProbeBackoff for as long as it flaps. An outage long after the last starts afresh.
+func TestARelapseContinuesTheProbeBackoff(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	cfg := testConfig("m0")
+	cfg.ProbeBackoff, cfg.ProbeBackoffMax, cfg.RecoverFor = time.Second, time.Hour, time.Minute
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	probeOK := func(context.Context) error { return nil }
+	schedule := func(status provider.Status) (failures int, gap time.Duration) {
+		t.Helper()
+		if _, err := provider.SetStatus(ctx, pool, "neople", status, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if err := Once(ctx, pool, cfg, probeOK, log); err != nil {
+			t.Fatal(err)
+		}
+		var ms float64
+		if err := pool.QueryRow(ctx, `SELECT failures, extract(epoch FROM next_probe_at - episode_since) * 1000 FROM provider_probe`).Scan(&failures, &ms); err != nil {
+			t.Fatal(err)
+		}
+		return failures, time.Duration(ms) * time.Millisecond
+	}
+	if f, gap := schedule(provider.Degraded); f != 0 || gap != time.Second {
+		t.Fatalf("a first outage: %d failures, first probe after %v; want 0, 1s", f, gap)
+	}
+	// The probe falls due and succeeds: RECOVERING.
+	if _, err := pool.Exec(ctx, `UPDATE provider_probe SET next_probe_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := Once(ctx, pool, cfg, probeOK, log); err != nil {
+		t.Fatal(err)
+	}
+	if row, err := provider.ReadStatus(ctx, pool, "neople"); err != nil || row.Status != provider.Recovering {
+		t.Fatalf("after a good probe: %+v %v", row, err)
+	}
+	if f, gap := schedule(provider.Degraded); f != 1 || gap != 2*time.Second {
+		t.Fatalf("a relapse while recovering: %d failures, next probe after %v; want 1, 2s (the series goes on)", f, gap)
+	}
+	// Long after the last good probe, an outage is a new one.
+	if _, err := pool.Exec(ctx, `UPDATE provider_probe SET last_result = 'ok', updated_at = updated_at - interval '2 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Healthy, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if f, gap := schedule(provider.Degraded); f != 0 || gap != time.Second {
+		t.Fatalf("an outage hours after the last: %d failures, first probe after %v; want 0, 1s", f, gap)
+	}
+}
