@@ -402,6 +402,12 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 	if derr == nil {
 		if v, perr = decode(parse, body); perr != nil {
 			derr = &Error{Class: ClassTransient, Endpoint: endpoint, Status: http.StatusOK, Err: perr}
+			// An error body with a 200 (the API's, or a gateway's in front of it): its code
+			// says what it is, as it does under any other status: a maintenance or a rate
+			// limit, not a malformed answer counting toward DEGRADED.
+			if code, msg := parseEnvelope([]byte(c.redactor.Replace(string(body)))); code != "" {
+				derr = &Error{Class: classify(http.StatusOK, code, msg), Endpoint: endpoint, Status: http.StatusOK, Code: code, Message: msg}
+			}
 		}
 	}
 	if c.obs != nil {
@@ -486,10 +492,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	if loc := resp.Header.Get("Location"); loc != "" {
 		msg = "redirect to " + loc
 	}
-	class := classify(resp.StatusCode, code)
-	if code == "API001" && strings.Contains(msg, notFoundText) {
-		class = ClassItem
-	}
+	class := classify(resp.StatusCode, code, msg)
 	var cause error
 	if class == ClassEndpoint {
 		where := *c.base

@@ -274,6 +274,14 @@ func TestErrorClassesFromStub(t *testing.T) {
 		{200, `{"rows":[{"itemId":"x","unitPrice":"cheap"}]}`, "", provider.ClassTransient, 0},
 		{200, `{"rows":[{"itemId":"x","regDate":"2026-05"}]}`, "", provider.ClassTransient, 0},
 		{200, `{"error":"no rows"}`, "", provider.ClassTransient, 0},
+		// The API's own error body under a code not in the table is about the request: taken for
+		// a wrong base URL it ended every pass at the one item that met it.
+		{400, `{"error":{"status":400,"code":"DNF001","message":"요청 값이 올바르지 않습니다."}}`, "", provider.ClassItem, 0},
+		{404, `{"error":{"status":404,"code":"DNF123","message":"?"}}`, "", provider.ClassItem, 0},
+		{400, `{"error":{"status":400,"code":"API010","message":"APIKEY_LIMIT_EXCEEDED"}}`, "", provider.ClassRateLimited, 0},
+		// An error body under a 200 says what it is, as under any other status.
+		{200, `{"error":{"status":503,"code":"DNF980","message":"SYSTEM_INSPECT"}}`, "", provider.ClassMaintenance, 0},
+		{200, `{"error":{"status":400,"code":"API002","message":"APIKEY_LIMIT"}}`, "", provider.ClassRateLimited, 0},
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			if c.status == 302 {

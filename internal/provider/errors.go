@@ -124,6 +124,9 @@ func RateLimitAnswer(err error) (*Error, bool) {
 // notFoundText is the message of the API001 answer to a name search that found nothing.
 const notFoundText = "NOT_FOUND_SEARCH_VALUE"
 
+// rateLimitText is in the message of the key-usage answer (API002), whatever code carries it.
+const rateLimitText = "APIKEY_LIMIT"
+
 // IsNotFound reports a per-request "nothing found" answer (API001 NOT_FOUND_SEARCH_VALUE),
 // which is not a key error although API001 is officially one.
 func IsNotFound(err error) bool {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -170,15 +171,20 @@ func parseEnvelope(body []byte) (code, message string) {
 	return "", quote(bytes.TrimSpace(body))
 }
 
-// classify maps a status and Neople code to what the caller should do. The code wins: the
-// documented table is by code, and API002's HTTP status is not even known.
-func classify(status int, code string) Class {
+// classify maps a status and Neople code (with its message) to what the caller should do. The
+// code wins: the documented table is by code, and API002's HTTP status is not even known.
+func classify(status int, code, msg string) Class {
 	switch code {
 	case "DNF980":
 		return ClassMaintenance
 	case "API002", "API008":
 		return ClassRateLimited
-	case "API000", "API001", "API003", "API004", "API005":
+	case "API001":
+		if strings.Contains(msg, notFoundText) {
+			return ClassItem // a name search that found nothing, not a key error
+		}
+		return ClassConfig
+	case "API000", "API003", "API004", "API005":
 		return ClassConfig
 	case "DNF003", "DNF004", "DNF901", "API901", "DNF007":
 		return ClassItem
@@ -188,6 +194,9 @@ func classify(status int, code string) Class {
 		return ClassBug
 	case "API999", "DNF999":
 		return ClassTransient
+	}
+	if strings.Contains(msg, rateLimitText) {
+		return ClassRateLimited // under a code not in the table
 	}
 	switch {
 	case status == http.StatusServiceUnavailable:
@@ -200,6 +209,12 @@ func classify(status int, code string) Class {
 		// The API never redirects: the base URL is wrong (http for https, a moved host).
 		return ClassEndpoint
 	case status == http.StatusBadRequest || status == http.StatusNotFound:
+		if code != "" {
+			// The API's own error body under a code not in the table (DNF001 answers with a
+			// Korean sentence): about this request. Taken for a wrong base URL, it ended every
+			// pass at the one item that meets it.
+			return ClassItem
+		}
 		// The API answers these with its error body; without one, something else answered.
 		return ClassEndpoint
 	}
