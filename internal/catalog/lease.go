@@ -3,6 +3,8 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -246,11 +248,7 @@ func ReleaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int
 	if len(claims) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, len(claims))
-	tokens := make([]pgtype.UUID, len(claims))
-	for i, c := range claims {
-		ids[i], tokens[i] = c.ItemID, c.Token
-	}
+	ids, tokens := leaseArrays(claims)
 	tag, err := pool.Exec(ctx, `
 		UPDATE tracked_items t
 		SET lease_expires_at = NULL, lease_token = NULL, leased_by = NULL
@@ -262,17 +260,27 @@ func ReleaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int
 	return tag.RowsAffected(), nil
 }
 
+// leaseArrays is the claims' ids and tokens in item_id order. Every statement that locks several
+// tracked_items rows takes them in that order (UPDATE … FROM unnest locks in the arrays' order):
+// two of them then wait for each other instead of deadlocking, which cost a whole
+// recalculation or a write-back group.
+func leaseArrays(claims []Claim) ([]string, []pgtype.UUID) {
+	sorted := slices.SortedFunc(slices.Values(claims), func(a, b Claim) int { return strings.Compare(a.ItemID, b.ItemID) })
+	ids := make([]string, len(sorted))
+	tokens := make([]pgtype.UUID, len(sorted))
+	for i, c := range sorted {
+		ids[i], tokens[i] = c.ItemID, c.Token
+	}
+	return ids, tokens
+}
+
 // EstSeconds is the decayed time the item's counts were observed over.
 func (c Claim) EstSeconds() float64 { return c.Est.ChangedSeconds + c.Est.UnchangedSeconds }
 
 // HeldLeases returns the ids of claims whose lease is still theirs (token unchanged), expired
 // or not: for a batch that lets its leases lapse, which items another collector took.
 func HeldLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) ([]string, error) {
-	ids := make([]string, len(claims))
-	tokens := make([]pgtype.UUID, len(claims))
-	for i, c := range claims {
-		ids[i], tokens[i] = c.ItemID, c.Token
-	}
+	ids, tokens := leaseArrays(claims)
 	rows, _ := pool.Query(ctx, `
 		SELECT t.item_id FROM tracked_items t JOIN unnest($1::text[], $2::uuid[]) AS u(item_id, token)
 		    ON t.item_id = u.item_id AND t.lease_token = u.token`, ids, tokens)
@@ -287,11 +295,7 @@ func HeldLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) ([]stri
 // and returns the ids it renewed: the others were written back, or taken by another collector
 // once their lease ran out.
 func RenewLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim, lease time.Duration) ([]string, error) {
-	ids := make([]string, len(claims))
-	tokens := make([]pgtype.UUID, len(claims))
-	for i, c := range claims {
-		ids[i], tokens[i] = c.ItemID, c.Token
-	}
+	ids, tokens := leaseArrays(claims)
 	rows, _ := pool.Query(ctx, `
 		UPDATE tracked_items t
 		SET lease_expires_at = now() + $3 * interval '1 millisecond'

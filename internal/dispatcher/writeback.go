@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -461,8 +462,10 @@ func writeBack(ctx context.Context, pool *pgxpool.Pool, hist history.Policy, res
 		if inTx != nil {
 			inTx(results)
 		}
+		// In item_id order, as every statement that locks several tracked_items rows takes them
+		// (catalog.leaseArrays): in arrival order it deadlocked with a recalculation.
 		items := make([]history.Item, len(results))
-		for i, r := range results {
+		for i, r := range slices.SortedFunc(slices.Values(results), func(a, b result) int { return strings.Compare(a.claim.ItemID, b.claim.ItemID) }) {
 			items[i] = r.item()
 		}
 		live, err := catalog.WriteBack(ctx, tx, hist.Rows(items))

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -249,5 +250,81 @@ func TestARetriedWriteBackAfterALostCommitStoresNothingTwice(t *testing.T) {
 	inCandles := count(t, e.pool, `SELECT coalesce(sum(snapshots), 0) FROM price_candles WHERE resolution = '1h'`)
 	if snaps != n || events != n || inCandles != n {
 		t.Fatalf("after the retry: %d snapshots, %d events, %d in hourly candles; want %d each", snaps, events, inCandles, n)
+	}
+}
+
+// Statements that lock several tracked_items rows take them in item_id order, as the
+// recalculation and the import do: while one waits for a row another holds, it holds no row
+// after it. In arrival order, a write-back holding B and waiting for A deadlocked with a
+// recalculation holding A and reaching B, which lost the whole recalculation.
+func TestRowLockersTakeItemsInIdOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, 2, tiers.Active, nil)
+	d := e.dispatcher(t, Config{}, nil)
+	for _, c := range []struct {
+		what string
+		lock func(claims []catalog.Claim, results []result) error
+	}{
+		{"write-back", func(_ []catalog.Claim, results []result) error {
+			_, err := writeBack(ctx, e.pool, d.cfg.History, results, nil)
+			return err
+		}},
+		{"lease renewal", func(claims []catalog.Claim, _ []result) error {
+			_, err := catalog.RenewLeases(ctx, e.pool, claims, time.Minute)
+			return err
+		}},
+		{"lease release", func(claims []catalog.Claim, _ []result) error {
+			_, err := catalog.ReleaseLeases(ctx, e.pool, claims)
+			return err
+		}},
+	} {
+		if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now(), lease_token = NULL, lease_expires_at = NULL`); err != nil {
+			t.Fatal(err)
+		}
+		claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "test", false, 0)
+		if err != nil || len(claims) != 2 {
+			t.Fatalf("claimed %d: %v", len(claims), err)
+		}
+		d.clock.set(claims[0].DBNow)
+		slices.SortFunc(claims, func(a, b catalog.Claim) int { return -strings.Compare(a.ItemID, b.ItemID) }) // B, A
+		var results []result
+		for _, cl := range claims {
+			results = append(results, d.fetchOne(ctx, cl))
+		}
+		first, second := claims[1].ItemID, claims[0].ItemID
+		holder, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := holder.Exec(ctx, `SELECT 1 FROM tracked_items WHERE item_id = $1 FOR UPDATE`, first); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.lock(claims, results) }()
+		testkit.Eventually(t, 20*time.Second, c.what+" to wait for the held row", func() bool {
+			var n int
+			if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%tracked_items%'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		})
+		// The later row is free while it waits for the earlier one.
+		probe, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, perr := probe.Exec(ctx, `SELECT 1 FROM tracked_items WHERE item_id = $1 FOR UPDATE NOWAIT`, second)
+		_ = probe.Rollback(ctx)
+		if err := holder.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := testkit.Recv(t, done, testkit.Timeout, c.what); err != nil {
+			t.Fatal(err)
+		}
+		if perr != nil {
+			t.Errorf("%s held %s while waiting for %s: %v", c.what, second, first, perr)
+		}
 	}
 }
