@@ -82,7 +82,8 @@ const claimReturning = `RETURNING t.item_id, t.item_name, t.collection_tier, coa
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.failure_streak, t.ctid`
 
 // claimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
-// "due" includes what falls due within the next $4 milliseconds (the dispatcher's Config.Ahead).
+// "due" includes what falls due within the next $4 milliseconds (the dispatcher's Config.Ahead),
+// or, with $4 < 0, only what was due that long ago (a one-shot's start).
 // The MATERIALIZED CTE makes PostgreSQL lock exactly the rows it picked (SKIP LOCKED passes over
 // rows another collector is claiming at this moment), so any number of collectors can run side
 // by side and each item goes to exactly one of them. An expired lease counts as no lease: a

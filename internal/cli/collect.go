@@ -48,9 +48,9 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 	}
 	dc := dispatcher.FromConfig(a.cfg)
 	dc.Owner, dc.MaxBatches, dc.Grace = owner, a.cfg.Collect.MaxBatches, a.cfg.Collect.ShutdownGrace
-	// A run collects the backlog it finds and ends: what falls due once a claim comes back short
-	// is the next run's.
-	dc.Gather = true
+	// A run collects what is due when it starts and ends: what falls due meanwhile is the next
+	// run's.
+	dc.DueAtStart = true
 	hc := health.Config{Thresholds: a.health, Provider: dc.Provider, Owner: owner}
 	// The probe goes through the client's own limiter, not the budget share: a share this fresh
 	// is not granted within the probe's timeout, and one request per back-off cannot push the
@@ -80,8 +80,7 @@ func newCollectDueCmd(a *app) *cobra.Command {
 		Long: `collect-due claims due items in batches (safe to run from several processes or schedulers
 at once: each item goes to exactly one of them), collects current listings and recent sales,
 stores a snapshot and an outbox event per item, and reschedules every claimed item by its tier.
-It ends once a claim comes back smaller than a batch: the backlog it found is done, and what falls
-due after that is the next run's.
+It collects what was due when it started and ends: what falls due meanwhile is the next run's.
 When the provider is not HEALTHY or RECOVERING it claims nothing, says why, and exits 0. It exits 1
 when every item it claimed was tried and failed (not all for the item's own error), so that a
 scheduler sees a run that did nothing; items failing beside others collected, or handed back by
@@ -108,7 +107,7 @@ a maintenance answer, a cool-down or a signal, leave it at 0 (the log names the 
 	f.Int("batch-size", 0, "items claimed per statement (collect.batch_size)")
 	f.Duration("lease", 0, "lease per claimed item (collect.lease)")
 	f.Int("concurrency", 0, "provider calls in flight (collect.concurrency)")
-	f.Int("max-batches", 0, "stop after N batches; 0 = until a claim comes back short (collect.max_batches)")
+	f.Int("max-batches", 0, "stop after N batches; 0 = until what was due at the start is collected (collect.max_batches)")
 	a.bindFlag("collect.batch_size", f.Lookup("batch-size"))
 	a.bindFlag("collect.lease", f.Lookup("lease"))
 	a.bindFlag("collect.concurrency", f.Lookup("concurrency"))

@@ -59,19 +59,30 @@ func TestCollectDueEndToEnd(t *testing.T) {
 	}
 }
 
-// collect-due ends once a claim comes back short: an item falling due while the run collects
-// is the next run's. Claiming until a claim came back empty never ended on a catalog whose items
-// fall due every second, so each cron run lasted until its deadline killed it.
-func TestCollectDueEndsOnceItsBacklogIsCollected(t *testing.T) {
+// collect-due collects what was due when it started, then ends: an item falling due meanwhile
+// is the next run's, and a due row another transaction holds for a moment is still collected.
+// Claiming until a claim came back empty never ended on a catalog whose items fall due every
+// second, so each cron run lasted until its deadline killed it; ending at the first short claim
+// left behind rows a recalculation or an import held at that moment.
+func TestCollectDueCollectsWhatWasDueAtItsStart(t *testing.T) {
 	pool, db := storetest.NewPool(t)
+	ctx := context.Background()
 	sim := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1})
-	var late atomic.Pointer[string]
+	type running struct {
+		late   string
+		holder pgx.Tx
+	}
+	var run atomic.Pointer[running]
 	var once sync.Once
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := late.Load(); r.URL.Path == "/df/auction" && id != nil {
-			// The first market call of the run: the held-back item falls due now.
+		if cur := run.Load(); r.URL.Path == "/df/auction" && cur != nil {
+			// The run's first market call: the held-back item falls due now, and the held row
+			// is let go.
 			once.Do(func() {
-				if _, err := pool.Exec(r.Context(), `UPDATE tracked_items SET next_collect_at = now() WHERE item_id = $1`, *id); err != nil {
+				if _, err := pool.Exec(r.Context(), `UPDATE tracked_items SET next_collect_at = now() WHERE item_id = $1`, cur.late); err != nil {
+					t.Error(err)
+				}
+				if err := cur.holder.Rollback(ctx); err != nil {
 					t.Error(err)
 				}
 			})
@@ -79,20 +90,32 @@ func TestCollectDueEndsOnceItsBacklogIsCollected(t *testing.T) {
 		sim.ServeHTTP(w, r)
 	})
 	importThrough(t, db, h)
-	var id string
-	if err := pool.QueryRow(context.Background(), `UPDATE tracked_items SET next_collect_at = now() + interval '1 hour'
-		WHERE item_id = (SELECT min(item_id) FROM tracked_items WHERE next_collect_at <= now()) RETURNING item_id`).Scan(&id); err != nil {
+	var late, held string
+	if err := pool.QueryRow(ctx, `UPDATE tracked_items SET next_collect_at = now() + interval '1 hour'
+		WHERE item_id = (SELECT min(item_id) FROM tracked_items WHERE next_collect_at <= now()) RETURNING item_id`).Scan(&late); err != nil {
 		t.Fatal(err)
 	}
-	late.Store(&id)
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	if err := holder.QueryRow(ctx, `SELECT item_id FROM tracked_items WHERE next_collect_at <= now() ORDER BY item_id DESC LIMIT 1 FOR UPDATE`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	run.Store(&running{late: late, holder: holder})
 	out, _, err := runCollector(t, "collect-due", "--database-url", db, "--batch-size", "50")
 	if err != nil || !strings.Contains(out, "claimed=11 collected=11") {
-		t.Fatalf("collect-due: %q %v; want the 11 items due at the start, then the end", out, err)
+		t.Fatalf("collect-due: %q %v; want the 11 items due at the start (the held one too), then the end", out, err)
 	}
-	var leased bool
-	if err := pool.QueryRow(context.Background(), `SELECT lease_token IS NOT NULL OR last_collected_at IS NOT NULL OR next_collect_at > now()
-		FROM tracked_items WHERE item_id = $1`, id).Scan(&leased); err != nil || leased {
-		t.Fatalf("the item that fell due during the run: touched %t, %v; want it left due for the next run", leased, err)
+	var touched bool
+	if err := pool.QueryRow(ctx, `SELECT lease_token IS NOT NULL OR last_collected_at IS NOT NULL OR next_collect_at > now()
+		FROM tracked_items WHERE item_id = $1`, late).Scan(&touched); err != nil || touched {
+		t.Fatalf("the item that fell due during the run: touched %t, %v; want it left due for the next run", touched, err)
+	}
+	var collected bool
+	if err := pool.QueryRow(ctx, `SELECT last_collected_at IS NOT NULL FROM tracked_items WHERE item_id = $1`, held).Scan(&collected); err != nil || !collected {
+		t.Fatalf("the row held during the first claim: collected %t, %v", collected, err)
 	}
 }
 

@@ -208,7 +208,7 @@ type CollectConfig struct {
 	BatchSize   int           `mapstructure:"batch_size"`
 	Lease       time.Duration `mapstructure:"lease"`
 	Concurrency int           `mapstructure:"concurrency"`
-	MaxBatches  int           `mapstructure:"max_batches"` // 0 = until nothing is due
+	MaxBatches  int           `mapstructure:"max_batches"` // 0 = until nothing (that was due at the start) is left
 	// ShutdownGrace: after SIGTERM/SIGINT a one-shot's calls in flight get this long to finish.
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
 	// Packing (itemIds): small items (internal/packing) share calls of up to PackSize ids (1 = off).
@@ -229,7 +229,7 @@ var (
 	CollectBatchSize   = Range[int]{Key: "collect.batch_size", Min: 1, Max: 10000}
 	CollectLease       = Range[time.Duration]{Key: "collect.lease", Min: time.Second, Max: time.Hour}
 	CollectConcurrency = Range[int]{Key: "collect.concurrency", Min: 1, Max: 1000}
-	CollectMaxBatches  = Range[int]{Key: "collect.max_batches", Min: 0, Note: "0 = until nothing is due"}
+	CollectMaxBatches  = Range[int]{Key: "collect.max_batches", Min: 0, Note: "0 = until what was due at the start is collected"}
 	CollectPackSize    = Range[int]{Key: "collect.pack_size", Min: 1, Max: 10, Note: "1 = packing off; 10 is the API's itemIds cap"}
 )
 

@@ -5,7 +5,8 @@
 // A pass is: read the provider status gate (gate.go) → claim a batch in one statement
 // (catalog.ClaimByCost, sized in dispatcher.go) → fetch with at most Concurrency calls in flight, each item alone (fetch.go) or
 // small items sharing itemIds calls (pack.go) → write results back in short transactions as
-// they arrive (writeback.go) → repeat until nothing is due (or MaxBatches, or Span). A maintenance
+// they arrive (writeback.go) → repeat until nothing is due (a one-shot: nothing that was due when it
+// began), or MaxBatches, or Span. A maintenance
 // answer stops the pass at once and hands the unprocessed items back, so nothing waits for its
 // lease to expire.
 package dispatcher
@@ -74,7 +75,7 @@ type Config struct {
 	BatchSize   int           // items per claim (collect.batch_size)
 	Lease       time.Duration // lease per claim (collect.lease)
 	Concurrency int           // provider calls in flight (collect.concurrency)
-	MaxBatches  int           // 0 = until nothing is due (collect.max_batches)
+	MaxBatches  int           // 0 = until nothing is due, or nothing that was due (DueAtStart) (collect.max_batches)
 	FlushSize   int           // results per write-back transaction (FlushSizeDefault)
 	Owner       string        // recorded in leased_by; "" = this process (telemetry.Instance)
 	// Span, when set, ends a pass that has claimed for this long (StopSpan), what is due or
@@ -113,11 +114,14 @@ type Config struct {
 	TopAhead time.Duration
 	// Gather ends a pass after a batch smaller than it asked for, instead of claiming again
 	// what fell due while that batch was collected: those items wait for the next pass, where
-	// they can share packed calls (the daemon spaces its passes by daemon.pack_wait). The
-	// one-shots set it too: claiming until a claim comes back empty never ends while items fall
-	// due every second, so a cron run would last until its deadline killed it. Off, a pass
-	// claims until nothing is due at all.
+	// they can share packed calls (the daemon spaces its passes by daemon.pack_wait). Off, a
+	// pass claims until nothing is due.
 	Gather bool
+	// DueAtStart makes RunOnce claim only what was due when it began, until none of that is
+	// left (the one-shots): claiming whatever is due never ended while items fall due every
+	// second, so a cron run lasted until its deadline killed it. A claim cut short by rows
+	// another transaction holds for a moment does not end it either.
+	DueAtStart bool
 	// Ahead claims items that fall due within this long, so a gathering pass collects them
 	// on time rather than up to a pack_wait late (the daemon sets it to daemon.pack_wait).
 	// It must stay under half the shortest tier interval: the reschedule's next slot is at
@@ -312,8 +316,10 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 }
 
 // RunOnce is one collect-due pass: claim and collect batches until nothing is due (with
-// Gather: until a claim comes back short), MaxBatches is reached, the provider stops being dispatchable, or ctx ends.
+// DueAtStart: nothing that was due when it began; with Gather: until a claim comes back
+// short), MaxBatches is reached, the provider stops being dispatchable, or ctx ends.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
+	began := time.Now()
 	return d.pass(ctx, d.cfg.MaxBatches, func(ctx context.Context, topOnly bool, limit float64) ([]catalog.Claim, bool, error) {
 		n := d.cfg.BatchSize
 		if d.cfg.ClaimLimit != nil {
@@ -323,7 +329,11 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 			c, cut, err := catalog.ClaimByCost(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.Ahead, d.cfg.TopAhead, limit, topOnly)
 			return c, !cut && len(c) < n, err
 		}
-		c, err := catalog.ClaimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers, d.cfg.Ahead)
+		ahead := d.cfg.Ahead
+		if d.cfg.DueAtStart {
+			ahead = -time.Since(began) // due by the database's clock when the pass began
+		}
+		c, err := catalog.ClaimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers, ahead)
 		return c, len(c) < n, err
 	})
 }
