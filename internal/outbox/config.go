@@ -18,7 +18,7 @@ type RelayConfig struct {
 	Owner string // names this relay in outbox_relay_lanes; default telemetry.Instance()
 	// DirectURL is database.direct_url: LISTEN's own session when the pool is behind a
 	// transaction-pooling PgBouncer. Without it such a pool has no session to LISTEN on, and a
-	// following relay polls every kafka.poll_interval.
+	// following relay polls (PollIntervalDefault).
 	DirectURL   string
 	Dial        kafkaconn.Dial       // opens broker connections (a proxy, the benchmarks' network distance)
 	OnPublished func(ages []float64) // per batch, each published row's age at its mark (database clock)

@@ -498,6 +498,9 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 		where := *c.base
 		where.User, where.RawQuery, where.Fragment = nil, "", ""
 		cause = fmt.Errorf("%s does not answer as the Neople API; check provider.base_url", where.String())
+		if code != "" && code != "API900" && code != "DNF900" {
+			cause = fmt.Errorf("%s answered with an error code not in the documented table; every call may meet it, so the pass stops", where.String())
+		}
 	}
 	e := fail(class, cause)
 	e.Code, e.Message = code, msg

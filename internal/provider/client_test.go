@@ -278,6 +278,8 @@ func TestErrorClassesFromStub(t *testing.T) {
 		// a wrong base URL it ended every pass at the one item that met it.
 		{400, `{"error":{"status":400,"code":"DNF001","message":"요청 값이 올바르지 않습니다."}}`, "", provider.ClassItem, 0},
 		{404, `{"error":{"status":404,"code":"DNF123","message":"?"}}`, "", provider.ClassItem, 0},
+		// An unknown gateway code (key, header) is as likely to meet every call: the pass stops.
+		{400, `{"error":{"status":400,"code":"API006","message":"INVALID_HEADER"}}`, "", provider.ClassEndpoint, 0},
 		{400, `{"error":{"status":400,"code":"API010","message":"APIKEY_LIMIT_EXCEEDED"}}`, "", provider.ClassRateLimited, 0},
 		// An error body under a 200 says what it is, as under any other status.
 		{200, `{"error":{"status":503,"code":"DNF980","message":"SYSTEM_INSPECT"}}`, "", provider.ClassMaintenance, 0},

@@ -209,10 +209,11 @@ func classify(status int, code, msg string) Class {
 		// The API never redirects: the base URL is wrong (http for https, a moved host).
 		return ClassEndpoint
 	case status == http.StatusBadRequest || status == http.StatusNotFound:
-		if code != "" {
-			// The API's own error body under a code not in the table (DNF001 answers with a
-			// Korean sentence): about this request. Taken for a wrong base URL, it ended every
-			// pass at the one item that meets it.
+		if strings.HasPrefix(code, "DNF") {
+			// The game's own error under a code not in the table (DNF001 answers with a Korean
+			// sentence): about this request. Taken for a wrong base URL, it ended every pass at
+			// the one item that meets it. An unknown API… code is the gateway's (key, header,
+			// URL), as likely to meet every call: it still stops the pass.
 			return ClassItem
 		}
 		// The API answers these with its error body; without one, something else answered.

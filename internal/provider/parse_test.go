@@ -99,7 +99,7 @@ func TestClassify(t *testing.T) {
 		{404, "API900", ClassEndpoint}, {404, "DNF900", ClassEndpoint}, {400, "DNF008", ClassBug}, {404, "", ClassEndpoint}, {400, "", ClassEndpoint},
 		{500, "DNF999", ClassTransient}, {500, "API999", ClassTransient}, {301, "", ClassEndpoint}, {502, "", ClassTransient}, {504, "", ClassTransient},
 		// The API's own body under a code not in the table is about the request, not the address.
-		{400, "DNF001", ClassItem}, {404, "DNF123", ClassItem}, {500, "DNF001", ClassTransient}, {200, "DNF980", ClassMaintenance},
+		{400, "DNF001", ClassItem}, {404, "DNF123", ClassItem}, {400, "API006", ClassEndpoint}, {500, "DNF001", ClassTransient}, {200, "DNF980", ClassMaintenance},
 	} {
 		if got := classify(c.status, c.code, ""); got != c.want {
 			t.Errorf("classify(%d, %q) = %s, want %s", c.status, c.code, got, c.want)
