@@ -348,8 +348,16 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 		if w.pass.Err() != nil && pastLeases {
 			// Shutting down: a retry past the leases keeps the process from exiting (eight
 			// attempts of up to 30 s each, per group, against a database that drops traffic)
-			// for results the next claimer collects again anyway.
-			return ws, err
+			// for results the next claimer collects again anyway. held counts from the claim;
+			// the batch's renewals may have extended the leases since, so ask.
+			renewed, rerr := w.renew(ctx, buf)
+			switch {
+			case rerr != nil:
+				return ws, err
+			case len(renewed) == 0:
+				return writeStats{fenced: itemIDs(buf)}, nil
+			}
+			held = w.d.clock.now().Add(w.d.cfg.Lease)
 		}
 		w.d.log.Warn("write-back failed; retrying", zap.Int("items", len(buf)), zap.Int("attempt", attempt),
 			zap.String("cause", string(refused)), zap.Duration("backoff_seconds", wait),
@@ -360,10 +368,7 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 		if w.d.clock.now().After(renewUntil) {
 			return ws, fmt.Errorf("%w (retried for %d leases (collect.lease): giving the items up)", err, renewCap)
 		}
-		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-		renewed, rerr := catalog.RenewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
-		rcancel()
-		w.d.cfg.WriteHealth.Observe(rerr)
+		renewed, rerr := w.renew(ctx, buf)
 		switch {
 		case rerr == nil && len(renewed) == 0:
 			// Every lease of the group passed to another collector (this process was stopped
@@ -374,6 +379,15 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 			held = w.d.clock.now().Add(w.d.cfg.Lease)
 		}
 	}
+}
+
+// renew renews the leases of buf's items still held and returns their ids.
+func (w *writer) renew(ctx context.Context, buf []result) ([]string, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	renewed, err := catalog.RenewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
+	w.d.cfg.WriteHealth.Observe(err)
+	return renewed, err
 }
 
 // leaseEnd is when the first lease of buf expires, on the database's clock: each claim's
