@@ -448,7 +448,9 @@ func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
 			next_probe_at = CASE WHEN `+relapse+`
 				THEN EXCLUDED.episode_since + least($5::float8, $3::float8 * power(2, least(provider_probe.failures + 1, 30))) * interval '1 millisecond'
 				ELSE EXCLUDED.next_probe_at END,
-			leased_by = NULL, lease_expires_at = NULL, updated_at = now()
+			-- The last result is the last outage's: one that ended without a probe (an
+			-- override, a status set by hand) must not look like a good probe to the next.
+			last_result = NULL, leased_by = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE provider_probe.episode_since <> EXCLUDED.episode_since`,
 		m.cfg.Provider, row.Since, m.cfg.ProbeBackoff.Milliseconds(),
 		(m.cfg.RecoverFor + m.cfg.ProbeBackoffMax).Milliseconds(), m.cfg.ProbeBackoffMax.Milliseconds()); err != nil {

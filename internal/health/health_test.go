@@ -679,6 +679,14 @@ func TestARelapseContinuesTheProbeBackoff(t *testing.T) {
 	if f, gap := schedule(provider.Degraded); f != 1 || gap != 2*time.Second {
 		t.Fatalf("a relapse while recovering: %d failures, next probe after %v; want 1, 2s (the series goes on)", f, gap)
 	}
+	// An outage that ended with no probe (set healthy by hand) leaves no good probe behind: the
+	// next one starts afresh, however soon.
+	if _, err := provider.SetStatus(ctx, pool, "neople", provider.Healthy, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if f, gap := schedule(provider.Degraded); f != 0 || gap != time.Second {
+		t.Fatalf("an outage after one that ended without a probe: %d failures, first probe after %v; want 0, 1s", f, gap)
+	}
 	// Long after the last good probe, an outage is a new one.
 	if _, err := pool.Exec(ctx, `UPDATE provider_probe SET last_result = 'ok', updated_at = updated_at - interval '2 hours'`); err != nil {
 		t.Fatal(err)
