@@ -60,7 +60,7 @@ func (d *Daemon) handler() http.Handler {
 			return
 		}
 		if m := d.collect.misdirected.Load(); m != nil {
-			http.Error(w, fmt.Sprintf("collection stopped: provider.base_url does not answer as the provider's API since %s (retried with back-off): %s",
+			http.Error(w, fmt.Sprintf("collection stopped: every pass meets an answer that is not the Neople API's at provider.base_url, or a gateway error code not in its documented table, since %s (retried with back-off): %s",
 				m.since.UTC().Format(time.RFC3339), m.reason), http.StatusServiceUnavailable)
 			return
 		}

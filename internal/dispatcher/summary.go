@@ -24,7 +24,7 @@ const (
 	StopMaintenance // a maintenance answer
 	StopRateLimited // a rate limit that outlasted the retries, or a cool-down
 	StopKeyRefused  // the key was refused
-	StopEndpoint    // provider.base_url does not answer as the API
+	StopEndpoint    // provider.base_url does not answer as the API, or with a gateway code not in its table
 )
 
 // String is the reason as summaries and logs print it.

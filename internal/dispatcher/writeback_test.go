@@ -160,10 +160,12 @@ func TestAShutdownWriteBackRetriesOnlyWhileItsLeasesHold(t *testing.T) {
 	for _, c := range []struct {
 		name         string
 		renewable    bool
+		taken        bool // another collector holds the items now
 		wantAttempts int
 	}{
-		{"the database renews nothing", false, 1},
-		{"the leases were renewed meanwhile", true, 2},
+		{"the database cannot renew", false, false, 1},
+		{"the leases were renewed meanwhile", true, false, 2},
+		{"the items passed to another collector", true, true, 1},
 	} {
 		e := setup(t, 2, tiers.Active, nil)
 		d := e.dispatcher(t, Config{}, nil)
@@ -187,6 +189,11 @@ func TestAShutdownWriteBackRetriesOnlyWhileItsLeasesHold(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if c.taken {
+			if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET lease_token = gen_random_uuid(), leased_by = 'taker'`); err != nil {
+				t.Fatal(err)
+			}
+		}
 		attempts := 0
 		d.inWrite = func([]result) {
 			attempts++
@@ -205,7 +212,10 @@ func TestAShutdownWriteBackRetriesOnlyWhileItsLeasesHold(t *testing.T) {
 		if attempts != c.wantAttempts {
 			t.Fatalf("%s: %d attempts after the shutdown, want %d", c.name, attempts, c.wantAttempts)
 		}
-		if c.renewable && (err != nil || len(ws.stored) != 2) {
+		if c.taken && (err != nil || len(ws.fenced) != 2 || len(ws.stored) != 0) {
+			t.Fatalf("%s: %d fenced, %d stored, %v; want both fenced out and no error", c.name, len(ws.fenced), len(ws.stored), err)
+		}
+		if c.renewable && !c.taken && (err != nil || len(ws.stored) != 2) {
 			t.Fatalf("%s: %d stored, %v; want both written on the second attempt", c.name, len(ws.stored), err)
 		}
 		if !c.renewable && err == nil {

@@ -407,6 +407,9 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 			// limit, not a malformed answer counting toward DEGRADED.
 			if code, msg := parseEnvelope([]byte(c.redactor.Replace(string(body)))); code != "" {
 				derr = &Error{Class: classify(http.StatusOK, code, msg), Endpoint: endpoint, Status: http.StatusOK, Code: code, Message: msg}
+				if derr.Class == ClassEndpoint {
+					derr.Err = c.endpointCause(http.StatusOK, code)
+				}
 			}
 		}
 	}
@@ -495,12 +498,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	class := classify(resp.StatusCode, code, msg)
 	var cause error
 	if class == ClassEndpoint {
-		where := *c.base
-		where.User, where.RawQuery, where.Fragment = nil, "", ""
-		cause = fmt.Errorf("%s does not answer as the Neople API; check provider.base_url", where.String())
-		if code != "" && code != "API900" && code != "DNF900" {
-			cause = fmt.Errorf("%s answered with an error code not in the documented table; every call may meet it, so the pass stops", where.String())
-		}
+		cause = c.endpointCause(resp.StatusCode, code)
 	}
 	e := fail(class, cause)
 	e.Code, e.Message = code, msg
@@ -508,6 +506,17 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 		e.RetryAfter = min(parseRetryAfter(resp.Header.Get("Retry-After"), answeredAt(resp)), c.cfg.MaxRetryAfter)
 	}
 	return nil, time.Time{}, e
+}
+
+// endpointCause says why an answer ends every pass: not the API at provider.base_url (a
+// redirect, no Neople body, "no such URL"), or a gateway code the documented table lacks.
+func (c *Client) endpointCause(status int, code string) error {
+	where := *c.base
+	where.User, where.RawQuery, where.Fragment = nil, "", ""
+	if status >= 400 && code != "" && code != "API900" && code != "DNF900" {
+		return fmt.Errorf("%s answered with an error code not in the documented table; every call may meet it, so the pass stops", where.String())
+	}
+	return fmt.Errorf("%s does not answer as the Neople API; check provider.base_url", where.String())
 }
 
 // answeredAt is when the provider answered by its own clock (the Date header), to read a dated

@@ -285,22 +285,7 @@ func TestErrorClassesFromStub(t *testing.T) {
 		{200, `{"error":{"status":503,"code":"DNF980","message":"SYSTEM_INSPECT"}}`, "", provider.ClassMaintenance, 0},
 		{200, `{"error":{"status":400,"code":"API002","message":"APIKEY_LIMIT"}}`, "", provider.ClassRateLimited, 0},
 	} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			if c.status == 302 {
-				w.Header().Set("Location", "http://elsewhere.invalid/df/auction")
-			}
-			if c.retryAfter != "" {
-				w.Header().Set("Retry-After", c.retryAfter)
-			}
-			w.WriteHeader(c.status)
-			_, _ = w.Write([]byte(c.body))
-		}))
-		cl, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: srv.URL, Key: "k"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = cl.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
-		srv.Close()
+		err := stubAuction(t, c.status, c.body, c.retryAfter)
 		if pe := wantClass(t, err, c.want); pe.RetryAfter != c.wantAfter || pe.Status != c.status {
 			t.Fatalf("HTTP %d %s: %+v", c.status, c.body, pe)
 		}
@@ -643,4 +628,47 @@ func TestATimeoutNoticedLateIsThisProcessesStall(t *testing.T) {
 	if _, err := cc.Auction(context.Background(), id); !errors.Is(err, provider.ErrStalled) {
 		t.Fatalf("a closed connection read a minute past the call's deadline: %v; want it marked a stall", err)
 	}
+}
+
+// What an answer ending every pass says: a redirect or "no such URL" (under any status) names
+// provider.base_url; an unknown gateway code says it is not in the table, not that the address
+// is wrong.
+func TestEndpointAnswersSayWhy(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{302, `{"error":{"status":302,"code":"API006","message":"?"}}`, "check provider.base_url"},
+		{200, `{"error":{"status":404,"code":"API900","message":"INVALID_URL"}}`, "check provider.base_url"},
+		{400, `{"error":{"status":400,"code":"API006","message":"INVALID_HEADER"}}`, "not in the documented table"},
+	} {
+		err := stubAuction(t, c.status, c.body, "")
+		if wantClass(t, err, provider.ClassEndpoint); !strings.Contains(err.Error(), c.want) {
+			t.Errorf("HTTP %d %s: %v, want it to say %q", c.status, c.body, err, c.want)
+		}
+	}
+}
+
+// stubAuction makes one /df/auction call to a server answering status and body (a 302 with a
+// Location elsewhere, a Retry-After when given) and returns the call's error.
+func stubAuction(t *testing.T, status int, body, retryAfter string) error {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if status == 302 {
+			w.Header().Set("Location", "http://elsewhere.invalid/df/auction")
+		}
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	cl, err := provider.NewClient(provider.ClientConfig{Workload: provider.WorkloadMarket, BaseURL: srv.URL, Key: "sentinel-key-0123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl.Auction(context.Background(), "785e56a0ed4e3efd573da1f56a45217d")
+	return err
 }

@@ -28,8 +28,9 @@ const (
 	// (another item's rows, impossible dates). This item failed; other items are fine.
 	ClassRejected
 	// ClassEndpoint: the answer is not the Neople API at the configured address: a redirect,
-	// a 400/404 without a Neople error body, or API900/DNF900 (no such URL). Every call would
-	// fail alike, so the pass stops and names provider.base_url.
+	// a 400/404 without a Neople error body, or API900/DNF900 (no such URL); or a gateway code
+	// (API…) the documented table lacks. Every call would fail alike, so the pass stops and
+	// names provider.base_url (or the unknown code).
 	ClassEndpoint
 )
 
