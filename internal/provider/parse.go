@@ -31,17 +31,29 @@ func (t *kstTime) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// looseKST is a kstTime nothing depends on: one the API leaves null or writes otherwise is
+// zero, not a malformed answer that fails every listing of the item and counts toward DEGRADED.
+type looseKST struct{ time.Time }
+
+func (t *looseKST) UnmarshalJSON(b []byte) error {
+	var v kstTime
+	if v.UnmarshalJSON(b) == nil {
+		t.Time = v.Time
+	}
+	return nil
+}
+
 type wireListing struct {
-	AuctionNo    int64   `json:"auctionNo"`
-	RegDate      kstTime `json:"regDate"`
-	ExpireDate   kstTime `json:"expireDate"`
-	ItemID       string  `json:"itemId"`
-	ItemName     string  `json:"itemName"`
-	Count        int64   `json:"count"`
-	RegCount     *int64  `json:"regCount"`
-	UnitPrice    int64   `json:"unitPrice"`
-	CurrentPrice int64   `json:"currentPrice"`
-	AveragePrice int64   `json:"averagePrice"`
+	AuctionNo    int64    `json:"auctionNo"`
+	RegDate      kstTime  `json:"regDate"`
+	ExpireDate   looseKST `json:"expireDate"`
+	ItemID       string   `json:"itemId"`
+	ItemName     string   `json:"itemName"`
+	Count        int64    `json:"count"`
+	RegCount     *int64   `json:"regCount"`
+	UnitPrice    int64    `json:"unitPrice"`
+	CurrentPrice int64    `json:"currentPrice"`
+	AveragePrice int64    `json:"averagePrice"`
 	// price is observed as -1 and deliberately not read.
 }
 

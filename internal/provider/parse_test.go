@@ -42,6 +42,13 @@ func TestParseAuction(t *testing.T) {
 	if rows, err := parseAuction([]byte(`{"rows":[]}`)); err != nil || len(rows) != 0 {
 		t.Fatalf("empty rows: %v %v", rows, err)
 	}
+	// expireDate is read by nothing: null or odd, it costs the listing nothing.
+	for _, exp := range []string{`null`, `""`, `"2026-05"`} {
+		body := `{"rows":[{"itemId":"a","regDate":"2026-05-01 02:00:00","expireDate":` + exp + `,"count":3,"unitPrice":50}]}`
+		if rows, err := parseAuction([]byte(body)); err != nil || len(rows) != 1 || !rows[0].ExpireDate.IsZero() {
+			t.Errorf("expireDate %s: %+v %v; want the listing, its expiry unknown", exp, rows, err)
+		}
+	}
 }
 
 func TestParseSold(t *testing.T) {
