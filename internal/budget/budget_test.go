@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap/zaptest"
 
@@ -84,7 +86,14 @@ func TestJoiningAndLeavingStayWithinBudget(t *testing.T) {
 	d := r.join(procConfig("c", budget), 8)
 	r.until(15*time.Second, "the newcomer sending", func() bool { return d.share.Stats().Used > 0 })
 	r.leave(b)
-	r.until(15*time.Second, "the others to take over the leaver's share", func() bool {
+	// A clean stop takes the row away at once: the others count it out at their next heartbeat,
+	// not after 3 beats of it ageing.
+	var left int
+	if err := r.c.pool.QueryRow(context.Background(), `SELECT count(*) FROM collector_instances WHERE key_label = $1 AND instance = 'b'`,
+		r.c.label).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("the leaver's row: %d left, %v; want it deleted", left, err)
+	}
+	r.until(hb+runStep, "the others to take over the leaver's share at their next heartbeat", func() bool {
 		return a.share.Stats().Live == 2 && d.share.Stats().Live == 2
 	})
 	before := a.share.Stats().Used + d.share.Stats().Used
@@ -320,5 +329,29 @@ func TestRunHeartbeatsOnItsClockAndOpensAfterTheJoinDelay(t *testing.T) {
 	testkit.Recv(t, ended, testkit.Timeout, "Run to end")
 	if live() != 0 {
 		t.Fatal("Run left its row behind")
+	}
+}
+
+// A process that died without a word leaves its row behind; a live one's heartbeat deletes it
+// once it is an hour old, and not before.
+func TestADeadProcessesRowGoesAfterAnHour(t *testing.T) {
+	c := newCluster(t)
+	r := c.fakeRun(t, 0)
+	ctx := context.Background()
+	if _, err := c.pool.Exec(ctx, `INSERT INTO collector_instances (key_label, instance, heartbeat_at)
+		VALUES ($1, 'dead-61m', now() - interval '61 minutes'), ($1, 'dead-59m', now() - interval '59 minutes')`, c.label); err != nil {
+		t.Fatal(err)
+	}
+	beats := 0
+	r.onBeat = func(*proc) { beats++ }
+	r.join(procConfig("a", 60), 0)
+	r.until(15*time.Second, "a heartbeat", func() bool { return beats > 0 })
+	rows, _ := c.pool.Query(ctx, `SELECT instance FROM collector_instances WHERE key_label = $1 ORDER BY instance`, c.label)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(left, []string{"a", "dead-59m"}) {
+		t.Fatalf("rows after a heartbeat: %v; want the hour-old one gone and the other kept", left)
 	}
 }

@@ -296,3 +296,40 @@ func TestBackgroundLoopsEndBeforeThePoolsClose(t *testing.T) {
 		t.Fatal("the command returned before its background loop ended")
 	}
 }
+
+// console.enabled and api.enabled false take the console and the read API off the daemon's
+// port (what operators turn off where :9090 is reachable by others); /metrics, /healthz and
+// /readyz stay.
+func TestTheConsoleAndTheAPICanBeTurnedOff(t *testing.T) {
+	for _, c := range []struct {
+		console, api      string
+		wantRoot, wantAPI int
+	}{
+		{"false", "true", http.StatusNotFound, http.StatusOK},
+		{"true", "false", http.StatusOK, http.StatusNotFound},
+		{"false", "false", http.StatusNotFound, http.StatusNotFound},
+	} {
+		t.Run("console="+c.console+",api="+c.api, func(t *testing.T) {
+			db := catalogEnv(t, true)
+			t.Setenv("COLLECTOR_CONSOLE_ENABLED", c.console)
+			t.Setenv("COLLECTOR_API_ENABLED", c.api)
+			r := startRun(t, db)
+			defer func() {
+				r.stop()
+				if err := testkit.Recv(t, r.done, time.Minute, "run to stop"); err != nil {
+					t.Errorf("run: %v", err)
+				}
+			}()
+			testkit.Eventually(t, 30*time.Second, "the daemon to be ready", func() bool {
+				rc, _ := r.get("/readyz")
+				return rc == http.StatusOK
+			})
+			for path, want := range map[string]int{"/": c.wantRoot, "/api/v1/latest": c.wantAPI,
+				"/metrics": http.StatusOK, "/healthz": http.StatusOK} {
+				if rc, body := r.get(path); rc != want {
+					t.Errorf("GET %s: %d, want %d (%.200s)", path, rc, want, body)
+				}
+			}
+		})
+	}
+}
