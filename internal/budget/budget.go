@@ -587,7 +587,7 @@ func (s *Share) heartbeat(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	s.cfg.WriteHealth.Observe(err)
+	s.cfg.WriteHealth.ObserveAnswer(err)
 	now := s.clock.Now()
 	if err != nil {
 		s.beatFailures.Failed(now, err, zap.String("key", s.cfg.KeyLabel))

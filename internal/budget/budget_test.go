@@ -287,6 +287,33 @@ func TestHeartbeatReportsToWriteHealth(t *testing.T) {
 	full.WaitWithin(t, time.Minute)
 }
 
+// A heartbeat that times out waiting for a pooled connection (slow reads hold them all) says
+// nothing of the database: it leaves the write health writable, where reporting it as
+// unreachable held every provider call and turned /readyz 503 once a second.
+func TestAHeartbeatStarvedOfConnectionsReportsNoRefusal(t *testing.T) {
+	c := newCluster(t)
+	small, err := store.Open(context.Background(), store.PoolConfig{URL: c.pool.Config().ConnString(), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(small.Close)
+	starved := *c
+	starved.pool = small
+	wh := store.NewWriteHealth()
+	cfg := procConfig("a", 10)
+	cfg.WriteHealth = wh
+	p := starved.fakeRun(t, 0).join(cfg, 0)
+	held, err := small.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	p.share.heartbeat(context.Background()) // waits out its 5 s bound for the one connection
+	if s := wh.State(); !s.Writable {
+		t.Fatalf("write health %+v after a heartbeat starved of connections, want writable", s)
+	}
+}
+
 // Run heartbeats on its clock, and lets requests go once the others have had two heartbeats
 // to count the process; it deregisters when it ends.
 func TestRunHeartbeatsOnItsClockAndOpensAfterTheJoinDelay(t *testing.T) {

@@ -492,11 +492,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		<-relayDone
 		if up, _ := d.relay.Health(); up { // one stopped for good has nothing to flush with
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(d.cfg.Daemon.ShutdownGrace, 5*time.Second))
-			if res, err := d.relay.RunOnce(fctx); err != nil {
-				d.log.Warn("final outbox flush incomplete; the rest is published by the next relay", zap.Error(err))
-			} else {
-				d.log.Info("outbox flushed", zap.Int64("published", res.Published))
-			}
+			d.flushOutbox(fctx)
 			cancel()
 		}
 		_ = d.relay.Close()

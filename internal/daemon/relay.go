@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/backoff"
+	"github.com/duecollector/duecollector/internal/outbox"
 )
 
 // runRelay runs the outbox relay until ctx ends. One that stops on an error retrying cannot
@@ -23,5 +24,23 @@ func (d *Daemon) runRelay(ctx context.Context) {
 		if !backoff.Sleep(ctx, d.cfg.RelayRestart) {
 			return
 		}
+	}
+}
+
+// flushOutbox publishes what the last write-backs produced and says what it left. A pass that
+// could not take its lanes (given back after a failed send, free only once that send can no
+// longer land) publishes nothing without an error: "flushed" would then be a false all-clear.
+func (d *Daemon) flushOutbox(ctx context.Context) {
+	res, err := d.relay.RunOnce(ctx)
+	left, lerr := outbox.ReadBacklog(ctx, d.pool, false)
+	switch {
+	case err != nil:
+		d.log.Warn("final outbox flush incomplete; the rest is published by the next relay",
+			zap.Int64("published", res.Published), zap.Int64("pending", left.Pending), zap.Error(err))
+	case lerr == nil && left.Pending > 0:
+		d.log.Warn("final outbox flush left events pending; the next relay publishes them",
+			zap.Int64("published", res.Published), zap.Int64("pending", left.Pending))
+	default:
+		d.log.Info("outbox flushed", zap.Int64("published", res.Published))
 	}
 }

@@ -12,7 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/outbox"
@@ -60,6 +65,43 @@ func TestRelayFollowsAndFlushesOnShutdown(t *testing.T) {
 	}
 	if int(m.GetHistogram().GetSampleCount()) != events {
 		t.Fatalf("publish latency observed %d events, want %d", m.GetHistogram().GetSampleCount(), events)
+	}
+}
+
+// With Kafka failing every produce at shutdown, the final flush publishes nothing. The daemon
+// still stops, and says how many events it left for the next relay instead of "outbox flushed".
+func TestShutdownWithKafkaDownSaysWhatItLeft(t *testing.T) {
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "test.snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	broker.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
+	e := newEnv(t, 4, neoplesim.Options{})
+	e.track(t, 0, 4, tiers.Cold, -time.Second)
+	cfg := testConfig()
+	cfg.Daemon.ShutdownGrace = time.Second
+	cfg.Relay = relayConfig(broker.ListenAddrs(), "test.snapshots")
+	cfg.Relay.Test = &outbox.TestSignals{}
+	cfg.Relay.Test.PublishError.Init(t)
+	core, logs := zapobserver.New(zapcore.InfoLevel)
+	r := e.start(t, cfg, zap.New(core))
+	cfg.Relay.Test.PublishError.Wait(t)
+	if err := r.shutdown(t); err != nil {
+		t.Fatal(err)
+	}
+	pending := count(t, e.pool, `SELECT count(*) FROM outbox_pending`)
+	if pending == 0 {
+		t.Fatal("nothing pending after shutdown: the broker's fault did not hold")
+	}
+	if n := logs.FilterMessage("outbox flushed").Len(); n != 0 {
+		t.Fatalf("logged \"outbox flushed\" with %d events unpublished", pending)
+	}
+	said := logs.Filter(func(e zapobserver.LoggedEntry) bool {
+		return e.Level == zapcore.WarnLevel && strings.HasPrefix(e.Message, "final outbox flush")
+	}).All()
+	if len(said) != 1 || said[0].ContextMap()["pending"] != int64(pending) {
+		t.Fatalf("final flush logged %v, want one warning with pending=%d", said, pending)
 	}
 }
 

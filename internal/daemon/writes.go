@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/duecollector/duecollector/internal/store"
@@ -74,6 +73,9 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 			d.writes.ObserveProbe(cause, detail)
 			return
 		}
+		if store.NoSessionToSpare(err) {
+			return // the pool could not add a session; the ones it has may well write
+		}
 		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			d.writes.ObserveProbe(cmp.Or(store.RefusedCause(err), store.CauseUnreachable), fmt.Sprintf("probe: %v", err))
 			return
@@ -85,8 +87,7 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		if c != store.CauseReadOnly && c != store.CauseStandby {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "53300" {
+			if store.NoSessionToSpare(err) {
 				return // the server has no session to spare beside the busy pool: it answers, nothing is learnt
 			}
 			d.writes.ObserveProbe(cmp.Or(store.RefusedCause(err), store.CauseUnreachable), fmt.Sprintf("probe: %v", err))

@@ -211,7 +211,7 @@ func TestASpaceProbeThatCannotRunEndsTheLackAfterAWhile(t *testing.T) {
 	d.space.probe = func(context.Context) error {
 		return &pgconn.PgError{Code: "42501", Message: "permission denied for schema public"}
 	}
-	d.writes.Observe(&pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"})
+	d.writes.Observe(&pgconn.PgError{Code: "53200", Message: "out of memory"})
 	ctx := context.Background()
 	d.probeOnce(ctx)
 	if s := d.writes.State(); s.Writable || !d.writes.SpaceShort() {

@@ -545,7 +545,7 @@ func (d *Dispatcher) handBack(ctx context.Context, claims []catalog.Claim) int {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	n, err := catalog.ReleaseLeases(rctx, d.pool, claims)
-	d.cfg.WriteHealth.Observe(err)
+	d.cfg.WriteHealth.ObserveAnswer(err)
 	if err != nil {
 		d.log.Error("could not release leases; they will expire by themselves", zap.Int("items", len(claims)), zap.Error(err))
 	}

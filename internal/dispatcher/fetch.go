@@ -209,7 +209,7 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, done <-chan struct{}
 			} else {
 				renewed, err = catalog.RenewLeases(ctx, d.pool, claims, d.cfg.Lease)
 				if ctx.Err() == nil {
-					d.cfg.WriteHealth.Observe(err)
+					d.cfg.WriteHealth.ObserveAnswer(err)
 				}
 			}
 			if ctx.Err() != nil {

@@ -386,7 +386,7 @@ func (w *writer) renew(ctx context.Context, buf []result) ([]string, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	renewed, err := catalog.RenewLeases(rctx, w.d.pool, claimsOf(buf), w.d.cfg.Lease)
-	w.d.cfg.WriteHealth.Observe(err)
+	w.d.cfg.WriteHealth.ObserveAnswer(err)
 	return renewed, err
 }
 
@@ -417,7 +417,7 @@ func (w *writer) release(ctx context.Context, buf []result, ids []string) (int64
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	n, err := catalog.ReleaseLeases(rctx, w.d.pool, cs)
-	w.d.cfg.WriteHealth.Observe(err)
+	w.d.cfg.WriteHealth.ObserveAnswer(err)
 	return n, err
 }
 

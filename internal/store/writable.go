@@ -25,8 +25,8 @@ const (
 	CauseStandby WriteCause = "standby"
 	// CauseDiskFull: SQLSTATE 53100 disk_full.
 	CauseDiskFull WriteCause = "disk_full"
-	// CauseResources: another insufficient_resources error (class 53: out of memory, too many
-	// connections, a configuration limit).
+	// CauseResources: another insufficient_resources error (class 53: out of memory, a
+	// configuration limit; not 53300, a new session refused at max_connections).
 	CauseResources WriteCause = "insufficient_resources"
 	// CauseShutdown: the server is shutting down, crashed or is starting up (57P01 admin_shutdown,
 	// 57P02 crash_shutdown, 57P03 cannot_connect_now).
@@ -56,6 +56,10 @@ func RefusedCause(err error) WriteCause {
 		return CauseReadOnly
 	case c == "53100":
 		return CauseDiskFull
+	case c == "53300":
+		// A new session refused at max_connections: the server takes writes on the sessions it
+		// has (the pool's), so this holds nothing; Transient retries it.
+		return ""
 	case strings.HasPrefix(c, "53"):
 		return CauseResources
 	case c == "57P01", c == "57P02", c == "57P03":
@@ -155,6 +159,16 @@ func (h *WriteHealth) Observe(err error) {
 	}
 	if c := RefusedCause(err); c != "" {
 		h.refuse(WriteState{Cause: c, Detail: err.Error()})
+	}
+}
+
+// ObserveAnswer records the outcome of a write made now and then on a short bound (a
+// heartbeat, a lease renewal or release): a success, or a refusal the server answered. Its own
+// timeout is no state of the database: under a busy pool it is a wait for a pooled connection,
+// and an unreachable server is the probe's to tell, which asks on a session of its own.
+func (h *WriteHealth) ObserveAnswer(err error) {
+	if err == nil || RefusedByServer(err) {
+		h.Observe(err)
 	}
 }
 
@@ -347,4 +361,11 @@ func probeSpace(ctx context.Context, db TxBeginner, sql string) error {
 		return fmt.Errorf("space probe: %w", err)
 	}
 	return nil
+}
+
+// NoSessionToSpare tells whether err is the server refusing a new session at max_connections
+// (53300): it answers, and says nothing of whether it takes writes.
+func NoSessionToSpare(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "53300"
 }

@@ -25,7 +25,7 @@ func TestRefusedCauseNamesTheServerState(t *testing.T) {
 		{pg("25006"), store.CauseReadOnly},
 		{pg("53100"), store.CauseDiskFull},
 		{pg("53200"), store.CauseResources},
-		{pg("53300"), store.CauseResources},
+		{pg("53300"), ""}, // no new session: the pool's sessions still write
 		{pg("57P01"), store.CauseShutdown},
 		{pg("57P02"), store.CauseShutdown},
 		{pg("57P03"), store.CauseShutdown},
@@ -104,7 +104,11 @@ func TestLackOfSpaceStandsUntilTheSpaceProbeSucceeds(t *testing.T) {
 	if fmt.Sprint(changes) != fmt.Sprint(want) {
 		t.Fatalf("changes %q, want %q", changes, want)
 	}
-	h.Observe(&pgconn.PgError{Code: "53300"}) // too many connections: a lack of resources stands as well
+	h.Observe(&pgconn.PgError{Code: "53300"}) // too many clients: no state of the server's writes
+	if s := h.State(); !s.Writable {
+		t.Fatalf("state %+v after a session was refused at max_connections: want writable", s)
+	}
+	h.Observe(&pgconn.PgError{Code: "53200"}) // out of memory: a lack of resources stands as well
 	h.Observe(nil)
 	if s := h.State(); s.Cause != store.CauseResources {
 		t.Fatalf("state %+v after a write succeeded: want insufficient_resources standing", s)
@@ -214,5 +218,24 @@ func TestWriteHealthWaitReturnsWhenWritable(t *testing.T) {
 	h.Observe(nil)
 	if !<-done {
 		t.Fatal("Wait returned false once writes were taken again")
+	}
+}
+
+// A write made now and then on a short bound reports only what the server answered: its own
+// timeout (a wait for a busy pool) and a failed connection are the probe's to tell.
+func TestObserveAnswerCountsOnlyTheServersRefusals(t *testing.T) {
+	h := store.NewWriteHealth()
+	h.ObserveAnswer(fmt.Errorf("renew leases: %w", context.DeadlineExceeded))
+	h.ObserveAnswer(fmt.Errorf("heartbeat: %w", io.ErrUnexpectedEOF))
+	if s := h.State(); !s.Writable {
+		t.Fatalf("state %+v after a timeout and a dropped connection, want writable", s)
+	}
+	h.ObserveAnswer(&pgconn.PgError{Code: "25006"})
+	if s := h.State(); s.Cause != store.CauseReadOnly {
+		t.Fatalf("state %+v after the server refused a write, want read_only", s)
+	}
+	h.ObserveAnswer(nil)
+	if s := h.State(); !s.Writable {
+		t.Fatalf("state %+v after a write succeeded, want writable", s)
 	}
 }
