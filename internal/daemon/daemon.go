@@ -264,7 +264,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	d.metrics.SetBuildInfo(orUnknown(cfg.Version), orUnknown(cfg.Commit))
 	client.SetObserver(requestMetrics{d.metrics})
 	client.SetHold(d.writes.Hold)
-	d.metrics.RegisterRowsRejected(provider.RejectReasons, func(r string) int64 { return client.Stats().Rejected[r] })
+	d.metrics.RegisterRowsRejected(provider.RejectReasons[:], func(r string) int64 { return client.Stats().Rejected[r] })
 
 	var rate health.RateSetter = client
 	if cfg.Daemon.Budget.Enabled {

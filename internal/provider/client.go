@@ -65,7 +65,7 @@ type Client struct {
 	hold     Hold
 
 	requests, failures atomic.Int64
-	rejected           [4]atomic.Int64 // by RejectReasons
+	rejected           [len(RejectReasons)]atomic.Int64 // by RejectReasons
 }
 
 // RequestObserver hears every HTTP request's duration and outcome ("ok" or the error class)
@@ -225,7 +225,7 @@ func checked[T any](c *Client, endpoint string, ids []string, rows []T, err erro
 	for i, r := range RejectReasons {
 		c.rejected[i].Add(int64(rej.Reasons[r]))
 	}
-	c.cfg.Log.Warn("provider rows rejected", zap.Strings("item_ids", cleanIDs(rej.ItemIDs, 10)),
+	c.cfg.Log.Warn("provider rows rejected", zap.Strings("item_ids", cleanIDs(rej.ItemIDs, rejectedIDs)),
 		zap.Strings("asked_item_ids", ids), zap.String("endpoint", endpoint),
 		zap.Int("rows", len(rows)), zap.Int("rejected", rej.Total()), zap.Stringer("reasons", rej))
 	if len(kept) == 0 && rej.Total() > rej.Reasons[RejectBadAmount] {

@@ -88,22 +88,47 @@ func (w wireItem) item() Item {
 	}
 }
 
-// decodeRows reads {"rows":[...]}; a 200 without a rows array is malformed, not "no rows".
-func decodeRows[T any](body []byte) ([]T, error) {
+// decodeRows reads {"rows":[...]} of at most maxRows rows; a 200 without a rows array is
+// malformed, not "no rows". The body (at most 8 MiB) is checked whole first, then the rows are
+// decoded one at a time: 8 MiB of "{}" is millions of rows, over a GiB once decoded, and more
+// than any call may ask for (maxRows: the endpoint's largest limit for every id a call names).
+func decodeRows[T any](body []byte, maxRows int) ([]T, error) {
 	var env struct {
-		Rows *[]T `json:"rows"`
+		Rows json.RawMessage `json:"rows"`
 	}
 	if err := json.Unmarshal(body, &env); err != nil {
 		return nil, fmt.Errorf("malformed response body: %w", err)
 	}
-	if env.Rows == nil {
+	if len(env.Rows) == 0 || env.Rows[0] != '[' {
 		return nil, errors.New(`malformed response body: no "rows" array`)
 	}
-	return *env.Rows, nil
+	dec := json.NewDecoder(bytes.NewReader(env.Rows))
+	if _, err := dec.Token(); err != nil { // the '[' checked above
+		return nil, fmt.Errorf("malformed response body: %w", err)
+	}
+	rows := []T{}
+	for dec.More() {
+		if len(rows) == maxRows {
+			return nil, fmt.Errorf("malformed response body: more than %d rows, more than any call asks for", maxRows)
+		}
+		var r T
+		if err := dec.Decode(&r); err != nil {
+			return nil, fmt.Errorf("malformed response body: rows[%d]: %w", len(rows), err)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
 }
 
+// The most rows an answer can hold: the largest limit, for each id of a packed call (whether
+// the limit counts per call or per id is unknown).
+const (
+	maxListingRows = MaxAuctionLimit * MaxItemIDs
+	maxSaleRows    = MaxSoldLimit * MaxItemIDs
+)
+
 func parseAuction(body []byte) ([]Listing, error) {
-	rows, err := decodeRows[wireListing](body)
+	rows, err := decodeRows[wireListing](body, maxListingRows)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +151,7 @@ func parseAuction(body []byte) ([]Listing, error) {
 }
 
 func parseSold(body []byte) ([]Sale, error) {
-	rows, err := decodeRows[wireSale](body)
+	rows, err := decodeRows[wireSale](body, maxSaleRows)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +167,7 @@ func parseSold(body []byte) ([]Sale, error) {
 }
 
 func parseItems(body []byte) ([]Item, error) {
-	rows, err := decodeRows[wireItem](body)
+	rows, err := decodeRows[wireItem](body, MaxItemsLimit)
 	if err != nil {
 		return nil, err
 	}

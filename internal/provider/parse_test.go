@@ -1,8 +1,10 @@
 package provider
 
 import (
+	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -61,6 +63,28 @@ func TestParseSold(t *testing.T) {
 	}
 	if _, err := parseSold([]byte(`{"rows":[{"itemId":"a"}]}`)); err == nil {
 		t.Fatal("a sale without soldDate was accepted")
+	}
+}
+
+// An answer holds at most the largest limit for each id a call may name; more is no answer the
+// API gives (8 MiB of "{}" from a broken gateway is millions of rows, over a GiB decoded), and
+// it is refused as malformed before it is decoded whole.
+func TestAnAnswerOfMoreRowsThanAnyCallAsksForIsMalformed(t *testing.T) {
+	sale := `{"itemId":"a","soldDate":"2026-05-01 02:00:00","count":1,"price":5,"unitPrice":5}`
+	body := func(n int) []byte { return []byte(`{"rows":[` + strings.Repeat(sale+",", n-1) + sale + `]}`) }
+	if rows, err := parseSold(body(maxSaleRows)); err != nil || len(rows) != maxSaleRows {
+		t.Fatalf("%d sales, as many as a packed call may get: %d rows, %v", maxSaleRows, len(rows), err)
+	}
+	_, err := parseSold(body(maxSaleRows + 1))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("more than %d rows", maxSaleRows)) {
+		t.Fatalf("%d sales: %v, want malformed, naming the most a call gets", maxSaleRows+1, err)
+	}
+	empties := []byte(`{"rows":[` + strings.Repeat("{},", 2_000_000) + `{}]}`)
+	if _, err := parseAuction(empties); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("two million empty listings: %v, want refused for their number", err)
+	}
+	if _, err := parseItems(body(MaxItemsLimit + 1)); err == nil {
+		t.Fatalf("%d items from a search that asks for at most %d: accepted", MaxItemsLimit+1, MaxItemsLimit)
 	}
 }
 

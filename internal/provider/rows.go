@@ -16,10 +16,14 @@ const (
 	RejectAncientDate = "ancient_date"
 	RejectForeignItem = "foreign_item"
 	RejectBadAmount   = "bad_amount"
+	// RejectDuplicate: a listing whose auctionNo came earlier in the same answer. One auction
+	// is one listing; counted twice it would inflate the snapshot's count and quantity. (Equal
+	// sales rows are distinct sales and are all kept.)
+	RejectDuplicate = "duplicate_listing"
 )
 
 // RejectReasons lists every reason, for metrics that start at zero.
-var RejectReasons = []string{RejectFutureDate, RejectAncientDate, RejectForeignItem, RejectBadAmount}
+var RejectReasons = [...]string{RejectFutureDate, RejectAncientDate, RejectForeignItem, RejectBadAmount, RejectDuplicate}
 
 // Launch is when the game opened: no sale or listing can be older.
 var Launch = time.Date(2005, 1, 1, 0, 0, 0, 0, KST)
@@ -39,10 +43,13 @@ func NewIDSet(ids ...string) IDSet {
 // Has reports whether id was asked for.
 func (s IDSet) Has(id string) bool { _, ok := s[id]; return ok }
 
+// rejectedIDs is how many dropped rows' item ids a Rejected keeps.
+const rejectedIDs = 10
+
 // Rejected is what one answer's row check dropped.
 type Rejected struct {
 	Reasons map[string]int // rows dropped, by reason
-	ItemIDs []string       // the dropped rows' item ids, each once, in answer order
+	ItemIDs []string       // the dropped rows' first rejectedIDs item ids, each once, in answer order
 }
 
 // Total is the number of rows dropped.
@@ -68,7 +75,9 @@ func (r *Rejected) add(reason, itemID string) {
 		r.Reasons = map[string]int{}
 	}
 	r.Reasons[reason]++
-	if !slices.Contains(r.ItemIDs, itemID) {
+	// Only a few are ever told (the log names ten): a search of every one made an answer of
+	// many rows of other items quadratic.
+	if len(r.ItemIDs) < rejectedIDs && !slices.Contains(r.ItemIDs, itemID) {
 		r.ItemIDs = append(r.ItemIDs, itemID)
 	}
 }
@@ -106,12 +115,19 @@ const MaxUnits = 1 << 31
 // snapshot's quantity and weighted price would wrap to nonsense. A non-positive price or
 // quantity passes: the API reports -1 on some rows, and the snapshot ignores them.
 func (c RowCheck) Listings(rows []Listing, want IDSet) ([]Listing, Rejected) {
+	seen := make(map[int64]bool, len(rows))
 	return keep(rows, func(l Listing) (string, string) {
 		if why := c.reason(want, l.ItemID, l.RegDate); why != "" {
 			return why, l.ItemID
 		}
 		if l.Count > MaxUnits || l.UnitPrice > 0 && l.Count > math.MaxInt64/l.UnitPrice {
 			return RejectBadAmount, l.ItemID
+		}
+		if l.AuctionNo != 0 { // absent: nothing to tell rows apart by
+			if seen[l.AuctionNo] {
+				return RejectDuplicate, l.ItemID
+			}
+			seen[l.AuctionNo] = true
 		}
 		return "", l.ItemID
 	})

@@ -55,6 +55,39 @@ func TestRowCheckDropsImpossibleDatesAndForeignRows(t *testing.T) {
 	}
 }
 
+// Rows of many other items are each counted, and the first ten of their ids kept for the log:
+// keeping every distinct id searched the list once per row, quadratic in a broken answer.
+func TestManyForeignRowsKeepTenOfTheirIDs(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, provider.KST)
+	c := provider.RowCheck{Now: now, FutureTolerance: 24 * time.Hour}
+	sales := make([]provider.Sale, 50_000)
+	for i := range sales {
+		sales[i] = provider.Sale{ItemID: fmt.Sprintf("other-%d", i), SoldAt: now.Add(-time.Hour), Count: 1, Price: 5}
+	}
+	kept, rej := c.Sales(sales, provider.NewIDSet(askedID))
+	if len(kept) != 0 || rej.Reasons[provider.RejectForeignItem] != len(sales) {
+		t.Fatalf("kept %d, rejected %v; want every row dropped as foreign", len(kept), rej.Reasons)
+	}
+	if len(rej.ItemIDs) != 10 || rej.ItemIDs[0] != "other-0" || rej.ItemIDs[9] != "other-9" {
+		t.Fatalf("kept ids %v, want the first ten in answer order", rej.ItemIDs)
+	}
+}
+
+// One auction is one listing: a row repeating an earlier auctionNo of the answer (a broken or
+// doubled page) is dropped, so the snapshot does not count its units twice. A listing without
+// an auctionNo cannot be told apart and is kept.
+func TestARepeatedAuctionIsOneListing(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, provider.KST)
+	c := provider.RowCheck{Now: now, FutureTolerance: 24 * time.Hour}
+	l := func(no int64, count int64) provider.Listing {
+		return provider.Listing{AuctionNo: no, ItemID: askedID, RegDate: now.Add(-time.Hour), Count: count, UnitPrice: 10}
+	}
+	kept, rej := c.Listings([]provider.Listing{l(7, 3), l(8, 1), l(7, 3), l(0, 2), l(0, 2)}, provider.NewIDSet(askedID))
+	if len(kept) != 4 || rej.Reasons[provider.RejectDuplicate] != 1 || rej.Total() != 1 {
+		t.Fatalf("kept %d, rejected %v; want the repeated auction 7 dropped once, the rest kept", len(kept), rej.Reasons)
+	}
+}
+
 func stubClient(t *testing.T, h http.HandlerFunc, mod func(*provider.ClientConfig)) *provider.Client {
 	t.Helper()
 	srv := httptest.NewServer(h)

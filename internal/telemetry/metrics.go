@@ -179,7 +179,7 @@ func (m *Metrics) RegisterRowsRejected(reasons []string, count func(reason strin
 	for _, r := range reasons {
 		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "collector_provider_rows_rejected_total",
-			Help:        "Provider rows dropped at the parsing boundary, by reason (future_date, ancient_date, foreign_item, bad_amount).",
+			Help:        "Provider rows dropped at the parsing boundary, by reason (future_date, ancient_date, foreign_item, bad_amount, duplicate_listing).",
 			ConstLabels: prometheus.Labels{"reason": r},
 		}, func() float64 { return float64(count(r)) }))
 	}

@@ -43,7 +43,7 @@ func registered(t *testing.T) map[string]bool {
 	t.Helper()
 	m := telemetry.NewMetrics()
 	m.SetBuildInfo("test", "test")
-	m.RegisterRowsRejected(provider.RejectReasons, func(string) int64 { return 0 })
+	m.RegisterRowsRejected(provider.RejectReasons[:], func(string) int64 { return 0 })
 	// The pool collector only reads the pool's statistics; a pool that never connects has them.
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
 	if err != nil {
