@@ -477,9 +477,8 @@ CREATE TABLE outbox (
 
 -- Failed rows for `collector outbox list --failed`.
 CREATE INDEX outbox_failed_idx ON outbox (id) WHERE failed_at IS NOT NULL;
--- Pruning finds old rows by creation time; rows are appended in that order, which is what a
--- tiny BRIN index needs.
-CREATE INDEX outbox_created_brin ON outbox USING brin (created_at) WITH (pages_per_range = 32);
+-- Pruning walks the primary key from the oldest row: ids follow created_at, so it needs no
+-- index on created_at (a BRIN's ranges widen to match every page once pruning reuses them).
 
 -- An entry goes when the relay publishes its row, or with its row (purge:synthetic); pruning
 -- deletes only rows with no entry. No foreign key: its check on every insert cost a fifth of

@@ -96,31 +96,34 @@ func TestRelayMarksRejectedMessagesFailed(t *testing.T) {
 	}
 }
 
-// Pruning deletes only published rows older than the retention, in small statements.
+// Pruning deletes only published rows older than the retention, in small statements, oldest
+// first: a statement that deletes fewer than its limit has found the last of them.
 func TestPruneKeepsUnpublishedRows(t *testing.T) {
 	pool := newDB(t)
 	ctx := context.Background()
-	enqueue(t, pool, snapshotEvents(10, 2)) // 20 rows: by id % 4, published old, published recent, failed, pending
+	enqueue(t, pool, snapshotEvents(10, 2)) // 20 rows: by id % 4, published, published, failed, pending
+	// Ids follow creation: the first 12 are a month old, the rest a day.
 	if _, err := pool.Exec(ctx, `
-		UPDATE outbox SET created_at = now() - CASE WHEN id % 4 = 1 THEN interval '1 day' ELSE interval '30 days' END,
+		UPDATE outbox SET created_at = now() - CASE WHEN id > 12 THEN interval '1 day' ELSE interval '30 days' END,
 			failed_at = CASE WHEN id = ANY ($1::bigint[]) THEN now() - interval '9 days' END`, dequeue(t, pool, "id % 4 = 2")); err != nil {
 		t.Fatal(err)
 	}
 	dequeue(t, pool, "id % 4 IN (0, 1)")
-	if n, err := DeletePublished(ctx, pool, 7*24*time.Hour, 2); err != nil || n != 2 || countWhere(t, pool, "id % 4 = 0") != 5-2 {
-		t.Fatalf("one prune statement of 2 rows: %d %v, %d old rows left", n, err, countWhere(t, pool, "id % 4 = 0"))
+	const old = "id % 4 IN (0, 1) AND id <= 12" // published a month ago: 1, 4, 5, 8, 9, 12
+	if n, err := DeletePublished(ctx, pool, 7*24*time.Hour, 2); err != nil || n != 2 || countWhere(t, pool, old) != 6-2 {
+		t.Fatalf("one prune statement of 2 rows: %d %v, %d old rows left", n, err, countWhere(t, pool, old))
 	}
 	n, err := DeletePublished(ctx, pool, 7*24*time.Hour, 5)
-	if err != nil || n != 3 {
-		t.Fatalf("DeletePublished: %d %v, want 3", n, err)
+	if err != nil || n != 4 {
+		t.Fatalf("DeletePublished: %d %v, want the 4 old ones of the 5 oldest published", n, err)
 	}
-	if left := countWhere(t, pool, "true"); left != 15 || countWhere(t, pool, "id % 4 = 0") != 0 {
-		t.Fatalf("%d rows left, want 15", left)
+	if left := countWhere(t, pool, "true"); left != 14 || countWhere(t, pool, old) != 0 {
+		t.Fatalf("%d rows left, want 14", left)
 	}
-	if n := countWhere(t, pool, "state = 'published'"); n != 5 {
-		t.Fatalf("%d recently published rows left, want 5", n)
+	if n := countWhere(t, pool, "state = 'published'"); n != 4 {
+		t.Fatalf("%d recently published rows left, want 4", n)
 	}
-	if b, err := ReadBacklog(ctx, pool, true); err != nil || b.Pending != int64(countWhere(t, pool, "id % 4 = 3")) || b.Failed != int64(countWhere(t, pool, "id % 4 = 2")) || b.Published != 5 {
+	if b, err := ReadBacklog(ctx, pool, true); err != nil || b.Pending != int64(countWhere(t, pool, "id % 4 = 3")) || b.Failed != int64(countWhere(t, pool, "id % 4 = 2")) || b.Published != 4 {
 		t.Fatalf("ReadBacklog after prune: %+v %v", b, err)
 	}
 	if b, err := ReadBacklog(ctx, pool, false); err != nil || b.Published != 0 || b.Pending != 5 || b.Oldest < 29*24*time.Hour {

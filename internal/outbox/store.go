@@ -159,8 +159,9 @@ func RetryFailed(ctx context.Context, pool *pgxpool.Pool, ids []int64) (int64, e
 	return n, nil
 }
 
-// DeletePublished deletes up to limit published rows created more than olderThan ago, in one
-// short statement of its own, and returns how many went. internal/retention is its one caller
+// DeletePublished deletes, of the limit oldest published rows, those created more than
+// olderThan ago, in one short statement of its own, and returns how many went: fewer than
+// limit means none older are left. internal/retention is its one caller
 // (kafka.outbox_retention), for daemons and cron jobs alike.
 func DeletePublished(ctx context.Context, db store.Execer, olderThan time.Duration, limit int) (int64, error) {
 	tag, err := db.Exec(ctx, deletePublishedSQL, olderThan.Seconds(), limit)
@@ -181,15 +182,21 @@ func DeleteExpired(ctx context.Context, db store.Execer, olderThan time.Duration
 	return tag.RowsAffected(), nil
 }
 
-// deletePublishedSQL deletes up to $2 published rows created more than $1 seconds ago.
+// deletePublishedSQL deletes, of the $2 published rows with the lowest ids, those created more
+// than $1 seconds ago.
 //
+// Ids follow created_at but for a write-back's few seconds, so fewer than $2 deleted means the
+// old ones are done: the statement reads $2 rows (and the unpublished ones among them) however
+// long the outbox, where a filter on created_at found the last, short batch only by reading
+// every row (a BRIN on created_at matches every range once pruning lets pages be reused).
 // = ANY (ARRAY(…)), not IN (…): the planner hashes an IN list and scans the whole outbox for it.
 const deletePublishedSQL = `
 DELETE FROM outbox WHERE id = ANY (ARRAY(
-    SELECT o.id FROM outbox o
-    WHERE o.created_at < now() - $1::float8 * interval '1 second' AND o.failed_at IS NULL
-      AND NOT EXISTS (SELECT FROM outbox_pending p WHERE p.id = o.id)
-    LIMIT $2))`
+    SELECT l.id FROM (
+        SELECT o.id, o.created_at FROM outbox o
+        WHERE o.failed_at IS NULL AND NOT EXISTS (SELECT FROM outbox_pending p WHERE p.id = o.id)
+        ORDER BY o.id LIMIT $2) l
+    WHERE l.created_at < now() - $1::float8 * interval '1 second'))`
 
 // deleteExpiredSQL drops unpublished rows (pending or failed) created more than $1 seconds ago,
 // with their outbox_pending entries, among the $2 oldest unpublished rows. Its command tag
