@@ -30,11 +30,7 @@ import (
 // publishes what the last write-backs (calls finishing in the grace period) produced.
 func TestRelayFollowsAndFlushesOnShutdown(t *testing.T) {
 	const n = 24
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "test.snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Close)
+	broker := snapshotsBroker(t)
 	e := newEnv(t, n, neoplesim.Options{Latency: 200 * time.Millisecond})
 	e.track(t, 0, n, tiers.Cold, -time.Second)
 	cfg := testConfig()
@@ -71,11 +67,7 @@ func TestRelayFollowsAndFlushesOnShutdown(t *testing.T) {
 // With Kafka failing every produce at shutdown, the final flush publishes nothing. The daemon
 // still stops, and says how many events it left for the next relay instead of "outbox flushed".
 func TestShutdownWithKafkaDownSaysWhatItLeft(t *testing.T) {
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "test.snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Close)
+	broker := snapshotsBroker(t)
 	broker.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
 	e := newEnv(t, 4, neoplesim.Options{})
 	e.track(t, 0, 4, tiers.Cold, -time.Second)
@@ -102,6 +94,35 @@ func TestShutdownWithKafkaDownSaysWhatItLeft(t *testing.T) {
 	}).All()
 	if len(said) != 1 || said[0].ContextMap()["pending"] != int64(pending) {
 		t.Fatalf("final flush logged %v, want one warning with pending=%d", said, pending)
+	}
+}
+
+// Another relay's lanes are its own to publish: a daemon stopping beside it says "outbox
+// flushed", not that it left the other's pending events behind.
+func TestTheFinalFlushLeavesOtherRelaysLanesOut(t *testing.T) {
+	broker := snapshotsBroker(t)
+	e := newEnv(t, 1, neoplesim.Options{})
+	if _, err := e.pool.Exec(context.Background(), `
+		WITH o AS (INSERT INTO outbox (event_type, item_id, payload) VALUES ('test', 'other-relays-item', '{}') RETURNING id, lane),
+		     p AS (INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o)
+		INSERT INTO outbox_relay_lanes (lane, owner, lease_token, lease_expires_at, acquired_at)
+		SELECT lane, 'another-relay', gen_random_uuid(), now() + interval '1 hour', now() FROM o
+		ON CONFLICT (lane) DO UPDATE SET owner = excluded.owner, lease_token = excluded.lease_token,
+			lease_expires_at = excluded.lease_expires_at, acquired_at = excluded.acquired_at`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Relay = relayConfig(broker.ListenAddrs(), "test.snapshots")
+	cfg.Relay.Test = &outbox.TestSignals{}
+	cfg.Relay.Test.Idle.Init(t)
+	core, logs := zapobserver.New(zapcore.InfoLevel)
+	r := e.start(t, cfg, zap.New(core))
+	cfg.Relay.Test.Idle.Wait(t) // it holds the other lanes and has nothing to publish in them
+	if err := r.shutdown(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.FilterMessage("outbox flushed").Len(); n != 1 {
+		t.Fatalf("\"outbox flushed\" logged %d times, want once: %v", n, logs.FilterLevelExact(zapcore.WarnLevel).All())
 	}
 }
 
@@ -195,6 +216,17 @@ func TestStoppedRelayFailsReadinessUntilItRunsAgain(t *testing.T) {
 	if st, err := Status(context.Background(), e.pool, "neople"); err != nil || len(st.Relay.Stops) != 0 {
 		t.Fatalf("status relay %+v %v once it publishes again, want no stops", st.Relay, err)
 	}
+}
+
+// snapshotsBroker is an in-process Kafka with the 4-partition topic relayConfig names.
+func snapshotsBroker(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "test.snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	return broker
 }
 
 // relayConfig is a relay sized for tests: fast polls and retries, a lease that leaves room for a

@@ -86,10 +86,10 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
 	if err != nil {
+		if store.NoSessionToSpare(err) {
+			return // the server has no session to spare: it answers, nothing is learnt
+		}
 		if c != store.CauseReadOnly && c != store.CauseStandby {
-			if store.NoSessionToSpare(err) {
-				return // the server has no session to spare beside the busy pool: it answers, nothing is learnt
-			}
 			d.writes.ObserveProbe(cmp.Or(store.RefusedCause(err), store.CauseUnreachable), fmt.Sprintf("probe: %v", err))
 			return
 		}
@@ -132,6 +132,9 @@ func (d *Daemon) probeSpace(ctx context.Context) {
 		return
 	}
 	d.space.ok = 0
+	if store.NoSessionToSpare(err) {
+		return // no session for the probe: it did not run, and it is no failure of its own
+	}
 	d.writes.ObserveSpace(err)
 	if store.RefusedCause(err) != "" || ctx.Err() != nil {
 		d.spaceProbeWarned, d.space.blind = false, time.Time{}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -224,6 +225,26 @@ func TestASpaceProbeThatCannotRunEndsTheLackAfterAWhile(t *testing.T) {
 	}
 	if n := logs.FilterMessageSnippet("ending the lack of space unproven").Len(); n != 1 {
 		t.Fatalf("%d warnings that the lack ended unproven, want 1", n)
+	}
+}
+
+// A space probe that finds no session to spare (the server at max_connections) did not run:
+// the lack stands, with no error that the probe cannot run and no blind spell begun, which
+// would end the lack unproven.
+func TestASpaceProbeWithNoSessionIsNoProbeThatCannotRun(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	core, logs := zapobserver.New(zapcore.WarnLevel)
+	d := e.build(t, testConfig(), zap.New(core))
+	d.space.probe = func(context.Context) error {
+		return fmt.Errorf("space probe: %w", &pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"})
+	}
+	d.writes.Observe(&pgconn.PgError{Code: "53100", Message: "could not extend file: No space left on device"})
+	d.probeOnce(context.Background())
+	if s := d.writes.State(); s.Cause != store.CauseDiskFull || !d.space.blind.IsZero() {
+		t.Fatalf("state %+v, blind since %v after a probe with no session: want disk_full standing, no blind spell", s, d.space.blind)
+	}
+	if n := logs.FilterMessageSnippet("space probe").Len(); n != 0 {
+		t.Fatalf("logged %v, want nothing of the probe: it did not run", logs.All())
 	}
 }
 

@@ -341,7 +341,9 @@ func (w *writer) writeRetrying(ctx context.Context, buf []result) (writeStats, e
 		}
 		wait := writeBackoff.Delay(attempt)
 		pastLeases := w.d.clock.now().Add(wait).After(held)
-		untilLeases := refused != "" && w.pass.Err() == nil
+		// A server at max_connections refuses the session a write needs, not the write: as
+		// patient, though it is no refusal for the write health.
+		untilLeases := (refused != "" || store.NoSessionToSpare(err)) && w.pass.Err() == nil
 		if attempt >= writeAttempts && (!untilLeases || pastLeases) {
 			return ws, err
 		}

@@ -224,6 +224,51 @@ func TestAShutdownWriteBackRetriesOnlyWhileItsLeasesHold(t *testing.T) {
 	}
 }
 
+// A server at max_connections (53300) refuses the session a write-back needs, not the write:
+// the write-back is retried for as long as its leases hold, as for a refusal, not given up
+// after writeAttempts with answers already paid for. (Its back-off is real: ~16 s.)
+func TestAWriteBackOutlastsAServerWithNoSessionToSpare(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, 2, tiers.Active, nil)
+	d := e.dispatcher(t, Config{}, nil)
+	claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "test", false, 0)
+	if err != nil || len(claims) != 2 {
+		t.Fatalf("claimed %d: %v", len(claims), err)
+	}
+	d.clock.set(claims[0].DBNow)
+	var results []result
+	for _, cl := range claims {
+		results = append(results, d.fetchOne(ctx, cl))
+	}
+	// Write-backs (which move next_collect_at) fail as a dial to a full server does; lease
+	// renewals between them go through.
+	if _, err := e.pool.Exec(ctx, `
+		CREATE FUNCTION no_session() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.next_collect_at IS DISTINCT FROM OLD.next_collect_at THEN
+				RAISE EXCEPTION 'sorry, too many clients already' USING ERRCODE = '53300';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER no_session BEFORE UPDATE ON tracked_items FOR EACH ROW EXECUTE FUNCTION no_session();`); err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	d.inWrite = func([]result) {
+		if attempts++; attempts == writeAttempts+1 {
+			if _, err := e.pool.Exec(ctx, `DROP TRIGGER no_session ON tracked_items`); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	w := &writer{d: d, pass: ctx}
+	ws, err := w.writeRetrying(ctx, results)
+	if err != nil || len(ws.stored) != 2 || attempts != writeAttempts+1 {
+		t.Fatalf("%d stored after %d attempts, %v; want both stored once the server had a session", len(ws.stored), attempts, err)
+	}
+}
+
 // A pass whose write-back fails as it does behind a mismatched PgBouncer (prepared statement
 // errors) hands its claims back at once, instead of leaving them leased until expiry, and
 // its error names the setting to change.

@@ -34,6 +34,18 @@ func ReadBacklog(ctx context.Context, pool *pgxpool.Pool, countPublished bool) (
 	return b, nil
 }
 
+// Unheld counts the pending rows in lanes no relay holds: what a relay that just released its
+// lanes leaves for the next one, leaving out what other running relays are publishing.
+func Unheld(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending WHERE lane NOT IN
+		(SELECT lane FROM outbox_relay_lanes WHERE owner IS NOT NULL AND lease_expires_at > now())`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count outbox rows in lanes no relay holds: %w", err)
+	}
+	return n, nil
+}
+
 // RelayState is who holds lanes, what is pending in them and which relays stopped for good.
 type RelayState struct {
 	LanesHeld int      // lanes under an unexpired lease, with an owner

@@ -302,6 +302,11 @@ func ProbeWritable(ctx context.Context, db RowQuerier) (WriteCause, string) {
 		pgx.QueryExecModeSimpleProtocol).Scan(&readOnly, &recovery)
 	switch {
 	case err != nil:
+		if NoSessionToSpare(err) {
+			// No refusal of writes, but what `collector status` should show of a server at
+			// max_connections; the daemon's probe does not ask the pool when it met this.
+			return CauseResources, fmt.Sprintf("probe: %v", err)
+		}
 		if c := RefusedCause(err); c != "" {
 			return c, fmt.Sprintf("probe: %v", err)
 		}
