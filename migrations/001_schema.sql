@@ -109,7 +109,10 @@ CREATE TABLE tracked_items (
 COMMENT ON TABLE tracked_items IS 'duecollector schema {{ .revision }}';
 
 -- Only scheduled rows are ever claimed; DORMANT rows (NULL) stay out of the index entirely.
-CREATE INDEX tracked_items_due_idx ON tracked_items (next_collect_at) WHERE next_collect_at IS NOT NULL;
+-- The tier leads: a claim takes the most urgent tier first, each tier in due order, and reads
+-- one range per tier in index order instead of sorting the whole due backlog. Reads of the
+-- earliest due item overall take the first row of each tier's range.
+CREATE INDEX tracked_items_due_idx ON tracked_items (collection_tier, next_collect_at) WHERE next_collect_at IS NOT NULL;
 
 -- The console's item list (catalog.BrowseItems) pages by keyset, each filter down an index in
 -- its own order, so a page never costs the catalog's size. Every write-back moves

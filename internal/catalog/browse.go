@@ -91,7 +91,7 @@ func BrowseItems(ctx context.Context, db Reader, q BrowseQuery) ([]ItemRow, *Cur
 	if q.Search != "" || q.Filter == BrowseAll {
 		from, tierCol = "tracked_items t JOIN item_browse b USING (item_id)", "b.tier"
 	}
-	if q.Tier != "" {
+	if q.Tier != "" && q.Filter != BrowseOverdue {
 		where = append(where, tierCol+" = "+arg(string(q.Tier)))
 	}
 	c := q.After
@@ -125,6 +125,17 @@ func BrowseItems(ctx context.Context, db Reader, q BrowseQuery) ([]ItemRow, *Cur
 			where = append(where, "(t.next_collect_at, t.item_id) > ("+arg(c.Due)+", "+arg(c.ID)+")")
 		}
 		order = `t.next_collect_at, t.item_id`
+		// The due index leads with the tier: the page is the first rows of each tier's range,
+		// merged, instead of a sort of every overdue item.
+		tiers := tierOrder
+		if q.Tier != "" {
+			tiers = []string{string(q.Tier)}
+		}
+		from = `unnest(` + arg(tiers) + `::text[]) AS o(tier) CROSS JOIN LATERAL (
+			SELECT * FROM tracked_items t
+			WHERE t.collection_tier = o.tier AND ` + strings.Join(where, " AND ") + `
+			ORDER BY ` + order + ` LIMIT ` + arg(q.Limit+1) + `) t`
+		where = []string{"true"}
 	case q.Filter == BrowseGaps:
 		where = append(where, "t.sales_gaps > 0")
 		if c != nil {

@@ -14,7 +14,7 @@ import (
 )
 
 // What "claimable" means — due and not leased by a live lease — is the claim's (lease.go):
-// claimByDueSQL takes such items, and the statements below count them or find the next one
+// claimSQL takes such items, and the statements below count them or find the next one
 // for status, metrics and the daemon's wake-up, so they cannot disagree with the claim.
 
 // TierDue is one tier's items: all of them, the claimable ones, and those claimable for longer
@@ -58,21 +58,28 @@ func DueByTier(ctx context.Context, pool *pgxpool.Pool, overdue time.Duration) (
 }
 
 // NextClaimable's two reads: the earliest moment any scheduled item becomes claimable. Walking
-// the due index in order, the first unleased row bounds the answer (firstFreeSQL); only leased
-// rows before it (in flight, a handful) can become claimable earlier, when their lease expires
-// (firstLeaseSQL). The second gets the first's time as a value: bounded by a subquery, the
-// planner took the range for a third of the table and scanned all of it (30 ms at 100k items,
-// after every pass). It also gets the first's now(): a lease that expired between the two
-// reads must count as expired in both, or its item would be in neither.
+// each tier's range of the due index in order, the first unleased row bounds the answer
+// (firstFreeSQL); only leased rows before it (in flight, a handful) can become claimable
+// earlier, when their lease expires (firstLeaseSQL). The second gets the first's time as a
+// value: bounded by a subquery, the planner took the range for a third of the table and scanned
+// all of it (30 ms at 100k items, after every pass). It also gets the first's now(): a lease
+// that expired between the two reads must count as expired in both, or its item would be in
+// neither. $1 of the first and $4 of the second list the tiers (tierOrder): the index leads
+// with the tier.
 const (
 	firstFreeSQL = `
-SELECT now(), (SELECT next_collect_at FROM tracked_items
-               WHERE next_collect_at IS NOT NULL AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-               ORDER BY next_collect_at LIMIT 1)`
+SELECT now(), (SELECT min(f.next_collect_at)
+               FROM unnest($1::text[]) AS o(tier)
+               CROSS JOIN LATERAL (
+                   SELECT next_collect_at FROM tracked_items
+                   WHERE collection_tier = o.tier AND next_collect_at IS NOT NULL
+                     AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+                   ORDER BY next_collect_at LIMIT 1) f)`
 	firstLeaseSQL = `
 SELECT extract(epoch FROM least($1::timestamptz - $2 * interval '1 millisecond', min(lease_expires_at)) - $3::timestamptz) * 1000
 FROM tracked_items
-WHERE next_collect_at IS NOT NULL AND next_collect_at <= coalesce($1::timestamptz, 'infinity') AND lease_expires_at > $3::timestamptz`
+WHERE collection_tier = ANY($4::text[])
+  AND next_collect_at IS NOT NULL AND next_collect_at <= coalesce($1::timestamptz, 'infinity') AND lease_expires_at > $3::timestamptz`
 )
 
 // NextClaimable is how long until the next item is claimable by a dispatcher that claims ahead
@@ -80,11 +87,11 @@ WHERE next_collect_at IS NOT NULL AND next_collect_at <= coalesce($1::timestampt
 func NextClaimable(ctx context.Context, pool *pgxpool.Pool, ahead time.Duration) (wait time.Duration, ok bool, err error) {
 	var now time.Time
 	var first *time.Time // nil: every scheduled item is leased, or none is scheduled
-	if err := pool.QueryRow(ctx, firstFreeSQL).Scan(&now, &first); err != nil {
+	if err := pool.QueryRow(ctx, firstFreeSQL, tierOrder).Scan(&now, &first); err != nil {
 		return 0, false, fmt.Errorf("next due item: %w", err)
 	}
 	var ms *float64
-	if err := pool.QueryRow(ctx, firstLeaseSQL, first, ahead.Milliseconds(), now).Scan(&ms); err != nil {
+	if err := pool.QueryRow(ctx, firstLeaseSQL, first, ahead.Milliseconds(), now, tierOrder).Scan(&ms); err != nil {
 		return 0, false, fmt.Errorf("next due item: %w", err)
 	}
 	if ms == nil {
@@ -189,12 +196,17 @@ func ReadClaimLag(ctx context.Context, pool *pgxpool.Pool, window time.Duration)
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // probeItemSQL picks the item a probe asks for: a real one when there is any, the soonest due
-// first. The scheduled ones are tried first down the due index: sorting every row for the one
-// answer took a scan of the table (90 ms at 100k items) at every probe.
+// first. The scheduled ones are tried first, the first row of each tier's range of the due
+// index: sorting every row for the one answer took a scan of the table (90 ms at 100k items)
+// at every probe. ($1 lists the tiers, tierOrder.)
 const (
-	probeScheduledSQL = `SELECT item_id FROM tracked_items
-WHERE next_collect_at IS NOT NULL AND NOT synthetic_item(item_id)
-ORDER BY next_collect_at LIMIT 1`
+	probeScheduledSQL = `SELECT f.item_id
+FROM unnest($1::text[]) AS o(tier)
+CROSS JOIN LATERAL (
+    SELECT item_id, next_collect_at FROM tracked_items
+    WHERE collection_tier = o.tier AND next_collect_at IS NOT NULL AND NOT synthetic_item(item_id)
+    ORDER BY next_collect_at LIMIT 1) f
+ORDER BY f.next_collect_at LIMIT 1`
 	probeItemSQL = `SELECT item_id FROM tracked_items
 ORDER BY synthetic_item(item_id), next_collect_at NULLS LAST LIMIT 1`
 )
@@ -202,7 +214,7 @@ ORDER BY synthetic_item(item_id), next_collect_at NULLS LAST LIMIT 1`
 // ProbeItem is the item a provider probe or a key re-check asks the provider for.
 func ProbeItem(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	var id string
-	err := pool.QueryRow(ctx, probeScheduledSQL).Scan(&id)
+	err := pool.QueryRow(ctx, probeScheduledSQL, tierOrder).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = pool.QueryRow(ctx, probeItemSQL).Scan(&id)
 	}

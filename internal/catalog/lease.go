@@ -81,65 +81,53 @@ const claimReturning = `RETURNING t.item_id, t.item_name, t.collection_tier, coa
           t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
           t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.failure_streak, t.ctid`
 
-// claimByDueSQL claims up to $1 due, unleased items in one statement, the longest-due first;
-// "due" includes what falls due within the next $4 milliseconds (the dispatcher's Config.Ahead),
-// or, with $4 < 0, only what was due that long ago (a one-shot's start).
-// The MATERIALIZED CTE makes PostgreSQL lock exactly the rows it picked (SKIP LOCKED passes over
-// rows another collector is claiming at this moment), so any number of collectors can run side
-// by side and each item goes to exactly one of them. An expired lease counts as no lease: a
-// crashed worker's items come back by themselves.
-const claimByDueSQL = `
-WITH due AS MATERIALIZED (
-	SELECT ctid AS tid
-	FROM tracked_items
-	WHERE next_collect_at <= now() + $4 * interval '1 millisecond'
-	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-	ORDER BY next_collect_at
-	LIMIT $1
-	FOR UPDATE SKIP LOCKED
-)` + claimDueUpdate
-
-// claimByTierSQL is claimByDueSQL taking the most urgent tier first: $5 lists the tiers in
-// urgency order (tiers.All), so the order lives in one place.
-const claimByTierSQL = `
-WITH due AS MATERIALIZED (
-	SELECT ctid AS tid
-	FROM tracked_items
-	WHERE next_collect_at <= now() + $4 * interval '1 millisecond'
-	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-	ORDER BY array_position($5::text[], collection_tier), next_collect_at
-	LIMIT $1
-	FOR UPDATE SKIP LOCKED
-)` + claimDueUpdate
-
-// claimByCostSQL is claimByTierSQL taking, of the $1 it locks, only a prefix whose
-// requests_per_collection (what the plan counts a collection as costing) add up to at most $6,
-// the first item always: a claim then holds about as much provider work as the budget serves in
-// a short horizon, however the items are packed, so an item falling due soon after is next in
-// line. The rows locked and not taken are left as they were (the locks end with the statement).
-// Items of the most urgent tier ($5[1]) are claimed up to $7 milliseconds ahead (the
-// dispatcher's Config.TopAhead) when that is longer than $4; $8 true takes only those. The
-// last column says whether the cost cut the claim short of what was locked: more is due.
-const claimByCostSQL = `
+// claimSQL claims up to $1 due, unleased items in one statement, the most urgent tier first
+// ($5 lists the tiers in urgency order, tiers.All, so the order lives in one place), each tier
+// the longest-due first; "due" includes what falls due within the next $4 milliseconds (the
+// dispatcher's Config.Ahead), or, with $4 < 0, only what was due that long ago (a one-shot's
+// start). The MATERIALIZED CTE makes PostgreSQL lock exactly the rows it picked (SKIP LOCKED
+// passes over rows another collector is claiming at this moment), so any number of collectors
+// can run side by side and each item goes to exactly one of them. An expired lease counts as no
+// lease: a crashed worker's items come back by themselves.
+//
+// Each tier is a range of the due index (collection_tier, next_collect_at), walked in order,
+// tier by tier until $1 rows are locked, so a claim reads about the rows it takes: one ORDER BY
+// over tier and due time sorted the whole due backlog on every claim instead, which is largest
+// when claims matter most (a cold start, a provider back from an outage).
+//
+// Of the rows locked it takes, with $6 set, only a prefix whose requests_per_collection (what
+// the plan counts a collection as costing) add up to at most $6, the first item always: a claim
+// then holds about as much provider work as the budget serves in a short horizon, however the
+// items are packed, so an item falling due soon after is next in line. The rows locked and not
+// taken are left as they were (the locks end with the statement). Items of the most urgent
+// tier are claimed up to $7 milliseconds ahead (the dispatcher's Config.TopAhead) when that is
+// longer than $4; $8 true takes only those. The last column says how many rows were locked:
+// more than were taken means the cost cut the claim short, and more is due.
+const claimSQL = `
 WITH locked AS MATERIALIZED (
-	SELECT ctid AS tid, item_id, collection_tier, next_collect_at, requests_per_collection
-	FROM tracked_items
-	WHERE next_collect_at <= now() + greatest($4::bigint, $7::bigint) * interval '1 millisecond'
-	  AND next_collect_at <= now() + CASE WHEN collection_tier = ($5::text[])[1] THEN greatest($4::bigint, $7::bigint) ELSE $4::bigint END * interval '1 millisecond'
-	  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-	  AND (NOT $8::bool OR collection_tier = ($5::text[])[1])
-	ORDER BY array_position($5::text[], collection_tier), next_collect_at
+	SELECT c.tid, c.item_id, c.next_collect_at, c.requests_per_collection, o.rank
+	FROM unnest($5::text[]) WITH ORDINALITY AS o(tier, rank)
+	CROSS JOIN LATERAL (
+		SELECT ctid AS tid, item_id, next_collect_at, requests_per_collection
+		FROM tracked_items
+		WHERE collection_tier = o.tier
+		  AND next_collect_at <= now() + CASE WHEN o.rank = 1 THEN greatest($4::bigint, $7::bigint) ELSE $4::bigint END * interval '1 millisecond'
+		  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+		  AND (NOT $8::bool OR o.rank = 1)
+		ORDER BY next_collect_at
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED
+	) c
 	LIMIT $1
-	FOR UPDATE SKIP LOCKED
 ), ranked AS (
 	SELECT tid,
 	       sum(requests_per_collection) OVER w AS upto,
 	       row_number() OVER w AS pos,
 	       count(*) OVER () AS n_locked
 	FROM locked
-	WINDOW w AS (ORDER BY array_position($5::text[], collection_tier), next_collect_at, item_id ROWS UNBOUNDED PRECEDING)
+	WINDOW w AS (ORDER BY rank, next_collect_at, item_id ROWS UNBOUNDED PRECEDING)
 ), due AS (
-	SELECT tid, n_locked FROM ranked WHERE pos = 1 OR upto <= $6
+	SELECT tid, n_locked FROM ranked WHERE pos = 1 OR $6::float8 IS NULL OR upto <= $6
 )` + claimDueUpdate + `, due.n_locked`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless
@@ -174,29 +162,23 @@ var tierOrder = func() []string {
 	return out
 }()
 
-// ClaimDue leases up to n due items to owner for lease, the longest-due first (byTier: the most
-// urgent tier first), counting as due what falls due within ahead.
-func ClaimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, byTier bool, ahead time.Duration) ([]Claim, error) {
-	q, args := claimByDueSQL, []any{n, lease.Milliseconds(), owner, ahead.Milliseconds()}
-	if byTier {
-		q, args = claimByTierSQL, append(args, tierOrder)
-	}
-	rows, err := pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("claim due items: %w", err)
-	}
-	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Claim, error) { return scanClaim(row) })
-	if err != nil {
-		return nil, fmt.Errorf("claim due items: %w", err)
-	}
-	return claims, nil
+// ClaimDue leases up to n due items to owner for lease, the most urgent tier first and each
+// tier the longest-due first, counting as due what falls due within ahead.
+func ClaimDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, ahead time.Duration) ([]Claim, error) {
+	claims, _, err := claim(ctx, pool, n, lease, owner, ahead, ahead, nil, false)
+	return claims, err
 }
 
 // ClaimByCost claims, most urgent tier first, up to n due items whose collections the plan
 // counts at most maxRequests requests together (at least one item). cut reports that the cost,
 // not what was due, ended the claim. topOnly takes items of the most urgent tier only.
 func ClaimByCost(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, ahead, topAhead time.Duration, maxRequests float64, topOnly bool) (claims []Claim, cut bool, err error) {
-	rows, err := pool.Query(ctx, claimByCostSQL, n, lease.Milliseconds(), owner, ahead.Milliseconds(), tierOrder, maxRequests, topAhead.Milliseconds(), topOnly)
+	return claim(ctx, pool, n, lease, owner, ahead, topAhead, &maxRequests, topOnly)
+}
+
+// claim runs claimSQL; maxRequests nil takes every row it locks.
+func claim(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, owner string, ahead, topAhead time.Duration, maxRequests *float64, topOnly bool) (claims []Claim, cut bool, err error) {
+	rows, err := pool.Query(ctx, claimSQL, n, lease.Milliseconds(), owner, ahead.Milliseconds(), tierOrder, maxRequests, topAhead.Milliseconds(), topOnly)
 	if err != nil {
 		return nil, false, fmt.Errorf("claim due items: %w", err)
 	}

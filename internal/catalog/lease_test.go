@@ -48,7 +48,7 @@ func TestDueByTierCountsWhatAClaimTakes(t *testing.T) {
 	if got := due(); len(got) != 2 || got[0] != (TierDue{Tier: tiers.Hot, Items: 1, Due: 1, Requests: 2}) || got[1] != (TierDue{Tier: tiers.Cold, Items: 4, Due: 4, Requests: 8}) {
 		t.Fatalf("before the claim: %+v", got)
 	}
-	claims, err := ClaimDue(ctx, pool, 2, time.Minute, "w", true, 0)
+	claims, err := ClaimDue(ctx, pool, 2, time.Minute, "w", 0)
 	if err != nil || len(claims) != 2 || (claims[0].Tier != tiers.Hot && claims[1].Tier != tiers.Hot) {
 		t.Fatalf("claimed %+v, %v: want 2, the HOT item among them", claims, err)
 	}

@@ -56,7 +56,7 @@ import (
 type Config struct {
 	Daemon config.DaemonConfig
 	// Dispatch configures the dispatcher; Provider (provider.name) is required, and Grace,
-	// Observer, PrioritizeTiers, Gather, Ahead, ClaimLimit, ClaimRequests and TopAhead are set by the daemon.
+	// Observer, Gather, Ahead, ClaimLimit, ClaimRequests and TopAhead are set by the daemon.
 	Dispatch dispatcher.Config
 	// Catalog drives popularity recalculation every Catalog.RecalcInterval; 0 = never, which
 	// only tests use (the configuration requires at least 10s).
@@ -296,7 +296,6 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 
 	dc := cfg.Dispatch
 	dc.Grace = cfg.Daemon.ShutdownGrace
-	dc.PrioritizeTiers = true
 	dc.Ahead = d.ahead()
 	dc.Gather = dc.Ahead > 0
 	dc.ClaimLimit = func() int { return loop.ClaimLimit(d.perSecond()) }

@@ -20,7 +20,7 @@ func TestClaimAhead(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() + CASE item_id WHEN $1 THEN interval '20 seconds' ELSE interval '50 seconds' END`, soon); err != nil {
 		t.Fatal(err)
 	}
-	if claims, err := catalog.ClaimDue(ctx, e.pool, 10, time.Minute, "w", true, 0); err != nil || len(claims) != 0 {
+	if claims, err := catalog.ClaimDue(ctx, e.pool, 10, time.Minute, "w", 0); err != nil || len(claims) != 0 {
 		t.Fatalf("without claiming ahead: claimed %d (%v), want none", len(claims), err)
 	}
 	if wait, ok, err := catalog.NextClaimable(ctx, e.pool, 25*time.Second); err != nil || !ok || wait > 0 {
@@ -30,7 +30,7 @@ func TestClaimAhead(t *testing.T) {
 		t.Fatalf("without claiming ahead, next claimable in %v (%v), want about 20 s", wait, err)
 	}
 
-	d := e.dispatcher(t, Config{BatchSize: 10, Ahead: 25 * time.Second, PrioritizeTiers: true}, nil)
+	d := e.dispatcher(t, Config{BatchSize: 10, Ahead: 25 * time.Second}, nil)
 	sum, err := d.RunOnce(ctx)
 	if err != nil || sum.Collected != 1 {
 		t.Fatalf("25 s ahead: collected %d (%v), want the item due in 20 s only", sum.Collected, err)

@@ -48,7 +48,7 @@ func TestHotClaimedWhileBacklogPending(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = 'HOT_1M', next_collect_at = now() + interval '1 hour' WHERE item_id = $1`, hot); err != nil {
 		t.Fatal(err)
 	}
-	d := e.dispatcher(t, Config{PrioritizeTiers: true, Concurrency: 4, ClaimRequests: func() float64 { return 2 }, TopAhead: 50 * time.Millisecond}, nil)
+	d := e.dispatcher(t, Config{Concurrency: 4, ClaimRequests: func() float64 { return 2 }, TopAhead: 50 * time.Millisecond}, nil)
 	done := make(chan Summary, 1)
 	go func() {
 		s, err := d.RunOnce(ctx)

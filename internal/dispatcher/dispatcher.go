@@ -90,14 +90,11 @@ type Config struct {
 	// Grace is how long in-flight provider calls may finish after ctx is cancelled (shutdown)
 	// before they are abandoned and their leases released. 0: abandon at once.
 	Grace time.Duration
-	// PrioritizeTiers claims more urgent tiers first (HOT before COLD) when more is due than a
-	// batch holds, at the cost of sorting the due backlog on every claim.
-	PrioritizeTiers bool
 	// ClaimLimit, when set, caps each claim at what it returns (at least 1). The daemon passes
 	// about half a second of its budget: a claimed batch then never holds HOT items that fall due
 	// behind a queue of COLD ones waiting for the budget.
 	ClaimLimit func() int
-	// ClaimRequests, when set (PrioritizeTiers must be too), bounds each claim by cost as well:
+	// ClaimRequests, when set, bounds each claim by cost as well:
 	// the plan's requests_per_collection of the items it takes add up to at most what it
 	// returns (at least one item). And the pass claims its next batch as soon as the items it
 	// still collects count that many requests or fewer, not when the whole batch is done: the
@@ -202,7 +199,7 @@ const (
 
 // FromConfig is the dispatcher's configuration from provider.name, collect.* and
 // catalog.estimate_window, shared by the daemon and the one-shots. MaxBatches, Grace, Owner and
-// the daemon's own fields (PrioritizeTiers, ClaimLimit, Gather, Ahead, Observer) are the
+// the daemon's own fields (ClaimLimit, Gather, Ahead, Observer) are the
 // caller's.
 func FromConfig(c *config.Config) Config {
 	cc := c.Collect
@@ -241,9 +238,6 @@ func (c Config) validate() error {
 	}
 	if c.PackSize != 0 { // 0 is packing off, as 1 is
 		errs = append(errs, config.CollectPackSize.Check(c.PackSize))
-	}
-	if c.ClaimRequests != nil && !c.PrioritizeTiers {
-		errs = append(errs, errors.New("claims bounded by cost take the most urgent tier first: PrioritizeTiers is required"))
 	}
 	if c.TopAhead < 0 || c.TopAhead >= catalog.MaxAhead {
 		errs = append(errs, fmt.Errorf("top tier claim ahead %v: must be >= 0 and < %v", c.TopAhead, catalog.MaxAhead))
@@ -333,7 +327,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Summary, error) {
 		if d.cfg.DueAtStart {
 			ahead = -time.Since(began) // due by the database's clock when the pass began
 		}
-		c, err := catalog.ClaimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, d.cfg.PrioritizeTiers, ahead)
+		c, err := catalog.ClaimDue(ctx, d.pool, n, d.cfg.Lease, d.cfg.Owner, ahead)
 		return c, len(c) < n, err
 	})
 }

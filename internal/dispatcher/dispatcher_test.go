@@ -605,7 +605,7 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 	ctx := context.Background()
 	storetest.Items(t, pool, numberedItems(n, func(int) tiers.Tier { return tiers.Hot })...)
 	for {
-		claims, err := catalog.ClaimDue(ctx, pool, 2000, time.Minute, "t", false, 0)
+		claims, err := catalog.ClaimDue(ctx, pool, 2000, time.Minute, "t", 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -79,7 +79,7 @@ func TestAClaimUnderWayAtAStopIsHandedBack(t *testing.T) {
 	defer cancel()
 	s, err := d.pass(ctx, 0, func(cctx context.Context, _ bool, _ float64) ([]catalog.Claim, bool, error) {
 		cancel() // SIGTERM while the statement is on its way
-		c, err := catalog.ClaimDue(cctx, e.pool, 10, time.Hour, "stopping", false, 0)
+		c, err := catalog.ClaimDue(cctx, e.pool, 10, time.Hour, "stopping", 0)
 		return c, false, err
 	})
 	if err != nil {
@@ -194,7 +194,7 @@ func TestAHaltDuringTheShutdownGraceEndsTheCallsInFlight(t *testing.T) {
 	e, h := firstCallHeld(t, 1)
 	ctx := context.Background()
 	d := e.dispatcher(t, Config{Concurrency: 1, Grace: time.Hour}, nil)
-	claims, err := catalog.ClaimDue(ctx, e.pool, 1, time.Minute, "test", false, 0)
+	claims, err := catalog.ClaimDue(ctx, e.pool, 1, time.Minute, "test", 0)
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claimed %d: %v", len(claims), err)
 	}
@@ -372,23 +372,31 @@ func TestACallLongerThanTheRenewalCapButItsTimeoutKeepsItsLeases(t *testing.T) {
 	}
 }
 
-func TestPrioritizeTiersClaimsHotFirst(t *testing.T) {
+// Every claim, the daemon's and a one-shot's, takes the most urgent tier first and each tier
+// the longest-due first.
+func TestAClaimTakesTheMostUrgentTierFirstThenTheLongestDue(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 6, tiers.Cold, nil)
 	ctx := context.Background()
-	// The HOT items became due last, yet they are claimed first.
+	// The HOT items became due last, yet they are claimed first; of the COLD ones, the one due
+	// longest ago comes next.
 	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = 'HOT_1M', next_collect_at = now() - interval '1 millisecond'
 		WHERE item_id = ANY($1)`, []string{e.items[4].ItemID, e.items[5].ItemID}); err != nil {
 		t.Fatal(err)
 	}
-	claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "t", true, 0)
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - interval '1 hour' WHERE item_id = $1`, e.items[2].ItemID); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := catalog.ClaimDue(ctx, e.pool, 3, time.Minute, "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := map[string]bool{}
 	for _, c := range claims {
-		if c.Tier != tiers.Hot {
-			t.Fatalf("claimed %s (%s) before the HOT items", c.ItemID, c.Tier)
-		}
+		got[c.ItemID] = true
+	}
+	if len(claims) != 3 || !got[e.items[4].ItemID] || !got[e.items[5].ItemID] || !got[e.items[2].ItemID] {
+		t.Fatalf("claimed %v; want the two HOT items and %s, the COLD one due longest", got, e.items[2].ItemID)
 	}
 }
 

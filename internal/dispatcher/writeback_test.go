@@ -169,7 +169,7 @@ func TestAShutdownWriteBackRetriesOnlyWhileItsLeasesHold(t *testing.T) {
 	} {
 		e := setup(t, 2, tiers.Active, nil)
 		d := e.dispatcher(t, Config{}, nil)
-		claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "test", false, 0)
+		claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "test", 0)
 		if err != nil || len(claims) != 2 {
 			t.Fatalf("claimed %d: %v", len(claims), err)
 		}
@@ -232,7 +232,7 @@ func TestAWriteBackOutlastsAServerWithNoSessionToSpare(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t, 2, tiers.Active, nil)
 	d := e.dispatcher(t, Config{}, nil)
-	claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "test", false, 0)
+	claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "test", 0)
 	if err != nil || len(claims) != 2 {
 		t.Fatalf("claimed %d: %v", len(claims), err)
 	}
@@ -309,7 +309,7 @@ func TestARetriedWriteBackAfterALostCommitStoresNothingTwice(t *testing.T) {
 	e := setup(t, n, tiers.Active, nil)
 	ctx := context.Background()
 	d := e.dispatcher(t, Config{}, nil)
-	claims, err := catalog.ClaimDue(ctx, e.pool, n, time.Minute, "test", false, 0)
+	claims, err := catalog.ClaimDue(ctx, e.pool, n, time.Minute, "test", 0)
 	if err != nil || len(claims) != n {
 		t.Fatalf("claimed %d: %v", len(claims), err)
 	}
@@ -363,7 +363,7 @@ func TestRowLockersTakeItemsInIdOrder(t *testing.T) {
 		if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now(), lease_token = NULL, lease_expires_at = NULL`); err != nil {
 			t.Fatal(err)
 		}
-		claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "test", false, 0)
+		claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "test", 0)
 		if err != nil || len(claims) != 2 {
 			t.Fatalf("claimed %d: %v", len(claims), err)
 		}

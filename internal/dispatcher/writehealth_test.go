@@ -25,8 +25,8 @@ func TestEveryClaimStatementReportsToWriteHealth(t *testing.T) {
 		one  bool // CollectOne's claim
 	}{
 		{name: "by due", cfg: Config{}},
-		{name: "by tier", cfg: Config{PrioritizeTiers: true}},
-		{name: "by cost", cfg: Config{PrioritizeTiers: true, ClaimRequests: func() float64 { return 2 }}},
+		{name: "by tier", cfg: Config{}},
+		{name: "by cost", cfg: Config{ClaimRequests: func() float64 { return 2 }}},
 		{name: "one item", one: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -285,7 +285,7 @@ func cycleCeiling(ctx context.Context, e *env, c cycleSize) (float64, error) {
 }
 
 func claimBatch(ctx context.Context, pool *pgxpool.Pool, k int) ([]catalog.Claim, error) {
-	return catalog.ClaimDue(ctx, pool, k, 2*time.Minute, "ceiling", false, 0)
+	return catalog.ClaimDue(ctx, pool, k, 2*time.Minute, "ceiling", 0)
 }
 
 // ceilWriteBack is writeback.go's write-back for all-successful results with one listing and

@@ -57,7 +57,7 @@ func benchWAL(ctx context.Context, e *env, sz sizes, rep *report) error {
 		}
 		res[mode] = r
 	}
-	how := fmt.Sprintf("%d items of `collector-dev sim --market realistic` (seed %d), all HOT_1M, collected by in-process collect-due passes (dispatcher.FromConfig(config.Default()) with history.mode set, PrioritizeTiers, concurrency 16, shadow checks off; the relay not running) in real time: one pass collects every item (first collections), then passes run whenever an item is due, measured for %s starting %s after the first pass; WAL: the records pg_walinspect's pg_get_wal_records_info reads between the window's ends that touch the database's relations or belong to its transactions (their commits), each counted MAXALIGNed as it lies in the WAL, ÷ collections in the window (dispatcher pass summaries). A temporary physical replication slot keeps the segments until read; no CHECKPOINT forced (but every CREATE DATABASE on the server checkpoints), so full-page images count as they fall",
+	how := fmt.Sprintf("%d items of `collector-dev sim --market realistic` (seed %d), all HOT_1M, collected by in-process collect-due passes (dispatcher.FromConfig(config.Default()) with history.mode set, concurrency 16, shadow checks off; the relay not running) in real time: one pass collects every item (first collections), then passes run whenever an item is due, measured for %s starting %s after the first pass; WAL: the records pg_walinspect's pg_get_wal_records_info reads between the window's ends that touch the database's relations or belong to its transactions (their commits), each counted MAXALIGNed as it lies in the WAL, ÷ collections in the window (dispatcher pass summaries). A temporary physical replication slot keeps the segments until read; no CHECKPOINT forced (but every CREATE DATABASE on the server checkpoints), so full-page images count as they fall",
 		w.items, walSeed, w.window, w.warm)
 	ch, ev := res[config.HistoryChanges], res[config.HistoryEvery]
 	if w.changesOnly {
@@ -147,7 +147,7 @@ func walRun(ctx context.Context, e *env, w walSize, mode string) (walResult, err
 	cfg := config.Default()
 	cfg.History.Mode = mode
 	dc := dispatcher.FromConfig(cfg)
-	dc.Concurrency, dc.Owner, dc.ShadowFraction, dc.PrioritizeTiers = 16, db, 0, true
+	dc.Concurrency, dc.Owner, dc.ShadowFraction = 16, db, 0
 	disp, err := dispatcher.New(pool, rs.client, dc, nil)
 	if err != nil {
 		return res, err
