@@ -46,6 +46,8 @@ func TestBrowseItemsPagesEachFilterInOrder(t *testing.T) {
 		{"pinned", BrowseQuery{Filter: BrowsePinned}, []string{"d", "b"}},
 		{"gaps", BrowseQuery{Filter: BrowseGaps}, []string{"c", "b", "e"}},
 		{"overdue", BrowseQuery{Filter: BrowseOverdue, Overdue: 30 * time.Second}, []string{"f", "b"}},
+		{"overdue, from every tier in due order", BrowseQuery{Filter: BrowseOverdue}, []string{"f", "b", "e", "a"}},
+		{"overdue within a tier", BrowseQuery{Filter: BrowseOverdue, Tier: tiers.Hot}, []string{"b", "a"}},
 		{"name prefix, case and LIKE characters", BrowseQuery{Search: "AP"}, []string{"d", "a", "f", "b"}},
 		{"a LIKE wildcard is literal", BrowseQuery{Search: "ap_"}, []string{"d"}},
 		{"exact id first", BrowseQuery{Search: "c"}, []string{"c", "e"}},
