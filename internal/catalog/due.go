@@ -26,6 +26,9 @@ type TierDue struct {
 	// Requests is what one collection of every item of the tier costs, summed
 	// (requests_per_collection: packed items cost less than 2).
 	Requests float64
+	// The tier's part of Activity (ActivityOf): its latest successful collection and the due
+	// time of its longest-waiting claimable item; zero for none.
+	LastCollected, OldestDue time.Time
 }
 
 // dueByTierSQL: $1 the overdue threshold in ms.
@@ -35,12 +38,16 @@ SELECT collection_tier, count(*),
        count(*) FILTER (WHERE next_collect_at <= now() - $1 * interval '1 millisecond'
                           AND (lease_expires_at IS NULL OR lease_expires_at <= now())),
        sum(requests_per_collection)::float8,
-       count(*) FILTER (WHERE lease_expires_at > now())
+       count(*) FILTER (WHERE lease_expires_at > now()),
+       max(last_collected_at),
+       min(next_collect_at) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
 FROM tracked_items
 WHERE NOT synthetic_item(item_id)
 GROUP BY collection_tier`
 
-// DueByTier counts tracked items per tier, most urgent tier first, leaving fixtures out.
+// DueByTier counts tracked items per tier, most urgent tier first, leaving fixtures out. Status
+// takes everything it says of the catalog's rows from this one scan (ActivityOf, the leases
+// held): each scan of tracked_items costs as much as the catalog is large.
 func DueByTier(ctx context.Context, pool *pgxpool.Pool, overdue time.Duration) ([]TierDue, error) {
 	rows, err := pool.Query(ctx, dueByTierSQL, overdue.Milliseconds())
 	if err != nil {
@@ -48,7 +55,17 @@ func DueByTier(ctx context.Context, pool *pgxpool.Pool, overdue time.Duration) (
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TierDue, error) {
 		var t TierDue
-		return t, r.Scan(&t.Tier, &t.Items, &t.Due, &t.Overdue, &t.Requests, &t.Leased)
+		var last, oldest *time.Time
+		if err := r.Scan(&t.Tier, &t.Items, &t.Due, &t.Overdue, &t.Requests, &t.Leased, &last, &oldest); err != nil {
+			return t, err
+		}
+		if last != nil {
+			t.LastCollected = *last
+		}
+		if oldest != nil {
+			t.OldestDue = *oldest
+		}
+		return t, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("items by tier: %w", err)
@@ -113,32 +130,23 @@ type Activity struct {
 	OldestDue     time.Time
 }
 
-const activitySQL = `
-SELECT max(last_collected_at),
-       min(next_collect_at) FILTER (WHERE next_collect_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
-FROM tracked_items
-WHERE NOT synthetic_item(item_id)`
-
-// ReadActivity reads the collection activity, leaving fixtures out.
-func ReadActivity(ctx context.Context, pool *pgxpool.Pool) (Activity, error) {
-	var last, oldest *time.Time
-	if err := pool.QueryRow(ctx, activitySQL).Scan(&last, &oldest); err != nil {
-		return Activity{}, fmt.Errorf("collection activity: %w", err)
-	}
+// ActivityOf is the collection activity of the tiers DueByTier read.
+func ActivityOf(byTier []TierDue) Activity {
 	var a Activity
-	if last != nil {
-		a.LastCollected = *last
+	for _, t := range byTier {
+		if t.LastCollected.After(a.LastCollected) {
+			a.LastCollected = t.LastCollected
+		}
+		if !t.OldestDue.IsZero() && (a.OldestDue.IsZero() || t.OldestDue.Before(a.OldestDue)) {
+			a.OldestDue = t.OldestDue
+		}
 	}
-	if oldest != nil {
-		a.OldestDue = *oldest
-	}
-	return a, nil
+	return a
 }
 
 // ClaimLag is due → claim over a window's claims: overall and per tier (the item's tier now).
 type ClaimLag struct {
 	Now     time.Time // the database's clock when read
-	Leased  int64     // items under a live lease, fixtures left out
 	Overall Lag
 	ByTier  map[string]Lag
 }
@@ -153,7 +161,6 @@ type Lag struct {
 // exists even with no claims) and per tier. Items claimed early (up to MaxAhead) count as 0.
 const claimLagSQL = `
 SELECT now(),
-       (SELECT count(*) FROM tracked_items WHERE lease_expires_at > now() AND NOT synthetic_item(item_id)),
        coalesce(collection_tier, ''), GROUPING(collection_tier) = 1, count(*),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag)
 FROM (SELECT collection_tier, greatest(extract(epoch FROM last_claimed_at - last_due_at), 0) AS lag FROM tracked_items
@@ -174,7 +181,7 @@ func ReadClaimLag(ctx context.Context, pool *pgxpool.Pool, window time.Duration)
 		var total bool
 		var n int64
 		var p50, p99 *float64
-		if err := rows.Scan(&out.Now, &out.Leased, &tier, &total, &n, &p50, &p99); err != nil {
+		if err := rows.Scan(&out.Now, &tier, &total, &n, &p50, &p99); err != nil {
 			return out, fmt.Errorf("claim lag: %w", err)
 		}
 		lag := Lag{N: n}

@@ -117,6 +117,7 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 	}
 	for _, c := range counts {
 		st.Tiers = append(st.Tiers, TierStatus{Tier: string(c.Tier), Items: c.Items, Due: c.Due, Overdue: c.Overdue, Requests: c.Requests})
+		st.Leased += c.Leased
 	}
 	// Stored by the last plan: freshness is predicted there, never computed on this path.
 	forecast, err := catalog.ReadForecast(ctx, pool)
@@ -132,15 +133,13 @@ func Status(ctx context.Context, pool *pgxpool.Pool, providerName string) (Clust
 		}
 	}
 
-	if st.Activity, err = catalog.ReadActivity(ctx, pool); err != nil {
-		return st, err
-	}
+	st.Activity = catalog.ActivityOf(counts)
 
 	lag, err := catalog.ReadClaimLag(ctx, pool, LagWindow)
 	if err != nil {
 		return st, err
 	}
-	st.DatabaseNow, st.Leased = lag.Now, lag.Leased
+	st.DatabaseNow = lag.Now
 	st.LagN, st.LagP50, st.LagP99 = lag.Overall.N, lag.Overall.P50, lag.Overall.P99
 	for i := range st.Tiers {
 		if l, ok := lag.ByTier[st.Tiers[i].Tier]; ok {
