@@ -395,20 +395,23 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 		path = endpoint
 	}
 	t0 := time.Now()
-	body, date, derr := c.do(ctx, endpoint, path, q)
+	ans, derr := c.do(ctx, endpoint, path, q)
 	took := time.Since(t0)
 	var v T
 	var perr error
 	if derr == nil {
-		if v, perr = decode(parse, body); perr != nil {
+		if v, perr = decode(parse, ans.body); perr != nil {
 			derr = &Error{Class: ClassTransient, Endpoint: endpoint, Status: http.StatusOK, Err: perr}
 			// An error body with a 200 (the API's, or a gateway's in front of it): its code
 			// says what it is, as it does under any other status: a maintenance or a rate
 			// limit, not a malformed answer counting toward DEGRADED.
-			if code, msg := parseEnvelope([]byte(c.redactor.Replace(string(body)))); code != "" {
+			if code, msg := parseEnvelope([]byte(c.redactor.Replace(string(ans.body)))); code != "" {
 				derr = &Error{Class: classify(http.StatusOK, code, msg), Endpoint: endpoint, Status: http.StatusOK, Code: code, Message: msg}
-				if derr.Class == ClassEndpoint {
+				switch derr.Class {
+				case ClassEndpoint:
 					derr.Err = c.endpointCause(http.StatusOK, code)
+				case ClassRateLimited:
+					derr.RetryAfter = ans.retryAfter
 				}
 			}
 		}
@@ -423,7 +426,7 @@ func call[T any](ctx context.Context, c *Client, w Workload, endpoint, path, arg
 	if derr != nil {
 		return zero, time.Time{}, c.fail(derr)
 	}
-	return v, date, nil
+	return v, ans.date, nil
 }
 
 // parseSlots bounds the answers decoded at once to one fewer than the Ps, so collection bursts
@@ -437,8 +440,17 @@ func decode[T any](parse func([]byte) (T, error), body []byte) (T, error) {
 	return parse(body)
 }
 
-// do sends one GET and returns the body of a 200 and its Date header; anything else becomes an *Error.
-func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([]byte, time.Time, *Error) {
+// reply is a 200's body with what its headers say: when it was answered (Date, zero without
+// one) and how long a rate limit carried in the body asks to wait (Retry-After, capped; 0
+// without one).
+type reply struct {
+	body       []byte
+	date       time.Time
+	retryAfter time.Duration
+}
+
+// do sends one GET and returns a 200's reply; anything else becomes an *Error.
+func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) (reply, *Error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	u := *c.base
@@ -449,7 +461,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, time.Time{}, &Error{Class: ClassBug, Endpoint: endpoint, Err: stripURL(err, endpoint)}
+		return reply{}, &Error{Class: ClassBug, Endpoint: endpoint, Err: stripURL(err, endpoint)}
 	}
 	req.Header.Set("Accept", "application/json")
 	if c.cfg.KeyIn == "header" {
@@ -459,7 +471,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	sent := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, time.Time{}, &Error{Class: ClassTransient, Endpoint: endpoint, Err: stalled(ctx, sent, stripURL(err, endpoint))}
+		return reply{}, &Error{Class: ClassTransient, Endpoint: endpoint, Err: stalled(ctx, sent, stripURL(err, endpoint))}
 	}
 	defer resp.Body.Close()
 	fail := func(class Class, err error) *Error {
@@ -467,7 +479,7 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	}
 	tooBig := fmt.Errorf("response body exceeds %d bytes (provider.MaxBodyBytesDefault)", c.cfg.MaxBodyBytes)
 	if resp.ContentLength > c.cfg.MaxBodyBytes {
-		return nil, time.Time{}, fail(ClassTransient, tooBig)
+		return reply{}, fail(ClassTransient, tooBig)
 	}
 	// Read into a buffer of the announced size: io.ReadAll grows every answer from 512 bytes,
 	// which at hundreds of answers a second was the daemon's largest garbage. Not a pool: kept
@@ -480,14 +492,21 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	_, err = buf.ReadFrom(io.LimitReader(resp.Body, c.cfg.MaxBodyBytes+1))
 	body := buf.Bytes()
 	if err != nil {
-		return nil, time.Time{}, fail(ClassTransient, stalled(ctx, sent, fmt.Errorf("reading response body: %w", stripURL(err, endpoint))))
+		return reply{}, fail(ClassTransient, stalled(ctx, sent, fmt.Errorf("reading response body: %w", stripURL(err, endpoint))))
 	}
 	if int64(len(body)) > c.cfg.MaxBodyBytes {
-		return nil, time.Time{}, fail(ClassTransient, tooBig)
+		return reply{}, fail(ClassTransient, tooBig)
+	}
+	retryAfter := func() time.Duration {
+		v := resp.Header.Get("Retry-After")
+		if v == "" {
+			return 0
+		}
+		return min(parseRetryAfter(v, answeredAt(resp)), c.cfg.MaxRetryAfter)
 	}
 	if resp.StatusCode == http.StatusOK {
 		date, _ := http.ParseTime(resp.Header.Get("Date"))
-		return body, date, nil
+		return reply{body: body, date: date, retryAfter: retryAfter()}, nil
 	}
 	// Redacted before parseEnvelope shortens it: a key cut in half by the excerpt would no
 	// longer match the redactor, and its prefix would reach last_error and the console.
@@ -503,9 +522,9 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) ([
 	e := fail(class, cause)
 	e.Code, e.Message = code, msg
 	if e.Class == ClassRateLimited {
-		e.RetryAfter = min(parseRetryAfter(resp.Header.Get("Retry-After"), answeredAt(resp)), c.cfg.MaxRetryAfter)
+		e.RetryAfter = retryAfter()
 	}
-	return nil, time.Time{}, e
+	return reply{}, e
 }
 
 // endpointCause says why an answer ends every pass: not the API at provider.base_url (a

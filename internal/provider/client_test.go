@@ -284,6 +284,7 @@ func TestErrorClassesFromStub(t *testing.T) {
 		// An error body under a 200 says what it is, as under any other status.
 		{200, `{"error":{"status":503,"code":"DNF980","message":"SYSTEM_INSPECT"}}`, "", provider.ClassMaintenance, 0},
 		{200, `{"error":{"status":400,"code":"API002","message":"APIKEY_LIMIT"}}`, "", provider.ClassRateLimited, 0},
+		{200, `{"error":{"status":429,"code":"API002","message":"APIKEY_LIMIT"}}`, "7", provider.ClassRateLimited, 7 * time.Second},
 	} {
 		err := stubAuction(t, c.status, c.body, c.retryAfter)
 		if pe := wantClass(t, err, c.want); pe.RetryAfter != c.wantAfter || pe.Status != c.status {
