@@ -43,17 +43,38 @@ func (t *looseKST) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// looseAverage is averagePrice, a figure the API derives (the recent average unit price) that
+// no decision rests on: a fractional one is rounded, and null or any other value reads as 0
+// (the API's own "no average"), not a malformed answer that fails every listing of the item
+// and counts toward DEGRADED. Integers are read as integers, exact at any size.
+type looseAverage int64
+
+func (v *looseAverage) UnmarshalJSON(b []byte) error {
+	var i int64
+	if json.Unmarshal(b, &i) == nil {
+		*v = looseAverage(i)
+		return nil
+	}
+	var f float64
+	if json.Unmarshal(b, &f) == nil && math.Abs(f) < math.MaxInt64/2 {
+		*v = looseAverage(math.Round(f))
+		return nil
+	}
+	*v = 0
+	return nil
+}
+
 type wireListing struct {
-	AuctionNo    int64    `json:"auctionNo"`
-	RegDate      kstTime  `json:"regDate"`
-	ExpireDate   looseKST `json:"expireDate"`
-	ItemID       string   `json:"itemId"`
-	ItemName     string   `json:"itemName"`
-	Count        int64    `json:"count"`
-	RegCount     *int64   `json:"regCount"`
-	UnitPrice    int64    `json:"unitPrice"`
-	CurrentPrice int64    `json:"currentPrice"`
-	AveragePrice int64    `json:"averagePrice"`
+	AuctionNo    int64        `json:"auctionNo"`
+	RegDate      kstTime      `json:"regDate"`
+	ExpireDate   looseKST     `json:"expireDate"`
+	ItemID       string       `json:"itemId"`
+	ItemName     string       `json:"itemName"`
+	Count        int64        `json:"count"`
+	RegCount     *int64       `json:"regCount"`
+	UnitPrice    int64        `json:"unitPrice"`
+	CurrentPrice int64        `json:"currentPrice"`
+	AveragePrice looseAverage `json:"averagePrice"`
 	// price is observed as -1 and deliberately not read.
 }
 
@@ -144,7 +165,7 @@ func parseAuction(body []byte) ([]Listing, error) {
 		out[i] = Listing{
 			AuctionNo: r.AuctionNo, RegDate: r.RegDate.Time, ExpireDate: r.ExpireDate.Time,
 			ItemID: Clean(r.ItemID, MaxNameRunes), ItemName: Clean(r.ItemName, MaxNameRunes), Count: r.Count, RegCount: regCount,
-			UnitPrice: r.UnitPrice, CurrentPrice: r.CurrentPrice, AveragePrice: r.AveragePrice,
+			UnitPrice: r.UnitPrice, CurrentPrice: r.CurrentPrice, AveragePrice: int64(r.AveragePrice),
 		}
 	}
 	return out, nil

@@ -51,6 +51,15 @@ func TestParseAuction(t *testing.T) {
 			t.Errorf("expireDate %s: %+v %v; want the listing, its expiry unknown", exp, rows, err)
 		}
 	}
+	// averagePrice is the API's own derived figure: a fractional one is rounded, and an odd
+	// one is "no average", never the whole answer lost.
+	for avg, want := range map[string]int64{`40`: 40, `40.5`: 41, `39.4`: 39, `9007199254740993`: 9007199254740993,
+		`null`: 0, `"40"`: 0, `1e300`: 0, `{}`: 0} {
+		body := `{"rows":[{"itemId":"a","regDate":"2026-05-01 02:00:00","count":3,"unitPrice":50,"averagePrice":` + avg + `}]}`
+		if rows, err := parseAuction([]byte(body)); err != nil || len(rows) != 1 || rows[0].AveragePrice != want {
+			t.Errorf("averagePrice %s: %+v %v; want the listing, its average %d", avg, rows, err, want)
+		}
+	}
 }
 
 func TestParseSold(t *testing.T) {
