@@ -516,8 +516,16 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) (r
 	}
 	class := classify(resp.StatusCode, code, msg)
 	var cause error
-	if class == ClassEndpoint {
+	switch {
+	case class == ClassEndpoint:
 		cause = c.endpointCause(resp.StatusCode, code)
+	case class == ClassConfig && code == "":
+		// The API refuses a key with its error body; a bare 401/403 may as well come from a
+		// proxy, a firewall or an address block in front of it: the operator checks both.
+		where := *c.base
+		where.User, where.RawQuery, where.Fragment = nil, "", ""
+		cause = fmt.Errorf("refused without the API's error body: the key in %s, or something in front of %s (a proxy, a firewall, a block of this host's address) refused the call",
+			c.cfg.Workload.KeyEnv(), where.String())
 	}
 	e := fail(class, cause)
 	e.Code, e.Message = code, msg

@@ -651,6 +651,21 @@ func TestEndpointAnswersSayWhy(t *testing.T) {
 	}
 }
 
+// A bare 401/403 (no Neople error body) is still a refusal that stops the workload, but its
+// error does not blame the key alone: a proxy, a firewall or an address block answers so too.
+func TestARefusalWithoutTheAPIsBodyNamesWhatElseMayRefuse(t *testing.T) {
+	for _, status := range []int{401, 403} {
+		err := stubAuction(t, status, `<html><body>Access denied</body></html>`, "")
+		if wantClass(t, err, provider.ClassConfig); !strings.Contains(err.Error(), "NEOPLE_MARKET_API_KEY") || !strings.Contains(err.Error(), "firewall") {
+			t.Errorf("HTTP %d without a Neople body: %v; want the key and what else may refuse named", status, err)
+		}
+	}
+	err := stubAuction(t, 401, `{"error":{"status":401,"code":"API001","message":"INVALID_APIKEY"}}`, "")
+	if wantClass(t, err, provider.ClassConfig); strings.Contains(err.Error(), "firewall") || !strings.Contains(err.Error(), "refused the key in NEOPLE_MARKET_API_KEY") {
+		t.Errorf("the API's own refusal: %v; want the key named alone", err)
+	}
+}
+
 // stubAuction makes one /df/auction call to a server answering status and body (a 302 with a
 // Location elsewhere, a Retry-After when given) and returns the call's error.
 func stubAuction(t *testing.T, status int, body, retryAfter string) error {
