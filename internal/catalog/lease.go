@@ -127,7 +127,7 @@ WITH locked AS MATERIALIZED (
 	FROM locked
 	WINDOW w AS (ORDER BY rank, next_collect_at, item_id ROWS UNBOUNDED PRECEDING)
 ), due AS (
-	SELECT tid, n_locked FROM ranked WHERE pos = 1 OR $6::float8 IS NULL OR upto <= $6
+	SELECT tid, n_locked FROM ranked WHERE pos = 1 OR $6::real IS NULL OR upto <= $6
 )` + claimDueUpdate + `, due.n_locked`
 
 // claimOneSQL leases one named item whatever its schedule (operator's `collect ITEM_ID`), unless

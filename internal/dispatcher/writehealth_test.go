@@ -24,7 +24,6 @@ func TestEveryClaimStatementReportsToWriteHealth(t *testing.T) {
 		cfg  Config
 		one  bool // CollectOne's claim
 	}{
-		{name: "by due", cfg: Config{}},
 		{name: "by tier", cfg: Config{}},
 		{name: "by cost", cfg: Config{ClaimRequests: func() float64 { return 2 }}},
 		{name: "one item", one: true},

@@ -90,7 +90,7 @@ func cycleAt(ctx context.Context, e *env, c cycleSize, rep *report) error {
 	n, k := c.tracked, c.timed
 	label, table, items := count(n)+" items", fmt.Sprintf("over %s due items in a table cloned from one vacuumed seed", count(n)), count(n)
 	if k < n {
-		// The timed part is a prefix of the table in due order: every claim still plans and
+		// The timed part is a prefix of the table in claim order: every claim still plans and
 		// scans against the full-size table and its indexes, which is what the row is about.
 		label = fmt.Sprintf("%s items (%s timed)", count(n), count(k))
 		table = fmt.Sprintf("over the first %s claims from a table of %s tracked items, all due, cloned from one vacuumed seed (the rate at a %s-row table; the rest stay due)", count(k), count(n), count(n))

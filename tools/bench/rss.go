@@ -71,8 +71,10 @@ func (s *simProcess) stop() {
 	_ = s.cmd.Wait()
 }
 
-// trackCatalog tracks every simulator item, all due a minute ago: ahead of any filler rows
-// (due a second ago), so a collect-due pass claims the items the simulator knows first.
+// trackCatalog tracks every simulator item as HOT_1M, all due a minute ago: ahead of any
+// filler rows (less urgent tiers, due a second ago) in a claim's order (the most urgent tier
+// first, then the longest due), so a collect-due pass claims the items the simulator knows
+// first.
 func (s *simProcess) trackCatalog(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	resp, err := http.Get(s.base + "/_sim/catalog")
 	if err != nil {
@@ -94,8 +96,8 @@ func (s *simProcess) trackCatalog(ctx context.Context, pool *pgxpool.Pool) (int,
 	}
 	tag, err := pool.Exec(ctx, `
 		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT id, name, (ARRAY['HOT_1M','ACTIVE_3M','WARM_5M','COLD_10M'])[1 + (ord % 4)::int], now() - interval '1 minute'
-		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(id, name, ord)
+		SELECT id, name, 'HOT_1M', now() - interval '1 minute'
+		FROM unnest($1::text[], $2::text[]) AS u(id, name)
 		ON CONFLICT DO NOTHING`, ids, names)
 	if err != nil {
 		return 0, fmt.Errorf("track simulator catalog: %w", err)
@@ -104,11 +106,11 @@ func (s *simProcess) trackCatalog(ctx context.Context, pool *pgxpool.Pool) (int,
 }
 
 // trackFiller tracks ids the simulator does not know (md5 of a counter, like seedDue) until
-// the table holds n items, all due a second ago.
+// the table holds n items, all due a second ago, in the tiers after HOT_1M.
 func trackFiller(ctx context.Context, pool *pgxpool.Pool, n int) (int, error) {
 	tag, err := pool.Exec(ctx, `
 		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT md5(i::text), 'item ' || i, (ARRAY['HOT_1M','ACTIVE_3M','WARM_5M','COLD_10M'])[1 + i % 4], now() - interval '1 second'
+		SELECT md5(i::text), 'item ' || i, (ARRAY['ACTIVE_3M','WARM_5M','COLD_10M'])[1 + i % 3], now() - interval '1 second'
 		FROM generate_series(1, $1 - (SELECT count(*) FROM tracked_items)) AS i
 		ON CONFLICT DO NOTHING`, n)
 	if err != nil {
@@ -224,7 +226,7 @@ func rssCollectDue(ctx context.Context, e *env, bin string, sz rssSize, rep *rep
 	}
 	rep.note("collect-due at %s tracked items said: %s", count(tracked), bytes.TrimSpace(out))
 	rep.add(fmt.Sprintf("collect-due peak RSS, %s tracked items all due", count(tracked)), fmt.Sprintf("%.1f MiB", float64(peakKiB)/1024),
-		fmt.Sprintf("the built binary (`collector collect-due --batch-size %d --concurrency 32 --max-batches %d`) over a table of %s tracked items, all due (seeded in %s): the %s items of the simulator's catalog due first, then %s ids it does not know; the simulator is a separate process (`collector-dev sim --items %d`, ~100 sales per item) over HTTP, sized to the capped pass (a 1M-item simulator holds ~0.5 GB and serves a 300 MB catalog for items the pass never reaches); no filler item was collected (checked); peak VmHWM from /proc/PID/status polled every 50 ms; the pass collected %d items in %s (%.0f items/s end to end)",
+		fmt.Sprintf("the built binary (`collector collect-due --batch-size %d --concurrency 32 --max-batches %d`) over a table of %s tracked items, all due (seeded in %s): the %s items of the simulator's catalog claimed first (HOT_1M, due longest), then %s ids it does not know (other tiers); the simulator is a separate process (`collector-dev sim --items %d`, ~100 sales per item) over HTTP, sized to the capped pass (a 1M-item simulator holds ~0.5 GB and serves a 300 MB catalog for items the pass never reaches); no filler item was collected (checked); peak VmHWM from /proc/PID/status polled every 50 ms; the pass collected %d items in %s (%.0f items/s end to end)",
 			rssBatch, batches, count(tracked), seeded.Round(time.Second), count(known), count(filler), sz.collected, collected, took.Round(time.Second), float64(collected)/took.Seconds()))
 	return nil
 }
