@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -93,6 +94,10 @@ Stopped by SIGTERM or Ctrl-C, it says what it published and exits 0, as collect-
 	return cmd
 }
 
+// followPruneInterval is the following relay's pause between pruner turns; 0 is the
+// pruner's default (retention.IntervalDefault). Tests shorten it.
+var followPruneInterval time.Duration
+
 // followWithPruner follows the outbox with r and runs the one pruner beside it, so a relay
 // without a daemon still bounds the outbox.
 func (a *app) followWithPruner(ctx context.Context, r *outbox.Relay) error {
@@ -100,7 +105,9 @@ func (a *app) followWithPruner(ctx context.Context, r *outbox.Relay) error {
 	if err != nil {
 		return err
 	}
-	p, err := retention.New(pool, retention.FromConfig(a.cfg))
+	cfg := retention.FromConfig(a.cfg)
+	cfg.Interval = followPruneInterval
+	p, err := retention.New(pool, cfg)
 	if err != nil {
 		return err
 	}
