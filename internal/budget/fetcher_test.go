@@ -74,3 +74,49 @@ func TestFetcherEndsWhenTheShareDoesNotOpenWithinItsWindow(t *testing.T) {
 		t.Fatalf("%d requests sent", n)
 	}
 }
+
+// A one-shot whose budget heartbeat has gone stale (the others may already count it out of the
+// key's budget) does not wait a quarter heartbeat at a time for good: when the wait would pass
+// its window, it gets a pass-ending error saying why, and sends nothing.
+func TestFetcherEndsWhenItsHeartbeatIsStale(t *testing.T) {
+	c := newCluster(t)
+	r := c.fakeRun(t, 0)
+	a := r.join(procConfig("a", 50), 0)
+	r.until(15*time.Second, "the share open", func() bool {
+		select {
+		case <-a.share.ready:
+			return true
+		default:
+			return false
+		}
+	})
+	a.gone = true // its heartbeats stop (the database refuses them, say): nothing else changes
+	r.clk.Advance(3 * hb)
+	before := c.sim.KeyStats(marketKey).Total
+	oneShot := &Fetcher{Next: c.client, Share: a.share, Within: hb}
+	done := make(chan error, 1)
+	go func() {
+		_, err := oneShot.Auction(context.Background(), c.item)
+		done <- err
+	}()
+	// It waits a quarter heartbeat at a time on the share's clock, each wait advanced here,
+	// until the next would pass its window: four waits, not forty.
+	var err error
+	for waits := 0; err == nil; {
+		select {
+		case err = <-done:
+		case <-r.clk.waiting:
+			if waits++; waits == 40 {
+				t.Fatal("the one-shot keeps waiting with a stale heartbeat instead of ending")
+			}
+			r.clk.Advance(hb / 4)
+		}
+	}
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Class != provider.ClassRateLimited || !strings.Contains(err.Error(), "budget heartbeat is failing") {
+		t.Fatalf("one-shot with a stale heartbeat: %v, want a pass-ending error saying its heartbeat fails", err)
+	}
+	if n := c.sim.KeyStats(marketKey).Total - before; n != 0 {
+		t.Fatalf("%d requests sent", n)
+	}
+}
