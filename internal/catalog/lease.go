@@ -93,7 +93,9 @@ const claimReturning = `RETURNING t.item_id, t.item_name, t.collection_tier, coa
 // Each tier is a range of the due index (collection_tier, next_collect_at), walked in order,
 // tier by tier until $1 rows are locked, so a claim reads about the rows it takes: one ORDER BY
 // over tier and due time sorted the whole due backlog on every claim instead, which is largest
-// when claims matter most (a cold start, a provider back from an outage).
+// when claims matter most (a cold start, a provider back from an outage). A row is locked as
+// the walk pulls it, and the outer LIMIT stops pulling: $1 rows are locked in all, not $1 a
+// tier (the LATERAL makes the tiers the outer side of a nested loop, in $5's order).
 //
 // Of the rows locked it takes, with $6 set, only a prefix whose requests_per_collection (what
 // the plan counts a collection as costing) add up to at most $6, the first item always: a claim
