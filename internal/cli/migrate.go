@@ -127,11 +127,17 @@ func runMigrate(ctx context.Context, a *app, f migrateFlags, direction string) e
 		}
 		return nil
 	}
-	err = store.MigrateTo(ctx, url, target, func(s store.Step) {
-		a.log.Info("applying migration", zap.Int32("seq", s.Sequence), zap.String("name", s.Name), zap.String("direction", s.Direction))
-		if f.showSQL {
-			printStep(a, s, true)
-		}
+	err = store.MigrateTo(ctx, url, target, store.MigrateHooks{
+		OnStart: func(s store.Step) {
+			a.log.Info("applying migration", zap.Int32("seq", s.Sequence), zap.String("name", s.Name), zap.String("direction", s.Direction))
+			if f.showSQL {
+				printStep(a, s, true)
+			}
+		},
+		OnWait: func(holder string) {
+			a.log.Warn("another session holds the migration lock; waiting for it (a migration that hangs there can be ended with pg_terminate_backend)",
+				zap.String("holder", holder))
+		},
 	})
 	if err != nil {
 		return err

@@ -194,16 +194,24 @@ func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error)
 // Migrate applies every pending migration. tern serialises concurrent migrators with an
 // advisory lock, so several processes may call this at once.
 func Migrate(ctx context.Context, url string, onStart func(seq int32, name string)) error {
-	return MigrateTo(ctx, url, Latest, func(s Step) {
+	return MigrateTo(ctx, url, Latest, MigrateHooks{OnStart: func(s Step) {
 		if onStart != nil {
 			onStart(s.Sequence, s.Name)
 		}
-	})
+	}})
+}
+
+// MigrateHooks are what MigrateTo tells its caller, each optional: OnStart before each step,
+// OnWait when another session holds the migration lock and the migration waits for it (who
+// holds it: a migration that hangs, or a frozen one, is otherwise a silent wait).
+type MigrateHooks struct {
+	OnStart func(Step)
+	OnWait  func(holder string)
 }
 
 // MigrateTo brings the schema up or down to version target (Latest for the newest), under
-// tern's advisory lock, calling onStart before each step.
-func MigrateTo(ctx context.Context, url string, target int32, onStart func(Step)) error {
+// tern's advisory lock.
+func MigrateTo(ctx context.Context, url string, target int32, hooks MigrateHooks) error {
 	conn, err := Connect(ctx, url)
 	if err != nil {
 		return fmt.Errorf("connect to the database at %s for migration: %w", Where(url), err)
@@ -213,6 +221,14 @@ func MigrateTo(ctx context.Context, url string, target int32, onStart func(Step)
 		return err
 	} else if preRelease {
 		return &PreReleaseSchemaError{Where: Where(url), Version: v}
+	}
+	// Before the migrator: making it takes tern's lock already (for its version table).
+	if hooks.OnWait != nil {
+		if holder, err := migrationLockHolder(ctx, conn); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", target, err)
+		} else if holder != "" {
+			hooks.OnWait(holder)
+		}
 	}
 	m, err := newMigrator(ctx, conn)
 	if err != nil {
@@ -224,7 +240,7 @@ func MigrateTo(ctx context.Context, url string, target int32, onStart func(Step)
 	if target < 0 || target > int32(len(m.Migrations)) {
 		return fmt.Errorf("target version %d: allowed 0 to %d", target, len(m.Migrations))
 	}
-	boundSteps(ctx, conn, m, onStart)
+	boundSteps(ctx, conn, m, hooks.OnStart)
 	if err := m.MigrateTo(ctx, target); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
@@ -234,6 +250,41 @@ func MigrateTo(ctx context.Context, url string, target int32, onStart func(Step)
 		return fmt.Errorf("migrate to version %d: %w", target, err)
 	}
 	return nil
+}
+
+// ternLockKey is the advisory lock tern's Migrator holds for a whole migration (its lockNum);
+// TestAMigrationSaysWhoHoldsTheMigrationLock fails if tern's changes.
+const ternLockKey int64 = 9628173550095224
+
+// migrationLockHolder names the sessions holding tern's migration lock, "" when it is free (taken
+// and given back at once, so that tern takes it next).
+func migrationLockHolder(ctx context.Context, conn *pgx.Conn) (string, error) {
+	var free bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, ternLockKey).Scan(&free); err != nil {
+		return "", fmt.Errorf("read the migration lock: %w", err)
+	}
+	if free {
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, ternLockKey); err != nil {
+			return "", fmt.Errorf("release the migration lock: %w", err)
+		}
+		return "", nil
+	}
+	// A bigint advisory key is its high and low 32 bits in classid and objid (objsubid 1).
+	var holder string
+	err := conn.QueryRow(ctx, `
+		SELECT coalesce(string_agg(format('pid %s (%s%s, %s since %s)', l.pid,
+		           coalesce(nullif(a.application_name, ''), 'no application name'),
+		           coalesce(' from ' || host(a.client_addr), ''), coalesce(a.state, 'state unknown'),
+		           coalesce(to_char(a.state_change AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'), '?')), '; '),
+		         'a session this role cannot see')
+		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 1`,
+		ternLockKey>>32, ternLockKey&0xFFFFFFFF).Scan(&holder)
+	if err != nil {
+		return "", fmt.Errorf("read who holds the migration lock: %w", err)
+	}
+	return holder, nil
 }
 
 // migrationLockTimeout bounds how long a migration step waits for a table lock. Waiting, its

@@ -17,6 +17,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/testkit"
 )
 
 func TestConcurrentMigrationsAreSafe(t *testing.T) {
@@ -99,7 +100,7 @@ func TestPreReleaseSchemaSaysRecreate(t *testing.T) {
 		}
 	}
 	check("Migrate", store.Migrate(ctx, url, nil))
-	check("MigrateTo 0", store.MigrateTo(ctx, url, 0, nil))
+	check("MigrateTo 0", store.MigrateTo(ctx, url, 0, store.MigrateHooks{}))
 	_, err := store.Status(ctx, url)
 	check("Status", err)
 	pool, err := store.Open(ctx, store.PoolConfig{URL: url, MaxConns: 2})
@@ -179,7 +180,7 @@ func TestAMigrationCommittingMidCheckIsNotPreRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := storetest.NewEmptyDatabase(t)
-	if err := store.MigrateTo(ctx, url, 0, nil); err != nil {
+	if err := store.MigrateTo(ctx, url, 0, store.MigrateHooks{}); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := store.Connect(ctx, url)
@@ -342,7 +343,7 @@ func TestAMigrationBehindALongTransactionGivesUpSayingSo(t *testing.T) {
 	if _, err := tx.Exec(ctx, `LOCK TABLE tracked_items IN ACCESS SHARE MODE`); err != nil {
 		t.Fatal(err)
 	}
-	err = store.MigrateTo(ctx, url, 0, nil) // dropping the tables needs their ACCESS EXCLUSIVE lock
+	err = store.MigrateTo(ctx, url, 0, store.MigrateHooks{}) // dropping the tables needs their ACCESS EXCLUSIVE lock
 	if err == nil || !strings.Contains(err.Error(), "for a lock another session holds") || !strings.Contains(err.Error(), "run it again") {
 		t.Fatalf("migrate down behind a held lock: %v; want it to give up saying so", err)
 	}
@@ -414,5 +415,63 @@ func TestAFrozenTransactionIsEndedByTheServer(t *testing.T) {
 	}
 	if err := pool.QueryRow(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&got); err != nil || got != "2s" {
 		t.Fatalf("default bound = %s (%v), want 2s", got, err)
+	}
+}
+
+// A migration that meets another session holding the migration lock says who holds it before
+// it waits (a frozen or hung migrator is otherwise a silent wait), then goes on once the lock
+// is free; with the lock free it says nothing.
+func TestAMigrationSaysWhoHoldsTheMigrationLock(t *testing.T) {
+	t.Parallel()
+	url := storetest.NewDatabase(t)
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = "the-other-migrator"
+	other, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	// tern's own lock, as its Migrator takes it: a key other than tern's would not hold us up.
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_lock(9628173550095224)`); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- store.MigrateTo(ctx, url, store.Latest, store.MigrateHooks{OnWait: func(h string) { waiting <- h }})
+	}()
+	var holder string
+	select {
+	case holder = <-waiting:
+	case err := <-done:
+		t.Fatalf("the migration ended (%v) without waiting for the lock another session holds", err)
+	case <-time.After(testkit.Timeout):
+		t.Fatal("the migration did not say it waits for the lock")
+	}
+	if !strings.Contains(holder, fmt.Sprintf("pid %d", other.PgConn().PID())) || !strings.Contains(holder, "the-other-migrator") {
+		t.Errorf("holder %q; want the other session's pid and application name", holder)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the migration ended (%v) while the lock was held", err)
+	default:
+	}
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock(9628173550095224)`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the migration, once the lock was free: %v", err)
+		}
+	case <-time.After(testkit.Timeout):
+		t.Fatal("the migration did not go on once the lock was free")
+	}
+	if err := store.MigrateTo(ctx, url, store.Latest, store.MigrateHooks{OnWait: func(h string) { t.Errorf("waiting for %q with the lock free", h) }}); err != nil {
+		t.Fatal(err)
 	}
 }
