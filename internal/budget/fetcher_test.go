@@ -16,14 +16,7 @@ func TestFetcherEndsOnACooldownPastItsWindow(t *testing.T) {
 	c := newCluster(t)
 	r := c.fakeRun(t, 0)
 	a := r.join(procConfig("a", 50), 0)
-	r.until(15*time.Second, "the share open", func() bool {
-		select {
-		case <-a.share.ready:
-			return true
-		default:
-			return false
-		}
-	})
+	r.untilOpen(a)
 	ctx := context.Background()
 	a.share.RateLimited(ctx, time.Minute, "test: API002")
 	before := c.sim.KeyStats(marketKey).Total
@@ -82,14 +75,7 @@ func TestFetcherEndsWhenItsHeartbeatIsStale(t *testing.T) {
 	c := newCluster(t)
 	r := c.fakeRun(t, 0)
 	a := r.join(procConfig("a", 50), 0)
-	r.until(15*time.Second, "the share open", func() bool {
-		select {
-		case <-a.share.ready:
-			return true
-		default:
-			return false
-		}
-	})
+	r.untilOpen(a)
 	a.gone = true // its heartbeats stop (the database refuses them, say): nothing else changes
 	r.clk.Advance(3 * hb)
 	before := c.sim.KeyStats(marketKey).Total
@@ -119,4 +105,17 @@ func TestFetcherEndsWhenItsHeartbeatIsStale(t *testing.T) {
 	if n := c.sim.KeyStats(marketKey).Total - before; n != 0 {
 		t.Fatalf("%d requests sent", n)
 	}
+}
+
+// untilOpen runs until p's share has joined the key's budget and opened.
+func (r *fakeRun) untilOpen(p *proc) {
+	r.t.Helper()
+	r.until(15*time.Second, "the share open", func() bool {
+		select {
+		case <-p.share.ready:
+			return true
+		default:
+			return false
+		}
+	})
 }
