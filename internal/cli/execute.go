@@ -39,11 +39,6 @@ func (t Tree) Main() {
 	os.Exit(code)
 }
 
-// execute runs one command line of the shipped tree.
-func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return Collector.execute(ctx, args, stdout, stderr)
-}
-
 // execute runs one command line and returns its exit code; a failure is reported on stderr in
 // the log format in force, so with json every line is JSON, start-up errors included.
 func (t Tree) execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {

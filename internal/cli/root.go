@@ -67,12 +67,6 @@ type Extension func(h Host) *cobra.Command
 // Collector is the shipped binary's tree: what production runs and nothing else.
 var Collector = Tree{Name: "collector"}
 
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command { return Collector.NewRoot(stdout, stderr) }
-
-func newRoot(stdout, stderr io.Writer) (*cobra.Command, *app) {
-	return Collector.newRoot(stdout, stderr)
-}
-
 // NewRoot is the tree's root command writing to stdout and stderr, for tests.
 func (t Tree) NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root, _ := t.newRoot(stdout, stderr)

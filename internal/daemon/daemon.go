@@ -410,15 +410,6 @@ func (d *Daemon) Addr() string {
 	return d.ln.Addr().String()
 }
 
-// Metrics exposes the registry (tests, benchmarks).
-func (d *Daemon) Metrics() *telemetry.Metrics { return d.metrics }
-
-// ProviderStatus is the provider's effective status as this daemon last read it.
-func (d *Daemon) ProviderStatus() provider.Status { return d.health.Status() }
-
-// Share is the budget share (nil when disabled).
-func (d *Daemon) Share() *budget.Share { return d.share }
-
 // Run runs until ctx ends, then shuts down gracefully: claiming stops, in-flight calls get
 // daemon.shutdown_grace, their results are written, unfinished leases released, the relay
 // publishes what the last write-backs produced, and Run returns nil.

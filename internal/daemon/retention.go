@@ -46,11 +46,6 @@ func newRetentionService(cfg retentionConfig, pool *pgxpool.Pool, m *telemetry.M
 // Start prunes until ctx ends (retention.Pruner.Start).
 func (s *retentionService) Start(ctx context.Context) { s.pruner.Start(ctx) }
 
-// runOnce prunes one turn.
-func (s *retentionService) runOnce(ctx context.Context) (retention.Result, error) {
-	return s.pruner.RunOnce(ctx)
-}
-
 // report counts, logs and signals one turn.
 func (s *retentionService) report(res retention.Result, err error) {
 	if err != nil {

@@ -100,19 +100,14 @@ type Reader interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Read returns one item's series since `since` at a resolution: "raw", Hourly or Daily. Raw
-// points start with the snapshot in force at `since` (the last one before it, which holds
-// until the next), candles with the bucket that holds `since`, so the series covers the whole
-// stretch asked for. Each read walks one index range, and for raw points one backward probe
-// within a day before `since` (partitions outside are pruned); only an item quiet for longer
-// takes a second, unbounded probe.
-func Read(ctx context.Context, db Reader, itemID, resolution string, since time.Time) (Series, error) {
-	return ReadBetween(ctx, db, itemID, resolution, since, time.Time{})
-}
-
-// ReadBetween is Read up to until (exclusive; zero = no end): the read API's window. Candles
-// are those whose bucket starts before until. It reads history's tables only: whether the item
-// is tracked, and SeenUntil, come from its row (catalog.ReadSeries).
+// ReadBetween returns one item's series from since up to until (exclusive; zero = no end) at a
+// resolution: "raw", Hourly or Daily. Raw points start with the snapshot in force at since (the
+// last one before it, which holds until the next), candles with the bucket that holds since, so
+// the series covers the whole stretch asked for; candles are those whose bucket starts before
+// until. Each read walks one index range, and for raw points one backward probe within a day
+// before since (partitions outside are pruned); only an item quiet for longer takes a second,
+// unbounded probe. It reads history's tables only: whether the item is tracked, and SeenUntil,
+// come from its row (catalog.ReadSeries).
 func ReadBetween(ctx context.Context, db Reader, itemID, resolution string, since, until time.Time) (Series, error) {
 	s := Series{ItemID: itemID}
 	var err error

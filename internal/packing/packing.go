@@ -89,18 +89,6 @@ func Small(listings int, salesPerCollection float64, maxListings int, maxSales f
 	return listings <= maxListings && salesPerCollection <= maxSales
 }
 
-// Groups cuts ids into calls of at most size ids, in order.
-func Groups(ids []string, size int) [][]string {
-	size = max(size, 1)
-	var out [][]string
-	for len(ids) > 0 {
-		n := min(size, len(ids))
-		out = append(out, ids[:n:n])
-		ids = ids[n:]
-	}
-	return out
-}
-
 // Model is how the dispatcher shares calls, for predicting what one collection costs: the
 // budget planner and the demand figures count requests with it, not a flat two per item.
 type Model struct {

@@ -136,11 +136,7 @@ func TestSplitKeepsOnlyTheIdsAskedFor(t *testing.T) {
 	}
 }
 
-func TestGroupsAndSmall(t *testing.T) {
-	ids := []string{"1", "2", "3", "4", "5"}
-	if g := Groups(ids, 2); len(g) != 3 || len(g[2]) != 1 || g[0][1] != "2" {
-		t.Fatalf("groups %v", g)
-	}
+func TestSmall(t *testing.T) {
 	if !Small(5, 1, 20, 5) || Small(21, 1, 20, 5) || Small(5, 5.5, 20, 5) || !Small(20, 5, 20, 5) {
 		t.Fatal("small")
 	}

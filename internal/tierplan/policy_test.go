@@ -9,7 +9,7 @@ import (
 
 func TestDecide(t *testing.T) {
 	// The defaults of catalog.*: dormant 72h, hold 1h, reactivate ACTIVE_3M, thresholds 30/10/3.
-	r := Rules{DormantAfter: 72 * time.Hour, DemotionHold: time.Hour, ReactivateTier: tiers.Active, Thresholds: tiers.DefaultThresholds()}
+	r := Rules{DormantAfter: 72 * time.Hour, DemotionHold: time.Hour, ReactivateTier: tiers.Active, Thresholds: tiers.Thresholds{Hot: 30, Active: 10, Warm: 3}}
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	ago := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
 	old := now.Add(-30 * 24 * time.Hour)

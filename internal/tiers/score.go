@@ -17,9 +17,6 @@ type Thresholds struct {
 	Warm   float64
 }
 
-// DefaultThresholds are the thresholds documented in docs/catalog.md.
-func DefaultThresholds() Thresholds { return Thresholds{Hot: 30, Active: 10, Warm: 3} }
-
 // Validate requires Hot > Active > Warm >= 0, so every score lands in exactly one tier.
 func (th Thresholds) Validate() error {
 	var errs []error

@@ -46,7 +46,7 @@ func TestThresholdsValidate(t *testing.T) {
 		ok   bool
 		want string
 	}{
-		{DefaultThresholds(), true, ""},
+		{Thresholds{Hot: 30, Active: 10, Warm: 3}, true, ""},
 		{Thresholds{Hot: 3, Active: 2, Warm: 0}, true, ""},
 		{Thresholds{Hot: 3, Active: 3, Warm: 1}, false, "hot > active > warm"},
 		{Thresholds{Hot: 3, Active: 4, Warm: 1}, false, "hot > active > warm"},

@@ -548,7 +548,7 @@ func apiSeries(ctx context.Context, e *env, as apiSize, rep *report) error {
 		span                               time.Duration
 	}{
 		{"30 days of hourly candles", history.Hourly, "target p99 ≤ 10 ms", "30 days", 30 * 24 * time.Hour},
-		{"one day of raw snapshots", "raw", "for information (history.Read's target for a day of raw snapshots is 20 ms)", "24 h", 24 * time.Hour},
+		{"one day of raw snapshots", "raw", "for information (history.ReadBetween's target for a day of raw snapshots is 20 ms)", "24 h", 24 * time.Hour},
 	} {
 		path := func(id string) string {
 			return fmt.Sprintf("/api/v1/items/%s/timeseries?interval=%s&since=%s", id, s.interval, time.Now().Add(-s.span).UTC().Format(time.RFC3339))
