@@ -16,26 +16,32 @@ type Activity struct {
 }
 
 // RecentActivity reads the activity of each of ids over the last window, in ids' order, in
-// one statement. Each item's subqueries walk its (item_id, time) index over just the window
-// (the partitions before it are pruned), so the cost grows with the items and the recent
-// activity, not with the size of the history tables.
+// one statement. It aggregates the window's rows of each table once and joins them to ids: the
+// partitions before the window are pruned, and a recalculation reads every item, so one pass
+// over the window beats a probe of each item's index (BenchmarkRecalculationAtScale in
+// BENCHMARKS.md). Most of what is left is ordering the window's snapshots for the churn.
 func RecentActivity(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }, ids []string, window time.Duration) ([]Activity, error) {
 	rows, err := q.Query(ctx, `
-		SELECT sa.n, sa.gold, ch.churn
-		FROM unnest($1::text[]) WITH ORDINALITY AS u(item_id, pos)
-		CROSS JOIN LATERAL (
-			SELECT count(*) AS n, coalesce(sum(total_price), 0)::float8 AS gold
-			FROM auction_sales s WHERE s.item_id = u.item_id AND s.sold_at > now() - $2::float8 * interval '1 second'
-		) sa
-		CROSS JOIN LATERAL (
-			SELECT coalesce(sum(abs(d)), 0)::float8 AS churn FROM (
-				SELECT listing_count - lag(listing_count) OVER (ORDER BY collected_at) AS d
-				FROM auction_snapshots a WHERE a.item_id = u.item_id AND a.collected_at > now() - $2::float8 * interval '1 second'
+		WITH ids AS (
+			SELECT item_id, pos FROM unnest($1::text[]) WITH ORDINALITY AS u(item_id, pos)
+		), sa AS (
+			SELECT s.item_id, count(*) AS n, sum(s.total_price)::float8 AS gold
+			FROM auction_sales s JOIN ids USING (item_id)
+			WHERE s.sold_at > now() - $2::float8 * interval '1 second'
+			GROUP BY s.item_id
+		), ch AS (
+			SELECT item_id, sum(abs(d))::float8 AS churn FROM (
+				SELECT a.item_id, a.listing_count - lag(a.listing_count) OVER (PARTITION BY a.item_id ORDER BY a.collected_at) AS d
+				FROM auction_snapshots a JOIN ids USING (item_id)
+				WHERE a.collected_at > now() - $2::float8 * interval '1 second'
 			) x
-		) ch
-		ORDER BY u.pos`, ids, window.Seconds())
+			GROUP BY item_id
+		)
+		SELECT coalesce(sa.n, 0), coalesce(sa.gold, 0), coalesce(ch.churn, 0)
+		FROM ids LEFT JOIN sa USING (item_id) LEFT JOIN ch USING (item_id)
+		ORDER BY ids.pos`, ids, window.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("read recent activity of %d items: %w", len(ids), err)
 	}
