@@ -60,6 +60,35 @@ func TestARelayWhoseLanesWereTakenOverReadsNothingOfThem(t *testing.T) {
 	}
 }
 
+// A relay that woke from a pause after its produce call succeeded marks nothing of lanes the
+// database gave to another relay meanwhile: its rows stay pending for the lane's new holder,
+// which sends them again in order, and the sleeper hears that they were lost.
+func TestAWokenRelayMarksNothingOfLanesItLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, r, rows := holdingTen(t, "paused")
+	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET owner = 'other', lease_token = gen_random_uuid(),
+		lease_expires_at = now() + interval '1 minute', acquired_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		rows[i].sent = true
+	}
+	_, lost, err := markSettled(ctx, pool, r.lanes.tokens(), rows, nil)
+	if err != nil || !lost {
+		t.Fatalf("mark after the takeover: lost %v (%v), want lost", lost, err)
+	}
+	var pending int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending`).Scan(&pending); err != nil || pending != 10 {
+		t.Fatalf("%d rows still pending (%v), want all 10 left to the lanes' new holder", pending, err)
+	}
+	for _, row := range rows {
+		if row.sent {
+			t.Fatalf("row %d still counts as sent after its mark was refused", row.ID)
+		}
+	}
+}
+
 // A relay that woke from a pause to a failed produce call notes the failure only on rows still
 // pending in lanes it holds: another relay took its lanes and published those rows meanwhile,
 // and `outbox list` must not show them with the sleeper's error.
