@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 // spec is openapi.json, read as a client reads it, with its schemas compiled by a JSON Schema
@@ -312,5 +314,19 @@ func TestOpenAPIDocumentIsWellFormed(t *testing.T) {
 	raw, _ := os.ReadFile("openapi.json")
 	if err := json.Unmarshal(raw, &v); err != nil || len(v.Paths) != 4 {
 		t.Fatalf("paths: %v (%d)", err, len(v.Paths))
+	}
+}
+
+// The document's Tier is internal/tiers' list: a tier added there and not here would fail a
+// client that validates answers against the document.
+func TestOpenAPITiersAreTheCollectorsTiers(t *testing.T) {
+	s := loadSpec(t)
+	enum := s.doc["components"].(map[string]any)["schemas"].(map[string]any)["Tier"].(map[string]any)["enum"]
+	var want []any
+	for _, tier := range tiers.All() {
+		want = append(want, string(tier))
+	}
+	if got, _ := enum.([]any); !slices.Equal(got, want) {
+		t.Fatalf("openapi.json Tier enum %v, want %v", enum, want)
 	}
 }

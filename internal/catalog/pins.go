@@ -11,12 +11,12 @@ import (
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
+// ErrNotPinnable is a pin to a tier that has no interval (DORMANT): a caller's bad input.
+var ErrNotPinnable = errors.New("cannot be pinned (allowed: " + tiers.ScheduledNames() + ")")
+
 // PinItem fixes an item's tier (`collector items pin`): recalculation never moves it and the
 // budget policy counts its demand against the budget. The item moves to the tier at once, on
 // the tier's phase; a promotion never delays its next collection.
-// ErrNotPinnable is a pin to a tier that has no interval (DORMANT): a caller's bad input.
-var ErrNotPinnable = errors.New("cannot be pinned (allowed: HOT_1M, ACTIVE_3M, WARM_5M, COLD_10M)")
-
 func PinItem(ctx context.Context, db DB, itemID string, t tiers.Tier) (TierChange, error) {
 	if _, ok := t.Interval(); !ok {
 		return TierChange{}, fmt.Errorf("pin item %s: tier %q: %w", itemID, t, ErrNotPinnable)

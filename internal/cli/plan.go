@@ -193,7 +193,7 @@ func newPinCmd(a *app) *cobra.Command {
 			}
 			t, err := tiers.Parse(args[1])
 			if _, scheduled := t.Interval(); err != nil || !scheduled {
-				return fmt.Errorf("pin item %s: tier %q cannot be pinned (allowed: HOT_1M, ACTIVE_3M, WARM_5M, COLD_10M; DORMANT follows sales and interest)", args[0], args[1])
+				return fmt.Errorf("pin item %s: tier %q cannot be pinned (allowed: %s; DORMANT follows sales and interest)", args[0], args[1], tiers.ScheduledNames())
 			}
 			return nil
 		},

@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -116,8 +118,16 @@ func (c CatalogConfig) validate() error {
 		}
 	}
 	errs = append(errs, CatalogEstimateWindow.Check(c.EstimateWindow))
-	if t, err := tiers.Parse(c.ReactivateTier); err != nil || t == tiers.Cold || t == tiers.Dormant {
-		errs = append(errs, invalid("catalog.reactivate_tier", c.ReactivateTier, "allowed: HOT_1M, ACTIVE_3M, WARM_5M (a reactivated item must be collected more often than COLD_10M)"))
+	// A reactivated item must be collected more often than the least frequent scheduled tier.
+	sched := tiers.Scheduled()
+	faster, slowest := sched[:len(sched)-1], sched[len(sched)-1]
+	if t, err := tiers.Parse(c.ReactivateTier); err != nil || !slices.Contains(faster, t) {
+		names := make([]string, len(faster))
+		for i, f := range faster {
+			names[i] = string(f)
+		}
+		errs = append(errs, invalid("catalog.reactivate_tier", c.ReactivateTier,
+			"allowed: "+strings.Join(names, ", ")+" (a reactivated item must be collected more often than "+string(slowest)+")"))
 	}
 	if c.Policy != PolicyBudget && c.Policy != PolicyThresholds {
 		errs = append(errs, invalid("catalog.policy", c.Policy, "allowed: budget, thresholds"))

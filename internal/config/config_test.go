@@ -89,6 +89,8 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"provider:\n  base_url: http://API.neople.co.kr.:80/\n", "must be reached over https"}, // the keys in clear text
 		{"provider:\n  market:\n    rate: -1\n", "provider.market.rate"},
 		{"catalog:\n  default_tier: LUKEWARM\n", "catalog.default_tier"},
+		{"catalog:\n  reactivate_tier: COLD_10M\n", "allowed: HOT_1M, ACTIVE_3M, WARM_5M (a reactivated item must be collected more often than COLD_10M)"},
+		{"catalog:\n  reactivate_tier: DORMANT\n", "catalog.reactivate_tier"},
 		{"kafka:\n  lease: 20s\n", "kafka.lease"},                               // under 3 × kafka.write_timeout (10s)
 		{"collect:\n  batchsize: 5\n", "batchsize"},                             // unknown key (typo)
 		{"collect:\n  batch_size: [\n", "line"},                                 // YAML syntax error names the line

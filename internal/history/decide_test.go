@@ -2,6 +2,7 @@ package history
 
 import (
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -50,6 +51,53 @@ func TestEveryFieldASnapshotStoresIsAChange(t *testing.T) {
 	}
 	if got := p.Decide(last, same, 2, at(1)); got != Change {
 		t.Errorf("new sales: %q, want change", got)
+	}
+}
+
+// Equal compares every field of State, found by reflection: a figure added to State and not to
+// Equal would let a change in it alone write no snapshot, while the item's seen_* copy (the
+// read API's /latest) moved on.
+func TestEqualComparesEveryFieldOfState(t *testing.T) {
+	typ := reflect.TypeFor[State]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		var changes []reflect.Value // values of the field that differ from base's
+		switch v := reflect.ValueOf(base).Field(i); f.Type.Kind() {
+		case reflect.Int, reflect.Int64:
+			changes = append(changes, reflect.ValueOf(v.Int()+1).Convert(f.Type))
+		case reflect.Bool:
+			changes = append(changes, reflect.ValueOf(!v.Bool()))
+		case reflect.Pointer:
+			if v.IsNil() {
+				t.Fatalf("base.%s is nil: give it a value", f.Name)
+			}
+			other := reflect.New(f.Type.Elem())
+			switch f.Type.Elem().Kind() {
+			case reflect.Int64:
+				other.Elem().SetInt(v.Elem().Int() + 1)
+			case reflect.Float64:
+				other.Elem().SetFloat(v.Elem().Float() + 0.5)
+			default:
+				t.Fatalf("State.%s: a %s; teach this test to change it", f.Name, f.Type)
+			}
+			same := reflect.New(f.Type.Elem())
+			same.Elem().Set(v.Elem())
+			cur := base
+			reflect.ValueOf(&cur).Elem().Field(i).Set(same)
+			if !base.Equal(cur) {
+				t.Errorf("State.%s: an equal value behind another pointer reads as a change", f.Name)
+			}
+			changes = append(changes, other, reflect.Zero(f.Type))
+		default:
+			t.Fatalf("State.%s: a %s; teach this test to change it", f.Name, f.Type)
+		}
+		for _, c := range changes {
+			cur := base
+			reflect.ValueOf(&cur).Elem().Field(i).Set(c)
+			if base.Equal(cur) || cur.Equal(base) {
+				t.Errorf("State.%s changed to %v: Equal still reports the same market", f.Name, c)
+			}
+		}
 	}
 }
 

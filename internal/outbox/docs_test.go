@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/tiers"
 )
 
 type jsonSchema struct {
@@ -102,6 +103,13 @@ func TestSchemaMatchesSnapshotEvent(t *testing.T) {
 	}
 	if p := s.Properties["schema_version"]; p.Const != float64(SchemaVersion) {
 		t.Errorf("schema_version const %v, want %d", p.Const, SchemaVersion)
+	}
+	var tierNames []any
+	for _, tier := range tiers.All() {
+		tierNames = append(tierNames, string(tier))
+	}
+	if p := s.Properties["tier"]; !slices.Equal(p.Enum, tierNames) {
+		t.Errorf("tier enum %v, want internal/tiers' %v", p.Enum, tierNames)
 	}
 }
 

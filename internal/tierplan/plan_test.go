@@ -3,10 +3,19 @@ package tierplan
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/duecollector/duecollector/internal/tiers"
 )
+
+// The planner's fixed-size choices are the scheduled tiers: a tier added to internal/tiers and
+// not here would never be planned, and every item on it would be moved off.
+func TestChoicesAreTheScheduledTiers(t *testing.T) {
+	if !slices.Equal(Choices[:], tiers.Scheduled()) {
+		t.Fatalf("Choices %v, scheduled tiers %v", Choices, tiers.Scheduled())
+	}
+}
 
 // randomCatalog draws heavy-tailed weights and rates, as a real market has.
 func randomCatalog(r *rand.Rand, n int) []Item {

@@ -23,10 +23,19 @@ const (
 // All lists the tiers from the most to the least frequently collected.
 func All() []Tier { return []Tier{Hot, Active, Warm, Cold, Dormant} }
 
+// Scheduled lists the tiers that have an interval (every one but DORMANT), most frequent first:
+// what can be pinned, planned or reactivated to.
+func Scheduled() []Tier { return All()[:len(All())-1] }
+
 // Names is the list of valid tier names, for error messages.
-func Names() string {
+func Names() string { return join(All()) }
+
+// ScheduledNames is Scheduled's names, for error messages.
+func ScheduledNames() string { return join(Scheduled()) }
+
+func join(ts []Tier) string {
 	var b strings.Builder
-	for i, t := range All() {
+	for i, t := range ts {
 		if i > 0 {
 			b.WriteString(", ")
 		}

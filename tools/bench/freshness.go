@@ -231,7 +231,7 @@ func replay(contender string, ids []string, truths map[string]market.Truth, p ca
 		Now: func() time.Time { return time.Unix(now, 0) }})
 	limit := planLimit(budget, run.headroom)
 	items := make([]*replayItem, len(ids))
-	var heaps [4]dueHeap
+	heaps := make([]dueHeap, len(tiers.Scheduled())) // one a scheduled tier, in rank order
 	for i, id := range ids {
 		it := &replayItem{id: id, tier: tiers.Warm, listings: -1}
 		it.due = start.Unix() + int64(tiers.Phase(id, 300*time.Second)/time.Second)
