@@ -22,13 +22,10 @@ import (
 )
 
 func sameLatest(a, b catalog.Latest) bool {
-	return a.ItemID == b.ItemID && a.Name == b.Name && a.Tier == b.Tier && eqTime(a.SnapshotAt, b.SnapshotAt) &&
-		eqTime(a.SeenAt, b.SeenAt) && eq(a.Lowest, b.Lowest) && eq(a.Median, b.Median) && eq(a.Weighted, b.Weighted) &&
-		eq(a.APIAverage, b.APIAverage) && eq(a.ListingCount, b.ListingCount) && eq(a.Quantity, b.Quantity) &&
-		eq(a.Truncated, b.Truncated)
+	return a.ItemID == b.ItemID && a.Name == b.Name && a.Tier == b.Tier && eqTime(a.SeenAt, b.SeenAt) &&
+		(a.Market == nil) == (b.Market == nil) &&
+		(a.Market == nil || a.Market.At.Equal(b.Market.At) && a.Market.State.Equal(b.Market.State))
 }
-
-func eq[T comparable](a, b *T) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 
 func eqTime(a, b *time.Time) bool { return (a == nil) == (b == nil) && (a == nil || a.Equal(*b)) }
 
@@ -51,29 +48,31 @@ func appendLatest(b []byte, s catalog.Latest) []byte {
 			b = append(b, '"')
 		}
 	}
-	ts("collected_at", s.SnapshotAt)
+	m := s.Market
+	if m != nil {
+		ts("collected_at", &m.At)
+	}
 	ts("seen_at", s.SeenAt)
+	if m == nil {
+		return append(b, '}')
+	}
 	for _, f := range []struct {
 		name string
 		v    *int64
-	}{{"lowest_unit_price", s.Lowest}, {"median_unit_price", s.Median}, {"api_average_price", s.APIAverage}, {"listing_quantity", s.Quantity}} {
+	}{{"lowest_unit_price", m.State.Lowest}, {"median_unit_price", m.State.Median}, {"api_average_price", m.State.APIAverage}, {"listing_quantity", &m.State.Quantity}} {
 		if f.v != nil {
 			b = append(b, `,"`+f.name+`":`...)
 			b = strconv.AppendInt(b, *f.v, 10)
 		}
 	}
-	if s.Weighted != nil {
+	if m.State.Weighted != nil {
 		b = append(b, `,"weighted_unit_price":`...)
-		b = strconv.AppendFloat(b, *s.Weighted, 'f', -1, 64)
+		b = strconv.AppendFloat(b, *m.State.Weighted, 'f', -1, 64)
 	}
-	if s.ListingCount != nil {
-		b = append(b, `,"listing_count":`...)
-		b = strconv.AppendInt(b, int64(*s.ListingCount), 10)
-	}
-	if s.Truncated != nil {
-		b = append(b, `,"listings_truncated":`...)
-		b = strconv.AppendBool(b, *s.Truncated)
-	}
+	b = append(b, `,"listing_count":`...)
+	b = strconv.AppendInt(b, int64(m.State.Count), 10)
+	b = append(b, `,"listings_truncated":`...)
+	b = strconv.AppendBool(b, m.State.Truncated)
 	return append(b, '}')
 }
 

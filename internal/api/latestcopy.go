@@ -305,10 +305,11 @@ func (cp *latestCopy) finish(prev *latestCopy, changed bool) {
 func newestSeen(items []*latestItem) time.Time {
 	var t time.Time
 	for _, it := range items {
-		for _, at := range []*time.Time{it.state.SeenAt, it.state.SnapshotAt} {
-			if at != nil && at.After(t) {
-				t = *at
-			}
+		if at := it.state.SeenAt; at != nil && at.After(t) {
+			t = *at
+		}
+		if m := it.state.Market; m != nil && m.At.After(t) {
+			t = m.At
 		}
 	}
 	return t

@@ -28,7 +28,8 @@ func TestLatestThroughAReplicaIsNeverStale(t *testing.T) {
 	storetest.Items(t, primary, storetest.Item{ID: hotItem})
 	setPrice := func(p int64) {
 		t.Helper()
-		if _, err := primary.Exec(ctx, `UPDATE tracked_items SET updated_at = now(), seen_lowest_price = $2, last_collected_at = now() WHERE item_id = $1`, hotItem, p); err != nil {
+		if _, err := primary.Exec(ctx, `UPDATE tracked_items SET updated_at = now(), seen_lowest_price = $2, last_collected_at = now(),
+			last_snapshot_at = now(), seen_listing_count = 1, seen_listing_quantity = 1, seen_truncated = false WHERE item_id = $1`, hotItem, p); err != nil {
 			t.Fatal(err)
 		}
 	}

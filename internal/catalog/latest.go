@@ -11,22 +11,44 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 )
 
-// Latest is an item's current market: the figures of its last snapshot (SnapshotAt), which
-// still held when it was last collected (SeenAt, later when collections since saw nothing
-// new). Figures are nil before the item's first snapshot, and prices when nothing was listed.
+// Latest is an item's current market: its last snapshot (Market: figures and when collected,
+// nil before the item's first), which still held when the item was last collected (SeenAt,
+// later when collections since saw nothing new).
 type Latest struct {
-	ItemID       string
-	Name         string
-	Tier         string
-	SnapshotAt   *time.Time
-	SeenAt       *time.Time
-	Lowest       *int64
-	Median       *int64
-	Weighted     *float64
-	APIAverage   *int64
-	ListingCount *int
-	Quantity     *int64
-	Truncated    *bool
+	ItemID string
+	Name   string
+	Tier   string
+	SeenAt *time.Time
+	Market *history.Written
+}
+
+// seenCols are the item row's copy of its last snapshot's market, which the write-back keeps:
+// the claim (what history compares a collection with) and the latest reads take them in this
+// order, into seen.
+const seenCols = `t.last_snapshot_at, t.seen_listing_count, t.seen_listing_quantity, t.seen_lowest_price,
+	t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated`
+
+// seen receives seenCols.
+type seen struct {
+	at        *time.Time
+	count     *int32
+	quantity  *int64
+	truncated *bool
+	state     history.State // the figures that may be absent (nothing listed)
+}
+
+func (s *seen) dest() []any {
+	return []any{&s.at, &s.count, &s.quantity, &s.state.Lowest, &s.state.Median, &s.state.Weighted, &s.state.APIAverage, &s.truncated}
+}
+
+// written is the market read: nil before the item's first snapshot.
+func (s *seen) written() *history.Written {
+	if s.at == nil || s.count == nil || s.quantity == nil || s.truncated == nil {
+		return nil
+	}
+	st := s.state
+	st.Count, st.Quantity, st.Truncated = int(*s.count), *s.quantity, *s.truncated
+	return &history.Written{State: st, At: *s.at}
 }
 
 // LatestStates returns every tracked item's current market in item id order (synthetic
@@ -79,9 +101,7 @@ func LatestChanged(ctx context.Context, db history.Reader, since time.Time) ([]L
 	}
 	rows, err := db.Query(ctx, `
 		WITH c AS (SELECT now(), count(*)::int AS n FROM tracked_items WHERE NOT synthetic_item(item_id))
-		SELECT c.*, t.item_id, t.item_name, t.collection_tier, t.last_snapshot_at, t.last_collected_at,
-		       t.seen_lowest_price, t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price,
-		       t.seen_listing_count, t.seen_listing_quantity, t.seen_truncated
+		SELECT c.*, t.item_id, t.item_name, t.collection_tier, t.last_collected_at, `+seenCols+`
 		FROM c LEFT JOIN tracked_items t ON t.updated_at >= $1 AND NOT synthetic_item(t.item_id)
 		ORDER BY t.item_id`, since)
 	if err != nil {
@@ -91,13 +111,13 @@ func LatestChanged(ctx context.Context, db history.Reader, since time.Time) ([]L
 	for rows.Next() {
 		var id, name, tier *string
 		var l Latest
-		if err := rows.Scan(&now.Now, &total, &id, &name, &tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
-			&l.APIAverage, &l.ListingCount, &l.Quantity, &l.Truncated); err != nil {
+		var sn seen
+		if err := rows.Scan(append([]any{&now.Now, &total, &id, &name, &tier, &l.SeenAt}, sn.dest()...)...); err != nil {
 			rows.Close()
 			return nil, now, 0, fmt.Errorf("read the changed markets: %w", err)
 		}
 		if id != nil { // nil: the one row of no change
-			l.ItemID, l.Name, l.Tier = *id, *name, *tier
+			l.ItemID, l.Name, l.Tier, l.Market = *id, *name, *tier, sn.written()
 			out = append(out, l)
 		}
 	}
@@ -116,17 +136,16 @@ func latest(ctx context.Context, db history.Reader, where string, args ...any) (
 	}
 	now.Horizon = horizon
 	rows, err := db.Query(ctx, `
-		SELECT now(), item_id, item_name, collection_tier, last_snapshot_at, last_collected_at,
-		       seen_lowest_price, seen_median_price, seen_weighted_price, seen_api_average_price,
-		       seen_listing_count, seen_listing_quantity, seen_truncated
-		FROM tracked_items WHERE `+where+` ORDER BY item_id`, args...)
+		SELECT now(), t.item_id, t.item_name, t.collection_tier, t.last_collected_at, `+seenCols+`
+		FROM tracked_items t WHERE `+where+` ORDER BY t.item_id`, args...)
 	if err != nil {
 		return nil, now, fmt.Errorf("read the latest markets: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Latest, error) {
 		var l Latest
-		err := r.Scan(&now.Now, &l.ItemID, &l.Name, &l.Tier, &l.SnapshotAt, &l.SeenAt, &l.Lowest, &l.Median, &l.Weighted,
-			&l.APIAverage, &l.ListingCount, &l.Quantity, &l.Truncated)
+		var sn seen
+		err := r.Scan(append([]any{&now.Now, &l.ItemID, &l.Name, &l.Tier, &l.SeenAt}, sn.dest()...)...)
+		l.Market = sn.written()
 		return l, err
 	})
 	if err != nil {

@@ -77,9 +77,8 @@ const claimSet = `SET lease_expires_at = now() + $2 * interval '1 millisecond',
 // claimReturning is what every claim statement returns, in scanClaim's order. An item claimed by
 // name may have no schedule (DORMANT): it counts as due now.
 const claimReturning = `RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at, t.last_second_sales,
-          t.seen_listing_count, t.est_sales, t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection, t.last_snapshot_at, t.seen_listing_quantity, t.seen_lowest_price,
-          t.seen_median_price, t.seen_weighted_price, t.seen_api_average_price, t.seen_truncated, t.failure_streak, t.ctid`
+          t.est_sales, t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.last_collected_at,
+          t.requests_per_collection, t.failure_streak, t.ctid, ` + seenCols
 
 // claimSQL claims up to $1 due, unleased items in one statement, the most urgent tier first
 // ($5 lists the tiers in urgency order, tiers.All, so the order lives in one place), each tier
@@ -210,18 +209,12 @@ func ClaimOne(ctx context.Context, pool *pgxpool.Pool, itemID string, lease time
 func scanClaim(row pgx.CollectableRow, extra ...any) (Claim, error) {
 	var c Claim
 	var tier string
-	var snapAt *time.Time
-	var qty *int64
-	var truncated *bool
-	var s history.State
+	var sn seen
 	err := row.Scan(append([]any{&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt, &c.LastSecondSales,
-		&c.SeenListings, &c.EstSales, &c.Est.Accesses, &c.Est.Changes, &c.Est.ChangedSeconds, &c.Est.UnchangedSeconds, &c.LastCollectedAt, &c.Requests,
-		&snapAt, &qty, &s.Lowest, &s.Median, &s.Weighted, &s.APIAverage, &truncated, &c.FailureStreak, &c.TID}, extra...)...)
+		&c.EstSales, &c.Est.Accesses, &c.Est.Changes, &c.Est.ChangedSeconds, &c.Est.UnchangedSeconds, &c.LastCollectedAt, &c.Requests,
+		&c.FailureStreak, &c.TID}, append(sn.dest(), extra...)...)...)
 	c.Tier = tiers.Tier(tier)
-	if snapAt != nil && c.SeenListings != nil && qty != nil && truncated != nil {
-		s.Count, s.Quantity, s.Truncated = int(*c.SeenListings), *qty, *truncated
-		c.LastSnapshot = &history.Written{State: s, At: *snapAt}
-	}
+	c.SeenListings, c.LastSnapshot = sn.count, sn.written()
 	return c, err
 }
 
