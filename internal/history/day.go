@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -69,29 +70,41 @@ type CandleRow struct {
 // re-read yields the same rows in the same order and pgx streams them rather than the day
 // being held in memory. $1 is the day's start, $2 the next day's. Synthetic fixtures are
 // left out (the schema's synthetic_item), from the counts too: exports are for consumers, and
-// a manifest counts what its files hold.
-const (
-	daySnapshots = `
-		SELECT snapshot_id, item_id, collected_at, tier, reason, listing_count, listing_quantity, lowest_unit_price,
-		       median_unit_price, weighted_unit_price, api_average_price, sales_count, sales_quantity, sales_vwap,
-		       listings_truncated, packed, previous_seen_at
+// a manifest counts what its files hold. Each selects its row type's columns (dayColumns), so a
+// column added to a row type is read and exported with nothing else to change.
+var (
+	daySnapshots = `SELECT ` + dayColumns[SnapshotRow]() + `
 		FROM auction_snapshots WHERE collected_at >= $1 AND collected_at < $2 AND NOT synthetic_item(item_id)
 		ORDER BY item_id, collected_at, snapshot_id`
-	daySales = `
-		SELECT item_id, sold_at, seq, quantity, unit_price, total_price, first_seen_at
+	daySales = `SELECT ` + dayColumns[SaleRow]() + `
 		FROM auction_sales WHERE sold_at >= $1 AND sold_at < $2 AND NOT synthetic_item(item_id)
 		ORDER BY item_id, sold_at, seq`
 	// A day's candles are its 24 hours and the day itself.
-	dayCandles = `
-		SELECT item_id, resolution, bucket, snapshots, open_at, open_price, high_price, low_price, close_at,
-		       close_price, listings_min, listings_max, sales_count, sales_quantity, sales_vwap
+	dayCandles = `SELECT ` + dayColumns[CandleRow]() + `
 		FROM price_candles WHERE bucket >= $1 AND bucket < $2 AND NOT synthetic_item(item_id)
 		ORDER BY item_id, resolution, bucket`
-	dayCounts = `
+)
+
+const dayCounts = `
 		SELECT (SELECT count(*) FROM auction_snapshots WHERE collected_at >= $1 AND collected_at < $2 AND NOT synthetic_item(item_id)),
 		       (SELECT count(*) FROM auction_sales WHERE sold_at >= $1 AND sold_at < $2 AND NOT synthetic_item(item_id)),
 		       (SELECT count(*) FROM price_candles WHERE bucket >= $1 AND bucket < $2 AND NOT synthetic_item(item_id))`
-)
+
+// dayColumns is R's columns in field order: each field's Parquet name, which is its column's.
+func dayColumns[R any]() string {
+	var cols []string
+	for f := range reflect.TypeFor[R]().Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("parquet"), ",")
+		cols = append(cols, name)
+	}
+	return strings.Join(cols, ", ")
+}
+
+// scanDay scans a row of dayColumns[R] into its fields, in order.
+func scanDay[R any](r pgx.Rows, out *R) (err error) {
+	*out, err = pgx.RowToStructByPos[R](r)
+	return err
+}
 
 // DayCounts is how many rows each history table holds for one UTC day, fixtures left out.
 type DayCounts struct {
@@ -110,29 +123,19 @@ func CountDay(ctx context.Context, db Reader, day time.Time) (DayCounts, error) 
 // EachSnapshotOfDay calls fn with every snapshot collected in the UTC day starting at day, by
 // item, then time.
 func EachSnapshotOfDay(ctx context.Context, db Reader, day time.Time, fn func(SnapshotRow) error) error {
-	return eachOfDay(ctx, db, "snapshots", daySnapshots, day, fn, func(r pgx.Rows, s *SnapshotRow) error {
-		return r.Scan(&s.SnapshotID, &s.ItemID, &s.CollectedAt, &s.Tier, &s.Reason, &s.ListingCount, &s.ListingQuantity,
-			&s.LowestUnitPrice, &s.MedianUnitPrice, &s.WeightedUnitPrice, &s.APIAveragePrice, &s.SalesCount,
-			&s.SalesQuantity, &s.SalesVWAP, &s.ListingsTruncated, &s.Packed, &s.PreviousSeenAt)
-	})
+	return eachOfDay(ctx, db, "snapshots", daySnapshots, day, fn, scanDay[SnapshotRow])
 }
 
 // EachSaleOfDay calls fn with every sale sold in the UTC day starting at day, by item, then
 // time and position.
 func EachSaleOfDay(ctx context.Context, db Reader, day time.Time, fn func(SaleRow) error) error {
-	return eachOfDay(ctx, db, "sales", daySales, day, fn, func(r pgx.Rows, s *SaleRow) error {
-		return r.Scan(&s.ItemID, &s.SoldAt, &s.Seq, &s.Quantity, &s.UnitPrice, &s.TotalPrice, &s.FirstSeenAt)
-	})
+	return eachOfDay(ctx, db, "sales", daySales, day, fn, scanDay[SaleRow])
 }
 
 // EachCandleOfDay calls fn with the UTC day's hourly candles and its daily one, by item,
 // resolution and bucket.
 func EachCandleOfDay(ctx context.Context, db Reader, day time.Time, fn func(CandleRow) error) error {
-	return eachOfDay(ctx, db, "candles", dayCandles, day, fn, func(r pgx.Rows, c *CandleRow) error {
-		return r.Scan(&c.ItemID, &c.Resolution, &c.Bucket, &c.Snapshots, &c.OpenAt, &c.OpenPrice, &c.HighPrice,
-			&c.LowPrice, &c.CloseAt, &c.ClosePrice, &c.ListingsMin, &c.ListingsMax, &c.SalesCount, &c.SalesQuantity,
-			&c.SalesVWAP)
-	})
+	return eachOfDay(ctx, db, "candles", dayCandles, day, fn, scanDay[CandleRow])
 }
 
 // dayBatch is how many rows a read of a day in a transaction fetches at once: few enough that

@@ -2,6 +2,9 @@ package history_test
 
 import (
 	"context"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,5 +69,37 @@ func TestADaysReadInATransactionLeavesTheSessionIdle(t *testing.T) {
 	}
 	if state != "idle in transaction" {
 		t.Fatalf("while the reader held its first row its session was %q, want idle in transaction", state)
+	}
+}
+
+// An export's row types hold every column of their tables but the write-back's bookkeeping
+// (claim_token, sales_value), in the tables' order: a column added to a table and not to its
+// row type would be missing from every export without a word.
+func TestExportRowsHoldEveryColumnOfTheirTables(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	for _, c := range []struct {
+		table   string
+		row     reflect.Type
+		skipped []string
+	}{
+		{"auction_snapshots", reflect.TypeFor[history.SnapshotRow](), []string{"claim_token"}},
+		{"auction_sales", reflect.TypeFor[history.SaleRow](), []string{}},
+		{"price_candles", reflect.TypeFor[history.CandleRow](), []string{"sales_value"}},
+	} {
+		rows, _ := pool.Query(context.Background(), `SELECT column_name::text FROM information_schema.columns
+			WHERE table_schema = current_schema() AND table_name = $1 AND NOT column_name = ANY ($2::text[])
+			ORDER BY ordinal_position`, c.table, c.skipped)
+		want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(want) == 0 {
+			t.Fatalf("columns of %s: %v (%d)", c.table, err, len(want))
+		}
+		var got []string
+		for f := range c.row.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("parquet"), ",")
+			got = append(got, name)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s exports %v, the table has %v", c.row.Name(), got, want)
+		}
 	}
 }
