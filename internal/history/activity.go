@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,8 @@ type Activity struct {
 func RecentActivity(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }, ids []string, window time.Duration) ([]Activity, error) {
+	// Each id once: the joins below would count an id's rows once for every time it is asked.
+	asked := slices.Compact(slices.Sorted(slices.Values(ids)))
 	rows, err := q.Query(ctx, `
 		WITH ids AS (
 			SELECT item_id, pos FROM unnest($1::text[]) WITH ORDINALITY AS u(item_id, pos)
@@ -41,13 +44,18 @@ func RecentActivity(ctx context.Context, q interface {
 		)
 		SELECT coalesce(sa.n, 0), coalesce(sa.gold, 0), coalesce(ch.churn, 0)
 		FROM ids LEFT JOIN sa USING (item_id) LEFT JOIN ch USING (item_id)
-		ORDER BY ids.pos`, ids, window.Seconds())
+		ORDER BY ids.pos`, asked, window.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("read recent activity of %d items: %w", len(ids), err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Activity])
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Activity])
 	if err != nil {
 		return nil, fmt.Errorf("read recent activity of %d items: %w", len(ids), err)
+	}
+	out := make([]Activity, len(ids))
+	for i, id := range ids {
+		j, _ := slices.BinarySearch(asked, id)
+		out[i] = got[j]
 	}
 	return out, nil
 }

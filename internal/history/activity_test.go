@@ -26,13 +26,14 @@ func TestRecentActivityCountsTheWindowPerItem(t *testing.T) {
 		storetest.Snapshot{ItemID: "b", CollectedAt: storetest.Ago(30 * time.Minute), ListingCount: 14},
 		storetest.Snapshot{ItemID: "b", CollectedAt: storetest.Ago(10 * time.Minute), ListingCount: 11},
 	)
-	got, err := history.RecentActivity(context.Background(), pool, []string{"b", "quiet", "a", "unknown"}, time.Hour)
+	got, err := history.RecentActivity(context.Background(), pool, []string{"b", "quiet", "a", "unknown", "b"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []history.Activity{{Sales: 1, Gold: 7, Churn: 7}, {}, {Sales: 2, Gold: 250}, {}}
+	// An id asked twice reads the same twice, not doubled.
+	want := []history.Activity{{Sales: 1, Gold: 7, Churn: 7}, {}, {Sales: 2, Gold: 250}, {}, {Sales: 1, Gold: 7, Churn: 7}}
 	if len(got) != len(want) {
-		t.Fatalf("got %d activities for 4 ids: %+v", len(got), got)
+		t.Fatalf("got %d activities for 5 ids: %+v", len(got), got)
 	}
 	for i := range want {
 		if got[i] != want[i] {
