@@ -37,10 +37,7 @@ func TestARelayWhoseLanesWereTakenOverReadsNothingOfThem(t *testing.T) {
 	ctx := context.Background()
 	pool, broker, r, _ := holdingTen(t, "paused")
 	// While it was paused its leases lapsed and another relay took every lane.
-	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET owner = 'other', lease_token = gen_random_uuid(),
-		lease_expires_at = now() + interval '1 minute', acquired_at = now()`); err != nil {
-		t.Fatal(err)
-	}
+	takeEveryLane(t, pool)
 	if len(r.lanes.usable(r.publishWindow())) == 0 {
 		t.Fatal("the relay's own count already says its lanes are gone: the test proves nothing")
 	}
@@ -67,10 +64,7 @@ func TestAWokenRelayMarksNothingOfLanesItLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _, r, rows := holdingTen(t, "paused")
-	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET owner = 'other', lease_token = gen_random_uuid(),
-		lease_expires_at = now() + interval '1 minute', acquired_at = now()`); err != nil {
-		t.Fatal(err)
-	}
+	takeEveryLane(t, pool)
 	for i := range rows {
 		rows[i].sent = true
 	}
@@ -96,10 +90,7 @@ func TestAWokenRelaysFailureIsNotNotedOnRowsItLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _, r, rows := holdingTen(t, "paused")
-	if _, err := pool.Exec(ctx, `UPDATE outbox_relay_lanes SET owner = 'other', lease_token = gen_random_uuid(),
-		lease_expires_at = now() + interval '1 minute', acquired_at = now()`); err != nil {
-		t.Fatal(err)
-	}
+	takeEveryLane(t, pool)
 	dequeue(t, pool, "id = "+fmt.Sprint(rows[0].ID)) // the other relay published the first row
 	if _, _, err := markSettled(ctx, pool, r.lanes.tokens(), rows, errors.New("broker: request timed out")); err != nil {
 		t.Fatal(err)
@@ -137,5 +128,14 @@ func TestNoCallStartsAfterTheStop(t *testing.T) {
 	}
 	if n := countWhere(t, pool, "state = 'pending'"); n != 10 {
 		t.Fatalf("%d rows pending, want all 10", n)
+	}
+}
+
+// takeEveryLane gives every lane to another relay, as one does once a sleeper's leases lapsed.
+func takeEveryLane(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `UPDATE outbox_relay_lanes SET owner = 'other', lease_token = gen_random_uuid(),
+		lease_expires_at = now() + interval '1 minute', acquired_at = now()`); err != nil {
+		t.Fatal(err)
 	}
 }
