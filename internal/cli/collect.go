@@ -57,11 +57,7 @@ func (a *app) newDispatcher(ctx context.Context) (d *dispatcher.Dispatcher, stop
 	// key over.
 	probe := health.AuctionProbe(pool, client.Auction)
 	dc.Recover = func(ctx context.Context) error { return health.Once(ctx, pool, hc, probe, a.log) }
-	if dc.DirectPool, err = a.directPool(ctx, pool); err != nil {
-		stop()
-		return nil, nil, err
-	}
-	if dc.Keeper, err = a.keeper(ctx, pool); err != nil {
+	if dc.Partitions, err = a.keeper(ctx, pool); err != nil {
 		stop()
 		return nil, nil, err
 	}

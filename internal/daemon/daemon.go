@@ -64,8 +64,8 @@ type Config struct {
 	// Retention deletes outbox rows, and interest events and candles when an age is set, every
 	// Retention.Interval (retention.FromConfig): the one pruner.
 	Retention retention.Config
-	// Partitions is the partition keeper, built once by the caller and shared by upkeep and the
-	// write path; nil = built here from Dispatch.Partitions over DirectPool (tests).
+	// Partitions is the process's one partition keeper (required), built by the caller and
+	// shared by upkeep and the write path.
 	Partitions *partition.Partitions
 	// PartitionInterval is how often partitions are kept; 0 = partition.KeepIntervalDefault.
 	PartitionInterval time.Duration
@@ -304,14 +304,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	dc.Span = passSpan
 	dc.Observer = &observer{m: d.metrics, h: d.health}
 	dc.WriteHealth = d.writes
-	dc.DirectPool = cfg.DirectPool
-	parts := cfg.Partitions
-	if parts == nil {
-		if parts, err = partition.New(pool, cfg.DirectPool, cfg.Dispatch.Partitions); err != nil {
-			return nil, err
-		}
-	}
-	dc.Keeper = parts
+	dc.Partitions = cfg.Partitions
 	disp, err := dispatcher.New(pool, f, dc, log)
 	if err != nil {
 		return nil, err
@@ -344,7 +337,7 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 		return nil, err
 	}
 	d.retention.writes = writeReports{d.writes}
-	if d.parts, err = newPartitionService(partitionConfig{Interval: cfg.PartitionInterval, Maintained: &d.cfg.signals.kept}, parts, d.metrics, log); err != nil {
+	if d.parts, err = newPartitionService(partitionConfig{Interval: cfg.PartitionInterval, Maintained: &d.cfg.signals.kept}, cfg.Partitions, d.metrics, log); err != nil {
 		return nil, err
 	}
 	d.parts.writes = writeReports{d.writes}

@@ -98,10 +98,9 @@ func testConfig() Config {
 		Health:        health.Thresholds{CheckInterval: 50 * time.Millisecond, ProbeBackoff: 100 * time.Millisecond, ProbeBackoffMax: 400 * time.Millisecond},
 		Dispatch: dispatcher.Config{
 			BatchSize: 50, Lease: 30 * time.Second, Concurrency: 8, FlushSize: 20, EstimateWindow: config.Default().Catalog.EstimateWindow,
-			Owner:      fmt.Sprintf("test-daemon-%d", owners.Add(1)),
-			Provider:   config.Default().Provider.Name,
-			History:    history.FromConfig(config.Default()),
-			Partitions: partition.FromConfig(config.Default()),
+			Owner:    fmt.Sprintf("test-daemon-%d", owners.Add(1)),
+			Provider: config.Default().Provider.Name,
+			History:  history.FromConfig(config.Default()),
 		},
 		Retention: retention.FromConfig(config.Default()),
 		Market:    config.WorkloadLimits{Rate: 100000, Burst: 10000, PerMinute: 100000000},
@@ -143,6 +142,11 @@ func (e *env) build(t testing.TB, cfg Config, log *zap.Logger) *Daemon {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
+	}
+	if cfg.Partitions == nil { // the process's one keeper, as internal/cli builds it
+		if cfg.Partitions, err = partition.New(pool, cfg.DirectPool, partition.FromConfig(config.Default())); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d, err := New(pool, client, cfg, log)
 	if err != nil {

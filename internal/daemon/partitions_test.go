@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -23,8 +24,13 @@ func TestPartitionGaugesTellAheadAndRetentionBehind(t *testing.T) {
 	today := storetest.PartitionDays(t, e.pool, -10, 1, partition.Snapshots, partition.Sales)
 	const retention = 3 * 24 * time.Hour
 	cfg := testConfig()
-	cfg.Dispatch.Partitions.DropLockTimeout = 100 * time.Millisecond
-	cfg.Dispatch.Partitions.Tables = []partition.Table{{Name: partition.Snapshots, Retention: retention}, {Name: partition.Sales}}
+	pc := partition.FromConfig(config.Default())
+	pc.DropLockTimeout = 100 * time.Millisecond
+	pc.Tables = []partition.Table{{Name: partition.Snapshots, Retention: retention}, {Name: partition.Sales}}
+	var err error
+	if cfg.Partitions, err = partition.New(e.pool, nil, pc); err != nil {
+		t.Fatal(err)
+	}
 	d := e.build(t, cfg, nil)
 	m := d.Metrics()
 	ahead := func(table string) float64 { v, _ := m.PartitionsAhead.Value(table); return v }

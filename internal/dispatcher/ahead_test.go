@@ -50,7 +50,7 @@ func TestClaimAhead(t *testing.T) {
 	if n := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND last_claimed_at IS NOT NULL`, later); n != 0 {
 		t.Fatalf("the item due in 50 s was claimed")
 	}
-	if _, err := New(e.pool, e.client, configured(Config{Ahead: catalog.MaxAhead}), nil); err == nil {
+	if _, err := New(e.pool, e.client, configured(e.pool, Config{Ahead: catalog.MaxAhead}), nil); err == nil {
 		t.Fatalf("Ahead %v (half the HOT interval) accepted: an item claimed that early could be rescheduled to the slot it was claimed for", catalog.MaxAhead)
 	}
 }

@@ -38,7 +38,7 @@ func BenchmarkClaimRescheduleCycle(b *testing.B) {
 	storetest.Items(b, pool, numberedItems(n, func(i int) tiers.Tier {
 		return []tiers.Tier{tiers.Hot, tiers.Active, tiers.Warm, tiers.Cold}[i%4]
 	})...)
-	d, err := New(pool, zeroFetcher{}, configured(Config{BatchSize: 1000, Concurrency: 8, FlushSize: 500}), nil)
+	d, err := New(pool, zeroFetcher{}, configured(pool, Config{BatchSize: 1000, Concurrency: 8, FlushSize: 500}), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func TestAPanicOnOneItemFailsThatItemAlone(t *testing.T) {
 	e := setup(t, 6, tiers.Active, nil)
 	f := &panicking{Fetcher: e.client, poison: e.items[3].ItemID}
 	core, logs := observer.New(zapcore.DebugLevel)
-	d, err := New(e.pool, f, configured(Config{Concurrency: 2}), zap.New(core))
+	d, err := New(e.pool, f, configured(e.pool, Config{Concurrency: 2}), zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestAPanicInAPackedCallFailsOnlyTheItemThatMeetsIt(t *testing.T) {
 	}
 	f := &panicking{Fetcher: e.client, poison: e.items[5].ItemID}
 	core, logs := observer.New(zapcore.DebugLevel)
-	d, err := New(e.pool, f, configured(cfg), zap.New(core))
+	d, err := New(e.pool, f, configured(e.pool, cfg), zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,14 +143,10 @@ type Config struct {
 	// History decides which collections write a snapshot and an event (history.mode,
 	// history.heartbeat).
 	History history.Policy
-	// Partitions is how the write path creates a history partition its rows found missing
-	// (history.partition_interval, history.partition_ahead).
-	Partitions partition.Config
-	// Keeper, when set, is the partition keeper the caller built once and shares with upkeep;
-	// nil = New builds one from Partitions over DirectPool.
-	Keeper *partition.Partitions
-	// DirectPool, when set, is database.direct_url: the write path creates partitions over it.
-	DirectPool *pgxpool.Pool
+	// Partitions is the process's one partition keeper (required): the write path has it create
+	// a history partition its rows found missing. The caller builds it once and shares it with
+	// upkeep.
+	Partitions *partition.Partitions
 	// WriteHealth, when set, hears the outcome of every claim, lease renewal and release and
 	// write-back, whichever statement made it: whether the
 	// database takes writes (store.RefusedCause), for /readyz and the metrics.
@@ -198,8 +194,8 @@ const (
 )
 
 // FromConfig is the dispatcher's configuration from provider.name, collect.* and
-// catalog.estimate_window, shared by the daemon and the one-shots. MaxBatches, Grace, Owner and
-// the daemon's own fields (ClaimLimit, Gather, Ahead, Observer) are the
+// catalog.estimate_window, shared by the daemon and the one-shots. MaxBatches, Grace, Owner,
+// the partition keeper and the daemon's own fields (ClaimLimit, Gather, Ahead, Observer) are the
 // caller's.
 func FromConfig(c *config.Config) Config {
 	cc := c.Collect
@@ -209,7 +205,6 @@ func FromConfig(c *config.Config) Config {
 		PackSize: cc.PackSize, PackMaxListings: packing.MaxListingsDefault, PackMaxSales: packing.MaxSalesDefault,
 		ShadowFraction: packing.ShadowFractionDefault,
 		History:        history.FromConfig(c),
-		Partitions:     partition.FromConfig(c),
 	}
 }
 
@@ -221,7 +216,9 @@ func (c Config) validate() error {
 		config.CollectMaxBatches.Check(c.MaxBatches),
 		config.CatalogEstimateWindow.Check(c.EstimateWindow),
 		c.History.Validate(),
-		c.Partitions.Validate(),
+	}
+	if c.Partitions == nil {
+		errs = append(errs, errors.New("partition keeper: required"))
 	}
 	if c.Provider == "" {
 		errs = append(errs, errors.New(`provider.name "": required`))
@@ -298,14 +295,7 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 	if cfg.Owner == "" {
 		cfg.Owner = telemetry.Instance()
 	}
-	parts := cfg.Keeper
-	if parts == nil {
-		var err error
-		if parts, err = partition.New(pool, cfg.DirectPool, cfg.Partitions); err != nil {
-			return nil, fmt.Errorf("dispatcher config: %w", err)
-		}
-	}
-	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log, partitions: parts,
+	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log, partitions: cfg.Partitions,
 		auctionLimit: fetch.AuctionLimit(), soldLimit: fetch.SoldLimit(), packSize: min(cfg.PackSize, fetch.PackLimit())}, nil
 }
 

@@ -105,7 +105,7 @@ func numberedItems(n int, tier func(i int) tiers.Tier) []storetest.Item {
 
 func (e *env) dispatcher(t *testing.T, cfg Config, log *zap.Logger) *Dispatcher {
 	t.Helper()
-	d, err := New(e.pool, e.client, configured(cfg), log)
+	d, err := New(e.pool, e.client, configured(e.pool, cfg), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,12 +113,12 @@ func (e *env) dispatcher(t *testing.T, cfg Config, log *zap.Logger) *Dispatcher 
 }
 
 // configured is cfg with what a test leaves zero of provider.name, collect.* and
-// catalog.estimate_window taken from the configuration's defaults, so a test names only what
-// it varies. Packing stays as the test set it (0: off).
+// catalog.estimate_window taken from the configuration's defaults, and a partition keeper over
+// pool, so a test names only what it varies. Packing stays as the test set it (0: off).
 // everyCollection is history.mode every: a snapshot per collection.
 var everyCollection = history.Policy{Every: true, Heartbeat: time.Hour}
 
-func configured(cfg Config) Config {
+func configured(pool *pgxpool.Pool, cfg Config) Config {
 	def := FromConfig(config.Default())
 	cfg.Provider = cmp.Or(cfg.Provider, def.Provider)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, def.BatchSize)
@@ -129,8 +129,8 @@ func configured(cfg Config) Config {
 	if cfg.History.Heartbeat == 0 {
 		cfg.History = def.History
 	}
-	if cfg.Partitions.Interval == 0 {
-		cfg.Partitions = def.Partitions
+	if cfg.Partitions == nil && pool != nil {
+		cfg.Partitions = storetest.Keeper(pool)
 	}
 	return cfg
 }
@@ -529,7 +529,7 @@ func TestMalformedAndOversizedBodiesAreItemFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(e.pool, client, configured(Config{}), nil)
+	d, err := New(e.pool, client, configured(e.pool, Config{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -616,7 +616,7 @@ func TestPhasePinnedReschedulesSpreadTenThousandHotItems(t *testing.T) {
 		for i, c := range claims {
 			results[i] = result{claim: c, at: c.DBNow, outcome: "ok"}
 		}
-		if _, err := writeBack(ctx, pool, configured(Config{}).History, results, nil); err != nil {
+		if _, err := writeBack(ctx, pool, configured(nil, Config{}).History, results, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

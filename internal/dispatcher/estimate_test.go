@@ -101,7 +101,7 @@ func gapsAndChanges(t *testing.T, cfg Config) {
 	}
 	storetest.Items(t, pool, tracked...)
 	cfg.BatchSize, cfg.Concurrency = 1000, 8
-	d, err := New(pool, client, configured(cfg), nil)
+	d, err := New(pool, client, configured(pool, cfg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

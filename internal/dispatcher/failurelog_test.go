@@ -61,7 +61,7 @@ func TestAPanicSiteLogsItsStackOnce(t *testing.T) {
 	e := setup(t, 6, tiers.Active, nil)
 	f := &panicking{Fetcher: e.client, poisonAll: true}
 	core, logs := observer.New(zapcore.InfoLevel)
-	d, err := New(e.pool, f, configured(Config{Concurrency: 2}), zap.New(core))
+	d, err := New(e.pool, f, configured(e.pool, Config{Concurrency: 2}), zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}

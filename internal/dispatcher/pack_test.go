@@ -77,7 +77,7 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 			}{{"ample", 400, 100}, {"exactly at the limit", exactL, exactS}, {"one short", exactL - 1, exactS - 1}} {
 				t.Run(fmt.Sprintf("%s/%s/%s", lim, ord, limits.name), func(t *testing.T) {
 					client := marketClient(t, srv.URL, limits.list, limits.sold)
-					d, err := New(pool, client, configured(Config{PackSize: 10}), nil)
+					d, err := New(pool, client, configured(pool, Config{PackSize: 10}), nil)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -605,7 +605,7 @@ func TestPackedSalesAreHeldBackFromTheirCall(t *testing.T) {
 	t.Cleanup(srv.Close)
 	at := time.Now().Truncate(time.Second)
 	f := &jumpingFetcher{Fetcher: marketClient(t, srv.URL, 400, 100), sale: at}
-	d, err := New(pool, f, configured(Config{PackSize: 10}), nil)
+	d, err := New(pool, f, configured(pool, Config{PackSize: 10}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

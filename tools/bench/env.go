@@ -117,7 +117,7 @@ func (e *env) freshDB(ctx context.Context, name string, migrated bool) (string, 
 // createPartitions creates the history partitions before anything is measured, as `migrate up`
 // and the daemon keep them: a write finding none would create them on its measured path.
 func createPartitions(ctx context.Context, pool *pgxpool.Pool) error {
-	parts, err := partition.New(pool, pool, partition.FromConfig(config.Default()))
+	parts, err := keeper(pool)
 	if err != nil {
 		return err
 	}
@@ -125,6 +125,12 @@ func createPartitions(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("create history partitions: %w", err)
 	}
 	return nil
+}
+
+// keeper is the partition keeper a collector process builds once (internal/cli's app.keeper),
+// with the default configuration.
+func keeper(pool *pgxpool.Pool) (*partition.Partitions, error) {
+	return partition.New(pool, pool, partition.FromConfig(config.Default()))
 }
 
 // cloneDB (re)creates a database as a copy of another (which must have no connections), then

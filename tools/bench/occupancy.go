@@ -144,6 +144,11 @@ func benchOccupancy(ctx context.Context, e *env, sz sizes, rep *report) error {
 	}
 	dc := dispatcher.FromConfig(config.Default())
 	dc.Concurrency, dc.PackSize = occConcurrency, 1 // every item alone
+	parts, err := keeper(pool)
+	if err != nil {
+		return err
+	}
+	dc.Partitions = parts
 	d, err := dispatcher.New(pool, client, dc, nil)
 	if err != nil {
 		return err

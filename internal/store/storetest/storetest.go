@@ -144,12 +144,18 @@ func partitionHistory(ctx context.Context, url string) error {
 		return err
 	}
 	defer pool.Close()
+	_, err = Keeper(pool).RunOnce(ctx)
+	return err
+}
+
+// Keeper is a partition keeper over pool with the configuration's defaults, as the process
+// builds its one keeper for the write path and upkeep.
+func Keeper(pool *pgxpool.Pool) *partition.Partitions {
 	p, err := partition.New(pool, pool, partition.FromConfig(config.Default()))
 	if err != nil {
-		return err
+		panic(fmt.Sprintf("partition keeper from the default configuration: %v", err)) // config's tests hold the defaults valid
 	}
-	_, err = p.RunOnce(ctx)
-	return err
+	return p
 }
 
 // NewDatabase creates a fresh, migrated database and returns its URL. It is dropped when the
