@@ -59,16 +59,9 @@ func TestRelayOnceExitsOneWhenTheBrokerRefusesEvents(t *testing.T) {
 	if _, _, err := runCollector(t, "collect-due", "--database-url", db); err != nil {
 		t.Fatal(err)
 	}
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Close)
-	if err := broker.CreateTopic("tiny-messages", 1, map[string]string{"max.message.bytes": "100"}); err != nil {
-		t.Fatal(err)
-	}
+	broker := newBroker(t, "tiny-messages", 1, map[string]string{"max.message.bytes": "100"})
 	t.Setenv("COLLECTOR_KAFKA_TOPIC", "tiny-messages")
-	out, _, err := runCollector(t, "relay-outbox", "--once", "--database-url", db, "--brokers", broker.ListenAddrs()[0])
+	out, _, err := runCollector(t, "relay-outbox", "--once", "--database-url", db, "--brokers", broker)
 	if exitCode(err) != 1 || !strings.Contains(err.Error(), "the broker refused 12 events") || !strings.Contains(out, "failed 12") {
 		t.Fatalf("relay-outbox --once with every event refused: %q, %v; want exit 1 naming the 12 set aside", out, err)
 	}
@@ -97,20 +90,13 @@ func TestAFollowingRelayPrunesWhatItPublished(t *testing.T) {
 		SELECT count(*) FROM u`).Scan(&events); err != nil || events == 0 {
 		t.Fatalf("%d outbox rows to age: %v", events, err)
 	}
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Close)
-	if err := broker.CreateTopic("market.auction-snapshots.v1", 12, nil); err != nil {
-		t.Fatal(err)
-	}
+	broker := newBroker(t, "market.auction-snapshots.v1", 12, nil)
 	followPruneInterval = 10 * time.Millisecond
 	t.Cleanup(func() { followPruneInterval = 0 })
 
 	logs, logw := io.Pipe()
 	cmd := newRootCmd(io.Discard, logw)
-	cmd.SetArgs([]string{"relay-outbox", "--database-url", db, "--brokers", broker.ListenAddrs()[0], "--log-format=json"})
+	cmd.SetArgs([]string{"relay-outbox", "--database-url", db, "--brokers", broker, "--log-format=json"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx); _ = logw.Close() }()
 	// A relay that never prunes is stopped after testkit.Timeout: the scan then ends short.
@@ -136,4 +122,19 @@ func TestAFollowingRelayPrunesWhatItPublished(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&left); err != nil || pruned != events || left != 0 {
 		t.Fatalf("pruned %d of %d published events, %d rows left (%v)", pruned, events, left, err)
 	}
+}
+
+// newBroker is an in-process Kafka broker holding topic, stopped when the test ends; it returns
+// its address.
+func newBroker(t *testing.T, topic string, partitions int32, configs map[string]string) string {
+	t.Helper()
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	if err := broker.CreateTopic(topic, partitions, configs); err != nil {
+		t.Fatal(err)
+	}
+	return broker.ListenAddrs()[0]
 }
