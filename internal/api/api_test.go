@@ -262,6 +262,11 @@ func TestLatestAnswers304UntilTheMarketChanges(t *testing.T) {
 	if resp, _ = e.get(t, "/api/v1/latest?ids="+quietItem, "If-None-Match", `"other", `+qtag); resp.StatusCode != http.StatusNotModified {
 		t.Fatalf("filtered poll with its ETag in a list: %d, want 304", resp.StatusCode)
 	}
+	// If-None-Match compares weakly (RFC 9110 §13.1.2): a cache or proxy that sends the tag back
+	// without its W/ still holds the current copy.
+	if resp, _ = e.get(t, "/api/v1/latest?ids="+quietItem, "If-None-Match", strings.TrimPrefix(qtag, "W/")); !strings.HasPrefix(qtag, "W/") || resp.StatusCode != http.StatusNotModified {
+		t.Fatalf("the ETag %q sent back strong: %d, want 304", qtag, resp.StatusCode)
+	}
 }
 
 // An item leaving the catalog changes the answer: its ETag, and its Last-Modified is not

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	"math"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -103,6 +104,25 @@ func TestOneCutPerHoldForTheWholeCluster(t *testing.T) {
 	b.share.RateLimited(ctx, 2*time.Second, "test: API002 with Retry-After")
 	if b.share.CooldownRemaining() == 0 {
 		t.Fatal("a Retry-After must still be honoured")
+	}
+}
+
+// A process whose shared cut the database refuses (here its table is gone) still cuts its own
+// rate by the same factor: the provider's answer is heeded whether or not the others hear of it.
+func TestACutTheDatabaseRefusesIsMadeLocally(t *testing.T) {
+	c := newCluster(t)
+	r := c.fakeRun(t, 0)
+	a := r.join(adaptive("a", 100), 0)
+	r.until(15*time.Second, "the process live", func() bool { return a.share.Stats().Live == 1 })
+	before := a.share.Stats().ClusterRate
+	if _, err := c.pool.Exec(context.Background(), `ALTER TABLE budget_rates RENAME TO budget_rates_gone`); err != nil {
+		t.Fatal(err)
+	}
+	a.share.RateLimited(context.Background(), 0, "test: API002")
+	st := a.share.Stats()
+	if want := before * DefaultDecrease; st.Cuts != 1 || math.Abs(st.ClusterRate-want) > 0.01 {
+		t.Fatalf("after a cut the database refused: rate %v, %d cuts; want %v × %v = %v, one cut",
+			st.ClusterRate, st.Cuts, before, DefaultDecrease, want)
 	}
 }
 
