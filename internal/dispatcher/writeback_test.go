@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -407,5 +408,117 @@ func TestRowLockersTakeItemsInIdOrder(t *testing.T) {
 		if perr != nil {
 			t.Errorf("%s held %s while waiting for %s: %v", c.what, second, first, perr)
 		}
+	}
+}
+
+// A failed collection records the attempt and nothing it did not see: the item's last
+// collection, the market it last saw (what /latest serves) and its count of sales gaps stay;
+// its attempt, outcome and failure streak move, and it is rescheduled.
+func TestAFailedCollectionKeepsWhatWasLastSeen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, 2, tiers.Active, nil)
+	d := e.dispatcher(t, Config{}, nil)
+	type row struct {
+		Collected, Attempted, Next time.Time
+		Lowest                     *int64
+		Gaps, Streak               int
+		Outcome                    string
+	}
+	read := func() map[string]row {
+		rows, _ := e.pool.Query(ctx, `SELECT item_id, last_collected_at, last_attempt_at, next_collect_at, seen_lowest_price,
+			sales_gaps, failure_streak, last_outcome FROM tracked_items`)
+		out := map[string]row{}
+		for rows.Next() {
+			var id string
+			var r row
+			if err := rows.Scan(&id, &r.Collected, &r.Attempted, &r.Next, &r.Lowest, &r.Gaps, &r.Streak, &r.Outcome); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = r
+		}
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+		return out
+	}
+	claimAll := func() []catalog.Claim {
+		if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now()`); err != nil {
+			t.Fatal(err)
+		}
+		claims, err := catalog.ClaimDue(ctx, e.pool, 2, time.Minute, "test", 0)
+		if err != nil || len(claims) != 2 {
+			t.Fatalf("claimed %d: %v", len(claims), err)
+		}
+		return claims
+	}
+	var results []result
+	claims := claimAll()
+	d.clock.set(claims[0].DBNow)
+	for _, c := range claims {
+		results = append(results, d.fetchOne(ctx, c))
+	}
+	if _, err := writeBack(ctx, e.pool, d.cfg.History, results, nil); err != nil {
+		t.Fatal(err)
+	}
+	seen := read()
+	results = results[:0]
+	for _, c := range claimAll() {
+		// A failure flagged with a sales gap as well: a gap needs a sales page that was read.
+		results = append(results, result{claim: c, at: c.DBNow.Add(time.Second), err: errors.New("test: connection reset"),
+			outcome: "transient", salesGap: true, window: d.cfg.EstimateWindow})
+	}
+	if _, err := writeBack(ctx, e.pool, d.cfg.History, results, nil); err != nil {
+		t.Fatal(err)
+	}
+	for id, after := range read() {
+		before := seen[id]
+		if before.Lowest == nil {
+			t.Fatalf("%s: no market seen by the first collection", id)
+		}
+		if !after.Collected.Equal(before.Collected) || after.Lowest == nil || *after.Lowest != *before.Lowest || after.Gaps != before.Gaps {
+			t.Errorf("%s after a failure: last collected %s (was %s), lowest %v (was %d), sales gaps %d (was %d); want them kept",
+				id, after.Collected, before.Collected, after.Lowest, *before.Lowest, after.Gaps, before.Gaps)
+		}
+		if !after.Attempted.After(before.Attempted) || after.Outcome != "transient" || after.Streak != 1 || !after.Next.After(after.Attempted) {
+			t.Errorf("%s after a failure: attempted %s, outcome %q, streak %d, next %s; want a new attempt, transient, 1, rescheduled",
+				id, after.Attempted, after.Outcome, after.Streak, after.Next)
+		}
+	}
+}
+
+// An item whose tier moved while it was being collected (a recalculation promoted it and made it
+// due at once) keeps the schedule the move gave it: the write-back of the old tier's claim does
+// not put it back in that tier's next slot.
+func TestAWriteBackKeepsTheScheduleATierMoveGave(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, 1, tiers.Cold, nil)
+	d := e.dispatcher(t, Config{}, nil)
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := catalog.ClaimDue(ctx, e.pool, 1, time.Minute, "test", 0)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claimed %d: %v", len(claims), err)
+	}
+	d.clock.set(claims[0].DBNow)
+	r := d.fetchOne(ctx, claims[0])
+	var promoted time.Time
+	if err := e.pool.QueryRow(ctx, `UPDATE tracked_items SET collection_tier = 'HOT_1M', next_collect_at = now() + interval '5 seconds'
+		RETURNING next_collect_at`).Scan(&promoted); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := writeBack(ctx, e.pool, d.cfg.History, []result{r}, nil)
+	if err != nil || len(ws.stored) != 1 {
+		t.Fatalf("write-back: %d stored, %v", len(ws.stored), err)
+	}
+	var next time.Time
+	var leased bool
+	if err := e.pool.QueryRow(ctx, `SELECT next_collect_at, lease_token IS NOT NULL FROM tracked_items`).Scan(&next, &leased); err != nil {
+		t.Fatal(err)
+	}
+	if !next.Equal(promoted) || leased {
+		t.Fatalf("after the write-back: due %s, leased %v; want the promotion's %s, released", next, leased, promoted)
 	}
 }

@@ -695,9 +695,20 @@ func TestADayWaitsForCollectionToCatchUp(t *testing.T) {
 		t.Fatalf("every item tried %s after midnight: %v; want in progress (its last seconds' sales may be held back)", history.SalesSettle, err)
 	}
 	tried(b.today.Add(export.CaughtUpAfter))
-	if res, err := export.Run(ctx, b.pool, opts); err != nil || !res.Manifest.Complete || res.Behind != 0 {
-		t.Fatalf("after every item was tried since midnight: %+v, %v; want complete", res.Manifest, err)
+	// A DORMANT item is never collected: it holds no day back.
+	dormant := func(on bool) {
+		t.Helper()
+		if _, err := b.pool.Exec(ctx, `UPDATE tracked_items SET collection_tier = CASE WHEN $1 THEN 'DORMANT' ELSE 'ACTIVE_3M' END,
+			next_collect_at = CASE WHEN $1 THEN NULL ELSE now() END, last_attempt_at = CASE WHEN $1 THEN NULL ELSE $2::timestamptz END
+			WHERE item_id = 'c'`, on, b.today.Add(export.CaughtUpAfter)); err != nil {
+			t.Fatal(err)
+		}
 	}
+	dormant(true)
+	if res, err := export.Run(ctx, b.pool, opts); err != nil || !res.Manifest.Complete || res.Behind != 0 {
+		t.Fatalf("after every item was tried since midnight but a DORMANT one: %+v, %v; want complete", res.Manifest, err)
+	}
+	dormant(false)
 	if turn, err := e.RunOnce(ctx); err != nil || !turn.Newest.Equal(b.yesterday) {
 		t.Fatalf("exporter turn once caught up: %+v, %v; want complete up to yesterday", turn, err)
 	}
