@@ -140,6 +140,12 @@ func TestSummarizeListings(t *testing.T) {
 	if s := Summarize(rows, true); !s.Truncated {
 		t.Fatal("an answer that reached the limit must be flagged truncated")
 	}
+	// An even number of listings: the median is the lower of the two middle prices (prices are
+	// integers, and the lower one is a price someone asks).
+	even := append(rows[:3:3], provider.Listing{UnitPrice: 90, Count: 1})
+	if s := Summarize(even, false); *s.Median != 50 {
+		t.Fatalf("median of 49, 50, 70, 90 = %d, want 50", *s.Median)
+	}
 	if e := Summarize(nil, false); e.Lowest != nil || e.Median != nil || e.Weighted != nil || e.Count != 0 {
 		t.Fatalf("empty listings must give null prices: %+v", e)
 	}
