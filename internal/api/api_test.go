@@ -629,8 +629,12 @@ func TestBearerTokens(t *testing.T) {
 			t.Fatalf("%v: %d %q %s", hdr, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), b)
 		}
 	}
-	if resp, _ := e.get(t, "/api/v1/latest", "Authorization", "Bearer "+token); resp.StatusCode != 200 {
-		t.Fatalf("with the token: %d", resp.StatusCode)
+	// The scheme's name is case-insensitive (RFC 9110 §11.1), and a client that pads the
+	// token with a space still sends it.
+	for _, v := range []string{"Bearer " + token, "bearer " + token, "BEARER  " + token + " "} {
+		if resp, _ := e.get(t, "/api/v1/latest", "Authorization", v); resp.StatusCode != 200 {
+			t.Fatalf("with the token as %q: %d", strings.ReplaceAll(v, token, "<token>"), resp.StatusCode)
+		}
 	}
 	if resp, _ := e.get(t, "/api/v1/openapi.json"); resp.StatusCode != 200 {
 		t.Fatalf("the document without a token: %d", resp.StatusCode)

@@ -42,6 +42,8 @@ func TestDecide(t *testing.T) {
 			tiers.Hot, true, false, "watch event at 2026-11-29T11:59:00Z: reactivated from COLD_10M"},
 		{"interest already acted on does not reactivate again", State{Tier: tiers.Dormant, CreatedAt: old, TierChangedAt: ago(time.Minute), LastInterest: ago(5 * time.Minute), LastKind: "view"}, 1,
 			tiers.Cold, false, false, "score 1 < warm threshold 3"},
+		{"a pin holds against dormancy and the score", State{Tier: tiers.Warm, Pinned: tiers.Warm, CreatedAt: old, LastSale: ago(100 * time.Hour)}, 50,
+			tiers.Warm, false, false, "pinned by an operator"},
 		{"warm items are not reactivated", State{Tier: tiers.Warm, CreatedAt: old, TierChangedAt: ago(5 * time.Hour), LastInterest: ago(time.Minute), LastKind: "view"}, 5,
 			tiers.Warm, false, false, "score 5 ≥ warm threshold 3"},
 	} {
