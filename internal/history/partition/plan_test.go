@@ -2,6 +2,7 @@ package partition
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -113,6 +114,12 @@ func TestCoverageAheadStopsAtTheFirstGap(t *testing.T) {
 	}
 	if got := coveredUntil(parts[2:], now); !got.Equal(now) {
 		t.Fatalf("now uncovered: %v", got)
+	}
+	// A partition whose detach was interrupted takes no more rows: it covers nothing.
+	detaching := slices.Clone(parts)
+	detaching[0].DetachPending = true
+	if got := coveredUntil(detaching, now); !got.Equal(now) {
+		t.Fatalf("now in a partition left detaching: covered until %v, want now", got)
 	}
 }
 
