@@ -75,3 +75,21 @@ func TestGuessesFromEveryAddressShareACeiling(t *testing.T) {
 		t.Fatalf("%d buckets kept once all had refilled, want the newcomer's alone", len(p.clients))
 	}
 }
+
+// A login lasts console.session and no longer; logins past it are forgotten when the next one
+// is made, so the map holds only live ones.
+func TestASessionEndsWithItsTTL(t *testing.T) {
+	s := newSessions(time.Hour)
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	id, _ := s.create("op", t0)
+	if _, ok := s.get(id, t0.Add(59*time.Minute)); !ok {
+		t.Fatal("a session within its TTL was not found")
+	}
+	if _, ok := s.get(id, t0.Add(61*time.Minute)); ok {
+		t.Fatal("a session past its TTL still works")
+	}
+	s.create("op", t0.Add(61*time.Minute))
+	if n := len(s.m); n != 1 {
+		t.Fatalf("%d sessions kept after an expired one and a new login, want 1", n)
+	}
+}

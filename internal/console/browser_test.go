@@ -532,8 +532,23 @@ func TestPinWorksLoggedInAndIsRefusedOtherwise(t *testing.T) {
 	if got := pinnedTier(t, e.pool, candleItem); got != "" {
 		t.Fatalf("refused pins pinned item %s to %q", candleItem, got)
 	}
-	// The token the page carries works.
+	// The page's token sent from another site (as a browser says it was) is refused as well.
 	form.Set("csrf", csrfOf(t, hc, e.srv.URL+"/items/"+candleItem))
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/actions/pin", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	if res, err := hc.Do(req); err != nil || res.StatusCode != http.StatusForbidden {
+		t.Fatalf("pin with the page's token from another site: %v, %v; want 403", res, err)
+	} else {
+		_ = res.Body.Close()
+	}
+	if got := pinnedTier(t, e.pool, candleItem); got != "" {
+		t.Fatalf("a cross-site pin pinned item %s to %q", candleItem, got)
+	}
+	// The token the page carries works.
 	if code := post(t, hc, e.srv.URL+"/actions/pin", form); code != http.StatusSeeOther {
 		t.Fatalf("pin with the page's CSRF token: %d, want 303", code)
 	}
