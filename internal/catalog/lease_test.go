@@ -203,3 +203,24 @@ func TestUnusableValuesAreRefusedWhereTheyAreWritten(t *testing.T) {
 		t.Fatalf("next claimable for an item parked in 9999: %s %t %v; want a positive wait of at most %s", wait, ok, err, maxWait)
 	}
 }
+
+// `collect ITEM_ID` (ClaimOne) takes an item whatever its schedule, but never from a collector
+// whose lease is live: the item would be collected twice and one write-back fenced. Once that
+// lease has expired, it takes it.
+func TestClaimOneLeavesALiveLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ids := dueItems(t, 1, tiers.Cold)
+	if c, err := ClaimDue(ctx, pool, 1, time.Minute, "collector", 0); err != nil || len(c) != 1 {
+		t.Fatalf("claim: %d, %v", len(c), err)
+	}
+	if c, err := ClaimOne(ctx, pool, ids[0], time.Minute, "operator"); err != nil || len(c) != 0 {
+		t.Fatalf("collect %s while another collector holds it: %d claims, %v; want none", ids[0], len(c), err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE tracked_items SET lease_expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := ClaimOne(ctx, pool, ids[0], time.Minute, "operator"); err != nil || len(c) != 1 {
+		t.Fatalf("collect %s once the lease expired: %d claims, %v; want it", ids[0], len(c), err)
+	}
+}
