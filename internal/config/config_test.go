@@ -104,6 +104,7 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"retention:\n  snapshots: 1h\n", "retention.snapshots"},                            // under catalog.signal_window
 		{"history:\n  heartbeat: 48h\nretention:\n  snapshots: 36h\n", "history.heartbeat"}, // under the heartbeat
 		{"retention:\n  sales: 1h\n", "retention.sales"},
+		{"retention:\n  sales: 48h\n", "catalog.dormant_after"}, // over signal_window, under dormant_after
 		{"retention:\n  candles_hourly: 1m\n", "retention.candles_hourly"},
 		{"retention:\n  candles_daily: 1h\n", "retention.candles_daily"},
 		{"retention:\n  outbox_unpublished: 30m\n", "retention.outbox_unpublished"},                   // under 1h

@@ -98,6 +98,27 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 		}
 	})
 
+	t.Run("measurements stop", func(t *testing.T) {
+		// A router whose measuring stopped (its loop ended, or hangs) does not keep reads on a
+		// replica that may have fallen behind since: three intervals and a timeout after the
+		// last measurement, reads go to the primary.
+		replica, err := store.OpenReplica(ctx, store.PoolConfig{URL: s.StandbyURL, MaxConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(replica.Close)
+		now := time.Now()
+		stalled := store.NewReads(reads.Primary(), replica, store.ReadsConfig{Every: time.Second, Now: func() time.Time { return now }}, nil)
+		untilReplica(t, stalled)
+		now = now.Add(5*time.Second + time.Millisecond) // 3 × Every + MeasureTimeoutDefault
+		if inRecovery(t, stalled) {
+			t.Fatal("a read went to the replica past its measurement's reach")
+		}
+		if st := stalled.State(); st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "not measured for") {
+			t.Fatalf("past the last measurement's reach: %+v, want the primary, saying the lag was not measured", st)
+		}
+	})
+
 	t.Run("one request stays on the primary", func(t *testing.T) {
 		// A request whose read ran on the primary (the replica down, lagging) reads the rest
 		// there, even once the router returns to the replica: one answer from one source.
