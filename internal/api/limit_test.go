@@ -27,3 +27,21 @@ func TestAFloodOfAddressesLeavesTokenHoldersTheirBuckets(t *testing.T) {
 		t.Fatal("a token holder shared the flood's bucket")
 	}
 }
+
+// The sweep forgets only buckets that have refilled: a client that emptied its bucket just
+// before a sweep does not come out of it with a full one.
+func TestASweepKeepsABucketInDebt(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	l := newLimiter(1, func() time.Time { return now }) // 1/s, a burst of 2: a window of 2s
+	l.take("192.0.2.9")                                 // the first sweep
+	now = now.Add(1900 * time.Millisecond)
+	for i := range l.burst {
+		if d := l.take("192.0.2.1"); !d.ok {
+			t.Fatalf("request %d of a burst of %d refused", i+1, l.burst)
+		}
+	}
+	now = now.Add(110 * time.Millisecond) // past the window: this take sweeps
+	if d := l.take("192.0.2.1"); d.ok {
+		t.Fatal("a client that emptied its bucket 0.11s ago was let through after the sweep")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,11 +43,26 @@ func TestRelayPublishesSnapshotsAsDocumented(t *testing.T) {
 	cfg := testConfig(broker.ListenAddrs(), "relay-a")
 	cfg.BatchSize = 2
 	r, _ := newTestRelay(t, pool, cfg)
+	// Every produce request asks for the acknowledgement of every in-sync replica (acks=all):
+	// a row is marked published only once no broker failure can lose it.
+	var acksMu sync.Mutex
+	var acks []int16
+	broker.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		acksMu.Lock()
+		defer acksMu.Unlock()
+		acks = append(acks, req.(*kmsg.ProduceRequest).Acks)
+		return nil, nil, false // the broker answers as usual
+	})
 	sentFrom := time.Now().Truncate(time.Millisecond)
 	res, err := r.RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	acksMu.Lock()
+	if len(acks) == 0 || slices.ContainsFunc(acks, func(a int16) bool { return a != -1 }) {
+		t.Errorf("produce requests asked for acks %v, want -1 (all) in each", acks)
+	}
+	acksMu.Unlock()
 	sentTo := time.Now()
 	if res.Published != int64(len(events)) || res.Failed != 0 {
 		t.Fatalf("result %+v, want %d published", res, len(events))
