@@ -540,11 +540,11 @@ func nameFlags(err error, flags map[string]*pflag.Flag) {
 	}
 }
 
-// Secret is an API key. It prints as [redacted] through every fmt verb, zap and JSON.
+// Secret is an API key. It prints as [redacted] through every fmt verb (Format, which fmt
+// prefers to String and GoString), zap (String) and JSON (MarshalText).
 type Secret string
 
 func (Secret) String() string               { return "[redacted]" }
-func (Secret) GoString() string             { return "[redacted]" }
 func (Secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
 func (s Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte("[redacted]")) }
 

@@ -19,7 +19,7 @@ import (
 // database up) fails /healthz, so its supervisor restarts it and its share of the budget goes
 // back to the others; once a call finishes it is live again.
 func TestAWedgedBatchFailsLiveness(t *testing.T) {
-	w := startWedging(t)
+	w := startWedging(t, nil)
 	w.d.collect.disp.LeasesLeft.Wait(t)
 	if code, body := w.healthz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "wedged") {
 		t.Fatalf("/healthz with a wedged batch: %d %q, want 503 saying it is wedged", code, body)
@@ -32,7 +32,7 @@ func TestAWedgedBatchFailsLiveness(t *testing.T) {
 // /healthz stays 200 (a restart would not help, and liveness probes would restart every pod
 // through the outage) while /readyz says why.
 func TestABatchStuckWhileTheDatabaseRefusesWritesIsNoWedge(t *testing.T) {
-	w := startWedging(t)
+	w := startWedging(t, nil)
 	testkit.Recv(t, w.arrived, testkit.Timeout, "the batch's call to arrive")
 	switchReadOnly(t, w.e, true)
 	t.Cleanup(func() { switchReadOnly(t, w.e, false) })
@@ -46,6 +46,22 @@ func TestABatchStuckWhileTheDatabaseRefusesWritesIsNoWedge(t *testing.T) {
 	}
 }
 
+// A batch held while the key's shared cool-down lasts waits out the provider's Retry-After; it
+// is not wedged: /healthz stays 200, or a provider answering a long Retry-After would have every
+// daemon restarted through it.
+func TestABatchWaitingOutACooldownIsNoWedge(t *testing.T) {
+	w := startWedging(t, func(c *Config) {
+		c.Daemon.Budget.Enabled, c.Daemon.Budget.Heartbeat = true, 100*time.Millisecond
+		c.Daemon.ShutdownGrace = time.Second // the cool-down holds the pass's other calls until then
+	})
+	testkit.Recv(t, w.arrived, testkit.Timeout, "the batch's call to arrive")
+	w.d.share.RateLimited(context.Background(), time.Minute, "test: Retry-After")
+	w.d.collect.disp.LeasesLeft.Wait(t)
+	if code, body := w.healthz(); code != http.StatusOK {
+		t.Fatalf("/healthz with a batch held through the key's cool-down: %d %q, want 200", code, body)
+	}
+}
+
 // wedging is a daemon on one HOT item whose provider holds every /df/auction call until open.
 type wedging struct {
 	e       *env
@@ -56,7 +72,7 @@ type wedging struct {
 	open    func()
 }
 
-func startWedging(t *testing.T) *wedging {
+func startWedging(t *testing.T, tune func(*Config)) *wedging {
 	t.Helper()
 	e := newEnv(t, 1, neoplesim.Options{})
 	e.ownPools = true
@@ -81,6 +97,9 @@ func startWedging(t *testing.T) *wedging {
 	w.cfg.Daemon.HTTPAddr = "127.0.0.1:0"
 	w.cfg.Dispatch.Lease = time.Second
 	w.cfg.signals.passed.Init(t)
+	if tune != nil {
+		tune(&w.cfg)
+	}
 	w.d = e.build(t, w.cfg, nil)
 	w.d.collect.disp.LeasesLeft.Init(t)
 	ctx, cancel := context.WithCancel(context.Background())
