@@ -40,10 +40,42 @@ func TestScore(t *testing.T) {
 		{"churn per hour", Signals{Churn: 240}, 1},
 		{"interest adds as is", Signals{Interest: 2.5}, 2.5},
 		{"everything", Signals{Sales: 24, Gold: 24 * 99, Churn: 24, Interest: 1}, 1 + 0.5*2 + 0.1 + 1},
+		// Rounded to 3 decimals: interest decaying a little between runs rewrites no row.
+		{"rounded", Signals{Interest: 1.23456}, 1.235},
 	} {
 		if got := Score(tc.s, w, 24*time.Hour); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("%s: Score = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// An interest event stamped in the future (a skewed clock where it was written) counts as new,
+// not as more: its decay is clamped at none.
+func TestInterestFromTheFutureCountsAsNew(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	p := testPolicy()
+	now, future := randomItemID(t), randomItemID(t)
+	for _, id := range []string{now, future} {
+		item(t, pool, id, tiers.Warm, storetest.In(time.Minute), storetest.Ago(time.Hour), storetest.Ago(time.Hour))
+	}
+	storetest.Interests(t, pool, storetest.Interest{ItemID: now}, storetest.Interest{ItemID: future, OccurredAt: storetest.In(10 * p.InterestHalfLife)})
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	items, _, err := readSignals(ctx, tx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	interest := map[string]float64{}
+	for _, it := range items {
+		interest[it.ItemID] = it.Signals.Interest
+	}
+	if interest[now] <= 0 || math.Abs(interest[future]-interest[now]) > 0.01*interest[now] {
+		t.Fatalf("interest of an event now %v, of one stamped %s ahead %v; want the same", interest[now], 10*p.InterestHalfLife, interest[future])
 	}
 }
 
