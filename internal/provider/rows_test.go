@@ -47,11 +47,12 @@ func TestRowCheckDropsImpossibleDatesAndForeignRows(t *testing.T) {
 		t.Fatalf("a row of another requested id was dropped: kept %d, rejected %v", len(kept), rej)
 	}
 	listings := []provider.Listing{{ItemID: askedID, RegDate: now.Add(48 * time.Hour)}, {ItemID: askedID},
-		{ItemID: askedID, Count: 1 << 40, UnitPrice: 1 << 40}, // value past int64
-		{ItemID: askedID, Count: 1, UnitPrice: -1}}            // the API's -1: kept, the snapshot ignores it
+		{ItemID: askedID, Count: 1 << 40, UnitPrice: 1 << 40},           // units no stack holds
+		{ItemID: askedID, Count: provider.MaxUnits, UnitPrice: 1 << 40}, // value past int64
+		{ItemID: askedID, Count: 1, UnitPrice: -1}}                      // the API's -1: kept, the snapshot ignores it
 	kept2, rej := c.Listings(listings, provider.NewIDSet(askedID))
-	if len(kept2) != 2 || rej.Reasons[provider.RejectFutureDate] != 1 || rej.Reasons[provider.RejectBadAmount] != 1 {
-		t.Fatalf("listings kept %d, rejected %v; want 2 kept, a future date and a bad amount dropped", len(kept2), rej)
+	if len(kept2) != 2 || rej.Reasons[provider.RejectFutureDate] != 1 || rej.Reasons[provider.RejectBadAmount] != 2 {
+		t.Fatalf("listings kept %d, rejected %v; want 2 kept, a future date and two bad amounts dropped", len(kept2), rej)
 	}
 }
 
