@@ -218,12 +218,7 @@ func cycleOurs(ctx context.Context, e *env, c cycleSize) (float64, time.Duration
 	dc := dispatcher.FromConfig(config.Default())
 	dc.BatchSize, dc.Concurrency, dc.FlushSize, dc.MaxBatches = cycleBatch, 8, cycleFlush, (c.timed+cycleBatch-1)/cycleBatch
 	f := steadyFetcher{share: cycleShare(), changed: new(atomic.Int64)}
-	parts, err := keeper(pool)
-	if err != nil {
-		return 0, 0, err
-	}
-	dc.Partitions = parts
-	d, err := dispatcher.New(pool, f, dc, nil)
+	d, err := newDispatcher(pool, f, dc)
 	if err != nil {
 		return 0, 0, err
 	}

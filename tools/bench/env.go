@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/store"
 )
@@ -131,6 +132,17 @@ func createPartitions(ctx context.Context, pool *pgxpool.Pool) error {
 // with the default configuration.
 func keeper(pool *pgxpool.Pool) (*partition.Partitions, error) {
 	return partition.New(pool, pool, partition.FromConfig(config.Default()))
+}
+
+// newDispatcher is dispatcher.New over pool with the partition keeper a collector process
+// builds once (keeper).
+func newDispatcher(pool *pgxpool.Pool, f dispatcher.Fetcher, dc dispatcher.Config) (*dispatcher.Dispatcher, error) {
+	parts, err := keeper(pool)
+	if err != nil {
+		return nil, err
+	}
+	dc.Partitions = parts
+	return dispatcher.New(pool, f, dc, nil)
 }
 
 // cloneDB (re)creates a database as a copy of another (which must have no connections), then

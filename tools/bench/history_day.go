@@ -245,12 +245,7 @@ func historyDayRun(ctx context.Context, e *env, ids []string, plan dayPlan, due 
 	cfg.History.Mode = mode
 	dc := dispatcher.FromConfig(cfg)
 	dc.BatchSize, dc.Concurrency, dc.Owner, dc.ShadowFraction = 500, 16, db, 0
-	parts, err := keeper(pool)
-	if err != nil {
-		return res, err
-	}
-	dc.Partitions = parts
-	disp, err := dispatcher.New(pool, rs.client, dc, nil)
+	disp, err := newDispatcher(pool, rs.client, dc)
 	if err != nil {
 		return res, err
 	}

@@ -144,12 +144,7 @@ func benchOccupancy(ctx context.Context, e *env, sz sizes, rep *report) error {
 	}
 	dc := dispatcher.FromConfig(config.Default())
 	dc.Concurrency, dc.PackSize = occConcurrency, 1 // every item alone
-	parts, err := keeper(pool)
-	if err != nil {
-		return err
-	}
-	dc.Partitions = parts
-	d, err := dispatcher.New(pool, client, dc, nil)
+	d, err := newDispatcher(pool, client, dc)
 	if err != nil {
 		return err
 	}

@@ -87,12 +87,7 @@ func requestsRun(ctx context.Context, e *env, items, rounds, packSize int) (requ
 	dc.PackSize, dc.PackMaxListings, dc.PackMaxSales, dc.ShadowFraction = packSize, 100, 5, 0.01
 	// Every collection's snapshot, so the packing run's can be compared with the other's.
 	dc.History.Every = true
-	parts, err := keeper(pool)
-	if err != nil {
-		return res, err
-	}
-	dc.Partitions = parts
-	d, err := dispatcher.New(pool, client, dc, nil)
+	d, err := newDispatcher(pool, client, dc)
 	if err != nil {
 		return res, err
 	}

@@ -148,12 +148,7 @@ func walRun(ctx context.Context, e *env, w walSize, mode string) (walResult, err
 	cfg.History.Mode = mode
 	dc := dispatcher.FromConfig(cfg)
 	dc.Concurrency, dc.Owner, dc.ShadowFraction = 16, db, 0
-	parts, err := keeper(pool)
-	if err != nil {
-		return res, err
-	}
-	dc.Partitions = parts
-	disp, err := dispatcher.New(pool, rs.client, dc, nil)
+	disp, err := newDispatcher(pool, rs.client, dc)
 	if err != nil {
 		return res, err
 	}
