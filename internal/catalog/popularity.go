@@ -340,17 +340,17 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 	for i := range out {
 		ids[i] = out[i].ItemID
 	}
-	act, err := history.RecentActivity(ctx, tx, ids, p.Window)
+	if len(out) == 0 {
+		now, err = store.Now(ctx, tx)
+		return nil, now, err
+	}
+	// now is the transaction's, as the statement's now() would be.
+	act, err := history.RecentActivity(ctx, tx, ids, now.Add(-p.Window))
 	if err != nil {
 		return nil, now, fmt.Errorf("read popularity signals: %w", err)
 	}
 	for i, a := range act {
 		out[i].Sales, out[i].Gold, out[i].Churn = a.Sales, a.Gold, a.Churn
-	}
-	if len(out) == 0 {
-		if now, err = store.Now(ctx, tx); err != nil {
-			return nil, now, err
-		}
 	}
 	return out, now, nil
 }

@@ -34,9 +34,9 @@ func readSeries(ctx context.Context, db history.Reader, itemID, resolution strin
 		// could claim a market held across a change the points lack.
 		ctx, _ = store.WithServed(ctx)
 	}
-	var seen *time.Time
-	err := db.QueryRow(ctx, `SELECT last_collected_at FROM tracked_items WHERE item_id = $1 AND ($2 OR NOT synthetic_item(item_id))`,
-		itemID, fixtures).Scan(&seen)
+	var seen, lastSnapshot *time.Time
+	err := db.QueryRow(ctx, `SELECT last_collected_at, last_snapshot_at FROM tracked_items WHERE item_id = $1 AND ($2 OR NOT synthetic_item(item_id))`,
+		itemID, fixtures).Scan(&seen, &lastSnapshot)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return history.Series{ItemID: itemID}, fmt.Errorf("item %q: %w", itemID, ErrNotTracked)
@@ -63,7 +63,7 @@ func readSeries(ctx context.Context, db history.Reader, itemID, resolution strin
 			seen = held // a later snapshot changed the market: it held until the one before
 		}
 	}
-	s, err := history.ReadBetween(ctx, db, itemID, resolution, since, until)
+	s, err := history.ReadBetween(ctx, db, itemID, resolution, since, until, lastSnapshot)
 	s.SeenUntil = seen
 	return s, err
 }

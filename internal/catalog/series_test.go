@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/duecollector/duecollector/internal/store/storetest"
 )
 
@@ -32,5 +34,49 @@ func TestPublicSeriesLeavesFixturesOut(t *testing.T) {
 		if s, err := ReadPublicSeries(ctx, pool, id, "raw", since, time.Time{}); !errors.Is(err, ErrNotTracked) || len(s.Points) != 0 {
 			t.Fatalf("ReadPublicSeries(%s): %d points, %v; want ErrNotTracked", id, len(s.Points), err)
 		}
+	}
+}
+
+// The item row's last snapshot bounds a quiet item's series read, and popularity's activity
+// read gets its window's start as a value the planner can prune with: in a history of 64 daily
+// partitions a table, each locks only a few days of them (history's
+// TestReadsPlanOnlyThePartitionsTheyReach shows why that matters).
+func TestSeriesAndSignalsLockOnlyRecentPartitions(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	ctx := context.Background()
+	today := storetest.PartitionDays(t, pool, -60, 4, "auction_snapshots", "auction_sales")
+	quiet := randomItemID(t)
+	at := today.AddDate(0, 0, -40).Add(3 * time.Hour)
+	storetest.Items(t, pool, storetest.Item{ID: quiet})
+	storetest.Snapshots(t, pool, storetest.Snapshot{ItemID: quiet, CollectedAt: storetest.At(at)})
+	if _, err := pool.Exec(ctx, `UPDATE tracked_items SET last_snapshot_at = $2 WHERE item_id = $1`, quiet, at); err != nil {
+		t.Fatal(err)
+	}
+	const most = 2 * 7 // a week of both tables' partitions, against 128
+	for name, read := range map[string]func(tx pgx.Tx) error{
+		"ReadSeries of an item quiet for 40 days": func(tx pgx.Tx) error {
+			s, err := ReadSeries(ctx, tx, quiet, "raw", time.Now().Add(-2*time.Hour), time.Time{})
+			if err == nil && (len(s.Points) != 1 || !s.Points[0].At.Equal(at)) {
+				t.Errorf("series of the quiet item: %+v, want its snapshot at %v", s.Points, at)
+			}
+			return err
+		},
+		"readSignals": func(tx pgx.Tx) error {
+			_, _, err := readSignals(ctx, tx, testPolicy())
+			return err
+		},
+	} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := read(tx); err != nil {
+			t.Fatal(err)
+		}
+		if n := storetest.LockedPartitions(t, tx, "auction_snapshots", "auction_sales"); n > most {
+			t.Errorf("%s locked %d history partitions, want at most %d", name, n, most)
+		}
+		_ = tx.Rollback(ctx)
 	}
 }

@@ -16,14 +16,16 @@ type Activity struct {
 	Churn float64 // listings added or removed between the item's snapshots in the window
 }
 
-// RecentActivity reads the activity of each of ids over the last window, in ids' order, in
-// one statement. It aggregates the window's rows of each table once and joins them to ids: the
-// partitions before the window are pruned, and a recalculation reads every item, so one pass
+// RecentActivity reads the activity of each of ids since a time (the caller's database clock
+// less its window), in ids' order, in one statement. It aggregates the window's rows of each
+// table once and joins them to ids: the partitions before the window are pruned when the
+// statement is planned (a bound the planner cannot evaluate, now() less an interval, would open
+// and lock every partition to prune them only at execution), and a recalculation reads every item, so one pass
 // over the window beats a probe of each item's index (BenchmarkRecalculationAtScale in
 // BENCHMARKS.md). Most of what is left is ordering the window's snapshots for the churn.
 func RecentActivity(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, ids []string, window time.Duration) ([]Activity, error) {
+}, ids []string, since time.Time) ([]Activity, error) {
 	// Each id once: the joins below would count an id's rows once for every time it is asked.
 	asked := slices.Compact(slices.Sorted(slices.Values(ids)))
 	rows, err := q.Query(ctx, `
@@ -32,19 +34,19 @@ func RecentActivity(ctx context.Context, q interface {
 		), sa AS (
 			SELECT s.item_id, count(*) AS n, sum(s.total_price)::float8 AS gold
 			FROM auction_sales s JOIN ids USING (item_id)
-			WHERE s.sold_at > now() - $2::float8 * interval '1 second'
+			WHERE s.sold_at > $2
 			GROUP BY s.item_id
 		), ch AS (
 			SELECT item_id, sum(abs(d))::float8 AS churn FROM (
 				SELECT a.item_id, a.listing_count - lag(a.listing_count) OVER (PARTITION BY a.item_id ORDER BY a.collected_at) AS d
 				FROM auction_snapshots a JOIN ids USING (item_id)
-				WHERE a.collected_at > now() - $2::float8 * interval '1 second'
+				WHERE a.collected_at > $2
 			) x
 			GROUP BY item_id
 		)
 		SELECT coalesce(sa.n, 0), coalesce(sa.gold, 0), coalesce(ch.churn, 0)
 		FROM ids LEFT JOIN sa USING (item_id) LEFT JOIN ch USING (item_id)
-		ORDER BY ids.pos`, asked, window.Seconds())
+		ORDER BY ids.pos`, asked, since)
 	if err != nil {
 		return nil, fmt.Errorf("read recent activity of %d items: %w", len(ids), err)
 	}

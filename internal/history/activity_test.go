@@ -26,7 +26,7 @@ func TestRecentActivityCountsTheWindowPerItem(t *testing.T) {
 		storetest.Snapshot{ItemID: "b", CollectedAt: storetest.Ago(30 * time.Minute), ListingCount: 14},
 		storetest.Snapshot{ItemID: "b", CollectedAt: storetest.Ago(10 * time.Minute), ListingCount: 11},
 	)
-	got, err := history.RecentActivity(context.Background(), pool, []string{"b", "quiet", "a", "unknown", "b"}, time.Hour)
+	got, err := history.RecentActivity(context.Background(), pool, []string{"b", "quiet", "a", "unknown", "b"}, time.Now().Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,15 +105,17 @@ type Reader interface {
 // last one before it, which holds until the next), candles with the bucket that holds since, so
 // the series covers the whole stretch asked for; candles are those whose bucket starts before
 // until. Each read walks one index range, and for raw points one backward probe within a day
-// before since (partitions outside are pruned); only an item quiet for longer takes a second,
-// unbounded probe. It reads history's tables only: whether the item is tracked, and SeenUntil,
-// come from its row (catalog.ReadSeries).
-func ReadBetween(ctx context.Context, db Reader, itemID, resolution string, since, until time.Time) (Series, error) {
+// before since (partitions outside are pruned); an item quiet for longer takes a second probe:
+// at lastSnapshot (the item row's last_snapshot_at, nil when unknown) when that is before the
+// first probe's range, since then it is the snapshot in force, else unbounded. It reads
+// history's tables only: whether the item is tracked, SeenUntil and lastSnapshot come from its
+// row (catalog.ReadSeries).
+func ReadBetween(ctx context.Context, db Reader, itemID, resolution string, since, until time.Time, lastSnapshot *time.Time) (Series, error) {
 	s := Series{ItemID: itemID}
 	var err error
 	switch resolution {
 	case "raw":
-		s.Points, err = readPoints(ctx, db, itemID, since, endOf(until))
+		s.Points, err = readPoints(ctx, db, itemID, since, endOf(until), lastSnapshot)
 	case Hourly, Daily:
 		s.Candle, err = readCandles(ctx, db, itemID, resolution, since, endOf(until))
 	default:
@@ -126,23 +128,29 @@ func ReadBetween(ctx context.Context, db Reader, itemID, resolution string, sinc
 // seen: the first snapshot at or after until replaced it, and its previous_seen_at is the last
 // collection that saw the old market unchanged (nil on an item's first snapshot). found is
 // false when nothing replaced it: then the item's last collection saw it (catalog.ReadSeries).
+//
+// The first probe looks a day past until, where an item collected then wrote its next snapshot
+// within a heartbeat; only when it finds none does a second one look further, unbounded.
 func HeldUntil(ctx context.Context, db Reader, itemID string, until time.Time) (at *time.Time, found bool, err error) {
-	err = db.QueryRow(ctx, `SELECT previous_seen_at FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2
-		ORDER BY collected_at LIMIT 1`, itemID, until).Scan(&at)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
+	for _, end := range []time.Time{until.Add(inForceLookback), endOf(time.Time{})} {
+		err = db.QueryRow(ctx, `SELECT previous_seen_at FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2
+			AND collected_at < $3 ORDER BY collected_at LIMIT 1`, itemID, until, end).Scan(&at)
+		if err == nil {
+			return at, true, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, fmt.Errorf("read when item %q's market before %s was last seen: %w", itemID, until.UTC().Format(time.RFC3339), err)
+		}
 	}
-	if err != nil {
-		return nil, false, fmt.Errorf("read when item %q's market before %s was last seen: %w", itemID, until.UTC().Format(time.RFC3339), err)
-	}
-	return at, true, nil
+	return nil, false, nil
 }
 
 // inForceLookback is how far before `since` a raw read first looks for the snapshot in force
-// there. An item collected at all wrote one within a heartbeat (1 h by default) of any time,
-// and a search bounded so plans only the partitions of about a day: unbounded, the planner
-// takes in every older partition, a cost that grows with the days kept (3 ms at a month, 10×
-// the read itself). Only an item quiet for longer needs the unbounded search.
+// there (and HeldUntil past its end for the next one). An item collected at all wrote one
+// within a heartbeat (1 h by default) of any time, and a search bounded so plans only the
+// partitions of about a day: unbounded, the planner opens and locks every partition on that
+// side, a cost that grows with the days kept (3 ms at a month, 10× the read itself; two locks
+// a partition, 820 at 400 days). Only an item quiet for longer needs a second search.
 const inForceLookback = 25 * time.Hour
 
 // endOf turns "no end" into a time past every row, so one statement serves both.
@@ -156,20 +164,30 @@ func endOf(until time.Time) time.Time {
 const pointCols = `collected_at, reason, listing_count, listing_quantity, lowest_unit_price, median_unit_price,
 	weighted_unit_price, api_average_price, listings_truncated, sales_count, sales_quantity, sales_vwap`
 
-func readPoints(ctx context.Context, db Reader, itemID string, since, until time.Time) ([]Point, error) {
+func readPoints(ctx context.Context, db Reader, itemID string, since, until time.Time, lastSnapshot *time.Time) ([]Point, error) {
+	lookedFrom := since.Add(-inForceLookback)
 	pts, err := queryPoints(ctx, db, itemID, `
 		(SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at < $2 AND collected_at >= $3
 		 ORDER BY collected_at DESC LIMIT 1)
 		UNION ALL
 		(SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at >= $2 AND collected_at < $4
 		 ORDER BY collected_at)
-		ORDER BY collected_at`, since, since.Add(-inForceLookback), until)
+		ORDER BY collected_at`, since, lookedFrom, until)
 	if err != nil || (len(pts) > 0 && pts[0].At.Before(since)) {
 		return pts, err
 	}
+	if lastSnapshot != nil && lastSnapshot.Before(lookedFrom) {
+		// The item's newest snapshot is older than the first probe: it is the one in force. A
+		// row that says otherwise (a fixture's) finds nothing here and takes the unbounded probe.
+		older, err := queryPoints(ctx, db, itemID, `
+			SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at = $2`, *lastSnapshot)
+		if err != nil || len(older) > 0 {
+			return append(older, pts...), err
+		}
+	}
 	older, err := queryPoints(ctx, db, itemID, `
 		SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at < $2
-		ORDER BY collected_at DESC LIMIT 1`, since.Add(-inForceLookback))
+		ORDER BY collected_at DESC LIMIT 1`, lookedFrom)
 	return append(older, pts...), err
 }
 
@@ -214,21 +232,33 @@ func readCandles(ctx context.Context, db Reader, itemID, resolution string, sinc
 	return cs, nil
 }
 
+// recentSalesWindow is how far back RecentSales looks first: an item traded at all fills a
+// page within it, and the read plans only the partitions it spans.
+const recentSalesWindow = 48 * time.Hour
+
 // RecentSales returns an item's newest sales, newest first: one backward walk of the sales key
-// that stops after limit rows.
+// that stops after limit rows. It looks within recentSalesWindow of the host's clock first and
+// past it only when that holds fewer than limit sales (a clock that is off costs the second
+// read, never a sale): unbounded, the planner opens and locks every partition.
 func RecentSales(ctx context.Context, db Reader, itemID string, limit int) ([]Sale, error) {
-	rows, err := db.Query(ctx, `
-		SELECT sold_at, seq, quantity, unit_price, total_price FROM auction_sales WHERE item_id = $1
-		ORDER BY sold_at DESC, seq DESC LIMIT $2`, itemID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read sales of %q: %w", itemID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Sale, error) {
-		var s Sale
-		return s, r.Scan(&s.SoldAt, &s.Seq, &s.Quantity, &s.UnitPrice, &s.Total)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read sales of %q: %w", itemID, err)
+	var out []Sale
+	for _, from := range []time.Time{time.Now().Add(-recentSalesWindow), time.Time{}} {
+		rows, err := db.Query(ctx, `
+			SELECT sold_at, seq, quantity, unit_price, total_price FROM auction_sales WHERE item_id = $1 AND sold_at >= $3
+			ORDER BY sold_at DESC, seq DESC LIMIT $2`, itemID, limit, from)
+		if err != nil {
+			return nil, fmt.Errorf("read sales of %q: %w", itemID, err)
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Sale, error) {
+			var s Sale
+			return s, r.Scan(&s.SoldAt, &s.Seq, &s.Quantity, &s.UnitPrice, &s.Total)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read sales of %q: %w", itemID, err)
+		}
+		if len(out) >= limit {
+			break
+		}
 	}
 	return out, nil
 }

@@ -52,14 +52,14 @@ func TestReadCoversTheWholeStretchFromSince(t *testing.T) {
 		collect(t, pool, p, "x", at, m, &last, &seen)
 	}
 	since := hour.Add(30 * time.Minute) // after the first snapshot, before the second
-	raw, err := history.ReadBetween(ctx, pool, "x", "raw", since, time.Time{})
+	raw, err := history.ReadBetween(ctx, pool, "x", "raw", since, time.Time{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(raw.Points) != 2 || !raw.Points[0].At.Equal(hour.Add(10*time.Minute)) {
 		t.Fatalf("raw points from %v: %+v; want the one in force at since, then the next", since, raw.Points)
 	}
-	hourly, err := history.ReadBetween(ctx, pool, "x", history.Hourly, since, time.Time{})
+	hourly, err := history.ReadBetween(ctx, pool, "x", history.Hourly, since, time.Time{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestReadFindsTheSnapshotInForceHoweverOld(t *testing.T) {
 		"quiet": {since.Add(-3 * 24 * time.Hour), since.Add(time.Hour)},
 		"new":   {since.Add(30 * time.Minute)},
 	} {
-		s, err := history.ReadBetween(ctx, pool, id, "raw", since, time.Time{})
+		s, err := history.ReadBetween(ctx, pool, id, "raw", since, time.Time{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

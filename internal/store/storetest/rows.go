@@ -340,3 +340,16 @@ func PartitionDays(tb testing.TB, pool *pgxpool.Pool, from, to int, tables ...st
 	}
 	return today
 }
+
+// LockedPartitions is how many partitions of the parent tables tx holds a lock on. The planner
+// opens and locks each partition it plans, so after a read this is how many its bounds did
+// not leave out.
+func LockedPartitions(tb testing.TB, tx pgx.Tx, parents ...string) int {
+	tb.Helper()
+	var n int
+	if err := tx.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_inherits i ON i.inhrelid = l.relation
+		WHERE l.pid = pg_backend_pid() AND i.inhparent = ANY ($1::regclass[])`, parents).Scan(&n); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
