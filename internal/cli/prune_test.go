@@ -46,13 +46,14 @@ func TestPruneCommand(t *testing.T) {
 	}
 
 	// With the defaults (cron, no relay) an 8-day-old published event goes, the pending one
-	// waits for a relay and the sales stay; retention.outbox_unpublished, once chosen, expires it.
+	// after it waits for a relay, and so does a published one after that, and the sales stay;
+	// retention.outbox_unpublished, once chosen, expires the pending one and the other follows.
 	if _, err := pool.Exec(ctx, `
 		WITH o AS (
 		    INSERT INTO outbox (event_type, item_id, snapshot_id, payload, created_at)
 		    SELECT 'test', 'item-1', -g, '{}', now() - interval '8 days' FROM generate_series(1, 2) g
 		    RETURNING id, lane, snapshot_id)
-		INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o WHERE snapshot_id = -1`); err != nil {
+		INSERT INTO outbox_pending (id, lane) SELECT id, lane FROM o WHERE snapshot_id = -2`); err != nil {
 		t.Fatal(err)
 	}
 	// Partitions that cannot be dropped (no session behind a transaction-pooling PgBouncer)
@@ -72,8 +73,8 @@ func TestPruneCommand(t *testing.T) {
 	if qerr := pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&outbox); qerr != nil {
 		t.Fatal(qerr)
 	}
-	if err != nil || !strings.Contains(out, "deleted 1 published and 0 unpublished (expired) outbox events") || outbox != 1 || sales() != 10 {
-		t.Fatalf("prune with no ages: %q %v, %d outbox rows and %d sales left; want the pending row and the sales kept", out, err, outbox, sales())
+	if err != nil || !strings.Contains(out, "deleted 0 published and 0 unpublished (expired) outbox events") || outbox != 2 || sales() != 10 {
+		t.Fatalf("prune with no ages: %q %v, %d outbox rows and %d sales left; want the pending row, the published one after it and the sales kept", out, err, outbox, sales())
 	}
 	if out, _, err := runCollector(t, "outbox", "list", "--database-url", db); err != nil || !strings.HasPrefix(out, "pending 1 (oldest 192h") {
 		t.Fatalf("outbox list with one pending event 8 days old: %q %v", out, err)
@@ -83,7 +84,7 @@ func TestPruneCommand(t *testing.T) {
 	if qerr := pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&outbox); qerr != nil {
 		t.Fatal(qerr)
 	}
-	if err != nil || !strings.Contains(out, "deleted 0 published and 1 unpublished (expired) outbox events") || outbox != 0 {
+	if err != nil || !strings.Contains(out, "deleted 1 published and 1 unpublished (expired) outbox events") || outbox != 0 {
 		t.Fatalf("prune with retention.outbox_unpublished 168h: %q %v, %d outbox rows left", out, err, outbox)
 	}
 	if out, _, err := runCollector(t, "outbox", "list", "--database-url", db); err != nil || !strings.HasPrefix(out, "pending 0, failed 0, published (not yet pruned) 0") {

@@ -182,19 +182,26 @@ func DeleteExpired(ctx context.Context, db store.Execer, olderThan time.Duration
 	return tag.RowsAffected(), nil
 }
 
-// deletePublishedSQL deletes, of the $2 published rows with the lowest ids, those created more
-// than $1 seconds ago.
+// deletePublishedSQL deletes, of the $2 published rows with the lowest ids below the oldest
+// unpublished one, those created more than $1 seconds ago.
 //
 // Ids follow created_at but for a write-back's few seconds, so fewer than $2 deleted means the
-// old ones are done: the statement reads $2 rows (and the unpublished ones among them) however
-// long the outbox, where a filter on created_at found the last, short batch only by reading
-// every row (a BRIN on created_at matches every range once pruning lets pages be reused).
+// old ones are done: the statement reads $2 rows (and the failed ones among them) however long
+// the outbox, where a filter on created_at found the last, short batch only by reading every
+// row (a BRIN on created_at matches every range once pruning lets pages be reused). It stops
+// at the oldest pending row: rows above it are published or still waiting, and without that
+// bound a backlog (no relay, Kafka down for a day) was read whole at every pass to find the
+// published rows beyond it, millions of rows every ten minutes. So a published row waits for
+// every older one to be published or dropped (retention.outbox_unpublished, which the pruner
+// applies first); with a relay running, the oldest pending row is seconds old. Every row below
+// the bound is published or failed in the statement's snapshot: a row committed later with a
+// lower id is not seen, so not deleted.
 // = ANY (ARRAY(…)), not IN (…): the planner hashes an IN list and scans the whole outbox for it.
 const deletePublishedSQL = `
 DELETE FROM outbox WHERE id = ANY (ARRAY(
     SELECT l.id FROM (
         SELECT o.id, o.created_at FROM outbox o
-        WHERE o.failed_at IS NULL AND NOT EXISTS (SELECT FROM outbox_pending p WHERE p.id = o.id)
+        WHERE o.id < coalesce((SELECT min(id) FROM outbox_pending), 9223372036854775807) AND o.failed_at IS NULL
         ORDER BY o.id LIMIT $2) l
     WHERE l.created_at < now() - $1::float8 * interval '1 second'))`
 

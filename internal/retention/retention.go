@@ -182,12 +182,14 @@ func candles(resolution string) deleteOldest {
 }
 
 // tables are pruned in this order; the outbox first, as what grows without bound when nothing
-// prunes it (every snapshot adds an event unless outbox.enabled is false).
+// prunes it (every snapshot adds an event unless outbox.enabled is false), and its expired
+// events before its published ones, which are deleted only below the oldest event left
+// unpublished.
 var tables = []table{
-	{"published outbox rows", outbox.DeletePublished,
-		func(c Config) time.Duration { return c.OutboxRetention }, func(r *Result) *int64 { return &r.OutboxPublished }, true},
 	{"unpublished outbox rows", outbox.DeleteExpired,
 		func(c Config) time.Duration { return c.OutboxUnpublished }, func(r *Result) *int64 { return &r.OutboxExpired }, true},
+	{"published outbox rows", outbox.DeletePublished,
+		func(c Config) time.Duration { return c.OutboxRetention }, func(r *Result) *int64 { return &r.OutboxPublished }, true},
 	{"item_interest", catalog.DeleteInterestOlderThan,
 		func(c Config) time.Duration { return c.Interest }, func(r *Result) *int64 { return &r.Interest }, false},
 	{"hourly price_candles", candles(history.Hourly),
