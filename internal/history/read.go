@@ -180,7 +180,8 @@ func readPoints(ctx context.Context, db Reader, itemID string, since, until time
 		// The item's newest snapshot is older than the first probe: it is the one in force. A
 		// row that says otherwise (a fixture's) finds nothing here and takes the unbounded probe.
 		older, err := queryPoints(ctx, db, itemID, `
-			SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at = $2`, *lastSnapshot)
+			SELECT `+pointCols+` FROM auction_snapshots WHERE item_id = $1 AND collected_at = $2
+			ORDER BY snapshot_id DESC LIMIT 1`, *lastSnapshot)
 		if err != nil || len(older) > 0 {
 			return append(older, pts...), err
 		}

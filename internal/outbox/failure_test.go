@@ -148,6 +148,21 @@ func TestPruneKeepsUnpublishedRows(t *testing.T) {
 	}
 }
 
+// A pending entry whose outbox row was deleted by hand is never read by a relay: it must not
+// hold pruning back for good.
+func TestPruneIgnoresAPendingEntryWithoutItsRow(t *testing.T) {
+	pool := newDB(t)
+	ctx := context.Background()
+	enqueue(t, pool, snapshotEvents(4, 1))
+	dequeue(t, pool, "id > 1")
+	if _, err := pool.Exec(ctx, `UPDATE outbox SET created_at = now() - interval '30 days'; DELETE FROM outbox WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := DeletePublished(ctx, pool, 7*24*time.Hour, 10); err != nil || n != 3 {
+		t.Fatalf("DeletePublished above an orphan pending entry: %d %v, want the 3 published rows", n, err)
+	}
+}
+
 // A backlog with no relay (or Kafka down for a day) is not read by the pruner: it looks for
 // published rows only below the oldest pending one, so its statement reads next to nothing
 // however many events wait. Counted from the transaction's own table statistics.

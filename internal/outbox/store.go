@@ -193,15 +193,19 @@ func DeleteExpired(ctx context.Context, db store.Execer, olderThan time.Duration
 // bound a backlog (no relay, Kafka down for a day) was read whole at every pass to find the
 // published rows beyond it, millions of rows every ten minutes. So a published row waits for
 // every older one to be published or dropped (retention.outbox_unpublished, which the pruner
-// applies first); with a relay running, the oldest pending row is seconds old. Every row below
-// the bound is published or failed in the statement's snapshot: a row committed later with a
-// lower id is not seen, so not deleted.
+// applies first); with a relay running, the oldest pending row is seconds old (every lane moves:
+// a relay that cannot publish one lane stops the others too). An entry whose outbox row is gone
+// (deleted by hand) bounds nothing: the relay never reads it, so it would hold pruning for
+// good. Every row below the bound is published or failed in the statement's snapshot: a row
+// committed later with a lower id is not seen, so not deleted.
 // = ANY (ARRAY(…)), not IN (…): the planner hashes an IN list and scans the whole outbox for it.
 const deletePublishedSQL = `
 DELETE FROM outbox WHERE id = ANY (ARRAY(
     SELECT l.id FROM (
         SELECT o.id, o.created_at FROM outbox o
-        WHERE o.id < coalesce((SELECT min(id) FROM outbox_pending), 9223372036854775807) AND o.failed_at IS NULL
+        WHERE o.id < coalesce((SELECT p.id FROM outbox_pending p WHERE EXISTS (SELECT FROM outbox x WHERE x.id = p.id)
+                               ORDER BY p.id LIMIT 1), 9223372036854775807)
+          AND o.failed_at IS NULL
         ORDER BY o.id LIMIT $2) l
     WHERE l.created_at < now() - $1::float8 * interval '1 second'))`
 
