@@ -467,6 +467,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("collector running", zap.String("owner", d.cfg.Dispatch.Owner), zap.String("http", d.Addr()),
 		zap.Bool("relay", d.relay != nil), zap.Bool("budget", d.share != nil))
+	if d.relay == nil && !d.cfg.Dispatch.History.NoOutbox {
+		// Right where a relay runs elsewhere; where none does, the outbox grows for good and only
+		// the lag alert would say so.
+		d.log.Info("no relay in this process: events wait in the outbox for a relay-outbox elsewhere",
+			zap.String("relay_key", "kafka.brokers"), zap.String("publish_nowhere_key", "outbox.enabled=false"))
+	}
 
 	d.collect.Start(ctx)
 

@@ -237,3 +237,26 @@ func relayConfig(brokers []string, topic string) *outbox.RelayConfig {
 	k.Retry.BackoffMax = 200 * time.Millisecond
 	return &outbox.RelayConfig{KafkaConfig: k, RetryBackoffMin: 10 * time.Millisecond}
 }
+
+// A daemon with no relay says once, at start, that its events wait for a relay elsewhere and
+// which keys change that: a deployment that forgot kafka.brokers would otherwise fill the outbox
+// with only the lag alert to tell. With outbox.enabled false there is nothing to wait.
+func TestDaemonWithoutARelaySaysWhereEventsGo(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	for _, noOutbox := range []bool{false, true} {
+		cfg := testConfig()
+		cfg.Dispatch.History.NoOutbox = noOutbox
+		core, logs := zapobserver.New(zapcore.InfoLevel)
+		r := e.start(t, cfg, zap.New(core))
+		if err := r.shutdown(t); err != nil {
+			t.Fatal(err)
+		}
+		said := logs.FilterMessageSnippet("events wait in the outbox").All()
+		switch {
+		case noOutbox && len(said) != 0:
+			t.Fatalf("outbox.enabled=false logged %v, want nothing about waiting events", said)
+		case !noOutbox && (len(said) != 1 || said[0].ContextMap()["relay_key"] != "kafka.brokers"):
+			t.Fatalf("no relay logged %v, want one line naming kafka.brokers", said)
+		}
+	}
+}
