@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -149,17 +150,26 @@ func TestPruneKeepsUnpublishedRows(t *testing.T) {
 }
 
 // A pending entry whose outbox row was deleted by hand is never read by a relay: it must not
-// hold pruning back for good.
+// hold pruning back for good nor hide the age of the events after it (the lag alert's
+// figure), and the prune deletes it.
 func TestPruneIgnoresAPendingEntryWithoutItsRow(t *testing.T) {
 	pool := newDB(t)
 	ctx := context.Background()
-	enqueue(t, pool, snapshotEvents(4, 1))
-	dequeue(t, pool, "id > 1")
+	enqueue(t, pool, snapshotEvents(5, 1))
+	dequeue(t, pool, "id IN (2, 3, 4)")
 	if _, err := pool.Exec(ctx, `UPDATE outbox SET created_at = now() - interval '30 days'; DELETE FROM outbox WHERE id = 1`); err != nil {
 		t.Fatal(err)
 	}
+	if b, err := ReadBacklog(ctx, pool, false); err != nil || b.Oldest < 29*24*time.Hour {
+		t.Fatalf("backlog behind an orphan entry: %+v %v, want the age of the pending row 5 (30 days)", b, err)
+	}
 	if n, err := DeletePublished(ctx, pool, 7*24*time.Hour, 10); err != nil || n != 3 {
 		t.Fatalf("DeletePublished above an orphan pending entry: %d %v, want the 3 published rows", n, err)
+	}
+	rows, _ := pool.Query(ctx, `SELECT id FROM outbox_pending ORDER BY id`)
+	entries, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil || !slices.Equal(entries, []int64{5}) {
+		t.Fatalf("pending entries after the prune: %v %v, want only 5's: the orphan deleted", entries, err)
 	}
 }
 

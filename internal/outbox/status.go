@@ -22,7 +22,7 @@ func ReadBacklog(ctx context.Context, pool *pgxpool.Pool, countPublished bool) (
 	var b Backlog
 	var oldest float64
 	err := pool.QueryRow(ctx, `
-		WITH p AS (SELECT count(*) AS n, min(id) AS oldest FROM outbox_pending),
+		WITH p AS (SELECT count(*) AS n, `+pendingHead+` AS oldest FROM outbox_pending),
 		     f AS (SELECT count(*) AS n FROM outbox WHERE failed_at IS NOT NULL)
 		SELECT p.n, f.n, coalesce(extract(epoch FROM now() - (SELECT created_at FROM outbox WHERE id = p.oldest)), 0),
 		       CASE WHEN $1 THEN (SELECT count(*) FROM outbox) - p.n - f.n ELSE 0 END

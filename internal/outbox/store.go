@@ -193,21 +193,28 @@ func DeleteExpired(ctx context.Context, db store.Execer, olderThan time.Duration
 // bound a backlog (no relay, Kafka down for a day) was read whole at every pass to find the
 // published rows beyond it, millions of rows every ten minutes. So a published row waits for
 // every older one to be published or dropped (retention.outbox_unpublished, which the pruner
-// applies first); with a relay running, the oldest pending row is seconds old (every lane moves:
-// a relay that cannot publish one lane stops the others too). An entry whose outbox row is gone
-// (deleted by hand) bounds nothing: the relay never reads it, so it would hold pruning for
-// good. Every row below the bound is published or failed in the statement's snapshot: a row
-// committed later with a lower id is not seen, so not deleted.
+// applies first); with a relay running, the oldest pending row is seconds old (while every lane
+// moves: one stuck alone, its Kafka partition down for hours, holds back the others' pruning
+// too). An entry whose outbox row is gone bounds nothing (pendingHead) and goes. Every row
+// below the bound is published or failed in the statement's snapshot: a row committed later
+// with a lower id is not seen, so not deleted.
 // = ANY (ARRAY(…)), not IN (…): the planner hashes an IN list and scans the whole outbox for it.
 const deletePublishedSQL = `
+WITH head AS MATERIALIZED (SELECT ` + pendingHead + ` AS id),
+     orphans AS (DELETE FROM outbox_pending WHERE id < (SELECT id FROM head))
 DELETE FROM outbox WHERE id = ANY (ARRAY(
     SELECT l.id FROM (
         SELECT o.id, o.created_at FROM outbox o
-        WHERE o.id < coalesce((SELECT p.id FROM outbox_pending p WHERE EXISTS (SELECT FROM outbox x WHERE x.id = p.id)
-                               ORDER BY p.id LIMIT 1), 9223372036854775807)
-          AND o.failed_at IS NULL
+        WHERE o.id < (SELECT id FROM head) AND o.failed_at IS NULL
         ORDER BY o.id LIMIT $2) l
     WHERE l.created_at < now() - $1::float8 * interval '1 second'))`
+
+// pendingHead is the oldest pending entry that has its outbox row, or the largest id when
+// none: an entry whose row was deleted by hand is never read by a relay. The prune deletes
+// such entries below the head (all entries there are of that kind, in its snapshot), and the
+// backlog's age is the head's, so one of them hides neither old events nor the lag alert.
+const pendingHead = `coalesce((SELECT p.id FROM outbox_pending p WHERE EXISTS (SELECT FROM outbox x WHERE x.id = p.id)
+    ORDER BY p.id LIMIT 1), 9223372036854775807)`
 
 // deleteExpiredSQL drops unpublished rows (pending or failed) created more than $1 seconds ago,
 // with their outbox_pending entries, among the $2 oldest unpublished rows. Its command tag
