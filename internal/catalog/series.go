@@ -55,12 +55,16 @@ func readSeries(ctx context.Context, db history.Reader, itemID, resolution strin
 		case history.Daily:
 			end = ceilUTC(until, 24*time.Hour)
 		}
-		held, replaced, err := history.HeldUntil(ctx, db, itemID, end)
-		if err != nil {
-			return history.Series{ItemID: itemID}, err
-		}
-		if replaced {
-			seen = held // a later snapshot changed the market: it held until the one before
+		// The row's last snapshot before end: none came after, so nothing replaced the market
+		// (and looking would plan every partition from end on).
+		if lastSnapshot == nil || !lastSnapshot.Before(end) {
+			held, replaced, err := history.HeldUntil(ctx, db, itemID, end)
+			if err != nil {
+				return history.Series{ItemID: itemID}, err
+			}
+			if replaced {
+				seen = held // a later snapshot changed the market: it held until the one before
+			}
 		}
 	}
 	s, err := history.ReadBetween(ctx, db, itemID, resolution, since, until, lastSnapshot)

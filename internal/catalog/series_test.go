@@ -62,6 +62,14 @@ func TestSeriesAndSignalsLockOnlyRecentPartitions(t *testing.T) {
 			}
 			return err
 		},
+		"ReadSeries of a window a month ago, the item quiet since": func(tx pgx.Tx) error {
+			until := today.AddDate(0, 0, -30)
+			s, err := ReadSeries(ctx, tx, quiet, "raw", until.Add(-24*time.Hour), until)
+			if err == nil && (len(s.Points) != 1 || !s.Points[0].At.Equal(at) || s.SeenUntil != nil) {
+				t.Errorf("series a month ago: %+v until %v, want its snapshot at %v, seen until its last collection (none)", s.Points, s.SeenUntil, at)
+			}
+			return err
+		},
 		"readSignals": func(tx pgx.Tx) error {
 			_, _, err := readSignals(ctx, tx, testPolicy())
 			return err
