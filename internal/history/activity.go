@@ -19,10 +19,11 @@ type Activity struct {
 // RecentActivity reads the activity of each of ids since a time (the caller's database clock
 // less its window), in ids' order, in one statement. It aggregates the window's rows of each
 // table once and joins them to ids: the partitions before the window are pruned when the
-// statement is planned (a bound the planner cannot evaluate, now() less an interval, would open
-// and lock every partition to prune them only at execution), and a recalculation reads every item, so one pass
-// over the window beats a probe of each item's index (BenchmarkRecalculationAtScale in
-// BENCHMARKS.md). Most of what is left is ordering the window's snapshots for the churn.
+// statement is planned (a bound the planner cannot evaluate, now() less an interval, would
+// open and lock every partition to prune them only at execution), and a recalculation reads
+// every item, so one pass over the window beats a probe of each item's index
+// (BenchmarkRecalculationAtScale in BENCHMARKS.md). Most of what is left is ordering the
+// window's snapshots for the churn.
 func RecentActivity(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }, ids []string, since time.Time) ([]Activity, error) {
