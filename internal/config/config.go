@@ -55,11 +55,26 @@ func Load(opts Options) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	var lines map[string]int
+	if opts.File != "" {
+		lines = keyLines(opts.File)
+		if err := unknownKeys(opts.File, lines); err != nil {
+			return nil, err
+		}
+	}
+	// Where a key's value came from, for its errors: the variable that set it, else the file's
+	// line, else the variable that could.
+	where := func(key string) string {
+		if env, set := envFor(key); set || !v.InConfig(key) {
+			return "env " + env
+		}
+		return at(opts.File, lines, key)
+	}
 	var cfg Config
 	if err := v.UnmarshalExact(&cfg, func(c *mapstructure.DecoderConfig) {
 		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationNeedsUnit, numbersAsWritten, c.DecodeHook)
 	}); err != nil {
-		return nil, decodeError(err, opts.File)
+		return nil, decodeError(err, opts.File, where)
 	}
 	// Lists from the environment are split at commas only: "a:9092, b:9092" kept a space that
 	// no resolver takes.
@@ -75,7 +90,7 @@ func Load(opts Options) (*Config, error) {
 	// part of it.
 	cfg.Kafka.SASL.Password = Secret(strings.TrimSpace(cfg.Kafka.SASL.Password.Reveal()))
 	if strings.ContainsFunc(cfg.Kafka.SASL.Password.Reveal(), unicode.IsControl) {
-		keyErrs = append(keyErrs, errors.New("config kafka.sasl.password (env COLLECTOR_KAFKA_SASL_PASSWORD): holds a control character (the value is not shown)"))
+		keyErrs = append(keyErrs, fmt.Errorf("config kafka.sasl.password (%s): holds a control character (the value is not shown)", where("kafka.sasl.password")))
 	}
 	for _, k := range []struct {
 		env string
@@ -90,7 +105,7 @@ func Load(opts Options) (*Config, error) {
 		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
-		nameFlags(err, opts.Flags)
+		nameSources(err, opts.Flags, where)
 		return nil, err
 	}
 	return &cfg, nil
@@ -244,7 +259,7 @@ func asFloat(data any) (float64, bool) {
 
 // decodeError names, for each key whose value could not be read as its type, where the value
 // came from: the environment variable that is set, or else the file.
-func decodeError(err error, file string) error {
+func decodeError(err error, file string, where func(key string) string) error {
 	var out []error
 	var walk func(error)
 	walk = func(e error) {
@@ -257,10 +272,7 @@ func decodeError(err error, file string) error {
 			return
 		}
 		if de, ok := e.(*mapstructure.DecodeError); ok && de.Name() != "" {
-			src := "file " + file
-			if env, set := envFor(de.Name()); set || file == "" {
-				src = "env " + env
-			}
+			src := where(de.Name())
 			if holdsSecret(de.Name()) {
 				// The decoder's message quotes the value, which may hold a password.
 				out = append(out, fmt.Errorf("config %s (%s): not a plain text value (the value is not shown: it may hold a password)", de.Name(), src))
@@ -504,28 +516,34 @@ func shortNumber[T int | float64 | time.Duration](v T) string {
 
 // KeyError is a bad value of one key. Flag is set when the value came from that flag, so the
 // message names what the user typed; OtherFlag names the command's flag for the key otherwise.
+// Where is the variable or the file's line the value came from.
 type KeyError struct {
 	Key, Value, Allowed string
 	Flag, OtherFlag     string
+	Where               string
 }
 
 func (e *KeyError) Error() string {
-	switch {
-	case e.Flag != "":
+	if e.Flag != "" {
 		return fmt.Sprintf("--%s %s: %s (config %s)", e.Flag, e.Value, e.Allowed, e.Key)
-	case e.OtherFlag != "":
-		env, _ := envFor(e.Key)
-		return fmt.Sprintf("config %s (env %s, flag --%s) = %s: %s", e.Key, env, e.OtherFlag, e.Value, e.Allowed)
 	}
-	env, _ := envFor(e.Key)
-	return fmt.Sprintf("config %s (env %s) = %s: %s", e.Key, env, e.Value, e.Allowed)
+	where := e.Where
+	if where == "" {
+		env, _ := envFor(e.Key)
+		where = "env " + env
+	}
+	if e.OtherFlag != "" {
+		where += ", flag --" + e.OtherFlag
+	}
+	return fmt.Sprintf("config %s (%s) = %s: %s", e.Key, where, e.Value, e.Allowed)
 }
 
-// nameFlags names in the key errors the command's flags for their keys: the flag the value
-// came from, or the one that could set it.
-func nameFlags(err error, flags map[string]*pflag.Flag) {
+// nameSources names in the key errors where each value came from, and the command's flags for
+// their keys: the flag the value came from, or the one that could set it.
+func nameSources(err error, flags map[string]*pflag.Flag, where func(key string) string) {
 	switch e := err.(type) {
 	case *KeyError:
+		e.Where = where(e.Key)
 		if f := flags[e.Key]; f != nil && f.Changed {
 			e.Flag = f.Name
 		} else if f != nil {
@@ -533,10 +551,10 @@ func nameFlags(err error, flags map[string]*pflag.Flag) {
 		}
 	case interface{ Unwrap() []error }:
 		for _, inner := range e.Unwrap() {
-			nameFlags(inner, flags)
+			nameSources(inner, flags, where)
 		}
 	case interface{ Unwrap() error }:
-		nameFlags(e.Unwrap(), flags)
+		nameSources(e.Unwrap(), flags, where)
 	}
 }
 

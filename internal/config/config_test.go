@@ -167,6 +167,37 @@ func TestAnUnreadableValueNamesItsSource(t *testing.T) {
 	}
 }
 
+// A bad value in the file is named by the file's line, whichever check refuses it; a key no
+// setting reads is refused with its line and the setting it was probably meant to be; a value
+// set by a variable is blamed on the variable even when the file sets the key too.
+func TestAFileValueNamesItsLine(t *testing.T) {
+	unsetEnv(t, "COLLECTOR_COLLECT_CONCURRENCY")
+	for _, tc := range []struct{ yaml, want string }{
+		{"collect:\n  batch_size: 10\n  concurrency: 0\n", "config collect.concurrency (FILE:3) = 0: must be between 1 and 1000"},
+		{"Collect:\n  Concurrency: 0\n", "config collect.concurrency (FILE:2) = 0"},
+		{"collect:\n\n  lease: soon\n", `config collect.lease (FILE:3): "soon" is not a duration`},
+		{"collect:\n  batchsize: 5\n", "config collect.batchsize (FILE:2): no such setting; did you mean collect.batch_size?"},
+		{"colect:\n  batch_size: 5\n", "config colect (FILE:1): no such setting; did you mean collect?"},
+		{"base: &b\n  concurrency: 0\ncollect:\n  <<: *b\n", "config base (FILE:1): no such setting"},
+	} {
+		file := writeFile(t, tc.yaml)
+		_, err := Load(Options{File: file})
+		if want := strings.ReplaceAll(tc.want, "FILE", "file "+file); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want it to say %q", tc.yaml, err, want)
+		}
+	}
+	// A map-valued setting's keys are the user's.
+	if _, err := Load(Options{File: writeFile(t, "kafka:\n  topic_config:\n    retention.ms: '86400000'\n")}); err != nil {
+		t.Errorf("topic_config's own keys refused: %v", err)
+	}
+	file := writeFile(t, "collect:\n  concurrency: 5\n")
+	t.Setenv("COLLECTOR_COLLECT_CONCURRENCY", "0")
+	_, err := Load(Options{File: file})
+	if err == nil || !strings.Contains(err.Error(), "config collect.concurrency (env COLLECTOR_COLLECT_CONCURRENCY) = 0") || strings.Contains(err.Error(), file) {
+		t.Errorf("error %v, want it to blame COLLECTOR_COLLECT_CONCURRENCY, not the file", err)
+	}
+}
+
 // A value of the wrong shape for a key that holds a password (a list, a map) is refused without
 // quoting it: the decoder's own message would.
 func TestAMisshapenSecretIsNotQuoted(t *testing.T) {
