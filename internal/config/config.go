@@ -72,7 +72,7 @@ func Load(opts Options) (*Config, error) {
 	}
 	var cfg Config
 	if err := v.UnmarshalExact(&cfg, func(c *mapstructure.DecoderConfig) {
-		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationNeedsUnit, numbersAsWritten, c.DecodeHook)
+		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(dottedNames, durationNeedsUnit, numbersAsWritten, c.DecodeHook)
 	}); err != nil {
 		return nil, decodeError(err, opts.File, where)
 	}
@@ -139,6 +139,29 @@ func newViper(opts Options) (*viper.Viper, error) {
 		}
 	}
 	return v, nil
+}
+
+// dottedNames gives a map of names (kafka.topic_config) its keys as written: viper splits a key
+// at its dots ("retention.ms" as retention: {ms: …}), on some runs and not others (it walks a
+// map), which the decoder then refused as a map where a string belongs.
+func dottedNames(_, to reflect.Type, data any) (any, error) {
+	m, ok := data.(map[string]any)
+	if !ok || to != reflect.TypeFor[map[string]string]() {
+		return data, nil
+	}
+	out := map[string]any{}
+	var flatten func(prefix string, m map[string]any)
+	flatten = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if inner, ok := v.(map[string]any); ok {
+				flatten(prefix+k+".", inner)
+				continue
+			}
+			out[prefix+k] = v
+		}
+	}
+	flatten("", m)
+	return out, nil
 }
 
 // durationNeedsUnit refuses a bare number for a duration key. YAML's "timeout: 10" is an
