@@ -46,6 +46,12 @@ writes their results, hands unfinished items back at once, flushes the relay and
 		Args: cobra.NoArgs,
 		RunE: a.run(func(ctx context.Context) error {
 			d, err := a.newDaemon(ctx, testTimings)
+			if err != nil && ctx.Err() != nil {
+				// Stopped before it started (its database still down, say): a stop asked for,
+				// not a failure, which systemd's Restart=on-failure would answer by restarting it.
+				a.log.Info("stopped before starting", zap.NamedError("while", err))
+				return nil
+			}
 			if err != nil {
 				return err
 			}

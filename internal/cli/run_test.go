@@ -146,6 +146,32 @@ func TestRunWaitsForItsDatabase(t *testing.T) {
 	}
 }
 
+// A daemon stopped while it waits for its database exits 0: the stop was asked for, and a
+// failure would have systemd (Restart=on-failure) start it again.
+func TestRunStoppedWhileWaitingForItsDatabase(t *testing.T) {
+	u, err := url.Parse(catalogEnv(t, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = free.Addr().String() // nothing listens there
+	_ = free.Close()
+	r := startRun(t, u.String())
+	testkit.Eventually(t, 30*time.Second, "a logged attempt to reach the database", func() bool {
+		return strings.Contains(r.stderr.String(), "database not reachable yet")
+	})
+	r.stop()
+	if err := testkit.Recv(t, r.done, time.Minute, "run to stop"); err != nil {
+		t.Fatalf("run stopped while waiting for its database: %v, want a clean stop", err)
+	}
+	if !strings.Contains(r.stderr.String(), "stopped before starting") {
+		t.Errorf("no word of the stop:\n%s", r.stderr.String())
+	}
+}
+
 // A daemon started on a reachable database whose schema is behind says so, rather than that
 // the database is not reachable, and starts once the schema is migrated.
 func TestRunWaitsForItsMigration(t *testing.T) {
