@@ -58,6 +58,13 @@ func (d *Daemon) probeWrites(ctx context.Context) {
 // collection resumes by itself. While a lack of space stands, a read proves nothing: it makes
 // the space probe's write instead, whose success alone ends that state.
 func (d *Daemon) probeOnce(ctx context.Context) {
+	// A probe the stop cut short (cancelled, not timed out) proves nothing: reported, it logged
+	// the database as refusing writes (an error) whenever a shutdown landed mid-probe.
+	observe := func(cause store.WriteCause, detail string) {
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			d.writes.ObserveProbe(cause, detail)
+		}
+	}
 	c := d.writes.State().Cause
 	if c != store.CauseReadOnly && c != store.CauseStandby {
 		if d.writes.SpaceShort() {
@@ -70,14 +77,14 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 		if err == nil {
 			cause, detail := store.ProbeWritable(ctx, pc)
 			pc.Release()
-			d.writes.ObserveProbe(cause, detail)
+			observe(cause, detail)
 			return
 		}
 		if store.NoSessionToSpare(err) {
 			return // the pool could not add a session; the ones it has may well write
 		}
 		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			d.writes.ObserveProbe(cmp.Or(store.RefusedCause(err), store.CauseUnreachable), fmt.Sprintf("probe: %v", err))
+			observe(cmp.Or(store.RefusedCause(err), store.CauseUnreachable), fmt.Sprintf("probe: %v", err))
 			return
 		}
 		// Every pooled connection is in use (an export's snapshot, reads, write-backs): waiting
@@ -90,14 +97,14 @@ func (d *Daemon) probeOnce(ctx context.Context) {
 			return // the server has no session to spare: it answers, nothing is learnt
 		}
 		if c != store.CauseReadOnly && c != store.CauseStandby {
-			d.writes.ObserveProbe(cmp.Or(store.RefusedCause(err), store.CauseUnreachable), fmt.Sprintf("probe: %v", err))
+			observe(cmp.Or(store.RefusedCause(err), store.CauseUnreachable), fmt.Sprintf("probe: %v", err))
 			return
 		}
-		d.writes.ObserveProbe(store.ProbeWritable(ctx, d.pool)) // the pool's connection error names it best
+		observe(store.ProbeWritable(ctx, d.pool)) // the pool's connection error names it best
 		return
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	d.writes.ObserveProbe(store.ProbeWritable(ctx, conn))
+	observe(store.ProbeWritable(ctx, conn))
 }
 
 // probeSpace runs store.ProbeSpace. A failure that is no refusal (the role may neither create

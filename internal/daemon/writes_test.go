@@ -248,6 +248,30 @@ func TestASpaceProbeWithNoSessionIsNoProbeThatCannotRun(t *testing.T) {
 	}
 }
 
+// A probe cut short by the daemon's stop proves nothing and is not reported (it logged the
+// database as refusing writes on shutdowns that landed mid-probe); one that ran out of its
+// time is: the database did not answer.
+func TestAProbeCutByTheStopIsNotReported(t *testing.T) {
+	pool, err := store.Open(context.Background(), store.PoolConfig{URL: storetest.NewDatabase(t), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d := &Daemon{pool: pool, writes: store.NewWriteHealth()}
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	d.probeOnce(stopped)
+	if st := d.writes.State(); !st.Writable {
+		t.Fatalf("after a probe cut by the stop: %+v, want the state left writable", st)
+	}
+	late, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	d.probeOnce(late)
+	if st := d.writes.State(); st.Writable || st.Cause != store.CauseUnreachable {
+		t.Fatalf("after a probe that ran out of time: %+v, want unreachable", st)
+	}
+}
+
 // A pool whose every connection is in use (an export's snapshot, slow reads) is busy, not a
 // database gone: the probe asks on a session of its own instead of timing out waiting for a
 // pooled one, which held every provider call and turned /readyz 503.
