@@ -137,6 +137,8 @@ func newCollectCmd(a *app) *cobra.Command {
 				return err
 			case sum.Failed > 0:
 				return fmt.Errorf("collect %s failed; see the log and `collector items` for its last error", args[0])
+			case sum.Collected == 0 && sum.Stop == dispatcher.StopInterrupted:
+				return fmt.Errorf("nothing collected, the item handed back: %w", context.Cause(ctx))
 			case sum.Collected == 0:
 				// Asked for one item now: a pause or a pass-ending answer is a failure to do
 				// that, unlike collect-due's "nothing to do now".

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -430,8 +431,8 @@ func TestCollectOneShutdownHonoursTheGracePeriod(t *testing.T) {
 		if s, l := collected(ids[1]); s != 0 || l != 0 {
 			t.Fatalf("collect abandoned after the grace (%q %v): %d snapshots, %d leased; want 0 and 0", r.out, r.err, s, l)
 		}
-		if !strings.Contains(r.out, "released=1") {
-			t.Fatalf("collect abandoned after the grace: %q %v; want the item handed back", r.out, r.err)
+		if !strings.Contains(r.out, "released=1") || !strings.Contains(r.out, `stop="interrupted"`) || !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("collect abandoned after the grace: %q %v; want the item handed back, the pass interrupted, the error the stop", r.out, r.err)
 		}
 	})
 }

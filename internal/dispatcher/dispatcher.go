@@ -481,7 +481,12 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 	sum.Released = f.released
 	ws := w.finish()
 	if sum.Stop == StopNone && stop == nil && ws.err == nil {
+		// The last batch ended: by its count, unless the stop came while it ran (collect
+		// ITEM_ID's one batch handed back at a signal said "max batches").
 		sum.Stop = StopMaxBatches
+		if ctx.Err() != nil {
+			sum.Stop = StopInterrupted
+		}
 	}
 	sum.Collected, sum.Failed, sum.Fenced, sum.ItemErrors = ws.collected, ws.failed, ws.fenced, ws.itemErrors()
 	sum.Duration = time.Since(start)
