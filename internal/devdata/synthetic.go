@@ -89,7 +89,7 @@ func SeedSynthetic(ctx context.Context, db catalog.DB, opt SyntheticOptions) (Sy
 	res := SyntheticResult{Items: opt.Items}
 	end := opt.Until.Truncate(time.Hour)
 	if opt.Until.IsZero() {
-		if err := db.QueryRow(ctx, "SELECT date_trunc('hour', now())").Scan(&end); err != nil {
+		if err := db.QueryRow(ctx, "SELECT date_trunc('hour', now(), 'UTC')").Scan(&end); err != nil {
 			return res, fmt.Errorf("seed:synthetic: read the database clock: %w", err)
 		}
 	}

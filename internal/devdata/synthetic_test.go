@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
@@ -182,6 +183,40 @@ func TestSeedSyntheticThenPurge(t *testing.T) {
 // seed:synthetic takes a million items and writes them in batches that each commit: other
 // connections see the fixtures as they are written, progress is reported per batch, and an
 // interrupted run keeps what it wrote.
+// Without --until the history ends on the database's hour in UTC, whatever the session's time
+// zone: truncated in Asia/Kolkata's (+05:30) it ended at half past, and a re-run in another
+// zone matched none of the rows it had written and seeded every fixture's history again.
+func TestSeedSyntheticIsTheSameInEveryTimeZone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	utc, url := storetest.NewPool(t)
+	kolkata, err := pgxpool.New(ctx, url+"&timezone=Asia/Kolkata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kolkata.Close()
+	hour := func() (h time.Time) {
+		if err := utc.QueryRow(ctx, `SELECT date_trunc('hour', now(), 'UTC')`).Scan(&h); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	before := hour()
+	if _, err := SeedSynthetic(ctx, kolkata, SyntheticOptions{Items: 1, Days: 1}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := SeedSynthetic(ctx, utc, SyntheticOptions{Items: 1, Days: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hour() != before {
+		t.Skip("a UTC hour began between the runs: the second run rightly adds it")
+	}
+	if again.Snapshots != 0 || again.Sales != 0 {
+		t.Fatalf("a re-run in UTC after one in Asia/Kolkata inserted %+v, want nothing", again)
+	}
+}
+
 func TestSeedSyntheticMillionItemsInBatches(t *testing.T) {
 	t.Parallel()
 	pool, _ := storetest.NewPool(t)
