@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -29,8 +30,15 @@ func (t Tree) Main() {
 		cancel() // the first asks for a clean stop
 		sig := <-sigs
 		// A second one ends a stop that hangs on something unreachable, at once, as a shell
-		// reports a process its signal killed.
-		fmt.Fprintf(os.Stderr, "%v again: stopping at once\n", sig)
+		// reports a process its signal killed; said in the log's format, so that with json
+		// every line stays JSON.
+		msg := fmt.Sprintf("%v again: stopping at once", sig)
+		if log, err := telemetry.NewLogger("info", logFormatInForce.Load().(string), os.Stderr); err == nil {
+			log.Warn(msg)
+			_ = log.Sync()
+		} else {
+			fmt.Fprintln(os.Stderr, msg)
+		}
 		os.Exit(128 + int(sig.(syscall.Signal)))
 	}()
 	code := t.execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -38,6 +46,12 @@ func (t Tree) Main() {
 	cancel()
 	os.Exit(code)
 }
+
+// logFormatInForce is the log.format of the command running (auto until its config is read),
+// for the line Main writes at a second signal while the command still runs.
+var logFormatInForce atomic.Value
+
+func init() { logFormatInForce.Store("auto") }
 
 // execute runs one command line and returns its exit code; a failure is reported on stderr in
 // the log format in force, so with json every line is JSON, start-up errors included.

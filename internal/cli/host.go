@@ -33,7 +33,10 @@ func (h Host) Config() *config.Config { return h.a.cfg }
 func (h Host) Log() *zap.Logger { return h.a.log }
 
 // SetLog replaces the logger, with format the log.format it writes.
-func (h Host) SetLog(log *zap.Logger, format string) { h.a.log, h.a.cfg.Log.Format = log, format }
+func (h Host) SetLog(log *zap.Logger, format string) {
+	h.a.log, h.a.cfg.Log.Format = log, format
+	logFormatInForce.Store(format)
+}
 
 // Stdout is where commands print their results; Stderr gets the logs.
 func (h Host) Stdout() io.Writer { return h.a.stdout }

@@ -129,6 +129,7 @@ func (a *app) load() error {
 		return err
 	}
 	a.cfg, a.log = cfg, logger
+	logFormatInForce.Store(cfg.Log.Format)
 	for _, name := range config.UnknownEnv(os.Environ()) {
 		a.log.Warn("unknown environment variable ignored: no configuration key reads it (docs/configuration.md lists them)",
 			zap.String("variable", name))

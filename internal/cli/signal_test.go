@@ -2,10 +2,14 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,13 +23,13 @@ const hangEnv = "DUECOLLECTOR_TEST_HANG"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(hangEnv) != "" {
-		Tree{Name: "hanging", Extra: []Extension{func(Host) *cobra.Command {
-			return &cobra.Command{Use: "hang", RunE: func(cmd *cobra.Command, _ []string) error {
+		Tree{Name: "hanging", Extra: []Extension{func(h Host) *cobra.Command {
+			return &cobra.Command{Use: "hang", RunE: h.Run(func(ctx context.Context) error {
 				fmt.Println("ready")
-				<-cmd.Context().Done()
+				<-ctx.Done()
 				fmt.Println("stopping")
 				select {}
-			}}
+			})}
 		}}}.Main()
 	}
 	os.Exit(m.Run())
@@ -33,10 +37,13 @@ func TestMain(m *testing.M) {
 
 // The first SIGTERM asks for a clean stop; a second one (an operator's second Ctrl-C, a
 // supervisor's repeated stop) ends a stop that hangs at once, instead of being swallowed.
+// Said with log.format json, the line about it is JSON like every other.
 func TestASecondSignalEndsAStopThatHangs(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command(os.Args[0], "hang")
+	cmd := exec.Command(os.Args[0], "hang", "--log-format", "json")
 	cmd.Env = append(os.Environ(), hangEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +74,17 @@ func TestASecondSignalEndsAStopThatHangs(t *testing.T) {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
 			t.Fatalf("child ended with %v, want exit code 143 at the second SIGTERM", err)
+		}
+		said := false
+		for line := range strings.Lines(stderr.String()) {
+			var l struct{ Msg string }
+			if err := json.Unmarshal([]byte(line), &l); err != nil {
+				t.Fatalf("a line of the json log is not JSON: %q", line)
+			}
+			said = said || l.Msg == "terminated again: stopping at once"
+		}
+		if !said {
+			t.Fatalf("nothing said of the second signal:\n%s", stderr.String())
 		}
 	case <-time.After(time.Minute): // the failure is a hang; a minute is no race on a loaded machine
 		t.Fatal("the second SIGTERM did not end the process")
