@@ -127,6 +127,10 @@ func (a *app) followWithPruner(ctx context.Context, r *outbox.Relay) error {
 	err = r.Run(ctx)
 	stop()
 	<-done
+	if err == nil {
+		res := r.Followed()
+		a.printf("published %d, failed %d, in %d batches; stopped\n", res.Published, res.Failed, res.Batches)
+	}
 	return err
 }
 

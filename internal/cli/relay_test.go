@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -95,7 +96,8 @@ func TestAFollowingRelayPrunesWhatItPublished(t *testing.T) {
 	t.Cleanup(func() { followPruneInterval = 0 })
 
 	logs, logw := io.Pipe()
-	cmd := newRootCmd(io.Discard, logw)
+	var out bytes.Buffer
+	cmd := newRootCmd(&out, logw)
 	cmd.SetArgs([]string{"relay-outbox", "--database-url", db, "--brokers", broker, "--log-format=json"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx); _ = logw.Close() }()
@@ -121,6 +123,10 @@ func TestAFollowingRelayPrunesWhatItPublished(t *testing.T) {
 	var left int64
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&left); err != nil || pruned != events || left != 0 {
 		t.Fatalf("pruned %d of %d published events, %d rows left (%v)", pruned, events, left, err)
+	}
+	// Stopped, it says what it published, as --once does.
+	if want := fmt.Sprintf("published %d, failed 0, in ", events); !strings.HasPrefix(out.String(), want) {
+		t.Fatalf("relay-outbox stopped printed %q, want %q…", out.String(), want)
 	}
 }
 

@@ -101,6 +101,9 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 	return r.pass, err
 }
 
+// Followed is what Run published until it returned; read it after.
+func (r *Relay) Followed() Result { return r.pass }
+
 // Run follows the outbox until ctx ends, holding a pooled connection for LISTEN; it returns only permanent errors.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
