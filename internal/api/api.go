@@ -219,6 +219,12 @@ func params(w http.ResponseWriter, r *http.Request, allowed ...string) (url.Valu
 			badParam(w, name, fmt.Sprintf("unknown parameter %q: this endpoint takes %s", name, strings.Join(allowed, ", ")))
 			return nil, false
 		}
+		// A second value would be dropped (the handlers read the first): a client that adds
+		// its own limit to a next link that has one must hear of it. ids lists, so it repeats.
+		if len(q[name]) > 1 && name != "ids" {
+			badParam(w, name, fmt.Sprintf("parameter %q given %d times: give it once", name, len(q[name])))
+			return nil, false
+		}
 	}
 	return q, true
 }

@@ -222,6 +222,11 @@ func TestLatestHoldsEveryItemAndFilters(t *testing.T) {
 	if len(some.Unknown) != 1 || some.Unknown[0] != "nobody-tracks-this" {
 		t.Fatalf("unknown ids: %v", some.Unknown)
 	}
+	// In the order asked, whichever way round.
+	_, b = e.get(t, "/api/v1/latest?ids="+newItem+","+hotItem)
+	if got := decode[latestBody](t, b); len(got.Items) != 2 || got.Items[0].ItemID != newItem || got.Items[1].ItemID != hotItem {
+		t.Fatalf("ids=%s,%s answered %+v, want them in that order", newItem, hotItem, got.Items)
+	}
 }
 
 // A poller that sends back its ETag gets 304 and no body until a write-back changes the
@@ -984,6 +989,9 @@ func TestMalformedOrUnknownParametersAreRefused(t *testing.T) {
 		{series + "?interval=raw;since=2026-12-01", "interval"},
 		{series + "?interval=raw&from=2026-12-01", "from"},
 		{series + "?since=2026-12-01&%zz=1", ""}, // a name that does not read is not named
+		// A second value would be dropped: a client adding its own limit to a next link.
+		{"/api/v1/items?limit=10&limit=200", "limit"},
+		{series + "?interval=1h&interval=raw", "interval"},
 	}
 	before := e.db.n.Load()
 	for _, c := range cases {
