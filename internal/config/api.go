@@ -92,5 +92,15 @@ func checkOrigin(o string) error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil {
 		return errors.New(`must be "*" or an origin such as https://prices.example.org (a scheme and host, no path)`)
 	}
+	// Compared as written with the Origin header, which a browser sends with the scheme and
+	// host in lower case and without the scheme's default port: written otherwise, an origin
+	// would never match, and the page would meet CORS failures nobody logs.
+	canonical := strings.ToLower(u.Scheme + "://" + u.Host)
+	if p := u.Port(); (u.Scheme == "https" && p == "443") || (u.Scheme == "http" && p == "80") {
+		canonical = strings.TrimSuffix(canonical, ":"+p)
+	}
+	if canonical != o {
+		return fmt.Errorf("write it as a browser sends it in Origin: %s", canonical)
+	}
 	return nil
 }

@@ -157,6 +157,9 @@ func dottedNames(_, to reflect.Type, data any) (any, error) {
 				flatten(prefix+k+".", inner)
 				continue
 			}
+			if b, ok := v.(bool); ok {
+				v = strconv.FormatBool(b) // the decoder's weak typing writes "0"; Kafka reads "false"
+			}
 			out[prefix+k] = v
 		}
 	}

@@ -121,6 +121,8 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"api:\n  rate: .inf\n", "api.rate"},
 		{"api:\n  cors_origins: [https://prices.example.org/path]\n", "api.cors_origins"},
 		{"api:\n  cors_origins: [prices.example.org]\n", "api.cors_origins"},
+		{"api:\n  cors_origins: [https://Prices.Example.org]\n", "as a browser sends it in Origin: https://prices.example.org"}, // never matches Origin
+		{"api:\n  cors_origins: ['https://prices.example.org:443']\n", "as a browser sends it in Origin: https://prices.example.org"},
 		{"provider:\n  timeout: 10\n", "config provider.timeout (file "},      // 10ns otherwise, under no floor
 		{"collect:\n  shutdown_grace: 2.5\n", "collect.shutdown_grace"},       // a float too
 		{"catalog:\n  demotion_hold: 3600\n", "catalog.demotion_hold (file "}, // floor 0
@@ -195,12 +197,13 @@ func TestAFileValueNamesItsLine(t *testing.T) {
 	}
 }
 
-// A topic config's names keep their dots, as the documented example writes them. Viper split
+// A topic config's names keep their dots, as the documented example writes them, and an
+// unquoted value reads as written (false, not the decoder's "0"). Viper split
 // "retention.ms" into retention: {ms: …} on about half the runs (it walks a map), and the load
 // failed; twenty loads would all pass by chance once in a million.
 func TestTopicConfigKeepsDottedNames(t *testing.T) {
-	file := writeFile(t, "kafka:\n  topic_config:\n    retention.ms: '86400000'\n    min.insync.replicas: '2'\n    cleanup.policy: delete\n")
-	want := map[string]string{"retention.ms": "86400000", "min.insync.replicas": "2", "cleanup.policy": "delete"}
+	file := writeFile(t, "kafka:\n  topic_config:\n    retention.ms: 86400000\n    min.insync.replicas: '2'\n    cleanup.policy: delete\n    unclean.leader.election.enable: false\n")
+	want := map[string]string{"retention.ms": "86400000", "min.insync.replicas": "2", "cleanup.policy": "delete", "unclean.leader.election.enable": "false"}
 	for range 20 {
 		cfg, err := Load(Options{File: file})
 		if err != nil {
