@@ -594,6 +594,18 @@ func TestUnreadableInputIsABadRequest(t *testing.T) {
 			t.Errorf("GET %s: %d %v, want a 400 page, not cached, saying %q:\n%.300s", path, res.StatusCode, res.Header, want, body)
 		}
 	}
+	// Of two unreadable parameters the same one is named every time (the first by name).
+	for range 10 {
+		res, err := http.Get(e.srv.URL + "/items?tier=%FF&q=%00")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if !strings.Contains(html.UnescapeString(string(body)), `"q": contains a NUL character`) {
+			t.Fatalf("two unreadable parameters: %d, want q named:\n%.300s", res.StatusCode, body)
+		}
+	}
 	// A malformed pair is dropped, as before: only text the database cannot take is refused.
 	for _, path := range []string{"/items?q=50%", "/items?q=a;b", "/static/console.js"} {
 		res, err := http.Get(e.srv.URL + path)

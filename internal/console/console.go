@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -314,8 +316,8 @@ func (c *Console) cleanInput(h http.Handler) http.Handler {
 		}
 		// A malformed pair (a bare %, a ;) is dropped, as the pages' own r.URL.Query() drops it.
 		q, _ := url.ParseQuery(r.URL.RawQuery)
-		for k, vs := range q {
-			for _, v := range append([]string{k}, vs...) {
+		for _, k := range slices.Sorted(maps.Keys(q)) { // the same parameter named every time
+			for _, v := range append([]string{k}, q[k]...) {
 				if err := cleanValue(v); err != nil {
 					bad(strconv.Quote(k), err)
 					return

@@ -89,9 +89,9 @@ func TestLoggerSerialisesWritesToAnyWriter(t *testing.T) {
 // containers sharing the host's name are all pid 1, and their names must still differ.
 func TestInstanceIsHostPidAndASuffix(t *testing.T) {
 	host, _ := os.Hostname()
-	re := regexp.MustCompile(`^` + regexp.QuoteMeta(host) + `:` + strconv.Itoa(os.Getpid()) + `-[0-9a-f]{4}$`)
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(host) + `:` + strconv.Itoa(os.Getpid()) + `-[0-9a-f]{8}$`)
 	if got := Instance(); !re.MatchString(got) {
-		t.Fatalf("Instance() = %q, want host:pid-xxxx", got)
+		t.Fatalf("Instance() = %q, want host:pid-xxxxxxxx", got)
 	}
 	if first, again := Instance(), Instance(); first != again {
 		t.Fatalf("Instance() changed within one process: %q, then %q", first, again)
