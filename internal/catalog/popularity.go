@@ -385,11 +385,22 @@ func (u *updates) add(it itemState, score float64, d tierplan.Decision, next *ti
 // the row as it is now: LEAST with the current next_collect_at (LEAST ignores NULL) keeps a
 // promotion, or any move of an item whose first collection is due, from delaying a
 // collection. Lease columns are not touched.
+//
+// The rows are locked in item_id order first (u's FOR UPDATE above its sort), as every statement
+// that locks several tracked_items rows takes them (leaseArrays), and then updated by ctid: the
+// update's own join locked in whatever order its plan yielded, which for a hash join that spills
+// (100k items, the default work_mem) is a few sorted runs, and a write-back holding B while
+// waiting for A then deadlocked with it, costing the whole recalculation.
 func (u *updates) flush(ctx context.Context, tx pgx.Tx, res *Result) error {
 	if u.len() == 0 {
 		return nil
 	}
 	rows, err := tx.Query(ctx, `
+		WITH u AS MATERIALIZED (
+			SELECT t.ctid AS tid, u.*
+			FROM tracked_items t JOIN unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::timestamptz[], $7::bool[], $8::bool[], $9::float8[], $10::text[])
+			     AS u(item_id, old_tier, new_tier, reason, score, next, due_now, promote, requests, old_pin) ON t.item_id = u.item_id
+			ORDER BY t.item_id FOR UPDATE OF t)
 		UPDATE tracked_items t SET
 			popularity_score = u.score,
 			collection_tier  = u.new_tier,
@@ -406,9 +417,8 @@ func (u *updates) flush(ctx context.Context, tx pgx.Tx, res *Result) error {
 			tier_reason      = CASE WHEN u.new_tier = u.old_tier THEN t.tier_reason ELSE u.reason END,
 			requests_per_collection = u.requests,
 			updated_at       = now()
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::timestamptz[], $7::bool[], $8::bool[], $9::float8[], $10::text[])
-		     AS u(item_id, old_tier, new_tier, reason, score, next, due_now, promote, requests, old_pin)
-		WHERE t.item_id = u.item_id AND t.collection_tier = u.old_tier AND coalesce(t.pinned_tier, '') = u.old_pin
+		FROM u
+		WHERE t.ctid = u.tid AND t.collection_tier = u.old_tier AND coalesce(t.pinned_tier, '') = u.old_pin
 		RETURNING t.item_id, u.old_tier, u.new_tier, u.reason, u.due_now, t.next_collect_at`,
 		u.ids, u.oldTiers, u.newTiers, u.reasons, u.scores, u.nexts, u.dueNow, u.promote, u.requests, u.oldPins)
 	if err != nil {
