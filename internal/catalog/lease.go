@@ -227,11 +227,10 @@ func ReleaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int
 		return 0, nil
 	}
 	ids, tokens := leaseArrays(claims)
-	tag, err := pool.Exec(ctx, `
+	tag, err := pool.Exec(ctx, heldInOrder+`
 		UPDATE tracked_items t
 		SET lease_expires_at = NULL, lease_token = NULL, leased_by = NULL
-		FROM unnest($1::text[], $2::uuid[]) AS u(item_id, token)
-		WHERE t.item_id = u.item_id AND t.lease_token = u.token`, pgx.QueryExecModeSimpleProtocol, ids, tokens)
+		FROM held WHERE t.ctid = held.tid`, pgx.QueryExecModeSimpleProtocol, ids, tokens)
 	if err != nil {
 		return 0, fmt.Errorf("release %d leases: %w", len(claims), err)
 	}
@@ -239,9 +238,20 @@ func ReleaseLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) (int
 }
 
 // leaseArrays is the claims' ids and tokens in item_id order. Every statement that locks several
-// tracked_items rows takes them in that order (UPDATE … FROM unnest locks in the arrays' order):
-// two of them then wait for each other instead of deadlocking, which cost a whole
-// recalculation or a write-back group.
+// tracked_items rows takes them in that order: two of them then wait for each other instead of
+// deadlocking, which cost a whole recalculation or a write-back group. UPDATE … FROM unnest
+// locks in the arrays' order only while its plan walks them (a nested loop, the write-back's
+// ctid lookup); a hash join that spills yields a few sorted runs, so a statement whose arrays
+// may be long locks in heldInOrder first.
+//
+// heldInOrder locks the rows of $1 and $2 (leaseArrays) still under their token, in item_id
+// order (the FOR UPDATE sits above the ORDER BY), and hands their ctids to the UPDATE after it.
+const heldInOrder = `
+WITH held AS MATERIALIZED (
+	SELECT t.ctid AS tid FROM tracked_items t JOIN unnest($1::text[], $2::uuid[]) AS u(item_id, token)
+	    ON t.item_id = u.item_id AND t.lease_token = u.token
+	ORDER BY t.item_id FOR UPDATE OF t)`
+
 func leaseArrays(claims []Claim) ([]string, []pgtype.UUID) {
 	sorted := slices.SortedFunc(slices.Values(claims), func(a, b Claim) int { return strings.Compare(a.ItemID, b.ItemID) })
 	ids := make([]string, len(sorted))
@@ -274,11 +284,10 @@ func HeldLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim) ([]stri
 // once their lease ran out.
 func RenewLeases(ctx context.Context, pool *pgxpool.Pool, claims []Claim, lease time.Duration) ([]string, error) {
 	ids, tokens := leaseArrays(claims)
-	rows, _ := pool.Query(ctx, `
+	rows, _ := pool.Query(ctx, heldInOrder+`
 		UPDATE tracked_items t
 		SET lease_expires_at = now() + $3 * interval '1 millisecond'
-		FROM unnest($1::text[], $2::uuid[]) AS u(item_id, token)
-		WHERE t.item_id = u.item_id AND t.lease_token = u.token
+		FROM held WHERE t.ctid = held.tid
 		RETURNING t.item_id`, ids, tokens, lease.Milliseconds())
 	renewed, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/packing"
 	"github.com/duecollector/duecollector/internal/store/storetest"
-	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
 
@@ -385,82 +384,5 @@ func TestAMoveDuringACollectionSchedulesTheNextAhead(t *testing.T) {
 	r, err := RecordInterest(ctx, pool, InterestEvent{ItemID: touched, Kind: KindTouch}, tiers.Active)
 	if err != nil || !r.Reactivated || r.NextCollectAt == nil || !r.NextCollectAt.After(time.Now().Add(-time.Second)) {
 		t.Fatalf("reactivated while being collected: %+v, %v; want its next collection ahead", r, err)
-	}
-}
-
-// The recalculation locks the rows it updates in item_id order, as the write-back does, even
-// when its update's plan is a hash join that spills into batches (which yields a few sorted runs
-// at 100k items and the default work_mem; here forced at 3,000 with a small work_mem): held
-// behind a row, it has locked none after it, so a write-back holding a later row while waiting
-// for an earlier one waits for it instead of deadlocking. Batched, the update met the held row
-// after the rows of the batches before its own, so holding in turn each of four rows finds that
-// unless all four fell in the first batch (one chance in 8⁴ at 8 batches).
-func TestRecalculationLocksItemsInIdOrder(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool, _ := storetest.NewPool(t)
-	if _, err := pool.Exec(ctx, `INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
-		SELECT md5(i::text), 'item ' || i, 'HOT_1M', now() FROM generate_series(1, 3000) i`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `ANALYZE tracked_items`); err != nil {
-		t.Fatal(err)
-	}
-	rows, _ := pool.Query(ctx, `SELECT item_id FROM tracked_items ORDER BY item_id LIMIT 2000`)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, held := range ids[:4] {
-		var u updates
-		for _, id := range ids {
-			u.ids, u.oldTiers, u.oldPins, u.newTiers, u.reasons = append(u.ids, id), append(u.oldTiers, "HOT_1M"), append(u.oldPins, ""), append(u.newTiers, "HOT_1M"), append(u.reasons, "")
-			u.scores, u.requests, u.nexts = append(u.scores, float64(i)), append(u.requests, 2), append(u.nexts, nil)
-			u.dueNow, u.promote = append(u.dueNow, false), append(u.promote, false)
-		}
-		holder, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := holder.Exec(ctx, `SELECT 1 FROM tracked_items WHERE item_id = $1 FOR UPDATE`, held); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() {
-			done <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64kB'`); err != nil {
-					return err
-				}
-				return u.flush(ctx, tx, &Result{})
-			})
-		}()
-		testkit.Eventually(t, 20*time.Second, "the recalculation to wait for the held row", func() bool {
-			var n int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE tracked_items%'`).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			return n > 0
-		})
-		later := ids[i+1:]
-		var free int
-		probe, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = probe.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM tracked_items WHERE item_id = ANY($1) FOR UPDATE SKIP LOCKED) x`, later).Scan(&free)
-		_ = probe.Rollback(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := holder.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := testkit.Recv(t, done, testkit.Timeout, "the recalculation"); err != nil {
-			t.Fatal(err)
-		}
-		if free != len(later) {
-			t.Fatalf("waiting for row %d, the recalculation had locked %d of the %d after it", i, len(later)-free, len(later))
-		}
 	}
 }
