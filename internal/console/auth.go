@@ -202,7 +202,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok {
 		c.log.Warn("console: login refused", zap.String("remote", r.RemoteAddr))
-		c.render(w, http.StatusUnauthorized, "login", pageData{Title: "Log in", Message: "Wrong user or password."})
+		c.render(w, http.StatusUnauthorized, "login", pageData{Title: "Log in", Message: "Wrong user or password.",
+			Actions: true, Back: localPath(r.PostFormValue("back"))})
 		return
 	}
 	id, _ := c.auth.create(c.cfg.User, time.Now())

@@ -568,6 +568,24 @@ func TestPinWorksLoggedInAndIsRefusedOtherwise(t *testing.T) {
 			t.Errorf("pin %v: %d, want 400", bad, code)
 		}
 	}
+	// Logging out works from an error page too: its form carried no token, so the logout was
+	// refused and the session stayed live.
+	if code := post(t, hc, e.srv.URL+"/logout", url.Values{"csrf": {csrfOf(t, hc, e.srv.URL+"/items/no-such-item")}}); code != http.StatusSeeOther {
+		t.Fatalf("log out from a 404 page: %d, want 303", code)
+	}
+	if code := post(t, hc, e.srv.URL+"/actions/pin", form); code != http.StatusForbidden {
+		t.Errorf("pin after logging out: %d, want 403", code)
+	}
+	// A wrong password keeps where the login was to return.
+	res, err = http.PostForm(e.srv.URL+"/login", url.Values{"user": {testUser}, "password": {"wrong"}, "back": {"/items/" + candleItem}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if !strings.Contains(string(body), `name="back" value="/items/`+candleItem+`"`) {
+		t.Errorf("the login page after a wrong password lost its way back:\n%.500s", body)
+	}
 }
 
 // A path or query value PostgreSQL cannot take as text is a 400 naming what is wrong, not a

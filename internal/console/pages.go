@@ -62,7 +62,10 @@ func (c *Console) page(fn func(r *http.Request, d *pageData) (string, error)) ht
 			default:
 				c.log.Warn("console: page failed", zap.String("path", r.URL.Path), zap.Error(err))
 			}
-			c.render(w, code, "error", pageData{Title: http.StatusText(code), Message: err.Error(), Actions: d.Actions, LoggedIn: d.LoggedIn})
+			// The session's user and token too: the layout's logout form carries them, and without
+			// the token logging out from an error page was refused, the session left live.
+			c.render(w, code, "error", pageData{Title: http.StatusText(code), Message: err.Error(), Actions: d.Actions,
+				LoggedIn: d.LoggedIn, User: d.User, CSRF: d.CSRF})
 			return
 		}
 		c.render(w, http.StatusOK, name, d)
