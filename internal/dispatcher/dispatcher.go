@@ -423,7 +423,9 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 			}
 		}
 		t0 := time.Now()
-		claims, drained, err := claimThroughStop(ctx, claim, topOnly, limit)
+		cctx, cancel := store.LetFinish(ctx) // a claim under way at a stop finishes and is handed back
+		claims, drained, err := claim(cctx, topOnly, limit)
+		cancel()
 		tm.add(&tm.claim, time.Since(t0))
 		// Here, not in each claim function, so that no claim statement can skip it.
 		d.cfg.WriteHealth.Observe(err)
@@ -501,28 +503,6 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 		retErr = errors.Join(retErr, ws.err)
 	}
 	return sum, retErr
-}
-
-// claimOvertime is how long a claim statement under way may go on after the pass is stopped.
-// Cut at once, a claim the server had already committed would leave its items leased to
-// nobody until the lease ran out; let finish, its items are handed back at once.
-const claimOvertime = 5 * time.Second
-
-// claimThroughStop runs claim with a context that ends claimOvertime after ctx does.
-func claimThroughStop(ctx context.Context, claim func(ctx context.Context, topOnly bool, limit float64) ([]catalog.Claim, bool, error), topOnly bool, limit float64) ([]catalog.Claim, bool, error) {
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		t := time.NewTimer(claimOvertime)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			cancel()
-		case <-cctx.Done():
-		}
-	})
-	defer stop()
-	return claim(cctx, topOnly, limit)
 }
 
 // handBack releases claims the pass will not collect; a release that fails leaves them to

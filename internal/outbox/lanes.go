@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // laneSet is the lanes a relay's loop holds, each under its token, all until at least validUntil.
@@ -22,7 +24,13 @@ type laneSet struct {
 
 // renew extends each lease still under our token, even an expired one (nobody took it), and with
 // acquire takes free lanes; SKIP LOCKED keeps relays acquiring at once from waiting on each other.
+// An acquisition under way at a stop finishes, so that the stop's release frees what it took.
 func (s *laneSet) renew(ctx context.Context, acquire bool) (got, lost []int16, err error) {
+	if acquire {
+		var cancel context.CancelFunc
+		ctx, cancel = store.LetFinish(ctx)
+		defer cancel()
+	}
 	start := time.Now()
 	rows, _ := s.pool.Query(ctx, `
 		WITH mine AS (

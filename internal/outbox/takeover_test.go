@@ -150,3 +150,27 @@ func TestLanesOfAKilledRelayAreTakenOver(t *testing.T) {
 	}
 	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
 }
+
+// A stop that comes while a relay takes lanes lets the statement finish and frees what it took:
+// cut, an acquisition the server had already committed would leave the lanes to nobody until
+// the lease ran out.
+func TestALaneAcquisitionUnderWayAtAStopIsHandedBack(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	r, _ := newTestRelay(t, pool, testConfig([]string{"127.0.0.1:1"}, "stopping"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // SIGTERM as the statement leaves
+	got, _, err := r.lanes.renew(ctx, true)
+	if err != nil || len(got) != Lanes {
+		t.Fatalf("acquisition at a stop: %d lanes, %v; want all %d taken, not the statement cut", len(got), err, Lanes)
+	}
+	r.releaseLanes(ctx, 0)
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_relay_lanes
+		WHERE lease_token IS NOT NULL OR lease_expires_at > now()`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d lanes still leased after the stop", n)
+	}
+}
