@@ -43,6 +43,7 @@ import (
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/catalog"
 	"github.com/duecollector/duecollector/internal/provider"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/testsignal"
 )
@@ -439,8 +440,12 @@ func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
 	// again as its traffic ramps up (DEGRADED → RECOVERING → DEGRADED …) is one outage, and
 	// that probe counts as failed, so the series goes on doubling instead of probing and
 	// ramping up again every ProbeBackoff.
+	// The lease is taken on a context a stop ends only later: cut on its way, a lease the
+	// server had committed would hold the probe from everyone until it ran out.
+	lctx, lcancel := store.LetFinish(ctx)
+	defer lcancel()
 	const relapse = `(provider_probe.last_result = 'ok' AND EXCLUDED.episode_since < provider_probe.updated_at + $4 * interval '1 millisecond')`
-	if _, err := m.pool.Exec(ctx, `
+	if _, err := m.pool.Exec(lctx, `
 		INSERT INTO provider_probe (provider, episode_since, failures, next_probe_at)
 		VALUES ($1, $2::timestamptz, 0, $2::timestamptz + $3 * interval '1 millisecond')
 		ON CONFLICT (provider) DO UPDATE SET episode_since = EXCLUDED.episode_since,
@@ -457,7 +462,7 @@ func (m *Monitor) tryProbe(ctx context.Context, row provider.StatusRow) error {
 		return fmt.Errorf("provider %s probe schedule: %w", m.cfg.Provider, err)
 	}
 	var failures int
-	err := m.pool.QueryRow(ctx, `
+	err := m.pool.QueryRow(lctx, `
 		UPDATE provider_probe SET leased_by = $2, lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
 		WHERE provider = $1 AND episode_since = $4 AND next_probe_at <= now()
 		  AND (lease_expires_at IS NULL OR lease_expires_at <= now())

@@ -534,6 +534,28 @@ func TestAStoppedProberHandsTheProbeBack(t *testing.T) {
 	next.ProbeLeased.Wait(t)
 }
 
+// A stop that comes while the probe's lease is being taken lets the statement finish and hands
+// the probe back: cut, a lease the server had already committed would hold the probe from every
+// instance until it ran out (an hour here).
+func TestAProbeLeaseUnderWayAtAStopIsHandedBack(t *testing.T) {
+	t.Parallel()
+	pool, _ := storetest.NewPool(t)
+	cfg := testConfig("stopping")
+	cfg.ProbeLease = time.Hour
+	m := New(pool, cfg, func(ctx context.Context) error { return ctx.Err() }, nil, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	m.ProbeLeased.Init(t)
+	ctx, stop := context.WithCancel(context.Background())
+	stop() // SIGTERM as the statements leave
+	row := provider.StatusRow{Provider: "neople", Status: provider.Maintenance, Since: time.Now().Add(-time.Hour)}
+	if err := m.tryProbe(ctx, row); err != nil {
+		t.Fatalf("probe at a stop: %v; want the lease taken and handed back, not the statement cut", err)
+	}
+	m.ProbeLeased.Wait(t)
+	if r := readProbe(t, pool); r.leasedBy != nil {
+		t.Fatalf("probe still leased by %s after the stop", *r.leasedBy)
+	}
+}
+
 // What status and the console say of the probe: who holds it and for how long, a holder whose
 // lease ran out, or the back-off.
 func TestProbeDescribeNamesTheHolder(t *testing.T) {
