@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -389,6 +390,29 @@ func TestDaemonKeepsHistoryPartitionsAhead(t *testing.T) {
 		if len(st.Created) < 8 || ahead < (7*24*time.Hour).Seconds() {
 			t.Errorf("%s: created %v, %v s ahead; want today and a week ahead", st.Table, st.Created, ahead)
 		}
+	}
+}
+
+// A refresh that waits on a lock (an ALTER TABLE or VACUUM FULL left open) fails in its
+// bound, so the gauges go unknown once the failing has lasted instead of keeping their last
+// values for as long as the lock is held.
+func TestAGaugeRefreshWaitingOnALockFails(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	d := e.build(t, testConfig(), nil)
+	ctx := context.Background()
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) // ends the lock, also when the test fails
+	if _, err := tx.Exec(ctx, `LOCK TABLE tracked_items IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	d.gauges.timeout = 200 * time.Millisecond
+	done := make(chan error, 1)
+	go func() { _, err := d.gauges.runOnce(ctx); done <- err }()
+	if err := testkit.Recv(t, done, testkit.Timeout, "the refresh to give up"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("refresh under a lock: %v; want it ended by its deadline", err)
 	}
 }
 

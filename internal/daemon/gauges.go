@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -48,6 +49,7 @@ type gaugeService struct {
 	// refreshed: a refresh has worked since start. Until one has, the gauges' zeros are not
 	// last values to keep but made up (a daemon started in a database outage read backlog 0).
 	refreshed bool
+	timeout   time.Duration // a refresh's bound when set (tests); else refreshTimeout's
 }
 
 func newGaugeService(cfg gaugeConfig, s *gaugeService) (*gaugeService, error) {
@@ -125,8 +127,17 @@ func (s *gaugeService) unknown() {
 	}
 }
 
+// refreshTimeout is how long a refresh may take: one waiting on a lock (an ALTER TABLE or
+// VACUUM FULL of tracked_items or the outbox) fails, so the gauges go unknown after
+// gaugeStaleAfter instead of keeping their last, healthy-looking values while it waits.
+func (s *gaugeService) refreshTimeout() time.Duration {
+	return cmp.Or(s.timeout, max(s.cfg.Interval, 10*time.Second))
+}
+
 // runOnce refreshes every gauge once.
 func (s *gaugeService) runOnce(ctx context.Context) (res gaugeResult, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.refreshTimeout())
+	defer cancel()
 	if s.share != nil {
 		st := s.share.Stats()
 		s.metrics.BudgetShare.WithLabelValues(workload()).Set(st.PerSecond)

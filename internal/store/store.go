@@ -41,6 +41,15 @@ type PoolConfig struct {
 // transactions never wait on anything but the database.
 const IdleInTransactionDefault = 60 * time.Second
 
+// LockWaitDefault bounds how long a pooled session waits for a lock (lock_timeout), unless the
+// role or the URL already bounds it. Our statements take row locks for milliseconds and skip
+// locked rows where they may; what they wait on for longer is someone else's DDL (an ALTER
+// TABLE, a VACUUM FULL, a LOCK TABLE left open in psql). Unbounded, that wait stopped every
+// claim, write-back and gauge in silence for as long as the lock was held; bounded, each fails
+// as lock_not_available, a transient error that is logged, counted and retried. Statements
+// that must wait longer set their own (the recalculation's wait, partition upkeep).
+const LockWaitDefault = time.Minute
+
 var execModes = map[string]pgx.QueryExecMode{
 	"cache_statement": pgx.QueryExecModeCacheStatement,
 	"cache_describe":  pgx.QueryExecModeCacheDescribe,
@@ -89,7 +98,10 @@ func poolConfig(cfg PoolConfig, key string) (*pgxpool.Config, error) {
 	}
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		inUTC(c.TypeMap())
-		return boundIdle(ctx, c, idle)
+		if err := boundIdle(ctx, c, idle); err != nil {
+			return err
+		}
+		return boundLockWaits(ctx, c, LockWaitDefault)
 	}
 	if cfg.QueryExecMode != "" {
 		mode, ok := execModes[cfg.QueryExecMode]
@@ -110,6 +122,16 @@ func boundIdle(ctx context.Context, c *pgx.Conn, idle time.Duration) error {
 		WHERE current_setting('idle_in_transaction_session_timeout') = '0'`, fmt.Sprintf("%dms", idle.Milliseconds()))
 	if err != nil {
 		return fmt.Errorf("bound idle transactions: %w", err)
+	}
+	return nil
+}
+
+// boundLockWaits sets lock_timeout to wait on the session, unless it is already bounded.
+func boundLockWaits(ctx context.Context, c *pgx.Conn, wait time.Duration) error {
+	_, err := c.Exec(ctx, `SELECT set_config('lock_timeout', $1, false)
+		WHERE current_setting('lock_timeout') = '0'`, fmt.Sprintf("%dms", wait.Milliseconds()))
+	if err != nil {
+		return fmt.Errorf("bound lock waits: %w", err)
 	}
 	return nil
 }

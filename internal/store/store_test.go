@@ -418,6 +418,31 @@ func TestAFrozenTransactionIsEndedByTheServer(t *testing.T) {
 	}
 }
 
+// A pooled session waits for a lock only so long: someone else's DDL (an ALTER TABLE or a LOCK
+// TABLE left open in psql) fails every claim, write-back and gauge as lock_not_available, which
+// is logged and retried, instead of stopping them in silence for as long as it is held. An
+// operator's own bound is kept.
+func TestPooledSessionsWaitForLocksOnlySoLong(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, url := storetest.NewPool(t)
+	for _, c := range []struct{ url, want string }{
+		{url, "1min"},
+		{url + "&options=-c%20lock_timeout%3D5s", "5s"},
+	} {
+		pool, err := store.Open(ctx, store.PoolConfig{URL: c.url, MaxConns: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = pool.QueryRow(ctx, `SHOW lock_timeout`).Scan(&got)
+		pool.Close()
+		if err != nil || got != c.want {
+			t.Fatalf("lock_timeout = %q (%v), want %s", got, err, c.want)
+		}
+	}
+}
+
 // A migration that meets another session holding the migration lock says who holds it before
 // it waits (a frozen or hung migrator is otherwise a silent wait), then goes on once the lock
 // is free; with the lock free it says nothing.
