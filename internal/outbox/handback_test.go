@@ -222,6 +222,43 @@ func TestRelayCutOffFromKafkaHandsItsLanesBack(t *testing.T) {
 	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
 }
 
+// A relay that reaches the database, and so renews its lanes, but cannot read its rows (here its
+// sessions find a broken outbox_pending first on their search_path, as a role without rights or
+// a statement failing on the rows would) hands its lanes back after a lease of failures, as one
+// cut off from Kafka does, for a relay that can publish them.
+func TestRelayThatCannotReadItsRowsHandsItsLanesBack(t *testing.T) {
+	pool, url := storetest.NewPool(t)
+	broker := newBroker(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA broken;
+		CREATE VIEW broken.outbox_pending AS SELECT id, lane FROM public.outbox_pending WHERE 1 / (id - id) = 1`); err != nil {
+		t.Fatal(err)
+	}
+	brokenPool, err := pgxpool.New(ctx, url+"&options=-c%20search_path%3Dbroken,public")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brokenPool.Close()
+	enqueue(t, pool, snapshotEvents(20, 1))
+	sigA, stopA, doneA := followRelay(t, brokenPool, broker.ListenAddrs(), "relay-a", nil)
+	defer stopA()
+	sigA.PublishError.Wait(t) // it holds every lane, nobody else being there, and fails on them
+	sigB, stopB, doneB := followRelay(t, pool, broker.ListenAddrs(), "relay-b", nil)
+	defer stopB()
+	if handed := sigA.HandedBack.Wait(t); len(handed) != Lanes {
+		t.Fatalf("relay A handed back lanes %v, want all %d", handed, Lanes)
+	}
+	waitPublished(t, 20, sigB)
+	stopA()
+	stopB()
+	for _, done := range []chan error{doneA, doneB} {
+		if err := testkit.Recv(t, done, testkit.Timeout, "the relays to return"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
+}
+
 // Alone and cut off from Kafka, a relay hands its lanes back and takes them again a lease later,
 // round after round, so that no lane stays with it for good; once Kafka is within reach again
 // it publishes every row, from the oldest unpublished one.

@@ -20,6 +20,7 @@ type laneSet struct {
 	lease      time.Duration
 	held       map[int16]string // lane → lease token
 	validUntil time.Time        // counted from before the statement was sent: never too late
+	renewedAt  time.Time        // when the last renewal that worked was sent
 }
 
 // renew extends each lease still under our token, even an expired one (nobody took it), and with
@@ -67,7 +68,7 @@ func (s *laneSet) renew(ctx context.Context, acquire bool) (got, lost []int16, e
 			lost = append(lost, lane)
 		}
 	}
-	s.held, s.validUntil = held, start.Add(s.lease)
+	s.held, s.validUntil, s.renewedAt = held, start.Add(s.lease), start
 	slices.Sort(got)
 	slices.Sort(lost)
 	return got, lost, nil

@@ -196,8 +196,13 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures),
 				zap.Duration("failing_seconds", time.Since(outage)), zap.Duration("backoff_seconds", d))
 			// A lease of failures hands the lanes back, counted to this back-off's end so that
-			// they are not kept through a back-off that ends past it.
-			if reason, _ := classify(err); reason != "database" && s.follow && len(r.lanes.held) > 0 && time.Since(failingSince)+d >= r.cfg.Lease {
+			// they are not kept through a back-off that ends past it. A database failure counts
+			// only while the lanes' renewals work: this relay reaches the database, yet cannot
+			// read or mark its rows (a role without rights, a statement that fails on them),
+			// which another relay may well do.
+			reason, _ := classify(err)
+			reached := reason != "database" || r.lanes.renewedAt.After(failingSince)
+			if reached && s.follow && len(r.lanes.held) > 0 && time.Since(failingSince)+d >= r.cfg.Lease {
 				r.handBack(ctx, s, time.Since(outage), err)
 			}
 			r.wait(ctx, d, nil)
@@ -240,13 +245,14 @@ func (r *Relay) leaseIfDue(ctx context.Context, s *schedule) error {
 }
 
 // handBack releases the lanes of a following relay that has failed for a lease (Kafka out of
-// its reach: DNS, TLS, a partition), for a relay that can publish to take at its next look:
+// its reach: DNS, TLS, a partition; or its rows, while the database renews its lanes), for a
+// relay that can publish to take at its next look:
 // retrying for ever while renewing them would stall their events, however many relays idle.
 // The lanes are free to others only once a produce call that timed out can no longer land
 // (publishWindow), so nobody publishes a lane's later events before it. It takes none for a
 // lease, which leaves them to the others first; alone, it takes them back and resumes once
-// Kafka answers. The release is fenced: only lanes still under its tokens. Database failures
-// do not count: a relay that cannot reach the database cannot renew its lanes either.
+// Kafka answers. The release is fenced: only lanes still under its tokens. A relay that cannot
+// reach the database at all cannot renew its lanes either: they lapse by themselves.
 func (r *Relay) handBack(ctx context.Context, s *schedule, failingFor time.Duration, err error) {
 	lanes := slices.Sorted(maps.Keys(r.lanes.held))
 	r.log.Warn("outbox relay failing for a lease; handing its lanes back to the other relays",
