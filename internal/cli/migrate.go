@@ -95,6 +95,12 @@ func runMigrate(ctx context.Context, a *app, f migrateFlags, direction string) e
 		return usageError{"collector migrate " + direction, fmt.Errorf("--to %d: a version is 0 or more", f.to)}
 	}
 	url := migrateURL(a)
+	if !f.dryRun && a.cfg.Database.DirectURL == "" && store.SimpleProtocol(url) {
+		// tern's lock is the session's: through a transaction pooler it can be taken on one
+		// server connection and released on another, stranded there for every later migration.
+		return fmt.Errorf("collector migrate %s needs a session of PostgreSQL itself (an advisory lock), and database.url runs in the simple protocol "+
+			"(database.query_exec_mode: a transaction-pooling PgBouncer): set database.direct_url to PostgreSQL (docs/operations.md, \"Behind PgBouncer\")", direction)
+	}
 	target := f.to
 	if direction == "up" && target < 0 {
 		target = store.Latest

@@ -154,6 +154,28 @@ func TestBareMigrateAppliesNothingAndStatusFailsWhilePending(t *testing.T) {
 	}
 }
 
+// Migrations over a connection in the simple protocol (the mark of a transaction-pooling
+// PgBouncer) are refused without database.direct_url: tern's session lock could be taken on one
+// server connection and released on another, left held for every later migration. A dry run
+// takes no lock and still plans.
+func TestMigrateRefusesTheSimpleProtocolWithoutADirectURL(t *testing.T) {
+	url := emptyDB(t)
+	t.Setenv("COLLECTOR_CONFIG", "")
+	t.Setenv("COLLECTOR_DATABASE_QUERY_EXEC_MODE", "simple_protocol")
+	_, errOut, err := runCollector(t, "migrate", "--database-url", url, "up")
+	if err == nil || !strings.Contains(err.Error(), "database.direct_url") || !strings.Contains(err.Error(), "simple protocol") {
+		t.Fatalf("migrate up in the simple protocol: %v (want a refusal naming database.direct_url)\n%s", err, errOut)
+	}
+	if v := schemaVersion(t, url); v != 0 {
+		t.Fatalf("the refused migrate moved the schema to %d", v)
+	}
+	if out := migrateCmd(t, url, "up", "--dry-run"); !strings.Contains(out, "would run") {
+		t.Fatalf("dry run in the simple protocol:\n%s", out)
+	}
+	t.Setenv("COLLECTOR_DATABASE_DIRECT_URL", url)
+	migrateCmd(t, url, "up")
+}
+
 // A database the pre-release chain of migrations made gets one message from every command that
 // migrates or checks the schema: what it is, how to make it again, and what to run then.
 func TestPreReleaseDatabaseSaysRecreate(t *testing.T) {

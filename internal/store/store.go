@@ -514,6 +514,13 @@ func WithExecMode(conn, mode string) string {
 	return conn + " default_query_exec_mode=" + mode
 }
 
+// SimpleProtocol tells whether connections to conn run in the simple protocol, the mark of a
+// transaction-pooling PgBouncer in front of it (a session's state does not last there).
+func SimpleProtocol(conn string) bool {
+	c, err := pgx.ParseConfig(conn)
+	return err == nil && c.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol
+}
+
 // Now is the database's clock, the one clock that decides "now" for every process.
 func Now(ctx context.Context, q Querier) (time.Time, error) {
 	var now time.Time
