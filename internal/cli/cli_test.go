@@ -433,3 +433,27 @@ func TestAOneShotStoppedBySignalSaysSo(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 1 saying a signal stopped it", code, stderr.String())
 	}
 }
+
+// Every new connection of a command's pool moves snapshot ids on to the clock: a failover or a
+// restore reconnects every process, so snapshots written after the database lost its last
+// commits do not reuse the ids of events the relay had already published.
+func TestACommandsConnectionsMoveSnapshotIDsOn(t *testing.T) {
+	pool, db := storetest.NewPool(t)
+	t.Setenv("COLLECTOR_CONFIG", "")
+	ctx := context.Background()
+	const seq = `pg_get_serial_sequence('auction_snapshots', 'snapshot_id')`
+	var clock int64
+	if err := pool.QueryRow(ctx, `SELECT setval(`+seq+`, 1000), (extract(epoch FROM clock_timestamp()) * 1e6)::bigint`).Scan(nil, &clock); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCollector(t, "status", "--database-url", db); err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var next int64
+	if err := pool.QueryRow(ctx, `SELECT nextval(`+seq+`)`).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if next <= clock {
+		t.Fatalf("next snapshot id %d after a command connected, want past the clock's %d µs", next, clock)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/config"
 	"github.com/duecollector/duecollector/internal/health"
+	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/maintenance"
 	"github.com/duecollector/duecollector/internal/store"
@@ -154,7 +156,10 @@ func (a *app) db(ctx context.Context) (*pgxpool.Pool, error) {
 		return a.pool, nil
 	}
 	pool, err := store.Open(ctx, store.PoolConfig{URL: a.cfg.Database.URL, MaxConns: a.cfg.Database.MaxConns,
-		ApplicationName: "duecollector", QueryExecMode: a.cfg.Database.QueryExecMode})
+		ApplicationName: "duecollector", QueryExecMode: a.cfg.Database.QueryExecMode,
+		// After a failover or a restore every connection is new: snapshot ids move on past
+		// those the lost commits used, whose events may already be in Kafka.
+		OnConnect: func(ctx context.Context, c *pgx.Conn) error { return history.AdvanceSnapshotIDs(ctx, c) }})
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,8 @@ type PoolConfig struct {
 	// IdleInTransaction bounds on the server how long a transaction may wait on its client
 	// (0 = IdleInTransactionDefault), unless the role or the URL already bounds it.
 	IdleInTransaction time.Duration
+	// OnConnect, when set, runs on every new connection before it is used.
+	OnConnect func(context.Context, *pgx.Conn) error
 }
 
 // IdleInTransactionDefault is how long the server keeps a transaction whose client went quiet
@@ -101,7 +103,13 @@ func poolConfig(cfg PoolConfig, key string) (*pgxpool.Config, error) {
 		if err := boundIdle(ctx, c, idle); err != nil {
 			return err
 		}
-		return boundLockWaits(ctx, c, LockWaitDefault)
+		if err := boundLockWaits(ctx, c, LockWaitDefault); err != nil {
+			return err
+		}
+		if cfg.OnConnect != nil {
+			return cfg.OnConnect(ctx, c)
+		}
+		return nil
 	}
 	if cfg.QueryExecMode != "" {
 		mode, ok := execModes[cfg.QueryExecMode]
