@@ -255,6 +255,7 @@ type Dispatcher struct {
 	pause pauseLog
 	bugs  bugSites
 	fails failLog
+	gaps  failLog // collections that found sales lost since the previous one
 	skew  skewLog
 	// The fetcher's limits, read once; packSize is Config.PackSize within the fetcher's
 	// PackLimit (below 2: every item alone).
@@ -296,7 +297,9 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 		cfg.Owner = telemetry.Instance()
 	}
 	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log, partitions: cfg.Partitions,
-		auctionLimit: fetch.AuctionLimit(), soldLimit: fetch.SoldLimit(), packSize: min(cfg.PackSize, fetch.PackLimit())}, nil
+		auctionLimit: fetch.AuctionLimit(), soldLimit: fetch.SoldLimit(), packSize: min(cfg.PackSize, fetch.PackLimit()),
+		fails: failLog{msg: "items failed; each rescheduled by its tier"},
+		gaps:  failLog{msg: "sales lost since the previous collection: a full page of only newer sales"}}, nil
 }
 
 // RunOnce is one collect-due pass: claim and collect batches until nothing is due (with

@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -96,5 +100,45 @@ func TestAPackedItemFetchedAloneCountsItsGap(t *testing.T) {
 	gaps, _, evGap, other := gapsAfterOnePass(t, false, Config{PackSize: 10, PackMaxListings: 100, PackMaxSales: 5})
 	if gaps != 1 || !evGap || other != 0 {
 		t.Errorf("packed item that lost sales: gaps %d (event %v), other item's gaps %d; want 1, true, 0", gaps, evGap, other)
+	}
+}
+
+// After an outage every item that sold more than a page meanwhile finds a gap: one warning
+// counts them and names a few, not a line per item (240 a second while a daemon caught up).
+func TestSalesGapsAreLoggedOncePerPass(t *testing.T) {
+	t.Parallel()
+	const n = 12
+	e := setup(t, n, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != provider.EndpointAuctionSold {
+				next.ServeHTTP(w, r)
+				return
+			}
+			q := r.URL.Query()
+			limit, _ := strconv.Atoi(q.Get("limit"))
+			now := time.Now().In(provider.KST)
+			rows := make([]string, 0, limit)
+			for i := range limit {
+				at := now.Add(-time.Duration(i+1) * time.Second).Format(provider.DateLayout)
+				rows = append(rows, fmt.Sprintf(`{"soldDate":%q,"itemId":%q,"count":1,"price":5,"unitPrice":5}`, at, q.Get("itemId")))
+			}
+			fmt.Fprintf(w, `{"rows":[%s]}`, strings.Join(rows, ","))
+		})
+	})
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET last_sale_at = now() - interval '1 day',
+		last_collected_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	if s, err := e.dispatcher(t, Config{Concurrency: 2}, zap.New(core)).RunOnce(ctx); err != nil || s.Collected != n {
+		t.Fatalf("pass: %s, %v; want every item collected", s, err)
+	}
+	lines := logs.FilterMessageSnippet("sales lost").All()
+	if len(lines) != 1 {
+		t.Fatalf("%d sales-gap lines for %d items with a gap, want one", len(lines), n)
+	}
+	if f := lines[0].ContextMap(); f["items"] != int64(n) || len(f["item_ids"].([]any)) != failureExamples {
+		t.Fatalf("the gap line: %v; want %d items and %d ids", f, n, failureExamples)
 	}
 }

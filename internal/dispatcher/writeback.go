@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,9 @@ type writerStats struct {
 	// failures sums the failed items by outcome for the pass's log lines: a line per item
 	// flooded the log with thousands a minute while the provider failed a share of calls.
 	failures map[string]*failureSample
+	// gaps are the collections that found sales lost since the previous one, summed the same
+	// way: after an outage every item that sold more than a page meanwhile has one.
+	gaps map[string]*failureSample
 }
 
 // failureSample is a pass's failed items of one outcome: how many, the first few ids, the
@@ -72,19 +76,26 @@ func (s *writerStats) itemErrors() int {
 }
 
 func (s *writerStats) addFailure(r result) {
-	if s.failures == nil {
-		s.failures = map[string]*failureSample{}
+	f := sample(&s.failures, r.outcome, r)
+	f.err = cmp.Or(f.err, r.err)
+	f.maxStreak = max(f.maxStreak, r.claim.FailureStreak+1) // this collection failed too
+}
+
+// sample counts r's item in (*by)[key], naming the first few.
+func sample(by *map[string]*failureSample, key string, r result) *failureSample {
+	if *by == nil {
+		*by = map[string]*failureSample{}
 	}
-	f := s.failures[r.outcome]
+	f := (*by)[key]
 	if f == nil {
-		f = &failureSample{err: r.err}
-		s.failures[r.outcome] = f
+		f = &failureSample{}
+		(*by)[key] = f
 	}
 	f.n++
 	if len(f.itemIDs) < failureExamples {
 		f.itemIDs = append(f.itemIDs, r.claim.ItemID)
 	}
-	f.maxStreak = max(f.maxStreak, r.claim.FailureStreak+1) // this collection failed too
+	return f
 }
 
 // failLogEvery is how often the failed items are logged at most: a daemon passes every second
@@ -95,6 +106,7 @@ const failLogEvery = time.Minute
 // once (a one-shot's only pass), then at most once a minute. Each item's own error is in its
 // last_error (collector items ITEM_ID, the console) and at debug level.
 type failLog struct {
+	msg    string // the line's message
 	mu     sync.Mutex
 	last   time.Time // the last line
 	since  time.Time // the first failure summed
@@ -127,8 +139,12 @@ func (l *failLog) add(log *zap.Logger, pass map[string]*failureSample, now time.
 	}
 	for _, outcome := range slices.Sorted(maps.Keys(l.by)) {
 		f := l.by[outcome]
-		log.Warn("items failed; each rescheduled by its tier", zap.String("outcome", outcome),
-			zap.Int("items", f.n), zap.Strings("item_ids", f.itemIDs), zap.Int32("max_failure_streak", f.maxStreak),
+		streak := zap.Skip()
+		if f.maxStreak > 0 {
+			streak = zap.Int32("max_failure_streak", f.maxStreak)
+		}
+		log.Warn(l.msg, zap.String("outcome", outcome),
+			zap.Int("items", f.n), zap.Strings("item_ids", f.itemIDs), streak,
 			zap.NamedError("first_error", f.err), zap.Int("passes", l.passes), zap.Duration("over_seconds", now.Sub(l.since)))
 	}
 	l.last, l.passes, l.by = now, 0, nil
@@ -187,7 +203,9 @@ func (w *writer) finish() writerStats {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.d.fails.add(w.d.log, w.stats.failures, time.Now())
+	now := time.Now()
+	w.d.fails.add(w.d.log, w.stats.failures, now)
+	w.d.gaps.add(w.d.log, w.stats.gaps, now)
 	return w.stats
 }
 
@@ -221,8 +239,6 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 		case r.err == nil:
 			collected++
 			if r.salesGap {
-				w.d.log.Warn("sales lost since the previous collection: a full page of only newer sales",
-					zap.String("item_id", r.claim.ItemID))
 				w.d.cfg.Observer.SalesGap(r.claim)
 			}
 		default:
@@ -233,8 +249,12 @@ func (w *writer) flush(ctx context.Context, buf []result) {
 	}
 	w.mu.Lock()
 	for _, r := range buf {
-		if r.err != nil && !skip[r.claim.ItemID] {
+		switch {
+		case skip[r.claim.ItemID]:
+		case r.err != nil:
 			w.stats.addFailure(r)
+		case r.salesGap:
+			sample(&w.stats.gaps, "sales_gap", r)
 		}
 	}
 	w.stats.collected += collected
