@@ -116,6 +116,10 @@ func (s *Share) cut(ctx context.Context, reason string) {
 	if slow {
 		msg = "provider rate limit: slow start ended, cluster rate cut"
 	}
+	if rate == from {
+		// At the floor (MinRate) every hold's answer "cut" it to itself: nothing to tell.
+		return
+	}
 	s.log.Warn(msg, zap.String("key", s.cfg.KeyLabel), zap.Float64("from", from), zap.Float64("to", rate))
 }
 

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
@@ -254,5 +258,44 @@ func TestAClockSetBackNeitherStallsNorWaitsLong(t *testing.T) {
 	s.offset = -5 * time.Second
 	if d := s.grant(now.Add(20 * time.Millisecond)); d != 0 || s.qSec != now.Add(-5*time.Second).Unix() {
 		t.Fatalf("after the clock went 5 s back: wait %s counting second %d; want a grant in the new second", d, s.qSec)
+	}
+}
+
+// Rate-limit answers are told sparingly: every call in flight when a cool-down starts is
+// refused too, so the cool-down is one line a minute counting the answers, and a cut that
+// leaves the rate where it was (at the floor) says nothing.
+func TestRateLimitAnswersAreLoggedSparingly(t *testing.T) {
+	c := newCluster(t)
+	clk := newFakeClock()
+	core, logs := observer.New(zapcore.InfoLevel)
+	cfg := procConfig("a", 100)
+	cfg.KeyLabel, cfg.Clock = c.label, clk
+	s, err := New(c.pool, cfg, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cooling := func() []observer.LoggedEntry { return logs.FilterMessageSnippet("cooling down").All() }
+	for range 10 {
+		s.RateLimited(ctx, time.Second, "test: API002")
+	}
+	if n := len(cooling()); n != 1 {
+		t.Fatalf("%d cool-down lines for 10 answers within a second, want 1", n)
+	}
+	clk.Advance(time.Minute)
+	s.RateLimited(ctx, time.Second, "test: API002")
+	if lines := cooling(); len(lines) != 2 || lines[1].ContextMap()["answers"] != int64(10) {
+		t.Fatalf("cool-down lines a minute later: %v; want a second one counting 10 answers", lines)
+	}
+
+	floor := adaptive("b", 100)
+	floor.KeyLabel, floor.Clock, floor.MinRate = c.label+"-floor", clk, 97 // the ceiling: every cut stays there
+	f, err := New(c.pool, floor, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.RateLimited(ctx, 0, "test: API002")
+	if n := logs.FilterMessageSnippet("rate cut").Len(); n != 0 || f.Stats().Cuts != 1 {
+		t.Fatalf("%d cut lines for a cut at the floor (cuts %d), want none", n, f.Stats().Cuts)
 	}
 }

@@ -196,6 +196,7 @@ type Share struct {
 	// beatFailures logs failed heartbeats once a streak (and a minute), from the heartbeat's goroutine.
 	beatFailures telemetry.Streak
 	out          bool // stepped out while Wedged; the heartbeat's goroutine's
+	coolLines    sparse
 	lim          *rate.Limiter
 	clock        Clock
 

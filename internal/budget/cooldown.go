@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,7 +38,31 @@ func (s *Share) RateLimited(ctx context.Context, retryAfter time.Duration, reaso
 		s.log.Warn("could not share the rate-limit cool-down; other instances learn it from their own answers",
 			zap.String("key", s.cfg.KeyLabel), zap.Error(err))
 	}
-	s.log.Warn("provider rate limit: key cooling down", zap.String("key", s.cfg.KeyLabel), zap.Duration("for_seconds", retryAfter))
+	if n, ok := s.coolLines.tick(s.clock.Now()); ok {
+		s.log.Warn("provider rate limit: key cooling down", zap.String("key", s.cfg.KeyLabel), zap.Duration("for_seconds", retryAfter),
+			zap.Int("answers", n))
+	}
+}
+
+// sparse lets a line through at most once a minute, counting the events it stands for: every
+// call in flight when a cool-down starts is refused too, and a line each made hundreds a
+// minute while the provider refused the key. Safe for concurrent use.
+type sparse struct {
+	mu   sync.Mutex
+	last time.Time
+	n    int
+}
+
+// tick counts an event at now and says whether to log it, with the events since the last line.
+func (l *sparse) tick(now time.Time) (n int, log bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n++
+	if !l.last.IsZero() && now.Sub(l.last) < time.Minute {
+		return 0, false
+	}
+	n, l.n, l.last = l.n, 0, now
+	return n, true
 }
 
 // RecordCooldown writes a key's cool-down (extending, never shortening, one in force) where
