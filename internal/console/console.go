@@ -35,6 +35,7 @@ import (
 	"github.com/duecollector/duecollector/internal/dispatcher"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
 //go:embed templates/*.html
@@ -89,7 +90,10 @@ type Console struct {
 	mu     sync.Mutex
 	ready  chan struct{} // closed after the first refresh
 	latest overview
-	once   sync.Once
+	// failing logs failed refreshes once a streak and then once a minute (under mu): an
+	// overview left open re-reads every few seconds through a whole database outage.
+	failing telemetry.Streak
+	once    sync.Once
 	// viewed is set when a page reads the status copy: an unwatched console stops re-reading
 	// the status (on a large catalog that read is the console's one real cost); kick asks for
 	// a refresh at once when a page finds the copy stale.
@@ -120,8 +124,9 @@ func New(pool *pgxpool.Pool, cfg Config, log *zap.Logger) (*Console, error) {
 		return nil, err
 	}
 	return &Console{cfg: cfg, pool: pool, log: log, pages: pages, auth: newSessions(cfg.Session),
-		logins: newLoginPacer(),
-		ready:  make(chan struct{}), kick: make(chan struct{}, 1), readSlots: make(chan struct{}, MaxReads)}, nil
+		logins:  newLoginPacer(),
+		failing: telemetry.Streak{Log: log, What: "console: status refresh failed"},
+		ready:   make(chan struct{}), kick: make(chan struct{}, 1), readSlots: make(chan struct{}, MaxReads)}, nil
 }
 
 // reader is what the item pages read through: Config.Reads, else the pool.
@@ -205,9 +210,10 @@ func (c *Console) refresh(ctx context.Context) {
 	c.every.Store(int64(max(c.cfg.Refresh, refreshCost*time.Since(t0))))
 	c.mu.Lock()
 	if err != nil {
-		c.log.Warn("console: status refresh failed", zap.Error(err))
+		c.failing.Failed(time.Now(), err)
 		c.latest.Err = err.Error()
 	} else {
+		c.failing.Ok(time.Now())
 		c.latest = ov
 	}
 	c.mu.Unlock()

@@ -324,7 +324,7 @@ func (m *Monitor) rampLocked(now time.Time) {
 func (m *Monitor) Start(ctx context.Context) {
 	t := time.NewTicker(m.cfg.CheckInterval)
 	defer t.Stop()
-	failures := telemetry.Streak{Log: m.log, What: "provider health check failed"}
+	failures := telemetry.Streak{Log: m.log, What: "provider health: reading or moving provider_status in the database failed"}
 	for {
 		if err := m.step(ctx); err != nil && ctx.Err() == nil {
 			failures.Failed(time.Now(), err)
