@@ -240,13 +240,18 @@ func TestRelayThatCannotReadItsRowsHandsItsLanesBack(t *testing.T) {
 	}
 	defer brokenPool.Close()
 	enqueue(t, pool, snapshotEvents(20, 1))
-	sigA, stopA, doneA := followRelay(t, brokenPool, broker.ListenAddrs(), "relay-a", nil)
+	core, logs := observer.New(zapcore.InfoLevel)
+	sigA, stopA, doneA := followRelay(t, brokenPool, broker.ListenAddrs(), "relay-a", nil, zap.New(core))
 	defer stopA()
 	sigA.PublishError.Wait(t) // it holds every lane, nobody else being there, and fails on them
 	sigB, stopB, doneB := followRelay(t, pool, broker.ListenAddrs(), "relay-b", nil)
 	defer stopB()
 	if handed := sigA.HandedBack.Wait(t); len(handed) != Lanes {
 		t.Fatalf("relay A handed back lanes %v, want all %d", handed, Lanes)
+	}
+	// The attempts of a lease (a dozen at the test's back-off) are one line, not one each.
+	if n, attempts := logs.FilterMessage("relay attempt failed, backing off").Len(), len(sigA.PublishError.C()); n != 1 {
+		t.Fatalf("%d 'relay attempt failed' lines for %d more failed attempts within a minute, want 1", n, attempts)
 	}
 	waitPublished(t, 20, sigB)
 	stopA()

@@ -19,6 +19,7 @@ import (
 	"github.com/duecollector/duecollector/internal/backoff"
 	"github.com/duecollector/duecollector/internal/kafkaconn"
 	"github.com/duecollector/duecollector/internal/store"
+	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
 // Relay publishes outbox rows to Kafka, one pass at a time; Relays anywhere split the lanes.
@@ -37,6 +38,10 @@ type Relay struct {
 	// it until publishWindow after, so the lanes are not free to others before then.
 	lastFailedWrite time.Time
 	afterCall       func() // tests: runs after each produce call
+	// The loop's failure lines, each logged once a streak and then once a minute: an outage
+	// of an hour made hundreds of them.
+	attemptLogged time.Time        // the last "relay attempt failed" line
+	renewing      telemetry.Streak // lane renewals failing while the relay backs off
 }
 
 // Result is what a pass did.
@@ -61,13 +66,15 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig, log *zap.Logger) (*Relay, err
 	if err != nil {
 		return nil, err
 	}
+	log = log.With(zap.String("topic", cfg.Topic), zap.String("relay", cfg.Owner))
 	return &Relay{
 		pool:      pool,
 		cfg:       cfg,
-		log:       log.With(zap.String("topic", cfg.Topic), zap.String("relay", cfg.Owner)),
+		log:       log,
 		transport: t,
 		writer:    newWriter(cfg, t),
 		lanes:     &laneSet{pool: pool, owner: cfg.Owner, lease: cfg.Lease, held: map[int16]string{}},
+		renewing:  telemetry.Streak{Log: log, What: "could not renew outbox lane leases"},
 	}, nil
 }
 
@@ -124,8 +131,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	} else {
 		listener.Go(func() { // turns notifications into wake-ups; polls meanwhile after errors
 			cfg := store.ListenConfig{Pool: r.pool, DirectURL: r.cfg.DirectURL, Channel: "outbox_pending", Retry: r.retry()}
-			store.Listen(ctx, cfg, wake, func(err error, _ int) {
-				r.log.Warn("outbox notifications interrupted; polling until reconnected", zap.Error(err))
+			store.Listen(ctx, cfg, wake, func(err error, failures int) {
+				if failures == 1 { // each reconnect attempt fails again while the database is away
+					r.log.Warn("outbox notifications interrupted; polling until reconnected", zap.Error(err))
+				}
 			})
 		})
 	}
@@ -193,8 +202,13 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 				return fmt.Errorf("outbox relay gave up after %d attempts; unpublished rows stay in the outbox: %w", failures, err)
 			}
 			d := r.retry().Delay(failures)
-			r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures),
-				zap.Duration("failing_seconds", time.Since(outage)), zap.Duration("backoff_seconds", d))
+			// Said when the outage begins and then once a minute: a following relay hands its
+			// lanes back and takes them again, each time starting a new run of attempts.
+			if first := failures == 1 && outage.Equal(failingSince); first || time.Since(r.attemptLogged) >= time.Minute {
+				r.attemptLogged = time.Now()
+				r.log.Warn("relay attempt failed, backing off", zap.Error(err), zap.Int("failures", failures),
+					zap.Duration("failing_seconds", time.Since(outage)), zap.Duration("backoff_seconds", d))
+			}
 			// A lease of failures hands the lanes back, counted to this back-off's end so that
 			// they are not kept through a back-off that ends past it. A database failure counts
 			// only while the lanes' renewals work: this relay reaches the database, yet cannot
@@ -518,8 +532,11 @@ func (r *Relay) renewAt() time.Time { return r.lanes.validUntil.Add(-r.cfg.Lease
 func (r *Relay) wait(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 	for end := time.Now().Add(d); ; {
 		renewErr := r.leaseIfDue(ctx, nil)
-		if renewErr != nil && ctx.Err() == nil {
-			r.log.Warn("could not renew outbox lane leases", zap.Error(renewErr))
+		switch {
+		case renewErr != nil && ctx.Err() == nil:
+			r.renewing.Failed(time.Now(), renewErr)
+		case renewErr == nil:
+			r.renewing.Ok(time.Now())
 		}
 		left := time.Until(end)
 		if left <= 0 {
