@@ -655,6 +655,20 @@ func (r *Reads) measure(ctx context.Context) (replicaLag, readCause, error) {
 			return m, causeUnreachable, err
 		}
 	}
+	if m.other == "" && m.replayLSN > m.primaryLSN {
+		// Past the position read before it: the primary may have written on meanwhile. Past one
+		// read after it, the replica has replayed WAL the primary never wrote: it follows another
+		// timeline (left behind by a failover or a restore) and serves a past that is no longer
+		// ours, which a lag of 0 would pass off as current.
+		var now string
+		if err := r.primary.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&now); err != nil {
+			return m, causePrimary, fmt.Errorf("cannot measure the replica's lag: the primary's WAL position: %w", err)
+		}
+		if after, err := parseLSN(now); err == nil && m.replayLSN > after {
+			m.other = fmt.Sprintf("has replayed WAL the primary has not written (%s, the primary at %s): it follows another timeline, "+
+				"left behind by a failover or a restore; make it again from the primary", *replay, now)
+		}
+	}
 	return m, causeNone, nil
 }
 

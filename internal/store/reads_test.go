@@ -175,6 +175,32 @@ func TestReadsFollowTheReplicaLag(t *testing.T) {
 		}
 	})
 
+	t.Run("replica ahead of the primary", func(t *testing.T) {
+		// A standby left on another timeline (a failover promoted a standby that had less, or
+		// the primary was restored to an earlier point) has replayed WAL its primary never
+		// wrote: its lag would read 0 while it serves a past that is gone. Here the primary's
+		// sessions read a WAL position far behind the standby's, as such a primary would.
+		if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS behind;
+			CREATE OR REPLACE FUNCTION behind.pg_current_wal_lsn() RETURNS pg_lsn LANGUAGE sql AS $$ SELECT '0/1'::pg_lsn $$`); err != nil {
+			t.Fatal(err)
+		}
+		untilReplica(t, reads) // the standby has replayed the function, at least
+		primary, err := store.Open(ctx, store.PoolConfig{URL: s.PrimaryURL + "&options=-c%20search_path%3Dbehind,pg_catalog,public", MaxConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(primary.Close)
+		replica, err := store.OpenReplica(ctx, store.PoolConfig{URL: s.StandbyURL, MaxConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(replica.Close)
+		left := store.NewReads(primary, replica, store.ReadsConfig{MaxLag: time.Minute, Every: time.Hour, Timeout: 5 * time.Second}, nil)
+		if st := left.RunOnce(ctx); st.Source != store.SourcePrimary || !strings.Contains(st.Reason, "another timeline") {
+			t.Fatalf("a replica past its primary's WAL: %+v, want the primary, saying it follows another timeline", st)
+		}
+	})
+
 	t.Run("replica hangs", func(t *testing.T) {
 		// A router of its own, over a proxy in front of the standby that the test freezes: the
 		// standby then takes connections and never answers, as one that hangs, or whose packets
