@@ -20,17 +20,28 @@ const advanceSnapshotIDsSQL = `
 DO $$
 DECLARE
     seq regclass;
-    now_us bigint := (extract(epoch FROM clock_timestamp()) * 1e6)::bigint;
+    now_us bigint;
 BEGIN
     IF to_regclass('auction_snapshots') IS NULL OR pg_is_in_recovery()
        OR current_setting('transaction_read_only') = 'on' THEN
         RETURN;
     END IF;
     seq := pg_get_serial_sequence('auction_snapshots', 'snapshot_id')::regclass;
-    IF has_sequence_privilege(seq, 'SELECT, UPDATE') AND coalesce(pg_sequence_last_value(seq), 0) < now_us THEN
+    -- Each right on its own: given a list, has_sequence_privilege asks for any of them.
+    IF NOT (has_sequence_privilege(seq, 'SELECT') AND has_sequence_privilege(seq, 'UPDATE')) THEN
+        RETURN;
+    END IF;
+    -- One connection at a time, the clock read once the lock is ours: two reading it first
+    -- could each set it, the later one to the earlier time, and take the ids back.
+    PERFORM pg_advisory_xact_lock(` + snapshotIDsLockKey + `);
+    now_us := (extract(epoch FROM clock_timestamp()) * 1e6)::bigint;
+    IF coalesce(pg_sequence_last_value(seq), 0) < now_us THEN
         PERFORM setval(seq, now_us);
     END IF;
 END $$`
+
+// snapshotIDsLockKey is the advisory lock advanceSnapshotIDsSQL serialises on.
+const snapshotIDsLockKey = "7305118220503" // beside the partition keeper's 7_305_118_220_501 and 502
 
 // AdvanceSnapshotIDs moves snapshot ids on to the database's clock (advanceSnapshotIDsSQL);
 // the primary pool runs it on every new connection.

@@ -2,8 +2,12 @@ package history_test
 
 import (
 	"context"
+	"fmt"
+	neturl "net/url"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/duecollector/duecollector/internal/history"
@@ -52,4 +56,40 @@ func nextID(t *testing.T, pool *pgxpool.Pool) int64 {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// A role that may read the sequence but not set it (GRANT USAGE, SELECT ON ALL SEQUENCES, the
+// usual grant) leaves it alone: run on every new connection, an error would refuse the
+// connection itself, and with it every command.
+func TestSnapshotIDsAreLeftAloneByARoleThatMayNotMoveThem(t *testing.T) {
+	t.Parallel()
+	pool, url := storetest.NewPool(t)
+	ctx := context.Background()
+	role := fmt.Sprintf("dc_reader_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN; GRANT USAGE ON SCHEMA public TO `+role+`;
+		GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO `+role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP OWNED BY `+role+`; DROP ROLE `+role)
+	})
+	if _, err := pool.Exec(ctx, `SELECT setval(pg_get_serial_sequence('auction_snapshots', 'snapshot_id'), 1000)`); err != nil {
+		t.Fatal(err)
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User(role)
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := history.AdvanceSnapshotIDs(ctx, conn); err != nil {
+		t.Fatalf("a role without UPDATE on the sequence: %v; want it left alone", err)
+	}
+	if next := nextID(t, pool); next != 1001 {
+		t.Fatalf("next snapshot id %d, want 1001: moved by a role that may not", next)
+	}
 }
