@@ -215,7 +215,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			// read or mark its rows (a role without rights, a statement that fails on them),
 			// which another relay may well do.
 			reason, _ := classify(err)
-			reached := reason != "database" || r.lanes.renewedAt.After(failingSince)
+			reached := reason != "database" || r.lanes.reachedSince(failingSince)
 			if reached && s.follow && len(r.lanes.held) > 0 && time.Since(failingSince)+d >= r.cfg.Lease {
 				r.handBack(ctx, s, time.Since(outage), err)
 			}
@@ -535,7 +535,7 @@ func (r *Relay) wait(ctx context.Context, d time.Duration, wake <-chan struct{})
 		switch {
 		case renewErr != nil && ctx.Err() == nil:
 			r.renewing.Failed(time.Now(), renewErr)
-		case renewErr == nil:
+		case renewErr == nil && len(r.lanes.held) > 0: // with none held, nothing was renewed
 			r.renewing.Ok(time.Now())
 		}
 		left := time.Until(end)
