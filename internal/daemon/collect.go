@@ -84,6 +84,7 @@ type collectService struct {
 	writes *store.WriteHealth
 
 	failures int                     // consecutive failed passes; Start's goroutine only
+	failing  telemetry.Streak        // their log: once a streak, then once a minute; Start's goroutine only
 	refused  atomic.Pointer[refusal] // set while the provider refuses the market key
 	// misdirected is set while passes end on an address that is not the API (a wrong
 	// provider.base_url), until a pass runs without error.
@@ -101,6 +102,7 @@ func newCollectService(cfg collectConfig, s *collectService) (*collectService, e
 		return nil, fmt.Errorf("collection: %w", err)
 	}
 	s.cfg = cfg
+	s.failing = telemetry.Streak{Log: s.log, What: "collection pass failed"}
 	return s, nil
 }
 
@@ -198,10 +200,11 @@ func (s *collectService) runOnce(ctx context.Context) passResult {
 		s.failures++
 		res.Pause = retryBackoff.Delay(s.failures)
 		res.WritesRefused = store.RefusedCause(err) != ""
-		s.log.Warn("collection pass failed; backing off", zap.Error(store.ExplainPooler(err)), zap.Int("failures", s.failures), zap.Duration("backoff_seconds", res.Pause))
+		s.failing.Failed(time.Now(), store.ExplainPooler(err), zap.Duration("backoff_seconds", res.Pause))
 		return res
 	}
 	s.failures = 0
+	s.failing.Ok(time.Now())
 	s.logPass(sum)
 	if sum.Paused {
 		// A paused pass called nothing: whether the address answers is still unknown.

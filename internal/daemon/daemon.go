@@ -167,6 +167,9 @@ type Daemon struct {
 	// refusedBy is the cause of the last write state writesChanged heard (its calls are
 	// serialised by writes).
 	refusedBy store.WriteCause
+	// refusedSince is when the database began refusing writes (zero while it takes them),
+	// for the line that tells it takes them again; serialised as refusedBy is.
+	refusedSince time.Time
 	// spaceProbeWarned: the space probe's odd failure is logged (probeSpace's goroutine only).
 	spaceProbeWarned bool
 	// space is the space probe's hysteresis (probeSpace's goroutine only): in a spell of

@@ -22,6 +22,8 @@ import (
 	"github.com/duecollector/duecollector/internal/telemetry"
 	"github.com/duecollector/duecollector/internal/testkit"
 	"github.com/duecollector/duecollector/internal/tiers"
+	"go.uber.org/zap/zapcore"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 )
 
 // With notifications off and a 30 s maximum sleep, only the database-computed wake-up can get
@@ -495,4 +497,34 @@ func TestTierGaugesResetWhenATierEmpties(t *testing.T) {
 	_, err = d.gauges.runOnce(gone)
 	d.gauges.judge(t0.Add(2*gaugeStaleAfter), err)
 	unknown(false, "at the first failure of a new streak")
+}
+
+// Failing passes are one warning a streak, then one a minute, and a line when passes work
+// again: a pass a few seconds apart through an hour's outage made hundreds.
+func TestFailingPassesAreLoggedOnceAStreak(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	e.track(t, 0, 1, tiers.Hot, -time.Minute)
+	core, logs := zapobserver.New(zapcore.InfoLevel)
+	d := e.build(t, testConfig(), zap.New(core))
+	ctx := context.Background()
+	rename := func(from, to string) {
+		t.Helper()
+		if _, err := e.pool.Exec(ctx, `ALTER TABLE `+from+` RENAME TO `+to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rename("provider_status", "provider_status_gone") // every pass fails at its gate
+	for range 3 {
+		if res := d.collect.runOnce(ctx); res.Err == nil {
+			t.Fatal("a pass without provider_status did not fail")
+		}
+	}
+	if n := logs.FilterMessageSnippet("collection pass failed").Len(); n != 1 {
+		t.Fatalf("%d lines for 3 failed passes, want 1", n)
+	}
+	rename("provider_status_gone", "provider_status")
+	pass(t, d)
+	if n := logs.FilterMessageSnippet("works again").Len(); n != 1 {
+		t.Fatalf("%d 'works again' lines after a pass that worked, want 1", n)
+	}
 }

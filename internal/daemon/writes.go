@@ -195,7 +195,13 @@ func (d *Daemon) writesChanged(s store.WriteState) {
 			p.Reset()
 		}
 	}
+	refusedSince := d.refusedSince
 	d.refusedBy = s.Cause
+	if s.Writable {
+		d.refusedSince = time.Time{}
+	} else if refusedSince.IsZero() {
+		d.refusedSince = s.Since
+	}
 	if s.Writable {
 		d.metrics.DatabaseWritable.Set(1)
 	} else {
@@ -211,7 +217,11 @@ func (d *Daemon) writesChanged(s store.WriteState) {
 	switch {
 	case s.Since.IsZero(): // the initial state, not a change
 	case s.Writable:
-		d.log.Info("the database takes writes again; collection resumes")
+		refused := zap.Skip()
+		if !refusedSince.IsZero() {
+			refused = zap.Duration("refused_for_seconds", s.Since.Sub(refusedSince))
+		}
+		d.log.Info("the database takes writes again; collection resumes", refused)
 	default:
 		d.log.Error("the database refuses writes: no item is claimed, so no provider request is sent, until it takes them again; "+
 			"results already fetched are written if it does within their lease",

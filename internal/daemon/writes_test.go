@@ -196,9 +196,12 @@ func TestFullDiskIsOneStateUntilTheSpaceProbeWrites(t *testing.T) {
 		return err == nil && n == 20
 	})
 	refused := logs.FilterMessageSnippet("the database refuses writes").Len()
-	back := logs.FilterMessageSnippet("the database takes writes again").Len()
-	if refused != 1 || back != 1 {
-		t.Fatalf("logged %d starts and %d ends of the refusal, want 1 and 1", refused, back)
+	back := logs.FilterMessageSnippet("the database takes writes again").All()
+	if refused != 1 || len(back) != 1 {
+		t.Fatalf("logged %d starts and %d ends of the refusal, want 1 and 1", refused, len(back))
+	}
+	if d, ok := back[0].ContextMap()["refused_for_seconds"].(time.Duration); !ok || d <= 0 {
+		t.Fatalf("the end of the refusal says %v; want how long it lasted", back[0].ContextMap())
 	}
 }
 
