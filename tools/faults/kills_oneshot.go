@@ -14,6 +14,7 @@ import (
 
 	"github.com/duecollector/duecollector/internal/export"
 	"github.com/duecollector/duecollector/internal/history"
+	"github.com/duecollector/duecollector/internal/history/partition"
 )
 
 // oneShot is a one-shot role: a setup, the command, and what its re-run must leave. Its kill
@@ -90,12 +91,15 @@ func fill(ctx context.Context, k *killRun) error {
 	return k.finish(ctx, "k-fill", "collect-due", "--concurrency", "8")
 }
 
-// holdingDropLock: the drop pass holds its advisory lock (the only one these roles take), so a
-// kill moment counts from the drop, not from start-up and the partitions created ahead.
+// holdingDropLock: the drop pass holds its advisory lock, so a kill moment counts from the
+// drop, not from start-up, the partitions created ahead (a lock of their own) or the other
+// short advisory locks a process takes.
 func holdingDropLock(ctx context.Context, k *killRun) func() (bool, error) {
 	return func() (bool, error) {
+		// A bigint key is held as classid (its high 32 bits), objid (its low ones), objsubid 1.
 		n, err := k.d.count(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-			WHERE l.locktype = 'advisory' AND l.granted AND d.datname = $1`, k.d.name)
+			WHERE l.locktype = 'advisory' AND l.granted AND d.datname = $1 AND l.objsubid = 1
+			  AND (l.classid::bigint << 32 | l.objid::bigint) = $2`, k.d.name, int64(partition.DropLockKey))
 		return n > 0, err
 	}
 }

@@ -10,6 +10,3 @@ const CreateLockKey = createLockKey
 
 // BoundDropIdle sets how long p's drop session may sit idle holding the lock (tests only).
 func BoundDropIdle(p *Partitions, d time.Duration) { p.dropIdle = d }
-
-// DropLockKey is the advisory lock drop passes take (tests only).
-const DropLockKey = dropLockKey

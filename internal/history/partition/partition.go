@@ -34,7 +34,8 @@ const (
 // across the two transactions of DETACH … CONCURRENTLY.
 const (
 	createLockKey = 7_305_118_220_501
-	dropLockKey   = 7_305_118_220_502
+	// DropLockKey is exported for the fault suite, which kills a drop pass while it holds it.
+	DropLockKey = 7_305_118_220_502
 )
 
 // The drop pass's limits on its connection: a long transaction on the parent makes DETACH …
@@ -294,7 +295,7 @@ func (p *Partitions) dropPast(ctx context.Context, states []TableState) error {
 	var idleSession *string // nil before PostgreSQL 14
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1), current_setting('lock_timeout'), current_setting('statement_timeout'),
 		current_setting('idle_session_timeout', true)`,
-		int64(dropLockKey)).Scan(&locked, &lockTimeout, &stmtTimeout, &idleSession); err != nil {
+		int64(DropLockKey)).Scan(&locked, &lockTimeout, &stmtTimeout, &idleSession); err != nil {
 		return fmt.Errorf("drop partitions: lock: %w", err)
 	}
 	if !locked {
@@ -311,7 +312,7 @@ func (p *Partitions) dropPast(ctx context.Context, states []TableState) error {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		err := conn.QueryRow(uctx, `SELECT pg_advisory_unlock($1), set_config('lock_timeout', $2, false), set_config('statement_timeout', $3, false)`,
-			int64(dropLockKey), lockTimeout, stmtTimeout).Scan(&unlocked, nil, nil)
+			int64(DropLockKey), lockTimeout, stmtTimeout).Scan(&unlocked, nil, nil)
 		if err == nil && boundSession {
 			_, err = conn.Exec(uctx, `SELECT set_config('idle_session_timeout', '0', false)`)
 		}
