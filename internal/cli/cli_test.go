@@ -384,8 +384,9 @@ func TestEveryCommandTheDocsNameExists(t *testing.T) {
 	// A command line is a code span or a fenced block's line that starts with it (after an
 	// optional "$ "), or, in the alert rules, a parenthesised one.
 	code := regexp.MustCompile("(?s)```.*?```|`[^`\n]+`")
-	line := regexp.MustCompile(`(?m)^\s*(?:\$ )?collector((?: [a-z][a-z0-9:-]*)+)`)
-	paren := regexp.MustCompile(`\(collector((?: [a-z][a-z0-9:-]*)+)`)
+	line := regexp.MustCompile(`(?m)^\s*(?:\$ )?collector((?: [a-z][a-z0-9:-]*)+)(.*)$`)
+	paren := regexp.MustCompile(`\(collector((?: [a-z][a-z0-9:-]*)+)([^)]*)`)
+	flag := regexp.MustCompile(`(?:^|[\s\[(])--([a-z][a-z0-9-]*)`)
 	checked := 0
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -413,6 +414,12 @@ func TestEveryCommandTheDocsNameExists(t *testing.T) {
 			// A command that only groups others needs one of them next.
 			if !cmd.Runnable() && len(rest) > 0 {
 				t.Errorf("%s: `collector%s`: %s has no subcommand %q", filepath.Base(f), m[1], cmd.CommandPath(), rest[0])
+			}
+			// And every flag it is given is one it has (a copied runbook line fails on any other).
+			for _, fl := range flag.FindAllStringSubmatch(m[2], -1) {
+				if cmd.Flags().Lookup(fl[1]) == nil && cmd.InheritedFlags().Lookup(fl[1]) == nil {
+					t.Errorf("%s: `collector%s%s`: %s has no flag --%s", filepath.Base(f), m[1], m[2], cmd.CommandPath(), fl[1])
+				}
 			}
 			checked++
 		}
