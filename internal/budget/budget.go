@@ -123,11 +123,9 @@ type Config struct {
 	// Clock is what the share's rate arithmetic and waits run on; nil is Wall.
 	Clock Clock
 	// Wedged, when set, tells that the process collects nothing for a fault of its own (the
-	// daemon's stuck batch). Its row is counted however little it sends, so while Wedged, and
-	// no caller waits on the share, the process steps out of it (its row deleted, no
-	// heartbeat) and the others take its part; it rejoins, as a newcomer does, once it is not
-	// or a caller asks. A caller waiting keeps it in: a batch stuck on the budget itself (its
-	// heartbeats failed through a database outage, a long cool-down) is freed only by a beat.
+	// daemon's stuck batch). Its row is counted however little it sends, so while Wedged the
+	// process steps out of the share (its row deleted, no heartbeat: it sends nothing either)
+	// and the others take its part; it rejoins, as a newcomer does, once it is not.
 	Wedged func() bool
 }
 
@@ -197,8 +195,7 @@ type Share struct {
 	log  *zap.Logger
 	// beatFailures logs failed heartbeats once a streak (and a minute), from the heartbeat's goroutine.
 	beatFailures telemetry.Streak
-	out          bool         // stepped out while Wedged; the heartbeat's goroutine's
-	asking       atomic.Int32 // callers inside WaitWithin
+	out          bool // stepped out while Wedged; the heartbeat's goroutine's
 	coolLines    sparse
 	lim          *rate.Limiter
 	clock        Clock
@@ -450,8 +447,7 @@ func (e *CooldownError) Error() string {
 // sleeping through it; window 0 means no limit.
 func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func(), err error) {
 	start := s.clock.Now()
-	s.asking.Add(1)
-	defer func() { s.asking.Add(-1); s.waited.Add(int64(s.clock.Now().Sub(start))) }()
+	defer func() { s.waited.Add(int64(s.clock.Now().Sub(start))) }()
 	// The window bounds the whole wait, not only a cool-down: a one-shot whose budget
 	// heartbeats keep failing never joins, or waits a quarter heartbeat at a time, for good.
 	select {
@@ -592,7 +588,7 @@ func (s *Share) leave(ctx context.Context) {
 // the server after leave's DELETE, bringing the row back until it expires. It has the same 5 s
 // bound as leave.
 func (s *Share) heartbeat(ctx context.Context) {
-	if s.cfg.Wedged != nil && s.asking.Load() == 0 && s.cfg.Wedged() {
+	if s.cfg.Wedged != nil && s.cfg.Wedged() {
 		if !s.out {
 			s.out = true
 			s.log.Warn("budget share given up while collection is wedged; the other instances take it", zap.String("key", s.cfg.KeyLabel))

@@ -169,17 +169,6 @@ func TestAWedgedProcessStepsOutOfTheShare(t *testing.T) {
 	}
 	wedged.Store(false)
 	r.until(2*hb+runStep, "b to rejoin", func() bool { return a.share.Stats().Live == 2 })
-
-	// Stuck on the budget itself (its calls wait for a beat, after a database outage failed
-	// its heartbeats): a caller waiting keeps it in, or nothing could ever free the batch.
-	b.share.asking.Add(1)
-	wedged.Store(true)
-	r.runFor(4 * hb)
-	if live := a.share.Stats().Live; live != 2 {
-		t.Errorf("wedged with a caller waiting on the share: a counts %d live, want b kept in (2)", live)
-	}
-	b.share.asking.Add(-1)
-	r.until(2*hb+runStep, "b to step out once nobody waits", func() bool { return a.share.Stats().Live == 1 })
 }
 
 // A process frozen (a paused VM, SIGSTOP) or cut off from the database for 3 heartbeats is
