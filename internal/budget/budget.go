@@ -122,11 +122,6 @@ type Config struct {
 	WriteHealth *store.WriteHealth
 	// Clock is what the share's rate arithmetic and waits run on; nil is Wall.
 	Clock Clock
-	// Wedged, when set, tells that the process collects nothing for a fault of its own (the
-	// daemon's stuck batch). Its row is counted however little it sends, so while Wedged the
-	// process steps out of the share (its row deleted, no heartbeat: it sends nothing either)
-	// and the others take its part; it rejoins, as a newcomer does, once it is not.
-	Wedged func() bool
 }
 
 // ConfigFor is the share's configuration from daemon.budget.* and the market key's limits,
@@ -195,7 +190,6 @@ type Share struct {
 	log  *zap.Logger
 	// beatFailures logs failed heartbeats once a streak (and a minute), from the heartbeat's goroutine.
 	beatFailures telemetry.Streak
-	out          bool // stepped out while Wedged; the heartbeat's goroutine's
 	coolLines    sparse
 	lim          *rate.Limiter
 	clock        Clock
@@ -588,15 +582,6 @@ func (s *Share) leave(ctx context.Context) {
 // the server after leave's DELETE, bringing the row back until it expires. It has the same 5 s
 // bound as leave.
 func (s *Share) heartbeat(ctx context.Context) {
-	if s.cfg.Wedged != nil && s.cfg.Wedged() {
-		if !s.out {
-			s.out = true
-			s.log.Warn("budget share given up while collection is wedged; the other instances take it", zap.String("key", s.cfg.KeyLabel))
-			s.leave(ctx)
-		}
-		return
-	}
-	s.out = false
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	err := s.beat(bctx)
 	cancel()

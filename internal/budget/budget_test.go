@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -137,38 +136,6 @@ func TestADeadProcessesShareIsTakenOver(t *testing.T) {
 	if r.prov.busiest() > budget {
 		t.Errorf("%d requests in one second after the takeover, budget %v", r.prov.busiest(), budget)
 	}
-}
-
-// A process whose collection is wedged steps out of the share: its row goes and it beats no
-// more, so the others take its part at their next heartbeat instead of running short for as
-// long as it stays wedged (a live row is counted however little it sends). It sends nothing
-// meanwhile, and rejoins once it collects again.
-func TestAWedgedProcessStepsOutOfTheShare(t *testing.T) {
-	const budget = 60.0
-	c := newCluster(t)
-	r := c.fakeRun(t, 0)
-	a := r.join(procConfig("a", budget), 8)
-	var wedged atomic.Bool
-	cfg := procConfig("b", budget)
-	cfg.Wedged = wedged.Load
-	b := r.join(cfg, 8)
-	r.until(15*time.Second, "two live and sending", func() bool {
-		return a.share.Stats().Live == 2 && b.share.Stats().Live == 2 && b.share.Stats().Used > 0
-	})
-	half := a.share.Stats().PerSecond
-	wedged.Store(true)
-	r.until(2*hb+runStep, "b to step out and a to count it out", func() bool { return a.share.Stats().Live == 1 })
-	if got := a.share.Stats().PerSecond; math.Abs(got-2*half) > 1e-9 {
-		t.Errorf("a's share %.3f/s with b out, want the whole %.3f/s", got, 2*half)
-	}
-	r.runFor(2 * hb) // b's requests in flight are answered; it may send no more
-	used := b.share.Stats().Used
-	r.runFor(4 * hb)
-	if live, sent := a.share.Stats().Live, b.share.Stats().Used-used; live != 1 || sent != 0 {
-		t.Errorf("while b is wedged: a counts %d live, b sent %d; want 1 and none", live, sent)
-	}
-	wedged.Store(false)
-	r.until(2*hb+runStep, "b to rejoin", func() bool { return a.share.Stats().Live == 2 })
 }
 
 // A process frozen (a paused VM, SIGSTOP) or cut off from the database for 3 heartbeats is

@@ -273,7 +273,6 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	if cfg.Daemon.Budget.Enabled {
 		bc := budget.ConfigFor(cfg.Daemon.Budget, cfg.Market, cfg.KeyLabel, cfg.Dispatch.Owner)
 		bc.WriteHealth = d.writes
-		bc.Wedged = func() bool { return d.collect.disp.Stuck() } // set below, before anything starts
 		s, err := budget.New(pool, bc, log)
 		if err != nil {
 			return nil, err
