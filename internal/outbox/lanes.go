@@ -21,7 +21,6 @@ type laneSet struct {
 	held       map[int16]string // lane → lease token
 	validUntil time.Time        // counted from before the statement was sent: never too late
 	renewedAt  time.Time        // when the last renewal that worked was sent
-	failedAt   time.Time        // when the last renewal that failed was sent
 }
 
 // renew extends each lease still under our token, even an expired one (nobody took it), and with
@@ -57,7 +56,6 @@ func (s *laneSet) renew(ctx context.Context, acquire bool) (got, lost []int16, e
 	var token string
 	if _, err := pgx.ForEachRow(rows, []any{&lane, &token}, func() error { held[lane] = token; return nil }); err != nil {
 		// Unknown outcome: keep the old view, whose lease only runs out sooner.
-		s.failedAt = start
 		return nil, nil, fmt.Errorf("renew outbox lane leases: %w", err)
 	}
 	for lane, token := range held {
@@ -95,12 +93,6 @@ func (s *laneSet) release(ctx context.Context, freeAfter time.Duration) error {
 		return fmt.Errorf("release outbox lanes: %w", err)
 	}
 	return nil
-}
-
-// reachedSince says whether the last renewal worked and was sent after t: the database
-// answers this relay, whatever else fails.
-func (s *laneSet) reachedSince(t time.Time) bool {
-	return s.renewedAt.After(t) && s.renewedAt.After(s.failedAt)
 }
 
 // usable lists the held lanes if they have more than margin of lease left.

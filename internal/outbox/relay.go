@@ -211,13 +211,14 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			}
 			// A lease of failures hands the lanes back, counted to this back-off's end so that
 			// they are not kept through a back-off that ends past it. A database failure counts
-			// only while the lanes' renewals work: this relay reaches the database, yet cannot
+			// only if renewing the lanes works now: this relay reaches the database, yet cannot
 			// read or mark its rows (a role without rights, a statement that fails on them),
-			// which another relay may well do.
-			reason, _ := classify(err)
-			reached := reason != "database" || r.lanes.reachedSince(failingSince)
-			if reached && s.follow && len(r.lanes.held) > 0 && time.Since(failingSince)+d >= r.cfg.Lease {
-				r.handBack(ctx, s, time.Since(outage), err)
+			// which another relay may well do. Without the database its lanes lapse anyway.
+			if s.follow && len(r.lanes.held) > 0 && time.Since(failingSince)+d >= r.cfg.Lease {
+				reason, _ := classify(err)
+				if reason != "database" || r.renewNow(ctx) {
+					r.handBack(ctx, s, time.Since(outage), err)
+				}
 			}
 			r.wait(ctx, d, nil)
 		}
@@ -256,6 +257,12 @@ func (r *Relay) leaseIfDue(ctx context.Context, s *schedule) error {
 		s.foundNone = len(r.lanes.held) == 0
 	}
 	return err
+}
+
+// renewNow renews the held lanes at once and says whether that worked.
+func (r *Relay) renewNow(ctx context.Context) bool {
+	_, _, err := r.lanes.renew(ctx, false)
+	return err == nil
 }
 
 // handBack releases the lanes of a following relay that has failed for a lease (Kafka out of
@@ -531,11 +538,12 @@ func (r *Relay) renewAt() time.Time { return r.lanes.validUntil.Add(-r.cfg.Lease
 // wait sleeps for d or until woken, renewing leases so that a relay backing off keeps its lanes.
 func (r *Relay) wait(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 	for end := time.Now().Add(d); ; {
+		renewed := r.lanes.renewedAt
 		renewErr := r.leaseIfDue(ctx, nil)
 		switch {
 		case renewErr != nil && ctx.Err() == nil:
 			r.renewing.Failed(time.Now(), renewErr)
-		case renewErr == nil && len(r.lanes.held) > 0: // with none held, nothing was renewed
+		case renewErr == nil && r.lanes.renewedAt != renewed: // one ran, and worked
 			r.renewing.Ok(time.Now())
 		}
 		left := time.Until(end)

@@ -174,20 +174,3 @@ func TestALaneAcquisitionUnderWayAtAStopIsHandedBack(t *testing.T) {
 		t.Fatalf("%d lanes still leased after the stop", n)
 	}
 }
-
-// A relay failing on the database hands its lanes back only while its lane renewals work: a
-// renewal that worked before the database went away, however recent, says nothing of now.
-func TestTheDatabaseIsReachedOnlyIfTheLastRenewalWorked(t *testing.T) {
-	t0 := time.Now()
-	s := &laneSet{renewedAt: t0.Add(time.Second)}
-	if !s.reachedSince(t0) {
-		t.Fatal("a renewal that worked after the failing began: reached")
-	}
-	s.failedAt = t0.Add(2 * time.Second) // the outage began after it
-	if s.reachedSince(t0) {
-		t.Fatal("the last renewal failed: not reached, whatever worked before it")
-	}
-	if (&laneSet{renewedAt: t0.Add(-time.Second)}).reachedSince(t0) {
-		t.Fatal("a renewal from before the failing began: not reached")
-	}
-}
