@@ -31,6 +31,10 @@ BEGIN
     IF NOT (has_sequence_privilege(seq, 'SELECT') AND has_sequence_privilege(seq, 'UPDATE')) THEN
         RETURN;
     END IF;
+    -- Not waited on: a synchronous standby gone missing (after a failover) would hang this
+    -- commit, and every connection behind its lock; a move lost in a crash is made again by
+    -- the next connection.
+    PERFORM set_config('synchronous_commit', 'off', true);
     -- One connection at a time, the clock read once the lock is ours: two reading it first
     -- could each set it, the later one to the earlier time, and take the ids back.
     PERFORM pg_advisory_xact_lock(` + snapshotIDsLockKey + `);
