@@ -116,6 +116,9 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"api:\n  rate: -1\n", "api.rate"},
 		{"database:\n  url: postgres://app:s3cret@db:54x2/x\n", "database.url"},                // retrying would never connect
 		{"database:\n  direct_url: 'host=db port=x password=s3cret'\n", "database.direct_url"}, //
+		// pgx reads pool_* only in pgxpool, and masks no spaced password in its parse errors.
+		{"database:\n  url: 'host=db password = s3cret pool_max_conns=x'\n", "cannot parse pool_max_conns"},
+		{"database:\n  url: 'host=db password = s3cret statement_cache_capacity=x'\n", "database.url"},
 		{"provider:\n  market:\n    rate: .nan\n", "provider.market.rate"},
 		{"daemon:\n  budget:\n    headroom: .nan\n", "daemon.budget.headroom"},
 		{"api:\n  rate: .inf\n", "api.rate"},

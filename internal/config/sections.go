@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/duecollector/duecollector/internal/tiers"
@@ -68,14 +69,27 @@ func parsable(key, value string) error {
 	if value == "" {
 		return nil
 	}
-	if _, err := pgconn.ParseConfig(value); err != nil {
-		reason := strings.ReplaceAll(err.Error(), value, RedactURL(value))
-		if i := strings.Index(reason, "`: "); i >= 0 {
-			reason = reason[i+3:]
-		}
-		return invalid(key, RedactURL(value), "a postgres:// URL or key=value connection string: "+RedactURL(reason))
+	// pgxpool's parser, not pgconn's: the pool_* and statement cache parameters are read
+	// only there, and one that does not parse would otherwise fail every connection attempt.
+	if _, err := pgxpool.ParseConfig(value); err != nil {
+		return invalid(key, RedactURL(value), "a postgres:// URL or key=value connection string: "+RedactURL(parseReason(err)))
 	}
 	return nil
+}
+
+// parseReason is pgx's reason a connection string does not parse, without the string itself:
+// pgx masks only the passwords it recognises (not `password = x`, spaced), so the string is
+// cut off, not trusted.
+func parseReason(err error) string {
+	s := err.Error()
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		if i := strings.LastIndex(s, "`: "); i >= 0 {
+			return s[i+3:]
+		}
+		return "cannot parse"
+	}
+	return s
 }
 
 // validateReadURL checks what can be checked without connecting; the value in an error has

@@ -118,7 +118,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	base, err := url.Parse(cfg.BaseURL)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" || base.RawQuery != "" {
-		return nil, fmt.Errorf("neople %s client: base URL %q must be an http(s) URL without a query", cfg.Workload, cfg.BaseURL)
+		return nil, fmt.Errorf("neople %s client: base URL %q must be an http(s) URL without a query", cfg.Workload, shownURL(cfg.BaseURL))
 	}
 	base.Path = strings.TrimRight(base.Path, "/")
 	switch cfg.KeyIn {
@@ -522,10 +522,8 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) (r
 	case class == ClassConfig && code == "":
 		// The API refuses a key with its error body; a bare 401/403 may as well come from a
 		// proxy, a firewall or an address block in front of it: the operator checks both.
-		where := *c.base
-		where.User, where.RawQuery, where.Fragment = nil, "", ""
 		cause = fmt.Errorf("refused without the API's error body: the key in %s, or something in front of %s (a proxy, a firewall, a block of this host's address) refused the call",
-			c.cfg.Workload.KeyEnv(), where.String())
+			c.cfg.Workload.KeyEnv(), shownURL(c.base.String()))
 	}
 	e := fail(class, cause)
 	e.Code, e.Message = code, msg
@@ -538,12 +536,22 @@ func (c *Client) do(ctx context.Context, endpoint, path string, q url.Values) (r
 // endpointCause says why an answer ends every pass: not the API at provider.base_url (a
 // redirect, no Neople body, "no such URL"), or a gateway code the documented table lacks.
 func (c *Client) endpointCause(status int, code string) error {
-	where := *c.base
-	where.User, where.RawQuery, where.Fragment = nil, "", ""
+	where := shownURL(c.base.String())
 	if status >= 400 && code != "" && code != "API900" && code != "DNF900" {
-		return fmt.Errorf("%s answered with an error code not in the documented table; every call may meet it, so the pass stops", where.String())
+		return fmt.Errorf("%s answered with an error code not in the documented table; every call may meet it, so the pass stops", where)
 	}
-	return fmt.Errorf("%s does not answer as the Neople API; check provider.base_url", where.String())
+	return fmt.Errorf("%s does not answer as the Neople API; check provider.base_url", where)
+}
+
+// shownURL is a base URL as errors show it: no user part (a proxy's user:password), query or
+// fragment (a key placed there by hand).
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
 }
 
 // answeredAt is when the provider answered by its own clock (the Date header), to read a dated
@@ -614,6 +622,7 @@ func stripURL(err error, endpoint string) error {
 
 func redactedConfig(cfg ClientConfig) ClientConfig {
 	cfg.Key = "[redacted]"
+	cfg.BaseURL = shownURL(cfg.BaseURL)
 	cfg.HTTPClient = nil
 	return cfg
 }

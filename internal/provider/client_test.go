@@ -397,6 +397,16 @@ func TestNewClientNeedsItsOwnKey(t *testing.T) {
 			t.Errorf("NewClient(%+v) accepted", bad)
 		}
 	}
+	// A proxy's credentials in the base URL, or a key put in its query, stay out of the refusal.
+	for _, bad := range []provider.ClientConfig{
+		{Workload: provider.WorkloadItem, BaseURL: "ftp://user:pr0xy-pw@x/?apikey=k3y", Key: "k"},
+		{Workload: provider.WorkloadItem, BaseURL: "http://user:pr0xy-pw@x/?apikey=k3y", Key: "k", Rate: -1},
+	} {
+		_, err := provider.NewClient(bad)
+		if err == nil || strings.Contains(err.Error(), "pr0xy-pw") || strings.Contains(err.Error(), "k3y") {
+			t.Errorf("NewClient with base URL %s: %v, want a refusal without the password or the key", bad.BaseURL, err)
+		}
+	}
 }
 
 type observed struct {

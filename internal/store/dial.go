@@ -2,10 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Every connection to PostgreSQL is bounded at the socket: a server lost without a reset (its
@@ -36,10 +39,24 @@ func dial(ctx context.Context, network, addr string) (net.Conn, error) {
 func parseConn(url string) (*pgx.ConnConfig, error) {
 	cc, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, err
+		return nil, parseError(err)
 	}
 	cc.DialFunc = dial
 	return cc, nil
+}
+
+// parseError is pgx's parse error without the connection string it quotes: pgx masks only the
+// passwords it recognises (not `password = x`, spaced), and the error reaches logs and /readyz.
+func parseError(err error) error {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	s := err.Error()
+	if i := strings.LastIndex(s, "`: "); i >= 0 {
+		return errors.New("cannot parse the connection string: " + s[i+3:])
+	}
+	return errors.New("cannot parse the connection string")
 }
 
 // connect is pgx.Connect with this package's dialer: every single connection outside a pool

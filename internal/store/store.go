@@ -84,8 +84,7 @@ func Open(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 func poolConfig(cfg PoolConfig, key string) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
-		// pgx redacts the password from its parse errors.
-		return nil, fmt.Errorf("%s: %w", key, err)
+		return nil, fmt.Errorf("%s: %w", key, parseError(err))
 	}
 	pc.ConnConfig.DialFunc = dial
 	if cfg.MaxConns > 0 {

@@ -204,6 +204,20 @@ func TestOpenNamesTheServerOnFailure(t *testing.T) {
 	}
 }
 
+// pgx quotes a connection string that does not parse, masking only the passwords it recognises.
+func TestAConnectionStringThatDoesNotParseIsNotQuoted(t *testing.T) {
+	for _, url := range []string{"host=db password = s3cret pool_max_conns=x", "host=db password = s3cret statement_cache_capacity=x"} {
+		_, err := store.Open(context.Background(), store.PoolConfig{URL: url})
+		if err == nil || contains(err.Error(), "s3cret") || !contains(err.Error(), "database.url") {
+			t.Errorf("Open(%q) = %v: want an error naming database.url without the password", url, err)
+		}
+	}
+	url := "host=db password = s3cret statement_cache_capacity=x" // pgx.ParseConfig's own parameter
+	if _, err := store.Connect(context.Background(), url); err == nil || contains(err.Error(), "s3cret") || !contains(err.Error(), "statement_cache_capacity") {
+		t.Errorf("Connect(%q) = %v: want pgx's reason without the password", url, err)
+	}
+}
+
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func TestTransientTellsRetryableFailuresFromDataErrors(t *testing.T) {

@@ -34,7 +34,7 @@ func newEnv(ctx context.Context) (*env, error) {
 	}
 	admin, err := pgx.Connect(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s (start PostgreSQL or set DUECOLLECTOR_TEST_DATABASE_URL): %w", u, err)
+		return nil, fmt.Errorf("connect to %s (start PostgreSQL or set DUECOLLECTOR_TEST_DATABASE_URL): %w", config.RedactURL(u), err)
 	}
 	e := &env{adminURL: u, admin: admin}
 	e.facts = append(e.facts,

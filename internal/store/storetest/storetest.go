@@ -93,7 +93,7 @@ func dropOldTemplates(ctx context.Context, admin *pgx.Conn) {
 func URLFor(dbName string) string {
 	u, err := url.Parse(AdminURL())
 	if err != nil {
-		panic(fmt.Sprintf("DUECOLLECTOR_TEST_DATABASE_URL: %v", err))
+		panic(fmt.Sprintf("DUECOLLECTOR_TEST_DATABASE_URL %s does not parse as a URL", config.RedactURL(AdminURL())))
 	}
 	u.Path = "/" + dbName
 	return u.String()
@@ -201,7 +201,7 @@ func newDatabase(tb testing.TB, migrated bool) string {
 	defer cancel()
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
-		tb.Fatalf("storetest: connect to %s (start PostgreSQL or set DUECOLLECTOR_TEST_DATABASE_URL): %v", AdminURL(), err)
+		tb.Fatalf("storetest: connect to %s (start PostgreSQL or set DUECOLLECTOR_TEST_DATABASE_URL): %v", config.RedactURL(AdminURL()), err)
 	}
 	defer admin.Close(context.Background())
 	var rnd [6]byte
