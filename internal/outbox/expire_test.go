@@ -25,11 +25,11 @@ func TestExpiryUnderAPublishingRelayPublishesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One step of the relay, split where retention expires the rows.
-	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, 100)
+	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, 100, nil)
 	if err != nil || len(rows) != 10 {
 		t.Fatalf("read %d pending rows (%v), want 10", len(rows), err)
 	}
-	if err := r.publish(ctx, rows); err != nil {
+	if _, err := r.publish(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
 	n, err := DeleteExpired(ctx, pool, week, 1000)

@@ -42,6 +42,8 @@ type Relay struct {
 	// of an hour made hundreds of them.
 	attemptLogged time.Time        // the last "relay attempt failed" line
 	renewing      telemetry.Streak // lane renewals failing while the relay backs off
+	parked        parking          // items a partition out of service refuses
+	parkLogged    time.Time        // the last "kafka refuses some items' events" line
 }
 
 // Result is what a pass did.
@@ -157,6 +159,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 	defer func() { r.releaseLanes(ctx, r.unsettled()) }()
 	defer r.catchPanic(&err)
 	r.pass = Result{}
+	r.parked = parking{}
 	s := &schedule{follow: wake != nil}
 	var failingSince time.Time // this run of failed attempts: its back-off and hand-back
 	// outage is since when attempts have failed, across hand-backs (whose idle turns end a run
@@ -234,7 +237,22 @@ func (r *Relay) turn(ctx context.Context, s *schedule) (idle bool, err error) {
 	if err := r.leaseIfDue(ctx, s); err != nil {
 		return false, err
 	}
+	if s.follow && r.parked.due(time.Now()) {
+		r.parked.unpark()
+	}
 	n, err := r.step(ctx)
+	if n == 0 && err == nil && len(r.parked.items) > 0 {
+		switch {
+		case !s.follow:
+			// A pass published all else: it retries the parked items now, and a refusal is
+			// a failed attempt like any other, up to RetryAttempts.
+			r.parked.unpark()
+			r.parked.retrying = nil
+			n, err = r.step(ctx)
+		case !r.parked.confirmed:
+			return false, r.parked.err
+		}
+	}
 	return n == 0 && err == nil, err
 }
 
@@ -280,6 +298,7 @@ func (r *Relay) handBack(ctx context.Context, s *schedule, failingFor time.Durat
 		zap.Int16s("lanes", lanes), zap.Duration("failing_seconds", failingFor),
 		zap.Duration("reacquire_after_seconds", r.cfg.Lease), zap.Error(err))
 	r.releaseLanes(ctx, r.publishWindow())
+	r.parked = parking{}
 	s.nextAcquire = time.Now().Add(r.cfg.Lease)
 	r.cfg.Test.HandedBack.Signal(lanes)
 }
@@ -344,17 +363,26 @@ func (r *Relay) step(ctx context.Context) (int, error) {
 	if len(r.lanes.usable(r.publishWindow())) == 0 {
 		return 0, nil
 	}
-	rows, err := readPending(ctx, r.pool, r.lanes.tokens(), r.publishWindow(), callsPerBatch*r.cfg.BatchSize)
+	rows, err := readPending(ctx, r.pool, r.lanes.tokens(), r.publishWindow(), callsPerBatch*r.cfg.BatchSize, r.parked.skip())
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
-	perr := r.publish(ctx, rows)
+	stalled, failure := r.publish(ctx, rows)
 	// Like the produce call, recording what was delivered is finished even when ctx ends.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
-	now, lost, err := markSettled(mctx, r.pool, r.lanes.tokens(), rows, perr)
+	now, lost, err := markSettled(mctx, r.pool, r.lanes.tokens(), rows, failure)
 	if err == nil {
 		r.recorded(rows, now)
+	}
+	var perr error
+	switch {
+	case stalled:
+		perr = failure
+	case failure != nil:
+		r.holdingBack(failure)
+	case r.parked.recovered():
+		r.log.Info("kafka takes every item's events again")
 	}
 	if lost {
 		// Or retention.outbox_unpublished dropped them meanwhile (DeleteExpired): published once, gone.
@@ -401,30 +429,61 @@ func (r *Relay) unsettled() time.Duration {
 // publishWindow is the lease a produce call needs: kafka-go may finish a request after its timeout.
 func (r *Relay) publishWindow() time.Duration { return 2 * r.cfg.WriteTimeout }
 
-// publish settles rows in id order; it stops at a call that fails, so that no event overtakes an
-// earlier unacknowledged one of its item, and at a lease too short for the next call.
-func (r *Relay) publish(ctx context.Context, rows []pendingRow) error {
-	for len(rows) > 0 {
-		msgs := r.nextCall(rows)
+// publish settles rows in id order and returns the failure of a call, if one failed. A call
+// refused for some of its messages (a partition out of service) parks their items and goes on
+// with the other items' rows; a call that failed whole, or of whose messages none got through,
+// stalls the step (the loop backs off), so that no event overtakes an earlier unacknowledged
+// one of its item. It stops at a lease too short for the next call.
+func (r *Relay) publish(ctx context.Context, rows []pendingRow) (stalled bool, failure error) {
+	todo := make([]*pendingRow, len(rows))
+	for i := range rows {
+		todo[i] = &rows[i]
+	}
+	for len(todo) > 0 {
+		msgs := r.nextCall(todo)
 		switch {
 		case len(msgs) == 0:
-			n := messageSize(message(rows[0], r.cfg.Source))
-			rows[0].settle(fmt.Errorf("event of about %d bytes is larger than kafka.batch_bytes (%d)", n, r.cfg.BatchBytes))
-			rows = rows[1:]
+			n := messageSize(message(*todo[0], r.cfg.Source))
+			todo[0].settle(fmt.Errorf("event of about %d bytes is larger than kafka.batch_bytes (%d)", n, r.cfg.BatchBytes))
+			todo = todo[1:]
+			continue
 		case !r.mayCall(ctx):
-			return nil
-		default:
-			err := r.writeCall(ctx, rows[:len(msgs)], msgs)
-			if errors.Is(err, errNoCallWindow) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			rows = rows[len(msgs):]
+			return false, failure
 		}
+		call := todo[:len(msgs)]
+		perMessage, err := r.writeCall(ctx, call, msgs)
+		_, permanent := classify(err)
+		switch {
+		case errors.Is(err, errNoCallWindow):
+			return false, failure
+		case err != nil && (!perMessage || permanent):
+			return true, err
+		case err == nil:
+			r.parked.took()
+		default:
+			failure = err
+			r.parked.park(call, err, r.retry().Delay)
+			if !slices.ContainsFunc(call, func(row *pendingRow) bool { return row.sent }) && !r.parked.refusedAgain(call) {
+				// Maybe all of one partition's, maybe Kafka is out: a refusal may take a
+				// timeout each, so the next call waits for the back-off.
+				return true, failure
+			}
+		}
+		todo = slices.DeleteFunc(todo[len(msgs):], func(row *pendingRow) bool { return r.parked.has(row.ItemID) })
 	}
-	return nil
+	return false, failure
+}
+
+// holdingBack reports a step that published while a partition refused some items' events.
+func (r *Relay) holdingBack(err error) {
+	r.cfg.Test.PublishError.Signal(err)
+	reason, _ := classify(err)
+	r.cfg.OnError(reason)
+	if time.Since(r.parkLogged) >= time.Minute {
+		r.parkLogged = time.Now()
+		r.log.Warn("kafka refuses some items' events (a partition out of service?); publishing the other items' and retrying theirs",
+			zap.Int("items_held_back", len(r.parked.items)), zap.Duration("retry_in_seconds", max(0, time.Until(r.parked.until))), zap.Error(err))
+	}
 }
 
 // mayCall says whether a produce call may start. Checked before every call, the first too: a
@@ -441,11 +500,11 @@ func (r *Relay) mayCall(ctx context.Context) bool {
 var errNoCallWindow = errors.New("no window left for a produce call")
 
 // nextCall is the next produce call; empty when the first row alone exceeds kafka.batch_bytes.
-func (r *Relay) nextCall(rows []pendingRow) []kafka.Message {
+func (r *Relay) nextCall(rows []*pendingRow) []kafka.Message {
 	var msgs []kafka.Message
 	var size int64
 	for _, row := range rows[:min(len(rows), r.cfg.BatchSize)] {
-		m := message(row, r.cfg.Source)
+		m := message(*row, r.cfg.Source)
 		if size += messageSize(m); size > r.cfg.BatchBytes {
 			break
 		}
@@ -458,11 +517,12 @@ func (r *Relay) nextCall(rows []pendingRow) []kafka.Message {
 // (the broker judges a partition's batch whole: one message over the topic's limit refuses
 // them all). Each of those calls is a call like any other: it starts only while mayCall says
 // so, or a long batch sent singly would outlive the lease and race the relay that took it.
-func (r *Relay) writeCall(ctx context.Context, rows []pendingRow, msgs []kafka.Message) (failed error) {
+// perMessage: the failure is the broker's answer for some messages, not the whole call's.
+func (r *Relay) writeCall(ctx context.Context, rows []*pendingRow, msgs []kafka.Message) (perMessage bool, failed error) {
 	err := r.write(ctx, msgs)
 	werrs := make(kafka.WriteErrors, len(msgs))
 	if err != nil && (!errors.As(err, &werrs) || len(werrs) != len(msgs)) {
-		return r.wrapWriteErr(len(msgs), err)
+		return false, r.wrapWriteErr(len(msgs), err)
 	}
 	stopped := false
 	for i := range rows {
@@ -486,9 +546,9 @@ func (r *Relay) writeCall(ctx context.Context, rows []pendingRow, msgs []kafka.M
 		}
 	}
 	if failed == nil && stopped {
-		return errNoCallWindow
+		return false, errNoCallWindow
 	}
-	return failed
+	return failed != nil, failed
 }
 
 // write ignores ctx's end: kafka-go may deliver an abandoned call, which should then be marked.

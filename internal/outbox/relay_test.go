@@ -391,7 +391,7 @@ func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 	r.cfg.BatchBytes = largest * 5 / 2 // two events per produce call
 	// Just under the window: no call goes.
 	r.lanes.validUntil = time.Now().Add(r.publishWindow() - time.Second)
-	if err := r.publish(ctx, rows); err != nil {
+	if _, err := r.publish(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
 	for i, row := range rows {
@@ -402,7 +402,7 @@ func TestPublishStopsWhenTheLeaseRunsShort(t *testing.T) {
 	// Enough for one call: the first goes, the second must not.
 	r.lanes.validUntil = time.Now().Add(r.publishWindow() + time.Second)
 	r.afterCall = func() { r.lanes.validUntil = time.Now().Add(r.publishWindow() - time.Second) }
-	if err := r.publish(ctx, rows); err != nil {
+	if _, err := r.publish(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
 	for i, row := range rows {
@@ -533,7 +533,7 @@ func TestResendingARefusedBatchStopsAtTheLease(t *testing.T) {
 	// Room for both calls however long a loaded machine takes to reach them (the topic, the
 	// first dial): only the lease the hook shortens is to stop the third.
 	r.lanes.validUntil = time.Now().Add(r.publishWindow() + time.Minute)
-	if err := r.publish(ctx, rows); err != nil {
+	if _, err := r.publish(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 2 {

@@ -1,0 +1,104 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/duecollector/duecollector/internal/testkit"
+)
+
+// One partition out of service (too few in-sync replicas: every produce to it refused) holds
+// back its own items' events only: a following relay publishes every other item's, keeps the
+// partition's in the outbox however many pile up, and delivers them in each item's order once
+// the partition takes writes again.
+func TestAPartitionOutOfServiceHoldsBackOnlyItsItems(t *testing.T) {
+	pool, broker, cfg, heldBack, fault := partitionOutOfService(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	r, sig := newLoggedRelay(t, pool, cfg, zap.New(core))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+
+	waitPublished(t, (items-len(heldBack))*perItem, sig)
+	// Retries of the held-back items, refused again: the partition is still out, which is no
+	// failure of the relay's to back off from or to tell as one.
+	wctx, wcancel := context.WithTimeout(ctx, testkit.Timeout)
+	defer wcancel()
+	if err := fault.Wait(wctx, fault.Hits()+3); err != nil {
+		t.Fatalf("no retries of the held-back items: %v", err)
+	}
+	if n := countWhere(t, pool, fmt.Sprintf("state = 'published' AND item_id IN ('%s')", strings.Join(heldBack, "', '"))); n != 0 {
+		t.Fatalf("%d events of the partition out of service marked published", n)
+	}
+	if n := logs.FilterMessage("relay attempt failed, backing off").Len(); n != 0 {
+		t.Fatalf("%d 'relay attempt failed' lines: the relay backed off for one partition", n)
+	}
+	if n := logs.FilterMessageSnippet("kafka refuses some items' events").Len(); n != 1 {
+		t.Fatalf("%d lines telling of the held-back items, want 1 a minute", n)
+	}
+	fault.Remove()
+	waitPublished(t, len(heldBack)*perItem, sig)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	checkDelivery(t, outboxRows(t, pool), consumeAll(t, broker, testTopic))
+	if n := logs.FilterMessage("kafka takes every item's events again").Len(); n != 1 {
+		t.Fatalf("%d lines telling the held-back items went through, want 1", n)
+	}
+}
+
+// A pass publishes the other items' events, retries the held-back ones as its attempts, and
+// fails saying why, leaving them in the outbox.
+func TestAPassPublishesAroundAPartitionOutOfService(t *testing.T) {
+	pool, _, cfg, heldBack, _ := partitionOutOfService(t)
+	r, _ := newTestRelay(t, pool, cfg)
+	res, err := r.RunOnce(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "NOT_ENOUGH_REPLICAS") {
+		t.Fatalf("pass: %v, want it to fail for the partition out of service", err)
+	}
+	if want := int64((items - len(heldBack)) * perItem); res.Published != want {
+		t.Fatalf("pass published %d events, want the %d of the partitions in service", res.Published, want)
+	}
+	if n := countWhere(t, pool, fmt.Sprintf("state = 'pending' AND item_id IN ('%s')", strings.Join(heldBack, "', '"))); n != len(heldBack)*perItem {
+		t.Fatalf("%d of the held-back items' %d events pending", n, len(heldBack)*perItem)
+	}
+}
+
+const items, perItem = 40, 30
+
+// partitionOutOfService enqueues perItem events for each of items and makes the broker refuse
+// every produce to the partition of item-000, whose items it returns.
+func partitionOutOfService(t *testing.T) (*pgxpool.Pool, *kfake.Cluster, RelayConfig, []string, *kfake.FaultHandle) {
+	pool := newDB(t)
+	broker := newBroker(t)
+	enqueue(t, pool, snapshotEvents(items, perItem))
+	balancer := &kafka.Murmur2Balancer{} // the relay's writer's, over newBroker's 4 partitions
+	partition := func(item string) int { return balancer.Balance(kafka.Message{Key: []byte(item)}, 0, 1, 2, 3) }
+	down := partition("item-000")
+	var heldBack []string
+	for i := range items {
+		if item := fmt.Sprintf("item-%03d", i); partition(item) == down {
+			heldBack = append(heldBack, item)
+		}
+	}
+	cfg := testConfig(broker.ListenAddrs(), "relay-a")
+	if n := len(heldBack) * perItem; n <= cfg.BatchSize || n == items*perItem {
+		t.Fatalf("%d of %d events on the partition out of service: the test needs more than a produce call's worth and fewer than all", n, items*perItem)
+	}
+	fault := broker.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: testTopic, Partitions: []int32{int32(down)},
+		Err: kerr.NotEnoughReplicas, Count: -1})
+	return pool, broker, cfg, heldBack, fault
+}
