@@ -14,6 +14,7 @@ package retention
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -209,6 +210,9 @@ func Prune(ctx context.Context, db store.Execer, cfg Config, maxStatements int) 
 		return res, err
 	}
 	statements := 0
+	// A table whose statement fails (a lock held past lock_timeout, a right a migration took)
+	// is left for the next pass; the others are pruned still, or they would grow with it.
+	var errs []error
 	for _, t := range tables {
 		age := t.age(cfg)
 		if age <= 0 {
@@ -222,18 +226,22 @@ func Prune(ctx context.Context, db store.Execer, cfg Config, maxStatements int) 
 		for {
 			if maxStatements > 0 && statements == maxStatements {
 				res.More = true
-				return res, nil
+				return res, errors.Join(errs...)
 			}
 			deleted, err := t.delete(ctx, db, age, batch)
 			statements++
 			if err != nil {
-				return res, fmt.Errorf("prune %s: %w", t.name, err)
+				errs = append(errs, fmt.Errorf("prune %s: %w", t.name, err))
+				break
 			}
 			*n += deleted
 			if deleted < int64(batch) {
 				break
 			}
 		}
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return res, nil
+	return res, errors.Join(errs...)
 }

@@ -247,3 +247,42 @@ func TestPrunerWorksABacklogOffInTurns(t *testing.T) {
 		t.Fatal("a negative batch was accepted")
 	}
 }
+
+// A table whose statement fails (a lock on the outbox held past lock_timeout) is named in the
+// error and left for the next pass; the tables after it are pruned still.
+func TestATableThatCannotBePrunedHoldsBackNoOther(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := storetest.NewPool(t)
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO item_interest (item_id, kind, occurred_at)
+		SELECT 'item-1', 'view', now() - d * interval '1 day' FROM generate_series(1, 30) d`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	if _, err := holder.Exec(ctx, `LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET lock_timeout = '50ms'`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, `RESET lock_timeout`) //nolint:errcheck
+	cfg := Config{RetentionConfig: config.Default().Retention}
+	cfg.Interest, cfg.OutboxRetention = 10*24*time.Hour+time.Hour, 7*24*time.Hour
+	res, err := Prune(ctx, conn, cfg, 0)
+	if err == nil || !strings.Contains(err.Error(), "published outbox rows") {
+		t.Fatalf("prune with the outbox locked: %v, want an error naming the published outbox rows", err)
+	}
+	if res.Interest != 20 {
+		t.Fatalf("pruned %d interest events behind the locked outbox, want 20", res.Interest)
+	}
+}
