@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -118,6 +119,14 @@ func runMigrate(ctx context.Context, a *app, f migrateFlags, direction string) e
 		}
 	}
 	cur, steps, err := store.Plan(ctx, url, target)
+	if ahead := new(store.SchemaAheadError); errors.As(err, &ahead) && direction == "up" && f.to < 0 {
+		// A rollback's migrate job (a Helm pre-upgrade hook, one Job per version) runs the
+		// older binary's `migrate up`: there is nothing for it to apply, and failing would
+		// fail the rollback. The older binary runs on the newer schema, which only adds.
+		a.log.Warn("the database schema is newer than this binary's; nothing to apply", zap.Error(err))
+		a.printf("schema at version %d, newer than this binary's %d: nothing applied\n", ahead.Current, ahead.Latest)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -219,3 +219,33 @@ func TestImpossibleArgumentsAreUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// A rollback runs the older release's `migrate up` (a Helm hook, a Job per version) against the
+// schema a newer release migrated: nothing to apply, so it succeeds saying so, and every command
+// of the older binary warns once that the schema is newer. `migrate down` and `status` refuse,
+// naming the newer release's binary.
+func TestMigrateUpOnANewerSchemaAppliesNothing(t *testing.T) {
+	pool, url := storetest.NewPool(t)
+	latest, err := store.LatestVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE schema_version SET version = $1`, latest+1); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COLLECTOR_CONFIG", "")
+	out, errOut, err := runCollector(t, "migrate", "--database-url", url, "up")
+	if err != nil || !strings.Contains(out, fmt.Sprintf("schema at version %d, newer than this binary's %d: nothing applied", latest+1, latest)) ||
+		!strings.Contains(errOut, "nothing to apply") {
+		t.Fatalf("migrate up on a newer schema: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+	}
+	for _, args := range [][]string{{"down"}, {"status"}, {"up", "--to", fmt.Sprint(latest)}} {
+		_, _, err := runCollector(t, append([]string{"migrate", "--database-url", url}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "with that release's binary") {
+			t.Errorf("migrate %v on a newer schema: %v, want a refusal naming the newer release's binary", args, err)
+		}
+	}
+	if _, errOut, err := runCollector(t, "items", "--database-url", url); err != nil || !strings.Contains(errOut, "schema is newer than this binary's") {
+		t.Fatalf("items on a newer schema: %v, want it to run and warn\nstderr:\n%s", err, errOut)
+	}
+}

@@ -168,6 +168,13 @@ func (a *app) db(ctx context.Context) (*pgxpool.Pool, error) {
 		pool.Close()
 		return nil, withMigrateHint(err)
 	}
+	if v, err := store.CurrentVersion(ctx, pool); err == nil {
+		if latest, _ := store.LatestVersion(); v > latest {
+			// Allowed (a rolling upgrade, a rollback of the binary), and said once per process.
+			a.log.Warn("the database schema is newer than this binary's: a newer release migrated it",
+				zap.Int32("schema_version", v), zap.Int32("binary_version", latest))
+		}
+	}
 	a.pool = pool
 	return pool, nil
 }

@@ -246,10 +246,11 @@ func MigrateTo(ctx context.Context, url string, target int32, hooks MigrateHooks
 		return fmt.Errorf("connect to the database at %s for migration: %w", Where(url), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if v, preRelease, err := readVersion(ctx, conn); err != nil {
+	if _, pre, err := readVersion(ctx, conn); err != nil {
 		return err
-	} else if preRelease {
-		return &PreReleaseSchemaError{Where: Where(url), Version: v}
+	} else if pre != nil {
+		pre.Where = Where(url)
+		return pre
 	}
 	// Before the migrator: making it takes tern's lock already (for its version table).
 	if hooks.OnWait != nil {
@@ -351,12 +352,13 @@ func Plan(ctx context.Context, url string, target int32) (current int32, steps [
 		return 0, nil, fmt.Errorf("connect to the database at %s for migration status: %w", Where(url), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	current, preRelease, err := readVersion(ctx, conn)
+	current, pre, err := readVersion(ctx, conn)
 	if err != nil {
 		return 0, nil, err
 	}
-	if preRelease {
-		return current, nil, &PreReleaseSchemaError{Where: Where(url), Version: current}
+	if pre != nil {
+		pre.Where = Where(url)
+		return current, nil, pre
 	}
 	if target == Latest {
 		target = int32(len(ms))
@@ -365,7 +367,7 @@ func Plan(ctx context.Context, url string, target int32) (current int32, steps [
 		return current, nil, fmt.Errorf("target version %d: allowed 0 to %d", target, len(ms))
 	}
 	if current > int32(len(ms)) {
-		return current, nil, fmt.Errorf("database schema is at version %d, newer than this binary's %d", current, len(ms))
+		return current, nil, &SchemaAheadError{Where: Where(url), Current: current, Latest: int32(len(ms))}
 	}
 	for v := current; v < target; v++ {
 		steps = append(steps, Step{Sequence: ms[v].Sequence, Name: ms[v].Name, Direction: "up", SQL: ms[v].UpSQL})
@@ -408,13 +410,13 @@ func CurrentVersion(ctx context.Context, q Querier) (int32, error) {
 // by another text of 001_schema.sql than this binary's, which changes in place until the first release and
 // records which text it was on tracked_items (migrations.Revision). A database of a later
 // release, whose version may be anything, has the released 001 and is never taken for either.
-func readVersion(ctx context.Context, q Querier) (v int32, preRelease bool, err error) {
+func readVersion(ctx context.Context, q Querier) (v int32, pre *PreReleaseSchemaError, err error) {
 	var exists bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, VersionTable).Scan(&exists); err != nil {
-		return 0, false, fmt.Errorf("read schema version: %w", err)
+		return 0, nil, fmt.Errorf("read schema version: %w", err)
 	}
 	if !exists {
-		return 0, false, nil
+		return 0, nil, nil
 	}
 	// The version and what 001 left on tracked_items come from one statement, so from one
 	// snapshot: tern commits its version table before the migration, and a migration
@@ -427,9 +429,12 @@ func readVersion(ctx context.Context, q Querier) (v int32, preRelease bool, err 
 		          WHERE attrelid = to_regclass('public.tracked_items') AND attname = 'next_collect_at'), false),
 		coalesce(obj_description(to_regclass('public.tracked_items'), 'pg_class'), '')
 		FROM `+VersionTable).Scan(&v, &oldChain, &revision); err != nil {
-		return 0, false, fmt.Errorf("read schema version: %w", err)
+		return 0, nil, fmt.Errorf("read schema version: %w", err)
 	}
-	return v, oldChain || v >= 1 && revision != revisionComment(), nil
+	if oldChain || v >= 1 && revision != revisionComment() {
+		return v, &PreReleaseSchemaError{Version: v, NoRevision: !oldChain && revision == ""}, nil
+	}
+	return v, nil, nil
 }
 
 // revisionComment is what 001_schema.sql leaves on tracked_items.
@@ -439,12 +444,13 @@ func revisionComment() string { return "duecollector schema " + migrations.Revis
 // the schema and /readyz make this same check, so a never-migrated database gets one line that
 // says what to run instead of a missing-relation error.
 func CheckCurrent(ctx context.Context, q Querier) error {
-	v, preRelease, err := readVersion(ctx, q)
+	v, pre, err := readVersion(ctx, q)
 	if err != nil {
 		return fmt.Errorf("database at %s: %w", whereOf(q), err)
 	}
-	if preRelease {
-		return &PreReleaseSchemaError{Where: whereOf(q), Version: v}
+	if pre != nil {
+		pre.Where = whereOf(q)
+		return pre
 	}
 	latest, err := LatestVersion()
 	if err != nil {
@@ -466,19 +472,39 @@ func (e *SchemaBehindError) Error() string {
 	return fmt.Sprintf("the database at %s is at schema version %d of %d: migrations are pending", e.Where, e.Current, e.Latest)
 }
 
+// SchemaAheadError is Plan's error when a newer release migrated the database: this binary
+// knows neither the steps up to it nor their way down.
+type SchemaAheadError struct {
+	Where           string // host:port/dbname
+	Current, Latest int32
+}
+
+func (e *SchemaAheadError) Error() string {
+	return fmt.Sprintf("the database at %s is at schema version %d, newer than this binary's %d: a newer release migrated it "+
+		"(to go back, run `collector migrate down --to %d` with that release's binary)", e.Where, e.Current, e.Latest, e.Latest)
+}
+
 // PreReleaseSchemaError is the error of every migration and schema check on a database that a
 // pre-release text of the schema made: the pre-release chain of migrations (folded into one
 // before the first release) or another text of 001_schema.sql than this binary's. Such a database is not
 // upgraded: it is made again.
 type PreReleaseSchemaError struct {
-	Where   string // host:port/dbname
-	Version int32  // the version it records
+	Where      string // host:port/dbname
+	Version    int32  // the version it records
+	NoRevision bool   // tracked_items has no comment at all
 }
 
 func (e *PreReleaseSchemaError) Error() string {
-	return fmt.Sprintf("the database at %s was created by a pre-release schema (version %d, made by another text of the migrations than this binary's); "+
+	s := fmt.Sprintf("the database at %s was created by a pre-release schema (version %d, made by another text of the migrations than this binary's); "+
 		"this release creates the schema with one migration and cannot upgrade it: drop and recreate the database "+
 		"(or empty it: DROP SCHEMA public CASCADE; CREATE SCHEMA public), then migrate it", e.Where, e.Version)
+	if e.NoRevision {
+		// A restore without comments (pg_restore --no-comments) looks the same: emptying
+		// the database would throw its history away.
+		s += fmt.Sprintf(". Its tracked_items has no revision comment: if it was restored from a dump of this release made or restored with --no-comments, "+
+			"do not drop it but set the comment back: COMMENT ON TABLE tracked_items IS '%s'", revisionComment())
+	}
+	return s
 }
 
 // NeedsMigration tells whether err says the schema must be migrated (SchemaBehindError) or made

@@ -18,6 +18,7 @@ import (
 	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/testkit"
+	"github.com/duecollector/duecollector/migrations"
 )
 
 func TestConcurrentMigrationsAreSafe(t *testing.T) {
@@ -134,6 +135,17 @@ func TestAnEarlierTextOfTheSchemaIsPreRelease(t *testing.T) {
 		if err := store.Migrate(ctx, url, nil); !errors.As(err, &pre) {
 			t.Errorf("Migrate, revision %s: %v; want a pre-release error", comment, err)
 		}
+		// No comment at all is also what a restore with --no-comments leaves: the error
+		// gives the statement that sets it back, the way out that keeps the history.
+		if restore := strings.Contains(pre.Error(), "COMMENT ON TABLE tracked_items IS 'duecollector schema "); restore != (comment == "NULL") {
+			t.Errorf("revision %s: %v; want the COMMENT statement only when there is no comment", comment, pre)
+		}
+	}
+	if _, err := pool.Exec(ctx, `COMMENT ON TABLE tracked_items IS 'duecollector schema `+migrations.Revision()+`'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CheckCurrent(ctx, pool); err != nil {
+		t.Fatalf("CheckCurrent with the comment set back as the error says: %v", err)
 	}
 }
 
