@@ -23,7 +23,10 @@ func listenNotifications(ctx context.Context, pool *pgxpool.Pool, directURL stri
 			zap.Duration("max_sleep_seconds", maxSleep))
 		return
 	}
-	cfg := store.ListenConfig{Pool: pool, DirectURL: directURL, Channel: "tracked_items_due", Retry: retryBackoff}
+	cfg := store.ListenConfig{Pool: pool, DirectURL: directURL, Channel: "tracked_items_due", Retry: retryBackoff,
+		Restored: func(failures int) {
+			log.Info("tracked_items notifications restored", zap.Int("failed_attempts", failures))
+		}}
 	store.Listen(ctx, cfg, wake, func(err error, failures int) {
 		m.LoopErrors.WithLabelValues("listen").Inc()
 		if failures == 1 {

@@ -20,6 +20,9 @@ type ListenConfig struct {
 	// pg_stat_activity.
 	Channel string
 	Retry   backoff.Policy
+	// Restored, when set, is told once LISTEN is in place again after failures (how many): an
+	// outage's "interrupted" line gets its end.
+	Restored func(failures int)
 }
 
 // Listen turns notifications on cfg.Channel into wake-ups until ctx ends. It signals wake
@@ -30,7 +33,12 @@ type ListenConfig struct {
 func Listen(ctx context.Context, cfg ListenConfig, wake chan<- struct{}, interrupted func(err error, failures int)) {
 	failures := 0
 	for ctx.Err() == nil {
-		listened, err := listenOnce(ctx, cfg, wake)
+		listened, err := listenOnce(ctx, cfg, wake, func() {
+			if failures > 0 && cfg.Restored != nil {
+				cfg.Restored(failures)
+			}
+			failures = 0
+		})
 		if ctx.Err() != nil {
 			return
 		}
@@ -44,8 +52,8 @@ func Listen(ctx context.Context, cfg ListenConfig, wake chan<- struct{}, interru
 }
 
 // listenOnce holds one session LISTENing until it fails; listened reports whether LISTEN itself
-// succeeded.
-func listenOnce(ctx context.Context, cfg ListenConfig, wake chan<- struct{}) (listened bool, err error) {
+// succeeded, and listening is called once it has.
+func listenOnce(ctx context.Context, cfg ListenConfig, wake chan<- struct{}, listening func()) (listened bool, err error) {
 	var pc *pgx.Conn
 	if cfg.DirectURL != "" {
 		if pc, err = connect(ctx, cfg.DirectURL); err != nil {
@@ -64,6 +72,7 @@ func listenOnce(ctx context.Context, cfg ListenConfig, wake chan<- struct{}) (li
 	if _, err := pc.Exec(ctx, "LISTEN "+cfg.Channel); err != nil {
 		return false, fmt.Errorf("LISTEN %s: %w", cfg.Channel, err)
 	}
+	listening()
 	for {
 		select {
 		case wake <- struct{}{}:

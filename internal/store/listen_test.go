@@ -24,7 +24,10 @@ func TestListenWakesAndReconnects(t *testing.T) {
 	wake := make(chan struct{}, 1)
 	var interrupted testsignal.Signal[error]
 	interrupted.Init(t)
-	cfg := store.ListenConfig{Pool: pool, Channel: "listen_test", Retry: backoff.Policy{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}}
+	var restored testsignal.Signal[int]
+	restored.Init(t)
+	cfg := store.ListenConfig{Pool: pool, Channel: "listen_test", Retry: backoff.Policy{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond},
+		Restored: restored.Signal}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -40,6 +43,13 @@ func TestListenWakesAndReconnects(t *testing.T) {
 	}
 	if err := interrupted.Wait(t); err == nil || errors.Is(err, context.Canceled) {
 		t.Fatalf("interruption reported as %v", err)
+	}
+	// The outage's end is told once, with its failed attempts; the first LISTEN told nothing.
+	if n := restored.Wait(t); n != 1 {
+		t.Fatalf("restored after %d failed attempts, want 1", n)
+	}
+	if n := len(restored.C()); n != 0 {
+		t.Fatalf("%d more restorations told", n)
 	}
 	// Only the new connection can wake it now.
 	select {
