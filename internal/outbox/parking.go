@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"maps"
 	"slices"
 	"time"
 )
@@ -17,20 +16,24 @@ import (
 // Until Kafka has taken another message while they were parked (confirmed), nothing says the
 // refusal was one partition's: Kafka may be out whole. So a call of which nothing went through
 // stalls the step, and a following relay left idle by its parked items counts that as a failed
-// attempt: it backs off and, after a lease, hands its lanes back, as in any outage.
+// attempt: it backs off and, after a lease, hands its lanes back, as in any outage. A call of
+// other items that goes nowhere takes the confirmation back: Kafka may have gone out whole since.
 type parking struct {
 	items     map[string]struct{}
 	until     time.Time           // when a following relay retries them
 	rounds    int                 // retries so far that were refused again: the back-off's step
 	err       error               // the last refusal
 	retrying  map[string]struct{} // the items of the last retry
-	confirmed bool                // Kafka took other messages while items were parked
+	confirmed bool                // Kafka took other messages while items were parked, and since
 }
 
 // park adds the items of the call's rows that were not settled.
 func (p *parking) park(call []*pendingRow, err error, delay func(attempt int) time.Duration) {
-	if slices.ContainsFunc(call, func(row *pendingRow) bool { return row.sent }) {
+	switch {
+	case slices.ContainsFunc(call, func(row *pendingRow) bool { return row.sent }):
 		p.confirmed = true
+	case !p.refusedAgain(call):
+		p.confirmed = false
 	}
 	if len(p.items) == 0 {
 		p.items = map[string]struct{}{}
@@ -50,7 +53,7 @@ func (p *parking) has(item string) bool {
 }
 
 // skip is what readPending leaves out.
-func (p *parking) skip() []string { return slices.Collect(maps.Keys(p.items)) }
+func (p *parking) skip() map[string]struct{} { return p.items }
 
 // due says whether a following relay retries the parked items now.
 func (p *parking) due(now time.Time) bool { return len(p.items) > 0 && !now.Before(p.until) }

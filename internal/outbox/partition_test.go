@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,4 +102,47 @@ func partitionOutOfService(t *testing.T) (*pgxpool.Pool, *kfake.Cluster, RelayCo
 	fault := broker.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: testTopic, Partitions: []int32{int32(down)},
 		Err: kerr.NotEnoughReplicas, Count: -1})
 	return pool, broker, cfg, heldBack, fault
+}
+
+// Kafka out whole while a partition's items are parked: the refusals of the other items' calls
+// take back what the parked items' retries rested on, so the relay counts failed attempts and,
+// after a lease of them, hands its lanes back as in any outage.
+func TestKafkaOutWholeAfterAPartitionStillHandsTheLanesBack(t *testing.T) {
+	pool, broker, _, heldBack, _ := partitionOutOfService(t)
+	sig, stop, done := followRelay(t, pool, broker.ListenAddrs(), "relay-a", nil)
+	defer stop()
+	waitPublished(t, (items-len(heldBack))*perItem, sig)
+	broker.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: testTopic, Err: kerr.NotEnoughReplicas, Count: -1})
+	enqueue(t, pool, snapshotEvents(items, 1))
+	if handed := sig.HandedBack.Wait(t); len(handed) != Lanes {
+		t.Fatalf("handed back lanes %v, want all %d", handed, Lanes)
+	}
+	stop()
+	if err := testkit.Recv(t, done, testkit.Timeout, "the relay to return"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A pass counts its retries of the held-back items however many new events of other items it
+// publishes between them: with events arriving all the time it still gives up.
+func TestAPassGivesUpOnAPartitionWhileEventsKeepComing(t *testing.T) {
+	pool, _, cfg, heldBack, fault := partitionOutOfService(t)
+	r, _ := newTestRelay(t, pool, cfg)
+	healthy := slices.IndexFunc(snapshotEvents(items, 1), func(e SnapshotEvent) bool { return !slices.Contains(heldBack, e.ItemID) })
+	const most = 50
+	fed, refused := 0, 0
+	r.afterCall = func() { // a new event of an item in service after every refused produce call
+		if n := fault.Hits(); n > refused && fed < most {
+			refused = n
+			fed++
+			enqueue(t, pool, snapshotEvents(items, 1)[healthy:healthy+1])
+		}
+	}
+	_, err := r.RunOnce(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "gave up after") {
+		t.Fatalf("pass: %v, want it to give up", err)
+	}
+	if fed == most {
+		t.Fatalf("the pass gave up only once no new events came (%d fed)", fed)
+	}
 }

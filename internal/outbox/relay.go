@@ -132,7 +132,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			zap.Duration("poll_interval_seconds", r.cfg.PollInterval))
 	} else {
 		listener.Go(func() { // turns notifications into wake-ups; polls meanwhile after errors
-			cfg := store.ListenConfig{Pool: r.pool, DirectURL: r.cfg.DirectURL, Channel: "outbox_pending", Retry: r.retry()}
+			cfg := store.ListenConfig{Pool: r.pool, DirectURL: r.cfg.DirectURL, Channel: "outbox_pending", Retry: r.retry(),
+				Restored: func(failures int) {
+					r.log.Info("outbox notifications restored", zap.Int("failed_attempts", failures))
+				}}
 			store.Listen(ctx, cfg, wake, func(err error, failures int) {
 				if failures == 1 { // each reconnect attempt fails again while the database is away
 					r.log.Warn("outbox notifications interrupted; polling until reconnected", zap.Error(err))
@@ -201,8 +204,9 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) (err error) {
 			if err := r.failed(ctx, err); err != nil {
 				return err
 			}
-			if !s.follow && failures >= r.cfg.RetryAttempts {
-				return fmt.Errorf("outbox relay gave up after %d attempts; unpublished rows stay in the outbox: %w", failures, err)
+			// A pass's retries of parked items count however much else it publishes between them.
+			if attempts := max(failures, r.parked.rounds); !s.follow && attempts >= r.cfg.RetryAttempts {
+				return fmt.Errorf("outbox relay gave up after %d attempts; unpublished rows stay in the outbox: %w", attempts, err)
 			}
 			d := r.retry().Delay(failures)
 			// Said when the outage begins and then once a minute: a following relay hands its
@@ -463,7 +467,7 @@ func (r *Relay) publish(ctx context.Context, rows []pendingRow) (stalled bool, f
 		default:
 			failure = err
 			r.parked.park(call, err, r.retry().Delay)
-			if !slices.ContainsFunc(call, func(row *pendingRow) bool { return row.sent }) && !r.parked.refusedAgain(call) {
+			if !r.parked.confirmed {
 				// Maybe all of one partition's, maybe Kafka is out: a refusal may take a
 				// timeout each, so the next call waits for the back-off.
 				return true, failure
