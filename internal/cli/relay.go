@@ -112,11 +112,10 @@ func (a *app) followWithPruner(ctx context.Context, r *outbox.Relay) error {
 		return err
 	}
 	p.OnTurn = func(res retention.Result, err error) {
+		retention.LogTurn(a.log, p.Config(), res) // what the other tables' pruning did, also when one failed
 		if err != nil && ctx.Err() == nil {
 			a.log.Warn("pruning collected history failed; next run after the interval", zap.Error(err))
-			return
 		}
-		retention.LogTurn(a.log, p.Config(), res)
 	}
 	pctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -119,6 +119,7 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		// pgx reads pool_* only in pgxpool, and masks no spaced password in its parse errors.
 		{"database:\n  url: 'host=db password = s3cret pool_max_conns=x'\n", "cannot parse pool_max_conns"},
 		{"database:\n  url: 'host=db password = s3cret statement_cache_capacity=x'\n", "database.url"},
+		{"database:\n  url: 'host=db password=open s3cret dbname=x'\n", "database.url"}, // pgx quotes the word after the space
 		{"provider:\n  market:\n    rate: .nan\n", "provider.market.rate"},
 		{"daemon:\n  budget:\n    headroom: .nan\n", "daemon.budget.headroom"},
 		{"api:\n  rate: .inf\n", "api.rate"},

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -72,25 +73,34 @@ func parsable(key, value string) error {
 	// pgxpool's parser, not pgconn's: the pool_* and statement cache parameters are read
 	// only there, and one that does not parse would otherwise fail every connection attempt.
 	if _, err := pgxpool.ParseConfig(value); err != nil {
-		return invalid(key, RedactURL(value), "a postgres:// URL or key=value connection string: "+RedactURL(parseReason(err)))
+		return invalid(key, redactUnparsable(value), "a postgres:// URL or key=value connection string: "+ParseReason(err))
 	}
 	return nil
 }
 
-// parseReason is pgx's reason a connection string does not parse, without the string itself:
-// pgx masks only the passwords it recognises (not `password = x`, spaced), so the string is
-// cut off, not trusted.
-func parseReason(err error) string {
+// ParseReason is pgx's reason a connection string does not parse, without the string: pgx
+// masks only the passwords it recognises (not `password = x`, spaced), so the string is cut off,
+// and every quoted word of the reason masked (`missing "=" after "sesame"` quotes a word of a
+// password with a space; a URL's parse error quotes the URL).
+func ParseReason(err error) string {
 	s := err.Error()
 	var pe *pgconn.ParseConfigError
 	if errors.As(err, &pe) {
-		if i := strings.LastIndex(s, "`: "); i >= 0 {
-			return s[i+3:]
+		s = "cannot parse"
+		if i := strings.LastIndex(err.Error(), "`: "); i >= 0 {
+			s = err.Error()[i+3:]
 		}
-		return "cannot parse"
 	}
-	return s
+	return RedactURL(quoted.ReplaceAllStringFunc(s, func(q string) string {
+		if q == `"="` {
+			return q
+		}
+		return `"…"`
+	}))
 }
+
+// quoted is a Go-quoted string (%q) in an error.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // validateReadURL checks what can be checked without connecting; the value in an error has
 // its password masked.

@@ -97,6 +97,30 @@ var (
 	dsnPassword = regexp.MustCompile(`(?i)((?:^|[\s?&])(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|'.*$|[^\s&]*)`)
 )
 
+// redactUnparsable masks a key=value connection string that does not parse: which word ends a
+// password is not known there (pgx's own reason may be a space in it), so each password runs to
+// the next key=.
+func redactUnparsable(s string) string {
+	if strings.Contains(s, "://") {
+		return RedactURL(s)
+	}
+	loc := passwordKey.FindStringIndex(s)
+	if loc == nil {
+		return s
+	}
+	rest := s[loc[1]:]
+	end := len(rest)
+	if m := nextKey.FindStringIndex(rest); m != nil {
+		end = m[0]
+	}
+	return s[:loc[1]] + "xxxxx" + redactUnparsable(rest[end:])
+}
+
+var (
+	passwordKey = regexp.MustCompile(`(?i)(?:^|\s)(?:ssl)?password\s*=\s*`)
+	nextKey     = regexp.MustCompile(`\s+[A-Za-z_]+\s*=`)
+)
+
 func secretParam(k string) bool {
 	k = strings.ToLower(k)
 	return k == "password" || k == "sslpassword"

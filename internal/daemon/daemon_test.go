@@ -312,6 +312,21 @@ func TestPrunesInterestPastItsAge(t *testing.T) {
 	}
 }
 
+// A turn that failed on one table still counts the unpublished events it dropped before: the
+// metric is what tells consumers' operators of the loss.
+func TestAFailedPruningTurnCountsWhatItDropped(t *testing.T) {
+	e := newEnv(t, 1, neoplesim.Options{})
+	m := telemetry.NewMetrics()
+	s, err := newRetentionService(retentionConfig{Retention: retention.FromConfig(config.Default())}, e.pool, m, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.report(retention.Result{OutboxExpired: 4}, errors.New("prune published outbox rows: canceling statement due to lock timeout"))
+	if n := testutil.ToFloat64(m.OutboxExpired); n != 4 {
+		t.Fatalf("collector_outbox_expired_total %v after a turn that dropped 4 and then failed, want 4", n)
+	}
+}
+
 // The daemon always runs the retention service (the outbox is bounded by default), and deletes
 // interest events only once retention.interest is set, every Retention.Interval.
 func TestDaemonPrunesInterestOnlyWithAnAgeSet(t *testing.T) {

@@ -47,7 +47,11 @@ func newRetentionService(cfg retentionConfig, pool *pgxpool.Pool, m *telemetry.M
 func (s *retentionService) Start(ctx context.Context) { s.pruner.Start(ctx) }
 
 // report counts, logs and signals one turn.
+// A turn that failed on one table still pruned the others (retention.Prune): what it
+// deleted, unpublished events dropped among it, is counted and told all the same.
 func (s *retentionService) report(res retention.Result, err error) {
+	s.metrics.OutboxExpired.Add(float64(res.OutboxExpired))
+	retention.LogTurn(s.log, s.pruner.Config(), res)
 	if err != nil {
 		s.writes.refused(err)
 		if !errors.Is(err, context.Canceled) {
@@ -57,7 +61,5 @@ func (s *retentionService) report(res retention.Result, err error) {
 		}
 		return
 	}
-	s.metrics.OutboxExpired.Add(float64(res.OutboxExpired))
-	retention.LogTurn(s.log, s.pruner.Config(), res)
 	s.cfg.Pruned.Signal(res)
 }

@@ -126,7 +126,7 @@ func (p *Pruner) Start(ctx context.Context) {
 		case <-t.C:
 		}
 		wait = p.cfg.Interval
-		if res, err := p.RunOnce(ctx); err == nil && res.More {
+		if res, _ := p.RunOnce(ctx); res.More {
 			wait = p.cfg.BacklogWait
 		}
 	}

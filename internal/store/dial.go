@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/duecollector/duecollector/internal/config"
 )
 
 // Every connection to PostgreSQL is bounded at the socket: a server lost without a reset (its
@@ -45,18 +45,10 @@ func parseConn(url string) (*pgx.ConnConfig, error) {
 	return cc, nil
 }
 
-// parseError is pgx's parse error without the connection string it quotes: pgx masks only the
-// passwords it recognises (not `password = x`, spaced), and the error reaches logs and /readyz.
+// parseError is pgx's parse error without the connection string it quotes (config.ParseReason):
+// the error reaches logs and /readyz.
 func parseError(err error) error {
-	var pe *pgconn.ParseConfigError
-	if !errors.As(err, &pe) {
-		return err
-	}
-	s := err.Error()
-	if i := strings.LastIndex(s, "`: "); i >= 0 {
-		return errors.New("cannot parse the connection string: " + s[i+3:])
-	}
-	return errors.New("cannot parse the connection string")
+	return errors.New("cannot parse the connection string: " + config.ParseReason(err))
 }
 
 // connect is pgx.Connect with this package's dialer: every single connection outside a pool

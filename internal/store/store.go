@@ -501,8 +501,8 @@ func (e *PreReleaseSchemaError) Error() string {
 	if e.NoRevision {
 		// A restore without comments (pg_restore --no-comments) looks the same: emptying
 		// the database would throw its history away.
-		s += fmt.Sprintf(". Its tracked_items has no revision comment: if it was restored from a dump of this release made or restored with --no-comments, "+
-			"do not drop it but set the comment back: COMMENT ON TABLE tracked_items IS '%s'", revisionComment())
+		s += fmt.Sprintf(". Its tracked_items has no revision comment. Only if it is a restore, made or restored with --no-comments, of a database "+
+			"this release migrated, do not drop it but set the comment back: COMMENT ON TABLE public.tracked_items IS '%s'", revisionComment())
 	}
 	return s
 }

@@ -137,7 +137,7 @@ func TestAnEarlierTextOfTheSchemaIsPreRelease(t *testing.T) {
 		}
 		// No comment at all is also what a restore with --no-comments leaves: the error
 		// gives the statement that sets it back, the way out that keeps the history.
-		if restore := strings.Contains(pre.Error(), "COMMENT ON TABLE tracked_items IS 'duecollector schema "); restore != (comment == "NULL") {
+		if restore := strings.Contains(pre.Error(), "COMMENT ON TABLE public.tracked_items IS 'duecollector schema "); restore != (comment == "NULL") {
 			t.Errorf("revision %s: %v; want the COMMENT statement only when there is no comment", comment, pre)
 		}
 	}
@@ -218,7 +218,9 @@ func TestOpenNamesTheServerOnFailure(t *testing.T) {
 
 // pgx quotes a connection string that does not parse, masking only the passwords it recognises.
 func TestAConnectionStringThatDoesNotParseIsNotQuoted(t *testing.T) {
-	for _, url := range []string{"host=db password = s3cret pool_max_conns=x", "host=db password = s3cret statement_cache_capacity=x"} {
+	for _, url := range []string{"host=db password = s3cret pool_max_conns=x", "host=db password = s3cret statement_cache_capacity=x",
+		"host=db password=open s3cret dbname=x", // pgx: missing "=" after "s3cret"
+		"postgres://app:s3cret@db:54x2/x"} {
 		_, err := store.Open(context.Background(), store.PoolConfig{URL: url})
 		if err == nil || contains(err.Error(), "s3cret") || !contains(err.Error(), "database.url") {
 			t.Errorf("Open(%q) = %v: want an error naming database.url without the password", url, err)
