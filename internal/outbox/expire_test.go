@@ -25,7 +25,7 @@ func TestExpiryUnderAPublishingRelayPublishesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One step of the relay, split where retention expires the rows.
-	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, 100, nil)
+	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, 100, "{}")
 	if err != nil || len(rows) != 10 {
 		t.Fatalf("read %d pending rows (%v), want 10", len(rows), err)
 	}

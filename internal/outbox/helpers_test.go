@@ -351,7 +351,7 @@ func leasedRows(t *testing.T, pool *pgxpool.Pool, cfg RelayConfig, n int) (*Rela
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.releaseLanes(ctx, 0) })
-	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, cfg.BatchSize, nil)
+	rows, err := readPending(ctx, pool, r.lanes.tokens(), 0, cfg.BatchSize, "{}")
 	if err != nil || len(rows) != n {
 		t.Fatalf("read %d rows: %v", len(rows), err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -104,15 +105,16 @@ func partitionOutOfService(t *testing.T) (*pgxpool.Pool, *kfake.Cluster, RelayCo
 	return pool, broker, cfg, heldBack, fault
 }
 
-// Kafka out whole while a partition's items are parked: the refusals of the other items' calls
-// take back what the parked items' retries rested on, so the relay counts failed attempts and,
-// after a lease of them, hands its lanes back as in any outage.
-func TestKafkaOutWholeAfterAPartitionStillHandsTheLanesBack(t *testing.T) {
+// Kafka cut off while a partition's items are parked: the other items' calls fail without a
+// word from Kafka, so the relay counts failed attempts and, after a lease of them, hands its
+// lanes back as in any outage, parked items or not.
+func TestKafkaCutOffAfterAPartitionStillHandsTheLanesBack(t *testing.T) {
 	pool, broker, _, heldBack, _ := partitionOutOfService(t)
-	sig, stop, done := followRelay(t, pool, broker.ListenAddrs(), "relay-a", nil)
+	proxy := startCutProxy(t, broker.ListenAddrs()[0])
+	sig, stop, done := followRelay(t, pool, broker.ListenAddrs(), "relay-a", proxy.dial)
 	defer stop()
 	waitPublished(t, (items-len(heldBack))*perItem, sig)
-	broker.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: testTopic, Err: kerr.NotEnoughReplicas, Count: -1})
+	proxy.cut()
 	enqueue(t, pool, snapshotEvents(items, 1))
 	if handed := sig.HandedBack.Wait(t); len(handed) != Lanes {
 		t.Fatalf("handed back lanes %v, want all %d", handed, Lanes)
@@ -120,6 +122,27 @@ func TestKafkaOutWholeAfterAPartitionStillHandsTheLanesBack(t *testing.T) {
 	stop()
 	if err := testkit.Recv(t, done, testkit.Timeout, "the relay to return"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Behind a transaction-pooling PgBouncer (the simple protocol: no parameter types) the parked
+// items still reach the read.
+func TestAPassAroundAPartitionInTheSimpleProtocol(t *testing.T) {
+	pool, _, cfg, heldBack, _ := partitionOutOfService(t)
+	pc := pool.Config()
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	simple, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(simple.Close)
+	r, _ := newTestRelay(t, simple, cfg)
+	res, err := r.RunOnce(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "NOT_ENOUGH_REPLICAS") {
+		t.Fatalf("pass: %v, want it to fail for the partition out of service", err)
+	}
+	if want := int64((items - len(heldBack)) * perItem); res.Published != want {
+		t.Fatalf("pass published %d events, want the %d of the partitions in service", res.Published, want)
 	}
 }
 

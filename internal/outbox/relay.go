@@ -241,21 +241,15 @@ func (r *Relay) turn(ctx context.Context, s *schedule) (idle bool, err error) {
 	if err := r.leaseIfDue(ctx, s); err != nil {
 		return false, err
 	}
-	if s.follow && r.parked.due(time.Now()) {
+	if r.parked.retryNext || s.follow && r.parked.due(time.Now()) {
 		r.parked.unpark()
 	}
 	n, err := r.step(ctx)
-	if n == 0 && err == nil && len(r.parked.items) > 0 {
-		switch {
-		case !s.follow:
-			// A pass published all else: it retries the parked items now, and a refusal is
-			// a failed attempt like any other, up to RetryAttempts.
-			r.parked.unpark()
-			r.parked.retrying = nil
-			n, err = r.step(ctx)
-		case !r.parked.confirmed:
-			return false, r.parked.err
-		}
+	if n == 0 && err == nil && len(r.parked.items) > 0 && !s.follow {
+		// A pass published all else: this is a failed attempt, and the next, after the
+		// back-off, retries the parked items.
+		r.parked.retryNext = true
+		return false, r.parked.err
 	}
 	return n == 0 && err == nil, err
 }
@@ -434,10 +428,10 @@ func (r *Relay) unsettled() time.Duration {
 func (r *Relay) publishWindow() time.Duration { return 2 * r.cfg.WriteTimeout }
 
 // publish settles rows in id order and returns the failure of a call, if one failed. A call
-// refused for some of its messages (a partition out of service) parks their items and goes on
-// with the other items' rows; a call that failed whole, or of whose messages none got through,
-// stalls the step (the loop backs off), so that no event overtakes an earlier unacknowledged
-// one of its item. It stops at a lease too short for the next call.
+// refused for some of its messages while Kafka showed itself reachable (parking) parks their
+// items and goes on with the other items' rows; any other failed call stalls the step (the
+// loop backs off), so that no event overtakes an earlier unacknowledged one of its item. It
+// stops at a lease too short for the next call.
 func (r *Relay) publish(ctx context.Context, rows []pendingRow) (stalled bool, failure error) {
 	todo := make([]*pendingRow, len(rows))
 	for i := range rows {
@@ -455,23 +449,17 @@ func (r *Relay) publish(ctx context.Context, rows []pendingRow) (stalled bool, f
 			return false, failure
 		}
 		call := todo[:len(msgs)]
-		perMessage, err := r.writeCall(ctx, call, msgs)
+		answered, err := r.writeCall(ctx, call, msgs)
 		_, permanent := classify(err)
 		switch {
 		case errors.Is(err, errNoCallWindow):
 			return false, failure
-		case err != nil && (!perMessage || permanent):
-			return true, err
 		case err == nil:
-			r.parked.took()
+		case permanent || !answered && !slices.ContainsFunc(call, func(row *pendingRow) bool { return row.sent }):
+			return true, err
 		default:
 			failure = err
 			r.parked.park(call, err, r.retry().Delay)
-			if !r.parked.confirmed {
-				// Maybe all of one partition's, maybe Kafka is out: a refusal may take a
-				// timeout each, so the next call waits for the back-off.
-				return true, failure
-			}
 		}
 		todo = slices.DeleteFunc(todo[len(msgs):], func(row *pendingRow) bool { return r.parked.has(row.ItemID) })
 	}
@@ -521,13 +509,15 @@ func (r *Relay) nextCall(rows []*pendingRow) []kafka.Message {
 // (the broker judges a partition's batch whole: one message over the topic's limit refuses
 // them all). Each of those calls is a call like any other: it starts only while mayCall says
 // so, or a long batch sent singly would outlive the lease and race the relay that took it.
-// perMessage: the failure is the broker's answer for some messages, not the whole call's.
-func (r *Relay) writeCall(ctx context.Context, rows []*pendingRow, msgs []kafka.Message) (perMessage bool, failed error) {
+// answered: every message that failed carries the broker's error code (Kafka answered for it),
+// none a connection's or a timeout's.
+func (r *Relay) writeCall(ctx context.Context, rows []*pendingRow, msgs []kafka.Message) (answered bool, failed error) {
 	err := r.write(ctx, msgs)
 	werrs := make(kafka.WriteErrors, len(msgs))
 	if err != nil && (!errors.As(err, &werrs) || len(werrs) != len(msgs)) {
 		return false, r.wrapWriteErr(len(msgs), err)
 	}
+	answered = true
 	stopped := false
 	for i := range rows {
 		e := werrs[i]
@@ -535,6 +525,9 @@ func (r *Relay) writeCall(ctx context.Context, rows []*pendingRow, msgs []kafka.
 			if stopped = !r.mayCall(ctx); !stopped {
 				e = r.writeOne(ctx, msgs[i])
 			}
+		}
+		if e != nil && !rejected(e) && !errors.As(e, new(kafka.Error)) {
+			answered = false
 		}
 		switch {
 		case e == nil:
@@ -552,7 +545,7 @@ func (r *Relay) writeCall(ctx context.Context, rows []*pendingRow, msgs []kafka.
 	if failed == nil && stopped {
 		return false, errNoCallWindow
 	}
-	return failed != nil, failed
+	return answered, failed
 }
 
 // write ignores ctx's end: kafka-go may deliver an abandoned call, which should then be marked.

@@ -21,7 +21,7 @@ func holdingTen(t *testing.T, owner string) (*pgxpool.Pool, *kfake.Cluster, *Rel
 	if _, _, err := r.lanes.renew(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100, nil)
+	rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100, "{}")
 	if err != nil || len(rows) != 10 {
 		t.Fatalf("holding its lanes, the relay read %d rows (%v), want 10", len(rows), err)
 	}
@@ -52,7 +52,7 @@ func TestARelayWhoseLanesWereTakenOverReadsNothingOfThem(t *testing.T) {
 		r.lanes.tokens()[0]); err != nil {
 		t.Fatal(err)
 	}
-	if rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100, nil); err != nil || len(rows) != 0 {
+	if rows, err := readPending(ctx, pool, r.lanes.tokens(), r.publishWindow(), 100, "{}"); err != nil || len(rows) != 0 {
 		t.Fatalf("with a second of lease left the relay read %d rows (%v), want none", len(rows), err)
 	}
 }

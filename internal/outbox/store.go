@@ -42,14 +42,14 @@ func (p *pendingRow) settle(rejectedBy error) {
 // items in skip (the relay's parked items), so that they do not fill every read. skip goes as
 // a jsonb object, whose key lookup is a binary search: `<> ALL` of an array parameter compares
 // every element in turn for every row read, and a generic plan never hashes a parameter.
-func readPending(ctx context.Context, pool *pgxpool.Pool, tokens []string, margin time.Duration, limit int, skip map[string]struct{}) ([]pendingRow, error) {
+func readPending(ctx context.Context, pool *pgxpool.Pool, tokens []string, margin time.Duration, limit int, skip string) ([]pendingRow, error) {
 	rows, _ := pool.Query(ctx, `
 		WITH held AS (
 		    SELECT coalesce(array_agg(lane), '{}') AS lanes FROM outbox_relay_lanes
 		    WHERE lease_token = ANY ($1::uuid[]) AND lease_expires_at > now() + $2::interval)
 		SELECT o.id, o.event_id, o.event_type, o.item_id, o.payload, o.created_at
 		FROM held, outbox_pending p JOIN outbox o ON o.id = p.id
-		WHERE p.lane = ANY (held.lanes) AND NOT (coalesce($4::jsonb, '{}') ? o.item_id)
+		WHERE p.lane = ANY (held.lanes) AND NOT ($4::jsonb ? o.item_id)
 		ORDER BY p.id LIMIT $3`, tokens, margin, limit, skip)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[pendingRow])
 	if err != nil {
