@@ -202,20 +202,23 @@ func ReadClaimLag(ctx context.Context, pool *pgxpool.Pool, window time.Duration)
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// probeItemSQL picks the item a probe asks for: a real one when there is any, the soonest due
-// first. The scheduled ones are tried first, the first row of each tier's range of the due
-// index: sorting every row for the one answer took a scan of the table (90 ms at 100k items)
-// at every probe. ($1 lists the tiers, tierOrder.)
+// probeItemSQL picks the item a probe asks for: a real one when there is any, whose last
+// collection did not fail, the soonest due first. A probe asks whether the provider answers,
+// not one item: an item failing on its own (a gateway refusing its URL with a 503) answered
+// every probe with what paused everyone, so the pause never ended. The scheduled ones are tried
+// first, the first such row of each tier's range of the due index: sorting every row for the one
+// answer took a scan of the table (90 ms at 100k items) at every probe. ($1 lists the tiers,
+// tierOrder.)
 const (
 	probeScheduledSQL = `SELECT f.item_id
 FROM unnest($1::text[]) AS o(tier)
 CROSS JOIN LATERAL (
     SELECT item_id, next_collect_at FROM tracked_items
-    WHERE collection_tier = o.tier AND next_collect_at IS NOT NULL AND NOT synthetic_item(item_id)
+    WHERE collection_tier = o.tier AND next_collect_at IS NOT NULL AND NOT synthetic_item(item_id) AND failure_streak = 0
     ORDER BY next_collect_at LIMIT 1) f
 ORDER BY f.next_collect_at LIMIT 1`
 	probeItemSQL = `SELECT item_id FROM tracked_items
-ORDER BY synthetic_item(item_id), next_collect_at NULLS LAST LIMIT 1`
+ORDER BY synthetic_item(item_id), failure_streak > 0, next_collect_at NULLS LAST LIMIT 1`
 )
 
 // ProbeItem is the item a provider probe or a key re-check asks the provider for.

@@ -135,7 +135,7 @@ func newCollectCmd(a *app) *cobra.Command {
 			switch {
 			case err != nil:
 				return err
-			case sum.Failed > 0:
+			case sum.Failed > 0 && !sum.Paused:
 				return fmt.Errorf("collect %s failed; see the log and `collector items` for its last error", args[0])
 			case sum.Collected == 0 && sum.Stop == dispatcher.StopInterrupted:
 				return fmt.Errorf("nothing collected, the item handed back: %w", context.Cause(ctx))
@@ -152,9 +152,10 @@ func newCollectCmd(a *app) *cobra.Command {
 // everyItemFailed tells a collect-due run that did nothing because its calls failed: every item
 // it claimed was tried and failed, not all of them for the item's own error (a removed item
 // alone due must not fail every run until it goes dormant). Items handed back (a maintenance
-// answer, a cool-down, a signal) are not failures: such a run exits 0, saying why.
+// answer, a cool-down, a signal) are not failures, nor are the calls the maintenance answered
+// (written back failed): such a run exits 0, saying why.
 func everyItemFailed(sum dispatcher.Summary) bool {
-	return sum.Claimed > 0 && sum.Failed+sum.Fenced == sum.Claimed && sum.Failed > sum.ItemErrors
+	return sum.Claimed > 0 && !sum.Paused && sum.Failed+sum.Fenced == sum.Claimed && sum.Failed > sum.ItemErrors
 }
 
 // notCollected says why a pass that ended without error collected nothing.

@@ -135,6 +135,19 @@ func importThrough(t *testing.T, db string, h http.Handler) {
 	}
 }
 
+// A run that meets the provider's maintenance exits 0 and says so, though the calls in flight
+// when it answered are written back as failed: a cron job is not red for the weekly window.
+func TestCollectDueIntoAMaintenanceExitsZeroSayingSo(t *testing.T) {
+	_, db := storetest.NewPool(t)
+	sim := neoplesim.New(neoplesim.Options{Items: 50, Seed: 1})
+	importThrough(t, db, sim)
+	sim.SetMaintenance(true)
+	out, _, err := runCollector(t, "collect-due", "--database-url", db, "--batch-size", "1")
+	if err != nil || !strings.Contains(out, "collection paused: provider MAINTENANCE since") || strings.Contains(out, "since 0001") {
+		t.Fatalf("collect-due into a maintenance: %q, %v; want exit 0, paused since the answer", out, err)
+	}
+}
+
 // A run in which every claimed item failed exits 1, so that a CronJob or a timer shows it
 // failed; a run with some collected exits 0 (the log's per-outcome lines name the failed).
 func TestCollectDueExitsOneWhenEveryItemFailed(t *testing.T) {
@@ -161,6 +174,7 @@ func TestWhichRunsFailedEveryItem(t *testing.T) {
 		{"failed or fenced", dispatcher.Summary{Claimed: 12, Failed: 10, Fenced: 2}, true},
 		{"one collected", dispatcher.Summary{Claimed: 12, Collected: 1, Failed: 11}, false},
 		{"maintenance after two failures", dispatcher.Summary{Claimed: 50, Failed: 2, Released: 48}, false},
+		{"maintenance answered to every call", dispatcher.Summary{Claimed: 12, Failed: 12, Paused: true}, false},
 		{"a removed item alone", dispatcher.Summary{Claimed: 1, Failed: 1, ItemErrors: 1}, false},
 		{"a removed item among failures", dispatcher.Summary{Claimed: 3, Failed: 3, ItemErrors: 1}, true},
 		{"nothing claimed", dispatcher.Summary{}, false},

@@ -650,6 +650,11 @@ func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary
 		// statement here would hold the pass's end and the daemon's shutdown.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		changed, err := provider.SetStatus(sctx, d.pool, d.cfg.Provider, provider.Maintenance, st.err.Error())
+		var row provider.StatusRow
+		if err == nil {
+			// Since when: the summary's "paused since" said year 1 without it.
+			row, err = provider.ReadStatus(sctx, d.pool, d.cfg.Provider)
+		}
 		cancel()
 		if err != nil {
 			return err
@@ -657,7 +662,7 @@ func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary
 		if changed {
 			d.log.Warn("maintenance answer: provider set to MAINTENANCE, pass stopped", zap.String("provider", d.cfg.Provider), zap.Error(st.err))
 		}
-		sum.Paused, sum.Status, sum.StatusReason = true, provider.Maintenance, st.err.Error()
+		sum.Paused, sum.Status, sum.StatusReason, sum.StatusSince = true, provider.Maintenance, st.err.Error(), row.Since
 		return nil
 	case provider.ClassRateLimited:
 		var pe *provider.Error

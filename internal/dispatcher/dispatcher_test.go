@@ -491,8 +491,13 @@ func TestMaintenanceMidBatchPausesAndReleasesTheRest(t *testing.T) {
 	if !s.Paused || s.Status != provider.Maintenance {
 		t.Fatalf("summary %+v: want paused in MAINTENANCE", s)
 	}
-	if s.Collected != 20 || s.Released != 80 {
-		t.Fatalf("collected %d released %d, want 20 and 80", s.Collected, s.Released)
+	// The 21st item's own call drew the answer: its failure is written back, at its due time;
+	// the 79 never asked go back unchanged.
+	if s.Collected != 20 || s.Failed != 1 || s.Released != 79 {
+		t.Fatalf("collected %d failed %d released %d, want 20, 1 and 79", s.Collected, s.Failed, s.Released)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_outcome = 'maintenance' AND failure_streak = 1 AND next_collect_at <= now()`); c != 1 {
+		t.Fatalf("%d items failed with the maintenance answer and still due, want the one it was given for", c)
 	}
 	row, err := provider.ReadStatus(context.Background(), e.pool, "neople")
 	if err != nil || row.Status != provider.Maintenance || !strings.Contains(row.Reason, "DNF980") {
@@ -502,7 +507,75 @@ func TestMaintenanceMidBatchPausesAndReleasesTheRest(t *testing.T) {
 		t.Fatalf("%d leases left: unprocessed items must be handed back at once", c)
 	}
 	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now()`); c != 80 {
-		t.Fatalf("%d items due, want the 80 unprocessed ones still due", c)
+		t.Fatalf("%d items due, want the 80 not collected still due", c)
+	}
+}
+
+// One item that a gateway answers with a bare 503 while every other item is answered pauses
+// everyone once, not for good. Handed back unchanged it stayed as it was, the most overdue
+// item: the probe asked it, so MAINTENANCE never ended. Its failure is written back instead
+// (still due: in a real maintenance it is collected first with the rest afterwards), the
+// probe asks an item whose last collection succeeded, and its next maintenance answer, after
+// the provider has answered that probe, fails it alone and reschedules it.
+func TestAnItemAnsweredMaintenanceAloneStallsNothing(t *testing.T) {
+	t.Parallel()
+	var poisoned atomic.Value
+	poisoned.Store("")
+	e := setup(t, 4, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if id := r.URL.Query().Get("itemId"); id != "" && id == poisoned.Load() {
+				http.Error(w, "<html><body>503 Service Temporarily Unavailable</body></html>", http.StatusServiceUnavailable)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	ctx := context.Background()
+	bad := e.items[0].ItemID
+	poisoned.Store(bad)
+	// The poisoned item is the most overdue: claims take it first, and so did the probe.
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - CASE WHEN item_id = $1 THEN interval '1 hour' ELSE interval '1 minute' END`, bad); err != nil {
+		t.Fatal(err)
+	}
+	hc := health.Config{Thresholds: health.Thresholds{ProbeBackoff: time.Microsecond, ProbeBackoffMax: time.Second},
+		Provider: "neople", Owner: "cron-1"}
+	probe := health.AuctionProbe(e.pool, e.client.Auction)
+	d := e.dispatcher(t, Config{Concurrency: 1, Recover: func(ctx context.Context) error {
+		return health.Once(ctx, e.pool, hc, probe, zap.NewNop())
+	}}, nil)
+
+	// Its first answer is taken for a maintenance: everyone pauses.
+	s, err := d.RunOnce(ctx)
+	if err != nil || !s.Paused || s.Status != provider.Maintenance || s.Failed != 1 || s.Released != 3 {
+		t.Fatalf("first pass: %s, %v; want paused in MAINTENANCE, the item asked failed, 3 handed back", s, err)
+	}
+	if time.Since(s.StatusSince) > time.Hour {
+		t.Fatalf("paused since %s: want when the answer came", s.StatusSince)
+	}
+	var streak int
+	var outcome string
+	var due bool
+	read := func() {
+		t.Helper()
+		if err := e.pool.QueryRow(ctx, `SELECT failure_streak, last_outcome, next_collect_at <= now() FROM tracked_items WHERE item_id = $1`,
+			bad).Scan(&streak, &outcome, &due); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if read(); streak != 1 || outcome != "maintenance" || !due {
+		t.Fatalf("the item the answer came for: streak %d outcome %q due %v; want its failure written, still due", streak, outcome, due)
+	}
+	// The probe asks another item and brings the provider back; the item's second maintenance
+	// answer fails it alone and the pass goes on.
+	s, err = d.RunOnce(ctx)
+	if err != nil || s.Paused || s.Collected != 3 || s.Failed != 1 {
+		t.Fatalf("second pass: %s, %v; want the 3 other items collected and the poisoned one failed", s, err)
+	}
+	if row, err := provider.ReadStatus(ctx, e.pool, "neople"); err != nil || row.Status != provider.Recovering {
+		t.Fatalf("status: %+v %v, want RECOVERING (the probe's), not paused again", row, err)
+	}
+	if read(); streak != 2 || outcome != "maintenance" || due {
+		t.Fatalf("the poisoned item: streak %d outcome %q due %v; want failed again and rescheduled", streak, outcome, due)
 	}
 }
 

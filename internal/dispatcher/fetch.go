@@ -26,6 +26,8 @@ type result struct {
 	err      error // nil = collected
 	outcome  string
 	salesGap bool          // sales were lost since the previous fetch (salesGap)
+	unasked  bool          // err is a pack-mate's pass-ending answer: this item was not called
+	keepDue  bool          // written back failed at its due time, not rescheduled (maintenanceFor)
 	window   time.Duration // Config.EstimateWindow: how fast the change counts decay
 }
 
@@ -129,7 +131,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 						class := provider.ClassOf(r.err)
 						// A refusal reaches here only when a long Retry-After or repeated
 						// refusals outlast untilAnswered: then the key cools down and the pass stops.
-						ends := endsPass(class)
+						ends := endsPass(class) && !ownAnswer(r.claim, class)
 						if ends || fctx.Err() != nil {
 							mu.Lock()
 							if ends && stop == nil {
@@ -137,9 +139,15 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 								cancel()
 								f.halt(stop) // the pass's other batches stop calling too
 							}
-							unprocessed = append(unprocessed, r.claim)
+							back := !ends || !maintenanceFor(r)
+							if back {
+								unprocessed = append(unprocessed, r.claim)
+							}
+							r.keepDue = true
 							mu.Unlock()
-							continue
+							if back {
+								continue
+							}
 						}
 					}
 					w.results <- r
@@ -286,6 +294,32 @@ func (l *lostLeases) split(group []catalog.Claim) (live, gone []catalog.Claim) {
 // an address that is not the API).
 func endsPass(class provider.Class) bool {
 	return class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig || class == provider.ClassEndpoint
+}
+
+// maintenanceFor reports a maintenance answer to r's own call (the item was asked, not only a
+// pack-mate of it): the item's failure is written back, at its due time (keepDue), rather than
+// the item handed back unchanged. Unchanged, an item that something in front of the API
+// answers alone with a 503 (a gateway refusing that one URL) stayed a healthy-looking, most
+// overdue item: the probe asked it, and MAINTENANCE never ended. With its failure counted the
+// probe asks another item (catalog.ProbeItem), and its next maintenance answer tells it apart
+// (ownAnswer). Kept due, an item a real maintenance answered is collected first with the rest
+// once the window ends, not a tier interval late.
+//
+// The other pass-ending answers hand every item back unchanged: a rate limit is about the key,
+// and a refused key or an address that is not the API would answer every item alike.
+func maintenanceFor(r result) bool {
+	return !r.unasked && provider.ClassOf(r.err) == provider.ClassMaintenance && provider.Answered(r.err)
+}
+
+// ownAnswer reports a maintenance answer for an item whose previous collection drew one too.
+// That one paused everyone, and collection has resumed since, so the provider answered a probe
+// of another item (catalog.ProbeItem asks an item whose last collection succeeded) or an
+// operator lifted the status: a provider still in maintenance answers every item alike. So this
+// answer is the item's alone, and it fails the item (rescheduled, the answer in its
+// last_error) instead of pausing everyone again at every one of its collections. A real
+// maintenance that begins at such an item is recorded by the next item's answer.
+func ownAnswer(c catalog.Claim, class provider.Class) bool {
+	return class == provider.ClassMaintenance && c.LastOutcome == class.String()
 }
 
 // renewCap is how many leases (collect.lease) a batch keeps its items without a call finishing,

@@ -240,11 +240,12 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 			}
 		}
 		r.at = d.clock.now()
-		if err != nil && endsPass(provider.ClassOf(err)) {
+		if class := provider.ClassOf(err); err != nil && endsPass(class) && !ownAnswer(c, class) {
 			// What failed this item's call would fail its pack-mates' alike: they are not
 			// called, and go back with the pass.
-			for j := i; j < len(group); j++ {
-				out[j] = result{claim: group[j], at: r.at, err: err, outcome: provider.ClassOf(err).String()}
+			out[i] = result{claim: c, at: r.at, err: err, outcome: class.String()}
+			for j := i + 1; j < len(group); j++ {
+				out[j] = result{claim: group[j], at: r.at, err: err, outcome: class.String(), unasked: true}
 			}
 			return out
 		}

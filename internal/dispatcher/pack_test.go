@@ -622,3 +622,46 @@ func TestPackedSalesAreHeldBackFromTheirCall(t *testing.T) {
 		}
 	}
 }
+
+// A maintenance answer to one item's own call in a pack (its listings asked alone) is that
+// item's: its failure is written back. Its pack-mates after it are not called and go back with
+// the pass unchanged; those before it were answered and are written as usual.
+func TestAPackMateNotCalledGoesBackUnchanged(t *testing.T) {
+	pool, _ := storetest.NewPool(t)
+	sim := neoplesim.New(neoplesim.Options{Items: 4, Seed: 9, MarketKey: marketKey})
+	var bad string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/df/auction" && r.URL.Query().Get("itemId") == bad {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	d, err := New(pool, marketClient(t, srv.URL, 400, 100), configured(pool, Config{PackSize: 10}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.clock.set(time.Now())
+	var group []catalog.Claim
+	for _, it := range sim.Catalog() {
+		group = append(group, catalog.Claim{ItemID: it.ItemID, ItemName: it.ItemName})
+	}
+	bad = group[1].ItemID
+	rs := d.fetchPacked(context.Background(), group, packingState{sales: true})
+	if len(rs) != len(group) {
+		t.Fatalf("%d results for %d items", len(rs), len(group))
+	}
+	if rs[0].err != nil || !maintenanceFor(rs[1]) {
+		t.Fatalf("first item %v, second %v (unasked %v): want the first collected and the second's own maintenance answer written back",
+			rs[0].err, rs[1].err, rs[1].unasked)
+	}
+	for _, r := range rs[2:] {
+		if r.err == nil || maintenanceFor(r) {
+			t.Fatalf("item %s after the answer: err %v, written back %v; want it not called and handed back", r.claim.ItemID, r.err, maintenanceFor(r))
+		}
+	}
+	if n := sim.ItemRequests(group[3].ItemID); n != 0 {
+		t.Fatalf("the last pack-mate's listings were asked %d times after the pass-ending answer, want none", n)
+	}
+}

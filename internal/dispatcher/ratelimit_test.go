@@ -54,3 +54,24 @@ func TestRateLimitAnswerCostsOnlyARetryOfThatCall(t *testing.T) {
 		t.Fatalf("%d snapshots, want 30", c)
 	}
 }
+
+// A refusal that ends the pass (a Retry-After longer than the retries wait) is about the key,
+// not the item it answered: that item goes back due with the others, no failure written.
+func TestARateLimitThatEndsThePassHandsEveryItemBack(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 3, tiers.Cold, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"error":{"status":429,"code":"API002","message":"APIKEY_LIMIT_EXCEEDED"}}`))
+		})
+	})
+	s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(context.Background())
+	if err != nil || s.Stop != StopRateLimited || s.Failed != 0 || s.Released != 3 {
+		t.Fatalf("summary %s, %v: want the pass stopped for the rate limit and all 3 items handed back", s, err)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now() AND failure_streak = 0 AND lease_token IS NULL`); c != 3 {
+		t.Fatalf("%d items due and unleased with no failure, want 3", c)
+	}
+}

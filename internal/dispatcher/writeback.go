@@ -532,6 +532,9 @@ func (r result) item() history.Item {
 	it := history.Item{Collection: history.Collection{ItemID: c.ItemID, Tier: string(c.Tier), Token: c.Token, At: r.at},
 		TID: c.TID, Outcome: r.outcome, Window: r.window, Est: c.Est, EstSales: c.EstSales, Observed: c.SeenListings != nil}
 	if next, ok := tiers.NextDue(c.ItemID, c.Tier, r.at); ok {
+		if r.keepDue {
+			next = c.DueAt
+		}
 		it.NextAt = pgtype.Timestamptz{Time: next, Valid: true}
 	}
 	if r.err != nil {

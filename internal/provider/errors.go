@@ -122,6 +122,13 @@ func RateLimitAnswer(err error) (*Error, bool) {
 	return nil, false
 }
 
+// Answered reports an error that came with an answer (a response arrived, from the provider or
+// whatever answers at its address), as opposed to a call that was never sent or never answered.
+func Answered(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Status != 0
+}
+
 // notFoundText is the message of the API001 answer to a name search that found nothing.
 const notFoundText = "NOT_FOUND_SEARCH_VALUE"
 
