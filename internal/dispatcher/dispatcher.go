@@ -298,7 +298,7 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 	}
 	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log, partitions: cfg.Partitions,
 		auctionLimit: fetch.AuctionLimit(), soldLimit: fetch.SoldLimit(), packSize: min(cfg.PackSize, fetch.PackLimit()),
-		fails: failLog{msg: "items failed; each rescheduled by its tier"},
+		fails: failLog{msg: "items failed; each rescheduled by its tier (a maintenance answer's at its due time)"},
 		gaps:  failLog{msg: "sales lost since the previous collection: a full page of only newer sales"}}, nil
 }
 
@@ -372,13 +372,15 @@ func (s *stopError) reason() StopReason {
 func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx context.Context, topOnly bool, limit float64) ([]catalog.Claim, bool, error)) (Summary, error) {
 	start := time.Now()
 	var sum Summary
-	if paused, err := d.gate(ctx, &sum); err != nil || paused {
+	paused, since, err := d.gate(ctx, &sum)
+	if err != nil || paused {
 		return sum, err
 	}
 
 	var tm timings
 	w := d.startWriter(ctx, &tm)
 	f := newFlow(d.cfg.Concurrency)
+	f.since = since
 	var batches sync.WaitGroup
 	fail := func(err error) (Summary, error) {
 		batches.Wait()
@@ -417,13 +419,16 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 		// Another instance may have paused the provider (DEGRADED, an override) while this
 		// pass was busy: look again before every batch, not only at the start.
 		if sum.Batches > 0 {
-			paused, err := d.gate(ctx, &sum)
+			paused, since, err := d.gate(ctx, &sum)
 			if err != nil {
 				return fail(err)
 			}
 			if paused {
 				break
 			}
+			f.mu.Lock()
+			f.since = since
+			f.mu.Unlock()
 		}
 		t0 := time.Now()
 		cctx, cancel := store.LetFinish(ctx) // a claim under way at a stop finishes and is handed back
@@ -535,6 +540,14 @@ type flow struct {
 	pending  float64 // requests_per_collection of the claimed items not yet through
 	stop     *stopError
 	released int
+	since    time.Time // since when the status the last gate read is in force (ownAnswer)
+}
+
+// resumed is since when the provider may be sent work, as the pass's last gate read it.
+func (f *flow) resumed() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.since
 }
 
 func newFlow(concurrency int) *flow {
@@ -650,10 +663,13 @@ func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary
 		// statement here would hold the pass's end and the daemon's shutdown.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		changed, err := provider.SetStatus(sctx, d.pool, d.cfg.Provider, provider.Maintenance, st.err.Error())
-		var row provider.StatusRow
+		since := time.Now()
 		if err == nil {
-			// Since when: the summary's "paused since" said year 1 without it.
-			row, err = provider.ReadStatus(sctx, d.pool, d.cfg.Provider)
+			// For the summary's "paused since" (year 1 without it); the status is recorded
+			// whether or not this read works.
+			if row, rerr := provider.ReadStatus(sctx, d.pool, d.cfg.Provider); rerr == nil {
+				since = row.Since
+			}
 		}
 		cancel()
 		if err != nil {
@@ -662,7 +678,7 @@ func (d *Dispatcher) handleStop(ctx context.Context, st *stopError, sum *Summary
 		if changed {
 			d.log.Warn("maintenance answer: provider set to MAINTENANCE, pass stopped", zap.String("provider", d.cfg.Provider), zap.Error(st.err))
 		}
-		sum.Paused, sum.Status, sum.StatusReason, sum.StatusSince = true, provider.Maintenance, st.err.Error(), row.Since
+		sum.Paused, sum.Status, sum.StatusReason, sum.StatusSince = true, provider.Maintenance, st.err.Error(), since
 		return nil
 	case provider.ClassRateLimited:
 		var pe *provider.Error

@@ -579,6 +579,36 @@ func TestAnItemAnsweredMaintenanceAloneStallsNothing(t *testing.T) {
 	}
 }
 
+// An item whose last maintenance answer came after the provider's status began (another
+// instance's pass marked it and has not recorded the MAINTENANCE yet, or the status was never
+// lifted by a probe) is no evidence that the answer is the item's own: it still pauses.
+func TestAMaintenanceAnswerMarkedSinceTheStatusBeganStillPauses(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+		})
+	})
+	ctx := context.Background()
+	if _, err := provider.SetStatus(ctx, e.pool, "neople", provider.Healthy, "for an hour"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE provider_status SET since = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	// Both items were answered maintenance a moment ago, by another instance's pass.
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET last_outcome = 'maintenance', failure_streak = 1, last_attempt_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx)
+	if err != nil || !s.Paused || s.Status != provider.Maintenance || s.Failed != 1 || s.Released != 1 {
+		t.Fatalf("summary %s, %v: want the first answer to pause everyone, its item failed at its due time, the other handed back", s, err)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now()`); c != 2 {
+		t.Fatalf("%d items due, want both", c)
+	}
+}
+
 func TestMalformedAndOversizedBodiesAreItemFailures(t *testing.T) {
 	t.Parallel()
 	var broken, huge string

@@ -87,6 +87,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 			st = packingState{}
 		}
 	}
+	resumed := f.resumed()
 	jobs := make(chan []catalog.Claim)
 	var mu sync.Mutex
 	var unprocessed []catalog.Claim
@@ -112,7 +113,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 				var rs []result
 				t0 := time.Now()
 				if len(live) > 0 {
-					rs = d.fetchGroup(fctx, live, st)
+					rs = d.fetchGroup(fctx, live, st, resumed)
 				}
 				took := time.Since(t0)
 				if len(live) > 0 {
@@ -131,7 +132,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 						class := provider.ClassOf(r.err)
 						// A refusal reaches here only when a long Retry-After or repeated
 						// refusals outlast untilAnswered: then the key cools down and the pass stops.
-						ends := endsPass(class) && !ownAnswer(r.claim, class)
+						ends := endsPass(class) && !ownAnswer(r.claim, class, resumed)
 						if ends || fctx.Err() != nil {
 							mu.Lock()
 							if ends && stop == nil {
@@ -311,15 +312,20 @@ func maintenanceFor(r result) bool {
 	return !r.unasked && provider.ClassOf(r.err) == provider.ClassMaintenance && provider.Answered(r.err)
 }
 
-// ownAnswer reports a maintenance answer for an item whose previous collection drew one too.
-// That one paused everyone, and collection has resumed since, so the provider answered a probe
+// ownAnswer reports a maintenance answer for an item whose previous collection drew one too,
+// before the provider's status last let work go out (resumed, from the pass's gate). That
+// answer paused everyone, and collection has resumed since, so the provider answered a probe
 // of another item (catalog.ProbeItem asks an item whose last collection succeeded) or an
 // operator lifted the status: a provider still in maintenance answers every item alike. So this
 // answer is the item's alone, and it fails the item (rescheduled, the answer in its
-// last_error) instead of pausing everyone again at every one of its collections. A real
-// maintenance that begins at such an item is recorded by the next item's answer.
-func ownAnswer(c catalog.Claim, class provider.Class) bool {
-	return class == provider.ClassMaintenance && c.LastOutcome == class.String()
+// last_error) instead of pausing everyone again at every one of its collections. An item
+// another instance's pass marked after this status began (the pass has not recorded the
+// MAINTENANCE yet) is no evidence: its answer still pauses. A real maintenance that begins at
+// such an item, or comes back right after a probe, is recorded by the next unmarked item's
+// answer; the marked items answered before it have lost their place (rescheduled by tier).
+func ownAnswer(c catalog.Claim, class provider.Class, resumed time.Time) bool {
+	return class == provider.ClassMaintenance && c.LastOutcome == class.String() &&
+		c.LastAttemptAt != nil && c.LastAttemptAt.Before(resumed)
 }
 
 // renewCap is how many leases (collect.lease) a batch keeps its items without a call finishing,

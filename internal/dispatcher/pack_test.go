@@ -83,7 +83,7 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 					}
 					d.clock.set(time.Now()) // a claim anchors it in a pass
 					packed := 0
-					for _, r := range d.fetchPacked(context.Background(), group, packingState{listings: true, sales: true}) {
+					for _, r := range d.fetchPacked(context.Background(), group, packingState{listings: true, sales: true}, time.Time{}) {
 						if r.err != nil {
 							t.Fatalf("item %s: %v", r.claim.ItemID, r.err)
 						}
@@ -612,7 +612,7 @@ func TestPackedSalesAreHeldBackFromTheirCall(t *testing.T) {
 	f.clock = &d.clock
 	d.clock.set(at.Add(300 * time.Millisecond)) // the packed call goes out in the sale's second
 	group := []catalog.Claim{{ItemID: strings.Repeat("a", 32)}, {ItemID: strings.Repeat("b", 32)}}
-	for _, r := range d.fetchPacked(context.Background(), group, packingState{sales: true}) {
+	for _, r := range d.fetchPacked(context.Background(), group, packingState{sales: true}, time.Time{}) {
 		if r.err != nil {
 			t.Fatalf("item %s: %v", r.claim.ItemID, r.err)
 		}
@@ -648,7 +648,7 @@ func TestAPackMateNotCalledGoesBackUnchanged(t *testing.T) {
 		group = append(group, catalog.Claim{ItemID: it.ItemID, ItemName: it.ItemName})
 	}
 	bad = group[1].ItemID
-	rs := d.fetchPacked(context.Background(), group, packingState{sales: true})
+	rs := d.fetchPacked(context.Background(), group, packingState{sales: true}, time.Time{})
 	if len(rs) != len(group) {
 		t.Fatalf("%d results for %d items", len(rs), len(group))
 	}
