@@ -298,7 +298,7 @@ func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispa
 	}
 	return &Dispatcher{pool: pool, fetch: fetch, cfg: cfg, log: log, partitions: cfg.Partitions,
 		auctionLimit: fetch.AuctionLimit(), soldLimit: fetch.SoldLimit(), packSize: min(cfg.PackSize, fetch.PackLimit()),
-		fails: failLog{msg: "items failed; each rescheduled by its tier (a maintenance answer's at its due time)"},
+		fails: failLog{msg: "items failed; each rescheduled by its tier"},
 		gaps:  failLog{msg: "sales lost since the previous collection: a full page of only newer sales"}}, nil
 }
 
