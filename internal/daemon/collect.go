@@ -291,6 +291,10 @@ func (s *collectService) keyRefused(ctx context.Context, pe *provider.Error) {
 					zap.Duration("refused_for_seconds", time.Since(since).Round(time.Second)))
 				return
 			}
+			// Asked for an item whose last collection did not fail: an item refused before
+			// now was refused on its own (a proxy refusing that one URL) and no longer stops
+			// passes (dispatcher.ownAnswer).
+			s.disp.KeyAccepted()
 			s.log.Info("the provider accepts the market key again; collection resumes", zap.Duration("refused_for_seconds", time.Since(since).Round(time.Second)))
 			return
 		}

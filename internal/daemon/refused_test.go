@@ -101,6 +101,36 @@ func TestRefusedKeyStopsCollectionLoudlyAndResumes(t *testing.T) {
 	}
 }
 
+// One item refused with a bare 403 (a firewall in front of the API refusing that one URL)
+// holds collection for one key re-check, not for good: the re-check asks an item whose last
+// collection did not fail, the key is accepted, and the item's next refusal fails it alone
+// while the others are collected.
+func TestAKeyRefusedForOneItemHoldsCollectionOnce(t *testing.T) {
+	e := newEnv(t, 6, neoplesim.Options{})
+	// The refused item is the most overdue: every claim took it first, and so did the re-check.
+	e.track(t, 0, 1, tiers.Hot, -time.Hour)
+	e.track(t, 1, 6, tiers.Hot, -time.Minute)
+	bad := e.items[0].ItemID
+	e.hostileFront(t, func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Query().Get("itemId") != bad {
+			return false
+		}
+		w.WriteHeader(http.StatusForbidden)
+		return true
+	})
+	cfg := testConfig()
+	cfg.KeyRecheck = 300 * time.Millisecond
+	cfg.signals.passed.Init(t)
+	r := e.start(t, cfg, zap.NewNop())
+	waitPasses(t, cfg, "the other items collected and the refused one failed twice", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id <> $1 AND last_outcome = 'ok'`, bad) == 5 &&
+			count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND failure_streak >= 2 AND next_collect_at > now()`, bad) == 1
+	})
+	if r.d.collect.refused.Load() != nil {
+		t.Fatal("collection still held for the refused key after one item's own refusal")
+	}
+}
+
 // A pass that ends in an error sleeps its back-off for real: notifications (its own lease
 // releases send some) do not wake it into the next failing pass.
 func TestFailedPassBackOffIsNotCutShortByNotifications(t *testing.T) {

@@ -269,6 +269,9 @@ type Dispatcher struct {
 	LeasesLost testsignal.Signal[int]
 	// stuck counts the batches past the renewal cap with no call finished since.
 	stuck atomic.Int32
+	// keyOK is when this process's key re-check was last accepted (KeyAccepted; unix ns on
+	// the dispatcher's clock, 0: never).
+	keyOK atomic.Int64
 	// inWrite, when set (tests), runs first in every write-back transaction with its results.
 	inWrite func([]result)
 }
@@ -277,6 +280,11 @@ type Dispatcher struct {
 // renewal cap (3 leases, or 3 provider timeouts): the process is wedged somewhere, which the
 // daemon's liveness reports so that its supervisor restarts it.
 func (d *Dispatcher) Stuck() bool { return d.stuck.Load() > 0 }
+
+// KeyAccepted records that the provider has just accepted the market key for an item whose
+// last collection did not fail (the daemon's key re-check, catalog.ProbeItem): an item whose
+// refusal came before it was refused on its own (ownAnswer).
+func (d *Dispatcher) KeyAccepted() { d.keyOK.Store(d.clock.now().UnixNano()) }
 
 // New validates the config and the fetcher's limits and builds a dispatcher.
 func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispatcher, error) {
@@ -381,6 +389,7 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 	w := d.startWriter(ctx, &tm)
 	f := newFlow(d.cfg.Concurrency)
 	f.since = since
+	f.keyOK = d.keyOK.Load()
 	var batches sync.WaitGroup
 	fail := func(err error) (Summary, error) {
 		batches.Wait()
@@ -541,13 +550,23 @@ type flow struct {
 	stop     *stopError
 	released int
 	since    time.Time // since when the status the last gate read is in force (ownAnswer)
+	keyOK    int64     // Dispatcher.keyOK at the pass's start
 }
 
-// resumed is since when the provider may be sent work, as the pass's last gate read it.
-func (f *flow) resumed() time.Time {
+// lifted is when the pass-ending answers that come with a check of their own were last shown
+// not to hold for every item: the provider status the pass's last gate read came into force
+// (a probe of another item, or an operator, lifted a MAINTENANCE), and this process's key
+// re-check was accepted (zero: never; one-shots never re-check the key).
+type lifted struct{ status, key time.Time }
+
+func (f *flow) lifted() lifted {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.since
+	l := lifted{status: f.since}
+	if f.keyOK != 0 {
+		l.key = time.Unix(0, f.keyOK)
+	}
+	return l
 }
 
 func newFlow(concurrency int) *flow {

@@ -511,6 +511,30 @@ func TestMaintenanceMidBatchPausesAndReleasesTheRest(t *testing.T) {
 	}
 }
 
+// setupPoisoned is setup with n HOT items, the first of which something in front of the API
+// answers with answer, every other item being answered; it is the most overdue, so claims and
+// probes take it first.
+func setupPoisoned(t *testing.T, n int, answer func(w http.ResponseWriter)) (*env, string) {
+	t.Helper()
+	var poisoned atomic.Value
+	poisoned.Store("")
+	e := setup(t, n, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if id := r.URL.Query().Get("itemId"); id != "" && id == poisoned.Load() {
+				answer(w)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	bad := e.items[0].ItemID
+	poisoned.Store(bad)
+	if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - CASE WHEN item_id = $1 THEN interval '1 hour' ELSE interval '1 minute' END`, bad); err != nil {
+		t.Fatal(err)
+	}
+	return e, bad
+}
+
 // One item that a gateway answers with a bare 503 while every other item is answered pauses
 // everyone once, not for good. Handed back unchanged it stayed as it was, the most overdue
 // item: the probe asked it, so MAINTENANCE never ended. Its failure is written back instead
@@ -519,24 +543,10 @@ func TestMaintenanceMidBatchPausesAndReleasesTheRest(t *testing.T) {
 // the provider has answered that probe, fails it alone and reschedules it.
 func TestAnItemAnsweredMaintenanceAloneStallsNothing(t *testing.T) {
 	t.Parallel()
-	var poisoned atomic.Value
-	poisoned.Store("")
-	e := setup(t, 4, tiers.Hot, func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if id := r.URL.Query().Get("itemId"); id != "" && id == poisoned.Load() {
-				http.Error(w, "<html><body>503 Service Temporarily Unavailable</body></html>", http.StatusServiceUnavailable)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
+	e, bad := setupPoisoned(t, 4, func(w http.ResponseWriter) {
+		http.Error(w, "<html><body>503 Service Temporarily Unavailable</body></html>", http.StatusServiceUnavailable)
 	})
 	ctx := context.Background()
-	bad := e.items[0].ItemID
-	poisoned.Store(bad)
-	// The poisoned item is the most overdue: claims take it first, and so did the probe.
-	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - CASE WHEN item_id = $1 THEN interval '1 hour' ELSE interval '1 minute' END`, bad); err != nil {
-		t.Fatal(err)
-	}
 	hc := health.Config{Thresholds: health.Thresholds{ProbeBackoff: time.Microsecond, ProbeBackoffMax: time.Second},
 		Provider: "neople", Owner: "cron-1"}
 	probe := health.AuctionProbe(e.pool, e.client.Auction)
@@ -606,6 +616,43 @@ func TestAMaintenanceAnswerMarkedSinceTheStatusBeganStillPauses(t *testing.T) {
 	}
 	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now()`); c != 2 {
 		t.Fatalf("%d items due, want both", c)
+	}
+}
+
+// A bare 403 for one item (a firewall in front of the API refusing that one URL) stops the
+// pass as a refused key does, and the item's failure is written back at its due time, so the
+// daemon's key re-check (catalog.ProbeItem) asks another item. Once that re-check was accepted
+// (KeyAccepted) the item's next refusal is its own: it fails alone. A one-shot, which never
+// re-checks the key, keeps stopping at it: a key refused for good never passes for an item's.
+func TestAKeyRefusedForOneItemStallsNothing(t *testing.T) {
+	t.Parallel()
+	e, id := setupPoisoned(t, 3, func(w http.ResponseWriter) { w.WriteHeader(http.StatusForbidden) })
+	ctx := context.Background()
+	d := e.dispatcher(t, Config{Concurrency: 1}, nil)
+	s, err := d.RunOnce(ctx)
+	if err == nil || s.Stop != StopKeyRefused || s.Failed != 1 || s.Released != 2 {
+		t.Fatalf("summary %s, %v: want the pass stopped for the refused key, its item failed, 2 handed back", s, err)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND last_outcome = 'config' AND failure_streak = 1 AND next_collect_at <= now()`, id); c != 1 {
+		t.Fatal("the refused item's failure is not written at its due time")
+	}
+	if p, err := catalog.ProbeItem(ctx, e.pool); err != nil || p == id {
+		t.Fatalf("probe item %q, %v: want one whose last collection did not fail", p, err)
+	}
+	// A one-shot has no re-check: the refusal still stops it.
+	if s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx); err == nil || s.Stop != StopKeyRefused {
+		t.Fatalf("a one-shot meeting the refused item again: %s, %v; want it stopped", s, err)
+	}
+	d.KeyAccepted()
+	s, err = d.RunOnce(ctx)
+	if err != nil || s.Failed != 1 || s.Stop != StopNothingDue {
+		t.Fatalf("after the key re-check: %s, %v; want the refused item failed alone and the pass through", s, err)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND failure_streak = 3 AND next_collect_at > now()`, id); c != 1 {
+		t.Fatal("the refused item is not rescheduled after its own refusal")
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id <> $1 AND last_outcome = 'ok' AND next_collect_at > now()`, id); c != 2 {
+		t.Fatalf("%d other items collected, want 2", c)
 	}
 }
 

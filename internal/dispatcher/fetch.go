@@ -27,7 +27,7 @@ type result struct {
 	outcome  string
 	salesGap bool          // sales were lost since the previous fetch (salesGap)
 	unasked  bool          // err is a pack-mate's pass-ending answer: this item was not called
-	keepDue  bool          // written back failed at its due time, not rescheduled (maintenanceFor)
+	keepDue  bool          // written back failed at its due time, not rescheduled (recordedFor)
 	window   time.Duration // Config.EstimateWindow: how fast the change counts decay
 }
 
@@ -87,7 +87,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 			st = packingState{}
 		}
 	}
-	resumed := f.resumed()
+	lift := f.lifted()
 	jobs := make(chan []catalog.Claim)
 	var mu sync.Mutex
 	var unprocessed []catalog.Claim
@@ -113,7 +113,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 				var rs []result
 				t0 := time.Now()
 				if len(live) > 0 {
-					rs = d.fetchGroup(fctx, live, st, resumed)
+					rs = d.fetchGroup(fctx, live, st, lift)
 				}
 				took := time.Since(t0)
 				if len(live) > 0 {
@@ -132,7 +132,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 						class := provider.ClassOf(r.err)
 						// A refusal reaches here only when a long Retry-After or repeated
 						// refusals outlast untilAnswered: then the key cools down and the pass stops.
-						ends := endsPass(class) && !ownAnswer(r.claim, class, resumed)
+						ends := endsPass(class) && !ownAnswer(r.claim, class, lift)
 						if ends || fctx.Err() != nil {
 							mu.Lock()
 							if ends && stop == nil {
@@ -140,7 +140,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 								cancel()
 								f.halt(stop) // the pass's other batches stop calling too
 							}
-							back := !ends || !maintenanceFor(r)
+							back := !ends || !recordedFor(r)
 							if back {
 								unprocessed = append(unprocessed, r.claim)
 							}
@@ -297,35 +297,45 @@ func endsPass(class provider.Class) bool {
 	return class == provider.ClassMaintenance || class == provider.ClassRateLimited || class == provider.ClassConfig || class == provider.ClassEndpoint
 }
 
-// maintenanceFor reports a maintenance answer to r's own call (the item was asked, not only a
-// pack-mate of it): the item's failure is written back, at its due time (keepDue), rather than
-// the item handed back unchanged. Unchanged, an item that something in front of the API
-// answers alone with a 503 (a gateway refusing that one URL) stayed a healthy-looking, most
-// overdue item: the probe asked it, and MAINTENANCE never ended. With its failure counted the
-// probe asks another item (catalog.ProbeItem), and its next maintenance answer tells it apart
-// (ownAnswer). Kept due, an item a real maintenance answered is collected first with the rest
-// once the window ends, not a tier interval late.
+// recordedFor reports a pass-ending answer to r's own call (the item was asked, not only a
+// pack-mate of it) that has a check of its own: a maintenance answer (the provider probe) or a
+// refused key (the daemon's key re-check). The item's failure is written back, at its due time
+// (keepDue), rather than the item handed back unchanged. Unchanged, an item that something in
+// front of the API answers alone (a gateway refusing that one URL with a 503 or a 401) stayed a
+// healthy-looking, most overdue item: the probe or the re-check asked it again, and the pause
+// never ended. With its failure counted they ask another item (catalog.ProbeItem), and its next
+// such answer tells it apart (ownAnswer). Kept due, an item a real maintenance or refusal
+// answered is collected first with the rest once it ends, not a tier interval late.
 //
 // The other pass-ending answers hand every item back unchanged: a rate limit is about the key,
-// and a refused key or an address that is not the API would answer every item alike.
-func maintenanceFor(r result) bool {
-	return !r.unasked && provider.ClassOf(r.err) == provider.ClassMaintenance && provider.Answered(r.err)
+// and an address that is not the API answers every item alike.
+func recordedFor(r result) bool {
+	class := provider.ClassOf(r.err)
+	return !r.unasked && (class == provider.ClassMaintenance || class == provider.ClassConfig) && provider.Answered(r.err)
 }
 
-// ownAnswer reports a maintenance answer for an item whose previous collection drew one too,
-// before the provider's status last let work go out (resumed, from the pass's gate). That
-// answer paused everyone, and collection has resumed since, so the provider answered a probe
-// of another item (catalog.ProbeItem asks an item whose last collection succeeded) or an
-// operator lifted the status: a provider still in maintenance answers every item alike. So this
-// answer is the item's alone, and it fails the item (rescheduled, the answer in its
-// last_error) instead of pausing everyone again at every one of its collections. An item
-// another instance's pass marked after this status began (the pass has not recorded the
-// MAINTENANCE yet) is no evidence: its answer still pauses. A real maintenance that begins at
-// such an item, or comes back right after a probe, is recorded by the next unmarked item's
+// ownAnswer reports a maintenance answer, or a refused key, for an item whose previous
+// collection drew the same answer before it was lifted (l): the provider status the pass's gate
+// read came into force after it (a probe of another item, or an operator, lifted the
+// MAINTENANCE), or this process's key re-check was accepted for another item after it. A
+// provider still in maintenance, or a key still refused, answers every item alike, so this
+// answer is the item's alone: it fails the item (rescheduled, the answer in its last_error)
+// instead of pausing everyone again at every one of its collections. An item another
+// instance's pass marked after the status began, or that a one-shot (which never re-checks the
+// key) meets again, is no evidence: its answer still pauses. A real outage that begins at such
+// an item, or comes back right after it was lifted, is recorded by the next unmarked item's
 // answer; the marked items answered before it have lost their place (rescheduled by tier).
-func ownAnswer(c catalog.Claim, class provider.Class, resumed time.Time) bool {
-	return class == provider.ClassMaintenance && c.LastOutcome == class.String() &&
-		c.LastAttemptAt != nil && c.LastAttemptAt.Before(resumed)
+func ownAnswer(c catalog.Claim, class provider.Class, l lifted) bool {
+	var since time.Time
+	switch class {
+	case provider.ClassMaintenance:
+		since = l.status
+	case provider.ClassConfig:
+		since = l.key
+	default:
+		return false
+	}
+	return c.LastOutcome == class.String() && c.LastAttemptAt != nil && c.LastAttemptAt.Before(since)
 }
 
 // renewCap is how many leases (collect.lease) a batch keeps its items without a call finishing,

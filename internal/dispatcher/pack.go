@@ -145,8 +145,8 @@ func boolInt(b bool) int {
 
 // fetchPacked collects a group of small items with one call per endpoint, then fetches alone,
 // in the same pass, every item whose part of an answer may have been cut. A packed call that
-// fails leaves its items to be fetched alone. resumed is the pass's (ownAnswer).
-func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st packingState, resumed time.Time) []result {
+// fails leaves its items to be fetched alone. l is the pass's (ownAnswer).
+func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st packingState, l lifted) []result {
 	ids := make([]string, len(group))
 	for i, c := range group {
 		ids[i] = c.ItemID
@@ -240,7 +240,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 			}
 		}
 		r.at = d.clock.now()
-		if class := provider.ClassOf(err); err != nil && endsPass(class) && !ownAnswer(c, class, resumed) {
+		if class := provider.ClassOf(err); err != nil && endsPass(class) && !ownAnswer(c, class, l) {
 			// What failed this item's call would fail its pack-mates' alike: they are not
 			// called, and go back with the pass.
 			out[i] = result{claim: c, at: r.at, err: err, outcome: class.String()}

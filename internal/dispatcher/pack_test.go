@@ -83,7 +83,7 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 					}
 					d.clock.set(time.Now()) // a claim anchors it in a pass
 					packed := 0
-					for _, r := range d.fetchPacked(context.Background(), group, packingState{listings: true, sales: true}, time.Time{}) {
+					for _, r := range d.fetchPacked(context.Background(), group, packingState{listings: true, sales: true}, lifted{}) {
 						if r.err != nil {
 							t.Fatalf("item %s: %v", r.claim.ItemID, r.err)
 						}
@@ -612,7 +612,7 @@ func TestPackedSalesAreHeldBackFromTheirCall(t *testing.T) {
 	f.clock = &d.clock
 	d.clock.set(at.Add(300 * time.Millisecond)) // the packed call goes out in the sale's second
 	group := []catalog.Claim{{ItemID: strings.Repeat("a", 32)}, {ItemID: strings.Repeat("b", 32)}}
-	for _, r := range d.fetchPacked(context.Background(), group, packingState{sales: true}, time.Time{}) {
+	for _, r := range d.fetchPacked(context.Background(), group, packingState{sales: true}, lifted{}) {
 		if r.err != nil {
 			t.Fatalf("item %s: %v", r.claim.ItemID, r.err)
 		}
@@ -648,17 +648,17 @@ func TestAPackMateNotCalledGoesBackUnchanged(t *testing.T) {
 		group = append(group, catalog.Claim{ItemID: it.ItemID, ItemName: it.ItemName})
 	}
 	bad = group[1].ItemID
-	rs := d.fetchPacked(context.Background(), group, packingState{sales: true}, time.Time{})
+	rs := d.fetchPacked(context.Background(), group, packingState{sales: true}, lifted{})
 	if len(rs) != len(group) {
 		t.Fatalf("%d results for %d items", len(rs), len(group))
 	}
-	if rs[0].err != nil || !maintenanceFor(rs[1]) {
+	if rs[0].err != nil || !recordedFor(rs[1]) {
 		t.Fatalf("first item %v, second %v (unasked %v): want the first collected and the second's own maintenance answer written back",
 			rs[0].err, rs[1].err, rs[1].unasked)
 	}
 	for _, r := range rs[2:] {
-		if r.err == nil || maintenanceFor(r) {
-			t.Fatalf("item %s after the answer: err %v, written back %v; want it not called and handed back", r.claim.ItemID, r.err, maintenanceFor(r))
+		if r.err == nil || recordedFor(r) {
+			t.Fatalf("item %s after the answer: err %v, written back %v; want it not called and handed back", r.claim.ItemID, r.err, recordedFor(r))
 		}
 	}
 	if n := sim.ItemRequests(group[3].ItemID); n != 0 {

@@ -481,8 +481,8 @@ type writeStats struct {
 // item whose lease is still ours (the row history decides) and history stores what its
 // collection brings; the rest are fenced out.
 // Success or failure, every item that is still ours is rescheduled by its tier, so nothing can
-// stay due forever; one a maintenance answered keeps its due time (maintenanceFor), and is
-// rescheduled at its next answer.
+// stay due forever; one a maintenance or a refused key answered keeps its due time
+// (recordedFor), and is rescheduled at its next answer.
 //
 // A panic in it (a bug some item's data meets) rolls the transaction back and returns as a
 // bugError, a store.DataError: the writer splits the group until the item is alone and
