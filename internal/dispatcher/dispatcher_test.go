@@ -587,6 +587,28 @@ func TestAnItemAnsweredMaintenanceAloneStallsNothing(t *testing.T) {
 	if read(); streak != 2 || outcome != "maintenance" || due {
 		t.Fatalf("the poisoned item: streak %d outcome %q due %v; want failed again and rescheduled", streak, outcome, due)
 	}
+	// At its next slot (an hour on, for every time the judgement reads), its answer is its own
+	// again: the pass neither stops nor pauses anyone.
+	laterOn(t, e.pool, bad)
+	if _, err := e.pool.Exec(ctx, `UPDATE provider_status SET since = since - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx); err != nil || s.Paused || s.Failed != 1 {
+		t.Fatalf("third pass: %s, %v; want the poisoned item failed alone again", s, err)
+	}
+	if read(); streak != 3 || due {
+		t.Fatalf("the poisoned item: streak %d due %v; want failed a third time and rescheduled", streak, due)
+	}
+}
+
+// laterOn moves the item's last attempt and next slot an hour back, as if that hour had passed
+// and its next slot had come.
+func laterOn(t *testing.T, pool *pgxpool.Pool, itemID string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = next_collect_at - interval '1 hour',
+		last_attempt_at = last_attempt_at - interval '1 hour' WHERE item_id = $1`, itemID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // An item whose last maintenance answer came after the provider's status began (another
@@ -653,6 +675,12 @@ func TestAKeyRefusedForOneItemStallsNothing(t *testing.T) {
 	}
 	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id <> $1 AND last_outcome = 'ok' AND next_collect_at > now()`, id); c != 2 {
 		t.Fatalf("%d other items collected, want 2", c)
+	}
+	// At its next slot, an hour on (the re-check's acceptance too), it still fails alone.
+	laterOn(t, e.pool, id)
+	d.keyOK.Add(-int64(time.Hour))
+	if s, err := d.RunOnce(ctx); err != nil || s.Failed != 1 {
+		t.Fatalf("at its next slot: %s, %v; want the refused item failed alone again", s, err)
 	}
 }
 

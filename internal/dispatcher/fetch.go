@@ -315,16 +315,19 @@ func recordedFor(r result) bool {
 }
 
 // ownAnswer reports a maintenance answer, or a refused key, for an item whose previous
-// collection drew the same answer before it was lifted (l): the provider status the pass's gate
-// read came into force after it (a probe of another item, or an operator, lifted the
-// MAINTENANCE), or this process's key re-check was accepted for another item after it. A
-// provider still in maintenance, or a key still refused, answers every item alike, so this
-// answer is the item's alone: it fails the item (rescheduled, the answer in its last_error)
-// instead of pausing everyone again at every one of its collections. An item another
-// instance's pass marked after the status began, or that a one-shot (which never re-checks the
-// key) meets again, is no evidence: its answer still pauses. A real outage that begins at such
-// an item, or comes back right after it was lifted, is recorded by the next unmarked item's
-// answer; the marked items answered before it have lost their place (rescheduled by tier).
+// collection drew the same answer and either came before it was lifted (l: the provider status
+// the pass's gate read came into force after it, a probe of another item or an operator having
+// lifted the MAINTENANCE; or this process's key re-check was accepted for another item after
+// it) or was itself judged the item's own (rescheduled by tier: its due time is well after
+// that attempt, where a first answer keeps the due time it had). A provider still in
+// maintenance, or a key still refused, answers every item alike, so this answer is the item's
+// alone: it fails the item (rescheduled, the answer in its last_error) instead of pausing
+// everyone again at every one of its collections. An item another instance's pass marked after
+// the status began, or that a one-shot (which never re-checks the key) meets again, is no
+// evidence: its answer still pauses. A real outage that begins at such an item, or comes back
+// right after it was lifted, is recorded by the next unmarked item's answer; the marked items
+// answered before it have lost their place (rescheduled by tier). (Such an item is never in a
+// packed call: a failing item is fetched alone.)
 func ownAnswer(c catalog.Claim, class provider.Class, l lifted) bool {
 	var since time.Time
 	switch class {
@@ -335,8 +338,16 @@ func ownAnswer(c catalog.Claim, class provider.Class, l lifted) bool {
 	default:
 		return false
 	}
-	return c.LastOutcome == class.String() && c.LastAttemptAt != nil && c.LastAttemptAt.Before(since)
+	if c.LastOutcome != class.String() || c.LastAttemptAt == nil {
+		return false
+	}
+	return c.LastAttemptAt.Before(since) || c.DueAt.Sub(*c.LastAttemptAt) >= judgedOwn
 }
+
+// judgedOwn tells a due time a tier reschedule set after an attempt (at least half the
+// shortest interval, HOT_1M's 30 s, later) from one a first answer kept (the claim's, at most
+// daemon.pack_wait, 10 s, after the attempt, as a claim takes items that far ahead).
+const judgedOwn = 20 * time.Second
 
 // renewCap is how many leases (collect.lease) a batch keeps its items without a call finishing,
 // and a refused write-back keeps retrying: 6m with the default lease, past any call's timeout.
