@@ -584,12 +584,16 @@ func TestAnItemAnsweredMaintenanceAloneStallsNothing(t *testing.T) {
 	if row, err := provider.ReadStatus(ctx, e.pool, "neople"); err != nil || row.Status != provider.Recovering {
 		t.Fatalf("status: %+v %v, want RECOVERING (the probe's), not paused again", row, err)
 	}
-	if read(); streak != 2 || outcome != "maintenance" || due {
-		t.Fatalf("the poisoned item: streak %d outcome %q due %v; want failed again and rescheduled", streak, outcome, due)
+	if read(); streak != 2 || outcome != "item_maintenance" || due {
+		t.Fatalf("the poisoned item: streak %d outcome %q due %v; want failed again as its own answer and rescheduled", streak, outcome, due)
 	}
 	// At its next slot (an hour on, for every time the judgement reads), its answer is its own
-	// again: the pass neither stops nor pauses anyone.
+	// again: the pass neither stops nor pauses anyone. So it is when its due time was moved
+	// meanwhile (collector touch).
 	laterOn(t, e.pool, bad)
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = last_attempt_at + interval '1 second' WHERE item_id = $1`, bad); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.pool.Exec(ctx, `UPDATE provider_status SET since = since - interval '1 hour'`); err != nil {
 		t.Fatal(err)
 	}
@@ -670,17 +674,22 @@ func TestAKeyRefusedForOneItemStallsNothing(t *testing.T) {
 	if err != nil || s.Failed != 1 || s.Stop != StopNothingDue {
 		t.Fatalf("after the key re-check: %s, %v; want the refused item failed alone and the pass through", s, err)
 	}
-	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND failure_streak = 3 AND next_collect_at > now()`, id); c != 1 {
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND failure_streak = 3 AND last_outcome = 'item_config' AND next_collect_at > now()`, id); c != 1 {
 		t.Fatal("the refused item is not rescheduled after its own refusal")
 	}
 	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id <> $1 AND last_outcome = 'ok' AND next_collect_at > now()`, id); c != 2 {
 		t.Fatalf("%d other items collected, want 2", c)
 	}
-	// At its next slot, an hour on (the re-check's acceptance too), it still fails alone.
+	// At its next slot, an hour on (the re-check's acceptance too), it still fails alone, and
+	// so it does for another daemon, whose key was never re-checked, or a one-shot.
 	laterOn(t, e.pool, id)
 	d.keyOK.Add(-int64(time.Hour))
-	if s, err := d.RunOnce(ctx); err != nil || s.Failed != 1 {
-		t.Fatalf("at its next slot: %s, %v; want the refused item failed alone again", s, err)
+	if s, err := d.RunOnce(ctx); err != nil || s.Failed != 1 || s.ItemErrors != 1 {
+		t.Fatalf("at its next slot: %s, %v; want the refused item failed alone again, its own error", s, err)
+	}
+	laterOn(t, e.pool, id)
+	if s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx); err != nil || s.Failed != 1 {
+		t.Fatalf("another instance at its next slot: %s, %v; want the refused item failed alone again", s, err)
 	}
 }
 

@@ -132,7 +132,11 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 						class := provider.ClassOf(r.err)
 						// A refusal reaches here only when a long Retry-After or repeated
 						// refusals outlast untilAnswered: then the key cools down and the pass stops.
-						ends := endsPass(class) && !ownAnswer(r.claim, class, lift)
+						own := endsPass(class) && ownAnswer(r.claim, class, lift)
+						if own {
+							r.outcome = ownOutcome(class)
+						}
+						ends := endsPass(class) && !own
 						if ends || fctx.Err() != nil {
 							mu.Lock()
 							if ends && stop == nil {
@@ -315,19 +319,18 @@ func recordedFor(r result) bool {
 }
 
 // ownAnswer reports a maintenance answer, or a refused key, for an item whose previous
-// collection drew the same answer and either came before it was lifted (l: the provider status
-// the pass's gate read came into force after it, a probe of another item or an operator having
-// lifted the MAINTENANCE; or this process's key re-check was accepted for another item after
-// it) or was itself judged the item's own (rescheduled by tier: its due time is well after
-// that attempt, where a first answer keeps the due time it had). A provider still in
-// maintenance, or a key still refused, answers every item alike, so this answer is the item's
-// alone: it fails the item (rescheduled, the answer in its last_error) instead of pausing
-// everyone again at every one of its collections. An item another instance's pass marked after
-// the status began, or that a one-shot (which never re-checks the key) meets again, is no
-// evidence: its answer still pauses. A real outage that begins at such an item, or comes back
-// right after it was lifted, is recorded by the next unmarked item's answer; the marked items
-// answered before it have lost their place (rescheduled by tier). (Such an item is never in a
-// packed call: a failing item is fetched alone.)
+// collection drew the same answer before it was lifted (l: the provider status the pass's gate
+// read came into force after it, a probe of another item or an operator having lifted the
+// MAINTENANCE; or this process's key re-check was accepted for another item after it), or was
+// itself judged the item's own (ownOutcome). A provider still in maintenance, or a key still
+// refused, answers every item alike, so this answer is the item's alone: it fails the item
+// (rescheduled, the answer in its last_error, outcome ownOutcome) instead of pausing everyone
+// again at every one of its collections. An item another instance's pass marked after the
+// status began, or that a one-shot (which never re-checks the key) or another daemon meets
+// again before judging it, is no evidence: its answer still pauses. A real outage that begins
+// at such an item, or comes back right after it was lifted, is recorded by the next unmarked
+// item's answer; the marked items answered before it have lost their place (rescheduled by
+// tier). (Such an item is never in a packed call: a failing item is fetched alone.)
 func ownAnswer(c catalog.Claim, class provider.Class, l lifted) bool {
 	var since time.Time
 	switch class {
@@ -338,16 +341,19 @@ func ownAnswer(c catalog.Claim, class provider.Class, l lifted) bool {
 	default:
 		return false
 	}
-	if c.LastOutcome != class.String() || c.LastAttemptAt == nil {
-		return false
+	switch c.LastOutcome {
+	case ownOutcome(class):
+		return true
+	case class.String():
+		return c.LastAttemptAt != nil && c.LastAttemptAt.Before(since)
 	}
-	return c.LastAttemptAt.Before(since) || c.DueAt.Sub(*c.LastAttemptAt) >= judgedOwn
+	return false
 }
 
-// judgedOwn tells a due time a tier reschedule set after an attempt (at least half the
-// shortest interval, HOT_1M's 30 s, later) from one a first answer kept (the claim's, at most
-// daemon.pack_wait, 10 s, after the attempt, as a claim takes items that far ahead).
-const judgedOwn = 20 * time.Second
+// ownOutcome is the last_outcome of an item whose answer of class was judged its own
+// (ownAnswer): item_maintenance, item_config. Its next such answer is its own too, whoever
+// meets it, however its due time was moved meanwhile.
+func ownOutcome(class provider.Class) string { return "item_" + class.String() }
 
 // renewCap is how many leases (collect.lease) a batch keeps its items without a call finishing,
 // and a refused write-back keeps retrying: 6m with the default lease, past any call's timeout.

@@ -67,12 +67,16 @@ type failureSample struct {
 // failureExamples is how many item ids a pass's failure line names per outcome.
 const failureExamples = 5
 
-// itemErrors counts the failed items of outcome item_error.
+// itemErrors counts the failed items of outcome item_error, and those whose maintenance
+// answer or refused key was judged their own (ownOutcome).
 func (s *writerStats) itemErrors() int {
-	if f := s.failures[provider.ClassItem.String()]; f != nil {
-		return f.n
+	n := 0
+	for _, outcome := range []string{provider.ClassItem.String(), ownOutcome(provider.ClassMaintenance), ownOutcome(provider.ClassConfig)} {
+		if f := s.failures[outcome]; f != nil {
+			n += f.n
+		}
 	}
-	return 0
+	return n
 }
 
 func (s *writerStats) addFailure(r result) {
