@@ -208,25 +208,27 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // every probe with what paused everyone, so the pause never ended. The scheduled ones are tried
 // first, the first such row of each tier's range of the due index: sorting every row for the one
 // answer took a scan of the table (90 ms at 100k items) at every probe. ($1 lists the tiers,
-// tierOrder.)
+// tierOrder; $2 an item not to ask, empty for none.)
 const (
 	probeScheduledSQL = `SELECT f.item_id
 FROM unnest($1::text[]) AS o(tier)
 CROSS JOIN LATERAL (
     SELECT item_id, next_collect_at FROM tracked_items
     WHERE collection_tier = o.tier AND next_collect_at IS NOT NULL AND NOT synthetic_item(item_id) AND failure_streak = 0
+      AND item_id <> $2
     ORDER BY next_collect_at LIMIT 1) f
 ORDER BY f.next_collect_at LIMIT 1`
-	probeItemSQL = `SELECT item_id FROM tracked_items
+	probeItemSQL = `SELECT item_id FROM tracked_items WHERE item_id <> $1
 ORDER BY synthetic_item(item_id), failure_streak > 0, next_collect_at NULLS LAST LIMIT 1`
 )
 
-// ProbeItem is the item a provider probe or a key re-check asks the provider for.
-func ProbeItem(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+// ProbeItem is the item a provider probe or a key re-check asks the provider for; never
+// except (an item whose own answer is in question, or "").
+func ProbeItem(ctx context.Context, pool *pgxpool.Pool, except string) (string, error) {
 	var id string
-	err := pool.QueryRow(ctx, probeScheduledSQL, tierOrder).Scan(&id)
+	err := pool.QueryRow(ctx, probeScheduledSQL, tierOrder, except).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = pool.QueryRow(ctx, probeItemSQL).Scan(&id)
+		err = pool.QueryRow(ctx, probeItemSQL, except).Scan(&id)
 	}
 	if err != nil {
 		return "", fmt.Errorf("pick a tracked item: %w", err)

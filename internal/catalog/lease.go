@@ -48,11 +48,9 @@ type Claim struct {
 	// Requests is what the plan counted one collection of the item as costing.
 	Requests float64
 	// FailureStreak is how many collections in a row failed up to this one, LastOutcome how
-	// the last one ended (tracked_items.last_outcome; empty before the first) and
-	// LastAttemptAt when (nil: never).
+	// the last one ended (tracked_items.last_outcome; empty before the first).
 	FailureStreak int32
 	LastOutcome   string
-	LastAttemptAt *time.Time
 	// TID is where the claim left the row: the write-back finds it there unless something
 	// else updated the item meanwhile (WriteBack).
 	TID pgtype.TID
@@ -82,7 +80,7 @@ const claimSet = `SET lease_expires_at = now() + $2 * interval '1 millisecond',
 // name may have no schedule (DORMANT): it counts as due now.
 const claimReturning = `RETURNING t.item_id, t.item_name, t.collection_tier, coalesce(t.next_collect_at, now()), t.lease_token, now(), t.last_sale_at, t.last_second_sales,
           t.est_sales, t.est_collections, t.est_changes, t.est_changed_seconds, t.est_unchanged_seconds, t.last_collected_at,
-          t.requests_per_collection, t.failure_streak, coalesce(t.last_outcome, ''), t.last_attempt_at, t.ctid, ` + seenCols
+          t.requests_per_collection, t.failure_streak, coalesce(t.last_outcome, ''), t.ctid, ` + seenCols
 
 // claimSQL claims up to $1 due, unleased items in one statement, the most urgent tier first
 // ($5 lists the tiers in urgency order, tiers.All, so the order lives in one place), each tier
@@ -216,7 +214,7 @@ func scanClaim(row pgx.CollectableRow, extra ...any) (Claim, error) {
 	var sn seen
 	err := row.Scan(append([]any{&c.ItemID, &c.ItemName, &tier, &c.DueAt, &c.Token, &c.DBNow, &c.LastSaleAt, &c.LastSecondSales,
 		&c.EstSales, &c.Est.Accesses, &c.Est.Changes, &c.Est.ChangedSeconds, &c.Est.UnchangedSeconds, &c.LastCollectedAt, &c.Requests,
-		&c.FailureStreak, &c.LastOutcome, &c.LastAttemptAt, &c.TID}, append(sn.dest(), extra...)...)...)
+		&c.FailureStreak, &c.LastOutcome, &c.TID}, append(sn.dest(), extra...)...)...)
 	c.Tier = tiers.Tier(tier)
 	c.SeenListings, c.LastSnapshot = sn.count, sn.written()
 	return c, err

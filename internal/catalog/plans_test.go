@@ -42,7 +42,7 @@ func TestPeriodicReadsWalkTheDueIndex(t *testing.T) {
 	}{
 		{"first free", firstFreeSQL, []any{tierOrder}, false},
 		{"first lease", firstLeaseSQL, []any{first, int64(0), now, tierOrder}, true},
-		{"probe item", probeScheduledSQL, []any{tierOrder}, false},
+		{"probe item", probeScheduledSQL, []any{tierOrder, ""}, false},
 	} {
 		var plan string
 		rows, err := pool.Query(ctx, "EXPLAIN "+c.sql, c.args...)

@@ -291,10 +291,6 @@ func (s *collectService) keyRefused(ctx context.Context, pe *provider.Error) {
 					zap.Duration("refused_for_seconds", time.Since(since).Round(time.Second)))
 				return
 			}
-			// Asked for an item whose last collection did not fail: an item refused before
-			// now was refused on its own (a proxy refusing that one URL) and no longer stops
-			// passes (dispatcher.ownAnswer).
-			s.disp.KeyAccepted()
 			s.log.Info("the provider accepts the market key again; collection resumes", zap.Duration("refused_for_seconds", time.Since(since).Round(time.Second)))
 			return
 		}
@@ -304,7 +300,7 @@ func (s *collectService) keyRefused(ctx context.Context, pe *provider.Error) {
 // probeKey makes one call with the market key, past the budget (whose cool-down the refusal
 // itself set).
 func (s *collectService) probeKey(ctx context.Context) error {
-	id, err := catalog.ProbeItem(ctx, s.pool)
+	id, err := catalog.ProbeItem(ctx, s.pool, "")
 	if err != nil {
 		return fmt.Errorf("key re-check: %w", err)
 	}

@@ -59,10 +59,11 @@ func TestMaintenancePausesEveryInstanceAndTheProbeBringsThemBack(t *testing.T) {
 	answered := e.sim.Stats().Maintenance
 	failures := probeFailures()
 	t.Logf("maintenance answers %d, failed probes %d", answered, failures)
-	// Each instance sends at most its in-flight calls before pausing; everything else is a
-	// probe (at most one in flight, not yet recorded).
-	if limit := int64(instances*concurrency + failures + 1); answered > limit {
-		t.Fatalf("%d requests answered with maintenance, want <= %d (%d instances × %d in flight + %d probes)",
+	// Each instance sends at most its in-flight calls and one call for another item (the
+	// check that the answer is not one item's own) before pausing; everything else is a probe
+	// (at most one in flight, not yet recorded).
+	if limit := int64(instances*(concurrency+1) + failures + 1); answered > limit {
+		t.Fatalf("%d requests answered with maintenance, want <= %d (%d instances × (%d in flight + 1 check) + %d probes)",
 			answered, limit, instances, concurrency, failures+1)
 	}
 	for _, r := range rs {

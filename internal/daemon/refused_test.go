@@ -102,10 +102,9 @@ func TestRefusedKeyStopsCollectionLoudlyAndResumes(t *testing.T) {
 }
 
 // One item refused with a bare 403 (a firewall in front of the API refusing that one URL)
-// holds collection for one key re-check, not for good: the re-check asks an item whose last
-// collection did not fail, the key is accepted, and the item's next refusal fails it alone
-// while the others are collected.
-func TestAKeyRefusedForOneItemHoldsCollectionOnce(t *testing.T) {
+// holds nothing: the refusal is checked with a call for another item, which is accepted, so
+// the item fails alone while the others are collected, and no pass ends in an error.
+func TestAKeyRefusedForOneItemHoldsNothing(t *testing.T) {
 	e := newEnv(t, 6, neoplesim.Options{})
 	// The refused item is the most overdue: every claim took it first, and so did the re-check.
 	e.track(t, 0, 1, tiers.Hot, -time.Hour)
@@ -119,15 +118,18 @@ func TestAKeyRefusedForOneItemHoldsCollectionOnce(t *testing.T) {
 		return true
 	})
 	cfg := testConfig()
-	cfg.KeyRecheck = 300 * time.Millisecond
+	cfg.KeyRecheck = time.Hour // a hold would outlast the test
 	cfg.signals.passed.Init(t)
 	r := e.start(t, cfg, zap.NewNop())
-	waitPasses(t, cfg, "the other items collected and the refused one failed twice", func() bool {
+	waitPasses(t, cfg, "the other items collected and the refused one failed alone", func() bool {
 		return count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id <> $1 AND last_outcome = 'ok'`, bad) == 5 &&
-			count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND failure_streak >= 2 AND next_collect_at > now()`, bad) == 1
+			count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND last_outcome = 'item_config' AND next_collect_at > now()`, bad) == 1
 	})
 	if r.d.collect.refused.Load() != nil {
-		t.Fatal("collection still held for the refused key after one item's own refusal")
+		t.Fatal("collection held for one item's own refusal")
+	}
+	if n := testutil.ToFloat64(r.d.Metrics().LoopErrors.WithLabelValues("collect")); n != 0 {
+		t.Fatalf("%v passes ended in an error for one item's own refusal, want none", n)
 	}
 }
 

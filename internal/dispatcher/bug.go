@@ -103,9 +103,9 @@ func (d *Dispatcher) logBug(msg string, ids []string, err error) {
 // fetchGroup fetches a group (one item alone, or several sharing packed calls) so that a panic
 // fails only the item whose answer meets it: a packed group that panics is fetched again one
 // item at a time to find which.
-func (d *Dispatcher) fetchGroup(ctx context.Context, group []catalog.Claim, st packingState, l lifted) []result {
+func (d *Dispatcher) fetchGroup(ctx context.Context, group []catalog.Claim, st packingState, f *flow) []result {
 	if len(group) > 1 {
-		rs, err := guard(func() []result { return d.fetchPacked(ctx, group, st, l) })
+		rs, err := guard(func() []result { return d.fetchPacked(ctx, group, st, f) })
 		if err == nil {
 			return rs
 		}

@@ -269,9 +269,6 @@ type Dispatcher struct {
 	LeasesLost testsignal.Signal[int]
 	// stuck counts the batches past the renewal cap with no call finished since.
 	stuck atomic.Int32
-	// keyOK is when this process's key re-check was last accepted (KeyAccepted; unix ns on
-	// the dispatcher's clock, 0: never).
-	keyOK atomic.Int64
 	// inWrite, when set (tests), runs first in every write-back transaction with its results.
 	inWrite func([]result)
 }
@@ -280,11 +277,6 @@ type Dispatcher struct {
 // renewal cap (3 leases, or 3 provider timeouts): the process is wedged somewhere, which the
 // daemon's liveness reports so that its supervisor restarts it.
 func (d *Dispatcher) Stuck() bool { return d.stuck.Load() > 0 }
-
-// KeyAccepted records that the provider has just accepted the market key for an item whose
-// last collection did not fail (the daemon's key re-check, catalog.ProbeItem): an item whose
-// refusal came before it was refused on its own (ownAnswer).
-func (d *Dispatcher) KeyAccepted() { d.keyOK.Store(d.clock.now().UnixNano()) }
 
 // New validates the config and the fetcher's limits and builds a dispatcher.
 func New(pool *pgxpool.Pool, fetch Fetcher, cfg Config, log *zap.Logger) (*Dispatcher, error) {
@@ -380,7 +372,7 @@ func (s *stopError) reason() StopReason {
 func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx context.Context, topOnly bool, limit float64) ([]catalog.Claim, bool, error)) (Summary, error) {
 	start := time.Now()
 	var sum Summary
-	paused, since, err := d.gate(ctx, &sum)
+	paused, err := d.gate(ctx, &sum)
 	if err != nil || paused {
 		return sum, err
 	}
@@ -388,8 +380,6 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 	var tm timings
 	w := d.startWriter(ctx, &tm)
 	f := newFlow(d.cfg.Concurrency)
-	f.since = since
-	f.keyOK = d.keyOK.Load()
 	var batches sync.WaitGroup
 	fail := func(err error) (Summary, error) {
 		batches.Wait()
@@ -428,16 +418,13 @@ func (d *Dispatcher) pass(ctx context.Context, maxBatches int, claim func(ctx co
 		// Another instance may have paused the provider (DEGRADED, an override) while this
 		// pass was busy: look again before every batch, not only at the start.
 		if sum.Batches > 0 {
-			paused, since, err := d.gate(ctx, &sum)
+			paused, err := d.gate(ctx, &sum)
 			if err != nil {
 				return fail(err)
 			}
 			if paused {
 				break
 			}
-			f.mu.Lock()
-			f.since = since
-			f.mu.Unlock()
 		}
 		t0 := time.Now()
 		cctx, cancel := store.LetFinish(ctx) // a claim under way at a stop finishes and is handed back
@@ -549,28 +536,14 @@ type flow struct {
 	pending  float64 // requests_per_collection of the claimed items not yet through
 	stop     *stopError
 	released int
-	since    time.Time // since when the status the last gate read is in force (ownAnswer)
-	keyOK    int64     // Dispatcher.keyOK at the pass's start
-}
-
-// lifted is when the pass-ending answers that come with a check of their own were last shown
-// not to hold for every item: the provider status the pass's last gate read came into force
-// (a probe of another item, or an operator, lifted a MAINTENANCE), and this process's key
-// re-check was accepted (zero: never; one-shots never re-check the key).
-type lifted struct{ status, key time.Time }
-
-func (f *flow) lifted() lifted {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	l := lifted{status: f.since}
-	if f.keyOK != 0 {
-		l.key = time.Unix(0, f.keyOK)
-	}
-	return l
+	// The probes that tell an item's own answer from everyone's (ownAnswer), one at a time.
+	probing    sync.Mutex
+	probesLeft int
 }
 
 func newFlow(concurrency int) *flow {
-	return &flow{slots: make(chan struct{}, concurrency), progress: make(chan struct{}, 1), halted: make(chan struct{})}
+	return &flow{slots: make(chan struct{}, concurrency), progress: make(chan struct{}, 1), halted: make(chan struct{}),
+		probesLeft: probeCap}
 }
 
 func (f *flow) claimed(claims []catalog.Claim) {
@@ -666,6 +639,13 @@ func (f *flow) halt(st *stopError) {
 		f.stop = st
 		close(f.halted)
 	}
+}
+
+// waitProbe holds a new call while a probe asks whether an answer is everyone's (ownAnswer):
+// when it is, the pass stops before the call goes out.
+func (f *flow) waitProbe() {
+	f.probing.Lock()
+	defer f.probing.Unlock()
 }
 
 func (f *flow) stopped() *stopError {

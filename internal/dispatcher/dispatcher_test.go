@@ -513,13 +513,15 @@ func TestMaintenanceMidBatchPausesAndReleasesTheRest(t *testing.T) {
 
 // setupPoisoned is setup with n HOT items, the first of which something in front of the API
 // answers with answer, every other item being answered; it is the most overdue, so claims and
-// probes take it first.
-func setupPoisoned(t *testing.T, n int, answer func(w http.ResponseWriter)) (*env, string) {
+// probes take it first. calls counts the provider calls.
+func setupPoisoned(t *testing.T, n int, answer func(w http.ResponseWriter)) (e *env, bad string, calls *atomic.Int64) {
 	t.Helper()
 	var poisoned atomic.Value
 	poisoned.Store("")
-	e := setup(t, n, tiers.Hot, func(next http.Handler) http.Handler {
+	calls = new(atomic.Int64)
+	e = setup(t, n, tiers.Hot, func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
 			if id := r.URL.Query().Get("itemId"); id != "" && id == poisoned.Load() {
 				answer(w)
 				return
@@ -527,169 +529,134 @@ func setupPoisoned(t *testing.T, n int, answer func(w http.ResponseWriter)) (*en
 			next.ServeHTTP(w, r)
 		})
 	})
-	bad := e.items[0].ItemID
+	bad = e.items[0].ItemID
 	poisoned.Store(bad)
 	if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - CASE WHEN item_id = $1 THEN interval '1 hour' ELSE interval '1 minute' END`, bad); err != nil {
 		t.Fatal(err)
 	}
-	return e, bad
+	return e, bad, calls
 }
 
-// One item that a gateway answers with a bare 503 while every other item is answered pauses
-// everyone once, not for good. Handed back unchanged it stayed as it was, the most overdue
-// item: the probe asked it, so MAINTENANCE never ended. Its failure is written back instead
-// (still due: in a real maintenance it is collected first with the rest afterwards), the
-// probe asks an item whose last collection succeeded, and its next maintenance answer, after
-// the provider has answered that probe, fails it alone and reschedules it.
-func TestAnItemAnsweredMaintenanceAloneStallsNothing(t *testing.T) {
+// One item that something in front of the API answers alone, with what would stop everyone
+// (a gateway's bare 503, a firewall's 403, a proxy's 404 page), while every other item is
+// answered, stalls nothing. Taken for everyone's answer and handed back unchanged, it stayed
+// the most overdue item and stopped every pass (and, for the 503 and the 403, every provider
+// probe and key re-check, which asked it) for good. The provider is asked at once for another
+// item: it answers, so the answer is the item's own. The item fails alone and is rescheduled,
+// and from then on that answer is its own for every instance, without asking again.
+func TestAnItemAnsweredAloneStallsNothing(t *testing.T) {
 	t.Parallel()
-	e, bad := setupPoisoned(t, 4, func(w http.ResponseWriter) {
-		http.Error(w, "<html><body>503 Service Temporarily Unavailable</body></html>", http.StatusServiceUnavailable)
-	})
-	ctx := context.Background()
-	hc := health.Config{Thresholds: health.Thresholds{ProbeBackoff: time.Microsecond, ProbeBackoffMax: time.Second},
-		Provider: "neople", Owner: "cron-1"}
-	probe := health.AuctionProbe(e.pool, e.client.Auction)
-	d := e.dispatcher(t, Config{Concurrency: 1, Recover: func(ctx context.Context) error {
-		return health.Once(ctx, e.pool, hc, probe, zap.NewNop())
-	}}, nil)
-
-	// Its first answer is taken for a maintenance: everyone pauses.
-	s, err := d.RunOnce(ctx)
-	if err != nil || !s.Paused || s.Status != provider.Maintenance || s.Failed != 1 || s.Released != 3 {
-		t.Fatalf("first pass: %s, %v; want paused in MAINTENANCE, the item asked failed, 3 handed back", s, err)
-	}
-	if time.Since(s.StatusSince) > time.Hour {
-		t.Fatalf("paused since %s: want when the answer came", s.StatusSince)
-	}
-	var streak int
-	var outcome string
-	var due bool
-	read := func() {
-		t.Helper()
-		if err := e.pool.QueryRow(ctx, `SELECT failure_streak, last_outcome, next_collect_at <= now() FROM tracked_items WHERE item_id = $1`,
-			bad).Scan(&streak, &outcome, &due); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if read(); streak != 1 || outcome != "maintenance" || !due {
-		t.Fatalf("the item the answer came for: streak %d outcome %q due %v; want its failure written, still due", streak, outcome, due)
-	}
-	// The probe asks another item and brings the provider back; the item's second maintenance
-	// answer fails it alone and the pass goes on.
-	s, err = d.RunOnce(ctx)
-	if err != nil || s.Paused || s.Collected != 3 || s.Failed != 1 {
-		t.Fatalf("second pass: %s, %v; want the 3 other items collected and the poisoned one failed", s, err)
-	}
-	if row, err := provider.ReadStatus(ctx, e.pool, "neople"); err != nil || row.Status != provider.Recovering {
-		t.Fatalf("status: %+v %v, want RECOVERING (the probe's), not paused again", row, err)
-	}
-	if read(); streak != 2 || outcome != "item_maintenance" || due {
-		t.Fatalf("the poisoned item: streak %d outcome %q due %v; want failed again as its own answer and rescheduled", streak, outcome, due)
-	}
-	// At its next slot (an hour on, for every time the judgement reads), its answer is its own
-	// again: the pass neither stops nor pauses anyone. So it is when its due time was moved
-	// meanwhile (collector touch).
-	laterOn(t, e.pool, bad)
-	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = last_attempt_at + interval '1 second' WHERE item_id = $1`, bad); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(ctx, `UPDATE provider_status SET since = since - interval '1 hour'`); err != nil {
-		t.Fatal(err)
-	}
-	if s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx); err != nil || s.Paused || s.Failed != 1 {
-		t.Fatalf("third pass: %s, %v; want the poisoned item failed alone again", s, err)
-	}
-	if read(); streak != 3 || due {
-		t.Fatalf("the poisoned item: streak %d due %v; want failed a third time and rescheduled", streak, due)
+	for _, tc := range []struct {
+		name    string
+		answer  func(w http.ResponseWriter)
+		outcome string
+	}{
+		{"maintenance", func(w http.ResponseWriter) {
+			http.Error(w, "<html><body>503 Service Temporarily Unavailable</body></html>", http.StatusServiceUnavailable)
+		}, "item_maintenance"},
+		{"refused", func(w http.ResponseWriter) { w.WriteHeader(http.StatusForbidden) }, "item_config"},
+		{"not the API", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte("<html><body>404 Not Found</body></html>"))
+		}, "item_endpoint"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, bad, calls := setupPoisoned(t, 4, tc.answer)
+			ctx := context.Background()
+			s, err := e.dispatcher(t, Config{Concurrency: 2}, nil).RunOnce(ctx)
+			if err != nil || s.Paused || s.Stop != StopNothingDue || s.Collected != 3 || s.Failed != 1 || s.ItemErrors != 1 {
+				t.Fatalf("first pass: %s, %v; want the 3 other items collected and the poisoned one failed alone", s, err)
+			}
+			if row, err := provider.ReadStatus(ctx, e.pool, "neople"); err != nil || row.Status != provider.Healthy {
+				t.Fatalf("status: %+v %v, want HEALTHY: nobody paused", row, err)
+			}
+			var streak int
+			var outcome string
+			var due bool
+			read := func() {
+				t.Helper()
+				if err := e.pool.QueryRow(ctx, `SELECT failure_streak, last_outcome, next_collect_at <= now() FROM tracked_items WHERE item_id = $1`,
+					bad).Scan(&streak, &outcome, &due); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if read(); streak != 1 || outcome != tc.outcome || due {
+				t.Fatalf("the poisoned item: streak %d outcome %q due %v; want failed as its own answer (%s) and rescheduled", streak, outcome, due, tc.outcome)
+			}
+			// At its next slot, another instance takes the answer for its own without asking.
+			laterOn(t, e.pool, bad)
+			calls.Store(0)
+			if s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx); err != nil || s.Paused || s.Failed != 1 || s.Claimed != 1 {
+				t.Fatalf("at its next slot: %s, %v; want the poisoned item failed alone again", s, err)
+			}
+			if n := calls.Load(); n != 1 {
+				t.Fatalf("%d provider calls at its next slot, want its own 1: no probe for an answer judged before", n)
+			}
+			if read(); streak != 2 || due {
+				t.Fatalf("the poisoned item: streak %d due %v; want failed again and rescheduled", streak, due)
+			}
+		})
 	}
 }
 
-// laterOn moves the item's last attempt and next slot an hour back, as if that hour had passed
-// and its next slot had come.
+// laterOn moves the item's next slot an hour back, as if that hour had passed.
 func laterOn(t *testing.T, pool *pgxpool.Pool, itemID string) {
 	t.Helper()
-	if _, err := pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = next_collect_at - interval '1 hour',
-		last_attempt_at = last_attempt_at - interval '1 hour' WHERE item_id = $1`, itemID); err != nil {
+	if _, err := pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 second' WHERE item_id = $1`, itemID); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// An item whose last maintenance answer came after the provider's status began (another
-// instance's pass marked it and has not recorded the MAINTENANCE yet, or the status was never
-// lifted by a probe) is no evidence that the answer is the item's own: it still pauses.
-func TestAMaintenanceAnswerMarkedSinceTheStatusBeganStillPauses(t *testing.T) {
+// A maintenance that answers every item alike is not taken for one item's own: the probe of
+// another item is answered alike, the pass pauses everyone, and the item asked is written back
+// failed at its due time (so the provider probe asks another), the rest handed back. So it is
+// for an item that was answered maintenance before.
+func TestAMaintenanceForEveryItemStillPauses(t *testing.T) {
 	t.Parallel()
-	e := setup(t, 2, tiers.Hot, func(next http.Handler) http.Handler {
+	var calls atomic.Int64
+	e := setup(t, 3, tiers.Hot, func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
 			http.Error(w, "down", http.StatusServiceUnavailable)
 		})
 	})
 	ctx := context.Background()
-	if _, err := provider.SetStatus(ctx, e.pool, "neople", provider.Healthy, "for an hour"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(ctx, `UPDATE provider_status SET since = now() - interval '1 hour'`); err != nil {
-		t.Fatal(err)
-	}
-	// Both items were answered maintenance a moment ago, by another instance's pass.
-	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET last_outcome = 'maintenance', failure_streak = 1, last_attempt_at = now() - interval '1 second'`); err != nil {
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET last_outcome = 'maintenance', failure_streak = 1, last_attempt_at = now() - interval '1 hour'`); err != nil {
 		t.Fatal(err)
 	}
 	s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx)
-	if err != nil || !s.Paused || s.Status != provider.Maintenance || s.Failed != 1 || s.Released != 1 {
-		t.Fatalf("summary %s, %v: want the first answer to pause everyone, its item failed at its due time, the other handed back", s, err)
+	if err != nil || !s.Paused || s.Status != provider.Maintenance || s.Failed != 1 || s.Released != 2 {
+		t.Fatalf("summary %s, %v: want the first answer to pause everyone, its item failed at its due time, the others handed back", s, err)
 	}
-	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now()`); c != 2 {
-		t.Fatalf("%d items due, want both", c)
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE next_collect_at <= now()`); c != 3 {
+		t.Fatalf("%d items due, want all 3", c)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d provider calls, want 2: the item's, and one probe of another", n)
 	}
 }
 
-// A bare 403 for one item (a firewall in front of the API refusing that one URL) stops the
-// pass as a refused key does, and the item's failure is written back at its due time, so the
-// daemon's key re-check (catalog.ProbeItem) asks another item. Once that re-check was accepted
-// (KeyAccepted) the item's next refusal is its own: it fails alone. A one-shot, which never
-// re-checks the key, keeps stopping at it: a key refused for good never passes for an item's.
-func TestAKeyRefusedForOneItemStallsNothing(t *testing.T) {
+// A key refused for every item still stops the pass after one probe, and the item asked is
+// written back failed at its due time, so that the daemon's key re-check (catalog.ProbeItem)
+// asks another item.
+func TestAKeyRefusedForEveryItemStillStops(t *testing.T) {
 	t.Parallel()
-	e, id := setupPoisoned(t, 3, func(w http.ResponseWriter) { w.WriteHeader(http.StatusForbidden) })
+	e := setup(t, 3, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusForbidden) })
+	})
 	ctx := context.Background()
-	d := e.dispatcher(t, Config{Concurrency: 1}, nil)
-	s, err := d.RunOnce(ctx)
-	if err == nil || s.Stop != StopKeyRefused || s.Failed != 1 || s.Released != 2 {
+	s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx)
+	if err == nil || s.Stop != StopKeyRefused || s.Failed != 1 || s.Released != 2 || s.ItemErrors != 0 {
 		t.Fatalf("summary %s, %v: want the pass stopped for the refused key, its item failed, 2 handed back", s, err)
 	}
-	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND last_outcome = 'config' AND failure_streak = 1 AND next_collect_at <= now()`, id); c != 1 {
-		t.Fatal("the refused item's failure is not written at its due time")
+	var id string
+	if err := e.pool.QueryRow(ctx, `SELECT item_id FROM tracked_items WHERE last_outcome = 'config' AND failure_streak = 1 AND next_collect_at <= now()`).Scan(&id); err != nil {
+		t.Fatalf("the refused item's failure is not written at its due time: %v", err)
 	}
-	if p, err := catalog.ProbeItem(ctx, e.pool); err != nil || p == id {
+	if p, err := catalog.ProbeItem(ctx, e.pool, ""); err != nil || p == id {
 		t.Fatalf("probe item %q, %v: want one whose last collection did not fail", p, err)
-	}
-	// A one-shot has no re-check: the refusal still stops it.
-	if s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx); err == nil || s.Stop != StopKeyRefused {
-		t.Fatalf("a one-shot meeting the refused item again: %s, %v; want it stopped", s, err)
-	}
-	d.KeyAccepted()
-	s, err = d.RunOnce(ctx)
-	if err != nil || s.Failed != 1 || s.Stop != StopNothingDue {
-		t.Fatalf("after the key re-check: %s, %v; want the refused item failed alone and the pass through", s, err)
-	}
-	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND failure_streak = 3 AND last_outcome = 'item_config' AND next_collect_at > now()`, id); c != 1 {
-		t.Fatal("the refused item is not rescheduled after its own refusal")
-	}
-	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id <> $1 AND last_outcome = 'ok' AND next_collect_at > now()`, id); c != 2 {
-		t.Fatalf("%d other items collected, want 2", c)
-	}
-	// At its next slot, an hour on (the re-check's acceptance too), it still fails alone, and
-	// so it does for another daemon, whose key was never re-checked, or a one-shot.
-	laterOn(t, e.pool, id)
-	d.keyOK.Add(-int64(time.Hour))
-	if s, err := d.RunOnce(ctx); err != nil || s.Failed != 1 || s.ItemErrors != 1 {
-		t.Fatalf("at its next slot: %s, %v; want the refused item failed alone again, its own error", s, err)
-	}
-	laterOn(t, e.pool, id)
-	if s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx); err != nil || s.Failed != 1 {
-		t.Fatalf("another instance at its next slot: %s, %v; want the refused item failed alone again", s, err)
 	}
 }
 

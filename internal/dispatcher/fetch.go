@@ -87,7 +87,6 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 			st = packingState{}
 		}
 	}
-	lift := f.lifted()
 	jobs := make(chan []catalog.Claim)
 	var mu sync.Mutex
 	var unprocessed []catalog.Claim
@@ -101,6 +100,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 				// (While the database refuses writes the provider client holds every call, the
 				// one layer that does: see provider.Hold.)
 				f.slots <- struct{}{}
+				f.waitProbe()
 				if ctx.Err() != nil || fctx.Err() != nil || f.stopped() != nil {
 					<-f.slots
 					mu.Lock()
@@ -113,7 +113,7 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 				var rs []result
 				t0 := time.Now()
 				if len(live) > 0 {
-					rs = d.fetchGroup(fctx, live, st, lift)
+					rs = d.fetchGroup(fctx, live, st, f)
 				}
 				took := time.Since(t0)
 				if len(live) > 0 {
@@ -132,7 +132,8 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 						class := provider.ClassOf(r.err)
 						// A refusal reaches here only when a long Retry-After or repeated
 						// refusals outlast untilAnswered: then the key cools down and the pass stops.
-						own := endsPass(class) && ownAnswer(r.claim, class, lift)
+						// Judged in fetchPacked already, or asked alone and judged now.
+						own := endsPass(class) && (r.outcome == ownOutcome(class) || !r.unasked && !r.packed && d.ownAnswer(fctx, f, r.claim, r.err))
 						if own {
 							r.outcome = ownOutcome(class)
 						}
@@ -304,12 +305,11 @@ func endsPass(class provider.Class) bool {
 // recordedFor reports a pass-ending answer to r's own call (the item was asked, not only a
 // pack-mate of it) that has a check of its own: a maintenance answer (the provider probe) or a
 // refused key (the daemon's key re-check). The item's failure is written back, at its due time
-// (keepDue), rather than the item handed back unchanged. Unchanged, an item that something in
-// front of the API answers alone (a gateway refusing that one URL with a 503 or a 401) stayed a
-// healthy-looking, most overdue item: the probe or the re-check asked it again, and the pause
-// never ended. With its failure counted they ask another item (catalog.ProbeItem), and its next
-// such answer tells it apart (ownAnswer). Kept due, an item a real maintenance or refusal
-// answered is collected first with the rest once it ends, not a tier interval late.
+// (keepDue), rather than the item handed back unchanged, so that those checks ask another item
+// (catalog.ProbeItem): an item that something in front of the API answers alone (a gateway
+// refusing its URL with a 503 or a 401) answered them with what stopped everyone, and the pause
+// never ended. Kept due, an item a real maintenance or refusal answered is collected first with
+// the rest once it ends, not a tier interval late.
 //
 // The other pass-ending answers hand every item back unchanged: a rate limit is about the key,
 // and an address that is not the API answers every item alike.
@@ -318,41 +318,61 @@ func recordedFor(r result) bool {
 	return !r.unasked && (class == provider.ClassMaintenance || class == provider.ClassConfig) && provider.Answered(r.err)
 }
 
-// ownAnswer reports a maintenance answer, or a refused key, for an item whose previous
-// collection drew the same answer before it was lifted (l: the provider status the pass's gate
-// read came into force after it, a probe of another item or an operator having lifted the
-// MAINTENANCE; or this process's key re-check was accepted for another item after it), or was
-// itself judged the item's own (ownOutcome). A provider still in maintenance, or a key still
-// refused, answers every item alike, so this answer is the item's alone: it fails the item
-// (rescheduled, the answer in its last_error, outcome ownOutcome) instead of pausing everyone
-// again at every one of its collections. An item another instance's pass marked after the
-// status began, or that a one-shot (which never re-checks the key) or another daemon meets
-// again before judging it, is no evidence: its answer still pauses. A real outage that begins
-// at such an item, or comes back right after it was lifted, is recorded by the next unmarked
-// item's answer; the marked items answered before it have lost their place (rescheduled by
-// tier). (Such an item is never in a packed call: a failing item is fetched alone.)
-func ownAnswer(c catalog.Claim, class provider.Class, l lifted) bool {
-	var since time.Time
-	switch class {
-	case provider.ClassMaintenance:
-		since = l.status
-	case provider.ClassConfig:
-		since = l.key
-	default:
+// probeCap bounds the probes a pass makes (ownAnswer): past it, the next such answer stops the
+// pass as before, and the items judged so far are judged for good.
+const probeCap = 3
+
+// ownAnswer reports an answer that would end the pass (maintenance, a refused key, an address
+// that is not the API's) which is item c's alone: something in front of the API refuses that
+// one URL (a gateway's bare 503, a firewall's 403, a proxy's 404), and every other item is
+// answered. Taken for everyone's, it stopped every pass at that item, which is the most
+// overdue one, for good. Such an answer is its own when the provider, asked at once for
+// another item with the same call, answers it (a real maintenance, refusal or wrong address
+// answers every item alike); the item is then failed alone, with outcome ownOutcome, and from
+// then on that answer is taken for its own by every instance without asking again. The probe
+// goes through the fetcher (the budget share); a probe that fails in any way, or one past
+// probeCap in the pass, leaves the answer ending the pass.
+func (d *Dispatcher) ownAnswer(ctx context.Context, f *flow, c catalog.Claim, err error) bool {
+	class := provider.ClassOf(err)
+	if class != provider.ClassMaintenance && class != provider.ClassConfig && class != provider.ClassEndpoint {
 		return false
 	}
-	switch c.LastOutcome {
-	case ownOutcome(class):
+	if c.LastOutcome == ownOutcome(class) {
 		return true
-	case class.String():
-		return c.LastAttemptAt != nil && c.LastAttemptAt.Before(since)
 	}
-	return false
+	var pe *provider.Error
+	if !provider.Answered(err) || !errors.As(err, &pe) {
+		return false // nothing answered: no way to tell whose the failure is
+	}
+	f.probing.Lock() // in turn: when one probe finds the answer everyone's, the others stop
+	defer f.probing.Unlock()
+	if f.stopped() != nil || f.probesLeft == 0 || ctx.Err() != nil {
+		return false
+	}
+	f.probesLeft--
+	other, perr := catalog.ProbeItem(ctx, d.pool, c.ItemID)
+	if perr == nil {
+		if pe.Endpoint == provider.EndpointAuctionSold {
+			_, perr = d.fetch.AuctionSold(ctx, other)
+		} else {
+			_, perr = d.fetch.Auction(ctx, other)
+		}
+	}
+	if perr != nil {
+		// The answer is everyone's: the pass stops here, before the calls held for the probe
+		// (flow.waitProbe) go out, and so do the probes.
+		f.probesLeft = 0
+		f.halt(&stopError{class: class, err: err})
+		d.log.Debug("a probe of another item did not answer; the answer stands for every item",
+			zap.String("item_id", c.ItemID), zap.String("probed_item_id", other), zap.Error(perr))
+		return false
+	}
+	return true
 }
 
 // ownOutcome is the last_outcome of an item whose answer of class was judged its own
-// (ownAnswer): item_maintenance, item_config. Its next such answer is its own too, whoever
-// meets it, however its due time was moved meanwhile.
+// (ownAnswer): item_maintenance, item_config, item_endpoint. Its next such answer is its own
+// too, whoever meets it.
 func ownOutcome(class provider.Class) string { return "item_" + class.String() }
 
 // renewCap is how many leases (collect.lease) a batch keeps its items without a call finishing,

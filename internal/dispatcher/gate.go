@@ -11,29 +11,28 @@ import (
 )
 
 // gate reads the provider status; a status that may not dispatch pauses the pass, says why
-// and is not an error. A status that may dispatch comes with since when it is in force (the
-// database's clock; zero when no status was ever recorded): ownAnswer reads it.
-func (d *Dispatcher) gate(ctx context.Context, sum *Summary) (paused bool, since time.Time, err error) {
+// and is not an error.
+func (d *Dispatcher) gate(ctx context.Context, sum *Summary) (paused bool, err error) {
 	row, err := provider.ReadStatus(ctx, d.pool, d.cfg.Provider)
 	if err != nil {
-		return false, time.Time{}, err
+		return false, err
 	}
 	if d.cfg.Recover != nil && row.OverrideStatus == "" && row.Status != provider.Healthy {
 		if err := d.cfg.Recover(ctx); err != nil {
 			d.log.Warn("provider health step failed; the status stands", zap.String("provider", d.cfg.Provider), zap.Error(err))
 		} else if row, err = provider.ReadStatus(ctx, d.pool, d.cfg.Provider); err != nil {
-			return false, time.Time{}, err
+			return false, err
 		}
 	}
 	st, reason, since := row.Effective()
 	if st.CanDispatch() {
 		d.pause.resumed(d.log, d.cfg.Provider, time.Now())
-		return false, since, nil
+		return false, nil
 	}
 	sum.Paused, sum.Status, sum.StatusReason, sum.StatusSince = true, st, reason, since
 	sum.Stop = StopPaused
 	d.pause.paused(d.log, d.cfg.Provider, st, reason, since, time.Now())
-	return true, since, nil
+	return true, nil
 }
 
 // pauseSummaryEvery bounds the lines a long pause writes: one when it starts, one when it

@@ -145,8 +145,8 @@ func boolInt(b bool) int {
 
 // fetchPacked collects a group of small items with one call per endpoint, then fetches alone,
 // in the same pass, every item whose part of an answer may have been cut. A packed call that
-// fails leaves its items to be fetched alone. l is the pass's (ownAnswer).
-func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st packingState, l lifted) []result {
+// fails leaves its items to be fetched alone. f is the pass's (ownAnswer).
+func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st packingState, f *flow) []result {
 	ids := make([]string, len(group))
 	for i, c := range group {
 		ids[i] = c.ItemID
@@ -240,7 +240,7 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 			}
 		}
 		r.at = d.clock.now()
-		if class := provider.ClassOf(err); err != nil && endsPass(class) && !ownAnswer(c, class, l) {
+		if class := provider.ClassOf(err); err != nil && endsPass(class) && !d.ownAnswer(ctx, f, c, err) {
 			// What failed this item's call would fail its pack-mates' alike: they are not
 			// called, and go back with the pass.
 			out[i] = result{claim: c, at: r.at, err: err, outcome: class.String()}
@@ -251,6 +251,9 @@ func (d *Dispatcher) fetchPacked(ctx context.Context, group []catalog.Claim, st 
 		}
 		if err != nil {
 			r.err, r.outcome = err, provider.ClassOf(err).String()
+			if endsPass(provider.ClassOf(err)) {
+				r.outcome = ownOutcome(provider.ClassOf(err)) // judged so just above
+			}
 			out[i] = r
 			continue
 		}
@@ -294,10 +297,12 @@ func stops(err error) bool {
 // for a provider whose answers carry no Date and whose clock trails ours.
 const shadowSkew = time.Minute
 
+// failAll fails a group whose packed call drew err: the answer is the call's, not one item's
+// (packed: no ownAnswer for it).
 func failAll(group []catalog.Claim, err error, at time.Time) []result {
 	out := make([]result, len(group))
 	for i, c := range group {
-		out[i] = result{claim: c, at: at, err: err, outcome: provider.ClassOf(err).String()}
+		out[i] = result{claim: c, at: at, err: err, outcome: provider.ClassOf(err).String(), packed: true}
 	}
 	return out
 }

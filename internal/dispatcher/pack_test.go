@@ -83,7 +83,7 @@ func TestPackedPartsEqualSingleItemAnswersUnderEveryShape(t *testing.T) {
 					}
 					d.clock.set(time.Now()) // a claim anchors it in a pass
 					packed := 0
-					for _, r := range d.fetchPacked(context.Background(), group, packingState{listings: true, sales: true}, lifted{}) {
+					for _, r := range d.fetchPacked(context.Background(), group, packingState{listings: true, sales: true}, newFlow(1)) {
 						if r.err != nil {
 							t.Fatalf("item %s: %v", r.claim.ItemID, r.err)
 						}
@@ -612,7 +612,7 @@ func TestPackedSalesAreHeldBackFromTheirCall(t *testing.T) {
 	f.clock = &d.clock
 	d.clock.set(at.Add(300 * time.Millisecond)) // the packed call goes out in the sale's second
 	group := []catalog.Claim{{ItemID: strings.Repeat("a", 32)}, {ItemID: strings.Repeat("b", 32)}}
-	for _, r := range d.fetchPacked(context.Background(), group, packingState{sales: true}, lifted{}) {
+	for _, r := range d.fetchPacked(context.Background(), group, packingState{sales: true}, newFlow(1)) {
 		if r.err != nil {
 			t.Fatalf("item %s: %v", r.claim.ItemID, r.err)
 		}
@@ -623,15 +623,17 @@ func TestPackedSalesAreHeldBackFromTheirCall(t *testing.T) {
 	}
 }
 
-// A maintenance answer to one item's own call in a pack (its listings asked alone) is that
-// item's: its failure is written back. Its pack-mates after it are not called and go back with
-// the pass unchanged; those before it were answered and are written as usual.
-func TestAPackMateNotCalledGoesBackUnchanged(t *testing.T) {
+// packAnsweredMaintenance is a dispatcher and a pack of 4 items, the second of which is
+// answered maintenance when its listings are asked alone; with tracked, the items are tracked
+// (so a probe has another item to ask).
+func packAnsweredMaintenance(t *testing.T, tracked bool) (*Dispatcher, []catalog.Claim, *neoplesim.Server) {
+	t.Helper()
 	pool, _ := storetest.NewPool(t)
 	sim := neoplesim.New(neoplesim.Options{Items: 4, Seed: 9, MarketKey: marketKey})
-	var bad string
+	var bad atomic.Value
+	bad.Store("")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/df/auction" && r.URL.Query().Get("itemId") == bad {
+		if r.URL.Path == "/df/auction" && r.URL.Query().Get("itemId") == bad.Load() {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
@@ -644,11 +646,25 @@ func TestAPackMateNotCalledGoesBackUnchanged(t *testing.T) {
 	}
 	d.clock.set(time.Now())
 	var group []catalog.Claim
+	var rows []storetest.Item
 	for _, it := range sim.Catalog() {
 		group = append(group, catalog.Claim{ItemID: it.ItemID, ItemName: it.ItemName})
+		rows = append(rows, storetest.Item{ID: it.ItemID, Name: it.ItemName, Tier: tiers.Hot, NextCollectAt: storetest.Ago(time.Second)})
 	}
-	bad = group[1].ItemID
-	rs := d.fetchPacked(context.Background(), group, packingState{sales: true}, lifted{})
+	if tracked {
+		storetest.Items(t, pool, rows...)
+	}
+	bad.Store(group[1].ItemID)
+	return d, group, sim
+}
+
+// A maintenance answer to one item's own call in a pack (its listings asked alone) that no
+// other item can be asked about (none is tracked) is everyone's: the item's failure is written
+// back, its pack-mates after it are not called and go back with the pass unchanged; those
+// before it were answered and are written as usual.
+func TestAPackMateNotCalledGoesBackUnchanged(t *testing.T) {
+	d, group, sim := packAnsweredMaintenance(t, false)
+	rs := d.fetchPacked(context.Background(), group, packingState{sales: true}, newFlow(1))
 	if len(rs) != len(group) {
 		t.Fatalf("%d results for %d items", len(rs), len(group))
 	}
@@ -663,5 +679,24 @@ func TestAPackMateNotCalledGoesBackUnchanged(t *testing.T) {
 	}
 	if n := sim.ItemRequests(group[3].ItemID); n != 0 {
 		t.Fatalf("the last pack-mate's listings were asked %d times after the pass-ending answer, want none", n)
+	}
+}
+
+// The same answer in a pack, while the provider answers the same call for another item, is the
+// item's own: it fails alone (item_maintenance) and its pack-mates after it are called and
+// collected.
+func TestAPackMateAnsweredAloneStopsNoPackMate(t *testing.T) {
+	d, group, _ := packAnsweredMaintenance(t, true)
+	rs := d.fetchPacked(context.Background(), group, packingState{sales: true}, newFlow(1))
+	for i, r := range rs {
+		if i == 1 {
+			if r.err == nil || r.outcome != "item_maintenance" {
+				t.Fatalf("the answered item: err %v outcome %q; want failed as its own answer", r.err, r.outcome)
+			}
+			continue
+		}
+		if r.err != nil {
+			t.Fatalf("pack-mate %d: %v; want collected", i, r.err)
+		}
 	}
 }

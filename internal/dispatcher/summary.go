@@ -70,9 +70,9 @@ type Summary struct {
 	Collected       int
 	Failed          int
 	// ItemErrors counts the failed whose provider answered the item itself was wrong
-	// (item_error: unknown, removed), or whose maintenance answer or refused key was judged
-	// their own (item_maintenance, item_config): failures of theirs, not of the provider's or
-	// ours.
+	// (item_error: unknown, removed), or whose maintenance answer, refused key or answer not
+	// the API's was judged their own (item_maintenance, item_config, item_endpoint): failures
+	// of theirs, not of the provider's or ours.
 	ItemErrors int
 	Fenced     int
 	Released   int

@@ -68,10 +68,10 @@ type failureSample struct {
 const failureExamples = 5
 
 // itemErrors counts the failed items of outcome item_error, and those whose maintenance
-// answer or refused key was judged their own (ownOutcome).
+// answer, refused key or answer not the API's was judged their own (ownOutcome).
 func (s *writerStats) itemErrors() int {
 	n := 0
-	for _, outcome := range []string{provider.ClassItem.String(), ownOutcome(provider.ClassMaintenance), ownOutcome(provider.ClassConfig)} {
+	for _, outcome := range []string{provider.ClassItem.String(), ownOutcome(provider.ClassMaintenance), ownOutcome(provider.ClassConfig), ownOutcome(provider.ClassEndpoint)} {
 		if f := s.failures[outcome]; f != nil {
 			n += f.n
 		}

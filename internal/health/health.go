@@ -555,7 +555,7 @@ func Once(ctx context.Context, pool *pgxpool.Pool, cfg Config, probe Prober, log
 // auction (the budget's fetcher, so a probe spends the key's budget like any call).
 func AuctionProbe(pool *pgxpool.Pool, auction func(ctx context.Context, itemID string) (provider.Answer[provider.Listing], error)) Prober {
 	return func(ctx context.Context) error {
-		id, err := catalog.ProbeItem(ctx, pool)
+		id, err := catalog.ProbeItem(ctx, pool, "")
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
 		}
