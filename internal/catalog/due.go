@@ -236,6 +236,19 @@ func ProbeItem(ctx context.Context, pool *pgxpool.Pool, except string) (string, 
 	return id, nil
 }
 
+// RecordProbeFailure writes that a probe of itemID (asked whether the provider answers another
+// item) drew outcome too, without its lease or schedule: from then on the probes ask another
+// item (failure_streak > 0) rather than stopping at it for good. Its next collection, if it
+// succeeds, clears it.
+func RecordProbeFailure(ctx context.Context, pool *pgxpool.Pool, itemID, outcome, reason string) error {
+	_, err := pool.Exec(ctx, `UPDATE tracked_items SET failure_streak = failure_streak + 1, last_outcome = $2,
+    last_error = $3, last_attempt_at = now() WHERE item_id = $1`, itemID, outcome, reason)
+	if err != nil {
+		return fmt.Errorf("record the failed probe of %s: %w", itemID, err)
+	}
+	return nil
+}
+
 // CollectedWithin counts the items whose last successful collection, by whichever instance,
 // is at most d old by the database's clock, up to enough: the scan stops there rather than
 // reading the whole table.

@@ -117,6 +117,9 @@ func (d *Dispatcher) fetchGroup(ctx context.Context, group []catalog.Claim, st p
 		if err != nil {
 			d.logBug("fetching an item panicked (a bug); it is rescheduled by tier as failed", []string{c.ItemID}, err)
 			r = result{claim: c, at: d.clock.now(), err: err, outcome: outcomePanic, window: d.cfg.EstimateWindow}
+		} else if class := provider.ClassOf(r.err); r.err != nil && endsPass(class) && d.ownAnswer(ctx, f, c, r.err) {
+			// Judged while the call's slot is held: no call of the pass starts meanwhile.
+			r.outcome = ownOutcome(class)
 		}
 		out[i] = r
 	}

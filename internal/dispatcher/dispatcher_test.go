@@ -496,8 +496,9 @@ func TestMaintenanceMidBatchPausesAndReleasesTheRest(t *testing.T) {
 	if s.Collected != 20 || s.Failed != 1 || s.Released != 79 {
 		t.Fatalf("collected %d failed %d released %d, want 20, 1 and 79", s.Collected, s.Failed, s.Released)
 	}
-	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_outcome = 'maintenance' AND failure_streak = 1 AND next_collect_at <= now()`); c != 1 {
-		t.Fatalf("%d items failed with the maintenance answer and still due, want the one it was given for", c)
+	// So is the item the probe asked (answered alike), without its lease or schedule.
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE last_outcome = 'maintenance' AND failure_streak = 1 AND next_collect_at <= now()`); c != 2 {
+		t.Fatalf("%d items failed with the maintenance answer and still due, want the one it was given for and the probed one", c)
 	}
 	row, err := provider.ReadStatus(context.Background(), e.pool, "neople")
 	if err != nil || row.Status != provider.Maintenance || !strings.Contains(row.Reason, "DNF980") {
@@ -598,6 +599,61 @@ func TestAnItemAnsweredAloneStallsNothing(t *testing.T) {
 				t.Fatalf("the poisoned item: streak %d due %v; want failed again and rescheduled", streak, due)
 			}
 		})
+	}
+}
+
+// Two items refused alone: the first's probe asks the second, which is refused too, so the
+// pass stops. The second's failure is recorded, so the next pass's probe asks an item that is
+// answered: both fail alone and the others are collected. Unrecorded, the second was the
+// item every probe asked first, and every pass stopped for good.
+func TestTwoItemsAnsweredAloneStallNothing(t *testing.T) {
+	t.Parallel()
+	var poisoned sync.Map
+	e := setup(t, 4, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, bad := poisoned.Load(r.URL.Query().Get("itemId")); bad {
+				w.WriteHeader(http.StatusForbidden)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	ctx := context.Background()
+	a, b := e.items[0].ItemID, e.items[1].ItemID
+	poisoned.Store(a, true)
+	poisoned.Store(b, true)
+	if _, err := e.pool.Exec(ctx, `UPDATE tracked_items SET next_collect_at = now() - CASE item_id WHEN $1 THEN interval '2 hours' WHEN $2 THEN interval '1 hour' ELSE interval '1 minute' END`, a, b); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx); err == nil || s.Stop != StopKeyRefused {
+		t.Fatalf("first pass: %s, %v; want it stopped (the probe asked the other refused item)", s, err)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND failure_streak = 1 AND last_outcome = 'config'`, b); c != 1 {
+		t.Fatal("the probed item's refusal is not recorded")
+	}
+	s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(ctx)
+	if err != nil || s.Failed != 2 || s.Collected != 2 || s.ItemErrors != 2 {
+		t.Fatalf("second pass: %s, %v; want both refused items failed alone and the 2 others collected", s, err)
+	}
+}
+
+// A pass makes at most probeCap probes: past them, the next answer is not judged (the pass
+// stops), however many items draw one.
+func TestAPassProbesAtMostProbeCapTimes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, probeCap+2, tiers.Hot, nil)
+	d := e.dispatcher(t, Config{Concurrency: 1}, nil)
+	f := newFlow(1)
+	refused := &provider.Error{Class: provider.ClassConfig, Workload: provider.WorkloadMarket, Endpoint: provider.EndpointAuction, Status: http.StatusForbidden}
+	before := e.sim.Stats().Requests
+	for i := range probeCap + 1 {
+		own := d.ownAnswer(context.Background(), f, catalog.Claim{ItemID: e.items[i].ItemID}, refused)
+		if want := i < probeCap; own != want {
+			t.Fatalf("answer %d judged own %v, want %v", i+1, own, want)
+		}
+	}
+	if n := e.sim.Stats().Requests - before; n != probeCap {
+		t.Fatalf("%d probes, want %d", n, probeCap)
 	}
 }
 

@@ -130,14 +130,10 @@ func (d *Dispatcher) collectBatch(ctx context.Context, claims []catalog.Claim, w
 					d.cfg.Observer.Fetched(r.claim, took, r.err)
 					if r.err != nil {
 						class := provider.ClassOf(r.err)
-						// A refusal reaches here only when a long Retry-After or repeated
-						// refusals outlast untilAnswered: then the key cools down and the pass stops.
-						// Judged in fetchPacked already, or asked alone and judged now.
-						own := endsPass(class) && (r.outcome == ownOutcome(class) || !r.unasked && !r.packed && d.ownAnswer(fctx, f, r.claim, r.err))
-						if own {
-							r.outcome = ownOutcome(class)
-						}
-						ends := endsPass(class) && !own
+						// A rate limit reaches here only when a long Retry-After or repeated
+						// refusals outlast untilAnswered: then the key cools down and the pass
+						// stops. An answer judged the item's own (ownAnswer) fails it alone.
+						ends := endsPass(class) && r.outcome != ownOutcome(class)
 						if ends || fctx.Err() != nil {
 							mu.Lock()
 							if ends && stop == nil {
@@ -322,6 +318,10 @@ func recordedFor(r result) bool {
 // pass as before, and the items judged so far are judged for good.
 const probeCap = 3
 
+// probeTimeout bounds a probe's wait for the budget share and its call: a key cooling down
+// (another instance met the refusal) would hold the pass's calls for the whole cool-down.
+const probeTimeout = 10 * time.Second
+
 // ownAnswer reports an answer that would end the pass (maintenance, a refused key, an address
 // that is not the API's) which is item c's alone: something in front of the API refuses that
 // one URL (a gateway's bare 503, a firewall's 403, a proxy's 404), and every other item is
@@ -329,9 +329,14 @@ const probeCap = 3
 // overdue one, for good. Such an answer is its own when the provider, asked at once for
 // another item with the same call, answers it (a real maintenance, refusal or wrong address
 // answers every item alike); the item is then failed alone, with outcome ownOutcome, and from
-// then on that answer is taken for its own by every instance without asking again. The probe
-// goes through the fetcher (the budget share); a probe that fails in any way, or one past
-// probeCap in the pass, leaves the answer ending the pass.
+// then on that answer is taken for its own by every instance without asking again.
+//
+// The probe goes through the fetcher (the budget share), within probeTimeout. A probe that is
+// not answered (timed out, cut), or one past probeCap in the pass, leaves the answer ending the
+// pass, as it did before probes. One answered alike stops the pass too, and is recorded for the
+// probed item (catalog.RecordProbeFailure): a second such item, asked first by every probe,
+// would otherwise stop every pass for good. Answers to a packed call are never judged: the call
+// is several items'.
 func (d *Dispatcher) ownAnswer(ctx context.Context, f *flow, c catalog.Claim, err error) bool {
 	class := provider.ClassOf(err)
 	if class != provider.ClassMaintenance && class != provider.ClassConfig && class != provider.ClassEndpoint {
@@ -350,24 +355,33 @@ func (d *Dispatcher) ownAnswer(ctx context.Context, f *flow, c catalog.Claim, er
 		return false
 	}
 	f.probesLeft--
-	other, perr := catalog.ProbeItem(ctx, d.pool, c.ItemID)
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	other, perr := catalog.ProbeItem(pctx, d.pool, c.ItemID)
 	if perr == nil {
 		if pe.Endpoint == provider.EndpointAuctionSold {
-			_, perr = d.fetch.AuctionSold(ctx, other)
+			_, perr = d.fetch.AuctionSold(pctx, other)
 		} else {
-			_, perr = d.fetch.Auction(ctx, other)
+			_, perr = d.fetch.Auction(pctx, other)
 		}
 	}
-	if perr != nil {
-		// The answer is everyone's: the pass stops here, before the calls held for the probe
-		// (flow.waitProbe) go out, and so do the probes.
-		f.probesLeft = 0
-		f.halt(&stopError{class: class, err: err})
-		d.log.Debug("a probe of another item did not answer; the answer stands for every item",
-			zap.String("item_id", c.ItemID), zap.String("probed_item_id", other), zap.Error(perr))
-		return false
+	if perr == nil {
+		return true
 	}
-	return true
+	// The answer stands for every item: the pass stops here, before the calls held for the
+	// probe (flow.waitProbe) go out, and so do the probes.
+	f.probesLeft = 0
+	f.halt(&stopError{class: class, err: err})
+	d.log.Debug("a probe of another item failed too; the answer stands for every item",
+		zap.String("item_id", c.ItemID), zap.String("probed_item_id", other), zap.Error(perr))
+	if provider.ClassOf(perr) == class && provider.Answered(perr) {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+		defer rcancel()
+		if rerr := catalog.RecordProbeFailure(rctx, d.pool, other, class.String(), provider.Clean(perr.Error(), provider.MaxErrorRunes)); rerr != nil {
+			d.log.Warn("could not record a failed probe", zap.Error(rerr))
+		}
+	}
+	return false
 }
 
 // ownOutcome is the last_outcome of an item whose answer of class was judged its own

@@ -298,11 +298,11 @@ func stops(err error) bool {
 const shadowSkew = time.Minute
 
 // failAll fails a group whose packed call drew err: the answer is the call's, not one item's
-// (packed: no ownAnswer for it).
+// (no ownAnswer for it).
 func failAll(group []catalog.Claim, err error, at time.Time) []result {
 	out := make([]result, len(group))
 	for i, c := range group {
-		out[i] = result{claim: c, at: at, err: err, outcome: provider.ClassOf(err).String(), packed: true}
+		out[i] = result{claim: c, at: at, err: err, outcome: provider.ClassOf(err).String()}
 	}
 	return out
 }

@@ -182,7 +182,7 @@ func scenarioRefusedKey(ctx context.Context, h *harness, r *report) error {
 	p.signal(syscall.SIGTERM)
 	exit, werr := p.wait(ctx, 30*time.Second)
 	sent := after.Requests - before.Requests
-	r.check(sent <= 20, "%d requests in %s with a refused key (want a handful: one pass, then one re-check per daemon.KeyRecheckDefault)", sent, window)
+	r.check(sent <= 20, "%d requests in %s with a refused key (want a handful: one pass and its check of another item, then one re-check per daemon.KeyRecheckDefault)", sent, window)
 	r.check(code == http.StatusServiceUnavailable && strings.Contains(body, "refuses the market key"), "/readyz %d %q, want 503 naming the refused key", code, truncate(body, 120))
 	r.check(errLines == 1, "%d error lines for the refused key in %s, want 1", errLines, window)
 	r.check(werr == nil && exit == 0, "daemon exit %d %v after SIGTERM: %s", exit, werr, p.tail())
