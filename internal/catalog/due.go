@@ -237,12 +237,12 @@ func ProbeItem(ctx context.Context, pool *pgxpool.Pool, except string) (string, 
 }
 
 // RecordProbeFailure writes that a probe of itemID (asked whether the provider answers another
-// item) drew outcome too, without its lease or schedule: from then on the probes ask another
-// item (failure_streak > 0) rather than stopping at it for good. Its next collection, if it
-// succeeds, clears it.
+// item) drew outcome too, without its lease, schedule or last attempt (it was not collected):
+// from then on the probes ask another item (failure_streak > 0) rather than stopping at it for
+// good. Its next collection, if it succeeds, clears it.
 func RecordProbeFailure(ctx context.Context, pool *pgxpool.Pool, itemID, outcome, reason string) error {
 	_, err := pool.Exec(ctx, `UPDATE tracked_items SET failure_streak = failure_streak + 1, last_outcome = $2,
-    last_error = $3, last_attempt_at = now() WHERE item_id = $1`, itemID, outcome, reason)
+    last_error = $3 WHERE item_id = $1`, itemID, outcome, reason)
 	if err != nil {
 		return fmt.Errorf("record the failed probe of %s: %w", itemID, err)
 	}

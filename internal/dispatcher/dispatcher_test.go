@@ -637,6 +637,38 @@ func TestTwoItemsAnsweredAloneStallNothing(t *testing.T) {
 	}
 }
 
+// A probe that the API answers with an error about the other item (it does not know it) shows
+// the API up all the same: the first item's answer is its own, and nobody is paused.
+func TestAProbeAnsweredWithAnItemErrorShowsTheAPIUp(t *testing.T) {
+	t.Parallel()
+	var bad, unknown string
+	e := setup(t, 2, tiers.Hot, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Query().Get("itemId") {
+			case bad:
+				http.Error(w, "busy", http.StatusServiceUnavailable)
+			case unknown:
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = w.Write([]byte(`{"error":{"status":404,"code":"DNF003","message":"NOT_FOUND_ITEM"}}`))
+			default:
+				next.ServeHTTP(w, r)
+			}
+		})
+	})
+	bad, unknown = e.items[0].ItemID, e.items[1].ItemID
+	if _, err := e.pool.Exec(context.Background(), `UPDATE tracked_items SET next_collect_at = now() - interval '1 hour' WHERE item_id = $1`, bad); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.dispatcher(t, Config{Concurrency: 1}, nil).RunOnce(context.Background())
+	if err != nil || s.Paused || s.Failed != 2 || s.ItemErrors != 2 {
+		t.Fatalf("summary %s, %v: want both items failed for their own errors, nobody paused", s, err)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM tracked_items WHERE item_id = $1 AND last_outcome = 'item_maintenance'`, bad); c != 1 {
+		t.Fatal("the 503 was not judged the item's own")
+	}
+}
+
 // A pass makes at most probeCap probes: past them, the next answer is not judged (the pass
 // stops), however many items draw one.
 func TestAPassProbesAtMostProbeCapTimes(t *testing.T) {

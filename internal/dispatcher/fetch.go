@@ -331,9 +331,10 @@ const probeTimeout = 10 * time.Second
 // answers every item alike); the item is then failed alone, with outcome ownOutcome, and from
 // then on that answer is taken for its own by every instance without asking again.
 //
-// The probe goes through the fetcher (the budget share), within probeTimeout. A probe that is
-// not answered (timed out, cut), or one past probeCap in the pass, leaves the answer ending the
-// pass, as it did before probes. One answered alike stops the pass too, and is recorded for the
+// The probe goes through the fetcher (the budget share), within probeTimeout, its rate limits
+// retried as an item's calls are. A probe that is not answered by the API (timed out, cut, rate
+// limited throughout), or one past probeCap in the pass, leaves the answer ending the pass, as
+// it did before probes. One answered alike stops the pass too, and is recorded for the
 // probed item (catalog.RecordProbeFailure): a second such item, asked first by every probe,
 // would otherwise stop every pass for good. Answers to a packed call are never judged: the call
 // is several items'.
@@ -360,12 +361,14 @@ func (d *Dispatcher) ownAnswer(ctx context.Context, f *flow, c catalog.Claim, er
 	other, perr := catalog.ProbeItem(pctx, d.pool, c.ItemID)
 	if perr == nil {
 		if pe.Endpoint == provider.EndpointAuctionSold {
-			_, perr = d.fetch.AuctionSold(pctx, other)
+			_, perr = untilAnswered(pctx, func() (provider.Answer[provider.Sale], error) { return d.fetch.AuctionSold(pctx, other) })
 		} else {
-			_, perr = d.fetch.Auction(pctx, other)
+			_, perr = untilAnswered(pctx, func() (provider.Answer[provider.Listing], error) { return d.fetch.Auction(pctx, other) })
 		}
 	}
-	if perr == nil {
+	// The API answered for the other item, if only that it does not know it or that its rows
+	// are wrong: it is up, takes the key, and is at this address.
+	if pclass := provider.ClassOf(perr); perr == nil || pclass == provider.ClassItem || pclass == provider.ClassRejected {
 		return true
 	}
 	// The answer stands for every item: the pass stops here, before the calls held for the
