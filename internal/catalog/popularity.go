@@ -182,6 +182,10 @@ var recalcWaiting = func() {}
 // recalcRead tells tests that a recalculation has read the items and is about to decide.
 var recalcRead = func() {}
 
+// recalcReading tells tests that a recalculation holds the first row of a read (what:
+// "signals" or "activity").
+var recalcReading = func(what string) {}
+
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
@@ -285,10 +289,17 @@ func recalculate(ctx context.Context, db DB, p Policy, apply bool) (Result, erro
 // LATERAL subqueries walk item_interest's (item_id, time) index over just the horizon, then
 // its market activity from history (RecentActivity), in the same transaction and so at the
 // same now(). The last sale is the item's own watermark, not max(sold_at), which would probe
-// every day's partition of auction_sales for every item.
+// every day's partition of auction_sales for every item. Both come through cursors
+// (store.EachRow), a batch at a time: the transaction holds the recalculation's lock, and a
+// process frozen while one statement streamed every item to it kept that lock, and every
+// other instance's recalculation waiting, for as long as it stayed frozen.
 func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Time, error) {
 	horizon := 10 * p.InterestHalfLife // older events weigh under 0.1 %
-	rows, err := tx.Query(ctx, `
+	var (
+		out []itemState
+		now time.Time
+	)
+	err := store.EachRow(ctx, tx, "popularity_signals", `
 		SELECT t.item_id, t.collection_tier, t.next_collect_at, t.popularity_score, t.created_at, t.tier_changed_at,
 		       t.last_sale_at,
 		       li.occurred_at, coalesce(li.kind, ''),
@@ -308,18 +319,8 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 			FROM item_interest i WHERE i.item_id = t.item_id AND i.occurred_at > now() - $5::float8 * interval '1 second'
 		) ia
 		WHERE NOT synthetic_item(t.item_id)
-		ORDER BY t.item_id`,
-		p.Weights.View, p.Weights.Watch, p.Weights.Touch,
-		p.InterestHalfLife.Seconds(), horizon.Seconds())
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read popularity signals: %w", err)
-	}
-	defer rows.Close()
-	var (
-		out []itemState
-		now time.Time
-	)
-	for rows.Next() {
+		ORDER BY t.item_id`, []any{p.Weights.View, p.Weights.Watch, p.Weights.Touch,
+		p.InterestHalfLife.Seconds(), horizon.Seconds()}, func(rows pgx.Rows) error {
 		var it itemState
 		var tier, pinned string
 		o := &it.Observed
@@ -328,29 +329,40 @@ func readSignals(ctx context.Context, tx pgx.Tx, p Policy) ([]itemState, time.Ti
 			&it.Interest, &now, &pinned,
 			&o.Accesses, &o.Changes, &o.ChangedSeconds, &o.UnchangedSeconds, &it.ObservedSales,
 			&it.SeenListings, &it.Requests); err != nil {
-			return nil, now, fmt.Errorf("read popularity signals: %w", err)
+			return err
 		}
 		it.Tier, it.Pinned = tiers.Tier(tier), tiers.Tier(pinned)
 		out = append(out, it)
-	}
-	if err := rows.Err(); err != nil {
+		if len(out) == 1 {
+			recalcReading("signals")
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, now, fmt.Errorf("read popularity signals: %w", err)
-	}
-	ids := make([]string, len(out))
-	for i := range out {
-		ids[i] = out[i].ItemID
 	}
 	if len(out) == 0 {
 		now, err = store.Now(ctx, tx)
 		return nil, now, err
 	}
+	ids := make([]string, len(out))
+	at := make(map[string]int, len(out))
+	for i := range out {
+		ids[i], at[out[i].ItemID] = out[i].ItemID, i
+	}
 	// now is the transaction's, as the statement's now() would be.
-	act, err := history.RecentActivity(ctx, tx, ids, now.Add(-p.Window))
+	first := true
+	err = history.RecentActivity(ctx, tx, ids, now.Add(-p.Window), func(id string, a history.Activity) error {
+		if first {
+			first = false
+			recalcReading("activity")
+		}
+		it := &out[at[id]]
+		it.Sales, it.Gold, it.Churn = a.Sales, a.Gold, a.Churn
+		return nil
+	})
 	if err != nil {
 		return nil, now, fmt.Errorf("read popularity signals: %w", err)
-	}
-	for i, a := range act {
-		out[i].Sales, out[i].Gold, out[i].Churn = a.Sales, a.Gold, a.Churn
 	}
 	return out, now, nil
 }

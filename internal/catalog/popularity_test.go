@@ -13,7 +13,9 @@ import (
 
 	"github.com/duecollector/duecollector/internal/budget"
 	"github.com/duecollector/duecollector/internal/config"
+	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/packing"
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -384,5 +386,56 @@ func TestAMoveDuringACollectionSchedulesTheNextAhead(t *testing.T) {
 	r, err := RecordInterest(ctx, pool, InterestEvent{ItemID: touched, Kind: KindTouch}, tiers.Active)
 	if err != nil || !r.Reactivated || r.NextCollectAt == nil || !r.NextCollectAt.After(time.Now().Add(-time.Second)) {
 		t.Fatalf("reactivated while being collected: %+v, %v; want its next collection ahead", r, err)
+	}
+}
+
+// A recalculation whose process freezes mid-read (SIGSTOP, a paused VM) holding the first row
+// of a read of every item lets go of the recalculation within the idle bound: its session
+// waits idle in the transaction, which the bound ends, and the next instance's recalculation
+// takes over. A read streamed in one statement left the session active, blocked sending the
+// rest into the full sockets where no bound reaches, and every other instance waited out
+// recalcWait and skipped, for as long as the process stayed frozen.
+func TestARecalculationFrozenMidReadIsTakenOver(t *testing.T) {
+	ctx := context.Background()
+	pool, url := storetest.NewPool(t)
+	const n = 150_000 // tens of MB of signals, more than the sockets hold
+	storetest.PartitionDays(t, pool, -2, 1, partition.Snapshots, partition.Sales)
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO tracked_items (item_id, item_name, collection_tier, next_collect_at)
+		SELECT 'frozen-read-item-' || lpad(g::text, 8, '0'), 'Item ' || g, 'WARM_5M', now() + interval '1 hour'
+		FROM generate_series(1, $1) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	frozen, err := store.Open(ctx, store.PoolConfig{URL: url, IdleInTransaction: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(frozen.Close)
+	for _, what := range []string{"signals", "activity"} {
+		t.Run(what, func(t *testing.T) {
+			holding, thaw := make(chan struct{}), make(chan struct{})
+			recalcReading = func(w string) {
+				if w == what {
+					close(holding)
+					<-thaw
+				}
+			}
+			t.Cleanup(func() { recalcReading = func(string) {} })
+			done := make(chan error, 1)
+			go func() {
+				_, err := RecalculatePopularity(ctx, frozen, testPolicy())
+				done <- err
+			}()
+			<-holding
+			recalcReading = func(string) {}
+			res, err := RecalculatePopularity(ctx, pool, testPolicy())
+			close(thaw)
+			if err != nil || res.Skipped || res.Scored != n {
+				t.Errorf("recalculation beside one frozen holding its first row of %s: %+v, %v; want every item scored", what, res, err)
+			}
+			if err := <-done; err == nil {
+				t.Errorf("the frozen recalculation went on after its session was ended")
+			}
+		})
 	}
 }

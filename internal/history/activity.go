@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // Activity is an item's recent market, as the popularity score weighs it.
@@ -16,20 +18,20 @@ type Activity struct {
 	Churn float64 // listings added or removed between the item's snapshots in the window
 }
 
-// RecentActivity reads the activity of each of ids since a time (the caller's database clock
-// less its window), in ids' order, in one statement. It aggregates the window's rows of each
-// table once and joins them to ids: the partitions before the window are pruned when the
-// statement is planned (a bound the planner cannot evaluate, now() less an interval, would
-// open and lock every partition to prune them only at execution), and a recalculation reads
-// every item, so one pass over the window beats a probe of each item's index
-// (BenchmarkRecalculationAtScale in BENCHMARKS.md). Most of what is left is ordering the
-// window's snapshots for the churn.
-func RecentActivity(ctx context.Context, q interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, ids []string, since time.Time) ([]Activity, error) {
+// RecentActivity calls fn with the activity of each of ids since a time (the caller's
+// database clock less its window), each id once, in their byte order. It aggregates the
+// window's rows of each table once and joins them to ids: the partitions before the window
+// are pruned when the statement is planned (a bound the planner cannot evaluate, now() less
+// an interval, would open and lock every partition to prune them only at execution), and a
+// recalculation reads every item, so one pass over the window beats a probe of each item's
+// index (BenchmarkRecalculationAtScale in BENCHMARKS.md). Most of what is left is ordering
+// the window's snapshots for the churn. The rows come through a cursor (store.EachRow): the
+// recalculation reads them in the transaction that holds its lock, which a reader frozen
+// mid-read must not keep for good.
+func RecentActivity(ctx context.Context, tx pgx.Tx, ids []string, since time.Time, fn func(itemID string, a Activity) error) error {
 	// Each id once: the joins below would count an id's rows once for every time it is asked.
 	asked := slices.Compact(slices.Sorted(slices.Values(ids)))
-	rows, err := q.Query(ctx, `
+	err := store.EachRow(ctx, tx, "recent_activity", `
 		WITH ids AS (
 			SELECT item_id, pos FROM unnest($1::text[]) WITH ORDINALITY AS u(item_id, pos)
 		), sa AS (
@@ -45,20 +47,18 @@ func RecentActivity(ctx context.Context, q interface {
 			) x
 			GROUP BY item_id
 		)
-		SELECT coalesce(sa.n, 0), coalesce(sa.gold, 0), coalesce(ch.churn, 0)
+		SELECT ids.item_id, coalesce(sa.n, 0), coalesce(sa.gold, 0), coalesce(ch.churn, 0)
 		FROM ids LEFT JOIN sa USING (item_id) LEFT JOIN ch USING (item_id)
-		ORDER BY ids.pos`, asked, since)
+		ORDER BY ids.pos`, []any{asked, since}, func(rows pgx.Rows) error {
+		var id string
+		var a Activity
+		if err := rows.Scan(&id, &a.Sales, &a.Gold, &a.Churn); err != nil {
+			return err
+		}
+		return fn(id, a)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("read recent activity of %d items: %w", len(ids), err)
+		return fmt.Errorf("read recent activity of %d items: %w", len(asked), err)
 	}
-	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Activity])
-	if err != nil {
-		return nil, fmt.Errorf("read recent activity of %d items: %w", len(ids), err)
-	}
-	out := make([]Activity, len(ids))
-	for i, id := range ids {
-		j, _ := slices.BinarySearch(asked, id)
-		out[i] = got[j]
-	}
-	return out, nil
+	return nil
 }

@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/duecollector/duecollector/internal/store"
 )
 
 // The rows of one UTC day, as exports publish them: every stored column a consumer can use
@@ -138,13 +139,6 @@ func EachCandleOfDay(ctx context.Context, db Reader, day time.Time, fn func(Cand
 	return eachOfDay(ctx, db, "candles", dayCandles, day, fn, scanDay[CandleRow])
 }
 
-// dayBatch is how many rows a read of a day in a transaction fetches at once: few enough that
-// the server has sent them into the sockets' buffers by the time the reader takes them, so a
-// reader frozen mid-day (SIGSTOP, a paused VM) leaves its session idle in the transaction,
-// where the export's idle bound ends it and its snapshot, rather than blocked in a send that
-// no bound reaches while vacuum and the retention drops wait behind it.
-const dayBatch = 1000
-
 func eachOfDay[R any](ctx context.Context, db Reader, what, sql string, day time.Time, fn func(R) error,
 	scan func(pgx.Rows, *R) error) error {
 	if tx, ok := db.(pgx.Tx); ok {
@@ -170,48 +164,27 @@ func eachOfDay[R any](ctx context.Context, db Reader, what, sql string, day time
 	return nil
 }
 
-// eachOfDayInBatches is eachOfDay through a cursor, dayBatch rows a fetch. The day's bounds are
-// written into the cursor's query as literals (times this package formats, nothing else).
+// eachOfDayInBatches is eachOfDay through a cursor (store.EachRow): a reader frozen mid-day
+// (SIGSTOP, a paused VM) leaves its session idle in the transaction, where the export's idle
+// bound ends it and its snapshot, rather than blocked in a send that no bound reaches while
+// vacuum and the retention drops wait behind it. The day's bounds are written into the
+// cursor's query as literals (times this package formats, nothing else). One cursor per table:
+// each query's FETCH needs its own name.
 func eachOfDayInBatches[R any](ctx context.Context, tx pgx.Tx, what, sql string, day time.Time, fn func(R) error,
 	scan func(pgx.Rows, *R) error) error {
-	fail := func(err error) error {
-		return fmt.Errorf("read the %s of %s: %w", what, day.Format(time.DateOnly), err)
-	}
 	lit := func(t time.Time) string { return "'" + t.UTC().Format(time.RFC3339Nano) + "'::timestamptz" }
 	query := strings.NewReplacer("$1", lit(day), "$2", lit(day.AddDate(0, 0, 1))).Replace(sql)
-	// A cursor per table: pgx caches a statement's result shape by its text, and one FETCH
-	// text for tables of different columns would be read with another's shape.
-	cursor := "day_" + what
-	if _, err := tx.Exec(ctx, "DECLARE "+cursor+" NO SCROLL CURSOR FOR "+query); err != nil {
-		return fail(err)
+	var fnErr error // fn's own error comes back as it was; the rest say what was read
+	err := store.EachRow(ctx, tx, "day_"+what, query, nil, func(rows pgx.Rows) error {
+		var r R
+		if err := scan(rows, &r); err != nil {
+			return err
+		}
+		fnErr = fn(r)
+		return fnErr
+	})
+	if err != nil && err != fnErr {
+		return fmt.Errorf("read the %s of %s: %w", what, day.Format(time.DateOnly), err)
 	}
-	for {
-		rows, err := tx.Query(ctx, "FETCH "+strconv.Itoa(dayBatch)+" FROM "+cursor)
-		if err != nil {
-			return fail(err)
-		}
-		n := 0
-		for rows.Next() {
-			n++
-			var r R
-			if err := scan(rows, &r); err != nil {
-				rows.Close()
-				return fail(err)
-			}
-			if err := fn(r); err != nil {
-				rows.Close()
-				return err
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return fail(err)
-		}
-		if n < dayBatch {
-			break
-		}
-	}
-	if _, err := tx.Exec(ctx, "CLOSE "+cursor); err != nil {
-		return fail(err)
-	}
-	return nil
+	return err
 }

@@ -78,8 +78,12 @@ func TestReadsPlanOnlyThePartitionsTheyReach(t *testing.T) {
 			return err
 		}},
 		{"RecentActivity of the last hour", func(ctx context.Context, tx pgx.Tx) error {
-			got, err := history.RecentActivity(ctx, tx, []string{"busy", "quiet"}, time.Now().Add(-2*time.Hour))
-			if err == nil && (got[0].Sales != 3 || got[1].Sales != 0) {
+			got := map[string]history.Activity{}
+			err := history.RecentActivity(ctx, tx, []string{"busy", "quiet"}, time.Now().Add(-2*time.Hour), func(id string, a history.Activity) error {
+				got[id] = a
+				return nil
+			})
+			if err == nil && (got["busy"].Sales != 3 || got["quiet"].Sales != 0) {
 				t.Errorf("activity of busy, quiet: %+v, want 3 and 0 sales", got)
 			}
 			return err
