@@ -425,7 +425,8 @@ func (s *Share) CooldownRemaining() time.Duration {
 // window.
 type CooldownError struct {
 	Until time.Time
-	Why   string // what is waited for, when not the key's cool-down
+	In    time.Duration // Until less the share's clock when it was said (Config.Clock)
+	Why   string        // what is waited for, when not the key's cool-down
 }
 
 func (e *CooldownError) Error() string {
@@ -476,7 +477,7 @@ func (s *Share) WaitWithin(ctx context.Context, window time.Duration) (done func
 		// bounded by admit; the limiter's waits are this process's rate, which the others and
 		// the caller's concurrency set.
 		if window > 0 && a.res == nil && s.heartbeatStale(now) && now.Add(d).Sub(start) > window {
-			return nil, &CooldownError{Until: now.Add(d), Why: "this process's budget heartbeat is failing (it may be counted out of the key's shared budget), " +
+			return nil, &CooldownError{Until: now.Add(d), In: d, Why: "this process's budget heartbeat is failing (it may be counted out of the key's shared budget), " +
 				"and the wait for the budget outlasts " + window.String()}
 		}
 		if !s.sleep(ctx, d) {
@@ -525,7 +526,7 @@ func (s *Share) admit(a *attempt, now time.Time, window time.Duration) (time.Dur
 	s.mu.Unlock()
 	if window > 0 && d > window {
 		a.abandon(now)
-		return 0, &CooldownError{Until: now.Add(d)}
+		return 0, &CooldownError{Until: now.Add(d), In: d}
 	}
 	if d > 0 {
 		return d, nil

@@ -96,7 +96,7 @@ func waitError(endpoint string, within time.Duration, err error) error {
 	if errors.As(err, &ce) {
 		// Ends the pass like a rate-limit answer: unfetched claims are handed back at once.
 		return &provider.Error{Class: provider.ClassRateLimited, Workload: provider.WorkloadMarket, Endpoint: endpoint,
-			RetryAfter: time.Until(ce.Until), Err: fmt.Errorf("%w, past this run's leases (collect.lease %s)", ce, within)}
+			RetryAfter: ce.In, Err: fmt.Errorf("%w, past this run's leases (collect.lease %s)", ce, within)}
 	}
 	return &provider.Error{Class: provider.ClassTransient, Workload: provider.WorkloadMarket, Endpoint: endpoint,
 		Err: fmt.Errorf("waiting for the cluster budget: %w", err)}

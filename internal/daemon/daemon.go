@@ -380,12 +380,15 @@ func New(pool *pgxpool.Pool, client *provider.Client, cfg Config, log *zap.Logge
 	return d, nil
 }
 
-// perSecond is the requests per second this process may send on the market key.
+// perSecond is the requests per second this process may send on the market key: its share,
+// or without sharing what the client's own limiter lets through (the tighter of rate and
+// per_minute; claims sized to the rate alone, under a tighter per_minute, held items their
+// calls could not reach within the claim's horizon).
 func (d *Daemon) perSecond() float64 {
 	if d.share != nil {
 		return d.share.Stats().PerSecond
 	}
-	return d.cfg.Market.Rate
+	return budget.Ceiling(d.cfg.Market, 0)
 }
 
 // ahead is how long before their due time the daemon claims items. With packing on it is
