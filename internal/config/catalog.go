@@ -146,9 +146,15 @@ func (c CatalogConfig) validate() error {
 		{"catalog.weights.watch", c.Weights.Watch},
 		{"catalog.weights.touch", c.Weights.Touch},
 	} {
-		if w.v < 0 { // NaN and infinities: finite() names them, once
-			errs = append(errs, invalid(w.key, w.v, "must be >= 0"))
+		// NaN and infinities: finite() names them, once. Past maxWeight, scores overflow to
+		// infinity, which the schema refuses: every recalculation failed without naming the key.
+		if w.v < 0 || w.v > maxWeight {
+			errs = append(errs, invalid(w.key, w.v, "must be between 0 and 1e6"))
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// maxWeight bounds each catalog.weights.* key: far above any useful weight (the defaults are
+// under 10), far below what makes a score overflow.
+const maxWeight = 1e6

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -127,7 +128,7 @@ func newViper(opts Options) (*viper.Viper, error) {
 		v.SetConfigFile(opts.File)
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
-			return nil, fmt.Errorf("config file %s: %w", opts.File, err)
+			return nil, fmt.Errorf("config file %s: %w", opts.File, quotedValuesHidden{err})
 		}
 	}
 	for key, f := range opts.Flags {
@@ -140,6 +141,19 @@ func newViper(opts Options) (*viper.Viper, error) {
 	}
 	return v, nil
 }
+
+// quotedValuesHidden is a file's parse error with the values the YAML library quotes in it
+// hidden: a file that is not a configuration (a key file given by mistake, an env file) would
+// put its first bytes, or the whole of a short password, in a log line.
+type quotedValuesHidden struct{ err error }
+
+var yamlQuoted = regexp.MustCompile("`[^`]*`")
+
+func (e quotedValuesHidden) Error() string {
+	return yamlQuoted.ReplaceAllString(e.err.Error(), "`[value hidden]`")
+}
+
+func (e quotedValuesHidden) Unwrap() error { return e.err }
 
 // dottedNames gives a map of names (kafka.topic_config) its keys as written: viper splits a key
 // at its dots ("retention.ms" as retention: {ms: …}), on some runs and not others (it walks a

@@ -132,6 +132,16 @@ func TestBadValuesNameTheKey(t *testing.T) {
 		{"catalog:\n  demotion_hold: 3600\n", "catalog.demotion_hold (file "}, // floor 0
 		{"catalog:\n  weights:\n    sales: -1\n", "catalog.weights.sales"},
 		{"catalog:\n  weights:\n    sales: .nan\n", "catalog.weights.sales"},
+		{"catalog:\n  weights:\n    sales: 1e306\n", "catalog.weights.sales"}, // scores overflow, which the schema refuses
+		{"kafka:\n  topic: 'market snapshots'\n", "kafka.topic"},              // Kafka refuses the name
+		{"kafka:\n  topic: market/snapshots\n", "kafka.topic"},
+		// Blanks read as no settings: the OS user's database on the local socket.
+		{"database:\n  url: ' '\n", "database.url"},
+		{"database:\n  direct_url: ' '\n", "database.direct_url"},
+		{"database:\n  read_url: '\t'\n", "database.read_url"},
+		// Not a configuration at all (a key file given by mistake): the YAML library quotes
+		// the value it could not read, which must not reach a log.
+		{"s3cretKEY42\n", "config file"},
 	} {
 		_, err := Load(Options{File: writeFile(t, tc.yaml)})
 		if err != nil && strings.Contains(err.Error(), "s3cret") {
@@ -433,6 +443,9 @@ func TestReadURL(t *testing.T) {
 		}
 	}
 	t.Setenv("COLLECTOR_DATABASE_READ_URL", "postgres://reader:s3cret@standby/duecollector")
+	// A password with a space, which no parse can end: config print shows the settings that
+	// Load refuses too.
+	t.Setenv("COLLECTOR_DATABASE_DIRECT_URL", "host=db password=open s3cret user=app")
 	settings, err := Explain(Options{})
 	if err != nil {
 		t.Fatal(err)

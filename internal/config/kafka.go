@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -103,6 +104,8 @@ var kafkaDefaults = map[string]any{
 	"kafka.sasl.password":            "",
 }
 
+var topicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
 // Validate checks every kafka.* value, including how they bound each other; the relay needs
 // nothing else checked.
 func (c KafkaConfig) Validate() error {
@@ -112,8 +115,13 @@ func (c KafkaConfig) Validate() error {
 			errs = append(errs, invalid("kafka.brokers", c.Brokers, fmt.Sprintf("%q must be host:port, the port a number from 1 to 65535 (comma-separated in COLLECTOR_KAFKA_BROKERS)", b)))
 		}
 	}
-	if c.Topic == "" {
+	switch {
+	case c.Topic == "":
 		errs = append(errs, invalid("kafka.topic", `""`, "required"))
+	case !topicName.MatchString(c.Topic) || c.Topic == "." || c.Topic == "..":
+		// Kafka's own rule: the relay would otherwise be told the topic does not exist, and
+		// say "create it", which no broker allows.
+		errs = append(errs, invalid("kafka.topic", fmt.Sprintf("%q", c.Topic), "a Kafka topic name: up to 249 of a-z, A-Z, 0-9, '.', '_' and '-'"))
 	}
 	if c.Source == "" {
 		errs = append(errs, invalid("kafka.source", `""`, "required (the CloudEvents ce_source header)"))

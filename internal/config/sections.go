@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"regexp"
 	"slices"
@@ -48,6 +49,12 @@ func (c DatabaseConfig) validate() error {
 		errs = append(errs, invalid("database.url", `""`, "required (DATABASE_URL also sets it)"))
 	}
 	for _, u := range []struct{ key, value string }{{"database.url", c.URL}, {"database.direct_url", c.DirectURL}, {"database.read_url", c.ReadURL}} {
+		if u.value != "" && strings.TrimSpace(u.value) == "" {
+			// pgx reads blanks as "no settings": the local socket's database named for the
+			// OS user, where a migration would have built the schema.
+			errs = append(errs, invalid(u.key, fmt.Sprintf("%q", u.value), "blank: give a postgres:// URL or key=value connection string, or leave it unset"))
+			continue
+		}
 		if err := parsable(u.key, u.value); err != nil {
 			errs = append(errs, err)
 		}

@@ -46,7 +46,9 @@ func Explain(opts Options) ([]Setting, error) {
 		case secretKeys[k] && s.Value != "":
 			s.Value = "[redacted]"
 		case k == "database.url" || k == "database.direct_url" || k == "database.read_url":
-			s.Value = RedactURL(v.GetString(k))
+			// As its errors show it: a key=value string's password runs to the next key=, so
+			// one with a space in it is masked whole.
+			s.Value = redactUnparsable(v.GetString(k))
 		case k == "provider.base_url":
 			s.Value = RedactHTTPURL(v.GetString(k))
 		}
