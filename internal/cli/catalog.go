@@ -320,7 +320,7 @@ func newItemsCmd(a *app) *cobra.Command {
 including what collection has learnt: observed collections and changes, the estimated change rate
 (Cho & Garcia-Molina), the sales rate and lost-sale gaps, and how its last collection ended
 (the failures in a row, the last error).`,
-		Args: cobra.MaximumNArgs(1),
+		Args: itemIDArgs(cobra.MaximumNArgs(1)),
 		RunE: a.runArgs(func(ctx context.Context, args []string) error {
 			if q.Limit < 0 {
 				return usageError{"collector items", fmt.Errorf("--limit %d: 0 (all) or more", q.Limit)}

@@ -182,10 +182,28 @@ func oneItemID(cmd *cobra.Command, args []string) error {
 		return fmt.Errorf("missing ITEM_ID: give one tracked item's id (`collector items` lists them)")
 	case len(args) > 1:
 		return fmt.Errorf("%s takes one ITEM_ID, got %d arguments", cmd.Name(), len(args))
-	case strings.TrimSpace(args[0]) == "":
+	}
+	return blankItemID(args)
+}
+
+// blankItemID refuses an ITEM_ID argument (the first) that is empty or blank, an unset shell
+// variable most often: `items ""` read it as no id and showed another item as if it were the
+// one asked for.
+func blankItemID(args []string) error {
+	if len(args) > 0 && strings.TrimSpace(args[0]) == "" {
 		return fmt.Errorf("ITEM_ID is empty: give one tracked item's id (`collector items` lists them)")
 	}
 	return nil
+}
+
+// itemIDArgs is cobra's check of the argument count, then blankItemID.
+func itemIDArgs(count cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := count(cmd, args); err != nil {
+			return err
+		}
+		return blankItemID(args)
+	}
 }
 
 func summaryFields(s dispatcher.Summary) []zap.Field {

@@ -199,7 +199,8 @@ func TestPreReleaseDatabaseSaysRecreate(t *testing.T) {
 }
 
 // Arguments that could never be right are refused before anything connects: a negative
-// version (which would have meant "one down"), an empty item id.
+// version (which would have meant "one down"), an empty item id, an empty endpoint, a negative
+// limit of a check.
 func TestImpossibleArgumentsAreUsageErrors(t *testing.T) {
 	t.Setenv("COLLECTOR_CONFIG", "")
 	unreachable := "postgres://u@127.0.0.1:1/x?connect_timeout=2"
@@ -211,6 +212,17 @@ func TestImpossibleArgumentsAreUsageErrors(t *testing.T) {
 		{"items", "--database-url", unreachable, "--limit", "-5"},
 		{"items", "--database-url", unreachable, "--tier", "BOGUS"},
 		{"purge:synthetic", "--database-url", unreachable, "--batch-size", "-5"},
+		// An unset variable or a sign typo must not widen or switch off what was asked.
+		{"items", "--database-url", unreachable, ""},
+		{"items", "pin", "--database-url", unreachable, " ", "HOT_1M"},
+		{"items", "unpin", "--database-url", unreachable, ""},
+		{"items", "untrack", "--database-url", unreachable, ""},
+		{"packing", "off", "--database-url", unreachable, "--endpoint", ""},
+		{"packing", "on", "--database-url", unreachable, "--endpoint", "/df/items"},
+		{"status", "--database-url", unreachable, "--check", "--max-idle", "-1s"},
+		{"status", "--database-url", unreachable, "--check", "--min-instances", "-1"},
+		{"status", "--database-url", unreachable, "--check", "--max-overdue", "-1"},
+		{"status", "--database-url", unreachable, "--check", "--max-outbox-age", "-1m"},
 	} {
 		_, _, err := runCollector(t, args...)
 		var ue usageError

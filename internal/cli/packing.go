@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,16 +38,21 @@ func newPackingCmd(a *app) *cobra.Command {
 		if !on {
 			use, short = "off", "Switch packed calls off: every item is fetched alone"
 		}
-		c := &cobra.Command{
+		var c *cobra.Command
+		c = &cobra.Command{
 			Use: use, Short: short, Args: cobra.NoArgs,
 			RunE: a.run(func(ctx context.Context) error {
+				eps := []string{provider.EndpointAuction, provider.EndpointAuctionSold}
+				if c.Flags().Changed("endpoint") {
+					// Given empty (an unset variable), it must not widen to both endpoints.
+					if !slices.Contains(eps, endpoint) {
+						return usageError{"collector packing " + use, fmt.Errorf("--endpoint %q: allowed %s (leave it out for both)", endpoint, strings.Join(eps, ", "))}
+					}
+					eps = []string{endpoint}
+				}
 				pool, err := a.db(ctx)
 				if err != nil {
 					return err
-				}
-				eps := []string{provider.EndpointAuction, provider.EndpointAuctionSold}
-				if endpoint != "" {
-					eps = []string{endpoint}
 				}
 				for _, ep := range eps {
 					if err := dispatcher.SetPacking(ctx, pool, ep, on, "collector packing "+use); err != nil {

@@ -188,7 +188,7 @@ func newPinCmd(a *app) *cobra.Command {
 		Use:   "pin ITEM_ID TIER",
 		Short: "Fix an item's tier: recalculation leaves it there and the budget policy plans around it",
 		Args: func(cmd *cobra.Command, args []string) error {
-			if err := cobra.ExactArgs(2)(cmd, args); err != nil {
+			if err := itemIDArgs(cobra.ExactArgs(2))(cmd, args); err != nil {
 				return err
 			}
 			t, err := tiers.Parse(args[1])
@@ -217,7 +217,7 @@ func newUnpinCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "unpin ITEM_ID",
 		Short: "Hand an item back to the tier policy (its tier stays until the next recalculation)",
-		Args:  cobra.ExactArgs(1),
+		Args:  itemIDArgs(cobra.ExactArgs(1)),
 		RunE: a.runArgs(func(ctx context.Context, args []string) error {
 			pool, err := a.db(ctx)
 			if err != nil {
@@ -240,7 +240,7 @@ func newUntrackCmd(a *app) *cobra.Command {
 adds and updates. Its row goes, with its tier, pin and estimates; its snapshots, sales and candles
 stay in the database and day exports until retention drops them (collector history, the console
 and the API no longer show them), and import-items tracks it again as a new item.`,
-		Args: cobra.ExactArgs(1),
+		Args: itemIDArgs(cobra.ExactArgs(1)),
 		RunE: a.runArgs(func(ctx context.Context, args []string) error {
 			pool, err := a.db(ctx)
 			if err != nil {

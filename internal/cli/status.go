@@ -43,6 +43,18 @@ that has lasted longer than 6 hours is named instead.`,
 			if output != "text" && output != "json" {
 				return usageError{cmd: "collector status", err: fmt.Errorf("-o %q: allowed text, json", output)}
 			}
+			// A sign typo must not switch a check off (--max-idle -1s read as "not checked")
+			// or make it pass whatever the cluster does.
+			switch {
+			case lim.maxOverdue < 0:
+				return usageError{cmd: "collector status", err: fmt.Errorf("--max-overdue %d: 0 or more", lim.maxOverdue)}
+			case lim.maxOutboxAge < 0:
+				return usageError{cmd: "collector status", err: fmt.Errorf("--max-outbox-age %s: 0 or more", lim.maxOutboxAge)}
+			case lim.maxIdle < 0:
+				return usageError{cmd: "collector status", err: fmt.Errorf("--max-idle %s: 0 (not checked) or more", lim.maxIdle)}
+			case lim.minInstances < 0:
+				return usageError{cmd: "collector status", err: fmt.Errorf("--min-instances %d: 0 or more", lim.minInstances)}
+			}
 			pool, err := a.db(ctx)
 			if err != nil {
 				return err
