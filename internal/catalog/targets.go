@@ -70,6 +70,12 @@ func LoadTargets(path string) ([]Target, error) {
 // `items:` list; each entry is a bare name or a mapping with name, wordType, tier, itemId, all
 // and note. Every problem is reported with its file and line, all at once.
 func ParseTargets(file string, data []byte) ([]Target, error) {
+	// UTF-16 with a byte-order mark the YAML library reads itself; anything else must be
+	// UTF-8, which it only calls an "invalid leading UTF-8 octet", with no line.
+	if !utf8.Valid(data) && !bytes.HasPrefix(data, []byte{0xFE, 0xFF}) && !bytes.HasPrefix(data, []byte{0xFF, 0xFE}) {
+		line := 1 + bytes.Count(data[:invalidUTF8At(data)], []byte("\n"))
+		return nil, fmt.Errorf("%s:%d: not UTF-8 text (saved as CP949/EUC-KR or another legacy encoding?): save the file as UTF-8", file, line)
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
@@ -249,4 +255,16 @@ func emptyDocument(n *yaml.Node) bool {
 	}
 	c := n.Content[0]
 	return len(n.Content) == 1 && c.Kind == yaml.ScalarNode && c.Tag == "!!null" && c.Value == ""
+}
+
+// invalidUTF8At is the offset of data's first byte that is not part of valid UTF-8.
+func invalidUTF8At(data []byte) int {
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(data)
 }

@@ -67,6 +67,8 @@ func TestParseTargetsErrorsNameFileAndLine(t *testing.T) {
 		{"a tier given twice", "items:\n  - name: a\n    tier: HOT_1M\n    tier: COLD_10M\n", []string{"t.yaml:4:", "tier is given again (first at line 3)"}},
 		{"several at once", "items:\n  - {name: a, tier: X}\n  - {name: b, tier: Y}\n", []string{"t.yaml:2:", "t.yaml:3:"}},
 		{"a name too long", "items:\n  - a\n  - " + strings.Repeat("검", 201) + "\n", []string{"t.yaml:3:", "201 characters"}},
+		// 황금 큐브 in CP949, as a Korean Windows editor may save it.
+		{"not UTF-8", "items:\n  - a\n  - \xc8\xb2\xb1\xdd \xc5\xa5\xba\xea\n", []string{"t.yaml:3:", "not UTF-8"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseTargets("t.yaml", []byte(tc.src))
@@ -82,6 +84,14 @@ func TestParseTargetsErrorsNameFileAndLine(t *testing.T) {
 	}
 	if got, err := ParseTargets("t.yaml", []byte("items:\n  - a\n---\n")); err != nil || len(got) != 1 {
 		t.Errorf("a trailing ---: %v %v, want the one item", got, err)
+	}
+	// UTF-16 with its byte-order mark is text the YAML library reads.
+	utf16 := []byte{0xFF, 0xFE}
+	for _, r := range "items:\n  - 검\n" {
+		utf16 = append(utf16, byte(r), byte(r>>8))
+	}
+	if got, err := ParseTargets("t.yaml", utf16); err != nil || len(got) != 1 || got[0].Name != "검" {
+		t.Errorf("UTF-16 with a byte-order mark: %+v %v, want the one item", got, err)
 	}
 }
 
