@@ -100,7 +100,9 @@ func BrowseItems(ctx context.Context, db Reader, q BrowseQuery) ([]ItemRow, *Cur
 	case q.Search != "":
 		// name_key is lower(item_name) in the "C" collation: the LIKE prefix, the order and the
 		// keyset all use item_browse_name_idx. The exact id comes first, on the first page only.
-		where = append(where, `b.name_key LIKE `+arg(escapeLike(strings.ToLower(q.Search))+"%"),
+		// The pattern is lowered by the same lower() as name_key (the database's locale), not
+		// by Go's: under LC_CTYPE C lower() leaves "É" as it is, and Go's "é" matched nothing.
+		where = append(where, `b.name_key LIKE lower(`+arg(escapeLike(q.Search)+"%")+`)`,
 			"b.item_id <> "+arg(q.Search))
 		if c != nil {
 			where = append(where, `(b.name_key, b.item_id) > (`+arg(c.Name)+", "+arg(c.ID)+")")

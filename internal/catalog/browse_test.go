@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duecollector/duecollector/internal/store"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
@@ -81,5 +82,28 @@ func TestBrowseItemsPagesEachFilterInOrder(t *testing.T) {
 	}
 	if _, _, err := BrowseItems(ctx, pool, BrowseQuery{Filter: "bogus"}); err == nil || !strings.Contains(err.Error(), `"bogus"`) {
 		t.Errorf("unknown filter: %v", err)
+	}
+}
+
+// A search is lowered as the names are, by the database's lower(): in a database of locale C
+// it lowers ASCII only, so a name keeps its "İ", and Go's lowering of the search ("i") found
+// not even the item's own name.
+func TestASearchIsLoweredAsTheNamesAre(t *testing.T) {
+	ctx := context.Background()
+	url := storetest.NewEmptyDatabaseInLocale(t, "C")
+	if err := store.Migrate(ctx, url, nil); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := store.Open(ctx, store.PoolConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	storetest.Items(t, pool, storetest.Item{ID: "x", Name: "İzmir Blade", Tier: tiers.Hot})
+	for _, q := range []string{"İzmir Blade", "İzmir b"} {
+		rows, _, err := BrowseItems(ctx, pool, BrowseQuery{Search: q})
+		if err != nil || len(rows) != 1 || rows[0].ItemID != "x" {
+			t.Errorf("search %q: %+v, %v; want the item named İzmir Blade", q, rows, err)
+		}
 	}
 }

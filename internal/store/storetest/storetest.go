@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,6 +173,13 @@ func NewEmptyDatabase(tb testing.TB) string {
 	return newDatabase(tb, false)
 }
 
+// NewEmptyDatabaseInLocale is NewEmptyDatabase with the server's locale set aside for locale
+// ("C": lower() lowers ASCII only), as a database an operator created so would have it.
+func NewEmptyDatabaseInLocale(tb testing.TB, locale string) string {
+	tb.Helper()
+	return newDatabase(tb, false, " TEMPLATE template0 ENCODING 'UTF8' LOCALE '"+strings.ReplaceAll(locale, "'", "''")+"'")
+}
+
 // NewPreReleaseDatabase creates a database as the pre-release chain of migrations left it
 // (folded into one migration before the first release): its version row at 14, and
 // tracked_items with that chain's first columns in that chain's order, which is how
@@ -195,7 +203,7 @@ func NewPreReleaseDatabase(tb testing.TB) string {
 	return u
 }
 
-func newDatabase(tb testing.TB, migrated bool) string {
+func newDatabase(tb testing.TB, migrated bool, options ...string) string {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -215,6 +223,7 @@ func newDatabase(tb testing.TB, migrated bool) string {
 		}
 		create += " TEMPLATE " + pgx.Identifier{tmpl}.Sanitize()
 	}
+	create += strings.Join(options, "")
 	if _, err := admin.Exec(ctx, create); err != nil {
 		tb.Fatalf("storetest: create database: %v", err)
 	}
