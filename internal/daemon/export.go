@@ -36,12 +36,11 @@ func (s *exportService) report(t export.Turn, err error) {
 	if !t.Newest.IsZero() { // also when another day failed: the gauge says how far the export is current
 		s.metrics.ExportNewestDay.Set(float64(t.Newest.Unix()))
 	}
-	if err != nil {
-		if !errors.Is(err, context.Canceled) {
-			s.metrics.LoopErrors.WithLabelValues("export").Inc()
-			s.log.Warn("exporting a past day failed; next try after the interval", zap.Error(err))
-		}
-		return
+	// The other days of a turn with a failed day are reported too: a day exported complete
+	// behind a stopped collection must not go unsaid because another could not be written.
+	if err != nil && !errors.Is(err, context.Canceled) {
+		s.metrics.LoopErrors.WithLabelValues("export").Inc()
+		s.log.Warn("exporting a past day failed; next try after the interval", zap.Error(err))
 	}
 	for _, day := range t.Exported {
 		s.log.Info("exported a day of history", zap.String("day", day))

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,11 +11,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/duecollector/duecollector/internal/export"
 	"github.com/duecollector/duecollector/internal/history/partition"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/store/storetest"
+	"github.com/duecollector/duecollector/internal/telemetry"
 )
 
 // With export.enabled the daemon starts the exporter among its maintenance jobs, and a turn
@@ -52,5 +57,25 @@ func TestDaemonExportsSettledDaysWhenEnabled(t *testing.T) {
 	}
 	if !slices.ContainsFunc(families, func(f *dto.MetricFamily) bool { return f.GetName() == "collector_export_newest_day_timestamp_seconds" }) {
 		t.Fatal("an exporting instance does not export collector_export_newest_day_timestamp_seconds")
+	}
+}
+
+// A turn in which one day failed still says what happened to the others: a day exported
+// complete behind a stopped collection is the warning an operator needs most, and one
+// unwritable day hid it.
+func TestAFailedExportDayHidesNoOtherDaysReport(t *testing.T) {
+	core, logs := zapobserver.New(zapcore.InfoLevel)
+	s := &exportService{metrics: telemetry.NewMetrics(), log: zap.New(core)}
+	s.report(export.Turn{Exported: []string{"2026-12-01"}, Behind: []string{"2026-12-01 (3 items)"}, Waiting: []string{"2026-12-03"}},
+		errors.New("export of 2026-12-02: permission denied"))
+	for _, msg := range []string{
+		"exporting a past day failed; next try after the interval",
+		"exported a day of history",
+		"a past day was exported complete although collection has not caught up past it for a day: is collection stopped?",
+		"a past day waits for collection to catch up past its end before its export",
+	} {
+		if logs.FilterMessage(msg).Len() != 1 {
+			t.Errorf("logged %q %d times, want once; all: %v", msg, logs.FilterMessage(msg).Len(), logs.All())
+		}
 	}
 }
