@@ -501,6 +501,9 @@ func TestBadParametersAreRefusedBeforeSQL(t *testing.T) {
 		{"/api/v1/items/" + hotItem + "/timeseries?until=0001-01-01", "until"},
 		{"/api/v1/items/" + hotItem + "/timeseries?since=2026-12-02&until=2026-12-01", "since"},
 		{"/api/v1/items/" + hotItem + "/timeseries?interval=raw&since=2026-01-01&until=2026-03-01", "since"},
+		// Windows that end now and can never be served: too long, or starting in the future.
+		{"/api/v1/items/" + hotItem + "/timeseries?interval=raw&since=2020-01-01", "since"},
+		{"/api/v1/items/" + hotItem + "/timeseries?since=9000-01-01", "since"},
 		{"/api/v1/items?limit=0", "limit"},
 		{"/api/v1/items?limit=201", "limit"},
 		{"/api/v1/items?cursor=not-a-cursor", "cursor"},

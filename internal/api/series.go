@@ -54,6 +54,19 @@ func (a *API) getTimeseries(w http.ResponseWriter, r *http.Request) {
 		badParam(w, "until", "until: "+err.Error())
 		return
 	}
+	if until.IsZero() && !since.IsZero() {
+		// A window that ends now is judged against this host's clock first, with a margin for
+		// its skew from the database's: one that can never be served gets its 400 without a
+		// read, not a 503 "try again" while the database is busy or away.
+		if local := time.Now(); since.After(local.Add(clockMargin)) {
+			badParam(w, "since", fmt.Sprintf("since %s is not before until (now)", since.Format(time.RFC3339)))
+			return
+		} else if local.Sub(since) > maxSpan[interval]+clockMargin {
+			badParam(w, "since", fmt.Sprintf("the window since %s until now is longer than %s, the most one %s request may span; page by until",
+				since.Format(time.RFC3339), days(maxSpan[interval]), interval))
+			return
+		}
+	}
 	end := until
 	if end.IsZero() || since.IsZero() {
 		now, err := store.Now(r.Context(), a.db)
@@ -106,6 +119,10 @@ func fromReplica(ctx context.Context) bool {
 	s := store.ServedFrom(ctx)
 	return s != nil && strings.HasPrefix(s.String(), string(store.SourceReplica))
 }
+
+// clockMargin is how far this host's clock may be from the database's before a window that
+// ends now is refused on it rather than on the database's clock.
+const clockMargin = time.Minute
 
 func days(d time.Duration) string { return fmt.Sprintf("%d days", int(d/(24*time.Hour))) }
 
