@@ -7,60 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/duecollector/duecollector/internal/history"
 	"github.com/duecollector/duecollector/internal/provider"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim"
 	"github.com/duecollector/duecollector/internal/provider/neoplesim/market"
 	"github.com/duecollector/duecollector/internal/store/storetest"
 	"github.com/duecollector/duecollector/internal/tiers"
 )
-
-func TestSalesGapIsAFullPageOfOnlyNewerSales(t *testing.T) {
-	stored := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	page := func(n int, oldest time.Time) []provider.Sale {
-		rows := make([]provider.Sale, n)
-		for i := range rows {
-			rows[i].SoldAt = oldest.Add(time.Duration(n-1-i) * time.Second) // newest first
-		}
-		return rows
-	}
-	collected := stored.Add(time.Minute)
-	for _, tc := range []struct {
-		name              string
-		rows              []provider.Sale
-		stored, collected *time.Time
-		dropped           int // rows the provider sent that the row check dropped
-		want              bool
-	}{
-		{"full page, all newer", page(100, stored.Add(time.Second)), &stored, &collected, 0, true},
-		{"full page reaching the stored second", page(100, stored), &stored, &collected, 0, false},
-		{"full page reaching older sales", page(100, stored.Add(-time.Minute)), &stored, &collected, 0, false},
-		{"short page", page(99, stored.Add(time.Hour)), &stored, &collected, 0, false},
-		// The provider sent 100 rows and the row check dropped one: the page was still full.
-		{"full page as sent, a row dropped", page(99, stored.Add(time.Second)), &stored, &collected, 1, true},
-		{"never collected", page(100, stored.Add(time.Hour)), nil, nil, 0, false},
-		// The last page was empty: every sale since that collection is new, so a full page
-		// that does not reach back to it lost some.
-		{"no sale stored, full page all after the last collection", page(100, collected.Add(time.Second)), nil, &collected, 0, true},
-		{"no sale stored, full page reaching the last collection's settled seconds", page(100, history.Settled(collected)), nil, &collected, 0, false},
-		// That collection held its last seconds back: pushed off the page, they are lost.
-		{"no sale stored, full page reaching only into the seconds held back", page(100, collected.Add(-time.Second)), nil, &collected, 0, true},
-	} {
-		sent := len(tc.rows) + tc.dropped
-		if got := salesGap(tc.rows, full(sent, 100), tc.stored, tc.collected, 0); got != tc.want {
-			t.Errorf("%s: gap %v, want %v", tc.name, got, tc.want)
-		}
-	}
-	// A provider whose clock trails the database's by 30 s dated the last collection's page 30 s
-	// earlier: a full page of only sales after that, by its clock, lost some.
-	behind := -30 * time.Second
-	if !salesGap(page(100, collected.Add(behind+time.Second)), true, nil, &collected, behind) {
-		t.Error("provider 30 s behind, no sale stored, a full page all after the last collection by its clock: no gap found")
-	}
-	if salesGap(page(100, history.Settled(collected.Add(behind))), true, nil, &collected, behind) {
-		t.Error("provider 30 s behind, a full page reaching the last collection's settled seconds by its clock: a gap found")
-	}
-}
 
 // Against the realistic market, rounds of collection at simulated times: the collector's gap
 // count per item is the simulator's count of fetches that lost sales, and its change counts

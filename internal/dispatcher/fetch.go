@@ -25,7 +25,7 @@ type result struct {
 	packed   bool  // fetched in an itemIds call shared with other items
 	err      error // nil = collected
 	outcome  string
-	salesGap bool          // sales were lost since the previous fetch (salesGap)
+	salesGap bool          // sales were lost since the previous fetch (history.SalesGap)
 	unasked  bool          // err is a pack-mate's pass-ending answer: this item was not called
 	keepDue  bool          // written back failed at its due time, not rescheduled (recordedFor)
 	window   time.Duration // Config.EstimateWindow: how fast the change counts decay
@@ -442,7 +442,7 @@ func (d *Dispatcher) salesAlone(ctx context.Context, c catalog.Claim) (sales []h
 	f := full(a.Sent, d.soldLimit)
 	answered = a.AnsweredAt(at)
 	d.skew.seen(d.log, answered.Sub(at), time.Now())
-	return history.SequenceSales(a.Rows, f, c.LastSaleAt), salesGap(a.Rows, f, c.LastSaleAt, c.LastCollectedAt, answered.Sub(at)), answered, nil
+	return history.SequenceSales(a.Rows, f, c.LastSaleAt), history.SalesGap(a.Rows, f, c.LastSaleAt, c.LastCollectedAt, answered.Sub(at)), answered, nil
 }
 
 // full reports an answer that reached its limit: rows past it, if any, were cut off.
@@ -477,30 +477,4 @@ func untilAnswered[T any](ctx context.Context, call func() (T, error)) (T, error
 			return v, err
 		}
 	}
-}
-
-// salesGap reports whether sales were lost between two fetches: a full /df/auction-sold page
-// (as sent: rows the row check dropped still filled it) whose oldest kept sale is newer than
-// the newest sale already stored. With no sale stored, the
-// item's last collection bounds what was seen (its page was empty); before the first
-// collection there is nothing to compare with. skew is how far the provider's clock is ahead
-// of the database's (this answer's Date less our time: provider.Answer.AnsweredAt), which
-// puts the last collection, on the database's clock, on the sales' own.
-func salesGap(rows []provider.Sale, full bool, lastStored, lastCollected *time.Time, skew time.Duration) bool {
-	if lastStored == nil && lastCollected != nil {
-		// That collection saw its page whole but left its newest seconds for later
-		// (history.Settled): those were not seen for good.
-		settled := history.Settled(lastCollected.Add(skew))
-		lastStored = &settled
-	}
-	if lastStored == nil || !full || len(rows) == 0 {
-		return false
-	}
-	oldest := rows[0].SoldAt
-	for _, r := range rows[1:] {
-		if r.SoldAt.Before(oldest) {
-			oldest = r.SoldAt
-		}
-	}
-	return oldest.Truncate(time.Second).After(*lastStored)
 }

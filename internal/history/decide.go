@@ -193,6 +193,32 @@ func SequenceSales(rows []provider.Sale, full bool, stored *time.Time) []Sale {
 	return out
 }
 
+// SalesGap reports whether sales were lost between two fetches: a full /df/auction-sold page
+// (as sent: rows the row check dropped still filled it) whose oldest kept sale is newer than
+// the newest sale already stored. With no sale stored, the
+// item's last collection bounds what was seen (its page was empty); before the first
+// collection there is nothing to compare with. skew is how far the provider's clock is ahead
+// of the database's (the answer's Date less the caller's time: provider.Answer.AnsweredAt), which
+// puts the last collection, on the database's clock, on the sales' own.
+func SalesGap(rows []provider.Sale, full bool, lastStored, lastCollected *time.Time, skew time.Duration) bool {
+	if lastStored == nil && lastCollected != nil {
+		// That collection saw its page whole but left its newest seconds for later
+		// (history.Settled): those were not seen for good.
+		settled := Settled(lastCollected.Add(skew))
+		lastStored = &settled
+	}
+	if lastStored == nil || !full || len(rows) == 0 {
+		return false
+	}
+	oldest := rows[0].SoldAt
+	for _, r := range rows[1:] {
+		if r.SoldAt.Before(oldest) {
+			oldest = r.SoldAt
+		}
+	}
+	return oldest.Truncate(time.Second).After(*lastStored)
+}
+
 // SalesSettle is how recent a sale's second may be for it to be stored: the provider orders a
 // second's sales by unit price, not time, so a second still under way when its page was read
 // can gain a sale in the middle of it, shifting the positions that key its sales; stored
