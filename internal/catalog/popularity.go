@@ -145,8 +145,10 @@ func RecalculatePopularity(ctx context.Context, db DB, p Policy) (Result, error)
 }
 
 // recalcWait bounds the wait for another process's recalculation: a live one takes about a
-// second at 20,000 items.
-const recalcWait = time.Minute
+// second at 20,000 items. It outlasts the server's idle bound of our sessions
+// (store.IdleInTransactionDefault), so a wait under way when the holder froze ends with the
+// lock, once the server ends the frozen transaction, not with a skip.
+const recalcWait = store.IdleInTransactionDefault + 15*time.Second
 
 // waitForRecalculation waits until no process holds the recalculation and says whether a plan
 // was committed meanwhile (tier_forecast.planned_at moved). A wait past recalcWait is reported

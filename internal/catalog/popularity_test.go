@@ -426,7 +426,11 @@ func TestARecalculationFrozenMidReadIsTakenOver(t *testing.T) {
 				_, err := RecalculatePopularity(ctx, frozen, testPolicy())
 				done <- err
 			}()
-			<-holding
+			select {
+			case <-holding:
+			case err := <-done:
+				t.Fatalf("the recalculation to freeze ended before its first row of %s: %v", what, err)
+			}
 			recalcReading = func(string) {}
 			res, err := RecalculatePopularity(ctx, pool, testPolicy())
 			close(thaw)

@@ -31,6 +31,7 @@ type Activity struct {
 func RecentActivity(ctx context.Context, tx pgx.Tx, ids []string, since time.Time, fn func(itemID string, a Activity) error) error {
 	// Each id once: the joins below would count an id's rows once for every time it is asked.
 	asked := slices.Compact(slices.Sorted(slices.Values(ids)))
+	fnFailed := false // fn's own error comes back as it was; the rest say what was read
 	err := store.EachRow(ctx, tx, "recent_activity", `
 		WITH ids AS (
 			SELECT item_id, pos FROM unnest($1::text[]) WITH ORDINALITY AS u(item_id, pos)
@@ -55,10 +56,12 @@ func RecentActivity(ctx context.Context, tx pgx.Tx, ids []string, since time.Tim
 		if err := rows.Scan(&id, &a.Sales, &a.Gold, &a.Churn); err != nil {
 			return err
 		}
-		return fn(id, a)
+		err := fn(id, a)
+		fnFailed = err != nil
+		return err
 	})
-	if err != nil {
+	if err != nil && !fnFailed {
 		return fmt.Errorf("read recent activity of %d items: %w", len(asked), err)
 	}
-	return nil
+	return err
 }

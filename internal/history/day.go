@@ -174,16 +174,17 @@ func eachOfDayInBatches[R any](ctx context.Context, tx pgx.Tx, what, sql string,
 	scan func(pgx.Rows, *R) error) error {
 	lit := func(t time.Time) string { return "'" + t.UTC().Format(time.RFC3339Nano) + "'::timestamptz" }
 	query := strings.NewReplacer("$1", lit(day), "$2", lit(day.AddDate(0, 0, 1))).Replace(sql)
-	var fnErr error // fn's own error comes back as it was; the rest say what was read
+	fnFailed := false // fn's own error comes back as it was; the rest say what was read
 	err := store.EachRow(ctx, tx, "day_"+what, query, nil, func(rows pgx.Rows) error {
 		var r R
 		if err := scan(rows, &r); err != nil {
 			return err
 		}
-		fnErr = fn(r)
-		return fnErr
+		err := fn(r)
+		fnFailed = err != nil
+		return err
 	})
-	if err != nil && err != fnErr {
+	if err != nil && !fnFailed {
 		return fmt.Errorf("read the %s of %s: %w", what, day.Format(time.DateOnly), err)
 	}
 	return err
